@@ -1,0 +1,53 @@
+"""Helpers for tests that depend on torch-rbln environment variables.
+
+No test may depend on the developer's own environment: every variable starting with ``TORCH_RBLN_`` or
+``RBLN_`` is removed, then only the variables a test lists are set.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+PREFIXES = ("TORCH_RBLN_", "RBLN_")
+
+
+def clean_env(**variables: str) -> dict[str, str]:
+    """A copy of os.environ without torch-rbln variables, with autoload off, plus ``variables``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIXES)}
+    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    env.update(variables)
+    return env
+
+
+def run_python(code: str, cwd: str | None = None, **variables: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with ``clean_env(**variables)``."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=clean_env(**variables),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def reset_all() -> None:
+    from torch_rbln import config, log, topology
+
+    topology.reset_for_tests()
+    log.reset_for_tests()
+    config.reset_for_tests()
+
+
+def isolate(monkeypatch: pytest.MonkeyPatch, **variables: str) -> None:
+    """In-process: drop torch-rbln variables, set ``variables``, and clear every cache."""
+    for k in list(os.environ):
+        if k.startswith(PREFIXES):
+            monkeypatch.delenv(k)
+    for k, v in variables.items():
+        monkeypatch.setenv(k, v)
+    reset_all()

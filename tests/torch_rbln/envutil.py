@@ -7,6 +7,7 @@ No test may depend on the developer's own environment: every variable starting w
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -23,10 +24,25 @@ def clean_env(**variables: str) -> dict[str, str]:
     return env
 
 
-def run_python(code: str, cwd: str | None = None, **variables: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter with ``clean_env(**variables)``."""
+PACKAGE_DIR = str(pathlib.Path(__file__).resolve().parents[2] / "torch_rbln")
+
+# Makes ``torch_rbln`` a bare package so that config/topology/log/tp load without the package __init__
+# (device registration, torch import): these tests then check those modules alone, quickly.
+BARE_PACKAGE = (
+    "import sys as _s, types as _t\n"
+    f"_p = _t.ModuleType('torch_rbln'); _p.__path__ = [{PACKAGE_DIR!r}]; _s.modules['torch_rbln'] = _p\n"
+)
+
+
+def run_python(
+    code: str, cwd: str | None = None, *, bare: bool = True, **variables: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with ``clean_env(**variables)``.
+
+    With ``bare`` (default) the package ``__init__`` is not run (see BARE_PACKAGE).
+    """
     return subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", (BARE_PACKAGE if bare else "") + code],
         env=clean_env(**variables),
         cwd=cwd,
         capture_output=True,

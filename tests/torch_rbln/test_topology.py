@@ -6,6 +6,8 @@ import threading
 
 import pytest
 from envutil import isolate, run_python
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from torch_rbln import config, topology
 from torch_rbln.topology import LogicalDevice
@@ -491,3 +493,32 @@ def test_subprocess_invalid_mapping_raises_runtime_error():
         "No logical device (this process has 2 physical NPU(s), need 4 per logical device). "
         "Env RBLN_DEVICE_MAP=-, RBLN_NPUS_PER_DEVICE=4."
     )
+
+
+# ---------------------------------------------------------------- parser properties
+
+SPACES = st.sampled_from(["", " ", "  ", "\t"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 10_000), min_size=1, max_size=6), min_size=1, max_size=6), st.data())
+def test_parser_round_trips_any_spacing(groups_, data):
+    def sp() -> str:
+        return data.draw(SPACES)
+
+    text = sp() + ("," + sp()).join(
+        "[" + sp() + (sp() + "," + sp()).join(map(str, g)) + sp() + "]" + sp() for g in groups_
+    )
+    assert topology.parse_device_map(text) == groups_
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="[],0123 -a", max_size=14))
+def test_parser_never_crashes(text):
+    try:
+        parsed = topology.parse_device_map(text)
+    except topology._MapSyntaxError as e:
+        assert "Malformed RBLN_DEVICE_MAP at position" in str(e)
+    else:
+        assert all(isinstance(i, int) and i >= 0 for g in parsed for i in g)
+        assert "-" not in text and "a" not in text

@@ -14,6 +14,7 @@ Configured lazily on the first :func:`get_logger` call (idempotent); imports onl
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 
@@ -73,7 +74,11 @@ def configure() -> logging.Logger:
         stderr.setFormatter(logging.Formatter(STDERR_FORMAT))
         handlers.append(stderr)
         if debug:
-            file_handler = logging.FileHandler(config.get("TORCH_RBLN_LOG_PATH"), mode="a", encoding="utf-8")
+            path = config.get("TORCH_RBLN_LOG_PATH")
+            parent = os.path.dirname(path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            file_handler = logging.FileHandler(path, mode="a", encoding="utf-8")
             file_handler.setFormatter(logging.Formatter(FILE_FORMAT))
             handlers.append(file_handler)
         for h in handlers:

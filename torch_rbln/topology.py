@@ -18,6 +18,7 @@ from torch_rbln.log import get_logger
 __all__ = [
     "LogicalDevice",
     "Topology",
+    "DeviceConfigError",
     "MAP_FORMAT",
     "get_topology",
     "topology",
@@ -33,6 +34,14 @@ __all__ = [
 
 MAP_FORMAT = '"[0,1],[2,3]"'
 _SIZES_TEXT = ", ".join(map(str, config.VALID_GROUP_SIZES))
+
+
+class DeviceConfigError(config.ConfigError, RuntimeError):
+    """An invalid RBLN_DEVICES or TORCH_RBLN_SIM_NPUS found while building the topology.
+
+    Both a ConfigError (ValueError), like every invalid variable, and a RuntimeError, like every other
+    error raised at first device use.
+    """
 
 
 @dataclass(frozen=True)
@@ -189,7 +198,10 @@ def _build() -> Topology:
     def fail(message: str) -> RuntimeError:
         return RuntimeError(f"{message} {note}")
 
-    n = _physical_count()
+    try:
+        n = _physical_count()
+    except config.ConfigError as e:
+        raise DeviceConfigError(str(e)) from None
     log = None
     if device_map is not None:
         if not device_map.strip():

@@ -149,6 +149,14 @@ def test_debug_mode_default_log_path_is_cwd(env, tmp_path):
     assert "to-default-file" in (tmp_path / "torch_rbln.log").read_text()
 
 
+def test_debug_mode_creates_missing_folder(env, tmp_path):
+    path = tmp_path / "logs" / "deep" / "x.log"
+    env(RBLN_BUILD_TYPE="Debug", TORCH_RBLN_LOG_PATH=str(path))
+    log.get_logger().warning("in-folder")
+    log.reset_for_tests()
+    assert "in-folder" in path.read_text()
+
+
 def test_debug_mode_appends(env, tmp_path):
     path = tmp_path / "a.log"
     path.write_text("earlier\n")

@@ -56,8 +56,9 @@ def test_sim_npus(env, n):
 
 def test_sim_npus_invalid_is_an_error_at_first_use(env):
     env(TORCH_RBLN_SIM_NPUS="zero")
-    with pytest.raises(config.ConfigError, match="Invalid TORCH_RBLN_SIM_NPUS 'zero'"):
+    with pytest.raises(config.ConfigError, match="Invalid TORCH_RBLN_SIM_NPUS 'zero'") as e:
         topology.device_count()
+    assert isinstance(e.value, RuntimeError)
 
 
 def test_rbln_devices_restricts_and_renumbers(env):
@@ -84,8 +85,9 @@ def test_rbln_devices_with_grouping(env):
 )
 def test_rbln_devices_errors_name_the_variable(env, value, phrase):
     env(RBLN_DEVICES=value)
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(topology.DeviceConfigError) as e:
         topology.device_count()
+    assert isinstance(e.value, RuntimeError) and isinstance(e.value, config.ConfigError)
     assert f"Invalid RBLN_DEVICES '{value}'" in str(e.value)
     assert phrase in str(e.value)
 

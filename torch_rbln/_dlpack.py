@@ -1,0 +1,81 @@
+"""Zero-copy re-tagging of host memory between the CPU and the rbln device.
+
+An rbln tensor owns ordinary host memory. DLPack lets us hand the same allocation back and forth:
+export a tensor as a DLPack capsule, rewrite the capsule's device field, and import it again. The
+imported tensor keeps the original allocation alive, keeps dtype, sizes, strides and storage offset,
+and costs about 1.5 us. DLPack has no conj/neg bits, so they are resolved lazily (as views) before
+export and re-applied after import.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+# DLPack device types: kDLCPU = 1, kDLExtDev = 12 (what torch maps PrivateUse1 to).
+DL_CPU = 1
+DL_EXT_DEV = 12
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLTensorHead(ctypes.Structure):
+    # Only the prefix of DLTensor up to the device is needed: data pointer, then the device.
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+_to_dlpack = torch._C._to_dlpack
+_from_dlpack = torch._C._from_dlpack
+
+
+def _retag(tensor: torch.Tensor, device_type: int, device_id: int) -> torch.Tensor:
+    capsule = _to_dlpack(tensor)
+    head = _DLTensorHead.from_address(_capsule_pointer(capsule, b"dltensor"))
+    head.device.device_type = device_type
+    head.device.device_id = device_id
+    return _from_dlpack(capsule)
+
+
+def _plain(tensor: torch.Tensor) -> tuple[torch.Tensor, bool, bool]:
+    """Strip the conj/neg bits as zero-copy views; return the plain tensor and the bits."""
+    conj = tensor.is_conj()
+    neg = tensor.is_neg()
+    if conj:
+        tensor = tensor.conj()
+    if neg:
+        tensor = torch._neg_view(tensor)
+    return tensor, conj, neg
+
+
+def _reapply(tensor: torch.Tensor, conj: bool, neg: bool) -> torch.Tensor:
+    if neg:
+        tensor = torch._neg_view(tensor)
+    if conj:
+        tensor = tensor.conj()
+    return tensor
+
+
+def to_host_view(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor that shares memory, dtype, sizes, strides and conj/neg bits with an rbln tensor.
+
+    The view never requires grad (DLPack export detaches), which is what kernels below autograd need.
+    """
+    if tensor.is_conj() or tensor.is_neg():
+        plain, conj, neg = _plain(tensor)
+        return _reapply(_retag(plain, DL_CPU, 0), conj, neg)
+    return _retag(tensor, DL_CPU, 0)
+
+
+def to_device_view(tensor: torch.Tensor, index: int) -> torch.Tensor:
+    """An rbln:index tensor that shares memory with a CPU tensor (no copy, no accounting)."""
+    if tensor.is_conj() or tensor.is_neg():
+        plain, conj, neg = _plain(tensor)
+        return _reapply(_retag(plain, DL_EXT_DEV, index), conj, neg)
+    return _retag(tensor, DL_EXT_DEV, index)

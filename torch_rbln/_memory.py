@@ -1,0 +1,221 @@
+"""Memory of the simulated NPUs: host allocations re-tagged as rbln, with exact per-device accounting.
+
+Every rbln storage is an ordinary CPU allocation handed to PyTorch as PrivateUse1 memory through
+DLPack (zero-copy). The Python storage object of an rbln tensor is preserved by PyTorch for as long
+as the storage lives, so a weak reference to it tells us, exactly, when the memory is released.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from . import _dlpack, _runtime
+
+_GiB = 1 << 30
+
+
+@dataclass
+class _DeviceCounters:
+    """PyTorch-style allocator statistics of one logical device."""
+
+    current: int = 0
+    peak: int = 0
+    allocated_total: int = 0
+    freed_total: int = 0
+    count_current: int = 0
+    count_peak: int = 0
+    count_allocated: int = 0
+    count_freed: int = 0
+    num_ooms: int = 0
+    largest_request: int = 0
+    capacity: int = 0
+    live: dict[int, weakref.ref] = field(default_factory=dict)
+
+
+_lock = threading.Lock()
+_counters: dict[int, _DeviceCounters] = {}
+# Frees are queued by weakref callbacks and applied under the lock by the next allocation or
+# statistics read: a callback can fire anywhere (even inside our own locked section, when the
+# garbage collector runs), so it must never take the lock or update counters itself.
+_pending_frees: deque[tuple[int, int, int]] = deque()
+_keys = itertools.count()
+
+
+def _counters_for(index: int) -> _DeviceCounters:
+    counters = _counters.get(index)
+    if counters is None:
+        # Validates the index (the topology is fixed once built) and fixes the capacity.
+        size = int(_runtime.memory_per_npu_gb() * _GiB) * len(_runtime.npus_of(index))
+        counters = _counters.setdefault(index, _DeviceCounters(capacity=size))
+    return counters
+
+
+def capacity(index: int) -> int:
+    """Bytes of memory of logical device `index`: the sum over its physical NPUs."""
+    return _counters_for(index).capacity
+
+
+def _apply_pending_frees() -> None:
+    """Apply queued frees; the caller holds `_lock`."""
+    while _pending_frees:
+        index, nbytes, key = _pending_frees.popleft()
+        counters = _counters[index]
+        counters.live.pop(key, None)
+        counters.current -= nbytes
+        counters.freed_total += nbytes
+        counters.count_current -= 1
+        counters.count_freed += 1
+
+
+def _out_of_memory(index: int, nbytes: int, counters: _DeviceCounters) -> torch.OutOfMemoryError:
+    counters.num_ooms += 1
+    total = counters.capacity
+    free = max(total - counters.current, 0)
+    return torch.OutOfMemoryError(
+        f"RBLN out of memory on rbln:{index}: tried to allocate {_fmt(nbytes)} ({nbytes} bytes); "
+        f"{_fmt(free)} free of {_fmt(total)} total, {_fmt(counters.current)} allocated. "
+        "Free tensors you no longer need, or raise TORCH_RBLN_SIM_MEMORY_GB."
+    )
+
+
+def _fmt(nbytes: int) -> str:
+    for unit, size in (("GiB", _GiB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.2f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def _reserve(index: int, nbytes: int) -> None:
+    """Check capacity and count `nbytes` as allocated on `index` (raises OutOfMemoryError)."""
+    counters = _counters.get(index) or _counters_for(index)
+    with _lock:
+        if _pending_frees:
+            _apply_pending_frees()
+        current = counters.current + nbytes
+        if current > counters.capacity:
+            raise _out_of_memory(index, nbytes, counters)
+        counters.current = current
+        counters.allocated_total += nbytes
+        counters.count_current += 1
+        counters.count_allocated += 1
+        if nbytes > counters.largest_request:
+            counters.largest_request = nbytes
+        if current > counters.peak:
+            counters.peak = current
+        if counters.count_current > counters.count_peak:
+            counters.count_peak = counters.count_current
+
+
+def _unreserve(index: int, nbytes: int) -> None:
+    _pending_frees.append((index, nbytes, -1))
+
+
+def _watch(storage: torch.UntypedStorage, index: int, nbytes: int) -> None:
+    """Queue a free of `nbytes` when `storage` dies (its Python object lives exactly as long)."""
+    key = next(_keys)
+    append = _pending_frees.append
+    _counters[index].live[key] = weakref.ref(storage, lambda _ref: append((index, nbytes, key)))
+
+
+def storage_nbytes(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> int:
+    if any(s == 0 for s in size):
+        return 0
+    span = 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))
+    return span * dtype.itemsize
+
+
+def empty_strided(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
+    """Allocate an uninitialised rbln:index tensor, accounted, raising OutOfMemoryError when full."""
+    nbytes = storage_nbytes(size, stride, dtype)
+    _reserve(index, nbytes)
+    try:
+        device_tensor = _dlpack.to_device_view(torch.empty_strided(size, stride, dtype=dtype), index)
+    except BaseException:
+        _unreserve(index, nbytes)
+        raise
+    _watch(device_tensor.untyped_storage(), index, nbytes)
+    return device_tensor
+
+
+def adopt(host: torch.Tensor, index: int) -> torch.Tensor:
+    """Turn a freshly computed CPU tensor into an rbln:index tensor that owns (and accounts) its memory.
+
+    The rbln storage covers the whole CPU storage, so several results sharing one CPU buffer can be
+    expressed as views of the first one adopted.
+    """
+    cpu_storage = host.untyped_storage()
+    nbytes = cpu_storage.nbytes()
+    _reserve(index, nbytes)
+    if host.storage_offset() == 0:
+        device_tensor = _dlpack.to_device_view(host, index)
+    else:
+        flat = torch.empty(0, dtype=torch.uint8).set_(cpu_storage)
+        base = _dlpack.to_device_view(flat, index)
+        device_tensor = torch.empty(0, dtype=host.dtype, device=base.device)
+        with torch.no_grad():
+            device_tensor.set_(base.untyped_storage(), host.storage_offset(), host.shape, host.stride())
+    _watch(device_tensor.untyped_storage(), index, nbytes)
+    return device_tensor
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def _settled(index: int) -> _DeviceCounters:
+    counters = _counters_for(index)
+    with _lock:
+        _apply_pending_frees()
+    return counters
+
+
+def memory_allocated(index: int) -> int:
+    return _settled(index).current
+
+
+def max_memory_allocated(index: int) -> int:
+    return _settled(index).peak
+
+
+def reset_peak(index: int) -> None:
+    counters = _settled(index)
+    with _lock:
+        counters.peak = counters.current
+        counters.count_peak = counters.count_current
+
+
+def memory_stats(index: int) -> dict[str, int]:
+    """The `torch.cuda.memory_stats` key family; reserved equals allocated (no caching allocator)."""
+    c = _settled(index)
+    stats: dict[str, int] = {}
+    for prefix in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
+        for pool in ("all", "large_pool", "small_pool"):
+            full = pool == "all"
+            stats[f"{prefix}.{pool}.current"] = c.current if full else 0
+            stats[f"{prefix}.{pool}.peak"] = c.peak if full else 0
+            stats[f"{prefix}.{pool}.allocated"] = c.allocated_total if full else 0
+            stats[f"{prefix}.{pool}.freed"] = c.freed_total if full else 0
+    for prefix in ("allocation", "segment", "active"):
+        for pool in ("all", "large_pool", "small_pool"):
+            full = pool == "all"
+            stats[f"{prefix}.{pool}.current"] = c.count_current if full else 0
+            stats[f"{prefix}.{pool}.peak"] = c.count_peak if full else 0
+            stats[f"{prefix}.{pool}.allocated"] = c.count_allocated if full else 0
+            stats[f"{prefix}.{pool}.freed"] = c.count_freed if full else 0
+    stats["num_ooms"] = c.num_ooms
+    stats["num_alloc_retries"] = 0
+    stats["max_split_size"] = -1
+    stats["oversize_allocations.current"] = 0
+    stats["requested_bytes.all.largest"] = c.largest_request
+    return stats
+
+
+def mem_get_info(index: int) -> tuple[int, int]:
+    counters = _settled(index)
+    return counters.capacity - counters.current, counters.capacity

@@ -1,0 +1,189 @@
+"""Kernels every PyTorch device must supply itself: allocation, copies, views, resize, scalars.
+
+View-like ops are the CPU kernels re-dispatched with our tensors: they only manipulate metadata
+(sizes, strides, storage offset) and keep the storage, so rbln views share the base's storage
+exactly as CUDA views do.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch._C import DispatchKey, DispatchKeySet
+
+from . import _dlpack, _memory, _runtime, config, fallback
+
+_CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
+aten = torch.ops.aten
+
+
+def _target_index(device: Any) -> int:
+    if device is None:
+        from .device_module import current_device
+
+        return current_device()
+    device = torch.device(device)
+    if device.index is None:
+        from .device_module import current_device
+
+        return current_device()
+    return _runtime.check_index(device.index)
+
+
+def _contiguous_strides(size: Sequence[int]) -> list[int]:
+    strides = [1] * len(size)
+    running = 1
+    for dim in range(len(size) - 1, -1, -1):
+        strides[dim] = running
+        running *= max(size[dim], 1)
+    return strides
+
+
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return _memory.empty_strided(size, stride, dtype or torch.get_default_dtype(), _target_index(device))
+
+
+def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    if memory_format in (None, torch.contiguous_format, torch.preserve_format):
+        strides = _contiguous_strides(size)
+    else:
+        strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
+    return _memory.empty_strided(size, strides, dtype or torch.get_default_dtype(), _target_index(device))
+
+
+_non_blocking_warned = threading.Event()
+
+
+def _check_non_blocking() -> None:
+    if config.fallback_disabled("non_blocking_copy"):
+        raise RuntimeError(
+            "non_blocking=True copies to or from RBLN are disabled (TORCH_RBLN_DISABLE_FALLBACK contains "
+            "'non_blocking_copy' or 'all'). Use non_blocking=False, or remove that token."
+        )
+    if not _non_blocking_warned.is_set():
+        _non_blocking_warned.set()
+        warnings.warn(
+            "torch_rbln: non_blocking=True copies run synchronously on RBLN devices "
+            "(execution is synchronous; the copy has completed when the call returns).",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _host(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.is_cpu else _dlpack.to_host_view(tensor)
+
+
+def copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """Copies in every direction (cpu<->rbln, rbln:i->rbln:j), with dtype conversion and broadcasting."""
+    if non_blocking:
+        _check_non_blocking()
+    _host(dst).copy_(_host(self))
+    return dst
+
+
+def copy_from_and_resize(self: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    if dst.shape != self.shape:
+        dst.resize_(self.shape)
+    _host(dst).copy_(_host(self))
+    return dst
+
+
+def resize_(self: torch.Tensor, size, memory_format=None) -> torch.Tensor:
+    """Resize in place; growing past the storage allocates a new rbln storage and keeps the old bytes."""
+    strides = _contiguous_strides(size)
+    needed = _memory.storage_nbytes(size, strides, self.dtype) + self.storage_offset() * self.dtype.itemsize
+    storage = self.untyped_storage()
+    if needed > storage.nbytes():
+        grown = _memory.empty_strided([needed], [1], torch.uint8, self.get_device())
+        old = storage.nbytes()
+        if old:
+            old_bytes = torch.empty(0, dtype=torch.uint8, device=self.device).set_(storage)
+            _dlpack.to_host_view(grown)[:old].copy_(_dlpack.to_host_view(old_bytes))
+        with torch.no_grad():
+            self.set_(grown.untyped_storage(), self.storage_offset(), size, strides)
+    else:
+        aten.resize_.default.redispatch(_CPU_KEYS, self, size, memory_format=memory_format)
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
+        with torch.no_grad():
+            self.set_(self.untyped_storage(), self.storage_offset(), size, strides)
+    return self
+
+
+def local_scalar_dense(self: torch.Tensor):
+    return _dlpack.to_host_view(self).item()
+
+
+def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
+    tensor = _memory.empty_strided(size, _contiguous_strides(size), dtype or torch.get_default_dtype(),
+                                   _target_index(device))
+    _dlpack.to_host_view(tensor).zero_()
+    return tensor
+
+
+def _redispatch_to_cpu(overload: torch._ops.OpOverload):
+    def kernel(*args, **kwargs):
+        return overload.redispatch(_CPU_KEYS, *args, **kwargs)
+
+    kernel.__name__ = f"rbln_{overload.__name__.replace('.', '_')}"
+    return kernel
+
+
+# Metadata-only ops: the CPU kernels touch sizes/strides/storage pointers, never the data.
+METADATA_OPS = (
+    "view",
+    "as_strided",
+    "_reshape_alias",
+    "unfold",
+    "view_as_real",
+    "view_as_complex",
+    "set_.source_Storage_storage_offset",
+    "set_.source_Storage",
+    "set_.source_Tensor",
+    "set_",
+    "alias",
+    "_unsafe_view",
+)
+
+
+def _convolution_plan():
+    return fallback._plan_for(aten.convolution.default)
+
+
+def convolution_overrideable(
+    input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+):
+    """No device convolution kernel yet: run the CPU convolution on host views (counted as fallback)."""
+    plan = _convolution_plan()
+    args = (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    return fallback.run_on_cpu(aten.convolution.default, plan, args, {}, reason=None)
+
+
+def convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation, transposed,
+                                      output_padding, groups, output_mask):
+    bias_sizes = [weight.shape[1] * groups if transposed else weight.shape[0]]
+    args = (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
+            groups, output_mask)
+    plan = fallback._plan_for(aten.convolution_backward.default)
+    return fallback.run_on_cpu(aten.convolution_backward.default, plan, args, {}, reason=None)
+
+
+def register(library: torch.library.Library) -> None:
+    library.impl("empty_strided", empty_strided, "PrivateUse1")
+    library.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
+    library.impl("_copy_from", copy_from, "PrivateUse1")
+    library.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
+    library.impl("resize_", resize_, "PrivateUse1")
+    library.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
+    library.impl("_efficientzerotensor", efficient_zero_tensor, "PrivateUse1")
+    library.impl("convolution_overrideable", convolution_overrideable, "PrivateUse1")
+    library.impl("convolution_backward_overrideable", convolution_backward_overrideable, "PrivateUse1")
+    for name in METADATA_OPS:
+        packet_name, _, overload_name = name.partition(".")
+        overload = getattr(getattr(aten, packet_name), overload_name or "default")
+        library.impl(name, _redispatch_to_cpu(overload), "PrivateUse1")

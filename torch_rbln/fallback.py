@@ -1,0 +1,344 @@
+"""The boxed CPU fallback: any aten op without an rbln kernel runs its CPU kernel on host views.
+
+rbln memory is host memory, so the fallback never copies inputs: it re-tags them as CPU tensors
+(zero-copy), runs the op, and re-tags fresh results as rbln tensors that own their memory. Mutated
+arguments (in-place ops, `out=`) stay the caller's rbln tensors; metadata the CPU kernel changed
+(sizes, strides, conj bit, or a new storage for a too-small `out=`) is written back.
+
+Every call is counted per op and logged at INFO: a fallback is visible, never silent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import _dlpack, _memory, _runtime, config
+
+_log = logging.getLogger("torch_rbln.fallback")
+
+_counts: Counter[str] = Counter()
+_reasons: dict[str, Counter[str]] = {}
+_count_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _OpPlan:
+    """What the fallback needs to know about one overload, computed once from its schema."""
+
+    name: str
+    mutable_positions: tuple[int, ...]
+    mutable_kwargs: tuple[str, ...]
+    # Positions of List[Optional[Tensor]] arguments (indices of `index`), which may be CPU tensors.
+    cpu_allowed_positions: frozenset[int]
+    # Whether a return may alias an input (a view); otherwise results are always fresh tensors.
+    returns_alias: bool
+
+
+_plans: dict[Any, _OpPlan] = {}
+
+
+def _plan_for(op: torch._ops.OpOverload) -> _OpPlan:
+    plan = _plans.get(op)
+    if plan is not None:
+        return plan
+    schema = op._schema
+    positions: list[int] = []
+    kwarg_names: list[str] = []
+    cpu_allowed: set[int] = set()
+    for position, argument in enumerate(schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.is_write:
+            if argument.kwarg_only:
+                kwarg_names.append(argument.name)
+            else:
+                positions.append(position)
+        if str(argument.type) == "List[Optional[Tensor]]":
+            cpu_allowed.add(position)
+    returns_alias = any(
+        r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
+    )
+    plan = _OpPlan(schema.name, tuple(positions), tuple(kwarg_names), frozenset(cpu_allowed), returns_alias)
+    _plans[op] = plan
+    return plan
+
+
+def record(name: str, reason: str | None = None) -> None:
+    """Count one CPU fallback of `name` and log it at INFO."""
+    with _count_lock:
+        _counts[name] += 1
+        if reason is not None:
+            _reasons.setdefault(name, Counter())[reason] += 1
+    if _log.isEnabledFor(logging.INFO):
+        suffix = f" ({reason})" if reason else ""
+        _log.info("`%s` op ran on CPU instead of RBLN%s", name, suffix)
+
+
+def fallback_counts() -> dict[str, int]:
+    """Per op, how many calls ran on the CPU fallback since the last reset."""
+    with _count_lock:
+        return dict(_counts)
+
+
+def fallback_reasons() -> dict[str, dict[str, int]]:
+    with _count_lock:
+        return {name: dict(reasons) for name, reasons in _reasons.items()}
+
+
+def reset_fallback_counts() -> None:
+    with _count_lock:
+        _counts.clear()
+        _reasons.clear()
+
+
+def _device_mismatch(first: str, second: str) -> RuntimeError:
+    return RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"{first} and {second}!"
+    )
+
+
+class _Conversion:
+    """Host views of one call's rbln arguments, and the device they live on."""
+
+    __slots__ = ("index", "originals", "host_storages", "cpu_operand")
+
+    def __init__(self) -> None:
+        self.index: int | None = None
+        self.originals: dict[int, torch.Tensor] = {}  # id(host view) -> rbln tensor
+        self.host_storages: dict[int, int] = {}  # id(host view) -> its storage's data_ptr before the op
+        self.cpu_operand = False  # a non-scalar CPU tensor among the operands
+
+    def tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.is_cpu:
+            if tensor.dim() != 0:
+                self.cpu_operand = True
+            return tensor
+        index = tensor.get_device()
+        if self.index is None:
+            self.index = index
+        elif index != self.index:
+            raise _device_mismatch(f"rbln:{self.index}", f"rbln:{index}")
+        host = _dlpack.to_host_view(tensor)
+        key = id(host)
+        self.originals[key] = tensor
+        self.host_storages[key] = host.untyped_storage().data_ptr()
+        return host
+
+    def value(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return self.tensor(value)
+        if isinstance(value, (list, tuple)) and value and any(isinstance(v, torch.Tensor) for v in value):
+            return type(value)(self.tensor(v) if isinstance(v, torch.Tensor) else v for v in value)
+        return value
+
+    def base_containing(self, pointer: int) -> torch.Tensor | None:
+        """The rbln argument whose storage holds host address `pointer`, if any."""
+        for original in self.originals.values():
+            storage = original.untyped_storage()
+            start = storage.data_ptr()
+            if start <= pointer < start + storage.nbytes():
+                return original
+        return None
+
+
+def _replace_device(kwargs: dict, conversion: _Conversion) -> dict:
+    device = kwargs.get("device")
+    if device is None:
+        return kwargs
+    device = torch.device(device)
+    if device.type != "rbln":
+        return kwargs
+    index = _runtime.check_index(device.index if device.index is not None else _current_device())
+    if conversion.index is None:
+        conversion.index = index
+    elif conversion.index != index:
+        raise _device_mismatch(f"rbln:{conversion.index}", f"rbln:{index}")
+    return {**kwargs, "device": torch.device("cpu")}
+
+
+def _current_device() -> int:
+    from . import device_module
+
+    return device_module.current_device()
+
+
+def _fallback_disabled_error(name: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"The operator '{name}' is not implemented for RBLN devices, and the CPU fallback is disabled "
+        "(TORCH_RBLN_DISABLE_FALLBACK contains 'unsupported_op' or 'all'). Remove that token from "
+        "TORCH_RBLN_DISABLE_FALLBACK to run it on the CPU."
+    )
+
+
+def cpu_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """Run `op` on the CPU on zero-copy host views of its rbln arguments; results stay on rbln."""
+    plan = _plans.get(op) or _plan_for(op)
+    if config.fallback_disabled("unsupported_op"):
+        raise _fallback_disabled_error(plan.name)
+    return run_on_cpu(op, plan, args, kwargs, None)
+
+
+def run_on_cpu(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason: str | None) -> Any:
+    """Run `op` on host views and bring results back to the arguments' rbln device (counted, logged)."""
+    conversion = _Conversion()
+    host_args = []
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            host_args.append(value if value.is_cpu and not value.dim() else conversion.tensor(value))
+        elif isinstance(value, (list, tuple)):
+            host_args.append(conversion.value(value))
+        else:
+            host_args.append(value)
+    if kwargs:
+        value_of = conversion.value
+        host_kwargs = {name: value_of(value) for name, value in kwargs.items()}
+        if "device" in host_kwargs:
+            host_kwargs = _replace_device(host_kwargs, conversion)
+    else:
+        host_kwargs = kwargs
+    index = conversion.index
+    if index is None:
+        # No rbln tensor and no rbln device argument: nothing of ours is involved.
+        return op(*args, **kwargs)
+    if conversion.cpu_operand:
+        _check_cpu_operands(plan, args, kwargs, index)
+    record(plan.name, reason)
+    try:
+        result = op(*host_args, **host_kwargs)
+    except RuntimeError as error:
+        if "not resizable" not in str(error) or not plan.mutable_kwargs:
+            raise
+        result = _retry_with_fresh_outputs(op, plan, host_args, host_kwargs, conversion)
+    if plan.mutable_positions or plan.mutable_kwargs:
+        _write_back_mutations(plan, host_args, host_kwargs, conversion)
+    if type(result) is torch.Tensor and not plan.returns_alias and id(result) not in conversion.originals:
+        return _memory.adopt(result, index)
+    return _to_device(result, conversion, index, plan.returns_alias)
+
+
+def _check_cpu_operands(plan: _OpPlan, args: tuple, kwargs: dict, index: int) -> None:
+    """Like CUDA, a non-scalar CPU tensor next to rbln tensors is an error (indices excepted)."""
+    for position, value in enumerate(args):
+        if position not in plan.cpu_allowed_positions:
+            _reject_cpu(value, index)
+    for value in kwargs.values():
+        _reject_cpu(value, index)
+
+
+def _reject_cpu(value: Any, index: int) -> None:
+    values = value if isinstance(value, (list, tuple)) else (value,)
+    for item in values:
+        if isinstance(item, torch.Tensor) and item.is_cpu and item.dim() != 0:
+            raise _device_mismatch(f"rbln:{index}", "cpu")
+
+
+def _retry_with_fresh_outputs(
+    op: Callable, plan: _OpPlan, host_args: list, host_kwargs: dict, conversion: _Conversion
+) -> Any:
+    """An `out=` too small for the result: compute into fresh CPU tensors, then re-point the outs."""
+    for name in plan.mutable_kwargs:
+        value = host_kwargs.get(name)
+        if isinstance(value, torch.Tensor):
+            fresh = torch.empty(0, dtype=value.dtype)
+            conversion.originals[id(fresh)] = conversion.originals.pop(id(value))
+            host_kwargs[name] = fresh
+        elif isinstance(value, (list, tuple)):
+            replaced = []
+            for item in value:
+                fresh = torch.empty(0, dtype=item.dtype)
+                conversion.originals[id(fresh)] = conversion.originals.pop(id(item))
+                replaced.append(fresh)
+            host_kwargs[name] = type(value)(replaced)
+    return op(*host_args, **host_kwargs)
+
+
+def _sync_metadata(
+    original: torch.Tensor, host: torch.Tensor, storage_before: int | None, index: int
+) -> None:
+    """Make an rbln argument reflect what the CPU kernel did to its host view."""
+    if storage_before is None or host.untyped_storage().data_ptr() != storage_before:
+        with torch.no_grad():
+            original.set_(_memory.adopt(host, index))
+    elif (
+        host.shape != original.shape
+        or host.stride() != original.stride()
+        or host.data_ptr() != original.data_ptr()
+    ):
+        _set_geometry(original, original, host)
+    if host.is_conj() != original.is_conj():
+        torch._C._set_conj(original, host.is_conj())
+
+
+def _write_back_mutations(plan: _OpPlan, host_args: list, host_kwargs: dict, conversion: _Conversion) -> None:
+    index = conversion.index
+    mutated: list[torch.Tensor] = []
+    for position in plan.mutable_positions:
+        if position < len(host_args):
+            mutated.append(host_args[position])
+    for name in plan.mutable_kwargs:
+        value = host_kwargs.get(name)
+        if isinstance(value, (list, tuple)):
+            mutated.extend(value)
+        elif value is not None:
+            mutated.append(value)
+    for host in mutated:
+        if isinstance(host, torch.Tensor):
+            original = conversion.originals.get(id(host))
+            if original is not None:
+                _sync_metadata(original, host, conversion.host_storages.get(id(host)), index)
+
+
+def _to_device(result: Any, conversion: _Conversion, index: int, may_alias: bool) -> Any:
+    if isinstance(result, torch.Tensor):
+        original = conversion.originals.get(id(result))
+        if original is not None:
+            return original
+        if may_alias and result.numel():
+            base = conversion.base_containing(result.data_ptr())
+            if base is not None:
+                return _view_of(base, result)
+        return _memory.adopt(result, index)
+    if isinstance(result, (tuple, list)):
+        adopted: dict[int, torch.Tensor] = {}
+        converted = []
+        for item in result:
+            if isinstance(item, torch.Tensor) and id(item) not in conversion.originals:
+                # Several results may share one fresh CPU storage: adopt it once, view it after.
+                pointer = item.untyped_storage().data_ptr()
+                if pointer and pointer in adopted:
+                    converted.append(_view_of(adopted[pointer], item))
+                    continue
+                device_item = _to_device(item, conversion, index, may_alias)
+                if pointer:
+                    adopted[pointer] = device_item
+                converted.append(device_item)
+            else:
+                converted.append(_to_device(item, conversion, index, may_alias))
+        return type(result)(converted)
+    return result
+
+
+def _set_geometry(target: torch.Tensor, base: torch.Tensor, host_view: torch.Tensor) -> None:
+    """Point `target` at `base`'s storage with the sizes, strides and address of `host_view`."""
+    storage = base.untyped_storage()
+    byte_offset = host_view.data_ptr() - storage.data_ptr()
+    itemsize = host_view.dtype.itemsize
+    if byte_offset % itemsize:
+        raise RuntimeError(f"internal error: misaligned view ({byte_offset} bytes into an rbln storage)")
+    with torch.no_grad():
+        target.set_(storage, byte_offset // itemsize, host_view.shape, host_view.stride())
+
+
+def _view_of(base: torch.Tensor, host_view: torch.Tensor) -> torch.Tensor:
+    """An rbln view on `base`'s storage with the geometry of `host_view` (which aliases it)."""
+    view = torch.empty(0, dtype=host_view.dtype, device=base.device)
+    _set_geometry(view, base, host_view)
+    if host_view.is_conj():
+        torch._C._set_conj(view, True)
+    return view

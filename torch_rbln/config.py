@@ -266,12 +266,31 @@ _settings: Settings | None = None
 _live: dict[str, tuple[str | None, Any]] = {}  # name -> (raw string, parsed value)
 
 
+_ENV_KEYS: dict[str, Any] = {}
+
+
+def _environ_get(name: str) -> str | None:
+    """``os.environ.get(name)`` without its ~1 us KeyError path for missing keys.
+
+    On CPython ``os.environ`` keeps its values in ``os.environ._data`` (encoded keys and values), updated
+    by ``os.environ[...] = ...`` and ``del os.environ[...]``; a plain dict lookup there is ~10x cheaper.
+    """
+    try:
+        key = _ENV_KEYS[name]
+    except KeyError:
+        key = _ENV_KEYS[name] = os.environ.encodekey(name)  # type: ignore[attr-defined]
+    try:
+        value = os.environ._data.get(key)  # type: ignore[attr-defined]
+    except AttributeError:  # pragma: no cover - non-CPython os.environ
+        return os.environ.get(name)
+    return None if value is None else os.environ.decodevalue(value)  # type: ignore[attr-defined]
+
+
 def raw(name: str) -> str | None:
     """The raw value of a known variable; ``None`` when unset or empty."""
     if name not in _BY_NAME:
         raise KeyError(f"unknown torch-rbln environment variable {name!r}")
-    value = os.environ.get(name)
-    return value if value else None
+    return _environ_get(name) or None
 
 
 def _parse(spec: VarSpec, value: str | None, parsed: dict[str, Any]) -> Any:

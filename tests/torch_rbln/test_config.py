@@ -389,3 +389,28 @@ def test_subprocess_settings_end_to_end():
     assert r.stdout.split() == ["3", "True", "rebel"]
 
 
+
+
+@pytest.mark.parametrize("value", [None, "all"])
+def test_fallback_disabled_is_cheap(env, monkeypatch, value):
+    if value is not None:
+        monkeypatch.setenv("TORCH_RBLN_DISABLE_FALLBACK", value)
+
+    def call() -> bool:
+        return config.fallback_disabled("unsupported_op")
+
+    call()
+    n = 20000
+    best = min(timeit.repeat(call, number=n, repeat=5)) / n
+    assert best < 2e-6, f"fallback_disabled() took {best * 1e9:.0f} ns"
+
+
+def test_raw_sees_direct_environ_changes(env):
+    try:
+        os.environ["TORCH_RBLN_SIM_NPUS"] = "5"
+        assert config.raw("TORCH_RBLN_SIM_NPUS") == "5" and config.get("TORCH_RBLN_SIM_NPUS") == 5
+        os.environ["TORCH_RBLN_SIM_NPUS"] = "héllo"
+        assert config.raw("TORCH_RBLN_SIM_NPUS") == "héllo"
+    finally:
+        del os.environ["TORCH_RBLN_SIM_NPUS"]
+    assert config.raw("TORCH_RBLN_SIM_NPUS") is None and config.get("TORCH_RBLN_SIM_NPUS") == 8

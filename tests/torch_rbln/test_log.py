@@ -144,6 +144,8 @@ def test_debug_mode_writes_log_file_with_location_and_thread(env, tmp_path, caps
 
 def test_debug_mode_default_log_path_is_cwd(env, tmp_path):
     env(RBLN_BUILD_TYPE="Debug")
+    log.get_logger()
+    assert (tmp_path / "torch_rbln.log").exists()  # always created in debug mode
     log.get_logger().error("to-default-file")
     log.reset_for_tests()
     assert "to-default-file" in (tmp_path / "torch_rbln.log").read_text()

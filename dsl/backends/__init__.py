@@ -1,0 +1,52 @@
+"""Backend table.  A backend turns an `ir.Function` into an executable with
+`run(grid: tuple[int, int, int], args: list)` where `args` holds, per `Function.params` entry, a numpy
+flat view (ptr), a Python number (scalar) or None (none/constexpr).
+
+Backends register a factory `compile(fn: ir.Function) -> executable` under a name; the factory module
+is imported lazily, so adding `numba` or `rebel` later is one line in `_BACKENDS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+ENV_VAR = "TORCH_RBLN_DSL_BACKEND"
+DEFAULT = "interpret"
+
+# name -> (module, factory attribute)
+_BACKENDS: dict[str, tuple[str, str]] = {
+    "interpret": ("torch_rbln.dsl.backends.interpret", "compile"),
+}
+_extra: dict[str, object] = {}
+
+
+def register_backend(name: str, factory) -> None:
+    """Register a backend factory `factory(fn: ir.Function) -> executable`."""
+    _extra[name] = factory
+
+
+def available() -> list[str]:
+    return sorted(set(_BACKENDS) | set(_extra))
+
+
+def resolve(name: str | None) -> str:
+    """The backend name to use: `name`, else $TORCH_RBLN_DSL_BACKEND, else the default."""
+    source = "backend="
+    if name is None:
+        name = os.environ.get(ENV_VAR) or None
+        source = ENV_VAR + "="
+    if name is None:
+        return DEFAULT
+    name = name.strip().lower()
+    if name not in _BACKENDS and name not in _extra:
+        raise ValueError(f"unknown DSL backend {source}{name!r}; valid backends: {', '.join(available())}")
+    return name
+
+
+def get_factory(name: str):
+    name = resolve(name)
+    if name in _extra:
+        return _extra[name]
+    mod, attr = _BACKENDS[name]
+    return getattr(importlib.import_module(mod), attr)

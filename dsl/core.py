@@ -1,0 +1,570 @@
+"""The user-facing language: Triton's `triton.language` builtins.
+
+Each builtin is a small documented function; its meaning lives in `semantic.py`.  Builtins are called
+by the frontend while it compiles a kernel (they emit IR through the current builder); calling one
+outside a kernel raises an error, except for pure compile-time helpers such as `cdiv`.
+"""
+
+from __future__ import annotations
+
+import builtins as _py
+
+from . import dtypes as _dtypes
+from . import semantic as S
+from .dtypes import (  # noqa: F401  (re-exported)
+    bfloat16,
+    float16,
+    float32,
+    float64,
+    int1,
+    int8,
+    int16,
+    int32,
+    int64,
+    pointer_type,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+    void,
+)
+from .errors import DSLError
+from .semantic import constexpr, tensor  # noqa: F401
+
+bool_ = int1
+float8e4nv = None  # not supported
+
+
+def builtin(fn):
+    """Marks a function as a DSL builtin (called directly by the frontend)."""
+    fn.__dsl_builtin__ = True
+    return fn
+
+
+def _u(x):
+    return S.unwrap(x)
+
+
+# ----------------------------------------------------------------------------------------------------
+# programs and creation
+# ----------------------------------------------------------------------------------------------------
+@builtin
+def program_id(axis):
+    """Index of the current program along `axis` (0, 1 or 2); an int32 scalar."""
+    return S.program_id(axis)
+
+
+@builtin
+def num_programs(axis):
+    """Number of programs launched along `axis`; an int32 scalar."""
+    return S.num_programs(axis)
+
+
+@builtin
+def arange(start, end):
+    """int32 block `[start, end)`; the length must be a power of two (compile-time bounds)."""
+    return S.arange(start, end)
+
+
+@builtin
+def zeros(shape, dtype):
+    """A block of `shape` filled with zeros of `dtype`."""
+    return S.full(shape, 0, dtype)
+
+
+@builtin
+def zeros_like(input, dtype=None):
+    """Zeros with the shape (and by default dtype) of `input`."""
+    return S.full(input.shape, 0, dtype or input.dtype)
+
+
+@builtin
+def full(shape, value, dtype):
+    """A block of `shape` filled with `value` (a constant or a scalar tensor) cast to `dtype`."""
+    return S.full(shape, value, dtype)
+
+
+@builtin
+def full_like(input, value, dtype=None):
+    return S.full(input.shape, value, dtype or input.dtype)
+
+
+# ----------------------------------------------------------------------------------------------------
+# memory
+# ----------------------------------------------------------------------------------------------------
+@builtin
+def load(
+    pointer,
+    mask=None,
+    other=None,
+    boundary_check=(),
+    padding_option="",
+    cache_modifier="",
+    eviction_policy="",
+    volatile=False,
+):
+    """Load a block from `pointer` (a pointer block or a block pointer).
+
+    Lanes where `mask` is false read `other` (0 when absent).  With a block pointer, `boundary_check`
+    lists the dims checked against the block pointer's shape; out-of-bounds lanes read `padding_option`
+    ('zero' or 'nan')."""
+    return S.load(pointer, mask, other, boundary_check, padding_option, volatile)
+
+
+@builtin
+def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
+    """Store `value` (broadcast to the pointer's shape and cast to its element type) where `mask` holds."""
+    return S.store(pointer, value, mask, boundary_check)
+
+
+@builtin
+def make_block_ptr(base, shape, strides, offsets, block_shape, order=None):
+    """A pointer to a `block_shape` block of the N-D tensor at `base` with `shape` and `strides`
+    (in elements), starting at `offsets`."""
+    return S.make_block_ptr(base, shape, strides, offsets, block_shape, order)
+
+
+@builtin
+def advance(base, offsets):
+    """A block pointer moved by `offsets` (one per dim)."""
+    return S.advance(base, offsets)
+
+
+class tensor_descriptor:
+    """A tensor descriptor (`make_tensor_descriptor`): `.load(offsets)` / `.store(offsets, value)` move a
+    `block_shape` window over an N-D tensor; out-of-bounds elements read as zero and are not written."""
+
+    def __init__(self, base, shape, strides, block_shape):
+        self.base = base
+        self.shape = tuple(shape)
+        self.strides = tuple(strides)
+        self.block_shape = tuple(_u(b) for b in block_shape)
+        self.dtype = base.dtype.element_ty
+
+    def _bptr(self, offsets):
+        offsets = _u(offsets)
+        if len(offsets) != len(self.block_shape):
+            raise DSLError(f"tensor descriptor: expected {len(self.block_shape)} offsets, got {len(offsets)}")
+        return S.make_block_ptr(self.base, self.shape, self.strides, offsets, self.block_shape)
+
+    def load(self, offsets):
+        return S.block_load(self._bptr(offsets), tuple(range(len(self.block_shape))), "zero")
+
+    def store(self, offsets, value):
+        return S.block_store(self._bptr(offsets), value, tuple(range(len(self.block_shape))))
+
+
+@builtin
+def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="zero"):
+    """Describe an N-D tensor at `base` for block loads/stores of `block_shape` (Triton >= 3.4)."""
+    S._ptr_check(base, "tl.make_tensor_descriptor")
+    n = len(_u(block_shape))
+    if len(_u(shape)) != n or len(_u(strides)) != n:
+        raise DSLError("make_tensor_descriptor: shape, strides and block_shape must have the same length")
+    return tensor_descriptor(base, _u(shape), _u(strides), _u(block_shape))
+
+
+@builtin
+def load_tensor_descriptor(desc, offsets):
+    return desc.load(offsets)
+
+
+@builtin
+def store_tensor_descriptor(desc, offsets, value):
+    return desc.store(offsets, value)
+
+
+@builtin
+def atomic_add(pointer, val, mask=None, sem=None, scope=None):
+    """Atomically add `val` at `pointer` where `mask` holds; returns the previous values."""
+    return S.atomic("add", pointer, val, mask)
+
+
+@builtin
+def atomic_max(pointer, val, mask=None, sem=None, scope=None):
+    return S.atomic("max", pointer, val, mask)
+
+
+@builtin
+def atomic_min(pointer, val, mask=None, sem=None, scope=None):
+    return S.atomic("min", pointer, val, mask)
+
+
+@builtin
+def atomic_xchg(pointer, val, mask=None, sem=None, scope=None):
+    return S.atomic("xchg", pointer, val, mask)
+
+
+@builtin
+def atomic_and(pointer, val, mask=None, sem=None, scope=None):
+    return S.atomic("and", pointer, val, mask)
+
+
+@builtin
+def atomic_or(pointer, val, mask=None, sem=None, scope=None):
+    return S.atomic("or", pointer, val, mask)
+
+
+@builtin
+def atomic_xor(pointer, val, mask=None, sem=None, scope=None):
+    return S.atomic("xor", pointer, val, mask)
+
+
+@builtin
+def atomic_cas(pointer, cmp, val, sem=None, scope=None):
+    return S.atomic_cas(pointer, cmp, val)
+
+
+# ----------------------------------------------------------------------------------------------------
+# elementwise
+# ----------------------------------------------------------------------------------------------------
+@builtin
+def where(condition, x, y):
+    """`x` where `condition` is true else `y`, with broadcasting and type promotion."""
+    return S.where(condition, x, y)
+
+
+@builtin
+def maximum(x, y, propagate_nan=None):
+    return S.minmax("maximum", x, y)
+
+
+@builtin
+def minimum(x, y, propagate_nan=None):
+    return S.minmax("minimum", x, y)
+
+
+@builtin
+def clamp(x, min, max, propagate_nan=None):
+    """`minimum(maximum(x, min), max)`."""
+    return S.minmax("minimum", S.minmax("maximum", x, min), max)
+
+
+@builtin
+def fma(x, y, z):
+    """x * y + z."""
+    return S.fma(x, y, z)
+
+
+@builtin
+def cdiv(x, div):
+    """Ceiling division; works on constants (also on the host) and on tensors."""
+    x, div = _u(x), _u(div)
+    if not isinstance(x, tensor) and not isinstance(div, tensor):
+        return (x + div - 1) // div
+    return (x + div - 1) // div
+
+
+def _unary(name, doc):
+    def f(x):
+        return S.unary(name, x)
+
+    f.__name__ = name
+    f.__qualname__ = name
+    f.__doc__ = doc
+    return builtin(f)
+
+
+exp = _unary("exp", "e ** x (f16/bf16 computed in fp32 and rounded back).")
+exp2 = _unary("exp2", "2 ** x.")
+log = _unary("log", "Natural logarithm.")
+log2 = _unary("log2", "Base-2 logarithm.")
+sqrt = _unary("sqrt", "Square root.")
+sqrt_rn = sqrt
+rsqrt = _unary("rsqrt", "1 / sqrt(x).")
+sin = _unary("sin", "Sine.")
+cos = _unary("cos", "Cosine.")
+erf = _unary("erf", "Error function.")
+floor = _unary("floor", "Round toward -inf.")
+ceil = _unary("ceil", "Round toward +inf.")
+sigmoid = _unary("sigmoid", "1 / (1 + exp(-x)).")
+tanh = _unary("tanh", "Hyperbolic tangent.")
+
+
+@builtin
+def abs(x):
+    """|x| (integers too)."""
+    return S.unary("abs", x)
+
+
+@builtin
+def div_rn(x, y):
+    return S.truediv(x, y)
+
+
+@builtin
+def fdiv(x, y, ieee_rounding=False):
+    return S.truediv(x, y)
+
+
+@builtin
+def cast(input, dtype, fp_downcast_rounding=None, bitcast=False):
+    """Convert to `dtype` (round to nearest even; float -> int truncates); `bitcast` reinterprets bits."""
+    return S.cast(input, dtype, bitcast=_u(bitcast))
+
+
+# ----------------------------------------------------------------------------------------------------
+# shapes
+# ----------------------------------------------------------------------------------------------------
+def _shape_varargs(shape):
+    if len(shape) == 1 and isinstance(_u(shape[0]), (tuple, list)):
+        return _u(shape[0])
+    return shape
+
+
+@builtin
+def reshape(input, *shape, can_reorder=False):
+    """Row-major reshape (`shape` as a tuple or varargs)."""
+    return S.reshape(input, _shape_varargs(shape))
+
+
+@builtin
+def view(input, *shape):
+    return S.reshape(input, _shape_varargs(shape))
+
+
+@builtin
+def ravel(x):
+    return S.reshape(x, (S.to_tensor(x).numel,))
+
+
+@builtin
+def permute(input, *dims):
+    """Permute dimensions (`dims` as a tuple or varargs)."""
+    return S.permute(input, _shape_varargs(dims))
+
+
+@builtin
+def trans(input, *dims):
+    """Transpose: `(1, 0)` for 2-D tensors, else a permutation given in `dims`."""
+    return S.trans(input, _shape_varargs(dims) if dims else None)
+
+
+@builtin
+def broadcast_to(input, *shape):
+    return S.broadcast_to_shape(S.to_tensor(input), S._shape_arg(_shape_varargs(shape)))
+
+
+@builtin
+def broadcast(input, other):
+    a, b = S.to_tensor(input), S.to_tensor(other)
+    shape = S.broadcast_shapes(a.shape, b.shape)
+    return S.broadcast_to_shape(a, shape), S.broadcast_to_shape(b, shape)
+
+
+@builtin
+def expand_dims(input, axis):
+    return S.expand_dims(input, axis)
+
+
+# ----------------------------------------------------------------------------------------------------
+# dot, reductions, scans
+# ----------------------------------------------------------------------------------------------------
+@builtin
+def dot(
+    input,
+    other,
+    acc=None,
+    input_precision=None,
+    allow_tf32=None,
+    max_num_imprecise_acc=None,
+    out_dtype=float32,
+):
+    """Matrix product of [..., M, K] and [..., K, N] blocks (+ `acc`), accumulated in fp32 (int32 for
+    integer inputs) and returned as `out_dtype` (or `acc`'s dtype)."""
+    return S.dot(input, other, acc, input_precision, out_dtype)
+
+
+@builtin
+def sum(input, axis=None, keep_dims=False, dtype=None):
+    """Sum along `axis` (all axes when None).  Ints narrower than 32 bits accumulate in int32."""
+    return S.reduce("sum", input, axis, keep_dims, dtype)
+
+
+@builtin
+def xor_sum(input, axis=None, keep_dims=False):
+    return S.reduce("xor_sum", input, axis, keep_dims)
+
+
+@builtin
+def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
+    """Maximum along `axis`; with `return_indices` returns (values, int32 indices)."""
+    v = S.reduce("max", input, axis, keep_dims)
+    if _u(return_indices):
+        return v, S.reduce("argmax", input, axis, keep_dims)
+    return v
+
+
+@builtin
+def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
+    v = S.reduce("min", input, axis, keep_dims)
+    if _u(return_indices):
+        return v, S.reduce("argmin", input, axis, keep_dims)
+    return v
+
+
+@builtin
+def argmax(input, axis, tie_break_left=True, keep_dims=False):
+    """int32 index of the maximum along `axis` (first occurrence)."""
+    return S.reduce("argmax", input, axis, keep_dims)
+
+
+@builtin
+def argmin(input, axis, tie_break_left=True, keep_dims=False):
+    return S.reduce("argmin", input, axis, keep_dims)
+
+
+@builtin
+def cumsum(input, axis=0, reverse=False, dtype=None):
+    """Inclusive cumulative sum along `axis`."""
+    return S.scan("sum", input, axis, reverse, dtype)
+
+
+@builtin
+def cumprod(input, axis=0, reverse=False):
+    return S.scan("prod", input, axis, reverse)
+
+
+@builtin
+def softmax(x, dim=None, keep_dims=False, ieee_rounding=False):
+    """Softmax along `dim` (the last dim when None)."""
+    x = S.to_tensor(x)
+    ax = len(x.shape) - 1 if _u(dim) is None else _u(dim)
+    z = x - S.reduce("max", x, ax, True)
+    num = S.unary("exp", z)
+    return S.truediv(num, S.reduce("sum", num, ax, True))
+
+
+# ----------------------------------------------------------------------------------------------------
+# compile-time helpers and debugging
+# ----------------------------------------------------------------------------------------------------
+class static_range:
+    """`for i in tl.static_range(...)`: unrolled at compile time; bounds must be constexpr."""
+
+    def __init__(self, arg1, arg2=None, step=None):
+        self.args = (arg1, arg2, step)
+
+
+class range:
+    """`for i in tl.range(...)`: a runtime loop (same as Python's `range` inside a kernel).  Extra
+    keyword arguments (num_stages, loop_unroll_factor, ...) are accepted and ignored."""
+
+    def __init__(
+        self,
+        arg1,
+        arg2=None,
+        step=None,
+        num_stages=None,
+        loop_unroll_factor=None,
+        disallow_acc_multi_buffer=False,
+        flatten=False,
+        warp_specialize=False,
+        **kw,
+    ):
+        self.args = (arg1, arg2, step)
+
+
+@builtin
+def static_assert(cond, msg=""):
+    """Compile-time assertion; `cond` must be a compile-time value."""
+    cond = _u(cond)
+    if isinstance(cond, tensor):
+        raise DSLError("static_assert needs a compile-time condition (constexpr), got a runtime tensor")
+    if not cond:
+        raise DSLError(f"static_assert failed: {_u(msg)}" if _u(msg) else "static_assert failed")
+
+
+@builtin
+def static_print(*values, sep=" ", end="\n", file=None, flush=False):
+    """Print at compile time (tensors print their type)."""
+    _py.print(*[_u(v) for v in values], sep=sep, end=end, file=file, flush=flush)
+
+
+@builtin
+def device_print(prefix, *args, hex=False):
+    """Print `prefix` and the values of `args`, once per program, while the kernel runs."""
+    return S.device_print(prefix, *args, hex=hex)
+
+
+@builtin
+def device_assert(cond, msg="", mask=None):
+    """Runtime assertion over all lanes of `cond`."""
+    return S.device_assert(cond, msg)
+
+
+@builtin
+def debug_barrier():
+    """No-op (programs run one after the other)."""
+    return None
+
+
+@builtin
+def multiple_of(input, values):
+    """Optimisation hint; returns `input`."""
+    return input
+
+
+@builtin
+def max_contiguous(input, values):
+    return input
+
+
+@builtin
+def max_constancy(input, values):
+    return input
+
+
+@builtin
+def assume(cond):
+    return None
+
+
+TENSOR_METHODS = {
+    "to": lambda x, dtype, fp_downcast_rounding=None, bitcast=False: S.cast(x, dtype, bitcast=_u(bitcast)),
+    "sum": sum,
+    "max": max,
+    "min": min,
+    "argmax": argmax,
+    "argmin": argmin,
+    "xor_sum": xor_sum,
+    "cumsum": cumsum,
+    "cumprod": cumprod,
+    "reshape": reshape,
+    "view": view,
+    "permute": permute,
+    "trans": trans,
+    "broadcast_to": broadcast_to,
+    "expand_dims": expand_dims,
+    "ravel": ravel,
+    "exp": exp,
+    "exp2": exp2,
+    "log": log,
+    "log2": log2,
+    "sqrt": sqrt,
+    "rsqrt": rsqrt,
+    "sin": sin,
+    "cos": cos,
+    "erf": erf,
+    "abs": abs,
+    "floor": floor,
+    "ceil": ceil,
+    "sigmoid": sigmoid,
+    "softmax": softmax,
+    "tanh": tanh,
+    "cast": cast,
+    "store": None,
+    "logical_and": lambda x, y: S.logical("and", x, y),
+    "logical_or": lambda x, y: S.logical("or", x, y),
+}
+TENSOR_METHODS = {k: v for k, v in TENSOR_METHODS.items() if v is not None}
+
+
+dtype = _dtypes.dtype
+
+__all__ = sorted(
+    n
+    for n, v in list(globals().items())
+    if not n.startswith("_")
+    and n not in ("annotations", "S", "DSLError", "builtin")
+    and not isinstance(v, type(S))
+)

@@ -1,0 +1,3 @@
+"""`tl.extra`: vendor math libraries (`libdevice`)."""
+
+from . import libdevice  # noqa: F401

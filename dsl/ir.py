@@ -1,0 +1,304 @@
+"""The typed block IR: the single input of every backend.
+
+Structure
+---------
+- `Function`: one specialised kernel.  `params` describe the launch arguments (`Param.kind` is
+  ``"ptr"``, ``"scalar"``, ``"none"`` or ``"constexpr"``); `body` is a `Block`.  Only ``ptr`` and
+  ``scalar`` params have an IR value (`Param.value`); constexpr and None params were folded away.
+- `Block`: a list of `Op` plus block arguments (`args`, used by loop bodies).  Values defined in an
+  enclosing block are visible in nested blocks (structured SSA, as in MLIR's scf dialect).
+- `Op`: `opcode` (one of `OPCODES`), `operands` (Values), `results` (Values), `attrs` (plain Python
+  data: ints, floats, tuples, strings, dtypes), `regions` (nested Blocks) and `loc` (`Loc`).
+- `Value`: an SSA value with a static `type`; ``id`` is unique inside its Function (dense, from 0), so a
+  backend can keep values in a list.
+
+Types
+-----
+- `TensorType(dtype, shape)`: every ordinary value; ``shape == ()`` is a scalar.  `dtype` is a
+  `dtypes.dtype` or a `dtypes.pointer_type`.  A pointer value is an int64 *element offset* from the start
+  of the kernel argument it points into; `TensorType.root` names that argument (its index in
+  `Function.params`), so backends address ``memory[root][offset]`` and every access is bounds-checkable.
+- `BlockPtrType(dtype, block_shape, root)`: a block pointer (`make_block_ptr`); its runtime value is the
+  tuple ``(base_offset, shape, strides, offsets)`` of integers.
+
+Operand invariants established by the frontend: elementwise operands have identical shapes (explicit
+`broadcast` ops are inserted) and identical dtypes (explicit `cast` ops), except where an op says
+otherwise.  See `OPCODES` for each op's contract; the set is closed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dtypes import dtype, pointer_type
+
+__all__ = [
+    "Loc",
+    "TensorType",
+    "BlockPtrType",
+    "Value",
+    "Op",
+    "Block",
+    "Param",
+    "Function",
+    "OPCODES",
+    "ELEMENTWISE_BINARY",
+    "ELEMENTWISE_UNARY",
+    "COMPARISONS",
+    "format_function",
+]
+
+
+@dataclass(frozen=True)
+class Loc:
+    filename: str
+    lineno: int
+    col: int
+    source_line: str = ""
+    function: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno}:{self.col}"
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: dtype
+    shape: tuple[int, ...] = ()
+    root: int | None = None  # for pointer dtypes: index of the Param the pointer points into
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.shape == ()
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def with_shape(self, shape) -> TensorType:
+        return TensorType(self.dtype, tuple(shape), self.root)
+
+    def __str__(self) -> str:
+        d = self.dtype.name
+        if self.root is not None:
+            d += f"@{self.root}"
+        return f"{d}[{','.join(map(str, self.shape))}]" if self.shape else d
+
+
+@dataclass(frozen=True)
+class BlockPtrType:
+    dtype: dtype  # element type
+    block_shape: tuple[int, ...]
+    root: int
+
+    @property
+    def shape(self):
+        return self.block_shape
+
+    def __str__(self) -> str:
+        return f"block_ptr<{self.dtype.name}@{self.root}, {list(self.block_shape)}>"
+
+
+@dataclass(eq=False)
+class Value:
+    id: int
+    type: Any  # TensorType | BlockPtrType
+    name: str = ""
+
+    def __repr__(self) -> str:
+        return f"%{self.id}"
+
+
+@dataclass(eq=False)
+class Op:
+    opcode: str
+    operands: list[Value | None]
+    results: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    regions: list[Block] = field(default_factory=list)
+    loc: Loc | None = None
+
+    @property
+    def result(self) -> Value:
+        return self.results[0]
+
+
+@dataclass(eq=False)
+class Block:
+    args: list[Value] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+
+
+@dataclass
+class Param:
+    name: str
+    kind: str  # "ptr" | "scalar" | "none" | "constexpr"
+    type: Any = None  # TensorType for ptr/scalar
+    value: Any = None  # Value for ptr/scalar; the Python value for constexpr
+    annotation: str = ""
+
+
+@dataclass(eq=False)
+class Function:
+    name: str
+    params: list[Param]
+    body: Block
+    num_values: int = 0
+    loc: Loc | None = None
+    key: str = ""
+
+    def walk(self):
+        """Yield every op, depth first, in program order."""
+        stack = [iter(self.body.ops)]
+        while stack:
+            try:
+                op = next(stack[-1])
+            except StopIteration:
+                stack.pop()
+                continue
+            yield op
+            for r in reversed(op.regions):
+                stack.append(iter(r.ops))
+
+    def __str__(self) -> str:
+        return format_function(self)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The closed op set.  opcode -> one-line contract (operands; attrs; result).
+# ---------------------------------------------------------------------------------------------------
+ELEMENTWISE_BINARY = {
+    "add": "a + b (ints wrap)",
+    "sub": "a - b",
+    "mul": "a * b",
+    "div": "float true division a / b (float operands only)",
+    "floordiv": "integer division truncating toward zero (C semantics, as Triton)",
+    "mod": "remainder with the sign of the dividend (C fmod/srem semantics, as Triton)",
+    "and": "bitwise and",
+    "or": "bitwise or",
+    "xor": "bitwise xor",
+    "shl": "left shift",
+    "shr": "right shift (arithmetic for signed ints)",
+    "maximum": "elementwise max (NaN propagates)",
+    "minimum": "elementwise min (NaN propagates)",
+    "pow": "a ** b (floats)",
+    "atan2": "atan2(a, b)",
+}
+COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+ELEMENTWISE_UNARY = {
+    "neg": "-x",
+    "invert": "~x (bitwise not; logical not on int1)",
+    "exp": "e**x",
+    "exp2": "2**x",
+    "log": "ln x",
+    "log2": "log2 x",
+    "sqrt": "sqrt x",
+    "rsqrt": "1/sqrt x",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "tanh": "tanh",
+    "erf": "erf",
+    "abs": "|x|",
+    "floor": "floor",
+    "ceil": "ceil",
+    "sigmoid": "1/(1+exp(-x))",
+    "log1p": "ln(1+x)",
+    "expm1": "exp(x)-1",
+    "rint": "round half to even",
+    "trunc": "round toward zero",
+    "isnan": "x != x (result int1)",
+    "isinf": "|x| == inf (result int1)",
+    "asin": "asin",
+    "acos": "acos",
+    "atan": "atan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "log10": "log10",
+    "recip": "1/x",
+    "signbit": "sign bit set (result int1)",
+}
+FLOAT_ONLY_UNARY = set(ELEMENTWISE_UNARY) - {"neg", "invert", "abs"}
+
+OPCODES = {
+    "constant": "(); attrs value; a splat of a Python scalar to the result type",
+    "program_id": "(); attrs axis; int32 scalar",
+    "num_programs": "(); attrs axis; int32 scalar",
+    "arange": "(); attrs start, end; int32[end-start]",
+    "broadcast": "(x); x has the result's rank, each dim 1 or equal; result shape is wider",
+    "reshape": "(x); row-major reshape to the result shape",
+    "permute": "(x); attrs dims; transposition",
+    "cast": "(x); attrs bitcast (bool); convert to the result dtype (RNE for floats, truncation for "
+    "float->int, !=0 for ->int1)",
+    "binary": "(a, b); attrs op in ELEMENTWISE_BINARY; same shape and dtype; result same type",
+    "cmp": "(a, b); attrs op in COMPARISONS; same shape and dtype; int1 result",
+    "unary": "(x); attrs op in ELEMENTWISE_UNARY; f16/bf16 computed in fp32 and rounded to x's dtype",
+    "ptr_add": "(p, off); p pointer tensor, off int64 of the same shape; p + off (in elements)",
+    "fma": "(a, b, c); a*b + c, one rounding",
+    "where": "(c, a, b); c int1; a, b same type; all same shape",
+    "reduce": "(x); attrs kind in sum/max/min/argmax/argmin/prod/xor_sum, axis (int or None), keep_dims; "
+    "f16/bf16 sums accumulate in fp32 and round once",
+    "scan": "(x); attrs kind in sum/prod, axis, reverse; inclusive scan",
+    "dot": "(a, b[, acc]); a [..., M, K], b [..., K, N] (same batch dims); attrs out_dtype, "
+    "input_precision; fp32 (int32 for ints) products accumulated, + acc, rounded to out_dtype",
+    "load": "(ptr, mask|None, other|None); attrs root, volatile; gather; masked-off lanes read `other` "
+    "(0 when None); active lanes outside the argument's memory are a runtime error",
+    "store": "(ptr, value, mask|None); attrs root; scatter of active lanes",
+    "atomic": "(ptr, value, mask|None); attrs kind in add/max/min/xchg/and/or/xor, root; returns old values",
+    "atomic_cas": "(ptr, cmp, value); attrs root; returns old values",
+    "make_block_ptr": "(base, *shape, *strides, *offsets) scalars; attrs block_shape, order; BlockPtrType",
+    "advance": "(bptr, *offsets); BlockPtrType with offsets incremented",
+    "block_load": "(bptr); attrs boundary_check (dims), padding ('zero'|'nan'); tensor of block_shape",
+    "block_store": "(bptr, value); attrs boundary_check; stores the in-bounds part",
+    "pad": "(x); attrs pads ((lo, hi) per dim), value; constant padding",
+    "dyn_slice": "(x, start); attrs axis; x[start:start+n] along axis (n = result dim); runtime error when "
+    "out of range",
+    "dyn_update": "(x, upd, start); attrs axis; copy of x with x[start:start+k] = upd along axis",
+    "print": "(*values); attrs prefix, hex; prints per program (device_print)",
+    "assert": "(cond); attrs msg; runtime error if any lane of cond is false (device_assert)",
+    "for": "(lb, ub, step, *init); region body(iv, *carried) ends with yield; results: final carried",
+    "while": "(*init); regions [before(*carried) ends with condition(cond), "
+    "after(*carried) ends with yield]; results: final carried",
+    "if": "(cond); regions [then, else], each ends with yield; results: yielded values",
+    "yield": "(*values); terminator of for/if/while-after regions",
+    "condition": "(cond); terminator of while-before regions",
+}
+
+
+def _fmt_attrs(attrs: dict) -> str:
+    if not attrs:
+        return ""
+    return " {" + ", ".join(f"{k}={v!r}" for k, v in attrs.items()) + "}"
+
+
+def _fmt_block(block: Block, indent: int, out: list[str]) -> None:
+    pad = "  " * indent
+    for op in block.ops:
+        res = ", ".join(f"{r!r}: {r.type}" for r in op.results)
+        lhs = f"{res} = " if res else ""
+        ops = ", ".join("None" if o is None else repr(o) for o in op.operands)
+        out.append(f"{pad}{lhs}{op.opcode}({ops}){_fmt_attrs(op.attrs)}")
+        for i, region in enumerate(op.regions):
+            args = ", ".join(f"{a!r}: {a.type}" for a in region.args)
+            out.append(f"{pad}  region {i} ({args}):")
+            _fmt_block(region, indent + 2, out)
+
+
+def format_function(fn: Function) -> str:
+    params = []
+    for p in fn.params:
+        if p.kind in ("ptr", "scalar"):
+            params.append(f"{p.value!r} {p.name}: {p.type}")
+        else:
+            params.append(f"{p.name}={p.value!r} ({p.kind})")
+    out = [f"func {fn.name}({', '.join(params)}):"]
+    _fmt_block(fn.body, 1, out)
+    return "\n".join(out)
+
+
+# Re-exported so backends only need this module.
+pointer_type = pointer_type

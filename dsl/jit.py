@@ -1,0 +1,408 @@
+"""`@jit`, specialisation, the compile cache and kernel launch.
+
+Specialisation key (`specialize`): the kernel's `cache_key` (a hash of its source and of every `@jit`
+function and compile-time global it references, transitively), then one entry per parameter:
+``c:<repr of the constexpr value>``, ``n`` (None), ``p:<element dtype>`` (tensor -> pointer) or
+``s:<dtype>`` (scalar: int -> i32 if it fits else i64, float -> fp32, bool -> i1).  The IR is cached per
+key on the `JITFunction`; each backend's executable is cached on the `CompiledKernel`.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import inspect
+import linecache
+import textwrap
+import types
+from dataclasses import dataclass
+
+from . import backends as _backends
+from . import dtypes as D
+from .errors import CompilationError, LaunchError
+from .semantic import constexpr, unwrap
+
+__all__ = ["JITFunction", "jit", "CompiledKernel", "Specialization", "specialize", "heuristics"]
+
+# launch options Triton accepts that mean nothing here
+_IGNORED_LAUNCH_OPTIONS = {
+    "num_warps",
+    "num_stages",
+    "num_ctas",
+    "maxnreg",
+    "enable_fp_fusion",
+    "enable_warp_specialization",
+    "extern_libs",
+    "stream",
+    "debug",
+    "launch_cooperative_grid",
+    "sanitize_overflow",
+    "device",
+    "device_type",
+}
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """What a compiled kernel is specialised on.  `params[i] = (name, kind, info)` where kind is
+    "ptr" (info: element dtype name), "scalar" (info: dtype name), "none" or "constexpr" (info: value)."""
+
+    params: tuple
+    key: str
+
+
+def _constexpr_repr(v) -> str:
+    if isinstance(v, JITFunction):
+        return f"jit:{v.__name__}:{v.cache_key}"
+    if isinstance(v, (types.FunctionType, types.BuiltinFunctionType)):
+        return f"fn:{v.__module__}.{v.__qualname__}"
+    return f"{type(v).__name__}:{v!r}"
+
+
+def scalar_arg_dtype(v) -> D.dtype | None:
+    import numpy as np
+
+    if isinstance(v, (bool, np.bool_)):
+        return D.int1
+    if isinstance(v, (int, np.integer)):
+        v = int(v)
+        if -(2**31) <= v < 2**31:
+            return D.int32
+        if -(2**63) <= v < 2**63:
+            return D.int64
+        return None
+    if isinstance(v, (float, np.floating)):
+        return D.float32
+    return None
+
+
+def specialize(jf: JITFunction, arguments: dict) -> Specialization:
+    """Specialisation of `jf` for bound `arguments` (name -> value, defaults applied)."""
+    import torch
+
+    params, parts = [], [jf.cache_key]
+    for name in jf.arg_names:
+        v = arguments[name]
+        if name in jf.constexpr_params or isinstance(v, constexpr):
+            v = unwrap(v)
+            if isinstance(v, torch.Tensor):
+                raise jf.launch_error(name, f"argument '{name}' is constexpr but got a tensor")
+            params.append((name, "constexpr", v))
+            parts.append("c:" + _constexpr_repr(v))
+        elif v is None:
+            params.append((name, "none", None))
+            parts.append("n")
+        elif isinstance(v, torch.Tensor):
+            dt = D.from_torch(v.dtype)
+            if dt is None:
+                raise jf.launch_error(name, f"argument '{name}' has unsupported tensor dtype {v.dtype}")
+            params.append((name, "ptr", dt.name))
+            parts.append("p:" + dt.name)
+        else:
+            dt = scalar_arg_dtype(v)
+            if dt is None:
+                raise jf.launch_error(
+                    name,
+                    f"argument '{name}' has unsupported type {type(v).__name__} "
+                    f"({v!r}); expected a tensor, None, bool, int or float",
+                )
+            params.append((name, "scalar", dt.name))
+            parts.append("s:" + dt.name)
+    key = hashlib.sha256("|".join(parts).encode()).hexdigest()
+    return Specialization(tuple(params), key)
+
+
+class CompiledKernel:
+    """A kernel specialised and lowered to IR; backends' executables are built on demand."""
+
+    def __init__(self, jf: JITFunction, spec: Specialization, ir_fn):
+        self.function = jf
+        self.spec = spec
+        self.ir = ir_fn
+        self.key = spec.key
+        self._executables: dict[str, object] = {}
+
+    def executable(self, backend: str):
+        exe = self._executables.get(backend)
+        if exe is None:
+            exe = _backends.get_factory(backend)(self.ir)
+            self._executables[backend] = exe
+        return exe
+
+    @property
+    def asm(self) -> dict:
+        return {"ir": str(self.ir)}
+
+    def __repr__(self):
+        return f"<CompiledKernel {self.ir.name} key={self.key[:12]}>"
+
+
+class JITFunction:
+    """A function decorated with `@jit`.  Launch with `kernel[grid](*args, **kwargs)`."""
+
+    def __init__(
+        self, fn, backend: str | None = None, do_not_specialize=(), debug=None, noinline=None, **_ignored
+    ):
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError("@jit expects a Python function")
+        self.fn = fn
+        self.backend = backend
+        self.__name__ = fn.__name__
+        self.__qualname__ = fn.__qualname__
+        self.__doc__ = fn.__doc__
+        self.__module__ = fn.__module__
+        self.__wrapped__ = fn
+        self.signature = inspect.signature(fn)
+        self.arg_names = list(self.signature.parameters)
+        ann = getattr(fn, "__annotations__", {})
+        self.constexpr_params = {n for n, a in ann.items() if n != "return" and _is_constexpr_annotation(a)}
+        self.filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
+        lines, start = inspect.getsourcelines(fn)
+        self._lines = lines
+        first = lines[0]
+        self.col_offset = len(first) - len(first.lstrip())
+        src = textwrap.dedent("".join(lines))
+        self.src = src
+        module = ast.parse(src)
+        tree = next((n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+        if tree is None:
+            raise TypeError(f"could not find the source of {fn.__qualname__}")
+        self.tree = tree
+        self.line_offset = start
+        self.used_functions: set[JITFunction] = set()
+        self.cache: dict[str, CompiledKernel] = {}
+        self._cache_key = None
+        functools.update_wrapper(self, fn, updated=())
+
+    # --------------------------------------------------------------- source info
+    def source_line(self, lineno: int) -> str:
+        line = linecache.getline(self.filename, lineno)
+        if not line:
+            idx = lineno - self.line_offset
+            line = self._lines[idx] if 0 <= idx < len(self._lines) else ""
+        return line
+
+    @property
+    def closure_vars(self) -> dict:
+        code = self.fn.__code__
+        if not code.co_freevars or not self.fn.__closure__:
+            return {}
+        out = {}
+        for name, cell in zip(code.co_freevars, self.fn.__closure__, strict=False):
+            try:
+                out[name] = cell.cell_contents
+            except ValueError:
+                pass
+        return out
+
+    @property
+    def cache_key(self) -> str:
+        """Hash of the source plus every @jit function / compile-time global the source references."""
+        if self._cache_key is None:
+            self._cache_key = "computing"
+            h = hashlib.sha256(self.src.encode())
+            for name, v in sorted(self._referenced_globals().items()):
+                if isinstance(v, JITFunction):
+                    dep = v.cache_key if v._cache_key != "computing" else "recursive"
+                    h.update(f"{name}=jit:{dep}".encode())
+                elif isinstance(v, constexpr) or isinstance(v, (int, float, bool, str)) or v is None:
+                    h.update(f"{name}={unwrap(v)!r}".encode())
+            self._cache_key = h.hexdigest()
+        return self._cache_key
+
+    def _referenced_globals(self) -> dict:
+        g = dict(self.fn.__globals__)
+        g.update(self.closure_vars)
+        out = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Attribute):
+                chain, cur = [], node
+                while isinstance(cur, ast.Attribute):
+                    chain.append(cur.attr)
+                    cur = cur.value
+                if isinstance(cur, ast.Name) and cur.id in g:
+                    obj, path = g[cur.id], cur.id
+                    for attr in reversed(chain):
+                        if not isinstance(obj, (types.ModuleType, type)):
+                            break
+                        obj = getattr(obj, attr, None)
+                        path += "." + attr
+                        if isinstance(obj, JITFunction):
+                            out[path] = obj
+                            break
+            elif isinstance(node, ast.Name) and node.id in g:
+                v = g[node.id]
+                if isinstance(v, (JITFunction, constexpr, int, float, bool, str)) or v is None:
+                    out[node.id] = v
+        return out
+
+    # --------------------------------------------------------------- errors
+    def launch_error(self, param: str | None, msg: str) -> LaunchError:
+        node = self.tree
+        col = node.col_offset
+        lineno = node.lineno
+        if param is not None:
+            for a in node.args.args + node.args.kwonlyargs:
+                if a.arg == param:
+                    lineno, col = a.lineno, a.col_offset
+        lineno = self.line_offset + lineno - 1
+        return LaunchError(
+            f"launch of kernel '{self.__name__}': {msg}",
+            self.filename,
+            lineno,
+            col + self.col_offset,
+            self.source_line(lineno),
+            self.__name__,
+        )
+
+    # --------------------------------------------------------------- compile / launch
+    def bind(self, args, kwargs) -> dict:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise self.launch_error(None, f"{e} (signature: {self.__name__}{self.signature})") from None
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def compile(self, arguments: dict) -> CompiledKernel:
+        spec = specialize(self, arguments)
+        ck = self.cache.get(spec.key)
+        if ck is None:
+            from .frontend import compile_kernel
+
+            ck = CompiledKernel(self, spec, compile_kernel(self, spec))
+            self.cache[spec.key] = ck
+        return ck
+
+    def _split_options(self, kwargs):
+        backend = None
+        if "backend" in kwargs and "backend" not in self.arg_names:
+            backend = kwargs.pop("backend")
+        for k in list(kwargs):
+            if k in _IGNORED_LAUNCH_OPTIONS and k not in self.arg_names:
+                kwargs.pop(k)
+        return backend
+
+    def run(self, *args, grid, warmup=False, **kwargs):
+        backend = _backends.resolve(self._split_options(kwargs) or self.backend)
+        arguments = self.bind(args, kwargs)
+        ck = self.compile(arguments)
+        exe = ck.executable(backend)
+        if warmup:
+            return ck
+        g = _normalize_grid(self, grid, arguments)
+        if g[0] * g[1] * g[2] == 0:
+            return ck
+        exe.run(g, _runtime_args(ck.ir, arguments))
+        return ck
+
+    def __getitem__(self, grid):
+        return functools.partial(self.run, grid=grid)
+
+    def warmup(self, *args, grid=None, **kwargs):
+        """Compile for these arguments (tensors or values) without running; returns the CompiledKernel."""
+        return self.run(*args, grid=grid or (1,), warmup=True, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        raise CompilationError(
+            f"@jit function '{self.__name__}' cannot be called directly from Python; "
+            f"launch it with {self.__name__}[grid](...)"
+        )
+
+    def __repr__(self):
+        return f"JITFunction({self.__module__}:{self.__qualname__})"
+
+
+def _is_constexpr_annotation(a) -> bool:
+    if a is constexpr or (isinstance(a, type) and issubclass(a, constexpr)):
+        return True
+    if isinstance(a, str):
+        return a.split(".")[-1].strip() == "constexpr"
+    return False
+
+
+def _normalize_grid(jf, grid, arguments):
+    if callable(grid):
+        meta = dict(arguments)
+        meta = {k: unwrap(v) for k, v in meta.items()}
+        grid = grid(meta)
+    if isinstance(grid, int) or hasattr(grid, "__index__"):
+        grid = (grid,)
+    try:
+        g = [int(x) for x in grid]
+    except TypeError:
+        raise jf.launch_error(
+            None, f"grid must be a tuple of 1 to 3 ints or a callable returning one, got {grid!r}"
+        ) from None
+    if not 1 <= len(g) <= 3 or any(x < 0 for x in g):
+        raise jf.launch_error(None, f"grid must have 1 to 3 non-negative entries, got {tuple(g)}")
+    return tuple(g + [1] * (3 - len(g)))
+
+
+def _runtime_args(fn, arguments):
+    from .runtime import flat_numpy_view
+
+    out = []
+    for p in fn.params:
+        v = arguments[p.name]
+        if p.kind == "ptr":
+            out.append(flat_numpy_view(v, p.type.dtype.element_ty))
+        elif p.kind == "scalar":
+            out.append(v)
+        else:
+            out.append(None)
+    return out
+
+
+def jit(
+    fn=None,
+    *,
+    backend: str | None = None,
+    do_not_specialize=(),
+    debug=None,
+    noinline=None,
+    repr=None,
+    launch_metadata=None,
+    **kwargs,
+):
+    """Decorator: compile a Triton-style kernel.  `backend` overrides $TORCH_RBLN_DSL_BACKEND."""
+    if backend is not None:
+        _backends.resolve(backend)
+
+    def deco(f):
+        return JITFunction(
+            f, backend=backend, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline
+        )
+
+    return deco(fn) if fn is not None else deco
+
+
+class Heuristics:
+    """`@heuristics({"NAME": lambda args: ...})`: computes meta-parameters from the other arguments."""
+
+    def __init__(self, fn, values: dict):
+        self.fn = fn
+        self.values = values
+        self.arg_names = fn.arg_names
+
+    def run(self, *args, grid, **kwargs):
+        meta = dict(zip(self.arg_names, args, strict=False))
+        meta.update(kwargs)
+        for name, f in self.values.items():
+            kwargs[name] = f(meta)
+            meta[name] = kwargs[name]
+        return self.fn.run(*args, grid=grid, **kwargs)
+
+    def __getitem__(self, grid):
+        return functools.partial(self.run, grid=grid)
+
+    def warmup(self, *args, grid=None, **kwargs):
+        return self.run(*args, grid=grid or (1,), warmup=True, **kwargs)
+
+
+def heuristics(values: dict):
+    def deco(fn):
+        return Heuristics(fn, values)
+
+    return deco

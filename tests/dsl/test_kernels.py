@@ -1,0 +1,232 @@
+"""Triton-style kernels checked against torch on f32, f16 and bf16."""
+
+import pytest
+import torch
+import torch_rbln.dsl as tl
+
+from torch_rbln import dsl as triton
+
+from .conftest import DTYPES, assert_close
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    block_start = pid * BLOCK_SIZE
+    offsets = block_start + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x + y, mask=mask)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_vector_add(dtype):
+    n = 3001
+    x, y = torch.randn(n, dtype=dtype), torch.randn(n, dtype=dtype)
+    out = torch.empty_like(x)
+    add_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](x, y, out, n, BLOCK_SIZE=256)
+    # one rounding of an exact sum: bit-exact against torch
+    assert torch.equal(out, x + y)
+
+
+@triton.jit
+def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    col = tl.arange(0, BLOCK_SIZE)
+    mask = col < n_cols
+    x = tl.load(in_ptr + row * in_row_stride + col, mask=mask, other=-float("inf")).to(tl.float32)
+    x = x - tl.max(x, axis=0)
+    num = tl.exp(x)
+    den = tl.sum(num, axis=0)
+    y = num / den
+    tl.store(out_ptr + row * out_row_stride + col, y, mask=mask)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_softmax(dtype):
+    x = torch.randn(23, 100, dtype=dtype) * 3
+    out = torch.empty_like(x)
+    softmax_kernel[(x.shape[0],)](out, x, x.stride(0), out.stride(0), x.shape[1],
+                                  BLOCK_SIZE=triton.next_power_of_2(x.shape[1]))
+    ref = torch.softmax(x.float(), dim=-1).to(dtype)
+    assert_close(out, ref, dtype)
+
+
+@triton.jit
+def matmul_block_ptr_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                            stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    a_bp = tl.make_block_ptr(a_ptr, (M, K), (stride_am, stride_ak), (pid_m * BLOCK_M, 0), (BLOCK_M, BLOCK_K),
+                             (1, 0))
+    b_bp = tl.make_block_ptr(b_ptr, (K, N), (stride_bk, stride_bn), (0, pid_n * BLOCK_N), (BLOCK_K, BLOCK_N),
+                             (1, 0))
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_bp, boundary_check=(0, 1))
+        b = tl.load(b_bp, boundary_check=(0, 1))
+        acc = tl.dot(a, b, acc)
+        a_bp = tl.advance(a_bp, (0, BLOCK_K))
+        b_bp = tl.advance(b_bp, (BLOCK_K, 0))
+    c_bp = tl.make_block_ptr(c_ptr, (M, N), (stride_cm, stride_cn), (pid_m * BLOCK_M, pid_n * BLOCK_N),
+                             (BLOCK_M, BLOCK_N), (1, 0))
+    tl.store(c_bp, acc.to(c_ptr.dtype.element_ty), boundary_check=(0, 1))
+
+
+@triton.jit
+def matmul_mask_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                       stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c = acc.to(c_ptr.dtype.element_ty)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@pytest.mark.parametrize("kernel", [matmul_block_ptr_kernel, matmul_mask_kernel], ids=["block_ptr", "mask"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matmul(kernel, dtype):
+    M, N, K = 70, 45, 83  # not multiples of the blocks
+    a, b = torch.randn(M, K, dtype=dtype), torch.randn(K, N, dtype=dtype)
+    c = torch.empty(M, N, dtype=dtype)
+    grid = (triton.cdiv(M, 32), triton.cdiv(N, 16))
+    kernel[grid](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), BLOCK_M=32, BLOCK_N=16, BLOCK_K=16)
+    ref = (a.float() @ b.float()).to(dtype)
+    assert_close(c, ref, dtype, scale=10 if dtype == torch.float32 else 1)
+
+
+@triton.jit
+def layer_norm_fwd(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    Y += row * stride
+    X += row * stride
+    _mean = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    for off in range(0, N, BLOCK_SIZE):
+        cols = off + tl.arange(0, BLOCK_SIZE)
+        a = tl.load(X + cols, mask=cols < N, other=0.).to(tl.float32)
+        _mean += a
+    mean = tl.sum(_mean, axis=0) / N
+    _var = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    for off in range(0, N, BLOCK_SIZE):
+        cols = off + tl.arange(0, BLOCK_SIZE)
+        x = tl.load(X + cols, mask=cols < N, other=0.).to(tl.float32)
+        x = tl.where(cols < N, x - mean, 0.)
+        _var += x * x
+    var = tl.sum(_var, axis=0) / N
+    rstd = 1 / tl.sqrt(var + eps)
+    if Mean is not None:
+        tl.store(Mean + row, mean)
+    if Rstd is not None:
+        tl.store(Rstd + row, rstd)
+    for off in range(0, N, BLOCK_SIZE):
+        cols = off + tl.arange(0, BLOCK_SIZE)
+        mask = cols < N
+        w = tl.load(W + cols, mask=mask)
+        b = tl.load(B + cols, mask=mask)
+        x = tl.load(X + cols, mask=mask, other=0.).to(tl.float32)
+        x_hat = (x - mean) * rstd
+        y = x_hat * w + b
+        tl.store(Y + cols, y, mask=mask)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm(dtype):
+    M, N = 9, 300
+    x = torch.randn(M, N, dtype=dtype)
+    w, b = torch.rand(N, dtype=dtype), torch.randn(N, dtype=dtype)
+    y = torch.empty_like(x)
+    mean, rstd = torch.empty(M), torch.empty(M)
+    layer_norm_fwd[(M,)](x, y, w, b, mean, rstd, x.stride(0), N, 1e-5, BLOCK_SIZE=128)
+    ref = torch.nn.functional.layer_norm(x.float(), (N,), w.float(), b.float(), 1e-5).to(dtype)
+    assert_close(y, ref, dtype, scale=4)
+    torch.testing.assert_close(mean, x.float().mean(1), atol=1e-5, rtol=1e-5)
+    # the optional outputs can be None
+    layer_norm_fwd[(M,)](x, y, w, b, None, None, x.stride(0), N, 1e-5, BLOCK_SIZE=128)
+    assert_close(y, ref, dtype, scale=4)
+
+
+@triton.jit
+def cumsum_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr, REVERSE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0)
+    y = tl.cumsum(x.to(tl.float32), axis=0, reverse=REVERSE)
+    tl.store(out_ptr + row * n_cols + cols, y, mask=mask)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cumsum(dtype, reverse):
+    x = torch.randn(5, 50, dtype=dtype)
+    out = torch.empty_like(x)
+    cumsum_kernel[(5,)](x, out, 50, BLOCK=64, REVERSE=reverse)
+    xf = x.float()
+    ref = xf.flip(1).cumsum(1).flip(1) if reverse else xf.cumsum(1)
+    assert_close(out, ref.to(dtype), dtype, scale=4)
+
+
+@triton.jit
+def int_cumsum_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(out_ptr + tl.arange(0, BLOCK), tl.cumsum(x, 0))
+
+
+def test_int_cumsum_promotes_to_int32():
+    x = torch.randint(0, 100, (64,), dtype=torch.int8)
+    out = torch.empty(64, dtype=torch.int32)
+    int_cumsum_kernel[(1,)](x, out, BLOCK=64)
+    assert torch.equal(out, x.to(torch.int32).cumsum(0).to(torch.int32))
+
+
+@triton.jit
+def histogram_kernel(x_ptr, hist_ptr, n, lo, hi, NUM_BINS: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    b = ((x - lo) / (hi - lo) * NUM_BINS).to(tl.int32)
+    b = tl.minimum(tl.maximum(b, 0), NUM_BINS - 1)
+    tl.atomic_add(hist_ptr + b, 1, mask=mask)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_atomic_histogram(dtype):
+    n = 5000
+    x = (torch.rand(n) * 10).to(dtype)
+    hist = torch.zeros(16, dtype=torch.int32)
+    histogram_kernel[(triton.cdiv(n, 512),)](x, hist, n, 0.0, 10.0, NUM_BINS=16, BLOCK=512)
+    ref = torch.histc(x.float().clamp(0, 10 - 1e-6), bins=16, min=0, max=10).to(torch.int32)
+    # binning of values on a bin edge may differ by rounding: compare totals and closeness
+    assert int(hist.sum()) == n
+    assert (hist - ref).abs().max() <= 2
+
+
+@triton.jit
+def atomic_float_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.atomic_add(out_ptr, tl.sum(x, axis=0))
+
+
+def test_atomic_add_scalar_float():
+    x = torch.randn(1000)
+    out = torch.zeros(1)
+    atomic_float_kernel[(8,)](x, out, 1000, BLOCK=128)
+    torch.testing.assert_close(out[0], x.sum(), atol=1e-4, rtol=1e-5)

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from ._registration import register as _register
+
+def _autoload() -> None:
+    """Entry point of torch's `torch.backends` group: importing this package registered the device."""
+
+
+from ._registration import register as _register  # noqa: E402
 
 _register()
 
 from . import device_module as rbln  # noqa: E402  (torch.rbln, after registration)
 from .fallback import fallback_counts, reset_fallback_counts  # noqa: E402
-
-
-def _autoload() -> None:
-    """Entry point of torch's `torch.backends` group: importing this package registered the device."""
-
 
 __all__ = ["__version__", "fallback_counts", "reset_fallback_counts", "rbln"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _dlpack, _runtime
+from . import _dlpack, _runtime, log
 
 _GiB = 1 << 30
 
@@ -51,7 +51,9 @@ _keys = itertools.count()
 def _counters_for(index: int) -> _DeviceCounters:
     counters = _counters.get(index)
     if counters is None:
-        # Validates the index (the topology is fixed once built) and fixes the capacity.
+        # First use of this device: configure logging (it must not happen at `import torch`),
+        # validate the index (the topology is fixed once built) and fix the capacity.
+        log.configure()
         size = int(_runtime.memory_per_npu_gb() * _GiB) * len(_runtime.npus_of(index))
         counters = _counters.setdefault(index, _DeviceCounters(capacity=size))
     return counters

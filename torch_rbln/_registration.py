@@ -10,7 +10,7 @@ import threading
 
 import torch
 
-from . import _autocast, _serialization, _structural, device_module, fallback
+from . import _autocast, _autograd, _serialization, _structural, device_module, fallback
 
 BACKEND = "rbln"
 _lock = threading.Lock()
@@ -98,7 +98,5 @@ def register() -> None:
         catch_all.fallback(fallback.cpu_fallback, dispatch_key="PrivateUse1")
         _libraries.extend([aten_impl, catch_all, *_autocast.register()])
         _serialization.register()
-        # The autograd engine's per-device worker threads assert on a Python-only device
-        # (index >= 1): run backward on the calling thread instead.
-        torch.autograd.set_multithreading_enabled(False)
+        _autograd.register()
         _done = True

@@ -183,6 +183,12 @@ def register(library: torch.library.Library) -> None:
     library.impl("_efficientzerotensor", efficient_zero_tensor, "PrivateUse1")
     library.impl("convolution_overrideable", convolution_overrideable, "PrivateUse1")
     library.impl("convolution_backward_overrideable", convolution_backward_overrideable, "PrivateUse1")
+    # Our copies honour conj/neg bits themselves (host views carry them). Without these
+    # fallthroughs the Conjugate/Negative fallback resolves the source with clone(), which copies
+    # through _copy_from again: infinite recursion.
+    for name in ("_copy_from", "_copy_from_and_resize"):
+        for key in ("Conjugate", "Negative"):
+            library.impl(name, torch.library.fallthrough_kernel, key)
     for name in METADATA_OPS:
         packet_name, _, overload_name = name.partition(".")
         overload = getattr(getattr(aten, packet_name), overload_name or "default")

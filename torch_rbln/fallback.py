@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
-from . import _dlpack, _memory, _runtime, config
+from . import _dlpack, _memory, _runtime, config, log
 
+# The same logger object log.get_logger("fallback") returns; log.configure() runs at first device use.
 _log = logging.getLogger("torch_rbln.fallback")
 
 _counts: Counter[str] = Counter()
@@ -39,6 +40,8 @@ class _OpPlan:
     cpu_allowed_positions: frozenset[int]
     # Whether a return may alias an input (a view); otherwise results are always fresh tensors.
     returns_alias: bool
+    # Positions typed `Tensor`: a boxed fallback receives wrapped numbers there as Python scalars.
+    tensor_positions: frozenset[int]
 
 
 _plans: dict[Any, _OpPlan] = {}
@@ -52,7 +55,10 @@ def _plan_for(op: torch._ops.OpOverload) -> _OpPlan:
     positions: list[int] = []
     kwarg_names: list[str] = []
     cpu_allowed: set[int] = set()
+    tensor_positions: set[int] = set()
     for position, argument in enumerate(schema.arguments):
+        if str(argument.type) == "Tensor" and not argument.kwarg_only:
+            tensor_positions.add(position)
         if argument.alias_info is not None and argument.alias_info.is_write:
             if argument.kwarg_only:
                 kwarg_names.append(argument.name)
@@ -63,7 +69,10 @@ def _plan_for(op: torch._ops.OpOverload) -> _OpPlan:
     returns_alias = any(
         r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
     )
-    plan = _OpPlan(schema.name, tuple(positions), tuple(kwarg_names), frozenset(cpu_allowed), returns_alias)
+    plan = _OpPlan(
+        schema.name, tuple(positions), tuple(kwarg_names), frozenset(cpu_allowed), returns_alias,
+        frozenset(tensor_positions),
+    )
     _plans[op] = plan
     return plan
 
@@ -75,8 +84,7 @@ def record(name: str, reason: str | None = None) -> None:
         if reason is not None:
             _reasons.setdefault(name, Counter())[reason] += 1
     if _log.isEnabledFor(logging.INFO):
-        suffix = f" ({reason})" if reason else ""
-        _log.info("`%s` op ran on CPU instead of RBLN%s", name, suffix)
+        log.log_fallback(name, reason)
 
 
 def fallback_counts() -> dict[str, int]:
@@ -195,6 +203,11 @@ def run_on_cpu(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason: s
             host_args.append(conversion.value(value))
         else:
             host_args.append(value)
+    if plan.tensor_positions:
+        for position in plan.tensor_positions:
+            if position < len(host_args) and isinstance(host_args[position], _NUMBERS):
+                op, host_args = _with_scalar_overload(op, host_args)
+                break
     if kwargs:
         value_of = conversion.value
         host_kwargs = {name: value_of(value) for name, value in kwargs.items()}
@@ -220,6 +233,67 @@ def run_on_cpu(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason: s
     if type(result) is torch.Tensor and not plan.returns_alias and id(result) not in conversion.originals:
         return _memory.adopt(result, index)
     return _to_device(result, conversion, index, plan.returns_alias)
+
+
+_NUMBERS = (bool, int, float, complex)
+_scalar_overloads: dict[Any, Any] = {}
+
+
+def _with_scalar_overload(op: Any, host_args: list) -> tuple[Any, list]:
+    """A wrapped number (`x.remainder(2)` reaches us as `remainder.Tensor(x, 2)`): call the overload
+    that takes a Scalar there, so type promotion treats it as a Python number, as PyTorch does."""
+    key = (op, tuple(isinstance(a, _NUMBERS) for a in host_args))
+    chosen = _scalar_overloads.get(key)
+    if chosen is None:
+        chosen = _find_scalar_overload(op, host_args) or _wrap_numbers
+        _scalar_overloads[key] = chosen
+    if chosen is _wrap_numbers:
+        return op, _wrap_numbers(op, host_args)
+    return chosen, host_args
+
+
+def _find_scalar_overload(op: Any, host_args: list) -> Any:
+    schema = op._schema
+    packet = op.overloadpacket
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        arguments = candidate._schema.arguments
+        if len(arguments) != len(schema.arguments) or len(candidate._schema.returns) != len(schema.returns):
+            continue
+        compatible = True
+        for value, mine, theirs in zip(host_args, schema.arguments, arguments, strict=False):
+            wrapped_number = isinstance(value, _NUMBERS) and str(mine.type) == "Tensor"
+            expected = "number" if wrapped_number else str(mine.type)
+            if str(theirs.type) != expected:
+                compatible = False
+                break
+        for mine, theirs in zip(schema.arguments[len(host_args):], arguments[len(host_args):], strict=True):
+            if str(mine.type) != str(theirs.type):
+                compatible = False
+        if compatible:
+            return candidate
+    return None
+
+
+def _wrap_numbers(op: Any, host_args: list) -> list:
+    """No Scalar overload: pass numbers as 0-dim tensors of the dtype a wrapped number would have."""
+    schema = op._schema
+    wrapped = []
+    for value, argument in zip(host_args, schema.arguments, strict=False):
+        if isinstance(value, _NUMBERS) and str(argument.type) == "Tensor":
+            value = torch.scalar_tensor(value, dtype=_wrapped_dtype(value))
+        wrapped.append(value)
+    return wrapped
+
+
+def _wrapped_dtype(value: bool | int | float | complex) -> torch.dtype:
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    if isinstance(value, float):
+        return torch.float64
+    return torch.complex128
 
 
 def _check_cpu_operands(plan: _OpPlan, args: tuple, kwargs: dict, index: int) -> None:

@@ -1,0 +1,91 @@
+"""Per-device memory accounting: exact sizes, peaks, frees, OutOfMemoryError."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from envutil import run_python
+
+import torch_rbln  # noqa: F401
+
+MiB = 1 << 20
+
+
+def test_one_mebibyte_grows_and_shrinks_exactly() -> None:
+    gc.collect()
+    before = torch.rbln.memory_allocated(3)
+    x = torch.empty(MiB // 4, dtype=torch.float32, device="rbln:3")
+    assert torch.rbln.memory_allocated(3) - before == MiB
+    assert torch.rbln.memory_stats(3)["allocated_bytes.all.current"] - before == MiB
+    del x
+    gc.collect()
+    assert torch.rbln.memory_allocated(3) == before
+
+
+def test_views_do_not_allocate_and_results_are_counted() -> None:
+    gc.collect()
+    base = torch.zeros(1024, device="rbln:4")  # 4 KiB
+    start = torch.rbln.memory_allocated(4)
+    view = base.view(32, 32)[3:]
+    assert torch.rbln.memory_allocated(4) == start
+    result = view.cos()  # CPU fallback result adopted by rbln:4
+    assert torch.rbln.memory_allocated(4) == start + result.untyped_storage().nbytes()
+    del result, view, base
+    gc.collect()
+    assert torch.rbln.memory_allocated(4) == start - 4096
+
+
+def test_peak_and_reset() -> None:
+    gc.collect()
+    torch.rbln.reset_peak_memory_stats(5)
+    base = torch.rbln.memory_allocated(5)
+    x = torch.empty(2 * MiB, dtype=torch.uint8, device="rbln:5")
+    del x
+    gc.collect()
+    assert torch.rbln.max_memory_allocated(5) == base + 2 * MiB
+    assert torch.rbln.max_memory_reserved(5) == base + 2 * MiB
+    torch.rbln.reset_peak_memory_stats(5)
+    assert torch.rbln.max_memory_allocated(5) == torch.rbln.memory_allocated(5) == base
+    stats = torch.rbln.memory_stats(5)
+    assert stats["allocation.all.allocated"] >= 1 and stats["allocation.all.freed"] >= 1
+
+
+def test_mem_get_info_reports_capacity() -> None:
+    free, total = torch.rbln.mem_get_info(0)
+    assert total == 16 * (1 << 30)
+    assert free == total - torch.rbln.memory_allocated(0)
+    torch.rbln.empty_cache()  # nothing cached: a no-op that must exist
+
+
+def test_out_of_memory_names_device_request_and_free_space() -> None:
+    result = run_python(
+        "import torch, torch_rbln\n"
+        "x = torch.empty(3 << 20, dtype=torch.uint8, device='rbln:1')\n"
+        "try:\n"
+        "    torch.empty(2 << 20, dtype=torch.uint8, device='rbln:1')\n"
+        "except torch.OutOfMemoryError as e:\n"
+        "    print('OOM', e)\n"
+        "print('stats', torch.rbln.memory_stats(1)['num_ooms'])\n",
+        bare=False,
+        TORCH_RBLN_SIM_MEMORY_GB="0.0044",  # ~4.5 MiB per NPU
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OOM RBLN out of memory on rbln:1: tried to allocate 2.00 MiB" in result.stdout
+    assert "free of" in result.stdout and "TORCH_RBLN_SIM_MEMORY_GB" in result.stdout
+    assert "stats 1" in result.stdout
+
+
+def test_logical_device_memory_is_the_sum_of_its_group() -> None:
+    result = run_python(
+        "import torch, torch_rbln\nprint(torch.rbln.mem_get_info(0)[1])\n",
+        bare=False, TORCH_RBLN_SIM_NPUS="4", RBLN_NPUS_PER_DEVICE="2", TORCH_RBLN_SIM_MEMORY_GB="1",
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.split()[-1]) == 2 * (1 << 30)
+
+
+def test_unassigned_device_is_rejected_by_memory_stats() -> None:
+    with pytest.raises(RuntimeError, match=r"Logical device rbln:99 is not assigned"):
+        torch.rbln.memory_allocated(99)

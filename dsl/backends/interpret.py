@@ -207,6 +207,18 @@ class Executable:
         self.template: list = [None] * fn.num_values
         self.alias: dict[int, int] = {}
         self._cse(fn.body, {})
+        self._elide_broadcasts(fn)
+        self.uniform: set[int] = set()
+        self.contig: set[int] = set()
+        self.interval: set[int] = set()
+        self.lazy: set[int] = set()
+        self.scalar_ids = {p.value.id for p in fn.params if p.kind in ("ptr", "scalar")}
+        for op in fn.walk():
+            self.scalar_ids.update(r.id for r in op.results if getattr(r.type, "shape", None) == ())
+            for reg in op.regions:
+                self.scalar_ids.update(a.id for a in reg.args if getattr(a.type, "shape", None) == ())
+        self._affine(fn)
+        self._decide_lazy(fn)
         self.param_ids = [
             (i, p.value.id, p.type) for i, p in enumerate(fn.params) if p.kind in ("ptr", "scalar")
         ]
@@ -241,6 +253,121 @@ class Executable:
                     seen[key] = op.result.id
             for r in op.regions:
                 self._cse(r, seen)
+
+    _ELEMENTWISE = frozenset({"binary", "cmp", "ptr_add", "where", "fma"})
+
+    def _elide_broadcasts(self, fn):
+        """Alias away `broadcast` ops whose users all broadcast implicitly (numpy elementwise ops) and
+        still produce their declared shape from the un-broadcast operands."""
+        users: dict[int, list] = {}
+        bcast: dict[int, object] = {}
+        for op in fn.walk():
+            for o in op.operands:
+                if o is not None:
+                    users.setdefault(self._id(o), []).append(op)
+            if op.opcode == "broadcast" and op.result.id not in self.alias:
+                bcast[op.result.id] = op
+        lazy = set(bcast)
+
+        def rshape(v):
+            i = self._id(v)
+            if i in lazy:
+                return rshape(bcast[i].operands[0])
+            return tuple(v.type.shape)
+
+        changed = True
+        while changed:
+            changed = False
+            for rid in list(lazy):
+                for u in users.get(rid, []):
+                    ok = u.opcode in self._ELEMENTWISE
+                    if ok:
+                        try:
+                            got = np.broadcast_shapes(*[rshape(o) for o in u.operands])
+                        except ValueError:
+                            got = None
+                        ok = got == tuple(u.result.type.shape)
+                    if not ok:
+                        lazy.discard(rid)
+                        for o in u.operands:
+                            lazy.discard(self._id(o))
+                        changed = True
+                        break
+        for rid in lazy:
+            self.alias[rid] = self._id(bcast[rid].operands[0])
+        # resolve alias chains
+        for k in list(self.alias):
+            v = self.alias[k]
+            while v in self.alias:
+                v = self.alias[v]
+            self.alias[k] = v
+
+    def _affine(self, fn):
+        """Mark uniform values (all lanes equal) and 1-D contiguous values (v[i] = v[0] + i)."""
+        U, C = self.uniform, self.contig
+        U.update(p.value.id for p in fn.params if p.kind in ("ptr", "scalar"))
+        for op in fn.walk():
+            if not op.results or op.result.id in self.alias:
+                continue
+            rid = op.result.id
+            shape = op.result.type.shape
+            ids = [self._id(o) for o in op.operands]
+            oc = op.opcode
+            if oc == "constant" or (shape == () and len(op.results) == 1):
+                U.add(rid)
+            elif oc == "broadcast":
+                if ids[0] in U:
+                    U.add(rid)
+            elif oc == "arange":
+                C.add(rid)
+            elif oc in ("binary", "ptr_add"):
+                name = op.attrs.get("op", "add")
+                a, b = ids
+                if a in U and b in U:
+                    U.add(rid)
+                elif name in ("add", "sub") and a in C and b in U:
+                    C.add(rid)
+                elif name == "add" and a in U and b in C:
+                    C.add(rid)
+            elif oc == "cast" and op.result.type.dtype.is_int() and op.operands[0].type.dtype.is_int():
+                if ids[0] in C and op.result.type.dtype.primitive_bitwidth >= 32:
+                    C.add(rid)
+                elif ids[0] in U:
+                    U.add(rid)
+        # interval masks: comparisons of a contiguous value with a uniform one, and their conjunctions
+        M = self.interval
+        for op in fn.walk():
+            if not op.results or op.result.id in self.alias or len(op.result.type.shape) != 1:
+                continue
+            ids = [self._id(o) for o in op.operands]
+            if op.opcode == "cmp" and op.attrs["op"] in ("lt", "le", "gt", "ge"):
+                if (ids[0] in C and ids[1] in U) or (ids[0] in U and ids[1] in C):
+                    M.add(op.result.id)
+            elif op.opcode == "binary" and op.attrs["op"] == "and" and ids[0] in M and ids[1] in M:
+                M.add(op.result.id)
+
+    def _decide_lazy(self, fn):
+        """Contiguous values and interval masks whose users all understand the symbolic form (a start
+        offset, or a (lo, hi) lane interval) are never materialised as arrays."""
+        C, M = self.contig, self.interval
+        users: dict[int, list] = {}
+        for op in fn.walk():
+            for k, o in enumerate(op.operands):
+                if o is not None:
+                    users.setdefault(self._id(o), []).append((op, k))
+        for vid in C | M:
+            ok = vid in users
+            for op, k in users.get(vid, []):
+                res = op.result.id if op.results else None
+                if res is not None and res not in self.alias and (res in C or res in M):
+                    continue
+                if op.opcode in ("load", "store") and len(op.operands[0].type.shape) == 1 \
+                        and self._id(op.operands[0]) in C and ((vid in C and k == 0) or (vid in M and k == 2 - (op.opcode == "load"))):
+                    continue
+                ok = False
+                break
+            if ok:
+                self.lazy.add(vid)
 
     def _err(self, op, msg):
         loc = op.loc
@@ -289,6 +416,12 @@ class Executable:
         if op.results and op.result.id in self.alias:
             return None
         maker = getattr(self, "_op_" + op.opcode)
+        if op.results and op.opcode not in ("load",):
+            rid = op.result.id
+            if (rid in self.contig or rid in self.interval) and (
+                rid in self.lazy or any(self._id(o) in self.lazy for o in op.operands if o is not None)
+            ):
+                maker = self._symbolic
         f = maker(op)
         # static evaluation: pure ops over static operands are computed now
         if (
@@ -344,6 +477,120 @@ class Executable:
                             e[vid] = np.int32((x, y, z)[axis])
                         for f in ops:
                             f(e)
+
+    # ---------------------------------------------------------------- symbolic contiguous values / masks
+    def _start_getter(self, v):
+        """Function env -> int first lane of contiguous value `v` (lazy or materialised)."""
+        i = self._id(v)
+        if i in self.lazy:
+            return lambda e: e[i]
+        return lambda e: int(e[i][0])
+
+    def _int_getter(self, v):
+        i = self._id(v)
+        if i in self.scalar_ids:
+            return lambda e: int(e[i])
+        return lambda e: int(np.asarray(e[i]).flat[0])
+
+    def _symbolic(self, op):
+        """Ops producing a contiguous value or an interval mask when lazy forms are involved."""
+        r = op.result.id
+        n = op.result.type.shape[0] if op.result.type.shape else 1
+        oc = op.opcode
+        lazy_out = r in self.lazy
+        if r in self.contig:
+            if oc == "arange":
+                st = op.attrs["start"]
+
+                def start(e):
+                    return st
+            elif oc == "cast":
+                start = self._start_getter(op.operands[0])
+            else:
+                a, b = op.operands
+                sign = -1 if op.attrs.get("op") == "sub" else 1
+                if self._id(a) in self.contig:
+                    sa, ub = self._start_getter(a), self._int_getter(b)
+
+                    def start(e):
+                        return sa(e) + sign * ub(e)
+                else:
+                    ua, sb = self._int_getter(a), self._start_getter(b)
+
+                    def start(e):
+                        return ua(e) + sb(e)
+            if lazy_out:
+                def run(e):
+                    e[r] = start(e)
+            else:
+                nd = _npd(op.result.type.dtype)
+
+                def run(e):
+                    s0 = start(e)
+                    e[r] = np.arange(s0, s0 + n, dtype=nd)
+            return run
+        # interval masks
+        if oc == "binary":  # and of two intervals
+            ga, gb = (self._interval_getter(o, n) for o in op.operands)
+
+            def interval(e):
+                a0, a1 = ga(e)
+                b0, b1 = gb(e)
+                return max(a0, b0), max(max(a0, b0), min(a1, b1))
+        else:
+            a, b = op.operands
+            cmp = op.attrs["op"]
+            if self._id(a) not in self.contig:  # u OP c  ->  c OP' u
+                a, b = b, a
+                cmp = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[cmp]
+            sa, ub = self._start_getter(a), self._int_getter(b)
+
+            def interval(e):
+                d = ub(e) - sa(e)
+                if cmp == "lt":
+                    lo, hi = 0, d
+                elif cmp == "le":
+                    lo, hi = 0, d + 1
+                elif cmp == "gt":
+                    lo, hi = d + 1, n
+                else:
+                    lo, hi = d, n
+                lo = min(max(lo, 0), n)
+                return lo, max(lo, min(max(hi, 0), n))
+        if lazy_out:
+            def run(e):
+                e[r] = interval(e)
+        else:
+            def run(e):
+                lo, hi = interval(e)
+                m = np.zeros(n, np.bool_)
+                m[lo:hi] = True
+                e[r] = m
+        return run
+
+    def _interval_getter(self, v, n):
+        i = self._id(v)
+        if i in self.lazy:
+            return lambda e: e[i]
+
+        def get(e):
+            m = e[i]
+            idx = np.flatnonzero(m)
+            return (int(idx[0]), int(idx[-1]) + 1) if idx.size else (0, 0)
+        return get
+
+    def _contig_mem(self, op, kind):
+        """Fast path for 1-D contiguous pointers: returns f(e) -> (arr, start, lo, hi) or None."""
+        p = op.operands[0]
+        m = op.operands[1 if kind == "load" else 2]
+        start = self._start_getter(p)
+        n = op.operands[0].type.shape[0]
+        if m is None:
+            return start, None, n
+        mi = self._id(m)
+        if mi in self.lazy:
+            return start, (lambda e: e[mi]), n
+        return start, "array", n
 
     # ---------------------------------------------------------------- ops: creation
     def _op_constant(self, op):
@@ -733,14 +980,48 @@ class Executable:
                 check(op, root, offs, "load")
             e[r] = arr[offs]
 
-        return run
+        if len(shape) != 1 or p not in self.contig:
+            return run
+        start, mask_kind, n = self._contig_mem(op, "load")
+        interval = mask_kind if callable(mask_kind) else None
+        arange_n = np.arange(n, dtype=np.int64)
+
+        def run_contig(e):
+            arr = mem[root]
+            s0 = start(e)
+            if interval is not None:
+                lo, hi = interval(e)
+            elif mask_kind is None or e[m].all():
+                lo, hi = 0, n
+            else:
+                e_p = e[p] if p not in self.lazy else arange_n + s0
+                mask = e[m]
+                sel = e_p[mask]
+                if sel.size and (sel.min() < 0 or sel.max() >= arr.shape[0]):
+                    check(op, root, sel, "load")
+                out = np.array(e[o], dtype=nd) if o is not None else np.zeros(shape, nd)
+                out[mask] = arr[sel]
+                e[r] = out
+                return
+            a, b = s0 + lo, s0 + hi
+            if lo < hi and (a < 0 or b > arr.shape[0]):
+                check(op, root, np.arange(a, b, dtype=np.int64), "load")
+            if lo == 0 and hi == n:
+                e[r] = arr[a:b].copy()
+                return
+            out = np.array(e[o], dtype=nd) if o is not None else np.zeros(shape, nd)
+            out[lo:hi] = arr[a:b]
+            e[r] = out
+
+        return run_contig
 
     def _op_store(self, op):
         p, v, m = (self._id(x) for x in op.operands)
         root = op.attrs["root"]
         mem = self.mem
         check = self._check
-        scalar = op.operands[0].type.shape == ()
+        pshape = op.operands[0].type.shape
+        scalar = pshape == ()
 
         def run(e):
             arr = mem[root]
@@ -760,7 +1041,34 @@ class Executable:
                 check(op, root, offs, "store")
             arr[offs] = val
 
-        return run
+        if len(pshape) != 1 or p not in self.contig:
+            return run
+        start, mask_kind, n = self._contig_mem(op, "store")
+        interval = mask_kind if callable(mask_kind) else None
+        arange_n = np.arange(n, dtype=np.int64)
+
+        def run_contig(e):
+            arr = mem[root]
+            s0 = start(e)
+            if interval is not None:
+                lo, hi = interval(e)
+            elif mask_kind is None or e[m].all():
+                lo, hi = 0, n
+            else:
+                offs = (e[p] if p not in self.lazy else arange_n + s0)
+                mask = e[m]
+                offs = offs[mask]
+                if offs.size and (offs.min() < 0 or offs.max() >= arr.shape[0]):
+                    check(op, root, offs, "store")
+                arr[offs] = e[v][mask]
+                return
+            a, b = s0 + lo, s0 + hi
+            if lo < hi and (a < 0 or b > arr.shape[0]):
+                check(op, root, np.arange(a, b, dtype=np.int64), "store")
+            if lo < hi:
+                arr[a:b] = e[v][lo:hi] if (lo, hi) != (0, n) else e[v]
+
+        return run_contig
 
     def _op_atomic(self, op):
         r = op.result.id

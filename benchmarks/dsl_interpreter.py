@@ -74,14 +74,18 @@ def main(argv=None) -> list[tuple[str, float, float, float, float]]:
     n = 1 << 20
     x, y = torch.rand(n), torch.rand(n)
     out = torch.empty(n)
-    t_dsl = median_time(lambda: add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK_SIZE=1024), args.repeats)
+    t_dsl = median_time(
+        lambda: add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK_SIZE=1024), args.repeats
+    )
     assert torch.equal(out, x + y)
     t_torch = torch_time(lambda: torch.add(x, y, out=out), inner=10)
     rows.append(("vector add 2^20 f32, BLOCK 1024", t_dsl, t_torch, t_dsl / t_torch, 130.0))
 
     a = torch.randn(1024, 1024)
     o = torch.empty_like(a)
-    t_dsl = median_time(lambda: softmax_kernel[(1024,)](o, a, 1024, 1024, 1024, BLOCK_SIZE=1024), args.repeats)
+    t_dsl = median_time(
+        lambda: softmax_kernel[(1024,)](o, a, 1024, 1024, 1024, BLOCK_SIZE=1024), args.repeats
+    )
     torch.testing.assert_close(o, torch.softmax(a, -1))
     t_torch = torch_time(lambda: torch.softmax(a, -1), inner=5)
     rows.append(("row softmax 1024x1024 f32", t_dsl, t_torch, t_dsl / t_torch, 700.0))

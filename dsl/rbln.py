@@ -249,4 +249,3 @@ def window_softmax(x, start, size, axis=-1):
     keep = S.logical("and", S.compare("ge", pos, st), S.compare("lt", pos, st + size))
     keep = S.broadcast_to_shape(keep, x.shape)
     return S.cast(_softmax_where(x, keep, ax), x.dtype)
-

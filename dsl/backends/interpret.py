@@ -361,8 +361,12 @@ class Executable:
                 res = op.result.id if op.results else None
                 if res is not None and res not in self.alias and (res in C or res in M):
                     continue
-                if op.opcode in ("load", "store") and len(op.operands[0].type.shape) == 1 \
-                        and self._id(op.operands[0]) in C and ((vid in C and k == 0) or (vid in M and k == 2 - (op.opcode == "load"))):
+                if (
+                    op.opcode in ("load", "store")
+                    and len(op.operands[0].type.shape) == 1
+                    and self._id(op.operands[0]) in C
+                    and ((vid in C and k == 0) or (vid in M and k == 2 - (op.opcode == "load")))
+                ):
                     continue
                 ok = False
                 break
@@ -519,7 +523,9 @@ class Executable:
 
                     def start(e):
                         return ua(e) + sb(e)
+
             if lazy_out:
+
                 def run(e):
                     e[r] = start(e)
             else:
@@ -528,6 +534,7 @@ class Executable:
                 def run(e):
                     s0 = start(e)
                     e[r] = np.arange(s0, s0 + n, dtype=nd)
+
             return run
         # interval masks
         if oc == "binary":  # and of two intervals
@@ -557,15 +564,19 @@ class Executable:
                     lo, hi = d, n
                 lo = min(max(lo, 0), n)
                 return lo, max(lo, min(max(hi, 0), n))
+
         if lazy_out:
+
             def run(e):
                 e[r] = interval(e)
         else:
+
             def run(e):
                 lo, hi = interval(e)
                 m = np.zeros(n, np.bool_)
                 m[lo:hi] = True
                 e[r] = m
+
         return run
 
     def _interval_getter(self, v, n):
@@ -577,6 +588,7 @@ class Executable:
             m = e[i]
             idx = np.flatnonzero(m)
             return (int(idx[0]), int(idx[-1]) + 1) if idx.size else (0, 0)
+
         return get
 
     def _contig_mem(self, op, kind):
@@ -1055,7 +1067,7 @@ class Executable:
             elif mask_kind is None or e[m].all():
                 lo, hi = 0, n
             else:
-                offs = (e[p] if p not in self.lazy else arange_n + s0)
+                offs = e[p] if p not in self.lazy else arange_n + s0
                 mask = e[m]
                 offs = offs[mask]
                 if offs.size and (offs.min() < 0 or offs.max() >= arr.shape[0]):

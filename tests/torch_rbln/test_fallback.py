@@ -24,10 +24,12 @@ def info_logs(monkeypatch: pytest.MonkeyPatch):
             records.append(record)
 
     handler = Collect(level=logging.INFO)
-    monkeypatch.setattr(logger, "level", logging.INFO)
+    previous = logger.level
+    logger.setLevel(logging.INFO)  # setLevel also clears logging's isEnabledFor cache
     logger.addHandler(handler)
     yield records
     logger.removeHandler(handler)
+    logger.setLevel(previous)
 
 
 def test_fallback_is_counted_and_logged(info_logs: list[logging.LogRecord]) -> None:

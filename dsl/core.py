@@ -148,10 +148,10 @@ class tensor_descriptor:
         return S.make_block_ptr(self.base, self.shape, self.strides, offsets, self.block_shape)
 
     def load(self, offsets):
-        return S.block_load(self._bptr(offsets), tuple(range(len(self.block_shape))), "zero")
+        return S.block_load(self._bptr(offsets), tuple(_py.range(len(self.block_shape))), "zero")
 
     def store(self, offsets, value):
-        return S.block_store(self._bptr(offsets), value, tuple(range(len(self.block_shape))))
+        return S.block_store(self._bptr(offsets), value, tuple(_py.range(len(self.block_shape))))
 
 
 @builtin

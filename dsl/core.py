@@ -425,6 +425,68 @@ def cumprod(input, axis=0, reverse=False):
     return S.scan("prod", input, axis, reverse)
 
 
+def _combine(fn, a, b):
+    comp = getattr(S.current(), "compiler", None)
+    if comp is None:
+        return fn(a, b)
+    return comp.call(fn, (a, b))
+
+
+@builtin
+def reduce(input, axis, combine_fn, keep_dims=False):
+    """Reduce along `axis` (all axes when None) with `combine_fn(a, b)` (a @jit function), combining
+    halves pairwise (tree order).  Single-tensor inputs only."""
+    x = S.to_tensor(input)
+    axis = _u(axis)
+    if axis is None:
+        orig_rank = len(x.shape)
+        x = S.reshape(x, (x.numel,))
+        ax = 0
+    else:
+        ax = S._norm_axis(axis, len(x.shape), "tl.reduce")
+    n = x.shape[ax]
+    while n > 1:
+        h = n // 2
+        a = S.dyn_slice(x, 0, h, ax)
+        b = S.dyn_slice(x, h, h, ax)
+        y = S.to_tensor(_combine(combine_fn, a, b))
+        if n % 2:
+            first = S.dyn_slice(y, 0, 1, ax)
+            last = S.dyn_slice(x, n - 1, 1, ax)
+            y = S.dyn_update(y, S.to_tensor(_combine(combine_fn, first, last)), 0, ax)
+        x, n = y, h
+    if axis is None:
+        return S.reshape(x, (1,) * orig_rank if _u(keep_dims) else ())
+    if not _u(keep_dims):
+        x = S.reshape(x, x.shape[:ax] + x.shape[ax + 1 :])
+    return x
+
+
+@builtin
+def associative_scan(input, axis, combine_fn, reverse=False):
+    """Inclusive scan along `axis` with `combine_fn(a, b)` (Hillis-Steele doubling steps).  Single-tensor
+    inputs only."""
+    x = S.to_tensor(input)
+    ax = S._norm_axis(axis, len(x.shape), "tl.associative_scan")
+    n = x.shape[ax]
+    pos = S.reshape(S.iota(n), tuple(n if d == ax else 1 for d in _py.range(len(x.shape))))
+    d = 1
+    while d < n:
+        pads = [(0, 0)] * len(x.shape)
+        if _u(reverse):
+            pads[ax] = (0, d)
+            other = S.pad(S.dyn_slice(x, d, n - d, ax), pads, 0)
+            comb = S.to_tensor(_combine(combine_fn, x, other))
+            x = S.where(S.compare("lt", pos, n - d), comb, x)
+        else:
+            pads[ax] = (d, 0)
+            other = S.pad(S.dyn_slice(x, 0, n - d, ax), pads, 0)
+            comb = S.to_tensor(_combine(combine_fn, other, x))
+            x = S.where(S.compare("ge", pos, d), comb, x)
+        d *= 2
+    return x
+
+
 @builtin
 def softmax(x, dim=None, keep_dims=False, ieee_rounding=False):
     """Softmax along `dim` (the last dim when None)."""

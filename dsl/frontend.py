@@ -17,7 +17,7 @@ from . import core
 from . import dtypes as D
 from . import semantic as S
 from .errors import CompilationError, DSLError
-from .ir import Block, BlockPtrType, Function, Loc, Param, TensorType
+from .ir import Block, BlockPtrType, Function, Loc, Param, TensorType, verify
 from .semantic import tensor
 
 _MAX_INLINE_DEPTH = 48
@@ -178,6 +178,22 @@ class FunctionCompiler:
 
     # ------------------------------------------------------------------ entry
     def compile_body(self):
+        prev = getattr(self.b, "compiler", None)
+        self.b.compiler = self
+        try:
+            return self._compile_body()
+        finally:
+            self.b.compiler = prev
+
+    def call(self, fn, args):
+        """Call `fn` (a @jit function, inlined, or a builtin/Python callable) from a builtin."""
+        from .jit import JITFunction
+
+        if isinstance(fn, JITFunction):
+            return self.inline(fn, list(args), {}, self.node)
+        return fn(*args)
+
+    def _compile_body(self):
         body = self.jf.tree.body
         if (
             body
@@ -800,4 +816,5 @@ def compile_kernel(jf, spec) -> Function:
     if ret is not None:
         raise fc.error(jf.tree, "a kernel launched with kernel[grid](...) must not return a value")
     fn = Function(jf.__name__, params, b.blocks[0], b.next_id, fc.loc(jf.tree), spec.key)
+    verify(fn)
     return fn

@@ -302,3 +302,80 @@ def format_function(fn: Function) -> str:
 
 # Re-exported so backends only need this module.
 pointer_type = pointer_type
+
+
+class IRError(ValueError):
+    """The IR violates an invariant (a frontend bug, not a user error)."""
+
+
+def verify(fn: Function) -> None:
+    """Check the IR invariants backends rely on: closed op set, SSA dominance (operands defined earlier in
+    the same or an enclosing block), identical operand types for elementwise ops, and region terminators
+    whose values match the op's results / block arguments."""
+    defined: list[set[int]] = [{p.value.id for p in fn.params if p.kind in ("ptr", "scalar")}]
+
+    def visible(v):
+        return any(v.id in s for s in defined)
+
+    def fail(op, msg):
+        where = f" at {op.loc}" if op.loc else ""
+        raise IRError(f"{op.opcode}{where}: {msg}")
+
+    def types_of(vals):
+        return [v.type for v in vals]
+
+    def check_block(block: Block, terminator: str | None):
+        defined.append({a.id for a in block.args})
+        for i, op in enumerate(block.ops):
+            if op.opcode not in OPCODES:
+                fail(op, "unknown opcode")
+            for o in op.operands:
+                if o is not None and not visible(o):
+                    fail(op, f"operand %{o.id} is used before it is defined")
+            ts = [o.type for o in op.operands if o is not None]
+            if op.opcode in ("binary", "cmp", "fma"):
+                if len(set(ts)) != 1:
+                    fail(op, f"operand types differ: {[str(t) for t in ts]}")
+                if op.result.type.shape != ts[0].shape:
+                    fail(op, "result shape differs from the operands'")
+            elif op.opcode == "where":
+                if ts[1] != ts[2] or ts[0].shape != ts[1].shape or ts[0].dtype.name != "int1":
+                    fail(op, "where needs an int1 condition and equal value types of one shape")
+            elif op.opcode == "ptr_add":
+                if ts[0].shape != ts[1].shape or not ts[0].dtype.is_ptr() or ts[1].dtype.name != "int64":
+                    fail(op, "ptr_add needs a pointer and int64 offsets of the same shape")
+            elif op.opcode in ("yield", "condition"):
+                if op.opcode != terminator or i != len(block.ops) - 1:
+                    fail(op, "misplaced terminator")
+            if op.opcode == "for":
+                body = op.regions[0]
+                carried = types_of(op.operands[3:])
+                if types_of(body.args[1:]) != carried or types_of(op.results) != carried:
+                    fail(op, "loop-carried types differ between inits, block arguments and results")
+                check_block(body, "yield")
+                if types_of(body.ops[-1].operands) != carried:
+                    fail(op, "yielded types differ from the loop-carried types")
+            elif op.opcode == "while":
+                before, after = op.regions
+                carried = types_of(op.operands)
+                if types_of(before.args) != carried or types_of(after.args) != carried:
+                    fail(op, "while block arguments differ from the carried types")
+                check_block(before, "condition")
+                check_block(after, "yield")
+                if types_of(after.ops[-1].operands) != carried or types_of(op.results) != carried:
+                    fail(op, "while yields/results differ from the carried types")
+            elif op.opcode == "if":
+                for r in op.regions:
+                    check_block(r, "yield")
+                    if types_of(r.ops[-1].operands) != types_of(op.results):
+                        fail(op, "if branches yield types that differ from its results")
+            elif op.regions:
+                fail(op, "unexpected regions")
+            if terminator and i == len(block.ops) - 1 and op.opcode != terminator:
+                fail(op, f"block does not end with {terminator}")
+            defined[-1].update(r.id for r in op.results)
+        if terminator and not block.ops:
+            raise IRError(f"empty block (expected a {terminator} terminator)")
+        defined.pop()
+
+    check_block(fn.body, None)

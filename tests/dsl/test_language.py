@@ -501,3 +501,37 @@ def test_bf16_numpy_view_roundtrip():
 
     v = flat_numpy_view(x, tl.bfloat16)
     assert v.dtype == ml_dtypes.bfloat16 and np.array_equal(v.astype(np.float32), x.float().numpy())
+
+
+@triton.jit
+def _max_combine(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _add_combine(a, b):
+    return a + b
+
+
+@triton.jit
+def custom_reduce_kernel(x_ptr, o_ptr, R: tl.constexpr, C: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :])
+    tl.store(o_ptr + tl.arange(0, R), tl.reduce(x, 1, _max_combine))
+    tl.store(o_ptr + R + tl.arange(0, C), tl.reduce(x, 0, _add_combine))
+    tl.store(o_ptr + R + C, tl.reduce(x, None, _add_combine))
+    s = tl.associative_scan(x, 1, _add_combine)
+    tl.store(o_ptr + R + C + 1 + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :], s)
+    s = tl.associative_scan(x, 1, _add_combine, reverse=True)
+    tl.store(o_ptr + R + C + 1 + R * C + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :], s)
+
+
+def test_reduce_and_associative_scan_with_combine_fn():
+    R, C = 4, 8
+    x = torch.randn(R, C)
+    o = torch.empty(R + C + 1 + 2 * R * C)
+    custom_reduce_kernel[(1,)](x, o, R=R, C=C)
+    torch.testing.assert_close(o[:R], x.amax(1))
+    torch.testing.assert_close(o[R:R + C], x.sum(0))
+    torch.testing.assert_close(o[R + C], x.sum(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(o[R + C + 1:R + C + 1 + R * C].reshape(R, C), x.cumsum(1))
+    torch.testing.assert_close(o[R + C + 1 + R * C:].reshape(R, C), x.flip(1).cumsum(1).flip(1))

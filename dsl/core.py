@@ -357,6 +357,59 @@ def expand_dims(input, axis):
     return S.expand_dims(input, axis)
 
 
+@builtin
+def join(a, b):
+    """Stack two tensors of the same shape along a new last axis of size 2."""
+    a, b = S.to_tensor(a), S.to_tensor(b)
+    shape = S.broadcast_shapes(a.shape, b.shape)
+    dt = S.computation_type(a.dtype, False, b.dtype, False, False)
+    a = S.expand_dims(S.broadcast_to_shape(S.cast(a, dt), shape), -1)
+    b = S.expand_dims(S.broadcast_to_shape(S.cast(b, dt), shape), -1)
+    pads = [(0, 0)] * len(shape) + [(0, 1)]
+    return S.dyn_update(S.pad(a, pads, 0), b, 1, -1)
+
+
+@builtin
+def split(a):
+    """Split a tensor whose last axis has size 2 into two tensors (the inverse of `join`)."""
+    a = S.to_tensor(a)
+    if not a.shape or a.shape[-1] != 2:
+        raise DSLError(f"tl.split needs a last dimension of size 2, got shape {list(a.shape)}")
+    outs = [S.reshape(S.dyn_slice(a, i, 1, -1), a.shape[:-1]) for i in (0, 1)]
+    return outs[0], outs[1]
+
+
+@builtin
+def interleave(a, b):
+    """Interleave two tensors along their last axis: [a0, b0, a1, b1, ...]."""
+    j = join(a, b)
+    return S.reshape(j, j.shape[:-2] + (j.shape[-2] * 2,))
+
+
+@builtin
+def cat(input, other, can_reorder=False):
+    """Concatenate along the first axis (element order kept)."""
+    a, b = S.to_tensor(input), S.to_tensor(other)
+    if a.shape[1:] != b.shape[1:] or not a.shape:
+        raise DSLError(f"tl.cat: shapes {list(a.shape)} and {list(b.shape)} differ beyond the first axis")
+    dt = S.computation_type(a.dtype, False, b.dtype, False, False)
+    pads = [(0, b.shape[0])] + [(0, 0)] * (len(a.shape) - 1)
+    return S.dyn_update(S.pad(S.cast(a, dt), pads, 0), S.cast(b, dt), a.shape[0], 0)
+
+
+@builtin
+def histogram(input, num_bins, mask=None):
+    """int32 counts of the values of a 1-D int `input` in [0, num_bins) (other values are ignored)."""
+    x = S.to_tensor(input)
+    nb = int(_u(num_bins))
+    if len(x.shape) != 1 or not x.dtype.is_int():
+        raise DSLError("tl.histogram needs a 1-D integer tensor")
+    hit = S.compare("eq", S.expand_dims(x, 1), S.expand_dims(S.iota(nb), 0))
+    if _u(mask) is not None:
+        hit = S.logical("and", hit, S.expand_dims(S.to_int1(S.to_tensor(_u(mask))), 1))
+    return S.reduce("sum", S.cast(hit, int32), 0)
+
+
 # ----------------------------------------------------------------------------------------------------
 # dot, reductions, scans
 # ----------------------------------------------------------------------------------------------------

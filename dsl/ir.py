@@ -47,6 +47,8 @@ __all__ = [
     "ELEMENTWISE_UNARY",
     "COMPARISONS",
     "format_function",
+    "verify",
+    "IRError",
 ]
 
 

@@ -17,6 +17,8 @@ casts from fp64/int to bf16 round directly (no double rounding).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .. import dtypes as D
@@ -200,6 +202,7 @@ class Executable:
     def __init__(self, fn: Function):
         self.fn = fn
         self.mem: list = [None] * len(fn.params)
+        self._lock = threading.RLock()  # per-launch state (memory views, program id) lives here
         self.pid = (0, 0, 0)
         self.nprog = (1, 1, 1)
         self.names = [p.name for p in fn.params]
@@ -442,6 +445,10 @@ class Executable:
 
     # ---------------------------------------------------------------- run
     def run(self, grid, args):
+        with self._lock:
+            self._launch(grid, args)
+
+    def _launch(self, grid, args):
         env = list(self.template)
         for i, vid, ty in self.param_ids:
             a = args[i]

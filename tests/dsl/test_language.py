@@ -535,3 +535,45 @@ def test_reduce_and_associative_scan_with_combine_fn():
     torch.testing.assert_close(o[R + C], x.sum(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(o[R + C + 1:R + C + 1 + R * C].reshape(R, C), x.cumsum(1))
     torch.testing.assert_close(o[R + C + 1 + R * C:].reshape(R, C), x.flip(1).cumsum(1).flip(1))
+
+
+@triton.jit
+def join_split_kernel(a_ptr, b_ptr, o_ptr, h_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    a = tl.load(a_ptr + offs)
+    b = tl.load(b_ptr + offs)
+    j = tl.join(a, b)                                  # (N, 2)
+    x, y = tl.split(j)
+    tl.store(o_ptr + tl.arange(0, 2 * N), tl.interleave(a, b))
+    tl.store(o_ptr + 2 * N + tl.arange(0, 2 * N), tl.cat(x, y))
+    tl.store(h_ptr + tl.arange(0, 8), tl.histogram((tl.abs(a) * 3).to(tl.int32), 8))
+
+
+def test_join_split_interleave_cat_histogram():
+    n = 16
+    a, b = torch.randn(n), torch.randn(n)
+    o = torch.empty(4 * n)
+    h = torch.empty(8, dtype=torch.int32)
+    join_split_kernel[(1,)](a, b, o, h, N=n)
+    assert torch.equal(o[:2 * n], torch.stack([a, b], 1).reshape(-1))
+    assert torch.equal(o[2 * n:], torch.cat([a, b]))
+    bins = (a.abs() * 3).to(torch.int32)
+    assert h.tolist() == [int((bins == k).sum()) for k in range(8)]
+
+
+def test_rbln_device_tensors():
+    from torch_rbln.dsl import runtime
+
+    from .test_kernels import add_kernel
+
+    try:
+        x = torch.arange(8.0).to("rbln")
+        out = torch.empty(8, device="rbln")
+    except Exception as e:  # the device is built concurrently; absent here -> skip
+        pytest.skip(f"rbln device unavailable: {e}")
+    if "rbln" not in runtime._HOST_VIEWS:
+        with pytest.raises(ValueError, match="no host view is registered for device type 'rbln'"):
+            add_kernel[(1,)](x, x, out, 8, BLOCK_SIZE=8)
+        return
+    add_kernel[(1,)](x, x, out, 8, BLOCK_SIZE=8)
+    assert out.cpu().tolist() == [2.0 * i for i in range(8)]

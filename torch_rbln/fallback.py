@@ -42,6 +42,8 @@ class _OpPlan:
     returns_alias: bool
     # Positions typed `Tensor`: a boxed fallback receives wrapped numbers there as Python scalars.
     tensor_positions: frozenset[int]
+    # Functional, no tensor lists, no device argument: eligible for the fast path of run_on_cpu.
+    simple: bool
 
 
 _plans: dict[Any, _OpPlan] = {}
@@ -69,9 +71,16 @@ def _plan_for(op: torch._ops.OpOverload) -> _OpPlan:
     returns_alias = any(
         r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
     )
+    simple = (
+        not positions
+        and not kwarg_names
+        and not returns_alias
+        and not any("[]" in str(a.type) and "Tensor" in str(a.type) for a in schema.arguments)
+        and not any(a.name == "device" for a in schema.arguments)
+    )
     plan = _OpPlan(
         schema.name, tuple(positions), tuple(kwarg_names), frozenset(cpu_allowed), returns_alias,
-        frozenset(tensor_positions),
+        frozenset(tensor_positions), simple,
     )
     _plans[op] = plan
     return plan
@@ -194,6 +203,47 @@ def cpu_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
 
 def run_on_cpu(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason: str | None) -> Any:
     """Run `op` on host views and bring results back to the arguments' rbln device (counted, logged)."""
+    if plan.simple:
+        return _run_simple(op, plan, args, kwargs, reason)
+    return _run_general(op, plan, args, kwargs, reason)
+
+
+def _run_simple(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason: str | None) -> Any:
+    """The hot path: a functional op whose tensors are positional and all on one rbln device.
+    Anything unusual (CPU operands, wrapped numbers, tensors in kwargs) takes the general path."""
+    index = -1
+    host_args = []
+    to_host = _dlpack.to_host_view
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            if value.is_cpu:
+                if value.dim():
+                    return _run_general(op, plan, args, kwargs, reason)
+                host_args.append(value)
+                continue
+            device_index = value.get_device()
+            if device_index != index:
+                if index >= 0:
+                    raise _device_mismatch(f"rbln:{index}", f"rbln:{device_index}")
+                index = device_index
+            host_args.append(to_host(value))
+        elif isinstance(value, _NUMBERS) or isinstance(value, (list, tuple)):
+            return _run_general(op, plan, args, kwargs, reason)
+        else:
+            host_args.append(value)
+    if index < 0:
+        return _run_general(op, plan, args, kwargs, reason)
+    for value in kwargs.values():
+        if isinstance(value, torch.Tensor):
+            return _run_general(op, plan, args, kwargs, reason)
+    record(plan.name, reason)
+    result = op(*host_args, **kwargs)
+    if type(result) is torch.Tensor:
+        return _memory.adopt(result, index)
+    return _to_device(result, _Conversion(), index, False)
+
+
+def _run_general(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason: str | None) -> Any:
     conversion = _Conversion()
     host_args = []
     for value in args:

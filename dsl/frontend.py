@@ -72,7 +72,19 @@ def _py_range(*args, **kw):
     return core.range(*args, **kw)
 
 
+def _py_breakpoint():
+    """`breakpoint()` inside a kernel: stop in the debugger with the kernel's runtime variables."""
+    comp = S.current().compiler
+    names, vals = [], []
+    for name, v in comp.scope.items():
+        if isinstance(v, tensor) and not v.is_block_ptr() and name.isidentifier() and name != "pid":
+            names.append(name)
+            vals.append(v.handle)
+    S.current().emit("breakpoint", vals, [], {"names": tuple(names)})
+
+
 _BUILTIN_OVERRIDES = {
+    "breakpoint": _py_breakpoint,
     "range": _py_range,
     "print": core.static_print,
     "min": _py_min,

@@ -261,6 +261,8 @@ OPCODES = {
     "out of range",
     "dyn_update": "(x, upd, start); attrs axis; copy of x with x[start:start+k] = upd along axis",
     "print": "(*values); attrs prefix, hex; prints per program (device_print)",
+    "breakpoint": "(*values); attrs names; debugger stop (interpreter: Python's breakpoint() in a frame "
+    "whose locals are the kernel's variables and `pid`); compiled backends may ignore it",
     "assert": "(cond); attrs msg; runtime error if any lane of cond is false (device_assert)",
     "for": "(lb, ub, step, *init); region body(iv, *carried) ends with yield; results: final carried",
     "while": "(*init); regions [before(*carried) ends with condition(cond), "

@@ -17,6 +17,7 @@ casts from fp64/int to bf16 round directly (no double rounding).
 
 from __future__ import annotations
 
+import builtins
 import threading
 
 import numpy as np
@@ -27,6 +28,7 @@ from ..ir import BlockPtrType, Function
 
 _F32 = np.dtype(np.float32)
 _PURE_EXCLUDE = {
+    "breakpoint",
     "load",
     "store",
     "atomic",
@@ -1330,6 +1332,25 @@ class Executable:
         def run(e):
             vals = " ".join(fmt(e[i]) for i in ids)
             print(f"pid ({self.pid[0]}, {self.pid[1]}, {self.pid[2]}) {prefix}{vals}", flush=True)
+
+        return run
+
+    def _op_breakpoint(self, op):
+        ids = [self._id(o) for o in op.operands]
+        names = op.attrs["names"]
+        loc = op.loc
+        fname = f"{self.fn.name}_line{loc.lineno if loc else 0}"
+        src = (
+            f"def {fname}(pid, {', '.join(names)}):\n    breakpoint()\n"
+            if names
+            else f"def {fname}(pid):\n    breakpoint()\n"
+        )
+        ns: dict = {}
+        exec(builtins.compile(src, f"<kernel {self.fn.name} at {loc}>", "exec"), ns)
+        frame_fn = ns[fname]
+
+        def run(e):
+            frame_fn(self.pid, *[e[i] for i in ids])
 
         return run
 

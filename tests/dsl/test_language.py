@@ -577,3 +577,27 @@ def test_rbln_device_tensors():
         return
     add_kernel[(1,)](x, x, out, 8, BLOCK_SIZE=8)
     assert out.cpu().tolist() == [2.0 * i for i in range(8)]
+
+
+@triton.jit
+def breakpoint_kernel(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    y = x * 2
+    breakpoint()
+    tl.store(x_ptr + offs, y)
+
+
+def test_breakpoint_stops_with_kernel_variables(monkeypatch):
+    seen = []
+
+    def hook(*a, **k):
+        f = sys._getframe(1)
+        seen.append(dict(f.f_locals))
+
+    monkeypatch.setattr(sys, "breakpointhook", hook)
+    x = torch.arange(4.0)
+    breakpoint_kernel[(2,)](x, BLOCK=4)
+    assert len(seen) == 2 and seen[1]["pid"] == (1, 0, 0)
+    np.testing.assert_array_equal(seen[0]["y"], np.arange(4.0) * 2)
+    assert "offs" in seen[0] and "x_ptr" in seen[0]

@@ -560,7 +560,12 @@ class FunctionCompiler:
         carried = self._carried(node.body)
         init_vals = [self.scope[n] for n in carried]
         if not carried:
-            test0 = S.unwrap(self.eval(node.test))
+            scratch = self.b.push()  # a compile-time test folds; a runtime one is re-emitted in the region
+            try:
+                test0 = S.unwrap(self.eval(node.test))
+            finally:
+                self.b.pop()
+            del scratch
             if not isinstance(test0, tensor):
                 if not test0:
                     return

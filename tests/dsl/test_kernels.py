@@ -230,3 +230,99 @@ def test_atomic_add_scalar_float():
     out = torch.zeros(1)
     atomic_float_kernel[(8,)](x, out, 1000, BLOCK=128)
     torch.testing.assert_close(out[0], x.sum(), atol=1e-4, rtol=1e-5)
+
+
+@triton.jit
+def matmul_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                          stride_cm, stride_cn, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+                          BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr, ACTIVATION: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    num_pid_in_group = GROUP_SIZE_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_SIZE_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_SIZE_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
+        accumulator = tl.dot(a, b, accumulator)
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+    if ACTIVATION == "leaky_relu":
+        accumulator = tl.where(accumulator >= 0, accumulator, 0.01 * accumulator)
+    c = accumulator.to(tl.float16)
+    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+    tl.store(c_ptrs, c, mask=c_mask)
+
+
+def test_tutorial_grouped_matmul_fp16():
+    M, N, K = 96, 80, 72
+    a, b = torch.randn(M, K, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
+    c = torch.empty(M, N, dtype=torch.float16)
+
+    def grid(META):
+        return (triton.cdiv(M, META["BLOCK_SIZE_M"]) * triton.cdiv(N, META["BLOCK_SIZE_N"]),)
+
+    matmul_grouped_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                c.stride(0), c.stride(1), BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32,
+                                GROUP_SIZE_M=2, ACTIVATION="leaky_relu")
+    ref = torch.nn.functional.leaky_relu(a.float() @ b.float(), 0.01).half()
+    assert_close(c, ref, torch.float16, scale=5)
+
+
+@triton.jit
+def softmax_loop_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
+                        BLOCK_SIZE: tl.constexpr, num_stages: tl.constexpr):
+    row_start = tl.program_id(0)
+    row_step = tl.num_programs(0)
+    for row_idx in tl.range(row_start, n_rows, row_step, num_stages=num_stages):
+        row_start_ptr = input_ptr + row_idx * input_row_stride
+        col_offsets = tl.arange(0, BLOCK_SIZE)
+        input_ptrs = row_start_ptr + col_offsets
+        mask = col_offsets < n_cols
+        row = tl.load(input_ptrs, mask=mask, other=-float("inf"))
+        row_minus_max = row - tl.max(row, axis=0)
+        numerator = tl.exp(row_minus_max)
+        denominator = tl.sum(numerator, axis=0)
+        softmax_output = numerator / denominator
+        output_row_start_ptr = output_ptr + row_idx * output_row_stride
+        tl.store(output_row_start_ptr + col_offsets, softmax_output, mask=mask)
+
+
+def test_tutorial_persistent_softmax():
+    x = torch.randn(37, 70)
+    y = torch.empty_like(x)
+    softmax_loop_kernel[(4, 1, 1)](y, x, x.stride(0), y.stride(0), 37, 70, BLOCK_SIZE=128, num_stages=2)
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+@triton.jit
+def locked_accumulate_kernel(x_ptr, acc_ptr, lock_ptr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    x = tl.load(x_ptr + pid * BLOCK + tl.arange(0, BLOCK))
+    while tl.atomic_cas(lock_ptr, 0, 1) == 1:
+        pass
+    acc = tl.load(acc_ptr + tl.arange(0, BLOCK))
+    tl.store(acc_ptr + tl.arange(0, BLOCK), acc + x)
+    tl.atomic_xchg(lock_ptr, 0)
+
+
+def test_spin_lock_pattern():
+    x = torch.randn(6, 16)
+    acc = torch.zeros(16)
+    lock = torch.zeros(1, dtype=torch.int32)
+    locked_accumulate_kernel[(6,)](x, acc, lock, BLOCK=16)
+    torch.testing.assert_close(acc, x.sum(0), atol=1e-5, rtol=1e-5)
+    assert lock.item() == 0

@@ -153,6 +153,7 @@ class FunctionCompiler:
         self.ret_value = None
         self.returned = False
         self.node = jf.tree
+        self.dropped: dict[str, str] = {}
 
     # ------------------------------------------------------------------ locations and errors
     def loc(self, node) -> Loc:
@@ -464,6 +465,13 @@ class FunctionCompiler:
         results = self.b.emit("if", [cond.handle], types, regions=blocks)
         for n, r in zip(names, results, strict=False):
             merged[n] = tensor(r)
+        for sc in scopes:
+            for n in sc:
+                if n not in merged:
+                    self.dropped[n] = (
+                        f"it is assigned in only one branch of the runtime `if` at line "
+                        f"{self.loc(node).lineno}; assign it before the `if` or in both branches"
+                    )
         self.scope = merged
 
     def _carried(self, body_stmts, exclude=()):
@@ -506,7 +514,7 @@ class FunctionCompiler:
                         "reassigned inside a runtime loop; initialise it with a tensor "
                         "(e.g. tl.zeros / tl.full) before the loop",
                     )
-        return regions, yielded, types, before
+        return regions, yielded, types, before, after
 
     def runtime_for(self, node, rng):
         lo, hi, step = (S.unwrap(a) for a in rng.args)
@@ -543,12 +551,18 @@ class FunctionCompiler:
             return [body], [self.scope[n] for n in carried], self.scope
 
         prev_iv = self.scope.get(iv_name, _MISSING)
-        regions, yielded, types, before = self._loop(node, carried, init_vals, build)
+        regions, yielded, types, before, after = self._loop(node, carried, init_vals, build)
         self.b.push(regions[0])
         self.b.emit("yield", [self._coerce(y, t).handle for y, t in zip(yielded, types, strict=False)], [])
         self.b.pop()
         inits = [self._coerce(v, t).handle for v, t in zip(init_vals, types, strict=False)]
         results = self.b.emit("for", [lo_t.handle, hi_t.handle, st_t.handle] + inits, types, regions=regions)
+        for n in after:
+            if n not in before and n not in carried:
+                self.dropped[n] = (
+                    f"it is first assigned inside the runtime loop at line {self.loc(node).lineno}; "
+                    "assign it before the loop to use it afterwards"
+                )
         self.scope = before
         for n, r in zip(carried, results, strict=False):
             self.scope[n] = tensor(r)
@@ -595,12 +609,18 @@ class FunctionCompiler:
             self.b.pop()
             return [before_blk, after_blk], [self.scope[n] for n in carried], self.scope
 
-        regions, yielded, types, before = self._loop(node, carried, init_vals, build)
+        regions, yielded, types, before, after = self._loop(node, carried, init_vals, build)
         self.b.push(regions[1])
         self.b.emit("yield", [self._coerce(y, t).handle for y, t in zip(yielded, types, strict=False)], [])
         self.b.pop()
         inits = [self._coerce(v, t).handle for v, t in zip(init_vals, types, strict=False)]
         results = self.b.emit("while", inits, types, regions=regions)
+        for n in after:
+            if n not in before and n not in carried:
+                self.dropped[n] = (
+                    f"it is first assigned inside the runtime loop at line {self.loc(node).lineno}; "
+                    "assign it before the loop to use it afterwards"
+                )
         self.scope = before
         for n, r in zip(carried, results, strict=False):
             self.scope[n] = tensor(r)
@@ -628,6 +648,8 @@ class FunctionCompiler:
             return _BUILTIN_OVERRIDES[name]
         if name in _ALLOWED_BUILTINS and hasattr(builtins, name):
             return getattr(builtins, name)
+        if name in self.dropped:
+            raise self.error(node, f"variable '{name}' is not defined here: {self.dropped[name]}")
         raise self.error(node, f"name '{name}' is not defined")
 
     def expr_Constant(self, node):

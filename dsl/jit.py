@@ -273,6 +273,7 @@ class JITFunction:
 
             ck = CompiledKernel(self, spec, compile_kernel(self, spec))
             self.cache[spec.key] = ck
+            _dump_ir(ck)
         return ck
 
     def _split_options(self, kwargs):
@@ -312,6 +313,18 @@ class JITFunction:
 
     def __repr__(self):
         return f"JITFunction({self.__module__}:{self.__qualname__})"
+
+
+def _dump_ir(ck: CompiledKernel) -> None:
+    """With $TORCH_RBLN_DUMP_KERNELS=<dir>, write each compiled kernel's IR to <dir>/<name>-<key>.ir."""
+    import os
+
+    d = os.environ.get("TORCH_RBLN_DUMP_KERNELS")
+    if not d:
+        return
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"{ck.ir.name}-{ck.key[:16]}.ir"), "w") as f:
+        f.write(str(ck.ir) + "\n")
 
 
 def _is_constexpr_annotation(a) -> bool:

@@ -233,3 +233,18 @@ def test_block_condition():
 def test_direct_call_is_an_error():
     with pytest.raises(tl.CompilationError, match="cannot be called directly"):
         k_launch(torch.zeros(8), 8, 8)
+
+
+@triton.jit
+def k_branch_only(x_ptr):
+    v = tl.load(x_ptr)
+    if v > 0:
+        w = v * 2
+    tl.store(x_ptr, w)
+
+
+def test_variable_defined_in_one_branch():
+    with pytest.raises(tl.CompilationError) as ei:
+        k_branch_only[(1,)](torch.zeros(1))
+    _check(ei.value, k_branch_only, "tl.store(x_ptr, w)", "variable 'w' is not defined here: it is assigned "
+           "in only one branch", caret_at="w)")

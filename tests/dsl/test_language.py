@@ -601,3 +601,13 @@ def test_breakpoint_stops_with_kernel_variables(monkeypatch):
     assert len(seen) == 2 and seen[1]["pid"] == (1, 0, 0)
     np.testing.assert_array_equal(seen[0]["y"], np.arange(4.0) * 2)
     assert "offs" in seen[0] and "x_ptr" in seen[0]
+
+
+def test_ir_dump(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_RBLN_DUMP_KERNELS", str(tmp_path))
+    from .test_kernels import add_kernel
+
+    x = torch.randn(4)
+    add_kernel[(1,)](x, x, torch.empty(4), 4, BLOCK_SIZE=4)  # a fresh specialisation
+    files = list(tmp_path.glob("add_kernel-*.ir"))
+    assert files and "func add_kernel(" in files[0].read_text() and "load(" in files[0].read_text()

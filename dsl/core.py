@@ -32,7 +32,6 @@ from .errors import DSLError
 from .semantic import constexpr, tensor  # noqa: F401
 
 bool_ = int1
-float8e4nv = None  # not supported
 
 
 def builtin(fn):

@@ -137,10 +137,6 @@ def _assigned_names(stmts) -> set[str]:
     return out
 
 
-class _Returned(Exception):
-    pass
-
-
 class FunctionCompiler:
     """Compiles (or inlines) one `JITFunction` body into the current builder."""
 
@@ -171,7 +167,7 @@ class FunctionCompiler:
         self.b.loc = self.loc(node)
         try:
             return fn(*args)
-        except (CompilationError, _Returned):
+        except CompilationError:
             raise
         except (
             DSLError,

@@ -21,9 +21,22 @@ Types
 - `BlockPtrType(dtype, block_shape, root)`: a block pointer (`make_block_ptr`); its runtime value is the
   tuple ``(base_offset, shape, strides, offsets)`` of integers.
 
-Operand invariants established by the frontend: elementwise operands have identical shapes (explicit
-`broadcast` ops are inserted) and identical dtypes (explicit `cast` ops), except where an op says
-otherwise.  See `OPCODES` for each op's contract; the set is closed.
+Operand invariants established by the frontend (checked by `verify`, run after every compile):
+elementwise operands have identical shapes (explicit `broadcast` ops are inserted) and identical dtypes
+(explicit `cast` ops), except where an op says otherwise.  See `OPCODES` for each op's contract; the set
+is closed.  Constexprs are folded: the IR has no compile-time values other than op attributes.
+
+Writing a backend
+-----------------
+A backend is a factory ``compile(fn: Function) -> executable`` registered in `torch_rbln.dsl.backends`;
+``executable.run(grid, args)`` runs programs ``(x, y, z)`` for ``x < grid[0]`` etc., where ``args[i]`` is,
+for ``fn.params[i]``, a 1-D numpy array over the argument's elements (kind ``ptr``; element offset 0 is the
+tensor's ``data_ptr()``), a Python number (``scalar``) or None.  Walk ``fn.body.ops`` in order; an op's
+operands are results of earlier ops in the same or an enclosing block, block arguments, or param values.
+Region ops (`for`, `while`, `if`) end their regions with `yield` / `condition`; their results are the
+final carried / yielded values.  Every `Value` has a static `TensorType` (or `BlockPtrType`), so a code
+generator can declare every variable with its numpy dtype and shape up front.  `backends/interpret.py`
+is the reference implementation of each op's semantics (rounding, masking, bounds checks).
 """
 
 from __future__ import annotations

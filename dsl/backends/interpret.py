@@ -212,6 +212,7 @@ class Executable:
         self.template: list = [None] * fn.num_values
         self.alias: dict[int, int] = {}
         self._cse(fn.body, {})
+        self.used = {o.id for op in fn.walk() for o in op.operands if o is not None}
         self._elide_broadcasts(fn)
         self.uniform: set[int] = set()
         self.contig: set[int] = set()
@@ -1107,6 +1108,8 @@ class Executable:
             "xor": np.bitwise_xor,
         }.get(kind)
         zero = _const(0, dt, ())
+        need_old = r in self.used
+        low = dt is D.bfloat16 or dt is D.float16
 
         def run(e):
             arr = mem[root]
@@ -1122,6 +1125,22 @@ class Executable:
                     sel.min() < 0 or sel.max() >= arr.shape[0]
                 ) else None
             old = np.full(offs.shape, zero, dtype=arr.dtype)
+            if need_old and sel.size > 1 and np.unique(sel).size < sel.size:
+                # duplicate addresses whose old values are used: apply lane by lane (a valid atomic order)
+                vals = val[active]
+                olds = []
+                for i, x in zip(sel.tolist(), vals, strict=True):
+                    cur = arr[i]
+                    olds.append(cur)
+                    if kind == "xchg":
+                        arr[i] = x
+                    elif low:
+                        arr[i] = cast_array(uf(np.float32(cur), np.float32(x)), D.float32, dt)
+                    else:
+                        arr[i] = uf(cur, x)
+                old[active] = np.array(olds, dtype=arr.dtype)
+                e[r] = old[0] if scalar else old
+                return
             old[active] = arr[sel]
             if kind == "xchg":
                 arr[sel] = val[active]

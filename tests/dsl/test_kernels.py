@@ -326,3 +326,20 @@ def test_spin_lock_pattern():
     locked_accumulate_kernel[(6,)](x, acc, lock, BLOCK=16)
     torch.testing.assert_close(acc, x.sum(0), atol=1e-5, rtol=1e-5)
     assert lock.item() == 0
+
+
+@triton.jit
+def ticket_kernel(counter_ptr, out_ptr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    # every lane takes a ticket from the same counter: old values must be distinct
+    old = tl.atomic_add(counter_ptr + tl.zeros([BLOCK], tl.int32), 1)
+    tl.store(out_ptr + offs, old)
+
+
+def test_atomic_add_returns_distinct_old_values_for_duplicate_addresses():
+    counter = torch.zeros(1, dtype=torch.int32)
+    out = torch.empty(4 * 8, dtype=torch.int32)
+    ticket_kernel[(4,)](counter, out, BLOCK=8)
+    assert counter.item() == 32
+    assert sorted(out.tolist()) == list(range(32))

@@ -198,11 +198,132 @@ _UN = {
 }
 
 
-class Executable:
-    """A compiled interpreter kernel; `run(grid, args)` executes every program of `grid`."""
+_GROUP_OPS = frozenset(
+    {
+        "constant",
+        "arange",
+        "broadcast",
+        "binary",
+        "cmp",
+        "unary",
+        "cast",
+        "where",
+        "fma",
+        "ptr_add",
+        "load",
+        "store",
+        "program_id",
+        "num_programs",
+    }
+)
+_GROUP_TARGET = 1 << 16  # elements per grouped super-program
 
-    def __init__(self, fn: Function):
+
+def groupable_block(fn: Function) -> int | None:
+    """Block length N if consecutive programs of `fn` can run as one program of P*N lanes, else None.
+
+    Holds for straight-line 1-D elementwise kernels whose program-dependent integers are all of the form
+    ``pid*N + lane + c`` (the `offs = pid * BLOCK + tl.arange(0, BLOCK)` pattern): every lane then
+    computes exactly what it computes in its own program.  Integer values are tracked as affine forms
+    ``a*pid + l*lane + invariant`` (None = opaque data); any value that reaches an op other than
+    add/sub/mul-by-constant/cast/broadcast must satisfy ``a == l*N``."""
+    n = None
+    for op in fn.body.ops:
+        if op.opcode not in _GROUP_OPS or op.regions:
+            return None
+        for r in op.results:
+            shp = r.type.shape
+            if shp:
+                if len(shp) != 1 or (n is not None and shp[0] != n):
+                    return None
+                n = shp[0]
+    if n is None:
+        return None
+    form: dict[int, tuple[int, int] | None] = {}
+    const: dict[int, object] = {}
+    for prm in fn.params:
+        if prm.kind in ("ptr", "scalar"):
+            form[prm.value.id] = (0, 0)
+
+    def valid(v):
+        f = form.get(v.id) if v is not None else None
+        return f is None or f[0] == f[1] * n
+
+    for op in fn.body.ops:
+        oc = op.opcode
+        ops = op.operands
+        r = op.result.id if op.results else None
+        is_int = bool(op.results) and (op.result.type.dtype.is_int() or op.result.type.dtype.is_ptr())
+        if oc == "program_id":
+            if op.attrs["axis"] != 0:
+                return None
+            form[r] = (1, 0)
+        elif oc in ("num_programs", "constant"):
+            form[r] = (0, 0)
+            if oc == "constant":
+                const[r] = op.attrs["value"]
+        elif oc == "arange":
+            form[r] = (0, 1)
+        elif oc == "broadcast" or (oc == "cast" and is_int and ops[0].type.dtype.is_int()):
+            form[r] = form.get(ops[0].id)
+            if oc == "broadcast" and ops[0].id in const:
+                const[r] = const[ops[0].id]
+        elif oc in ("binary", "ptr_add") and op.attrs.get("op", "add") in ("add", "sub", "mul") and is_int:
+            fa, fb = form.get(ops[0].id), form.get(ops[1].id)
+            name = op.attrs.get("op", "add")
+            if name == "mul":
+                ca, cb = const.get(ops[0].id), const.get(ops[1].id)
+                if fa is not None and cb is not None:
+                    form[r] = (fa[0] * cb, fa[1] * cb)
+                elif fb is not None and ca is not None:
+                    form[r] = (fb[0] * ca, fb[1] * ca)
+                elif fa == (0, 0) and fb == (0, 0):
+                    form[r] = (0, 0)
+                elif valid(ops[0]) and valid(ops[1]):
+                    form[r] = None
+                else:
+                    return None
+            elif fa is not None and fb is not None:
+                sg = -1 if name == "sub" else 1
+                form[r] = (fa[0] + sg * fb[0], fa[1] + sg * fb[1])
+            elif valid(ops[0]) and valid(ops[1]):
+                form[r] = None
+            else:
+                return None
+        else:
+            if not all(valid(o) for o in ops):
+                return None
+            if r is not None:
+                pure_inv = all(o is None or form.get(o.id) == (0, 0) for o in ops)
+                form[r] = (0, 0) if (pure_inv and oc != "load" and not op.result.type.shape) else None
+    return n
+
+
+def regroup(fn: Function, n: int, p: int) -> Function:
+    """A copy of `fn` whose [n] blocks are [p*n] blocks (see `groupable_block`)."""
+    import copy
+
+    g = copy.deepcopy(fn)
+    for op in g.walk():
+        for v in op.results:
+            if v.type.shape == (n,):
+                v.type = v.type.with_shape((p * n,))
+        if op.opcode == "arange":
+            op.attrs["end"] = op.attrs["start"] + p * n
+    return g
+
+
+class Executable:
+    """A compiled interpreter kernel; `run(grid, args)` executes every program of `grid`.
+
+    Straight-line 1-D elementwise kernels (see `groupable_block`) run groups of consecutive programs as
+    one wider program; everything else runs program by program."""
+
+    def __init__(self, fn: Function, group: int = 1):
         self.fn = fn
+        self.group = group
+        self.group_n = groupable_block(fn) if group == 1 else None
+        self._grouped: dict[int, Executable] = {}
         self.mem: list = [None] * len(fn.params)
         self._lock = threading.RLock()  # per-launch state (memory views, program id) lives here
         self.pid = (0, 0, 0)
@@ -213,6 +334,12 @@ class Executable:
         self.alias: dict[int, int] = {}
         self._cse(fn.body, {})
         self.used = {o.id for op in fn.walk() for o in op.operands if o is not None}
+        self.written_roots = {
+            (op.attrs["root"] if "root" in op.attrs else op.operands[0].type.root)
+            for op in fn.walk()
+            if op.opcode in ("store", "atomic", "atomic_cas", "block_store")
+        }
+        self.no_copy = [False] * len(fn.params)
         self._elide_broadcasts(fn)
         self.uniform: set[int] = set()
         self.contig: set[int] = set()
@@ -365,7 +492,9 @@ class Executable:
             ok = vid in users
             for op, k in users.get(vid, []):
                 res = op.result.id if op.results else None
-                if res is not None and res not in self.alias and (res in C or res in M):
+                if res is not None and res in self.alias:
+                    continue  # a CSE'd or elided op never runs
+                if res is not None and (res in C or res in M):
                     continue
                 if (
                     op.opcode in ("load", "store")
@@ -386,7 +515,12 @@ class Executable:
             if loc
             else ""
         )
-        return KernelRuntimeError(f"{where}kernel '{self.fn.name}', program {self.pid}: {msg}")
+        prog = (
+            f"program {self.pid}"
+            if self.group == 1
+            else f"one of programs ({self.pid[0]}..{self.pid[0] + self.group - 1}, 0, 0)"
+        )
+        return KernelRuntimeError(f"{where}kernel '{self.fn.name}', {prog}: {msg}")
 
     def _compile_top(self, block):
         launch, program = [], []
@@ -449,9 +583,21 @@ class Executable:
     # ---------------------------------------------------------------- run
     def run(self, grid, args):
         with self._lock:
+            gx, gy, gz = grid
+            if self.group_n is not None and gy == 1 and gz == 1:
+                p = min(gx, max(1, _GROUP_TARGET // self.group_n))
+                if p >= 2:
+                    sub = self._grouped.get(p)
+                    if sub is None:
+                        sub = self._grouped[p] = Executable(regroup(self.fn, self.group_n, p), group=p)
+                    q = gx // p
+                    sub._launch((q, 1, 1), args, nprog=tuple(grid))
+                    if q * p < gx:
+                        self._launch(grid, args, x_start=q * p)
+                    return
             self._launch(grid, args)
 
-    def _launch(self, grid, args):
+    def _launch(self, grid, args, x_start=0, nprog=None):
         env = list(self.template)
         for i, vid, ty in self.param_ids:
             a = args[i]
@@ -468,27 +614,37 @@ class Executable:
                     if ty.dtype.is_floating()
                     else _npd(ty.dtype).type(a)
                 )
-        self.nprog = tuple(grid)
+        self.nprog = tuple(nprog or grid)
+        # loads may return views instead of copies for arguments nothing in this launch writes to
+        written = [self.mem[i] for i in self.written_roots if self.mem[i] is not None]
+        for i in range(len(self.mem)):
+            a = self.mem[i]
+            self.no_copy[i] = (
+                a is not None
+                and i not in self.written_roots
+                and not any(np.may_share_memory(a, w) for w in written)
+            )
         try:
-            self._run(env, grid)
+            self._run(env, grid, x_start)
         finally:
             for i in range(len(self.mem)):
                 self.mem[i] = None
 
-    def _run(self, env, grid):
+    def _run(self, env, grid, x_start=0):
         gx, gy, gz = grid
         ops = self.program_ops
         slots = self.pid_slots
+        scale = self.group
         with np.errstate(all="ignore"):
             for f in self.launch_ops:
                 f(env)
             for z in range(gz):
                 for y in range(gy):
-                    for x in range(gx):
-                        self.pid = (x, y, z)
+                    for x in range(x_start, gx):
+                        self.pid = (x * scale, y, z)
                         e = env.copy()
                         for vid, axis in slots:
-                            e[vid] = np.int32((x, y, z)[axis])
+                            e[vid] = np.int32((x * scale, y, z)[axis])
                         for f in ops:
                             f(e)
 
@@ -512,6 +668,9 @@ class Executable:
         n = op.result.type.shape[0] if op.result.type.shape else 1
         oc = op.opcode
         lazy_out = r in self.lazy
+        fast = self._symbolic_fast(op, r, n, oc) if lazy_out else None
+        if fast is not None:
+            return fast
         if r in self.contig:
             if oc == "arange":
                 st = op.attrs["start"]
@@ -586,6 +745,63 @@ class Executable:
                 m = np.zeros(n, np.bool_)
                 m[lo:hi] = True
                 e[r] = m
+
+        return run
+
+    def _symbolic_fast(self, op, r, n, oc):
+        """Specialised closures for the common all-lazy cases (no helper calls per program)."""
+        ids = [self._id(o) for o in op.operands]
+        lazy, scal = self.lazy, self.scalar_ids
+        if r in self.contig:
+            if oc == "cast" and ids[0] in lazy:
+                (a,) = ids
+
+                def run(e):
+                    e[r] = e[a]
+
+                return run
+            if oc in ("binary", "ptr_add"):
+                a, b = ids
+                sub = op.attrs.get("op") == "sub"
+                if a in lazy and b in scal:
+                    if sub:
+
+                        def run(e):
+                            e[r] = e[a] - int(e[b])
+                    else:
+
+                        def run(e):
+                            e[r] = e[a] + int(e[b])
+
+                    return run
+                if b in lazy and a in scal and not sub:
+
+                    def run(e):
+                        e[r] = int(e[a]) + e[b]
+
+                    return run
+            return None
+        if oc != "cmp":
+            return None
+        a, b = ids
+        cmp = op.attrs["op"]
+        if b in lazy and a in scal:
+            a, b = b, a
+            cmp = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[cmp]
+        if not (a in lazy and b in scal):
+            return None
+        if cmp in ("lt", "le"):
+            extra = 1 if cmp == "le" else 0
+
+            def run(e):
+                d = int(e[b]) - e[a] + extra
+                e[r] = (0, n if d > n else (d if d > 0 else 0))
+        else:
+            extra = 1 if cmp == "gt" else 0
+
+            def run(e):
+                d = int(e[b]) - e[a] + extra
+                e[r] = (n if d > n else (d if d > 0 else 0), n)
 
         return run
 
@@ -1004,6 +1220,7 @@ class Executable:
 
         if len(shape) != 1 or p not in self.contig:
             return run
+        no_copy = self.no_copy
         start, mask_kind, n = self._contig_mem(op, "load")
         interval = mask_kind if callable(mask_kind) else None
         arange_n = np.arange(n, dtype=np.int64)
@@ -1029,12 +1246,23 @@ class Executable:
             if lo < hi and (a < 0 or b > arr.shape[0]):
                 check(op, root, np.arange(a, b, dtype=np.int64), "load")
             if lo == 0 and hi == n:
-                e[r] = arr[a:b].copy()
+                e[r] = arr[a:b] if no_copy[root] else arr[a:b].copy()
                 return
             out = np.array(e[o], dtype=nd) if o is not None else np.zeros(shape, nd)
             out[lo:hi] = arr[a:b]
             e[r] = out
 
+        if p in self.lazy and (m is None or m in self.lazy):
+
+            def run_fast(e):
+                arr = mem[root]
+                s0 = e[p]
+                if (m is None or e[m] == (0, n)) and s0 >= 0 and s0 + n <= arr.shape[0]:
+                    e[r] = arr[s0 : s0 + n] if no_copy[root] else arr[s0 : s0 + n].copy()
+                else:
+                    run_contig(e)
+
+            return run_fast
         return run_contig
 
     def _op_store(self, op):
@@ -1090,6 +1318,17 @@ class Executable:
             if lo < hi:
                 arr[a:b] = e[v][lo:hi] if (lo, hi) != (0, n) else e[v]
 
+        if p in self.lazy and (m is None or m in self.lazy):
+
+            def run_fast(e):
+                arr = mem[root]
+                s0 = e[p]
+                if (m is None or e[m] == (0, n)) and s0 >= 0 and s0 + n <= arr.shape[0]:
+                    arr[s0 : s0 + n] = e[v]
+                else:
+                    run_contig(e)
+
+            return run_fast
         return run_contig
 
     def _op_atomic(self, op):

@@ -343,3 +343,78 @@ def test_atomic_add_returns_distinct_old_values_for_duplicate_addresses():
     ticket_kernel[(4,)](counter, out, BLOCK=8)
     assert counter.item() == 32
     assert sorted(out.tolist()) == list(range(32))
+
+
+@triton.jit
+def inplace_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, x * 0.0)  # out may alias x: the loaded x must not change
+    y = tl.load(y_ptr + offs)
+    tl.store(out_ptr + offs, x + y)
+
+
+def test_loads_are_snapshots_even_when_arguments_alias():
+    x, y = torch.randn(16), torch.randn(16)
+    ref = x + y
+    inplace_kernel[(1,)](x, y, x, BLOCK=16)
+    assert torch.equal(x, ref)
+
+
+@triton.jit
+def strided_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * (2 * BLOCK) + tl.arange(0, BLOCK)  # programs skip every other block
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr + offs, x * tl.arange(0, BLOCK).to(tl.float32) + pid, mask=offs < n)
+
+
+@triton.jit
+def scale_shift_kernel(x_ptr, out_ptr, s_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    s = tl.load(s_ptr)
+    x = tl.load(x_ptr + offs, mask=mask, other=1.0)
+    y = tl.where(x > 0, x * s, tl.exp(x)) + offs.to(tl.float32) / n
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask & (offs % 3 != 0))
+
+
+def test_program_grouping_is_exact():
+    from torch_rbln.dsl.backends.interpret import groupable_block
+
+    n = 70_001  # grid not a multiple of the group size, last block partial
+    x = torch.randn(n)
+    s = torch.tensor([1.5])
+    out = torch.zeros(n, dtype=torch.float16)
+    ck = scale_shift_kernel[(triton.cdiv(n, 64),)](x, out, s, n, BLOCK=64)
+    assert groupable_block(ck.ir) == 64
+    idx = torch.arange(n)
+    ref = (torch.where(x > 0, x * 1.5, torch.exp(x)) + idx.float() / n).half()
+    ref[idx % 3 == 0] = 0
+    assert_close(out, ref, torch.float16)
+    # bit-identical to running every program on its own
+    from torch_rbln.dsl.backends.interpret import Executable
+    from torch_rbln.dsl.jit import _runtime_args
+
+    solo = Executable(ck.ir)
+    solo.group_n = None
+    out_solo = torch.zeros(n, dtype=torch.float16)
+    solo.run((triton.cdiv(n, 64), 1, 1), _runtime_args(ck.ir, dict(x_ptr=x, out_ptr=out_solo, s_ptr=s, n=n,
+                                                                    BLOCK=64)))
+    assert torch.equal(out, out_solo)
+    out2 = torch.zeros(n)
+    ck2 = strided_kernel[(triton.cdiv(n, 128),)](x, out2, n, BLOCK=64)
+    assert groupable_block(ck2.ir) is None
+    ref2 = torch.zeros(n)
+    for p in range(triton.cdiv(n, 128)):
+        lo, hi = p * 128, min(p * 128 + 64, n)
+        ref2[lo:hi] = x[lo:hi] * torch.arange(hi - lo).float() + p
+    assert torch.equal(out2, ref2)
+
+
+def test_grouped_out_of_bounds_is_reported():
+    x = torch.zeros(1000)
+    out = torch.zeros(1000)
+    with pytest.raises(tl.KernelRuntimeError, match="out-of-bounds load of argument 'x_ptr'"):
+        scale_shift_kernel[(20,)](x, out, torch.ones(1), 1280, BLOCK=64)  # mask allows lanes past 1000

@@ -3,7 +3,8 @@
     python benchmarks/dsl_interpreter.py [--repeats N]
 
 Targets (issue 4): vector add (2^20 f32, BLOCK 1024) <= 130x torch; row softmax (1024x1024 f32, one row
-per program) <= 700x torch.
+per program) <= 700x torch.  The interpreter runs consecutive programs of straight-line 1-D elementwise
+kernels (vector add) as one wide program; the extra row shows the same launch program by program.
 """
 
 from __future__ import annotations
@@ -80,6 +81,14 @@ def main(argv=None) -> list[tuple[str, float, float, float, float]]:
     assert torch.equal(out, x + y)
     t_torch = torch_time(lambda: torch.add(x, y, out=out), inner=10)
     rows.append(("vector add 2^20 f32, BLOCK 1024", t_dsl, t_torch, t_dsl / t_torch, 130.0))
+    from torch_rbln.dsl.backends import interpret
+
+    interpret.GROUP_PROGRAMS = False  # the same launch, one program at a time
+    try:
+        t_solo = median_time(lambda: add_kernel[(1024,)](x, y, out, n, BLOCK_SIZE=1024), args.repeats)
+    finally:
+        interpret.GROUP_PROGRAMS = True
+    rows.append(("  same, program by program (grouping off)", t_solo, t_torch, t_solo / t_torch, 130.0))
 
     a = torch.randn(1024, 1024)
     o = torch.empty_like(a)

@@ -217,6 +217,7 @@ _GROUP_OPS = frozenset(
     }
 )
 _GROUP_TARGET = 1 << 16  # elements per grouped super-program
+GROUP_PROGRAMS = True  # module switch (benchmarks/tests turn it off to measure program-by-program runs)
 
 
 def groupable_block(fn: Function) -> int | None:
@@ -584,7 +585,7 @@ class Executable:
     def run(self, grid, args):
         with self._lock:
             gx, gy, gz = grid
-            if self.group_n is not None and gy == 1 and gz == 1:
+            if GROUP_PROGRAMS and self.group_n is not None and gy == 1 and gz == 1:
                 p = min(gx, max(1, _GROUP_TARGET // self.group_n))
                 if p >= 2:
                     sub = self._grouped.get(p)

@@ -587,6 +587,7 @@ class Executable:
             gx, gy, gz = grid
             if GROUP_PROGRAMS and self.group_n is not None and gy == 1 and gz == 1:
                 p = min(gx, max(1, _GROUP_TARGET // self.group_n))
+                p = 1 << (p.bit_length() - 1)  # powers of two: few grouped executables per kernel
                 if p >= 2:
                     sub = self._grouped.get(p)
                     if sub is None:

@@ -690,10 +690,20 @@ def minmax(op, a, b, propagate_nan=None):
 # ---------------------------------------------------------------------------------------------------
 # casts and shapes
 # ---------------------------------------------------------------------------------------------------
+def as_dtype(dt) -> dtype:
+    """A DSL dtype from a DSL dtype or a torch dtype (accepted for convenience)."""
+    dt = unwrap(dt)
+    if isinstance(dt, dtype):
+        return dt
+    if type(dt).__name__ == "dtype" and type(dt).__module__ == "torch":
+        d = D.from_torch(dt)
+        if d is not None:
+            return d
+    raise DSLError(f"expected a dtype, got {dt!r}")
+
+
 def cast(x, dt, bitcast=False, fp_downcast_rounding=None) -> tensor:
-    x, dt = unwrap(x), unwrap(dt)
-    if not isinstance(dt, dtype):
-        raise DSLError(f"expected a dtype, got {dt!r}")
+    x, dt = unwrap(x), as_dtype(dt)
     if not isinstance(x, tensor):
         return to_tensor(x, dt) if not bitcast else cast(to_tensor(x), dt, bitcast=True)
     _check_tensor(x)
@@ -828,10 +838,8 @@ def arange(start, end) -> tensor:
 
 def full(shape, value, dt) -> tensor:
     shape = _shape_arg(shape)
-    dt = unwrap(dt)
+    dt = as_dtype(dt)
     value = unwrap(value)
-    if not isinstance(dt, dtype):
-        raise DSLError(f"expected a dtype, got {dt!r}")
     if isinstance(value, tensor):
         if value.shape != ():
             raise DSLError("tl.full value must be a scalar")

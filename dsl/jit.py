@@ -158,7 +158,13 @@ class JITFunction:
         ann = getattr(fn, "__annotations__", {})
         self.constexpr_params = {n for n, a in ann.items() if n != "return" and _is_constexpr_annotation(a)}
         self.filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
-        lines, start = inspect.getsourcelines(fn)
+        try:
+            lines, start = inspect.getsourcelines(fn)
+        except OSError as e:
+            raise TypeError(
+                f"@jit needs the source code of {fn.__qualname__} (define kernels in a file, not in "
+                f"an interactive `python -c` / REPL string): {e}"
+            ) from None
         self._lines = lines
         first = lines[0]
         self.col_offset = len(first) - len(first.lstrip())

@@ -29,10 +29,12 @@ def next_power_of_2(n: int) -> int:
 
 
 def __getattr__(name):
-    if name in ("rbln", "language"):
-        import importlib
+    import importlib
 
+    if name in ("rbln", "language"):
         return importlib.import_module(f"{__name__}.{name}")
+    if name in ("autotune", "Config"):  # `triton.autotune` / `triton.Config` live in torch_rbln.autotune
+        return getattr(importlib.import_module("torch_rbln.autotune"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

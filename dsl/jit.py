@@ -23,7 +23,15 @@ from . import dtypes as D
 from .errors import CompilationError, LaunchError
 from .semantic import constexpr, unwrap
 
-__all__ = ["JITFunction", "jit", "CompiledKernel", "Specialization", "specialize", "heuristics"]
+__all__ = [
+    "JITFunction",
+    "jit",
+    "CompiledKernel",
+    "Specialization",
+    "specialize",
+    "heuristics",
+    "artifact_key",
+]
 
 # launch options Triton accepts that mean nothing here
 _IGNORED_LAUNCH_OPTIONS = {
@@ -111,6 +119,22 @@ def specialize(jf: JITFunction, arguments: dict) -> Specialization:
             parts.append("s:" + dt.name)
     key = hashlib.sha256("|".join(parts).encode()).hexdigest()
     return Specialization(tuple(params), key)
+
+
+def artifact_key(spec: Specialization, backend: str, extra: str = "") -> str:
+    """Key for a backend artifact derived from a specialisation (e.g. an on-disk compile cache entry):
+    the specialisation key plus the backend name, `extra` (e.g. a template hash) and the versions of
+    torch_rbln, numpy and Python."""
+    import platform
+
+    import numpy
+
+    try:
+        from torch_rbln import __version__ as trv
+    except Exception:  # pragma: no cover - partial installs
+        trv = "?"
+    parts = [spec.key, backend, extra, trv, numpy.__version__, platform.python_version()]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
 class CompiledKernel:

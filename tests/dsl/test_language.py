@@ -402,6 +402,9 @@ def test_specialization_and_cache():
         a = add_kernel.bind(variant[:4], {"BLOCK_SIZE": variant[4]})
         keys.add(tl.specialize(add_kernel, a).key)
     assert len(keys) == 4
+    from torch_rbln.dsl.jit import artifact_key
+
+    assert artifact_key(spec, "interpret") != artifact_key(spec, "numba") == artifact_key(spec, "numba")
     a64 = add_kernel.bind((x, y, out, 2 ** 40), {"BLOCK_SIZE": 8})
     assert dict((p[0], p[2]) for p in tl.specialize(add_kernel, a64).params)["n_elements"] == "int64"
     # the IR has static shapes and dtypes on every value

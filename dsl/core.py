@@ -287,6 +287,87 @@ def abs(x):
 
 
 @builtin
+def umulhi(x, y):
+    """High 32 bits of the 64-bit product of two 32-bit integers."""
+    a, b = S._prepare(x, y)
+    if not a.dtype.is_int() or a.dtype.primitive_bitwidth > 32:
+        raise DSLError(f"umulhi needs integers of at most 32 bits, got {a.dtype}")
+    return S.current().emit1("binary", [a.handle, b.handle], a.type, {"op": "umulhi"})
+
+
+# ---- random numbers: Philox 4x32 as in triton.language.random --------------------------------------
+_PHILOX_KEY_A = 0x9E3779B9
+_PHILOX_KEY_B = 0xBB67AE85
+_PHILOX_ROUND_A = 0xD2511F53
+_PHILOX_ROUND_B = 0xCD9E8D57
+N_ROUNDS_DEFAULT = 10
+
+
+def _philox(seed, c0, c1, c2, c3, n_rounds):
+    seed = S.cast(
+        S.to_tensor(_u(seed)), int64 if not isinstance(_u(seed), tensor) else S.to_tensor(_u(seed)).dtype
+    )
+    seed = (
+        S.cast(seed, uint64, bitcast=seed.dtype.is_int_signed() and seed.dtype.primitive_bitwidth == 64)
+        if seed.dtype.primitive_bitwidth == 64
+        else S.cast(seed, uint64)
+    )
+    k0 = S.cast(seed & 0xFFFFFFFF, uint32)
+    k1 = S.cast((seed >> 32) & 0xFFFFFFFF, uint32)
+    c0, c1, c2, c3 = (S.cast(c, uint32, bitcast=c.dtype is int32) for c in (c0, c1, c2, c3))
+    for _ in _py.range(int(_u(n_rounds))):
+        _c0, _c2 = c0, c2
+        c0 = umulhi(S.constant(_PHILOX_ROUND_B, uint32), _c2) ^ c1 ^ k0
+        c2 = umulhi(S.constant(_PHILOX_ROUND_A, uint32), _c0) ^ c3 ^ k1
+        c1 = S.constant(_PHILOX_ROUND_B, uint32) * _c2
+        c3 = S.constant(_PHILOX_ROUND_A, uint32) * _c0
+        k0 = k0 + S.constant(_PHILOX_KEY_A, uint32)
+        k1 = k1 + S.constant(_PHILOX_KEY_B, uint32)
+    return c0, c1, c2, c3
+
+
+@builtin
+def randint4x(seed, offset, n_rounds=N_ROUNDS_DEFAULT):
+    """Four blocks of random uint32 from (seed, offset) with Philox 4x32 (Triton's algorithm)."""
+    off = S.to_tensor(_u(offset))
+    if off.dtype.is_int_signed() and off.dtype.primitive_bitwidth == 32:
+        off = S.cast(off, uint32, bitcast=True)
+    else:
+        off = S.cast(off, uint32)
+    zero = off * 0
+    return _philox(seed, off, zero, zero, zero, n_rounds)
+
+
+@builtin
+def randint(seed, offset, n_rounds=N_ROUNDS_DEFAULT):
+    """A block of random uint32 from (seed, offset) (the first Philox output)."""
+    return randint4x(seed, offset, n_rounds)[0]
+
+
+def _uint_to_uniform_float(x):
+    x = S.cast(x, int32, bitcast=True)
+    x = S.where(S.compare("lt", x, 0), -x - 1, x)
+    return S.cast(x, float32) * 4.6566127342e-10
+
+
+@builtin
+def rand(seed, offset, n_rounds=N_ROUNDS_DEFAULT):
+    """Uniform fp32 in [0, 1) from (seed, offset)."""
+    return _uint_to_uniform_float(randint(seed, offset, n_rounds))
+
+
+@builtin
+def randn(seed, offset, n_rounds=N_ROUNDS_DEFAULT):
+    """Standard normal fp32 from (seed, offset) (Box-Muller on two Philox outputs)."""
+    i1, i2, _, _ = randint4x(seed, offset, n_rounds)
+    u1 = S.minmax("maximum", _uint_to_uniform_float(i1), 1.0e-7)
+    u2 = _uint_to_uniform_float(i2)
+    th = u2 * 6.283185307179586
+    r = S.unary("sqrt", S.unary("log", u1) * -2.0)
+    return r * S.unary("cos", th)
+
+
+@builtin
 def div_rn(x, y):
     return S.truediv(x, y)
 

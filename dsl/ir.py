@@ -202,6 +202,7 @@ ELEMENTWISE_BINARY = {
     "minimum": "elementwise min (NaN propagates)",
     "pow": "a ** b (floats)",
     "atan2": "atan2(a, b)",
+    "umulhi": "high half of the double-width product of two unsigned/signed ints",
 }
 COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 ELEMENTWISE_UNARY = {

@@ -140,6 +140,7 @@ _BIN = {
     "minimum": np.minimum,
     "pow": np.power,
     "atan2": np.arctan2,
+    "umulhi": None,  # specialised in _op_binary
 }
 _CMP = {
     "eq": np.equal,
@@ -942,6 +943,16 @@ class Executable:
             def run(e):
                 x, s = e[a], e[b]
                 e[r] = np.where((s < 0) | (s >= bits), 0, f(x, np.clip(s, 0, bits - 1))).astype(x.dtype)[()]
+
+            return run
+        if name == "umulhi":
+            bits = dt.primitive_bitwidth
+            wide = np.uint64 if dt.is_int_unsigned() else np.int64
+
+            def run(e):
+                x, y = e[a], e[b]
+                prod = np.asarray(x).astype(wide) * np.asarray(y).astype(wide)
+                e[r] = (prod >> bits).astype(x.dtype)[()]
 
             return run
         if name == "floordiv" and dt.is_int():

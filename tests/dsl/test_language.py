@@ -624,3 +624,30 @@ def test_autotune_and_config_are_forwarded():
     except Exception as e:  # built concurrently by another package
         pytest.skip(f"torch_rbln.autotune unavailable: {e}")
     assert triton.autotune is at.autotune and triton.Config is at.Config
+
+
+@triton.jit
+def philox_kernel(o_ptr, u_ptr, n_ptr, seed, N: tl.constexpr):
+    a, b, c, d = tl.randint4x(seed, 0)
+    tl.store(o_ptr, a.to(tl.int64))
+    tl.store(o_ptr + 1, b.to(tl.int64))
+    tl.store(o_ptr + 2, c.to(tl.int64))
+    tl.store(o_ptr + 3, d.to(tl.int64))
+    offs = tl.arange(0, N)
+    tl.store(u_ptr + offs, tl.rand(seed, offs))
+    tl.store(n_ptr + offs, tl.randn(seed, offs))
+
+
+def test_philox_random_numbers():
+    o = torch.empty(4, dtype=torch.int64)
+    u, z = torch.empty(4096), torch.empty(4096)
+    philox_kernel[(1,)](o, u, z, 0, N=4096)
+    # Random123 known-answer vector for Philox4x32-10, counter 0 and key 0
+    assert o.tolist() == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+    assert 0 <= u.min() and u.max() < 1 and abs(u.mean().item() - 0.5) < 0.02
+    assert abs(z.mean().item()) < 0.06 and abs(z.std().item() - 1) < 0.05
+    u2 = torch.empty(4096)
+    philox_kernel[(1,)](o, u2, z, 0, N=4096)
+    assert torch.equal(u, u2)  # deterministic in (seed, offset)
+    philox_kernel[(1,)](o, u2, z, 1234, N=4096)
+    assert not torch.equal(u, u2)

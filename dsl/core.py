@@ -304,14 +304,13 @@ N_ROUNDS_DEFAULT = 10
 
 
 def _philox(seed, c0, c1, c2, c3, n_rounds):
-    seed = S.cast(
-        S.to_tensor(_u(seed)), int64 if not isinstance(_u(seed), tensor) else S.to_tensor(_u(seed)).dtype
-    )
-    seed = (
-        S.cast(seed, uint64, bitcast=seed.dtype.is_int_signed() and seed.dtype.primitive_bitwidth == 64)
-        if seed.dtype.primitive_bitwidth == 64
-        else S.cast(seed, uint64)
-    )
+    seed = S.to_tensor(_u(seed))
+    if not seed.dtype.is_int():
+        raise DSLError(f"the random seed must be an integer, got {seed.dtype}")
+    if seed.dtype.is_int_signed():  # sign-extend, then reinterpret (as Triton's .to(tl.uint64))
+        seed = S.cast(S.cast(seed, int64), uint64, bitcast=True)
+    else:
+        seed = S.cast(seed, uint64)
     k0 = S.cast(seed & 0xFFFFFFFF, uint32)
     k1 = S.cast((seed >> 32) & 0xFFFFFFFF, uint32)
     c0, c1, c2, c3 = (S.cast(c, uint32, bitcast=c.dtype is int32) for c in (c0, c1, c2, c3))

@@ -36,12 +36,14 @@ _overrides = threading.local()
 
 @contextlib.contextmanager
 def tuning_options(*, time_budget: float | None = None, max_trials: int | None = None,
-                   retune: bool = False, warmup: float | None = None, rep: float | None = None):
+                   retune: bool = False, warmup: float | None = None, rep: float | None = None,
+                   store=None):
     """Override search budgets for tunings started in this thread (used by ``rbln-autotune warm``).
-    `retune=True` ignores stored decisions and trials (measures again)."""
+    `retune=True` ignores stored decisions and trials (measures again); `store` (a path or `Store`)
+    replaces every kernel's store."""
     old = getattr(_overrides, "value", None)
     _overrides.value = {"time_budget": time_budget, "max_trials": max_trials, "retune": retune,
-                        "warmup": warmup, "rep": rep}
+                        "warmup": warmup, "rep": rep, "store": store}
     try:
         yield
     finally:
@@ -116,6 +118,7 @@ class Autotuner:
         self._store = store
         self.cache: dict[tuple, Config] = {}
         self.best_config: Config | None = None
+        self.last_decision: dict | None = None  # the decision row behind the latest tuning / store hit
         self.configs_timings: dict[Config, float | None] | None = None
         self.bench_time = 0.0
         self._tune_lock = threading.RLock()
@@ -139,13 +142,12 @@ class Autotuner:
     def store(self):
         from .store import Store, get_store
 
-        s = self._store
+        s = _override("store") or self._store
         if s is None:
             return get_store()
         if isinstance(s, Store):
             return s
-        self._store = s = get_store(s)
-        return s
+        return get_store(s)
 
     def reset(self) -> None:
         """Forget the in-process memo (the store is kept)."""
@@ -249,6 +251,7 @@ class Autotuner:
         for c in candidates:
             if c.id == dec["config"]:
                 counters["store_hits"] += 1
+                self.last_decision = dec
                 return c
         return None
 
@@ -436,6 +439,7 @@ class Autotuner:
             "compiler": _compiler_version(ctx["backend"]), "host": hostname(), "created_at": time.time(),
         }
         self._store_call("write", lambda: store.record_decision(decision))
+        self.last_decision = decision
         return best
 
     def _trial_row(self, ctx, cfg: Config, status, error, samples) -> dict:

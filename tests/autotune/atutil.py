@@ -73,3 +73,30 @@ def run_python(code: str, env: dict, cwd=None, timeout=120) -> subprocess.Comple
     full.update(env)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full, cwd=cwd or REPO,
                           capture_output=True, text=True, timeout=timeout)
+
+
+# module-level autotuned kernels for the CLI's manifests ("atutil:add_tuned")
+add_tuned = make_add(name="atutil:add_tuned", bucket="pow2")
+
+
+@triton.jit
+def broken_kernel(x_ptr, n, BLOCK_SIZE: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK_SIZE), missing_name)  # noqa: F821  (every config fails to compile)
+
+
+broken_tuned = autotune(configs=configs((64, 128)), key=["n"], name="atutil:broken_tuned",
+                        **FAST)(broken_kernel)
+
+
+def manifest(path, kernels):
+    """Write a manifest file; `kernels` is the Python form of the JSON document's "kernels" list."""
+    import json
+
+    path.write_text(json.dumps({"kernels": kernels}, indent=2))
+    return str(path)
+
+
+def add_launch(sizes=(1000, 3000), dtype="float32"):
+    t = {"shape": ["$n"], "dtype": dtype}
+    return {"sizes": {"n": list(sizes)}, "args": [t, t, dict(t, init="zeros"), "$n"],
+            "grid": ["cdiv(n_elements, BLOCK_SIZE)"]}

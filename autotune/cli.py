@@ -1,0 +1,515 @@
+"""``rbln-autotune``: warm, inspect, prune, export and merge the autotune database.
+
+Usage (``--db PATH`` anywhere selects the database; default ``TORCH_RBLN_AUTOTUNE_DB``)::
+
+    rbln-autotune warm MANIFEST.json [--jobs N] [--time-budget SECONDS] [--force] [--kernel NAME]
+    rbln-autotune list [--kernel NAME] [--json]
+    rbln-autotune show KERNEL [--json]
+    rbln-autotune stats [--json]
+    rbln-autotune prune [--older-than 30d] [--keep-best-only] [--failed] [--keep-stale] [--dry-run]
+    rbln-autotune export [-o FILE] [--kernel NAME]
+    rbln-autotune import FILE
+    rbln-autotune clear [--kernel NAME]
+
+`warm` tunes every launch of a manifest (format: `torch_rbln.autotune.manifest`), in ``--jobs`` worker
+processes, with a progress bar and a summary table; `--time-budget` bounds each key's search.  `prune`
+removes stale source hashes (every hash of a kernel but the most recently tuned one) unless
+``--keep-stale``, plus what its options select.  `import` merges an export: for the same trial or
+decision on the same device kind the faster measurement is kept, and decisions that disagree are listed
+as conflicts.  Exit status: 0 success, 1 errors while working (failed launches, unknown kernel, database
+not writable), 2 bad arguments or a malformed manifest / import file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+
+__all__ = ["main", "build_parser"]
+
+
+class CLIError(Exception):
+    def __init__(self, msg: str, code: int = 1):
+        super().__init__(msg)
+        self.code = code
+
+
+# ----------------------------------------------------------------------------------------- formatting
+def _console():
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else 200
+    return Console(width=width, highlight=False, soft_wrap=False)
+
+
+def fmt_config(text: str | None) -> str:
+    if not text:
+        return "-"
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return text
+    parts = [f"{k}={v}" for k, v in d.get("kwargs", {}).items()]
+    parts += [f"{k}={v}" for k, v in d.items() if k != "kwargs"]
+    return ", ".join(parts) or "(default)"
+
+
+def fmt_key(text: str) -> str:
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return text
+    args = ", ".join(f"{k}={v}" for k, v in d.get("args", {}).items())
+    dtypes = ",".join(sorted(set(d.get("dtypes", {}).values()))) or "-"
+    return f"{args or '-'} | {dtypes} | tp={d.get('tp', 1)}"
+
+
+def fmt_us(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.1f}" if v < 1e5 else f"{v / 1e3:,.1f}k"
+
+
+def fmt_age(t) -> str:
+    if not t:
+        return "-"
+    s = max(0.0, time.time() - t)
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= n:
+            return f"{s / n:.0f}{unit} ago"
+    return f"{s:.0f}s ago"
+
+
+def _table(title, columns):
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", show_lines=False)
+    for c in columns:
+        t.add_column(c, overflow="fold", justify="right" if c in _NUMERIC else "left")
+    return t
+
+
+_NUMERIC = {"median us", "iqr us", "mad us", "p10 us", "p90 us", "samples", "trials", "benchmarks", "seconds",
+            "#", "rows"}
+
+
+def parse_duration(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")
+    if not m:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: expected a number with an optional "
+                                         "unit s, m, h, d or w (e.g. 30d, 12h, 90m)")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return v
+
+
+# ----------------------------------------------------------------------------------------- store access
+def _store(args, *, write: bool = False):
+    from .store import Store
+
+    path = args.db
+    if path is None:
+        from torch_rbln import config
+
+        path = config.get("TORCH_RBLN_AUTOTUNE_DB")
+    s = Store(path)
+    if write:
+        try:
+            s._run(lambda conn: None, write=True)
+        except Exception as e:
+            raise CLIError(f"cannot open {path} for writing: {e}") from None
+        if s.degraded:
+            raise CLIError(f"cannot write {path}: {s.degraded}")
+    return s
+
+
+def _match_kernel(store, name: str) -> str:
+    names = sorted({r["name"] for r in store.kernels()} | {r["kernel"] for r in store.decisions()})
+    if name in names:
+        return name
+    hits = [n for n in names if n.endswith(":" + name) or n.endswith("." + name) or n.split(":")[-1] == name]
+    if len(hits) == 1:
+        return hits[0]
+    if len(hits) > 1:
+        raise CLIError(f"kernel name {name!r} is ambiguous: {', '.join(hits)}")
+    known = ", ".join(names) if names else "none"
+    raise CLIError(f"no kernel {name!r} in {store.path} (known kernels: {known})")
+
+
+# ----------------------------------------------------------------------------------------- commands
+def cmd_list(args) -> int:
+    store = _store(args)
+    kernel = _match_kernel(store, args.kernel) if args.kernel else None
+    rows = store.decisions(kernel)
+    current = store.current_hashes()
+    counts = {}
+    for t in store.query("SELECT kernel, source_hash, key, backend, device_kind, COUNT(*) AS n FROM trials "
+                         "GROUP BY kernel, source_hash, key, backend, device_kind"):
+        counts[(t["kernel"], t["source_hash"], t["key"], t["backend"], t["device_kind"])] = t["n"]
+    if args.json:
+        for r in rows:
+            r["stale"] = current.get(r["kernel"]) != r["source_hash"]
+        print(json.dumps(rows, indent=2))
+        return 0
+    con = _console()
+    if not rows:
+        con.print(f"no tuned keys in {store.path}")
+        return 0
+    t = _table(f"{len(rows)} tuned keys in {store.path}",
+               ["kernel", "key (args | dtypes | tp)", "best config", "median us", "iqr us", "trials",
+                "backend", "device", "tuned"])
+    for r in rows:
+        stale = " (stale)" if current.get(r["kernel"]) != r["source_hash"] else ""
+        n = counts.get((r["kernel"], r["source_hash"], r["key"], r["backend"], r["device_kind"]), 0)
+        t.add_row(r["kernel"] + stale, fmt_key(r["key"]), fmt_config(r["config"]), fmt_us(r["median_us"]),
+                  fmt_us(r["iqr_us"]), str(n), r["backend"], r["device_kind"],
+                  f"{fmt_age(r['created_at'])} on {r['host']}")
+    con.print(t)
+    return 0
+
+
+def cmd_show(args) -> int:
+    store = _store(args)
+    kernel = _match_kernel(store, args.kernel)
+    trials = store.trials(kernel)
+    decisions = {(d["source_hash"], d["key"], d["backend"], d["device_kind"]): d
+                 for d in store.decisions(kernel)}
+    current = store.current_hashes().get(kernel)
+    groups: dict[tuple, list] = {}
+    for t in trials:
+        groups.setdefault((t["source_hash"], t["key"], t["backend"], t["device_kind"]), []).append(t)
+    for g in groups.values():
+        g.sort(key=lambda t: (t["status"] != "ok", t["median_us"] if t["median_us"] is not None else 0.0))
+    if args.json:
+        out = []
+        for (h, key, backend, dev), g in groups.items():
+            d = decisions.get((h, key, backend, dev))
+            for t in g:
+                t.pop("samples_json", None)
+            out.append({"kernel": kernel, "source_hash": h, "stale": h != current, "key": json.loads(key),
+                        "backend": backend, "device_kind": dev, "best": d["config"] if d else None,
+                        "trials": g})
+        print(json.dumps(out, indent=2))
+        return 0
+    con = _console()
+    if not groups:
+        con.print(f"{kernel}: no trials")
+        return 0
+    for (h, key, backend, dev), g in groups.items():
+        d = decisions.get((h, key, backend, dev))
+        title = (f"{kernel}  key {fmt_key(key)}  [{backend} on {dev}]  source {h[:12]}"
+                 f"{' (stale)' if h != current else ''}")
+        t = _table(title, ["#", "config", "status", "median us", "iqr us", "mad us", "p10 us", "p90 us",
+                           "samples", "error"])
+        for i, r in enumerate(g, 1):
+            best = d is not None and d["config"] == r["config"]
+            err = (r["error"] or "").strip().splitlines()
+            t.add_row(f"{'*' if best else ''}{i}", fmt_config(r["config"]), r["status"],
+                      fmt_us(r["median_us"]), fmt_us(r["iqr_us"]), fmt_us(r["mad_us"]), fmt_us(r["p10_us"]),
+                      fmt_us(r["p90_us"]),
+                      str(r["samples"] or 0), err[-1][:80] if err else "")
+        con.print(t)
+    con.print("* = decision (best config)")
+    return 0
+
+
+def cmd_stats(args) -> int:
+    store = _store(args)
+    s = store.stats()
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    con = _console()
+    t = _table(f"autotune database {s['path']}", ["what", "value"])
+    for k, v in s.items():
+        if k == "path":
+            continue
+        t.add_row(k.replace("_", " "), ", ".join(v) if isinstance(v, list) else str(v))
+    con.print(t)
+    return 0
+
+
+def cmd_prune(args) -> int:
+    store = _store(args, write=True)
+    counts = store.prune(stale=not args.keep_stale, older_than=args.older_than,
+                         keep_best_only=args.keep_best_only, failed=args.failed, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"{verb}: {counts['decisions']} decisions, {counts['trials']} trials, "
+          f"{counts['kernels']} kernel source hashes")
+    return 0
+
+
+def cmd_clear(args) -> int:
+    store = _store(args, write=True)
+    kernel = _match_kernel(store, args.kernel) if args.kernel else None
+    counts = store.clear(kernel)
+    print(f"removed: {counts['decisions']} decisions, {counts['trials']} trials, {counts['kernels']} kernel "
+          f"source hashes{' of ' + kernel if kernel else ''}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    store = _store(args)
+    kernel = _match_kernel(store, args.kernel) if args.kernel else None
+    data = store.export(kernel)
+    text = json.dumps(data, indent=1, sort_keys=True)
+    if args.output and args.output != "-":
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        except OSError as e:
+            raise CLIError(f"cannot write {args.output}: {e.strerror or e}") from None
+        print(f"exported {len(data['decisions'])} decisions and {len(data['trials'])} trials to "
+              f"{args.output}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+def cmd_import(args) -> int:
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise CLIError(f"cannot read {args.file}: {e.strerror or e}", 2) from None
+    except json.JSONDecodeError as e:
+        raise CLIError(f"{args.file}:{e.lineno}: invalid JSON (column {e.colno}): {e.msg}", 2) from None
+    from .store import validate_export
+
+    try:
+        validate_export(data)
+    except ValueError as e:
+        raise CLIError(f"{args.file}: {e}", 2) from None
+    store = _store(args, write=True)
+    r = store.import_(data)
+    print(f"imported {args.file}: decisions {r['decisions_added']} added, {r['decisions_updated']} replaced "
+          f"by faster, {r['decisions_kept']} kept; trials {r['trials_added']} added, {r['trials_updated']} "
+          f"replaced by faster, {r['trials_kept']} kept; {len(r['conflicts'])} conflicts")
+    if r["conflicts"]:
+        con = _console()
+        t = _table("conflicts (same key, different best config)",
+                   ["kernel", "key", "device", "local", "imported", "kept"])
+        for c in r["conflicts"]:
+            t.add_row(c["kernel"], fmt_key(c["key"]), c["device_kind"],
+                      f"{fmt_config(c['local']['config'])} ({fmt_us(c['local']['median_us'])} us)",
+                      f"{fmt_config(c['imported']['config'])} ({fmt_us(c['imported']['median_us'])} us)",
+                      c["kept"])
+        con.print(t)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- warm
+_worker_manifests: dict = {}
+
+
+def _worker_init(sys_path):
+    for p in reversed(sys_path):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
+
+def warm_one(manifest_path: str, launch_id: tuple, db: str, time_budget, retune: bool) -> dict:
+    """Tune one launch of a manifest (runs in a worker process or in-process)."""
+    from .bench import counters
+    from .manifest import load_manifest, resolve_kernel
+    from .tuner import Autotuner, tuning_options
+
+    m = _worker_manifests.get(manifest_path)
+    if m is None:
+        m = _worker_manifests[manifest_path] = load_manifest(manifest_path)
+    launch = next(x for x in m.launches if x.id == tuple(launch_id))
+    result = {"kernel": launch.kernel_ref, "launch": launch.label, "status": "error", "config": None,
+              "median_us": None, "iqr_us": None, "benchmarks": 0, "seconds": 0.0, "error": None}
+    before = dict(counters)
+    t0 = time.perf_counter()
+    try:
+        kernel = resolve_kernel(launch.kernel_ref)
+        tuner = kernel
+        while not isinstance(tuner, Autotuner):
+            tuner = tuner.fn
+        args, kwargs, grid = launch.build()
+        with tuning_options(time_budget=time_budget, retune=retune, store=db):
+            tuner.reset()
+            kernel[grid](*args, **kwargs)
+        result["status"] = "tuned" if counters["tunings"] > before["tunings"] else "cached"
+        result["config"] = tuner.best_config.id if tuner.best_config is not None else None
+        d = tuner.last_decision or {}
+        if d.get("config") == result["config"]:
+            result["median_us"], result["iqr_us"] = d.get("median_us"), d.get("iqr_us")
+    except Exception as e:
+        msg = str(e).strip().splitlines()
+        result["error"] = f"{type(e).__name__}: {msg[-1] if msg else ''}"
+    result["benchmarks"] = counters["benchmarks"] - before["benchmarks"]
+    result["seconds"] = time.perf_counter() - t0
+    return result
+
+
+def cmd_warm(args) -> int:
+    from .manifest import ManifestError, load_manifest
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        manifest = load_manifest(args.manifest)
+    except ManifestError as e:
+        raise CLIError(f"malformed manifest: {e}", 2) from None
+    launches = manifest.launches
+    if args.kernel:
+        launches = [x for x in launches
+                    if x.kernel_ref == args.kernel or x.kernel_ref.endswith(":" + args.kernel)]
+        if not launches:
+            raise CLIError(f"no launch of kernel {args.kernel!r} in {args.manifest}")
+    store = _store(args, write=True)
+    db = store.path
+    store.close()
+    results = []
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err_console = Console(stderr=True)
+    columns = [TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn()]
+    with Progress(*columns, console=err_console, transient=False, disable=args.quiet) as progress:
+        task = progress.add_task(f"tuning {len(launches)} launches", total=len(launches))
+        if args.jobs == 1:
+            for launch in launches:
+                progress.update(task, description=f"{launch.kernel_ref} [{launch.label}]")
+                results.append(warm_one(args.manifest, launch.id, db, args.time_budget, args.force))
+                progress.advance(task)
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx, initializer=_worker_init,
+                                     initargs=(list(sys.path),)) as pool:
+                futures = {pool.submit(warm_one, os.path.abspath(args.manifest), launch.id, db,
+                                       args.time_budget, args.force): launch for launch in launches}
+                for fut in as_completed(futures):
+                    launch = futures[fut]
+                    try:
+                        results.append(fut.result())
+                    except Exception as e:  # a worker died
+                        results.append({"kernel": launch.kernel_ref, "launch": launch.label,
+                                        "status": "error", "config": None, "median_us": None,
+                                        "iqr_us": None, "benchmarks": 0, "seconds": 0.0,
+                                        "error": f"{type(e).__name__}: {e}"})
+                    progress.advance(task)
+        progress.update(task, description=f"tuned {len(launches)} launches")
+    order = {(x.kernel_ref, x.label): i for i, x in enumerate(launches)}
+    results.sort(key=lambda r: order.get((r["kernel"], r["launch"]), 0))
+    con = _console()
+    t = _table(f"warm {args.manifest} -> {db}", ["kernel", "launch", "status", "best config", "median us",
+                                                 "iqr us", "benchmarks", "seconds"])
+    for r in results:
+        t.add_row(r["kernel"], r["launch"], r["status"] if r["status"] != "error" else f"error: {r['error']}",
+                  fmt_config(r["config"]), fmt_us(r["median_us"]), fmt_us(r["iqr_us"]), str(r["benchmarks"]),
+                  f"{r['seconds']:.2f}")
+    con.print(t)
+    n_err = sum(r["status"] == "error" for r in results)
+    n_tuned = sum(r["status"] == "tuned" for r in results)
+    con.print(f"{len(results)} launches: {n_tuned} tuned, {len(results) - n_tuned - n_err} already tuned, "
+              f"{n_err} errors; {sum(r['benchmarks'] for r in results)} configs benchmarked")
+    if args.json_summary:
+        with open(args.json_summary, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+    return 1 if n_err else 0
+
+
+# ----------------------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH",
+                        help="autotune database (default: $TORCH_RBLN_AUTOTUNE_DB)")
+    p = argparse.ArgumentParser(prog="rbln-autotune", description="Warm, inspect and merge the torch-rbln "
+                                "autotune database.", parents=[common])
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    w = sub.add_parser("warm", parents=[common], help="tune every launch of a manifest")
+    w.add_argument("manifest", help="JSON manifest (see torch_rbln.autotune.manifest)")
+    w.add_argument("--jobs", "-j", type=_positive_int, default=1, help="worker processes (default 1)")
+    w.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS",
+                   help="search budget per tuned key")
+    w.add_argument("--force", action="store_true", help="re-measure keys that are already tuned")
+    w.add_argument("--kernel", help="only the launches of this kernel (module:attribute or attribute)")
+    w.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    w.add_argument("--json-summary", metavar="FILE", help="also write the summary rows to FILE")
+    w.set_defaults(func=cmd_warm)
+
+    ls = sub.add_parser("list", parents=[common], help="tuned keys and their best configs")
+    ls.add_argument("--kernel")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_list)
+
+    sh = sub.add_parser("show", parents=[common], help="every trial of a kernel, fastest first, with spread")
+    sh.add_argument("kernel", help="kernel name (module:qualname, or an unambiguous suffix)")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(func=cmd_show)
+
+    st = sub.add_parser("stats", parents=[common], help="database summary")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_stats)
+
+    pr = sub.add_parser("prune", parents=[common], help="remove stale, old or non-best entries")
+    pr.add_argument("--older-than", type=parse_duration, metavar="DURATION",
+                    help="remove trials and decisions older than this (e.g. 30d, 12h)")
+    pr.add_argument("--keep-best-only", action="store_true", help="remove trials that are not a decision")
+    pr.add_argument("--failed", action="store_true", help="remove failed trials (they will be retried)")
+    pr.add_argument("--keep-stale", action="store_true", help="keep entries of older kernel sources")
+    pr.add_argument("--dry-run", action="store_true", help="only count what would be removed")
+    pr.set_defaults(func=cmd_prune)
+
+    ex = sub.add_parser("export", parents=[common], help="write the database as JSON")
+    ex.add_argument("-o", "--output", help="file (default: stdout)")
+    ex.add_argument("--kernel")
+    ex.set_defaults(func=cmd_export)
+
+    im = sub.add_parser("import", parents=[common], help="merge a JSON export into the database")
+    im.add_argument("file")
+    im.set_defaults(func=cmd_import)
+
+    cl = sub.add_parser("clear", parents=[common], help="remove everything (or one kernel)")
+    cl.add_argument("--kernel")
+    cl.set_defaults(func=cmd_clear)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "db"):
+        args.db = None
+    try:
+        return args.func(args)
+    except CLIError as e:
+        print(f"rbln-autotune {args.command}: error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -620,6 +620,22 @@ def associative_scan(input, axis, combine_fn, reverse=False):
 
 
 @builtin
+def flip(x, dim=None):
+    """Reverse `x` along `dim` (the last dim when None)."""
+    x = S.to_tensor(x)
+    ax = S._norm_axis(len(x.shape) - 1 if _u(dim) is None else _u(dim), len(x.shape), "tl.flip")
+    return S.current().emit1("flip", [x.handle], x.type, {"axis": ax})
+
+
+@builtin
+def sort(x, dim=None, descending=False):
+    """Sort `x` along `dim` (the last dim when None)."""
+    x = S.to_tensor(x)
+    ax = S._norm_axis(len(x.shape) - 1 if _u(dim) is None else _u(dim), len(x.shape), "tl.sort")
+    return S.current().emit1("sort", [x.handle], x.type, {"axis": ax, "descending": bool(_u(descending))})
+
+
+@builtin
 def softmax(x, dim=None, keep_dims=False, ieee_rounding=False):
     """Softmax along `dim` (the last dim when None)."""
     x = S.to_tensor(x)
@@ -745,6 +761,8 @@ TENSOR_METHODS = {
     "sigmoid": sigmoid,
     "softmax": softmax,
     "tanh": tanh,
+    "flip": flip,
+    "sort": sort,
     "cast": cast,
     "store": None,
     "logical_and": lambda x, y: S.logical("and", x, y),

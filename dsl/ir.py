@@ -258,6 +258,8 @@ OPCODES = {
     "where": "(c, a, b); c int1; a, b same type; all same shape",
     "reduce": "(x); attrs kind in sum/max/min/argmax/argmin/prod/xor_sum, axis (int or None), keep_dims; "
     "f16/bf16 sums accumulate in fp32 and round once",
+    "flip": "(x); attrs axis; reverse the order along axis",
+    "sort": "(x); attrs axis, descending; sort along axis (NaNs last)",
     "scan": "(x); attrs kind in sum/prod, axis, reverse; inclusive scan",
     "dot": "(a, b[, acc]); a [..., M, K], b [..., K, N] (same batch dims); attrs out_dtype, "
     "input_precision; fp32 (int32 for ints) products accumulated, + acc, rounded to out_dtype",

@@ -1129,6 +1129,28 @@ class Executable:
 
         return run
 
+    def _op_flip(self, op):
+        r, a, ax = op.result.id, self._id(op.operands[0]), op.attrs["axis"]
+
+        def run(e):
+            e[r] = np.flip(e[a], ax)
+
+        return run
+
+    def _op_sort(self, op):
+        r, a, ax, desc = op.result.id, self._id(op.operands[0]), op.attrs["axis"], op.attrs["descending"]
+        low = op.result.type.dtype is D.bfloat16
+        nd = _npd(op.result.type.dtype)
+
+        def run(e):
+            x = e[a].astype(_F32) if low else e[a]
+            v = np.sort(x, axis=ax)
+            if desc:
+                v = np.flip(v, ax)
+            e[r] = v.astype(nd) if low else v
+
+        return run
+
     def _op_scan(self, op):
         r, a = op.result.id, self._id(op.operands[0])
         kind, axis, rev = op.attrs["kind"], op.attrs["axis"], op.attrs["reverse"]

@@ -651,3 +651,22 @@ def test_philox_random_numbers():
     assert torch.equal(u, u2)  # deterministic in (seed, offset)
     philox_kernel[(1,)](o, u2, z, 1234, N=4096)
     assert not torch.equal(u, u2)
+
+
+@triton.jit
+def flip_sort_kernel(x_ptr, o_ptr, R: tl.constexpr, C: tl.constexpr):
+    idx = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
+    x = tl.load(x_ptr + idx)
+    tl.store(o_ptr + idx, tl.flip(x, 1))
+    tl.store(o_ptr + R * C + idx, tl.sort(x))
+    tl.store(o_ptr + 2 * R * C + idx, x.sort(0, descending=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_flip_and_sort(dtype):
+    x = torch.randn(4, 8, dtype=dtype)
+    o = torch.empty(3 * 32, dtype=dtype)
+    flip_sort_kernel[(1,)](x, o, R=4, C=8)
+    assert torch.equal(o[:32].reshape(4, 8), x.flip(1))
+    assert torch.equal(o[32:64].reshape(4, 8), x.sort(1).values)
+    assert torch.equal(o[64:].reshape(4, 8), x.sort(0, descending=True).values)

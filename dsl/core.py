@@ -777,6 +777,6 @@ __all__ = sorted(
     n
     for n, v in list(globals().items())
     if not n.startswith("_")
-    and n not in ("annotations", "S", "DSLError", "builtin")
+    and n not in ("annotations", "S", "DSLError", "builtin", "TENSOR_METHODS")
     and not isinstance(v, type(S))
 )

@@ -150,8 +150,8 @@ class KeySpec:
         return v
 
     def memo_key(self, args, kwargs):
-        """Hot path: ``(*bucketed key values, *tensor dtypes, tp, backend option)``; ``key[-2]`` is the
-        launch's TP size (`launch_tp_size`)."""
+        """Hot path: ``(*tensor dtypes, *bucketed key values, [device unless CPU], tp, backend option)``;
+        ``key[-2]`` is the launch's TP size (`launch_tp_size`)."""
         T = self._T
         if T is None:
             T = self._T = _tensor_type()
@@ -177,8 +177,13 @@ class KeySpec:
             if type(v) is not int:
                 v = self._value(args, kwargs, idx, name, default)
             out.append(v if fn is None else fn(v))
+        if first is None or first.is_cpu:
+            dev = None
+        else:
+            dev = first.device
+            out.append(dev)
         if tp is None:
-            tp = 1 if first is None or first.is_cpu else launch_tp_size((first,), {})
+            tp = 1 if dev is None else launch_tp_size((first,), {})
         elif isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
             raise ValueError(f"tp must be a positive integer, got {tp!r}")
         out.append(tp)

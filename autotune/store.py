@@ -630,6 +630,20 @@ def get_store(path: str | None = None) -> Store:
     return s
 
 
+def _forget_after_fork() -> None:
+    """A SQLite connection must not cross fork(): the child drops (without closing) its copies."""
+    for s in _stores.values():
+        s._conn = None
+        s._db = None
+        s._ready = False
+        s._lock = threading.RLock()
+    _stores.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def reset_stores() -> None:
     """Close and forget every shared Store (tests, and after forking)."""
     with _stores_lock:

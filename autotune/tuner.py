@@ -18,6 +18,8 @@ import json
 import threading
 import time
 
+from torch_rbln.dsl import backends as _backends
+
 from . import bench
 from .bench import Timing, counters, measure
 from .configs import Config, configs_hash
@@ -218,8 +220,6 @@ class Autotuner:
         return d
 
     def _context(self, args, kwargs, tp) -> dict:
-        from torch_rbln.dsl import backends as _backends
-
         backend = _backends.resolve(kwargs.get("backend") or getattr(self.base_fn, "backend", None))
         key_text, buckets, exact = self._keyspec.describe(args, kwargs, tp)
         return {"kernel": self.name, "source_hash": self.cache_key, "key": key_text, "backend": backend,
@@ -319,6 +319,7 @@ class Autotuner:
                 rows[i] = row
                 known[i] = row["median_us"] if row["status"] == "ok" else None
 
+        n_reused = len(known)
         nargs = self._nargs(args, kwargs)
         saved = {n: nargs[n].clone() for n in self.restore_value if nargs.get(n) is not None}
         warmup_ms = _override("warmup") or self.warmup_ms
@@ -440,6 +441,11 @@ class Autotuner:
         }
         self._store_call("write", lambda: store.record_decision(decision))
         self.last_decision = decision
+        from torch_rbln.log import get_logger
+
+        get_logger("autotune").info(
+            "%s: tuned key %s in %.2fs: %s (median %.1f us; %d of %d configs measured now)", self.name,
+            ctx["key"], self.bench_time, best, best_median, len(known) - n_reused, len(candidates))
         return best
 
     def _trial_row(self, ctx, cfg: Config, status, error, samples) -> dict:

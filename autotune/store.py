@@ -380,6 +380,19 @@ class Store:
 
         self._run(w, write=True)
 
+    def delete_trials(self, kernel, source_hash, key, backend, device_kind, configs) -> None:
+        """Forget these configs' trials for one key (failures of a launch where no config ran)."""
+        configs = list(configs)
+
+        def w(conn):
+            with self._write_tx(conn):
+                conn.executemany("DELETE FROM trials WHERE kernel=? AND source_hash=? AND key=? AND "
+                                 "backend=? AND device_kind=? AND config=?",
+                                 [(kernel, source_hash, key, backend, device_kind, c) for c in configs])
+
+        if configs:
+            self._run(w, write=True)
+
     def record_decision(self, row: dict) -> None:
         row = {k: row.get(k) for k in DECISION_COLUMNS}
 

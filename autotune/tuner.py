@@ -318,7 +318,12 @@ class Autotuner:
             if row is not None:
                 rows[i] = row
                 known[i] = row["median_us"] if row["status"] == "ok" else None
+        existing_idx = set(known)
 
+        if len(known) == len(candidates) and all(m is None for m in known.values()):
+            # the negative cache is trusted only while some config works: retry them all
+            known.clear()
+            existing_idx.clear()
         n_reused = len(known)
         nargs = self._nargs(args, kwargs)
         saved = {n: nargs[n].clone() for n in self.restore_value if nargs.get(n) is not None}
@@ -425,10 +430,12 @@ class Autotuner:
         self.configs_timings = {candidates[i]: m for i, m in known.items()}
         ok = [(m, i) for i, m in known.items() if m is not None]
         if not ok:
+            # nothing ran: more likely a problem of the launch (arguments, device, backend) than of every
+            # config, so this session's failures are not kept as a negative cache
+            session = [candidates[i].id for i in known if i not in existing_idx]
+            self._store_call("write", lambda: store.delete_trials(*self._ids(ctx), session))
             errors = "; ".join(f"{candidates[i]}: {rows[i].get('error')}" for i in sorted(rows))
-            raise AutotuneError(f"{self.name}: no config ran for key {ctx['key']} (failures are recorded in "
-                                f"the autotune database; `rbln-autotune prune --failed` forgets them): "
-                                f"{errors}")
+            raise AutotuneError(f"{self.name}: no config ran for key {ctx['key']}: {errors}")
         best_median, best_i = min(ok)
         best = candidates[best_i]
         decision = {

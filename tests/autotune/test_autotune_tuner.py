@@ -235,6 +235,23 @@ def test_all_configs_failing_raises_with_the_errors():
     x = torch.randn(100)
     with pytest.raises(AutotuneError, match="(?s)no config ran.*undefined_name.*out-of-bounds"):
         k[(2,)](x, torch.empty_like(x), 100)
+    # a launch where nothing runs is not negative-cached (the launch, not every config, is likely wrong)
+    assert get_store().trials("test:picky") == []
+    reset_counters()
+    with pytest.raises(AutotuneError):
+        k[(2,)](x, torch.empty_like(x), 100)
+    assert counters["benchmarks"] == 2
+
+
+def test_negative_cache_is_retried_when_no_config_is_left():
+    x = torch.randn(200)
+    out = torch.empty_like(x)
+    _picky(modes=(0, 1, 2))[lambda m: (triton.cdiv(200, m["BLOCK_SIZE"]),)](x, out, 200)
+    clear_caches()
+    reset_counters()
+    with pytest.raises(AutotuneError):  # only recorded failures are left: they are measured again
+        _picky(modes=(1, 2))[(4,)](x, out, 200)
+    assert counters["benchmarks"] == 2
 
 
 def test_reset_to_zero_and_restore_value():

@@ -72,22 +72,34 @@ def test_dtype_and_tp_are_part_of_the_key():
     assert counters["tunings"] == 3
 
 
-def test_launch_tp_size_rule(monkeypatch):
+def test_launch_tp_size_rule_and_rbln_keys(monkeypatch):
     x = torch.zeros(2)
     assert launch_tp_size((x,), {}) == 1
     assert launch_tp_size((x,), {"tp": 4}) == 4
     with pytest.raises(ValueError, match="positive"):
         launch_tp_size((x,), {"tp": 0})
-    monkeypatch.setenv("RBLN_NPUS_PER_DEVICE", "2")
-    monkeypatch.setenv("TORCH_RBLN_USE_DEVICE_TP", "ON")
     from torch_rbln import config, topology
 
+    monkeypatch.setenv("RBLN_NPUS_PER_DEVICE", "2")
+    monkeypatch.setenv("TORCH_RBLN_USE_DEVICE_TP", "ON")
     config.reset_for_tests()
-    if hasattr(topology, "reset_for_tests"):
+    topology.reset_for_tests()
+    try:
+        d = torch.zeros(8, device="rbln:0")
+        assert launch_tp_size((d,), {}) == 2
+        assert launch_tp_size((d,), {"tp": 1}) == 1  # an explicit option wins
+        k = make_add()
+        mk = k._keyspec.memo_key((d, d, d, 8), {})
+        assert mk[-2] == 2 and mk != k._keyspec.memo_key((x, x, x, 8), {})
+        ctx = k._context((d, d, d, 8), {}, 2)
+        assert json.loads(ctx["key"])["tp"] == 2 and ctx["device_kind"] == "rbln:simulated"
+        monkeypatch.setenv("TORCH_RBLN_USE_DEVICE_TP", "OFF")
+        config.reset_for_tests()
+        assert launch_tp_size((d,), {}) == 1
+    finally:
+        monkeypatch.undo()
+        config.reset_for_tests()
         topology.reset_for_tests()
-    import torch_rbln.tp
-
-    assert launch_tp_size((torch.zeros(2, device="rbln:0"),), {}) == torch_rbln.tp.tp_size_for(0)
 
 
 def test_pow2_bucket_shares_a_decision_but_keeps_exact_sizes():

@@ -86,6 +86,7 @@ class Autotuner:
         self.base_fn = base_jit_function(fn)
         self.arg_names = list(fn.arg_names)
         self.configs = [c if isinstance(c, Config) else Config(c) for c in configs]
+        self._config_names = frozenset(n for c in self.configs for n in c.kwargs)
         self.keys = list(key or [])
         sig = getattr(self.base_fn, "signature", None)
         defaults = {}
@@ -163,6 +164,10 @@ class Autotuner:
     def run(self, *args, grid, warmup=False, **kwargs):
         if warmup:
             return self.warmup(*args, grid=grid, **kwargs)
+        if kwargs and not self._config_names.isdisjoint(kwargs):
+            clash = sorted(self._config_names & set(kwargs))
+            raise ValueError(f"{self.name}: conflicting meta-parameters {clash}: they are set by the "
+                             f"autotune configs, do not pass them at launch")
         mk = self._keyspec.memo_key(args, kwargs)
         tp = mk[-2]
         if kwargs and "tp" in kwargs and not self._takes_tp:
@@ -172,11 +177,6 @@ class Autotuner:
         if cfg is None:
             cfg, tuned = self._resolve(mk, args, kwargs, tp, grid)
         self.best_config = cfg
-        ck = cfg.kwargs
-        if ck and not kwargs.keys().isdisjoint(ck):
-            clash = sorted(set(kwargs) & set(ck))
-            raise ValueError(f"{self.name}: conflicting meta-parameters {clash}: they are set by the "
-                             f"autotune configs, do not pass them at launch")
         full = {**kwargs, **cfg.all_kwargs()}
         if tuned and self.reset_to_zero:
             self._zero(self._nargs(args, full))
@@ -207,7 +207,8 @@ class Autotuner:
     def warmup(self, *args, grid=None, **kwargs):
         """Compile every (pruned) config for these arguments without running; returns the compiled
         kernels."""
-        kwargs.pop("tp", None) if not self._takes_tp else None
+        if not self._takes_tp:
+            kwargs.pop("tp", None)
         out = []
         for cfg in self._prune(args, kwargs):
             out.append(self.fn.run(*args, grid=grid or (1,), warmup=True, **{**kwargs, **cfg.all_kwargs()}))

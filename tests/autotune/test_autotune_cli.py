@@ -311,3 +311,21 @@ def test_console_script(db):
                        timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["decisions"] == 2
+
+
+def test_kernel_filters(tmp_path, db, capsys):
+    m = manifest(tmp_path / "m.json", [
+        {"kernel": "atutil:add_tuned", "launches": [add_launch((100,))]},
+        {"kernel": "atutil:broken_tuned", "launches": [{"args": [{"shape": [64], "dtype": "float32"}, 64],
+                                                         "grid": [1]}]}])
+    code, out, err = run(capsys, "warm", m, "--db", db, "--kernel", "add_tuned", "-q")
+    assert code == 0 and "1 launches: 1 tuned" in out
+    code, out, err = run(capsys, "warm", m, "--db", db, "--kernel", "nope", "-q")
+    assert code == 1 and "no launch of kernel 'nope'" in err
+    _decision(get_store(db), '{"kwargs":{}}', 1.0, kernel="other:kernel")
+    clear_caches()
+    code, out, err = run(capsys, "list", "--db", db, "--kernel", "add_tuned", "--json")
+    assert [r["kernel"] for r in json.loads(out)] == ["atutil:add_tuned"]
+    code, out, err = run(capsys, "export", "--db", db, "--kernel", "other:kernel")
+    data = json.loads(out)
+    assert {d["kernel"] for d in data["decisions"]} == {"other:kernel"} and len(data["kernels"]) == 1

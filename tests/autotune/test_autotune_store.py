@@ -202,7 +202,16 @@ def test_two_processes_tuning_concurrently(autotune_env):
     import textwrap
 
     sizes = [100, 200, 300, 400, 500, 600]
-    code = textwrap.dedent(_TUNE.format(extra="", sizes=sizes, args=""))
+    # both processes start tuning at the same moment (after their slow imports)
+    barrier = f"""
+import time, pathlib
+d = pathlib.Path({str(autotune_env.parent)!r})
+(d / f"ready-{{os.getpid()}}").touch()
+deadline = time.time() + 60
+while len(list(d.glob("ready-*"))) < 2 and time.time() < deadline:
+    time.sleep(0.01)
+"""
+    code = textwrap.dedent(_TUNE.format(extra=barrier, sizes=sizes, args=""))
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_RBLN_", "RBLN_"))}
     full.update(env, PYTHONPATH=os.path.dirname(__file__))
     procs = [subprocess.Popen([sys.executable, "-c", code], env=full, stdout=subprocess.PIPE,

@@ -238,15 +238,20 @@ class Store:
     def _ensure_schema(self) -> None:
         """Create or migrate the schema (first write).  Concurrent processes: the version is re-read
         inside the write transaction, so each migration runs once."""
-        if self._ready:
+        if self._ready and self._db is not None:
             return
         conn = self._open()
         if self._ready:
+            if not self.memory:
+                conn.execute("PRAGMA synchronous=NORMAL")
+            self._sqlite_utils_db()
             return
         if not self.memory:
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
             if mode.lower() != "wal":
                 conn.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL: a committed trial survives a crash of the process (not of the OS)
+            conn.execute("PRAGMA synchronous=NORMAL")
         db = self._sqlite_utils_db()
         conn.execute("BEGIN IMMEDIATE")
         try:

@@ -410,7 +410,7 @@ def test_budgeted_search_time_budget():
     k = autotune(configs=cfgs, key=["n_elements"], name="test:tbudget2", time_budget=0.3, do_bench=slow_bench,
                  **FAST)(add_kernel)
     launch_add(k, 400)
-    assert 2 <= counters["benchmarks"] <= 8
+    assert 1 <= counters["benchmarks"] <= 8  # ~6 at 50 ms each; fewer on a loaded machine
 
 
 def test_lookup_and_warmup():

@@ -202,6 +202,13 @@ class JITFunction:
         self.line_offset = start
         self.used_functions: set[JITFunction] = set()
         self.cache: dict[str, CompiledKernel] = {}
+        self._launches: dict[tuple, tuple] = {}  # launch key -> (CompiledKernel, executable)
+        self._parameter_set = set(self.arg_names)
+        self._defaults = {
+            name: parameter.default
+            for name, parameter in self.signature.parameters.items()
+            if parameter.default is not inspect.Parameter.empty
+        }
         self._cache_key = None
         functools.update_wrapper(self, fn, updated=())
 
@@ -307,26 +314,119 @@ class JITFunction:
         return ck
 
     def _split_options(self, kwargs):
-        backend = None
+        """Pop launch options that are not kernel arguments: `backend=`, `tp=` and Triton's no-ops."""
+        backend = tp = None
         if "backend" in kwargs and "backend" not in self.arg_names:
             backend = kwargs.pop("backend")
+        if "tp" in kwargs and "tp" not in self.arg_names:
+            tp = kwargs.pop("tp")
+            if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
+                raise self.launch_error(None, f"tp must be a positive integer, got {tp!r}")
         for k in list(kwargs):
             if k in _IGNORED_LAUNCH_OPTIONS and k not in self.arg_names:
                 kwargs.pop(k)
-        return backend
+        return backend, tp
+
+    def _quick_bind(self, args, kwargs) -> dict | None:
+        """`bind` without inspect: the hot path of cached launches (None when anything is unusual,
+        so that `bind` reports the error precisely)."""
+        names = self.arg_names
+        if len(args) > len(names):
+            return None
+        arguments = dict(zip(names, args, strict=False))
+        for name, value in kwargs.items():
+            if name in arguments or name not in self._parameter_set:
+                return None
+            arguments[name] = value
+        if len(arguments) < len(names):
+            for name in names:
+                if name not in arguments:
+                    if name not in self._defaults:
+                        return None
+                    arguments[name] = self._defaults[name]
+        return arguments
+
+    def _launch_key(self, backend: str, arguments: dict):
+        """What decides which compiled kernel a launch uses; None when a value is not hashable."""
+        import torch
+
+        tokens: list = [backend]
+        constexprs = self.constexpr_params
+        for name in self.arg_names:
+            value = arguments[name]
+            if name in constexprs or isinstance(value, constexpr):
+                tokens.append(("c", unwrap(value)))
+            elif isinstance(value, torch.Tensor):
+                tokens.append(value.dtype)
+            elif value is None or isinstance(value, (bool, float)):
+                tokens.append(type(value))
+            elif isinstance(value, int):
+                tokens.append(-(2**31) <= value < 2**31)
+            else:
+                tokens.append(("v", value))
+        key = tuple(tokens)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def _prepare(self, backend: str, args, kwargs):
+        """(compiled kernel, executable, bound arguments) for a launch, from the launch cache when the
+        argument kinds were seen before."""
+        arguments = self._quick_bind(args, kwargs)
+        key = self._launch_key(backend, arguments) if arguments is not None else None
+        entry = self._launches.get(key) if key is not None else None
+        if entry is None:
+            arguments = self.bind(args, kwargs)
+            ck = self.compile(arguments)
+            entry = (ck, ck.executable(backend))
+            if key is not None:
+                self._launches[key] = entry
+        return entry[0], entry[1], arguments
 
     def run(self, *args, grid, warmup=False, **kwargs):
-        backend = _backends.resolve(self._split_options(kwargs) or self.backend)
-        arguments = self.bind(args, kwargs)
-        ck = self.compile(arguments)
-        exe = ck.executable(backend)
+        requested, tp_option = self._split_options(kwargs)
+        backend = _backends.resolve(requested or self.backend)
+        if backend == "rebel":
+            return self._run_on_rebel(args, kwargs, grid, tp_option, warmup)
+        ck, exe, arguments = self._prepare(backend, args, kwargs)
+        values = [arguments[p.name] if p.kind in ("ptr", "scalar") else None for p in ck.ir.params]
+        takes_tensors = getattr(exe, "takes_tensors", False)
         if warmup:
+            if takes_tensors:
+                exe.compile_now(values)
             return ck
         g = _normalize_grid(self, grid, arguments)
         if g[0] * g[1] * g[2] == 0:
             return ck
-        exe.run(g, _runtime_args(ck.ir, arguments))
+        if not takes_tensors:
+            exe.run(g, _runtime_args(ck.ir, arguments))
+            return ck
+        tp, device_index, explicit = launch_tp(arguments.values(), tp_option)
+        if tp == 1:
+            exe.launch(g, values, 1)
+        else:
+            from torch_rbln.tp import run_with_tp_failover
+
+            run_with_tp_failover(
+                self.__name__,
+                lambda size: exe.launch(g, values, size),
+                device_index=device_index,
+                tp=tp,
+                explicit=explicit,
+            )
         return ck
+
+    def _run_on_rebel(self, args, kwargs, grid, tp_option, warmup):
+        from .backends import rebel
+
+        arguments = self.bind(args, kwargs)
+        g = _normalize_grid(self, grid, arguments)
+        tp = launch_tp(arguments.values(), tp_option)[0]
+        if warmup:
+            return rebel.compile(self, args, kwargs, g, tp)
+        return rebel.launch(self, args, kwargs, g, tp)
 
     def __getitem__(self, grid):
         return functools.partial(self.run, grid=grid)
@@ -381,6 +481,27 @@ def _normalize_grid(jf, grid, arguments):
     if not 1 <= len(g) <= 3 or any(x < 0 for x in g):
         raise jf.launch_error(None, f"grid must have 1 to 3 non-negative entries, got {tuple(g)}")
     return tuple(g + [1] * (3 - len(g)))
+
+
+def launch_tp(values, explicit_tp: int | None = None) -> tuple[int, int | None, bool]:
+    """(tensor-parallel size, logical device index, explicit?) of a launch.
+
+    An explicit `tp=` launch option wins; otherwise tensors on an `rbln:i` device launch with
+    `torch_rbln.tp.tp_size_for(i)` (1 unless TORCH_RBLN_USE_DEVICE_TP=ON), and CPU tensors with 1."""
+    import torch
+
+    device_index = None
+    for value in values:
+        if isinstance(value, torch.Tensor) and not value.is_cpu and value.device.type == "rbln":
+            device_index = value.get_device()
+            break
+    if explicit_tp is not None:
+        return explicit_tp, device_index, True
+    if device_index is None:
+        return 1, None, False
+    from torch_rbln.tp import tp_size_for
+
+    return tp_size_for(device_index), device_index, False
 
 
 def _runtime_args(fn, arguments):

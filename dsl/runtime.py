@@ -1,8 +1,9 @@
 """Host memory access for kernel arguments.
 
 Kernels address tensor arguments through zero-copy host (numpy) views.  CPU tensors are used as they
-are; a tensor on another device type needs a registered *host view* function returning a CPU tensor
-that shares its memory (the rbln device registers one for "rbln").
+are; a tensor on another device type needs a *host view* function returning a CPU tensor that shares
+its memory: registered here, or offered by the device module as `torch.<device>.host_view` (torch.rbln
+does).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def host_view(t):
     if dev == "cpu":
         return t
     fn = _HOST_VIEWS.get(dev)
+    if fn is None:
+        # A device module may offer the view itself (`torch.<device>.host_view`), as torch.rbln does.
+        import torch
+
+        fn = getattr(getattr(torch, dev, None), "host_view", None)
     if fn is None:
         raise ValueError(
             f"cannot run a DSL kernel on a tensor on device '{t.device}': no host view is "

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import _memory, _runtime
+from . import _dlpack, _memory, _runtime
 from . import topology as _topology
 
 _state = threading.local()
@@ -120,6 +120,12 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
 
 def _is_in_bad_fork() -> bool:
     return False
+
+
+def host_view(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor sharing memory (and sizes, strides, conj/neg bits) with an rbln tensor: simulated
+    NPU memory is host memory. DSL kernels and the CPU fallback read and write through it."""
+    return _dlpack.to_host_view(tensor)
 
 
 # -- random numbers: rbln random ops run on the CPU generator ------------------------------------

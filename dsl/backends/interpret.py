@@ -327,6 +327,7 @@ class Executable:
         self.group_n = groupable_block(fn) if group == 1 else None
         self._grouped: dict[int, Executable] = {}
         self.mem: list = [None] * len(fn.params)
+        self._only: tuple[int, int, int] | None = None  # set by replay()
         self._lock = threading.RLock()  # per-launch state (memory views, program id) lives here
         self.pid = (0, 0, 0)
         self.nprog = (1, 1, 1)
@@ -633,23 +634,35 @@ class Executable:
             for i in range(len(self.mem)):
                 self.mem[i] = None
 
-    def _run(self, env, grid, x_start=0):
+    def replay(self, grid, args, program: tuple[int, int, int]) -> None:
+        """Run one program of a launch (e.g. to report the exact fault another backend detected)."""
+        with self._lock:
+            self._only = program
+            try:
+                self._launch(grid, args)
+            finally:
+                self._only = None
+
+    def _programs(self, grid, x_start):
+        if self._only is not None:
+            return [self._only]
         gx, gy, gz = grid
+        return ((x, y, z) for z in range(gz) for y in range(gy) for x in range(x_start, gx))
+
+    def _run(self, env, grid, x_start=0):
         ops = self.program_ops
         slots = self.pid_slots
         scale = self.group
         with np.errstate(all="ignore"):
             for f in self.launch_ops:
                 f(env)
-            for z in range(gz):
-                for y in range(gy):
-                    for x in range(x_start, gx):
-                        self.pid = (x * scale, y, z)
-                        e = env.copy()
-                        for vid, axis in slots:
-                            e[vid] = np.int32((x * scale, y, z)[axis])
-                        for f in ops:
-                            f(e)
+            for x, y, z in self._programs(grid, x_start):
+                self.pid = (x * scale, y, z)
+                e = env.copy()
+                for vid, axis in slots:
+                    e[vid] = np.int32((x * scale, y, z)[axis])
+                for f in ops:
+                    f(e)
 
     # ---------------------------------------------------------------- symbolic contiguous values / masks
     def _start_getter(self, v):

@@ -14,3 +14,11 @@ def _seed():
 def assert_close(actual, expected, dtype, scale=1.0):
     atol, rtol = TOL[dtype]
     torch.testing.assert_close(actual.float(), expected.float(), atol=atol * scale, rtol=rtol * scale)
+
+
+@pytest.fixture(autouse=True, params=["numba", "interpret"])
+def dsl_backend(request, monkeypatch):
+    """Differential testing: every DSL test runs on the compiled backend and on the interpreter
+    (tests that pass `backend=` explicitly keep their choice)."""
+    monkeypatch.setenv("TORCH_RBLN_DSL_BACKEND", request.param)
+    return request.param

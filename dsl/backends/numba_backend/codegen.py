@@ -1,0 +1,1557 @@
+"""Lower an `ir.Function` to the Python source of a numba kernel, through a jinja2 template.
+
+Block values are not arrays by default. Elementwise ops build *lazy* expressions that are rendered
+at their consumer, inside the consumer's own loop nest, so a chain such as load -> sub -> exp -> store
+becomes one loop with scalar code; a value is materialised into a small local buffer only when it is
+reused and costly, when a consumer needs an array (dot, reshape, loop-carried values), or when it
+is read from memory. Scalars are plain local variables. f16/bf16 values are computed in float32 and
+rounded wherever the IR says their dtype is f16/bf16; their memory is read and written as raw bits.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass, field
+from importlib import resources
+
+from ... import dtypes as D
+from ...ir import BlockPtrType, Function, Op, Value
+
+ERR_OUT_OF_BOUNDS = 1
+ERR_ASSERT = 2
+ERR_DYN_SLICE = 3
+
+_TRANSCENDENTAL = {
+    "exp",
+    "exp2",
+    "log",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tan",
+    "tanh",
+    "erf",
+    "sigmoid",
+    "log1p",
+    "expm1",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "log10",
+    "pow",
+    "atan2",
+    "div",
+}
+
+
+class UnsupportedByNumba(NotImplementedError):
+    """The IR uses something this backend does not lower (the caller falls back to the interpreter)."""
+
+
+@functools.cache
+def _template():
+    import jinja2
+
+    source = resources.files(__package__).joinpath("templates", "kernel.py.j2").read_text()
+    environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return environment.from_string(source)
+
+
+# -- dtypes ----------------------------------------------------------------------------------------
+
+_NP_NAMES = {
+    "int1": "np.bool_",
+    "int8": "np.int8",
+    "int16": "np.int16",
+    "int32": "np.int32",
+    "int64": "np.int64",
+    "uint8": "np.uint8",
+    "uint16": "np.uint16",
+    "uint32": "np.uint32",
+    "uint64": "np.uint64",
+    "fp16": "np.float32",
+    "bf16": "np.float32",
+    "fp32": "np.float32",
+    "fp64": "np.float64",
+}
+
+
+def compute_type(dt: D.dtype) -> str:
+    """The numpy scalar type a value of `dt` is held in (f16/bf16 are held in float32)."""
+    if dt.is_ptr():
+        return "np.int64"
+    return _NP_NAMES[dt.name]
+
+
+def memory_dtype_name(dt: D.dtype) -> str:
+    """numpy dtype name of an argument's memory as the kernel sees it (f16/bf16 as raw uint16 bits)."""
+    return {"fp16": "uint16", "bf16": "uint16", "int1": "bool"}.get(dt.name, _NP_NAMES[dt.name][3:])
+
+
+def _typed(dt: D.dtype, expression: str) -> str:
+    """`expression` converted to (and rounded to) the representation of `dt`."""
+    if dt.name == "bf16":
+        return f"round_bf16({expression})"
+    if dt.name == "fp16":
+        return f"round_f16({expression})"
+    if dt.name == "int1":
+        return f"({expression} != 0)"
+    return f"{compute_type(dt)}({expression})"
+
+
+def _literal(dt: D.dtype, value) -> str:
+    if dt.name == "int1":
+        return "True" if value else "False"
+    if dt.is_floating():
+        value = float(value)
+        if value != value:
+            text = "np.nan"
+        elif value in (float("inf"), float("-inf")):
+            text = "np.inf" if value > 0 else "-np.inf"
+        else:
+            text = repr(value)
+        return _typed(dt, text) if dt.name in ("bf16", "fp16") else f"{compute_type(dt)}({text})"
+    return f"{compute_type(dt)}({int(value)})"
+
+
+def _load_value(dt: D.dtype, element: str) -> str:
+    if dt.name == "bf16":
+        return f"bf16_bits_to_f32({element})"
+    if dt.name == "fp16":
+        return f"f16_bits_to_f32({element})"
+    return element
+
+
+def _store_value(dt: D.dtype, value: str) -> str:
+    if dt.name == "bf16":
+        return f"f32_to_bf16_bits({value})"
+    if dt.name == "fp16":
+        return f"f32_to_f16_bits({value})"
+    if dt.name == "int1":
+        return f"({value} != 0)"
+    return f"{compute_type(dt)}({value})"
+
+
+# -- value representations --------------------------------------------------------------------------
+
+
+@dataclass
+class Scalar:
+    name: str
+
+    def render(self, index: list[str]) -> str:
+        return self.name
+
+
+@dataclass
+class Buffer:
+    name: str
+    shape: tuple[int, ...]
+
+    def render(self, index: list[str]) -> str:
+        return f"{self.name}[{', '.join(index)}]" if self.shape else self.name
+
+
+@dataclass(frozen=True)
+class Affine:
+    """An integer block value equal to `base + sum(index[d] * coefficients[d])` (no overflow assumed,
+    as on hardware). Coefficients are int literals or scalar expressions."""
+
+    base: str
+    coefficients: tuple
+
+    def render(self, index: list[str]) -> str:
+        terms = [self.base]
+        for i, c in zip(index, self.coefficients, strict=True):
+            if c == 0:
+                continue
+            terms.append(i if c == 1 else f"{i} * {c}")
+        return f"np.int64({' + '.join(terms)})"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mask that is true exactly where `index[d] < upper[d]` for every d whose upper is not None."""
+
+    upper: tuple
+
+
+@dataclass
+class Lazy:
+    """An elementwise expression of the loop indices of whoever consumes it."""
+
+    shape: tuple[int, ...]
+    build: object  # Callable[[list[str]], str]
+    cost: int = 1
+    transcendental: bool = False
+    affine: Affine | None = None
+    interval: Interval | None = None
+
+    def render(self, index: list[str]) -> str:
+        return self.build(index)
+
+
+@dataclass
+class BlockPointer:
+    root: int
+    base: str
+    shape: list[str]
+    strides: list[str]
+    offsets: list[str]
+    block_shape: tuple[int, ...]
+
+
+@dataclass
+class ErrorSite:
+    op: Op
+    kind: str
+
+
+@dataclass
+class Lowered:
+    """Result of lowering: the module source and what the launcher needs to know."""
+
+    source: str
+    name: str
+    ptr_params: list[int]
+    scalar_params: list[int]
+    error_sites: list[ErrorSite]
+    uses_atomics: bool
+    stored_roots: set[int] = field(default_factory=set)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:24]
+
+
+# -- the lowering -----------------------------------------------------------------------------------
+
+
+class _Lowering:
+    def __init__(self, fn: Function) -> None:
+        self.fn = fn
+        self.lines: list[str] = []
+        self.depth = 0
+        self.values: dict[int, object] = {}
+        self.uses: dict[int, int] = {}
+        self.counter = 0
+        self.error_sites: list[ErrorSite] = []
+        self.uses_atomics = False
+        self.stored_roots: set[int] = set()
+        self.regions = 0  # nesting depth of for/while/if regions
+        self.scope = [0]  # innermost region id: what a memoised count variable is valid in
+        self.count_memo: dict[tuple, str] = {}
+        self.loop_bounds: dict[str, str] = {}  # loop index variable -> its bound
+        self.written_roots = {
+            op.attrs["root"] if "root" in op.attrs else op.operands[0].type.root
+            for op in fn.walk()
+            if op.opcode in ("store", "atomic", "atomic_cas", "block_store")
+        }
+        self.hoisted: list[str] = []
+        self._count_uses(fn.body)
+
+    # ---- bookkeeping
+    def _count_uses(self, block) -> None:
+        for op in block.ops:
+            for operand in op.operands:
+                if operand is not None:
+                    self.uses[operand.id] = self.uses.get(operand.id, 0) + 1
+            for region in op.regions:
+                self._count_uses(region)
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def get(self, value: Value):
+        return self.values[value.id]
+
+    def error_code(self, op: Op, kind: str) -> int:
+        self.error_sites.append(ErrorSite(op, kind))
+        return len(self.error_sites) - 1
+
+    def fail(self, code: int, site: int, offset: str) -> None:
+        self.emit(f"err[0] = {code}; err[1] = {site}; err[2] = np.int64({offset}); err[3] = program")
+        self.emit("return")
+
+    def open_loops(self, shape: tuple[int, ...]) -> list[str]:
+        index = []
+        for extent in shape:
+            name = self.fresh("j")
+            self.emit(f"for {name} in range({extent}):")
+            self.depth += 1
+            index.append(name)
+        return index
+
+    def close_loops(self, shape: tuple[int, ...]) -> None:
+        self.depth -= len(shape)
+
+    def buffer(self, value_id: int, shape: tuple[int, ...], dt: D.dtype) -> str:
+        """A new local array. Outside loop/if regions it is allocated once per launch (every program
+        fully writes a top-level buffer before reading it); inside regions, once per execution."""
+        name = f"b{value_id}_{self.fresh('')}"
+        allocation = f"{name} = np.empty({tuple(shape)!r}, dtype={compute_type(dt)})"
+        if self.regions == 0:
+            self.hoisted.append(allocation)
+        else:
+            self.emit(allocation)
+        return name
+
+    def materialize(self, value: Value) -> Buffer | Scalar:
+        representation = self.get(value)
+        if isinstance(representation, (Buffer, Scalar)):
+            return representation
+        shape = value.type.shape
+        name = self.buffer(value.id, shape, value.type.dtype)
+        index = self.open_loops(shape)
+        self.emit(f"{name}[{', '.join(index)}] = {representation.render(index)}")
+        self.close_loops(shape)
+        buffer = Buffer(name, shape)
+        self.values[value.id] = buffer
+        return buffer
+
+    def define(
+        self,
+        value: Value,
+        build,
+        cost: int = 1,
+        transcendental: bool = False,
+        *,
+        affine: Affine | None = None,
+        interval: Interval | None = None,
+    ) -> None:
+        """Bind a pure elementwise result: a scalar variable now, or a lazy expression."""
+        shape = value.type.shape
+        if not shape:
+            name = f"v{value.id}"
+            self.emit(f"{name} = {build([])}")
+            self.values[value.id] = Scalar(name)
+            return
+        if affine is not None:
+            build = affine.render
+        lazy = Lazy(shape, build, cost, transcendental, affine, interval)
+        self.values[value.id] = lazy
+        if self.uses.get(value.id, 0) >= 2 and (transcendental or cost >= 6):
+            self.materialize(value)
+
+    def affine_of(self, value: Value) -> Affine | None:
+        """`value` as an affine function of the block indices, when it is one (integers and pointers)."""
+        representation = self.get(value)
+        if isinstance(representation, Lazy):
+            return representation.affine
+        dt = value.type.dtype
+        if isinstance(representation, Scalar) and (dt.is_ptr() or (dt.is_int() and not dt.is_bool())):
+            return Affine(f"np.int64({representation.name})", (0,) * len(value.type.shape))
+        return None
+
+    def interval_of(self, value: Value) -> Interval | None:
+        representation = self.get(value)
+        return representation.interval if isinstance(representation, Lazy) else None
+
+    def operand_cost(self, *values: Value) -> tuple[int, bool]:
+        cost, transcendental = 1, False
+        for value in values:
+            representation = self.get(value)
+            if isinstance(representation, Lazy):
+                cost += representation.cost
+                transcendental = transcendental or representation.transcendental
+        return cost, transcendental
+
+    # ---- driver
+    def lower(self) -> Lowered:
+        fn = self.fn
+        params, ptr_params, scalar_params, prologue = [], [], [], []
+        for index, param in enumerate(fn.params):
+            if param.kind == "ptr":
+                params.extend([f"p{index}", f"n{index}"])
+                ptr_params.append(index)
+                memory = memory_dtype_name(param.type.dtype.element_ty)
+                prologue.append(f"m{index} = numba.carray(as_pointer(p{index}, np.{memory}), n{index})")
+                self.values[param.value.id] = Scalar("np.int64(0)")
+            elif param.kind == "scalar":
+                params.append(f"s{index}")
+                scalar_params.append(index)
+                name = f"v{param.value.id}"
+                prologue.append(f"{name} = {_typed(param.type.dtype, f's{index}')}")
+                self.values[param.value.id] = Scalar(name)
+        self.depth = 0
+        self.block(fn.body)
+        source = _template().render(
+            name=_identifier(fn.name),
+            params=params,
+            prologue=prologue + self.hoisted,
+            body=self.lines,
+            location=str(fn.loc) if fn.loc else fn.name,
+            key=fn.key,
+            support_module=f"{__package__}.support",
+        )
+        return Lowered(
+            source,
+            _identifier(fn.name),
+            ptr_params,
+            scalar_params,
+            self.error_sites,
+            self.uses_atomics,
+            self.stored_roots,
+        )
+
+    def block(self, block) -> None:
+        self.block_ops(block.ops)
+
+    # ---- elementwise and structural ops
+    def op_constant(self, op: Op) -> None:
+        dt = op.result.type.dtype
+        text = _literal(dt, op.attrs["value"])
+        affine = None
+        if dt.is_int() and not dt.is_bool():
+            affine = Affine(str(int(op.attrs["value"])), (0,) * len(op.result.type.shape))
+        self.define(op.result, lambda index: text, affine=affine)
+
+    def op_program_id(self, op: Op) -> None:
+        self.values[op.result.id] = Scalar(f"pid{op.attrs['axis']}")
+
+    def op_num_programs(self, op: Op) -> None:
+        self.values[op.result.id] = Scalar(f"np.int32(g{op.attrs['axis']})")
+
+    def op_arange(self, op: Op) -> None:
+        start = op.attrs["start"]
+        self.define(
+            op.result, lambda index: f"np.int32({start} + {index[0]})", affine=Affine(str(start), (1,))
+        )
+
+    def op_broadcast(self, op: Op) -> None:
+        source = op.operands[0]
+        representation = self.get(source)
+        source_shape = source.type.shape
+        target_shape = op.result.type.shape
+        source_affine = self.affine_of(source)
+        source_interval = self.interval_of(source)
+        if not source_shape:
+            affine = Affine(source_affine.base, (0,) * len(target_shape)) if source_affine else None
+            self.define(
+                op.result, lambda index: representation.render([]), *self.operand_cost(source), affine=affine
+            )
+            return
+        widened = [s == 1 and t != 1 for s, t in zip(source_shape, target_shape, strict=True)]
+
+        def build(index: list[str]) -> str:
+            return representation.render(["0" if w else i for w, i in zip(widened, index, strict=True)])
+
+        affine = interval = None
+        if source_affine is not None:
+            coefficients = tuple(
+                0 if w else c for w, c in zip(widened, source_affine.coefficients, strict=True)
+            )
+            affine = Affine(source_affine.base, coefficients)
+        if source_interval is not None:
+            interval = Interval(
+                tuple(None if w else u for w, u in zip(widened, source_interval.upper, strict=True))
+            )
+        self.define(op.result, build, *self.operand_cost(source), affine=affine, interval=interval)
+
+    def op_reshape(self, op: Op) -> None:
+        source = op.operands[0]
+        source_shape = source.type.shape
+        target_shape = op.result.type.shape
+        if [d for d in source_shape if d != 1] == [d for d in target_shape if d != 1]:
+            representation = self.get(source)
+            source_positions = [i for i, d in enumerate(source_shape) if d != 1]
+            target_positions = [i for i, d in enumerate(target_shape) if d != 1]
+
+            def build(index: list[str]) -> str:
+                mapped = ["0"] * len(source_shape)
+                for s, t in zip(source_positions, target_positions, strict=True):
+                    mapped[s] = index[t]
+                return representation.render(mapped)
+
+            if not target_shape:
+                self.define(op.result, build)
+                return
+            affine = interval = None
+            source_affine, source_interval = self.affine_of(source), self.interval_of(source)
+            if source_affine is not None:
+                coefficients = [0] * len(target_shape)
+                for s_, t in zip(source_positions, target_positions, strict=True):
+                    coefficients[t] = source_affine.coefficients[s_]
+                affine = Affine(source_affine.base, tuple(coefficients))
+            if source_interval is not None:
+                upper = [None] * len(target_shape)
+                for s_, t in zip(source_positions, target_positions, strict=True):
+                    upper[t] = source_interval.upper[s_]
+                interval = Interval(tuple(upper))
+            if affine is not None:
+                build = affine.render
+            self.values[op.result.id] = Lazy(
+                target_shape, build, *self.operand_cost(source), affine, interval
+            )
+            return
+        buffer = self.materialize(source)
+        name = f"r{op.result.id}"
+        self.emit(f"{name} = {buffer.name}.reshape({tuple(target_shape)!r})")
+        self.values[op.result.id] = Buffer(name, target_shape)
+
+    def op_permute(self, op: Op) -> None:
+        source = op.operands[0]
+        representation = self.get(source)
+        dims = op.attrs["dims"]
+
+        def build(index: list[str]) -> str:
+            mapped = [""] * len(dims)
+            for result_axis, source_axis in enumerate(dims):
+                mapped[source_axis] = index[result_axis]
+            return representation.render(mapped)
+
+        source_affine, source_interval = self.affine_of(source), self.interval_of(source)
+        affine = interval = None
+        if source_affine is not None:
+            affine = Affine(source_affine.base, tuple(source_affine.coefficients[d] for d in dims))
+        if source_interval is not None:
+            interval = Interval(tuple(source_interval.upper[d] for d in dims))
+        self.define(op.result, build, *self.operand_cost(source), affine=affine, interval=interval)
+
+    def op_cast(self, op: Op) -> None:
+        source = op.operands[0]
+        representation = self.get(source)
+        src = source.type.dtype
+        dst = op.result.type.dtype
+        if op.attrs.get("bitcast"):
+            if src.name in ("fp16", "bf16") or dst.name in ("fp16", "bf16", "int1"):
+                raise UnsupportedByNumba(f"bitcast {src.name} -> {dst.name}")
+            target = compute_type(dst)
+            self.define(
+                op.result,
+                lambda index: f"{compute_type(src)}({representation.render(index)}).view({target})",
+                *self.operand_cost(source),
+            )
+            return
+        if dst.is_int() and not dst.is_bool() and src.is_floating():
+            low, high = _int_range(dst)
+            target = compute_type(dst)
+
+            def build(index: list[str]) -> str:
+                x = representation.render(index)
+                return (
+                    f"({target}(0) if {x} != {x} else {target}(min(max(math.trunc(np.float64({x})), "
+                    f"{low}), {high})))"
+                )
+
+            self.define(op.result, build, *self.operand_cost(source))
+            return
+        if src.is_bool() and dst.is_floating():
+            self.define(
+                op.result,
+                lambda index: _typed(dst, f"1.0 if {representation.render(index)} else 0.0"),
+                *self.operand_cost(source),
+            )
+            return
+        affine = None
+        if src.is_int() and not src.is_bool() and dst.is_int() and not dst.is_bool():
+            affine = self.affine_of(source)
+        if dst.name in ("bf16", "fp16") and (src.name == "fp64" or src.is_int()):
+            # one rounding straight from the wide value, no float32 step in between
+            function = "round_bf16_64" if dst.name == "bf16" else "round_f16_64"
+            self.define(
+                op.result,
+                lambda index: f"{function}(np.float64({representation.render(index)}))",
+                *self.operand_cost(source),
+            )
+            return
+        self.define(
+            op.result,
+            lambda index: _typed(dst, representation.render(index)),
+            *self.operand_cost(source),
+            affine=affine,
+        )
+
+    def op_binary(self, op: Op) -> None:
+        a, b = op.operands
+        ra, rb = self.get(a), self.get(b)
+        dt = op.result.type.dtype
+        kind = op.attrs["op"]
+        symbol = {
+            "add": "+",
+            "sub": "-",
+            "mul": "*",
+            "div": "/",
+            "and": "&",
+            "or": "|",
+            "xor": "^",
+            "shl": "<<",
+            "shr": ">>",
+            "pow": "**",
+        }.get(kind)
+
+        def build(index: list[str]) -> str:
+            x, y = ra.render(index), rb.render(index)
+            if kind in ("and", "or", "xor") and dt.is_bool():
+                return f"({x} {symbol} {y})"
+            if symbol is not None:
+                return _typed(dt, f"{x} {symbol} {y}")
+            if kind == "floordiv":
+                return _typed(dt, f"trunc_div({x}, {y})")
+            if kind == "mod":
+                if dt.is_floating():
+                    return _typed(dt, f"math.fmod({x}, {y})")
+                return _typed(dt, f"trunc_mod({x}, {y})")
+            if kind in ("maximum", "minimum"):
+                function = "fmax" if kind == "maximum" else "fmin"
+                if not dt.is_floating():
+                    function = "max" if kind == "maximum" else "min"
+                return _typed(dt, f"{function}({x}, {y})")
+            if kind == "atan2":
+                return _typed(dt, f"math.atan2({x}, {y})")
+            raise UnsupportedByNumba(f"binary op {kind}")
+
+        cost, transcendental = self.operand_cost(a, b)
+        affine = interval = None
+        if dt.is_int() and not dt.is_bool() and kind in ("add", "sub", "mul"):
+            affine = _combine_affine(kind, self.affine_of(a), self.affine_of(b))
+        elif dt.is_bool() and kind == "and":
+            interval = _intersect(self.interval_of(a), self.interval_of(b))
+        self.define(
+            op.result,
+            build,
+            cost,
+            transcendental or kind in _TRANSCENDENTAL,
+            affine=affine,
+            interval=interval,
+        )
+
+    def op_cmp(self, op: Op) -> None:
+        a, b = op.operands
+        ra, rb = self.get(a), self.get(b)
+        kind = op.attrs["op"]
+        symbol = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[kind]
+        interval = _interval_from_compare(kind, self.affine_of(a), self.affine_of(b))
+        self.define(
+            op.result,
+            lambda index: f"({ra.render(index)} {symbol} {rb.render(index)})",
+            *self.operand_cost(a, b),
+            interval=interval,
+        )
+
+    def op_unary(self, op: Op) -> None:
+        (source,) = op.operands
+        representation = self.get(source)
+        dt = op.result.type.dtype
+        kind = op.attrs["op"]
+        ct = compute_type(dt)
+        formulas = {
+            "exp": "np.exp({x})" if dt.name == "fp64" else "exp32({x})",
+            "exp2": "np.exp2({x})",
+            "log": "np.log({x})",
+            "log2": "np.log2({x})",
+            "sqrt": "np.sqrt({x})",
+            "rsqrt": f"{ct}(1) / np.sqrt({{x}})",
+            "sin": "np.sin({x})",
+            "cos": "np.cos({x})",
+            "tan": "np.tan({x})",
+            "tanh": "np.tanh({x})",
+            "erf": "erf64({x})" if dt.name == "fp64" else "erf32({x})",
+            "floor": "np.floor({x})",
+            "ceil": "np.ceil({x})",
+            "sigmoid": f"{ct}(1) / ({ct}(1) + {'np.exp' if dt.name == 'fp64' else 'exp32'}(-{{x}}))",
+            "log1p": "np.log1p({x})",
+            "expm1": "np.expm1({x})",
+            "rint": "np.rint({x})",
+            "trunc": "np.trunc({x})",
+            "asin": "np.arcsin({x})",
+            "acos": "np.arccos({x})",
+            "atan": "np.arctan({x})",
+            "sinh": "np.sinh({x})",
+            "cosh": "np.cosh({x})",
+            "log10": "np.log10({x})",
+            "recip": f"{ct}(1) / {{x}}",
+            "neg": "-{x}",
+            "abs": "abs({x})",
+        }
+
+        def build(index: list[str]) -> str:
+            x = representation.render(index)
+            if kind == "invert":
+                return f"(not {x})" if dt.is_bool() else _typed(dt, f"~{x}")
+            if kind == "isnan":
+                return f"({x} != {x})"
+            if kind == "isinf":
+                return f"np.isinf({x})"
+            if kind == "signbit":
+                return f"np.signbit({x})"
+            formula = formulas.get(kind)
+            if formula is None:
+                raise UnsupportedByNumba(f"unary op {kind}")
+            return _typed(dt, formula.format(x=x))
+
+        cost, transcendental = self.operand_cost(source)
+        self.define(op.result, build, cost + 1, transcendental or kind in _TRANSCENDENTAL)
+
+    def op_ptr_add(self, op: Op) -> None:
+        pointer, offset = op.operands
+        rp, ro = self.get(pointer), self.get(offset)
+        affine = _combine_affine("add", self.affine_of(pointer), self.affine_of(offset))
+        self.define(
+            op.result,
+            lambda index: f"np.int64({rp.render(index)} + {ro.render(index)})",
+            *self.operand_cost(pointer, offset),
+            affine=affine,
+        )
+
+    def op_fma(self, op: Op) -> None:
+        a, b, c = op.operands
+        ra, rb, rc = self.get(a), self.get(b), self.get(c)
+        dt = op.result.type.dtype
+
+        def build(index: list[str]) -> str:
+            x, y, z = ra.render(index), rb.render(index), rc.render(index)
+            if dt.name == "fp64":
+                return f"({x} * {y} + {z})"
+            return _typed(dt, f"fma32({x}, {y}, {z})")
+
+        self.define(op.result, build, *self.operand_cost(a, b, c))
+
+    def op_where(self, op: Op) -> None:
+        c, a, b = op.operands
+        rc, ra, rb = self.get(c), self.get(a), self.get(b)
+        self.define(
+            op.result,
+            lambda index: f"({ra.render(index)} if {rc.render(index)} else {rb.render(index)})",
+            *self.operand_cost(c, a, b),
+        )
+
+    # ---- memory
+    def _address(self, op: Op, root: int, pointer: str, mask: str | None, kind: str) -> str:
+        """Emit the bounds check of one lane; returns the offset variable."""
+        offset = self.fresh("o")
+        self.emit(f"{offset} = {pointer}")
+        site = self.error_code(op, kind)
+        condition = f"{offset} < 0 or {offset} >= n{root}"
+        self.emit(f"if {condition}:")
+        self.depth += 1
+        self.fail(ERR_OUT_OF_BOUNDS, site, offset)
+        self.depth -= 1
+        return offset
+
+    def _box(self, pointer: Value, mask: Value | None, shape: tuple[int, ...]):
+        """For an affine pointer under an interval mask (or none): the active lanes form a box
+        `index[d] < count[d]`. Returns (affine, counts) or None when the access is irregular."""
+        affine = self.affine_of(pointer)
+        if affine is None or not shape:
+            return None
+        if mask is None:
+            upper = (None,) * len(shape)
+        else:
+            interval = self.interval_of(mask)
+            if interval is None:
+                return None
+            upper = interval.upper
+        counts = []
+        for bound, extent in zip(upper, shape, strict=True):
+            if bound is None:
+                counts.append(str(extent))
+                continue
+            memo_key = (self.scope[-1], bound, extent)
+            name = self.count_memo.get(memo_key)
+            if name is None:
+                name = self.fresh("c")
+                self.emit(f"{name} = max(0, min({extent}, np.int64({bound})))")
+                self.count_memo[memo_key] = name
+            counts.append(name)
+        return affine, counts
+
+    def _check_box(self, op: Op, root: int, affine: Affine, counts: list[str], kind: str) -> None:
+        """One bounds check for the whole box: its lowest and highest addresses."""
+        variable = [c for c in counts if not c.isdigit()]
+        if variable:
+            self.emit(f"if {' and '.join(f'{c} > 0' for c in variable)}:")
+            self.depth += 1
+        low, high = self.fresh("lo"), self.fresh("hi")
+        self.emit(f"{low} = np.int64({affine.base})")
+        self.emit(f"{high} = {low}")
+        for coefficient, count in zip(affine.coefficients, counts, strict=True):
+            if coefficient == 0:
+                continue
+            span = self.fresh("t")
+            self.emit(f"{span} = np.int64({coefficient}) * ({count} - 1)")
+            self.emit(f"{low} += min(0, {span})")
+            self.emit(f"{high} += max(0, {span})")
+        site = self.error_code(op, kind)
+        self.emit(f"if {low} < 0 or {high} >= n{root}:")
+        self.depth += 1
+        self.fail(ERR_OUT_OF_BOUNDS, site, f"{low} if {low} < 0 else {high}")
+        self.depth -= 1
+        if variable:
+            self.depth -= 1
+
+    def op_load(self, op: Op) -> None:
+        pointer, mask, other = op.operands
+        root = op.attrs["root"]
+        shape = op.result.type.shape
+        box = self._box(pointer, mask, shape)
+        if box is not None:
+            self._load_box(op, box)
+            return
+        rp = self.get(pointer)
+        rm = self.get(mask) if mask is not None else None
+        ro = self.get(other) if other is not None else None
+        dt = op.result.type.dtype
+        shape = op.result.type.shape
+        default = _literal(dt, 0)
+        if shape:
+            name = self.buffer(op.result.id, shape, dt)
+        else:
+            name = f"v{op.result.id}"
+        index = self.open_loops(shape)
+        target = f"{name}[{', '.join(index)}]" if shape else name
+        if rm is not None:
+            self.emit(f"if {rm.render(index)}:")
+            self.depth += 1
+        offset = self._address(op, root, rp.render(index), None, "load")
+        self.emit(f"{target} = {_load_value(dt, f'm{root}[{offset}]')}")
+        if rm is not None:
+            self.depth -= 1
+            self.emit("else:")
+            self.depth += 1
+            self.emit(f"{target} = {ro.render(index) if ro is not None else default}")
+            self.depth -= 1
+        self.close_loops(shape)
+        self.values[op.result.id] = Buffer(name, shape) if shape else Scalar(name)
+
+    def _load_box(self, op: Op, box) -> None:
+        pointer, mask, other = op.operands
+        root = op.attrs["root"]
+        affine, counts = box
+        dt = op.result.type.dtype
+        shape = op.result.type.shape
+        self._check_box(op, root, affine, counts, "load")
+        if root not in self.written_roots and self.uses.get(op.result.id, 0) == 1:
+            # Read where it is consumed (one loop instead of two): nothing in this kernel writes to
+            # this argument, so reading later sees the same values.
+            fill = self.get(other).render if other is not None else (lambda index: _literal(dt, 0))
+            partial = [(d, c) for d, c in enumerate(counts) if not c.isdigit()]
+
+            def build(index: list[str]) -> str:
+                value = _load_value(dt, f"m{root}[{affine.render(index)}]")
+                # a consumer looping to the same count needs no test: every lane it visits is active
+                tests = [f"{index[d]} < {c}" for d, c in partial if self.loop_bounds.get(index[d]) != c]
+                if not tests:
+                    return value
+                return f"({value} if {' and '.join(tests)} else {fill(index)})"
+
+            self.values[op.result.id] = Lazy(shape, build, 2)
+            return
+        name = self.buffer(op.result.id, shape, dt)
+        partial = [f"{c} < {e}" for c, e in zip(counts, shape, strict=True) if not c.isdigit()]
+        if partial:
+            fill = self.get(other).render if other is not None else (lambda index: _literal(dt, 0))
+            self.emit(f"if {' or '.join(partial)}:")
+            self.depth += 1
+            index = self.open_loops(shape)
+            self.emit(f"{name}[{', '.join(index)}] = {fill(index)}")
+            self.close_loops(shape)
+            self.depth -= 1
+
+        def copy(unit: Affine) -> None:
+            index = self.open_loops_to(counts)
+            self.emit(f"{name}[{', '.join(index)}] = {_load_value(dt, f'm{root}[{unit.render(index)}]')}")
+            self.close_loops(tuple(counts))
+
+        self._with_unit_stride(affine, copy)
+        self.values[op.result.id] = Buffer(name, shape)
+
+    def _with_unit_stride(self, affine: Affine, emit_access) -> None:
+        """Emit `emit_access(affine)`; when the innermost coefficient is a runtime value, also a copy
+        specialised for a unit stride (the contiguous case LLVM vectorises) behind a runtime test."""
+        innermost = affine.coefficients[-1]
+        if isinstance(innermost, int):
+            emit_access(affine)
+            return
+        self.emit(f"if np.int64({innermost}) == 1:")
+        self.depth += 1
+        emit_access(Affine(affine.base, (*affine.coefficients[:-1], 1)))
+        self.depth -= 1
+        self.emit("else:")
+        self.depth += 1
+        emit_access(affine)
+        self.depth -= 1
+
+    def open_loops_to(self, counts: list[str]) -> list[str]:
+        index = []
+        for count in counts:
+            name = self.fresh("j")
+            self.loop_bounds[name] = count
+            self.emit(f"for {name} in range({count}):")
+            self.depth += 1
+            index.append(name)
+        return index
+
+    def op_store(self, op: Op) -> None:
+        pointer, value, mask = op.operands
+        root = op.attrs["root"]
+        self.stored_roots.add(root)
+        box = self._box(pointer, mask, value.type.shape)
+        if box is not None:
+            affine, counts = box
+            self._check_box(op, root, affine, counts, "store")
+            representation = self.get(value)
+
+            def write(unit: Affine) -> None:
+                index = self.open_loops_to(counts)
+                stored = _store_value(value.type.dtype, representation.render(index))
+                self.emit(f"m{root}[{unit.render(index)}] = {stored}")
+                self.close_loops(tuple(counts))
+
+            self._with_unit_stride(affine, write)
+            return
+        rp, rv = self.get(pointer), self.get(value)
+        rm = self.get(mask) if mask is not None else None
+        dt = value.type.dtype
+        shape = value.type.shape
+        index = self.open_loops(shape)
+        if rm is not None:
+            self.emit(f"if {rm.render(index)}:")
+            self.depth += 1
+        offset = self._address(op, root, rp.render(index), None, "store")
+        self.emit(f"m{root}[{offset}] = {_store_value(dt, rv.render(index))}")
+        if rm is not None:
+            self.depth -= 1
+        self.close_loops(shape)
+
+    def op_atomic(self, op: Op) -> None:
+        pointer, value, mask = op.operands
+        root = op.attrs["root"]
+        self.uses_atomics = True
+        self.stored_roots.add(root)
+        rp, rv = self.get(pointer), self.get(value)
+        rm = self.get(mask) if mask is not None else None
+        dt = value.type.dtype
+        shape = value.type.shape
+        kind = op.attrs["kind"]
+        name = self.buffer(op.result.id, shape, dt) if shape else f"v{op.result.id}"
+        index = self.open_loops(shape)
+        target = f"{name}[{', '.join(index)}]" if shape else name
+        self.emit(f"{target} = {_literal(dt, 0)}")
+        if rm is not None:
+            self.emit(f"if {rm.render(index)}:")
+            self.depth += 1
+        offset = self._address(op, root, rp.render(index), None, "atomic")
+        old = self.fresh("old")
+        new = rv.render(index)
+        self.emit(f"{old} = {_load_value(dt, f'm{root}[{offset}]')}")
+        combined = {
+            "add": _typed(dt, f"{old} + {new}"),
+            "max": _typed(dt, f"max({old}, {new})"),
+            "min": _typed(dt, f"min({old}, {new})"),
+            "xchg": new,
+            "and": _typed(dt, f"{old} & {new}"),
+            "or": _typed(dt, f"{old} | {new}"),
+            "xor": _typed(dt, f"{old} ^ {new}"),
+        }.get(kind)
+        if combined is None:
+            raise UnsupportedByNumba(f"atomic {kind}")
+        self.emit(f"m{root}[{offset}] = {_store_value(dt, combined)}")
+        self.emit(f"{target} = {old}")
+        if rm is not None:
+            self.depth -= 1
+        self.close_loops(shape)
+        self.values[op.result.id] = Buffer(name, shape) if shape else Scalar(name)
+
+    def op_atomic_cas(self, op: Op) -> None:
+        pointer, compare, value = op.operands
+        root = op.attrs["root"]
+        self.uses_atomics = True
+        self.stored_roots.add(root)
+        rp, rc, rv = self.get(pointer), self.get(compare), self.get(value)
+        dt = value.type.dtype
+        shape = value.type.shape
+        name = self.buffer(op.result.id, shape, dt) if shape else f"v{op.result.id}"
+        index = self.open_loops(shape)
+        target = f"{name}[{', '.join(index)}]" if shape else name
+        offset = self._address(op, root, rp.render(index), None, "atomic_cas")
+        self.emit(f"{target} = {_load_value(dt, f'm{root}[{offset}]')}")
+        self.emit(f"if {target} == {rc.render(index)}:")
+        self.emit(f"    m{root}[{offset}] = {_store_value(dt, rv.render(index))}")
+        self.close_loops(shape)
+        self.values[op.result.id] = Buffer(name, shape) if shape else Scalar(name)
+
+    # ---- reductions, scans, dot
+    def op_reduce(self, op: Op) -> None:
+        (source,) = op.operands
+        representation = self.get(source)
+        kind = op.attrs["kind"]
+        axis = op.attrs["axis"]
+        keep_dims = op.attrs["keep_dims"]
+        src_dt = source.type.dtype
+        dt = op.result.type.dtype
+        shape = source.type.shape
+        accumulate_dt = D.float32 if src_dt.name in ("fp16", "bf16") else src_dt
+        axes = list(range(len(shape))) if axis is None else [axis % len(shape)]
+        outer = [d for d in range(len(shape)) if d not in axes]
+        result_shape = op.result.type.shape
+        if kind in ("sum", "max", "min") and src_dt.is_floating() and (axes == [len(shape) - 1] or not outer):
+            self._reduce_rows(op, kind, axes, outer)
+            return
+        result = self.buffer(op.result.id, result_shape, dt) if result_shape else f"v{op.result.id}"
+        outer_index = self.open_loops(tuple(shape[d] for d in outer))
+        accumulator, position = self.fresh("acc"), self.fresh("pos")
+        ct = compute_type(accumulate_dt)
+        initial = {
+            "sum": f"{ct}(0)",
+            "prod": f"{ct}(1)",
+            "xor_sum": f"{ct}(0)",
+            "max": f"{ct}(-np.inf)"
+            if accumulate_dt.is_floating()
+            else f"{ct}({_int_range(accumulate_dt)[0]})",
+            "min": f"{ct}(np.inf)"
+            if accumulate_dt.is_floating()
+            else f"{ct}({_int_range(accumulate_dt)[1]})",
+        }
+        if kind in ("argmax", "argmin"):
+            initial_value = f"{ct}(-np.inf)" if kind == "argmax" else f"{ct}(np.inf)"
+            if not accumulate_dt.is_floating():
+                bound = _int_range(accumulate_dt)
+                initial_value = f"{ct}({bound[0] if kind == 'argmax' else bound[1]})"
+            self.emit(f"{accumulator} = {initial_value}")
+            self.emit(f"{position} = np.int32(-1)")
+        elif kind in initial:
+            self.emit(f"{accumulator} = {initial[kind]}")
+        else:
+            raise UnsupportedByNumba(f"reduce {kind}")
+        nan_seen = self.fresh("nan")
+        if kind in ("max", "min") and accumulate_dt.is_floating():
+            # NaN propagates (as torch.max): tracked apart so the comparison loop stays vectorisable.
+            self.emit(f"{nan_seen} = False")
+        inner_index = self.open_loops(tuple(shape[d] for d in axes))
+        full = [""] * len(shape)
+        for d, name in zip(outer, outer_index, strict=True):
+            full[d] = name
+        for d, name in zip(axes, inner_index, strict=True):
+            full[d] = name
+        x = representation.render(full)
+        element = self.fresh("x")
+        self.emit(f"{element} = {ct}({x})")
+        if kind == "sum":
+            self.emit(f"{accumulator} = {ct}({accumulator} + {element})")
+        elif kind == "prod":
+            self.emit(f"{accumulator} = {ct}({accumulator} * {element})")
+        elif kind == "xor_sum":
+            self.emit(f"{accumulator} = {ct}({accumulator} ^ {element})")
+        elif kind in ("max", "min"):
+            better = ">" if kind == "max" else "<"
+            self.emit(f"{accumulator} = {element} if {element} {better} {accumulator} else {accumulator}")
+            if accumulate_dt.is_floating():
+                self.emit(f"{nan_seen} = {nan_seen} | ({element} != {element})")
+        else:
+            linear = " + ".join(f"{name} * {_stride(shape, axes, k)}" for k, name in enumerate(inner_index))
+            better = ">" if kind == "argmax" else "<"
+            nan_first = f"({element} != {element} and {accumulator} == {accumulator})"
+            self.emit(f"if {position} < 0 or {element} {better} {accumulator} or {nan_first}:")
+            self.emit(f"    {accumulator} = {element}")
+            self.emit(f"    {position} = np.int32({linear})")
+        self.close_loops(tuple(shape[d] for d in axes))
+        if kind in ("max", "min") and accumulate_dt.is_floating():
+            self.emit(f"if {nan_seen}:")
+            self.emit(f"    {accumulator} = {ct}(np.nan)")
+        final = position if kind in ("argmax", "argmin") else _typed(dt, accumulator)
+        if result_shape:
+            out_index = []
+            k = 0
+            for d in range(len(shape)):
+                if d in axes:
+                    if keep_dims:
+                        out_index.append("0")
+                else:
+                    out_index.append(outer_index[k])
+                    k += 1
+            self.emit(f"{result}[{', '.join(out_index)}] = {final}")
+        else:
+            self.emit(f"{result} = {final}")
+        self.close_loops(tuple(shape[d] for d in outer))
+        self.values[op.result.id] = Buffer(result, result_shape) if result_shape else Scalar(result)
+
+    def _reduce_rows(self, op: Op, kind: str, axes: list[int], outer: list[int]) -> None:
+        """A float sum/max/min over the last axis (or everything) as calls of the vectorised row
+        helpers on a materialised buffer."""
+        (source,) = op.operands
+        shape = source.type.shape
+        dt = op.result.type.dtype
+        keep_dims = op.attrs["keep_dims"]
+        helper = {"sum": "row_sum", "max": "row_max", "min": "row_min"}[kind]
+        buffer = self.materialize(source)
+        result_shape = op.result.type.shape
+        if not outer:
+            total = 1
+            for extent in shape:
+                total *= extent
+            row = buffer.name if len(shape) == 1 else f"{buffer.name}.reshape({total})"
+            value = _typed(dt, f"{helper}({row})")
+            if result_shape:
+                name = self.buffer(op.result.id, result_shape, dt)
+                self.emit(f"{name}[{', '.join('0' for _ in result_shape)}] = {value}")
+                self.values[op.result.id] = Buffer(name, result_shape)
+            else:
+                name = f"v{op.result.id}"
+                self.emit(f"{name} = {value}")
+                self.values[op.result.id] = Scalar(name)
+            return
+        name = self.buffer(op.result.id, result_shape, dt)
+        index = self.open_loops(tuple(shape[d] for d in outer))
+        target = index + (["0"] if keep_dims else [])
+        row = f"{buffer.name}[{', '.join(index)}, :]"
+        self.emit(f"{name}[{', '.join(target)}] = {_typed(dt, f'{helper}({row})')}")
+        self.close_loops(tuple(shape[d] for d in outer))
+        self.values[op.result.id] = Buffer(name, result_shape)
+
+    def op_scan(self, op: Op) -> None:
+        (source,) = op.operands
+        representation = self.get(source)
+        kind = op.attrs["kind"]
+        axis = op.attrs["axis"] % len(source.type.shape)
+        reverse = op.attrs.get("reverse", False)
+        dt = op.result.type.dtype
+        shape = source.type.shape
+        accumulate_dt = D.float32 if dt.name in ("fp16", "bf16") else dt
+        ct = compute_type(accumulate_dt)
+        result = self.buffer(op.result.id, shape, dt)
+        outer = [d for d in range(len(shape)) if d != axis]
+        outer_index = self.open_loops(tuple(shape[d] for d in outer))
+        accumulator = self.fresh("acc")
+        self.emit(f"{accumulator} = {ct}({0 if kind == 'sum' else 1})")
+        step = self.fresh("k")
+        extent = shape[axis]
+        self.emit(f"for {step} in range({extent}):")
+        self.depth += 1
+        position = f"({extent - 1} - {step})" if reverse else step
+        full = [""] * len(shape)
+        for d, name in zip(outer, outer_index, strict=True):
+            full[d] = name
+        full[axis] = position
+        symbol = "+" if kind == "sum" else "*"
+        if kind not in ("sum", "prod"):
+            raise UnsupportedByNumba(f"scan {kind}")
+        self.emit(f"{accumulator} = {ct}({accumulator} {symbol} {representation.render(full)})")
+        self.emit(f"{result}[{', '.join(full)}] = {_typed(dt, accumulator)}")
+        self.depth -= 1
+        self.close_loops(tuple(shape[d] for d in outer))
+        self.values[op.result.id] = Buffer(result, shape)
+
+    def op_dot(self, op: Op) -> None:
+        a, b = op.operands[0], op.operands[1]
+        acc = op.operands[2] if len(op.operands) > 2 else None
+        out_dt = op.result.type.dtype
+        a_dt = a.type.dtype
+        if not a_dt.is_floating():
+            raise UnsupportedByNumba("integer dot")
+        work_dt = D.float64 if a_dt.name == "fp64" or out_dt.name == "fp64" else D.float32
+        operands = []
+        for value in (a, b):
+            representation = self.get(value)
+            if isinstance(representation, Buffer) and compute_type(value.type.dtype) == compute_type(work_dt):
+                operands.append(representation.name)  # already a C-contiguous array of the work type
+                continue
+            name = f"d{value.id}_{self.fresh('')}"
+            shape = value.type.shape
+            self.emit(f"{name} = np.empty({tuple(shape)!r}, dtype={compute_type(work_dt)})")
+            index = self.open_loops(shape)
+            self.emit(f"{name}[{', '.join(index)}] = {representation.render(index)}")
+            self.close_loops(shape)
+            operands.append(name)
+        result_shape = op.result.type.shape
+        product = f"p{op.result.id}"
+        if len(result_shape) == 2:
+            self.emit(f"{product} = np.dot({operands[0]}, {operands[1]})")
+        else:
+            self.emit(f"{product} = np.empty({tuple(result_shape)!r}, dtype={compute_type(work_dt)})")
+            batch = result_shape[:-2]
+            index = self.open_loops(batch)
+            where = ", ".join(index)
+            self.emit(f"{product}[{where}] = np.dot({operands[0]}[{where}], {operands[1]}[{where}])")
+            self.close_loops(batch)
+        if acc is None and out_dt.name == work_dt.name:
+            self.values[op.result.id] = Buffer(product, result_shape)
+            return
+        racc = self.get(acc) if acc is not None else None
+        name = self.buffer(op.result.id, result_shape, out_dt)
+        index = self.open_loops(result_shape)
+        total = f"{product}[{', '.join(index)}]"
+        if racc is not None:
+            total = f"{total} + {racc.render(index)}"
+        self.emit(f"{name}[{', '.join(index)}] = {_typed(out_dt, total)}")
+        self.close_loops(result_shape)
+        self.values[op.result.id] = Buffer(name, result_shape)
+
+    # ---- block pointers
+    def op_make_block_ptr(self, op: Op) -> None:
+        ty: BlockPtrType = op.result.type
+        rank = len(ty.block_shape)
+        operands = op.operands
+        names = []
+        for value in operands:
+            names.append(self.get(value).render([]))
+        base = self.fresh("base")
+        self.emit(f"{base} = np.int64({names[0]})")
+        shape = [self._scalar64(n) for n in names[1 : 1 + rank]]
+        strides = [self._scalar64(n) for n in names[1 + rank : 1 + 2 * rank]]
+        offsets = [self._scalar64(n) for n in names[1 + 2 * rank : 1 + 3 * rank]]
+        self.values[op.result.id] = BlockPointer(ty.root, base, shape, strides, offsets, ty.block_shape)
+
+    def _scalar64(self, expression: str) -> str:
+        name = self.fresh("q")
+        self.emit(f"{name} = np.int64({expression})")
+        return name
+
+    def op_advance(self, op: Op) -> None:
+        pointer: BlockPointer = self.get(op.operands[0])
+        deltas = [self.get(v).render([]) for v in op.operands[1:]]
+        offsets = [self._scalar64(f"{o} + {d}") for o, d in zip(pointer.offsets, deltas, strict=True)]
+        self.values[op.result.id] = BlockPointer(
+            pointer.root, pointer.base, pointer.shape, pointer.strides, offsets, pointer.block_shape
+        )
+
+    def _block_lane(self, pointer: BlockPointer, index: list[str], checked) -> tuple[str, str]:
+        coordinates = [f"({o} + {i})" for o, i in zip(pointer.offsets, index, strict=True)]
+        inside = " and ".join(f"0 <= {coordinates[d]} < {pointer.shape[d]}" for d in checked) or "True"
+        address = " + ".join(
+            [pointer.base] + [f"{c} * {s}" for c, s in zip(coordinates, pointer.strides, strict=True)]
+        )
+        return inside, f"np.int64({address})"
+
+    def op_block_load(self, op: Op) -> None:
+        pointer: BlockPointer = self.get(op.operands[0])
+        dt = op.result.type.dtype
+        shape = op.result.type.shape
+        checked = op.attrs.get("boundary_check") or ()
+        padding = op.attrs.get("padding") or "zero"
+        pad = _literal(dt, float("nan") if padding == "nan" else 0)
+        name = self.buffer(op.result.id, shape, dt)
+        index = self.open_loops(shape)
+        inside, address = self._block_lane(pointer, index, checked)
+        target = f"{name}[{', '.join(index)}]"
+        self.emit(f"if {inside}:")
+        self.depth += 1
+        offset = self._address(op, pointer.root, address, None, "block_load")
+        self.emit(f"{target} = {_load_value(dt, f'm{pointer.root}[{offset}]')}")
+        self.depth -= 1
+        self.emit("else:")
+        self.emit(f"    {target} = {pad}")
+        self.close_loops(shape)
+        self.values[op.result.id] = Buffer(name, shape)
+
+    def op_block_store(self, op: Op) -> None:
+        pointer: BlockPointer = self.get(op.operands[0])
+        value = op.operands[1]
+        representation = self.get(value)
+        self.stored_roots.add(pointer.root)
+        dt = value.type.dtype
+        shape = value.type.shape
+        checked = op.attrs.get("boundary_check") or ()
+        index = self.open_loops(shape)
+        inside, address = self._block_lane(pointer, index, checked)
+        self.emit(f"if {inside}:")
+        self.depth += 1
+        offset = self._address(op, pointer.root, address, None, "block_store")
+        self.emit(f"m{pointer.root}[{offset}] = {_store_value(dt, representation.render(index))}")
+        self.depth -= 1
+        self.close_loops(shape)
+
+    # ---- padding and dynamic slices
+    def op_pad(self, op: Op) -> None:
+        (source,) = op.operands
+        representation = self.get(source)
+        pads = op.attrs["pads"]
+        fill = _literal(op.result.type.dtype, op.attrs["value"])
+        source_shape = source.type.shape
+
+        def build(index: list[str]) -> str:
+            mapped = [f"({i} - {lo})" for i, (lo, _hi) in zip(index, pads, strict=True)]
+            inside = " and ".join(f"0 <= {m} < {n}" for m, n in zip(mapped, source_shape, strict=True))
+            return f"({representation.render(mapped)} if {inside} else {fill})"
+
+        self.define(op.result, build, *self.operand_cost(source))
+        self.materialize(op.result)
+
+    def op_dyn_slice(self, op: Op) -> None:
+        source, start = op.operands
+        representation = self.get(source)
+        axis = op.attrs["axis"]
+        length = op.result.type.shape[axis]
+        extent = source.type.shape[axis]
+        begin = self.fresh("start")
+        self.emit(f"{begin} = np.int64({self.get(start).render([])})")
+        site = self.error_code(op, "dyn_slice")
+        self.emit(f"if {begin} < 0 or {begin} + {length} > {extent}:")
+        self.depth += 1
+        self.fail(ERR_DYN_SLICE, site, begin)
+        self.depth -= 1
+
+        def build(index: list[str]) -> str:
+            mapped = list(index)
+            mapped[axis] = f"({index[axis]} + {begin})"
+            return representation.render(mapped)
+
+        self.values[op.result.id] = Lazy(op.result.type.shape, build, *self.operand_cost(source))
+        self.materialize(op.result)
+
+    def op_dyn_update(self, op: Op) -> None:
+        source, update, start = op.operands
+        rs, ru = self.get(source), self.get(update)
+        axis = op.attrs["axis"]
+        length = update.type.shape[axis]
+        extent = source.type.shape[axis]
+        begin = self.fresh("start")
+        self.emit(f"{begin} = np.int64({self.get(start).render([])})")
+        site = self.error_code(op, "dyn_slice")
+        self.emit(f"if {begin} < 0 or {begin} + {length} > {extent}:")
+        self.depth += 1
+        self.fail(ERR_DYN_SLICE, site, begin)
+        self.depth -= 1
+        shape = op.result.type.shape
+        name = self.buffer(op.result.id, shape, op.result.type.dtype)
+        index = self.open_loops(shape)
+        self.emit(f"{name}[{', '.join(index)}] = {rs.render(index)}")
+        self.close_loops(shape)
+        index = self.open_loops(update.type.shape)
+        mapped = list(index)
+        mapped[axis] = f"{index[axis]} + {begin}"
+        self.emit(f"{name}[{', '.join(mapped)}] = {ru.render(index)}")
+        self.close_loops(update.type.shape)
+        self.values[op.result.id] = Buffer(name, shape)
+
+    # ---- debugging
+    def op_print(self, op: Op) -> None:
+        raise UnsupportedByNumba("device_print runs on the interpreter backend, which formats it exactly")
+
+    def op_assert(self, op: Op) -> None:
+        (condition,) = op.operands
+        representation = self.get(condition)
+        site = self.error_code(op, "assert")
+        shape = condition.type.shape
+        index = self.open_loops(shape)
+        self.emit(f"if not {representation.render(index)}:")
+        self.depth += 1
+        self.fail(ERR_ASSERT, site, "0")
+        self.depth -= 1
+        self.close_loops(shape)
+
+    # ---- control flow
+    def _flat(self, value: Value) -> list[str]:
+        """The variable names (or scalar expressions) that hold `value`, for carried/yielded positions:
+        one for a scalar or an array, base/shape/strides/offsets for a block pointer."""
+        representation = self.get(value)
+        if isinstance(representation, Lazy):
+            representation = self.materialize(value)
+        if isinstance(representation, Scalar):
+            return [representation.render([])]
+        if isinstance(representation, Buffer):
+            return [representation.name]
+        return [representation.base, *representation.shape, *representation.strides, *representation.offsets]
+
+    def _slot(self, value: Value) -> tuple[object, list[str]]:
+        """A fresh set of variables able to hold values of `value`'s type."""
+        ty = value.type
+        if isinstance(ty, BlockPtrType):
+            rank = len(ty.block_shape)
+            names = [self.fresh(f"bp{value.id}_") for _ in range(1 + 3 * rank)]
+            pointer = BlockPointer(
+                ty.root,
+                names[0],
+                names[1 : 1 + rank],
+                names[1 + rank : 1 + 2 * rank],
+                names[1 + 2 * rank :],
+                ty.block_shape,
+            )
+            return pointer, names
+        name = f"v{value.id}"
+        return (Buffer(name, ty.shape) if ty.shape else Scalar(name)), [name]
+
+    def _assign(self, targets: list[str], sources: list[str]) -> None:
+        if targets:
+            self.emit(f"{', '.join(targets)} = {', '.join(sources)}")
+
+    def _bind(self, values: list[Value]) -> list[str]:
+        """Bind `values` to fresh variables; returns the flat variable names."""
+        names: list[str] = []
+        for value in values:
+            representation, flat = self._slot(value)
+            self.values[value.id] = representation
+            names.extend(flat)
+        return names
+
+    def _flat_all(self, values) -> list[str]:
+        return [name for value in values for name in self._flat(value)]
+
+    def op_for(self, op: Op) -> None:
+        lower, upper, step = (self.get(v).render([]) for v in op.operands[:3])
+        initial = self._flat_all(op.operands[3:])
+        body = op.regions[0]
+        induction, *carried = body.args
+        carried_names = self._bind(carried)
+        self._assign(carried_names, initial)
+        raw = self.fresh("it")
+        self.emit(f"for {raw} in range({lower}, {upper}, {step}):")
+        self.depth += 1
+        self.emit(f"v{induction.id} = {compute_type(induction.type.dtype)}({raw})")
+        self.values[induction.id] = Scalar(f"v{induction.id}")
+        self.block_with_terminator(body, carried_names)
+        self.depth -= 1
+        for result, arg in zip(op.results, carried, strict=True):
+            self.values[result.id] = self.values[arg.id]
+
+    def block_with_terminator(self, block, targets: list[str]) -> None:
+        self.regions += 1
+        self.scope.append(self.counter)
+        self.fresh("scope")
+        self.block_ops(block.ops[:-1])
+        terminator = block.ops[-1]
+        self._assign(targets, self._flat_all(terminator.operands))
+        self.scope.pop()
+        self.regions -= 1
+
+    def block_ops(self, ops) -> None:
+        for op in ops:
+            handler = getattr(self, "op_" + op.opcode, None)
+            if handler is None:
+                raise UnsupportedByNumba(f"op '{op.opcode}' is not supported by the numba backend")
+            handler(op)
+
+    def op_while(self, op: Op) -> None:
+        before, after = op.regions
+        initial = self._flat_all(op.operands)
+        names = self._bind(before.args)
+        self._assign(names, initial)
+        self.emit("while True:")
+        self.depth += 1
+        self.regions += 1
+        self.scope.append(self.counter)
+        self.fresh("scope")
+        self.block_ops(before.ops[:-1])
+        self.scope.pop()
+        self.regions -= 1
+        condition = before.ops[-1].operands[0]
+        self.emit(f"if not {self.get(condition).render([])}:")
+        self.emit("    break")
+        for after_arg, before_arg in zip(after.args, before.args, strict=True):
+            self.values[after_arg.id] = self.values[before_arg.id]
+        self.block_with_terminator(after, names)
+        self.depth -= 1
+        for result, arg in zip(op.results, before.args, strict=True):
+            self.values[result.id] = self.values[arg.id]
+
+    def op_if(self, op: Op) -> None:
+        condition = self.get(op.operands[0]).render([])
+        then_block, else_block = op.regions
+        slots = [self._slot(result) for result in op.results]
+        names = [name for _, flat in slots for name in flat]
+        self.emit(f"if {condition}:")
+        self.depth += 1
+        self.block_with_terminator(then_block, names)
+        self.emit("pass")
+        self.depth -= 1
+        self.emit("else:")
+        self.depth += 1
+        self.block_with_terminator(else_block, names)
+        self.emit("pass")
+        self.depth -= 1
+        for result, (representation, _) in zip(op.results, slots, strict=True):
+            self.values[result.id] = representation
+
+    def op_breakpoint(self, op: Op) -> None:
+        raise UnsupportedByNumba("breakpoint() needs the interpreter backend")
+
+
+def _is_uniform(affine: Affine) -> bool:
+    return all(c == 0 for c in affine.coefficients)
+
+
+def _add_terms(x, y, sign: str = "+"):
+    if isinstance(x, int) and isinstance(y, int):
+        return x + y if sign == "+" else x - y
+    if y == 0:
+        return x
+    if x == 0 and sign == "+":
+        return y
+    return f"({x} {sign} {y})"
+
+
+def _mul_terms(x, factor: str):
+    if x == 0:
+        return 0
+    if x == 1:
+        return factor
+    return f"({x} * {factor})"
+
+
+def _combine_affine(kind: str, a: Affine | None, b: Affine | None) -> Affine | None:
+    if a is None or b is None or len(a.coefficients) != len(b.coefficients):
+        return None
+    if kind in ("add", "sub"):
+        sign = "+" if kind == "add" else "-"
+        return Affine(
+            f"({a.base} {sign} {b.base})",
+            tuple(_add_terms(x, y, sign) for x, y in zip(a.coefficients, b.coefficients, strict=True)),
+        )
+    if kind == "mul":
+        if _is_uniform(b):
+            a, b = a, b
+        elif _is_uniform(a):
+            a, b = b, a
+        else:
+            return None
+        factor = b.base
+        return Affine(f"({a.base} * {factor})", tuple(_mul_terms(c, factor) for c in a.coefficients))
+    return None
+
+
+def _interval_from_compare(kind: str, a: Affine | None, b: Affine | None) -> Interval | None:
+    """`index[d] + base < bound` style comparisons as an interval mask."""
+    if a is None or b is None:
+        return None
+    if kind in ("gt", "ge"):
+        a, b = b, a
+        kind = "lt" if kind == "gt" else "le"
+    if kind not in ("lt", "le") or not _is_uniform(b):
+        return None
+    live = [d for d, c in enumerate(a.coefficients) if c != 0]
+    if len(live) != 1 or a.coefficients[live[0]] != 1:
+        return None
+    upper = f"({b.base} - {a.base}{' + 1' if kind == 'le' else ''})"
+    return Interval(tuple(upper if d == live[0] else None for d in range(len(a.coefficients))))
+
+
+def _intersect(a: Interval | None, b: Interval | None) -> Interval | None:
+    if a is None or b is None or len(a.upper) != len(b.upper):
+        return None
+    combined = []
+    for x, y in zip(a.upper, b.upper, strict=True):
+        combined.append(x if y is None else y if x is None else f"min({x}, {y})")
+    return Interval(tuple(combined))
+
+
+def _identifier(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"k_{cleaned}"
+
+
+def _int_range(dt: D.dtype) -> tuple[int, int]:
+    import numpy as np
+
+    info = np.iinfo(compute_type(dt)[3:])
+    return int(info.min), int(info.max)
+
+
+def _stride(shape, axes, k) -> int:
+    stride = 1
+    for d in axes[k + 1 :]:
+        stride *= shape[d]
+    return stride
+
+
+def lower(fn: Function) -> Lowered:
+    """Generate the numba module source for `fn` (raises UnsupportedByNumba for what it cannot lower)."""
+    return _Lowering(fn).lower()

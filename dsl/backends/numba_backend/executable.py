@@ -1,0 +1,300 @@
+"""Compiled kernels: generated module on disk (memory cache, then disk cache, then numba compile)
+and the launcher that spreads a grid over the simulated NPUs of a tensor-parallel group."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+import types
+
+import numpy as np
+
+from ...errors import KernelRuntimeError
+from ...ir import Function, format_function
+from . import codegen
+
+BACKEND_VERSION = "1"
+_modules: dict[str, types.ModuleType] = {}
+_modules_lock = threading.Lock()
+
+
+def _log():
+    from torch_rbln.log import get_logger
+
+    return get_logger("dsl")
+
+
+def _cache_root() -> str:
+    from torch_rbln import config
+
+    return os.path.join(config.get("TORCH_RBLN_CACHE_DIR"), "kernels", f"numba-v{BACKEND_VERSION}")
+
+
+def _atomic_write(path: str, text: str) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".py")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def _import_file(module_name: str, path: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module
+
+
+def load_module(lowered: codegen.Lowered) -> types.ModuleType:
+    """The generated module: from this process's memory, else the disk cache, else written now.
+
+    A cached file whose text differs from what we generate (corrupt, truncated, edited) is replaced,
+    with a WARNING; numba keeps its compiled machine code beside the file (`cache=True`)."""
+    digest = lowered.digest
+    module = _modules.get(digest)
+    if module is not None:
+        return module
+    with _modules_lock:
+        module = _modules.get(digest)
+        if module is not None:
+            return module
+        path = os.path.join(_cache_root(), f"{lowered.name}_{digest}.py")
+        try:
+            with open(path) as stream:
+                cached = stream.read()
+        except OSError:
+            cached = None
+        if cached is not None and cached != lowered.source:
+            _log().warning("kernel cache entry %s is corrupt; regenerating it", path)
+        if cached != lowered.source:
+            _atomic_write(path, lowered.source)
+        module = _import_file(f"torch_rbln_kernel_{lowered.name}_{digest}", path)
+        _modules[digest] = module
+        return module
+
+
+def dump(fn: Function, lowered: codegen.Lowered) -> None:
+    from torch_rbln import config
+
+    directory = config.get("TORCH_RBLN_DUMP_KERNELS")
+    if not directory:
+        return
+    os.makedirs(directory, exist_ok=True)
+    stem = os.path.join(directory, f"{lowered.name}_{lowered.digest}")
+    _atomic_write(stem + ".py", lowered.source)
+    _atomic_write(stem + ".ir", format_function(fn) + "\n")
+
+
+_SCALAR_TYPES = {
+    "int1": np.bool_,
+    "int8": np.int8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "uint8": np.uint8,
+    "uint16": np.uint16,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
+    "fp16": np.float32,
+    "bf16": np.float32,
+    "fp32": np.float32,
+    "fp64": np.float64,
+}
+_HOST_MEMORY_DEVICES = ("cpu", "rbln")  # devices whose data_ptr() is a host address
+
+
+def _tensor_memory(tensor) -> tuple[int, int]:
+    """(host address of element 0, number of elements reachable from it) of a tensor argument."""
+    if tensor.device.type not in _HOST_MEMORY_DEVICES:
+        from ...runtime import host_view
+
+        tensor = host_view(tensor)
+    if tensor.is_contiguous():
+        span = tensor.numel()
+    elif tensor.numel() == 0:
+        span = 0
+    else:
+        span = 1 + sum(
+            (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+        )
+    return tensor.data_ptr(), span
+
+
+class Executable:
+    """A kernel compiled by numba. `launch(grid, values, tp)` runs the grid's programs on `tp` threads,
+    one per simulated NPU of the launch's group, each over a contiguous range of program ids.
+
+    Memory is passed as (address, element count) pairs that the kernel views in place, so a launch
+    costs a few microseconds of Python: no array is unboxed, nothing is copied."""
+
+    takes_tensors = True
+
+    def __init__(self, fn: Function) -> None:
+        self.fn = fn
+        self.lowered = codegen.lower(fn)
+        dump(fn, self.lowered)
+        self.module = load_module(self.lowered)
+        self.kernel = getattr(self.module, self.lowered.name)
+        self.names = [p.name for p in fn.params]
+        self.tp_capable = not self.lowered.uses_atomics
+        self._scalar_types = [
+            (i, _SCALAR_TYPES[fn.params[i].type.dtype.name]) for i in self.lowered.scalar_params
+        ]
+        self._spans: list[int] = []
+
+    def _flat(self, values: list, memory) -> list:
+        out = []
+        spans = []
+        for index in self.lowered.ptr_params:
+            address, span = memory(values[index])
+            out.append(address)
+            out.append(span)
+            spans.append(span)
+        for index, scalar_type in self._scalar_types:
+            out.append(scalar_type(values[index]))
+        self._spans = spans
+        return out
+
+    def compile_now(self, values: list) -> None:
+        """Compile for these argument types without running any program."""
+        self.kernel(0, 0, 1, 1, 1, *self._flat(values, _tensor_memory), np.zeros(4, np.int64))
+
+    def launch(self, grid, values: list, tp: int = 1) -> None:
+        """Run with `values[i]` per Function param: a tensor (ptr), a number (scalar) or None."""
+        try:
+            self._execute(grid, self._flat(values, _tensor_memory), tp)
+        except KernelRuntimeError as fault:
+            self._explain(fault, grid, lambda: self._numpy_args(values))
+
+    def run(self, grid, args, tp: int = 1) -> None:
+        """The backend protocol's entry: ptr params given as flat numpy views (as the interpreter)."""
+        try:
+            self._execute(grid, self._flat(args, lambda array: (array.ctypes.data, array.shape[0])), tp)
+        except KernelRuntimeError as fault:
+            self._explain(fault, grid, lambda: args)
+
+    def _numpy_args(self, values: list) -> list:
+        from ...runtime import flat_numpy_view
+
+        return [
+            flat_numpy_view(value, param.type.dtype.element_ty) if param.kind == "ptr" else value
+            for value, param in zip(values, self.fn.params, strict=True)
+        ]
+
+    def _explain(self, fault: KernelRuntimeError, grid, numpy_args) -> None:
+        """Replay the faulting program on the interpreter, which names every offending offset and
+        leaves memory untouched; its error replaces ours. Ours stands if the replay cannot run."""
+        program = getattr(fault, "program", None)
+        if program is None:
+            raise fault
+        g0, g1, _ = (int(g) for g in grid)
+        pid = (program % g0, (program // g0) % g1, program // (g0 * g1))
+        try:
+            from ..interpret import Executable as Interpreter
+
+            Interpreter(self.fn).replay(tuple(int(g) for g in grid), numpy_args(), pid)
+        except KernelRuntimeError as detailed:
+            raise detailed from None
+        except Exception:  # noqa: BLE001 - the replay is best effort; the numba fault is still right
+            pass
+        raise fault
+
+    def _execute(self, grid, arguments: list, tp: int) -> None:
+        g0, g1, g2 = (int(g) for g in grid)
+        total = g0 * g1 * g2
+        if tp <= 1:
+            error = np.zeros(4, np.int64)
+            self.kernel(0, total, g0, g1, g2, *arguments, error)
+            if error[0]:
+                self._raise_if_failed(error)
+            return
+        if not self.tp_capable:
+            raise RuntimeError(
+                f"kernel '{self.fn.name}' uses atomics, which cannot be split across the {tp} NPUs of a "
+                "tensor-parallel group; run it with tp=1 (TORCH_RBLN_USE_TP_FAILOVER=ON retries it so)"
+            )
+        if total < tp:
+            raise RuntimeError(
+                f"kernel '{self.fn.name}' has {total} program(s), fewer than tp={tp}: it cannot use the "
+                "tensor-parallel group; run it with tp=1 (TORCH_RBLN_USE_TP_FAILOVER=ON retries it so)"
+            )
+        errors = [np.zeros(4, np.int64) for _ in range(tp)]
+        bounds = [total * k // tp for k in range(tp + 1)]
+        failures: list[BaseException] = []
+
+        def work(k: int) -> None:
+            try:
+                self.kernel(bounds[k], bounds[k + 1], g0, g1, g2, *arguments, errors[k])
+            except BaseException as error:  # noqa: BLE001 - re-raised on the launching thread
+                failures.append(error)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(1, tp)]
+        for thread in threads:
+            thread.start()
+        work(0)
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise failures[0]
+        for error in errors:
+            if error[0]:
+                self._raise_if_failed(error)
+
+    def _raise_if_failed(self, error: np.ndarray) -> None:
+        code = int(error[0])
+        site = self.lowered.error_sites[int(error[1])]
+        offset, program = int(error[2]), int(error[3])
+        op = site.op
+        loc = op.loc
+        where = (
+            f'File "{loc.filename}", line {loc.lineno}, in {loc.function}\n    {loc.source_line.strip()}\n'
+            if loc
+            else ""
+        )
+        if code == codegen.ERR_OUT_OF_BOUNDS:
+            root = op.attrs.get("root") if "root" in op.attrs else None
+            if root is None:
+                root = op.operands[0].type.root
+            size = self._spans[self.lowered.ptr_params.index(root)]
+            message = (
+                f"out-of-bounds {site.kind} of argument '{self.names[root]}' (valid element offsets "
+                f"0..{size - 1}): offending offset {offset}"
+            )
+        elif code == codegen.ERR_ASSERT:
+            message = f"device_assert failed: {op.attrs.get('msg', '')}"
+        else:
+            message = f"dynamic slice start {offset} out of range"
+        fault = KernelRuntimeError(f"{where}kernel '{self.fn.name}', program {program}: {message}")
+        fault.program = program
+        raise fault
+
+
+def compile(fn: Function):  # noqa: A001 - backend factory name
+    """The numba executable for `fn`; kernels this backend cannot lower run on the interpreter (WARNING),
+    or raise when TORCH_RBLN_DISABLE_FALLBACK disables `compile_error` fallbacks."""
+    try:
+        return Executable(fn)
+    except codegen.UnsupportedByNumba as error:
+        from torch_rbln import config
+
+        if config.fallback_disabled("compile_error"):
+            _log().error("kernel '%s' failed to compile with numba: %s", fn.name, error)
+            raise
+        _log().warning("kernel '%s' runs on the interpreter backend: %s", fn.name, error)
+        from ..interpret import compile as interpret_compile
+
+        return interpret_compile(fn)

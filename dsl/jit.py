@@ -203,7 +203,11 @@ class JITFunction:
         self.used_functions: set[JITFunction] = set()
         self.cache: dict[str, CompiledKernel] = {}
         self._launches: dict[tuple, tuple] = {}  # launch key -> (CompiledKernel, executable)
+        self._fast: dict[tuple, tuple] = {}  # raw-call key -> (CompiledKernel, executable, gather plan)
         self._parameter_set = set(self.arg_names)
+        self._constexpr_positions = frozenset(
+            i for i, name in enumerate(self.arg_names) if name in self.constexpr_params
+        )
         self._defaults = {
             name: parameter.default
             for name, parameter in self.signature.parameters.items()
@@ -313,6 +317,12 @@ class JITFunction:
             _dump_ir(ck)
         return ck
 
+    def clear_cache(self) -> None:
+        """Forget compiled specialisations and launch caches (the next launch compiles afresh)."""
+        self.cache.clear()
+        self._launches.clear()
+        self._fast.clear()
+
     def _split_options(self, kwargs):
         """Pop launch options that are not kernel arguments: `backend=`, `tp=` and Triton's no-ops."""
         backend = tp = None
@@ -385,7 +395,85 @@ class JITFunction:
                 self._launches[key] = entry
         return entry[0], entry[1], arguments
 
+    def _fast_key(self, args, kwargs):
+        """Launch-cache key built from the raw call (no binding): the backend choice, each positional
+        argument's kind (tensor dtype, int width, float, None; constexprs by value) and the keyword
+        arguments (constexprs, by value)."""
+        constexpr_positions = self._constexpr_positions
+        tokens = [
+            value if position in constexpr_positions else _value_token(value)
+            for position, value in enumerate(args)
+        ]
+        if kwargs:
+            constexprs = self.constexpr_params
+            for name, value in kwargs.items():
+                tokens.append((name, value if name in constexprs else _value_token(value)))
+        return (self.backend, _backends.requested(), tuple(tokens))
+
+    def _try_fast_launch(self, args, kwargs, grid) -> CompiledKernel | None:
+        """The hot path of a launch seen before: a dict lookup, gathering the values, the run."""
+        if type(grid) is not tuple or "backend" in kwargs or "tp" in kwargs:
+            return None
+        try:
+            key = self._fast_key(args, kwargs)
+            entry = self._fast.get(key)
+        except TypeError:  # an unhashable argument value
+            return None
+        if entry is None:
+            return None
+        ck, exe, gather = entry
+        values = [
+            None if where is None else (args[where] if type(where) is int else kwargs[where])
+            for where in gather
+        ]
+        g = grid + (1,) * (3 - len(grid)) if len(grid) < 3 else grid
+        if g[0] * g[1] * g[2] == 0:
+            return ck
+        tp, device_index, explicit = launch_tp(values, None)
+        if tp == 1:
+            exe.launch(g, values, 1)
+        else:
+            from torch_rbln.tp import run_with_tp_failover
+
+            run_with_tp_failover(
+                self.__name__,
+                lambda size: exe.launch(g, values, size),
+                device_index=device_index,
+                tp=tp,
+                explicit=explicit,
+            )
+        return ck
+
+    def _remember_fast(self, args, kwargs, grid, ck, exe) -> None:
+        """Record how this call's values map to the kernel's params, for `_try_fast_launch`."""
+        if not getattr(exe, "takes_tensors", False) or type(grid) is not tuple:
+            return
+        if not all(type(g) is int for g in grid) or not 1 <= len(grid) <= 3:
+            return
+        if any(k in _IGNORED_LAUNCH_OPTIONS or k in ("backend", "tp") for k in kwargs):
+            return
+        positions = {name: i for i, name in enumerate(self.arg_names[: len(args)])}
+        gather = []
+        for param in ck.ir.params:
+            if param.kind not in ("ptr", "scalar"):
+                gather.append(None)
+            elif param.name in positions:
+                gather.append(positions[param.name])
+            elif param.name in kwargs:
+                gather.append(param.name)
+            else:
+                return  # a default value: take the general path
+        try:
+            self._fast[self._fast_key(args, kwargs)] = (ck, exe, gather)
+        except TypeError:
+            pass
+
     def run(self, *args, grid, warmup=False, **kwargs):
+        if not warmup and self._fast:
+            ck = self._try_fast_launch(args, kwargs, grid)
+            if ck is not None:
+                return ck
+        call_kwargs = dict(kwargs)
         requested, tp_option = self._split_options(kwargs)
         backend = _backends.resolve(requested or self.backend)
         if backend == "rebel":
@@ -403,6 +491,8 @@ class JITFunction:
         if not takes_tensors:
             exe.run(g, _runtime_args(ck.ir, arguments))
             return ck
+        if tp_option is None:
+            self._remember_fast(args, call_kwargs, grid, ck, exe)
         tp, device_index, explicit = launch_tp(arguments.values(), tp_option)
         if tp == 1:
             exe.launch(g, values, 1)
@@ -483,6 +573,18 @@ def _normalize_grid(jf, grid, arguments):
     return tuple(g + [1] * (3 - len(g)))
 
 
+def _value_token(value):
+    """What about a runtime argument decides its specialisation: a tensor's dtype, an int's width,
+    float or None; anything else by value."""
+    kind = type(value)
+    if kind is int:
+        return -(2**31) <= value < 2**31
+    if kind is float or value is None:
+        return kind
+    dtype = getattr(value, "dtype", None)
+    return dtype if dtype is not None else value
+
+
 def launch_tp(values, explicit_tp: int | None = None) -> tuple[int, int | None, bool]:
     """(tensor-parallel size, logical device index, explicit?) of a launch.
 
@@ -491,8 +593,9 @@ def launch_tp(values, explicit_tp: int | None = None) -> tuple[int, int | None, 
     import torch
 
     device_index = None
+    tensor = torch.Tensor
     for value in values:
-        if isinstance(value, torch.Tensor) and not value.is_cpu and value.device.type == "rbln":
+        if isinstance(value, tensor) and not value.is_cpu and value.device.type == "rbln":
             device_index = value.get_device()
             break
     if explicit_tp is not None:

@@ -39,6 +39,11 @@ def available() -> list[str]:
     return sorted(set(_BACKENDS) | set(_extra))
 
 
+def requested() -> str | None:
+    """The raw $TORCH_RBLN_DSL_BACKEND (None when unset), cheaply: part of every launch's cache key."""
+    return os.environ.get(ENV_VAR)
+
+
 def resolve(name: str | None) -> str:
     """The backend name to use: `name`, else $TORCH_RBLN_DSL_BACKEND, else the default."""
     source = "backend="

@@ -364,8 +364,7 @@ def print_kernel(x_ptr):
 
 
 def test_device_and_static_print(capsys):
-    print_kernel.cache.clear()  # static_print runs when the kernel compiles: compile it again
-    print_kernel._launches.clear()
+    print_kernel.clear_cache()  # static_print runs when the kernel compiles: compile it again
     print_kernel[(2,)](torch.tensor([1.5, 2.5]))
     out = capsys.readouterr().out
     assert "compiling print_kernel" in out
@@ -615,8 +614,7 @@ def test_ir_dump(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_RBLN_DUMP_KERNELS", str(tmp_path))
     from .test_kernels import add_kernel
 
-    add_kernel.cache.clear()  # kernels are dumped when they compile: compile afresh
-    add_kernel._launches.clear()
+    add_kernel.clear_cache()  # kernels are dumped when they compile: compile afresh
     x = torch.randn(4)
     add_kernel[(1,)](x, x, torch.empty(4), 4, BLOCK_SIZE=4)
     files = list(tmp_path.glob("add_kernel-*.ir"))

@@ -119,7 +119,7 @@ _HOST_MEMORY_DEVICES = ("cpu", "rbln")  # devices whose data_ptr() is a host add
 
 def _tensor_memory(tensor) -> tuple[int, int]:
     """(host address of element 0, number of elements reachable from it) of a tensor argument."""
-    if tensor.device.type not in _HOST_MEMORY_DEVICES:
+    if not tensor.is_cpu and tensor.device.type not in _HOST_MEMORY_DEVICES:
         from ...runtime import host_view
 
         tensor = host_view(tensor)
@@ -214,7 +214,7 @@ class Executable:
         raise fault
 
     def _execute(self, grid, arguments: list, tp: int) -> None:
-        g0, g1, g2 = (int(g) for g in grid)
+        g0, g1, g2 = grid
         total = g0 * g1 * g2
         if tp <= 1:
             error = np.zeros(4, np.int64)

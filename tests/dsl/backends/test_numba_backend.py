@@ -49,8 +49,7 @@ def test_generated_source_is_readable_python_from_the_template():
 
 def test_dump_writes_source_and_ir(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_RBLN_DUMP_KERNELS", str(tmp_path))
-    scale_kernel.cache.clear()
-    scale_kernel._launches.clear()
+    scale_kernel.clear_cache()
     x = torch.randn(10)
     scale_kernel[(1,)](x, torch.empty(10), 10, 3.0, BLOCK=16, backend="numba")
     sources = list(tmp_path.glob("scale_kernel_*.py"))
@@ -143,8 +142,7 @@ def test_what_numba_cannot_lower_runs_on_the_interpreter_with_a_warning(caplog, 
     from torch_rbln import log
 
     log.configure()
-    printing_kernel.cache.clear()
-    printing_kernel._launches.clear()
+    printing_kernel.clear_cache()
     logger = logging.getLogger("torch_rbln")
     logger.propagate = True
     try:
@@ -158,8 +156,7 @@ def test_what_numba_cannot_lower_runs_on_the_interpreter_with_a_warning(caplog, 
 
 def test_compile_errors_raise_when_that_fallback_is_disabled(monkeypatch):
     monkeypatch.setenv("TORCH_RBLN_DISABLE_FALLBACK", "compile_error")
-    printing_kernel.cache.clear()
-    printing_kernel._launches.clear()
+    printing_kernel.clear_cache()
     with pytest.raises(codegen.UnsupportedByNumba, match="device_print"):
         printing_kernel[(1,)](torch.tensor([1.0]), backend="numba")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _dlpack, _runtime, log
+from . import _dlpack, _runtime, log, topology
 
 _GiB = 1 << 30
 
@@ -36,6 +36,7 @@ class _DeviceCounters:
     num_ooms: int = 0
     largest_request: int = 0
     capacity: int = 0
+    topology: object = None  # the topology the capacity was derived from
     live: dict[int, weakref.ref] = field(default_factory=dict)
 
 
@@ -50,12 +51,16 @@ _keys = itertools.count()
 
 def _counters_for(index: int) -> _DeviceCounters:
     counters = _counters.get(index)
-    if counters is None:
-        # First use of this device: configure logging (it must not happen at `import torch`),
-        # validate the index (the topology is fixed once built) and fix the capacity.
+    current = topology.get_topology()
+    if counters is None or counters.topology is not current:
+        # First use of this device (or a rebuilt topology, in tests): configure logging (which must
+        # not happen at `import torch`), validate the index and derive the capacity of its group.
         log.configure()
         size = int(_runtime.memory_per_npu_gb() * _GiB) * len(_runtime.npus_of(index))
-        counters = _counters.setdefault(index, _DeviceCounters(capacity=size))
+        if counters is None:
+            counters = _counters.setdefault(index, _DeviceCounters())
+        counters.capacity = size
+        counters.topology = current
     return counters
 
 
@@ -96,7 +101,7 @@ def _fmt(nbytes: int) -> str:
 
 def _reserve(index: int, nbytes: int) -> None:
     """Check capacity and count `nbytes` as allocated on `index` (raises OutOfMemoryError)."""
-    counters = _counters.get(index) or _counters_for(index)
+    counters = _counters_for(index)
     with _lock:
         if _pending_frees:
             _apply_pending_frees()

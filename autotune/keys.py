@@ -48,24 +48,14 @@ def _tensor_type():
 
 def launch_tp_size(args, kwargs) -> int:
     """TP size of a launch: an explicit ``tp=`` launch option, else for tensors on an ``rbln:i`` device
-    ``torch_rbln.tp.tp_size_for(i)``, else 1.  Does not modify `kwargs`."""
-    tp = kwargs.get("tp")
-    if tp is not None:
-        if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
-            raise ValueError(f"tp must be a positive integer, got {tp!r}")
-        return tp
-    T = _tensor_type()
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, T):
-            if a.is_cpu:
-                return 1
-            dev = a.device
-            if dev.type == "rbln":
-                from torch_rbln.tp import tp_size_for
+    ``torch_rbln.tp.tp_size_for(i)``, else 1 — the rule the DSL's launcher applies (`launch_tp`).
+    Does not modify `kwargs`."""
+    from torch_rbln.dsl.jit import launch_tp
 
-                return tp_size_for(dev.index if dev.index is not None else 0)
-            return 1
-    return 1
+    tp = kwargs.get("tp")
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0):
+        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+    return launch_tp((*args, *kwargs.values()), tp)[0]
 
 
 @functools.cache

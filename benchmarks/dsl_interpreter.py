@@ -10,35 +10,17 @@ kernels (vector add) as one wide program; the extra row shows the same launch pr
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
-import torch_rbln.dsl as tl
 
-from torch_rbln import dsl as triton
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dsl_kernels import row_softmax, vector_add  # noqa: E402
 
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask)
-    y = tl.load(y_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets, x + y, mask=mask)
-
-
-@triton.jit
-def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0)
-    col = tl.arange(0, BLOCK_SIZE)
-    mask = col < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + col, mask=mask, other=-float("inf"))
-    x = x - tl.max(x, axis=0)
-    num = tl.exp(x)
-    den = tl.sum(num, axis=0)
-    tl.store(out_ptr + row * out_row_stride + col, num / den, mask=mask)
+from torch_rbln import dsl as triton  # noqa: E402
 
 
 def median_time(fn, repeats: int, inner: int = 1) -> float:
@@ -76,7 +58,8 @@ def main(argv=None) -> list[tuple[str, float, float, float, float]]:
     x, y = torch.rand(n), torch.rand(n)
     out = torch.empty(n)
     t_dsl = median_time(
-        lambda: add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK_SIZE=1024), args.repeats
+        lambda: vector_add[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024, backend="interpret"),
+        args.repeats,
     )
     assert torch.equal(out, x + y)
     t_torch = torch_time(lambda: torch.add(x, y, out=out), inner=10)
@@ -85,7 +68,9 @@ def main(argv=None) -> list[tuple[str, float, float, float, float]]:
 
     interpret.GROUP_PROGRAMS = False  # the same launch, one program at a time
     try:
-        t_solo = median_time(lambda: add_kernel[(1024,)](x, y, out, n, BLOCK_SIZE=1024), args.repeats)
+        t_solo = median_time(
+            lambda: vector_add[(1024,)](x, y, out, n, BLOCK=1024, backend="interpret"), args.repeats
+        )
     finally:
         interpret.GROUP_PROGRAMS = True
     rows.append(("  same, program by program (grouping off)", t_solo, t_torch, t_solo / t_torch, 130.0))
@@ -93,7 +78,7 @@ def main(argv=None) -> list[tuple[str, float, float, float, float]]:
     a = torch.randn(1024, 1024)
     o = torch.empty_like(a)
     t_dsl = median_time(
-        lambda: softmax_kernel[(1024,)](o, a, 1024, 1024, 1024, BLOCK_SIZE=1024), args.repeats
+        lambda: row_softmax[(1024,)](o, a, 1024, 1024, 1024, BLOCK=1024, backend="interpret"), args.repeats
     )
     torch.testing.assert_close(o, torch.softmax(a, -1))
     t_torch = torch_time(lambda: torch.softmax(a, -1), inner=5)

@@ -1,1 +1,293 @@
-"""torch_rbln.registry"""
+"""torch_rbln.registry: binds op-library kernels to aten overloads and custom ops for rbln.
+
+Every registered kernel runs behind one dispatcher (`_dispatcher`): per call it checks dtypes
+(float32/float16/bfloat16), NaN/Inf inputs (unless `TORCH_RBLN_DEPLOY=ON`) and the kernel's own
+`accepts` predicate / `Decline`; declined calls take the CPU fallback (`fallback.run_on_cpu`), logged
+at INFO with the reason and counted. Device-kernel calls are counted per op too:
+`fallback_report()` says what ran where.
+
+Kernel authors:
+
+    from torch_rbln.registry import register_kernel
+
+    @register_kernel("aten::relu", accepts=lambda x: x.dim() <= 4)
+    def relu(x):
+        out = torch.empty_like(x)
+        my_relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out
+
+    # or a new custom op (also traceable by torch.compile, via register_fake):
+    register_kernel("mylib::scale2", scale2_impl, reference=lambda x: x * 2)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from torch_rbln import config, fallback
+
+from ._ops import FLOATS, Decline
+from .table import NAMES, TABLE, Op
+
+__all__ = [
+    "Decline", "NAMES", "TABLE", "Op", "device_counts", "fallback_report", "format_report", "register_kernel",
+    "register_table", "reset_fallback_report",
+]
+
+_log = logging.getLogger("torch_rbln.registry")
+_device_counts: Counter[str] = Counter()
+_lock = threading.Lock()
+_libraries: list[torch.library.Library] = []
+_user: dict[str, tuple[Callable, Callable | None]] = {}  # aten name -> (impl, accepts), overriding TABLE
+_registered = False
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _tensors(args: tuple, kwargs: dict):
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, torch.Tensor):
+                    yield item
+
+
+def _finite(tensor: torch.Tensor) -> bool:
+    from torch_rbln import _dlpack
+
+    host = _dlpack.to_host_view(tensor) if not tensor.is_cpu else tensor
+    if host.numel() == 0:
+        return True
+    low, high = torch.aminmax(host)
+    return math.isfinite(low.item()) and math.isfinite(high.item())
+
+
+def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False) -> str | None:
+    """The generic per-call decision: None when a device kernel may run, else the reason."""
+    device = None
+    check_values = not config.deploy_mode()
+    for tensor in _tensors(args, kwargs):
+        dtype = tensor.dtype
+        if tensor.is_cpu:
+            if tensor.dim():
+                return "CPU tensor operand"  # the fallback raises the device-mismatch error
+        elif device is None:
+            device = tensor.get_device()
+        elif tensor.get_device() != device:
+            return "tensors on several devices"
+        if dtype.is_floating_point:
+            if dtype not in FLOATS:
+                return f"dtype {_dtype_name(dtype)}"
+            if check_values and not _finite(tensor):
+                return "nan_inf"
+        elif dtype.is_complex or not int_inputs:
+            return f"dtype {_dtype_name(dtype)}"
+    if device is None:
+        return "scalar-only inputs"
+    return None
+
+
+def _run_device(name: str, impl: Callable, args: tuple, kwargs: dict) -> Any:
+    result = impl(*args, **kwargs)
+    _device_counts[name] += 1
+    return result
+
+
+def _dispatcher(overload: torch._ops.OpOverload, entry: Op) -> Callable:
+    plan = fallback._plan_for(overload)
+    name = plan.name
+    short = entry.name
+    default_impl = entry.impl
+    int_inputs = entry.int_inputs
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        impl, accepts = _user.get(short, (default_impl, None))
+        reason = check_inputs(args, kwargs, int_inputs or accepts is not None)
+        if reason is None and accepts is not None:
+            verdict = accepts(*args, **kwargs)
+            if verdict is not True:
+                reason = verdict if isinstance(verdict, str) else "declined by accepts"
+        if reason is None:
+            try:
+                return _run_device(name, impl, args, kwargs)
+            except Decline as decline:
+                reason = decline.reason
+            except Exception as error:  # noqa: BLE001 - a kernel bug must not change results: run on CPU
+                reason = f"kernel error: {type(error).__name__}"
+                _log.warning("rbln kernel for %s failed (%s: %s); running it on the CPU", name,
+                             type(error).__name__, error)
+        return fallback.run_on_cpu(overload, plan, args, kwargs, reason)
+
+    kernel.__name__ = f"rbln_{short.replace('.', '_')}"
+    return kernel
+
+
+def _overload(name: str) -> torch._ops.OpOverload:
+    if name.startswith("aten::"):
+        name = name[len("aten::"):]
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+
+def _impl_name(name: str) -> str:
+    return name[: -len(".default")] if name.endswith(".default") else name
+
+
+def register_table(library: torch.library.Library | None = None) -> None:
+    """Register every TABLE entry for PrivateUse1 (idempotent). Called by `torch_rbln` at import."""
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        if library is None:
+            library = torch.library.Library("aten", "IMPL")
+            _libraries.append(library)
+        for entry in TABLE:
+            library.impl(_impl_name(entry.name), _dispatcher(_overload(entry.name), entry), "PrivateUse1")
+        _registered = True
+
+
+def _aten_name(op: Any) -> str | None:
+    if isinstance(op, torch._ops.OpOverload):
+        if op.namespace != "aten":
+            return None
+        return op._schema.name[len("aten::"):] + (f".{op._overloadname}" if op._overloadname != "default"
+                                                   else ".default")
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return _aten_name(op.default)
+    if isinstance(op, str) and (op.startswith("aten::") or "::" not in op):
+        name = op[len("aten::"):] if op.startswith("aten::") else op
+        return name if "." in name else f"{name}.default"
+    return None
+
+
+def register_kernel(op: Any, impl: Callable | None = None, *, accepts: Callable | None = None,
+                    reference: Callable | None = None, fake: Callable | None = None,
+                    mutates_args: tuple = ()) -> Any:
+    """Make `impl` (a Python function launching DSL kernels on rbln tensors) the rbln kernel of `op`.
+
+    `op`: an aten overload (`torch.ops.aten.relu.default`, `"aten::relu"`, `"relu.default"`) or a new
+    custom op name `"namespace::name"` (then `reference`, the CPU implementation with type hints as
+    `torch.library.custom_op` requires, defines the op, runs it on CPU and for declined calls, and traces
+    it under torch.compile unless `fake` is given). `accepts(*args, **kwargs)` returns True to run
+    `impl`, else False or a reason string; `impl` may also raise `Decline(reason)`. Declined calls, and
+    inputs failing the generic checks (dtype, NaN/Inf), run on the CPU, logged with the reason.
+    Usable as a decorator: `@register_kernel("aten::relu", accepts=...)`. Returns `impl` (aten) or the
+    custom op.
+    """
+    if impl is None:
+        return lambda function: register_kernel(op, function, accepts=accepts, reference=reference, fake=fake,
+                                                mutates_args=mutates_args)
+    name = _aten_name(op)
+    if name is not None:
+        return _register_aten(name, impl, accepts)
+    return _register_custom(str(op), impl, accepts, reference, fake, mutates_args)
+
+
+def _register_aten(name: str, impl: Callable, accepts: Callable | None) -> Callable:
+    overload = _overload(name)
+    entry = Op(name, impl, int_inputs=True)
+    with _lock:
+        already = name in _user or name in NAMES
+        _user[name] = (impl, accepts)
+    if not already:
+        library = torch.library.Library("aten", "IMPL")
+        _libraries.append(library)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # An overload already bound to the plain CPU fallback is overridden (the dispatcher keeps the
+            # newest registration for a key).
+            for key in _keys(name):
+                torch.library._impls.discard(key)
+            library.impl(_impl_name(name), _dispatcher(overload, entry), "PrivateUse1")
+    return impl
+
+
+def _keys(name: str) -> tuple[str, ...]:
+    packet, _, overload = name.partition(".")
+    short = packet if overload == "default" else name
+    return (f"aten/{short}/PrivateUse1", f"aten/{name}/PrivateUse1")
+
+
+def _register_custom(qualname: str, impl: Callable, accepts: Callable | None, reference: Callable | None,
+                     fake: Callable | None, mutates_args: tuple) -> Any:
+    if reference is None:
+        raise TypeError(f"register_kernel({qualname!r}): a new custom op needs reference= (its CPU "
+                        "implementation, with type hints)")
+    custom = torch.library.custom_op(qualname, reference, mutates_args=mutates_args)
+    custom.register_fake(fake if fake is not None else reference)
+    namespace, _, opname = qualname.partition("::")
+    overload = getattr(getattr(torch.ops, namespace), opname).default
+    plan = fallback._plan_for(overload)
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        reason = check_inputs(args, kwargs, True)
+        if reason is None and accepts is not None:
+            verdict = accepts(*args, **kwargs)
+            if verdict is not True:
+                reason = verdict if isinstance(verdict, str) else "declined by accepts"
+        if reason is None:
+            try:
+                return _run_device(plan.name, impl, args, kwargs)
+            except Decline as decline:
+                reason = decline.reason
+        return fallback.run_on_cpu(overload, plan, args, kwargs, reason)
+
+    custom.register_kernel("rbln", kernel)
+    return custom
+
+
+# ---------------------------------------------------------------- reporting
+
+def device_counts() -> dict[str, int]:
+    return dict(_device_counts)
+
+
+def fallback_report() -> dict[str, dict[str, Any]]:
+    """Per op: {"device": calls on device kernels, "cpu": calls on the CPU fallback, "reasons": {...}}."""
+    report: dict[str, dict[str, Any]] = {}
+    for name, count in list(_device_counts.items()):
+        report.setdefault(name, {"device": 0, "cpu": 0, "reasons": {}})["device"] = count
+    reasons = fallback.fallback_reasons()
+    for name, count in fallback.fallback_counts().items():
+        row = report.setdefault(name, {"device": 0, "cpu": 0, "reasons": {}})
+        row["cpu"] = count
+        row["reasons"] = reasons.get(name, {})
+    return report
+
+
+def reset_fallback_report() -> None:
+    _device_counts.clear()
+    fallback.reset_fallback_counts()
+
+
+def format_report(report: dict[str, dict[str, Any]] | None = None) -> str:
+    report = fallback_report() if report is None else report
+    device = sum(r["device"] for r in report.values())
+    cpu = sum(r["cpu"] for r in report.values())
+    total = device + cpu
+    share = 100.0 * device / total if total else 100.0
+    lines = [f"{'op':<44} {'device':>7} {'cpu':>5}  cpu reasons",
+             f"{'-' * 44} {'-' * 7} {'-' * 5}  {'-' * 24}"]
+    for name, row in sorted(report.items(), key=lambda item: -(item[1]["device"] + item[1]["cpu"])):
+        reasons = ", ".join(f"{r or 'no kernel'}: {c}" for r, c in row["reasons"].items())
+        if row["cpu"] and not reasons:
+            reasons = "no rbln kernel"
+        elif row["cpu"] and sum(row["reasons"].values()) < row["cpu"]:
+            reasons += f", no rbln kernel: {row['cpu'] - sum(row['reasons'].values())}"
+        lines.append(f"{name:<44} {row['device']:>7} {row['cpu']:>5}  {reasons}")
+    lines.append(f"total: {device} of {total} op calls on device kernels ({share:.1f}%), {cpu} on CPU")
+    return "\n".join(lines)

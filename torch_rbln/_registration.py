@@ -71,6 +71,10 @@ def _direct_fallback(name: str):
     return kernel
 
 
+def _with_default(name: str) -> str:
+    return name if "." in name else f"{name}.default"
+
+
 def register() -> None:
     global _done
     if _done:
@@ -90,12 +94,17 @@ def register() -> None:
 
         aten_impl = torch.library.Library("aten", "IMPL")
         _structural.register(aten_impl)
+        from torch_rbln.registry.table import NAMES as kernel_ops  # no kernels imported here
+
         structural = set(_structural.METADATA_OPS)
         for name in _functional_variants():
-            if name not in structural:
+            if name not in structural and _with_default(name) not in kernel_ops:
                 aten_impl.impl(name, _direct_fallback(name), "PrivateUse1")
         catch_all = torch.library.Library("_", "IMPL")
         catch_all.fallback(fallback.cpu_fallback, dispatch_key="PrivateUse1")
+        from torch_rbln import registry
+
+        registry.register_table(aten_impl)  # op-library kernels, replacing the fallback for their overloads
         _libraries.extend([aten_impl, catch_all, *_autocast.register()])
         _serialization.register()
         _autograd.register()

@@ -1,0 +1,205 @@
+"""Elementwise kernels: unary, binary (broadcasting through strides), ternary `where`, strided copy.
+
+Every kernel computes in float32 and stores in the output's dtype. The operation is a runtime code
+(`UNARY`, `BINARY` below), so one compiled specialisation per (dtypes, block) covers a whole family:
+first calls compile once, not once per op. Broadcasting and non-contiguous operands are handled with
+up to four
+collapsed dimensions: element `i` of the (contiguous) output is decomposed into indices, and each
+operand is addressed through its own strides (0 where it broadcasts).
+"""
+
+from __future__ import annotations
+
+import torch_rbln.dsl as tl
+
+# Unary op codes.
+NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE = range(15)
+UNARY = {
+    "neg": NEG, "exp": EXP, "sqrt": SQRT, "rsqrt": RSQRT, "sigmoid": SIGMOID, "tanh": TANH, "relu": RELU,
+    "gelu": GELU, "gelu_tanh": GELU_TANH, "silu": SILU, "pow": POW, "fill": FILL, "abs": ABS, "log": LOG,
+    "scale": SCALE,
+}
+# Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
+(ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
+ GELU_BWD, GELU_TANH_BWD, THRESHOLD_BWD, SIGMOID_BWD, TANH_BWD, SILU_BWD, POW_T) = range(19)
+BINARY = {
+    "add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "eq": EQ, "ne": NE, "lt": LT, "le": LE, "gt": GT,
+    "ge": GE, "maximum": MAXIMUM, "minimum": MINIMUM, "gelu_backward": GELU_BWD,
+    "gelu_tanh_backward": GELU_TANH_BWD, "threshold_backward": THRESHOLD_BWD,
+    "sigmoid_backward": SIGMOID_BWD, "tanh_backward": TANH_BWD, "silu_backward": SILU_BWD, "pow": POW_T,
+}
+COMPARISONS = frozenset({EQ, NE, LT, LE, GT, GE})
+
+
+@tl.jit
+def _gelu_tanh_inner(x):
+    return 0.7978845608028654 * (x + 0.044715 * x * x * x)
+
+
+@tl.jit
+def _pow(x, p):
+    """x ** p as torch computes it for real x: negative bases need an integer exponent."""
+    y = tl.exp(tl.log(tl.abs(x)) * p)
+    frac = p - tl.floor(p)
+    half = p * 0.5
+    odd = (frac == 0.0) & (half - tl.floor(half) != 0.0)
+    y = tl.where(x < 0.0, tl.where(frac == 0.0, tl.where(odd, -y, y), float("nan")), y)
+    y = tl.where(x == 0.0, tl.where(p == 0.0, 1.0, tl.where(p < 0.0, float("inf"), 0.0)), y)
+    return tl.where(p == 0.0, 1.0, y)
+
+
+@tl.jit
+def unary_kernel(x_ptr, out_ptr, n, p, OP, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    if OP == 11:  # fill
+        y = tl.zeros((BLOCK,), dtype=tl.float32) + p
+    else:
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        if OP == 0:
+            y = -x
+        elif OP == 1:
+            y = tl.exp(x)
+        elif OP == 2:
+            y = tl.sqrt(x)
+        elif OP == 3:
+            y = tl.rsqrt(x)
+        elif OP == 4:
+            y = tl.sigmoid(x)
+        elif OP == 5:
+            y = tl.tanh(x)
+        elif OP == 6:
+            y = tl.where(x > 0.0, x, 0.0)
+        elif OP == 7:
+            y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+        elif OP == 8:
+            y = 0.5 * x * (1.0 + tl.tanh(_gelu_tanh_inner(x)))
+        elif OP == 9:
+            y = x * tl.sigmoid(x)
+        elif OP == 10:
+            y = _pow(x, p)
+        elif OP == 12:
+            y = tl.abs(x)
+        elif OP == 13:
+            y = tl.log(x)
+        else:
+            y = x * p
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def _offsets4(i, s1, s2, s3, t0, t1, t2, t3):
+    i3 = i % s3
+    r = i // s3
+    i2 = r % s2
+    r = r // s2
+    i1 = r % s1
+    i0 = r // s1
+    return i0 * t0 + i1 * t1 + i2 * t2 + i3 * t3
+
+
+@tl.jit
+def binary_kernel(
+    a_ptr, b_ptr, out_ptr, n, alpha, s1, s2, s3,
+    a0, a1, a2, a3, b0, b1, b2, b3,
+    OP, BCAST: tl.constexpr, BLOCK: tl.constexpr,
+):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    if BCAST:
+        a_off = _offsets4(offsets, s1, s2, s3, a0, a1, a2, a3)
+        b_off = _offsets4(offsets, s1, s2, s3, b0, b1, b2, b3)
+    else:
+        a_off = offsets
+        b_off = offsets
+    a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
+    b = tl.load(b_ptr + b_off, mask=mask, other=1.0).to(tl.float32)
+    if OP == 0:
+        y = a + alpha * b
+    elif OP == 1:
+        y = a - alpha * b
+    elif OP == 2:
+        y = a * b
+    elif OP == 3:
+        y = a / b
+    elif OP == 4:
+        y = a == b
+    elif OP == 5:
+        y = a != b
+    elif OP == 6:
+        y = a < b
+    elif OP == 7:
+        y = a <= b
+    elif OP == 8:
+        y = a > b
+    elif OP == 9:
+        y = a >= b
+    elif OP == 10:
+        y = tl.where((a > b) | (a != a), a, b)
+    elif OP == 11:
+        y = tl.where((a < b) | (a != a), a, b)
+    elif OP == 12:  # gelu backward (erf): a = grad, b = x
+        cdf = 0.5 * (1.0 + tl.erf(b * 0.7071067811865476))
+        pdf = tl.exp(-0.5 * b * b) * 0.3989422804014327
+        y = a * (cdf + b * pdf)
+    elif OP == 13:  # gelu backward (tanh)
+        inner = _gelu_tanh_inner(b)
+        t = tl.tanh(inner)
+        d_inner = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * b * b)
+        y = a * (0.5 * (1.0 + t) + 0.5 * b * (1.0 - t * t) * d_inner)
+    elif OP == 14:  # threshold backward: a = grad, b = self, alpha = threshold
+        y = tl.where(b <= alpha, 0.0, a)
+    elif OP == 15:  # sigmoid backward: a = grad, b = output
+        y = a * (1.0 - b) * b
+    elif OP == 16:  # tanh backward: a = grad, b = output
+        y = a * (1.0 - b * b)
+    elif OP == 17:  # silu backward: a = grad, b = x
+        s = tl.sigmoid(b)
+        y = a * s * (1.0 + b * (1.0 - s))
+    else:
+        y = _pow(a, b)
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def where_kernel(
+    c_ptr, a_ptr, b_ptr, out_ptr, n, s1, s2, s3,
+    c0, c1, c2, c3, a0, a1, a2, a3, b0, b1, b2, b3,
+    BLOCK: tl.constexpr,
+):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    c = tl.load(c_ptr + _offsets4(offsets, s1, s2, s3, c0, c1, c2, c3), mask=mask, other=0)
+    a = tl.load(a_ptr + _offsets4(offsets, s1, s2, s3, a0, a1, a2, a3), mask=mask, other=0.0)
+    b = tl.load(b_ptr + _offsets4(offsets, s1, s2, s3, b0, b1, b2, b3), mask=mask, other=0.0)
+    y = tl.where(c != 0, a.to(tl.float32), b.to(tl.float32))
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def copy_kernel(src_ptr, dst_ptr, n, s1, s2, s3, t0, t1, t2, t3, BLOCK: tl.constexpr):
+    """dst (contiguous) = src viewed through sizes (., s1, s2, s3) and strides t0..t3, dtype cast."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(src_ptr + _offsets4(offsets, s1, s2, s3, t0, t1, t2, t3), mask=mask, other=0.0)
+    tl.store(dst_ptr + offsets, x.to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def strided_copy_kernel(
+    src_ptr, dst_ptr, dst_offset, n, s1, s2, s3, t0, t1, t2, t3, d0, d1, d2, d3, BLOCK: tl.constexpr,
+):
+    """dst (from element dst_offset, strides d0..d3) = src (strides t0..t3), same sizes, dtype cast."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(src_ptr + _offsets4(offsets, s1, s2, s3, t0, t1, t2, t3), mask=mask, other=0.0)
+    tl.store(dst_ptr + dst_offset + _offsets4(offsets, s1, s2, s3, d0, d1, d2, d3),
+             x.to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def arange_kernel(out_ptr, n, start, step, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    y = start + offsets.to(tl.float64) * step
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)

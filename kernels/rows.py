@@ -1,0 +1,208 @@
+"""Row kernels over the last dimension of a contiguous (rows, n) tensor: softmax, log-softmax (+
+backward), layer norm and RMS norm (+ backward), and reductions. One program per row; rows longer than
+BLOCK are processed in chunks, accumulating in float32."""
+
+from __future__ import annotations
+
+import torch_rbln.dsl as tl
+from torch_rbln.autotune import Config, autotune
+
+# Reduction op codes.
+R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_VAR = range(7)
+
+
+@autotune(configs=[Config({"BLOCK": 256}), Config({"BLOCK": 1024}), Config({"BLOCK": 4096})], key=["n"])
+@tl.jit
+def softmax_kernel(x_ptr, out_ptr, n, LOG: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    base = row * n
+    cols = tl.arange(0, BLOCK)
+    m = tl.full((BLOCK,), -float("inf"), tl.float32)
+    for start in range(0, n, BLOCK):
+        x = tl.load(x_ptr + base + start + cols, mask=start + cols < n, other=-float("inf")).to(tl.float32)
+        m = tl.maximum(m, x)
+    row_max = tl.max(m, axis=0)
+    s = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        x = tl.load(x_ptr + base + start + cols, mask=start + cols < n, other=-float("inf")).to(tl.float32)
+        s += tl.where(start + cols < n, tl.exp(x - row_max), 0.0)
+    total = tl.sum(s, axis=0)
+    for start in range(0, n, BLOCK):
+        mask = start + cols < n
+        x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+        if LOG:
+            y = x - row_max - tl.log(total)
+        else:
+            y = tl.exp(x - row_max) / total
+        tl.store(out_ptr + base + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def softmax_backward_kernel(g_ptr, y_ptr, out_ptr, n, LOG: tl.constexpr, BLOCK: tl.constexpr):
+    """softmax: dx = y * (g - sum(g * y)); log_softmax: dx = g - exp(y) * sum(g)."""
+    row = tl.program_id(0)
+    base = row * n
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        mask = start + cols < n
+        g = tl.load(g_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+        if LOG:
+            acc += g
+        else:
+            y = tl.load(y_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+            acc += g * y
+    total = tl.sum(acc, axis=0)
+    for start in range(0, n, BLOCK):
+        mask = start + cols < n
+        g = tl.load(g_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+        if LOG:
+            dx = g - tl.exp(y) * total
+        else:
+            dx = y * (g - total)
+        tl.store(out_ptr + base + start + cols, dx.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def norm_kernel(
+    x_ptr, w_ptr, b_ptr, out_ptr, mean_ptr, rstd_ptr, n, eps,
+    RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Layer norm (RMS=False) or RMS norm of one row; saves mean (layer norm) and rstd in float32."""
+    row = tl.program_id(0)
+    base = row * n
+    cols = tl.arange(0, BLOCK)
+    s = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        x = tl.load(x_ptr + base + start + cols, mask=start + cols < n, other=0.0).to(tl.float32)
+        if RMS:
+            s += x * x
+        else:
+            s += x
+    if RMS:
+        mean = 0.0
+        rstd = tl.rsqrt(tl.sum(s, axis=0) / n + eps)
+    else:
+        mean = tl.sum(s, axis=0) / n
+        v = tl.zeros((BLOCK,), dtype=tl.float32)
+        for start in range(0, n, BLOCK):
+            mask = start + cols < n
+            x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+            d = tl.where(mask, x - mean, 0.0)
+            v += d * d
+        rstd = tl.rsqrt(tl.sum(v, axis=0) / n + eps)
+        tl.store(mean_ptr + row, mean.to(mean_ptr.dtype.element_ty))
+    tl.store(rstd_ptr + row, rstd.to(rstd_ptr.dtype.element_ty))
+    for start in range(0, n, BLOCK):
+        mask = start + cols < n
+        x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+        y = (x - mean) * rstd
+        if HAS_W:
+            y = y * tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(b_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(out_ptr + base + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def norm_backward_kernel(
+    g_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, gx_ptr, n,
+    RMS: tl.constexpr, HAS_W: tl.constexpr, NEED_GX: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """dx of one row (and g * xhat, for the weight gradient, when NEED_GX).
+    Layer norm: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat));
+    RMS norm: dx = rstd * (gw - xhat * mean(gw * xhat))."""
+    row = tl.program_id(0)
+    base = row * n
+    cols = tl.arange(0, BLOCK)
+    rstd = tl.load(rstd_ptr + row).to(tl.float32)
+    if RMS:
+        mean = 0.0
+    else:
+        mean = tl.load(mean_ptr + row).to(tl.float32)
+    s1 = tl.zeros((BLOCK,), dtype=tl.float32)
+    s2 = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        mask = start + cols < n
+        g = tl.load(g_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_W:
+            g = g * tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+        xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+        s1 += g
+        s2 += g * xhat
+    c1 = tl.sum(s1, axis=0) / n
+    c2 = tl.sum(s2, axis=0) / n
+    for start in range(0, n, BLOCK):
+        mask = start + cols < n
+        g = tl.load(g_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_W:
+            g = g * tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+        xhat = (x - mean) * rstd
+        if NEED_GX:
+            g0 = tl.load(g_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(gx_ptr + base + start + cols, g0 * xhat, mask=mask)
+        if RMS:
+            dx = rstd * (g - xhat * c2)
+        else:
+            dx = rstd * (g - c1 - xhat * c2)
+        tl.store(dx_ptr + base + start + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, BLOCK: tl.constexpr):
+    """Reduce one row of n elements: sum, mean, max, min (with index), argmax, argmin, var."""
+    row = tl.program_id(0)
+    base = row * n
+    cols = tl.arange(0, BLOCK)
+    if OP == 0 or OP == 1 or OP == 6:
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        for start in range(0, n, BLOCK):
+            acc += tl.load(x_ptr + base + start + cols, mask=start + cols < n, other=0.0).to(tl.float32)
+        total = tl.sum(acc, axis=0)
+        if OP == 0:
+            result = total
+        elif OP == 1:
+            result = total / n
+        else:
+            mean = total / n
+            v = tl.zeros((BLOCK,), dtype=tl.float32)
+            for start in range(0, n, BLOCK):
+                mask = start + cols < n
+                x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+                d = tl.where(mask, x - mean, 0.0)
+                v += d * d
+            result = tl.sum(v, axis=0) / tl.maximum(n - correction, 0.0)
+        tl.store(out_ptr + row, result.to(out_ptr.dtype.element_ty))
+    else:
+        if OP == 2 or OP == 4:
+            fill = -float("inf")
+        else:
+            fill = float("inf")
+        best = tl.full((BLOCK,), fill, tl.float32)
+        best_i = tl.zeros((BLOCK,), dtype=tl.int32)
+        for start in range(0, n, BLOCK):
+            mask = start + cols < n
+            x = tl.load(x_ptr + base + start + cols, mask=mask, other=fill).to(tl.float32)
+            if OP == 2 or OP == 4:
+                better = (x > best) | ((x != x) & (best == best))
+            else:
+                better = (x < best) | ((x != x) & (best == best))
+            best_i = tl.where(better, start + cols, best_i)
+            best = tl.where(better, x, best)
+        if OP == 2 or OP == 4:
+            m = tl.max(tl.where(best != best, float("inf"), best), axis=0)
+        else:
+            m = tl.min(tl.where(best != best, -float("inf"), best), axis=0)
+        has_nan = tl.sum(tl.where(best != best, 1, 0), axis=0) > 0
+        # first index holding the extreme value (or the first NaN)
+        hit = tl.where(has_nan, best != best, best == m)
+        index = tl.min(tl.where(hit, best_i, 2147483647), axis=0)
+        value = tl.where(has_nan, float("nan"), m)
+        if OP == 2 or OP == 3:
+            tl.store(out_ptr + row, value.to(out_ptr.dtype.element_ty))
+            tl.store(idx_ptr + row, index.to(tl.int64))
+        else:
+            tl.store(idx_ptr + row, index.to(tl.int64))

@@ -1,0 +1,714 @@
+"""Python implementations behind the table: argument handling, output allocation, kernel launches.
+
+Each implementation returns a result, or a `Decline(reason)` when the inputs are outside what its
+kernel supports; the dispatcher then runs the CPU fallback with that reason. Kernels are imported on
+first call, so `import torch_rbln` never compiles or imports the DSL backends.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from torch_rbln import _memory
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+class Decline(Exception):
+    """Raised by an implementation: these inputs take the CPU fallback, for `reason`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+_modules: dict[str, object] = {}
+
+
+def _k(name: str):
+    module = _modules.get(name)
+    if module is None:
+        import importlib
+
+        module = importlib.import_module(f"torch_rbln.kernels.{name}")
+        _modules[name] = module
+    return module
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _block(n: int) -> int:
+    """Elementwise block size by size; three buckets keep the number of specialisations small."""
+    if n <= 16:
+        return 16
+    if n <= 1024:
+        return 1024
+    return 4096
+
+
+def _row_block(n: int) -> int:
+    if n <= 128:
+        return 128
+    if n <= 1024:
+        return 1024
+    return 4096
+
+
+def _contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return strides[::-1]
+
+
+def empty(shape: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
+    shape = list(shape)
+    return _memory.empty_strided(shape, _contiguous_strides(shape), dtype, index)
+
+
+# ---------------------------------------------------------------- operands and broadcasting
+
+_scalar_cache: dict[tuple[float, int], torch.Tensor] = {}
+
+
+def _scalar_tensor(value: float, index: int) -> torch.Tensor:
+    """A 1-element float32 rbln tensor holding `value` (cached), broadcast with stride 0."""
+    key = (value, index)
+    tensor = _scalar_cache.get(key)
+    if tensor is None:
+        if len(_scalar_cache) > 512:
+            _scalar_cache.clear()
+        tensor = _memory.empty_strided([1], [1], torch.float32, index)
+        from torch_rbln import _dlpack
+
+        _dlpack.to_host_view(tensor).fill_(value)
+        _scalar_cache[key] = tensor
+    return tensor
+
+
+def _collapse(shape: Sequence[int], strides_list: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent dims that are contiguous with each other in every operand; drop size-1 dims."""
+    dims = [i for i, s in enumerate(shape) if s != 1]
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides_list]
+    for i in dims:
+        if out_shape and all(st[-1] == strides[i] * shape[i] for st, strides in zip(out_strides, strides_list,
+                                                                                    strict=True)):
+            out_shape[-1] *= shape[i]
+            for st, strides in zip(out_strides, strides_list, strict=True):
+                st[-1] = strides[i]
+            continue
+        out_shape.append(shape[i])
+        for st, strides in zip(out_strides, strides_list, strict=True):
+            st.append(strides[i])
+    return out_shape, out_strides
+
+
+def _expanded_strides(t: torch.Tensor, shape: Sequence[int]) -> list[int]:
+    nd = len(shape)
+    strides = [0] * nd
+    offset = nd - t.dim()
+    for i, (size, stride) in enumerate(zip(t.shape, t.stride(), strict=True)):
+        if offset + i >= 0:  # extra leading dims are size 1 (a 1-element scalar operand)
+            strides[offset + i] = stride if size != 1 else 0
+    return strides
+
+
+def _geometry(
+    shape: Sequence[int], operands: Sequence[torch.Tensor]
+) -> tuple[bool, list[int], list[list[int]]]:
+    """(broadcast needed, sizes s1..s3, per-operand strides t0..t3) over up to four collapsed dims."""
+    strides = [_expanded_strides(t, shape) for t in operands]
+    sizes, strides = _collapse(shape, strides)
+    if len(sizes) <= 1 and all(not st or st[0] == 1 for st in strides):
+        return False, [1, 1, 1], [[0, 0, 0, 0] for _ in operands]
+    if len(sizes) > 4:
+        raise Decline(f"more than 4 non-mergeable dims ({len(sizes)})")
+    pad = 4 - len(sizes)
+    sizes = [1] * pad + sizes
+    return True, sizes[1:], [[0] * pad + st for st in strides]
+
+
+def _device_index(*tensors) -> int:
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and not t.is_cpu:
+            return t.get_device()
+    raise Decline("scalar-only inputs")
+
+
+def _operand(value, index: int) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        if value.is_cpu:
+            if value.dim():
+                raise Decline("CPU tensor operand")
+            return _scalar_tensor(float(value.item()), index)
+        return value
+    if isinstance(value, complex):
+        raise Decline("complex scalar")
+    return _scalar_tensor(float(value), index)
+
+
+def _check_out(out: torch.Tensor | None, shape, dtype, index) -> torch.Tensor:
+    if out is None:
+        return empty(shape, dtype, index)
+    if list(out.shape) != list(shape):
+        raise Decline("out= needs a resize")
+    if not out.is_contiguous():
+        raise Decline("non-contiguous output")
+    if out.dtype not in FLOATS and out.dtype != torch.bool:
+        raise Decline(f"output dtype {str(out.dtype).replace('torch.', '')}")
+    if out.is_cpu or out.get_device() != index:
+        raise Decline("output on another device")
+    return out
+
+
+def contiguous(t: torch.Tensor) -> torch.Tensor:
+    """`t` itself when contiguous, else a contiguous copy made by the strided copy kernel."""
+    if t.is_contiguous():
+        return t
+    return cast_copy(t, t.dtype)
+
+
+def cast_copy(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    out = empty(t.shape, dtype, t.get_device())
+    n = t.numel()
+    if n == 0:
+        return out
+    _, sizes, (strides,) = _geometry(list(t.shape), [t])
+    if sizes == [1, 1, 1] and strides == [0, 0, 0, 0]:
+        strides = [0, 0, 0, 1]
+        sizes = [1, 1, n]
+    block = _block(n)
+    _k("elementwise").copy_kernel[(_cdiv(n, block),)](t, out, n, *sizes, *strides, BLOCK=block)
+    return out
+
+
+# ---------------------------------------------------------------- elementwise
+
+def _promoted(a, b) -> torch.dtype:
+    dtype = torch.result_type(a, b)
+    if dtype not in FLOATS:
+        raise Decline(f"dtype {str(dtype).replace('torch.', '')}")
+    return dtype
+
+
+def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=False):
+    E = _k("elementwise")
+    index = _device_index(a, b)
+    if isinstance(alpha, complex) or (isinstance(alpha, torch.Tensor)):
+        raise Decline("tensor/complex alpha")
+    compute = _promoted(a, b)
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        shape = list(torch.broadcast_shapes(a.shape, b.shape))
+    else:
+        shape = list(a.shape if isinstance(a, torch.Tensor) else b.shape)
+    ta = _operand(a, index)
+    tb = _operand(b, index)
+    if inplace:
+        if list(a.shape) != shape:
+            raise Decline("in-place result needs broadcasting of self")
+        if not comparison and not torch.can_cast(compute, a.dtype):
+            raise Decline("result type cannot be cast to self")
+        out = a
+    out = _check_out(out, shape, torch.bool if comparison else compute, index)
+    n = out.numel()
+    if n == 0:
+        return out
+    if out is a or out is b:
+        # The kernel reads each element before writing it, so exact aliasing is safe; overlap is not.
+        for t in (ta, tb):
+            if t is not out and t.numel() > 1 and _overlaps(t, out):
+                raise Decline("output overlaps an input")
+    bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
+    block = _block(n)
+    E.binary_kernel[(_cdiv(n, block),)](
+        ta, tb, out, n, float(alpha), *sizes, *sa, *sb, OP=E.BINARY[name], BCAST=bcast, BLOCK=block
+    )
+    return out
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    return True
+
+
+def unary(name: str, x: torch.Tensor, p: float = 0.0, out=None, *, inplace=False):
+    E = _k("elementwise")
+    index = _device_index(x)
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    if inplace:
+        out = x
+        if not x.is_contiguous():
+            raise Decline("non-contiguous in-place")
+    out = _check_out(out, x.shape, x.dtype, index)
+    n = x.numel()
+    if n == 0:
+        return out
+    src = contiguous(x)
+    block = _block(n)
+    E.unary_kernel[(_cdiv(n, block),)](src, out, n, float(p), OP=E.UNARY[name], BLOCK=block)
+    return out
+
+
+def fill(x: torch.Tensor, value, *, first_use_ok: bool = True) -> torch.Tensor:
+    if not first_use_ok and "elementwise" not in _modules:
+        # A constant fill (torch.ones/zeros at start-up) does not justify loading the DSL compiler
+        # (numba, jinja2): until another op has loaded the kernels, fills run on the host.
+        raise Decline("DSL not loaded yet")
+    E = _k("elementwise")
+    if isinstance(value, torch.Tensor):
+        if value.dim():
+            raise Decline("fill with a non-scalar tensor")
+        value = value.item()
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    if not x.is_contiguous():
+        raise Decline("non-contiguous in-place")
+    n = x.numel()
+    if n:
+        block = _block(n)
+        E.unary_kernel[(_cdiv(n, block),)](x, x, n, float(value), OP=E.FILL, BLOCK=block)
+    return x
+
+
+def where(condition: torch.Tensor, a, b, out=None):
+    E = _k("elementwise")
+    index = _device_index(condition, a, b)
+    if condition.dtype != torch.bool:
+        raise Decline("non-bool condition")
+    if condition.is_cpu and condition.dim():
+        raise Decline("CPU tensor operand")
+    compute = _promoted(a, b)
+    shapes = [t.shape for t in (condition, a, b) if isinstance(t, torch.Tensor)]
+    shape = list(torch.broadcast_shapes(*shapes))
+    tc = condition
+    ta = _operand(a, index)
+    tb = _operand(b, index)
+    out = _check_out(out, shape, compute, index)
+    n = out.numel()
+    if n == 0:
+        return out
+    _, sizes, (sc, sa, sb) = _geometry(shape, [tc, ta, tb])
+    if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
+        sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, 1]
+    block = _block(n)
+    E.where_kernel[(_cdiv(n, block),)](tc, ta, tb, out, n, *sizes, *sc, *sa, *sb, BLOCK=block)
+    return out
+
+
+def masked_fill(x: torch.Tensor, mask: torch.Tensor, value, *, inplace=False):
+    if isinstance(value, torch.Tensor):
+        if value.dim():
+            raise Decline("masked_fill with a non-scalar tensor")
+        value = value.item()
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    if inplace:
+        if list(torch.broadcast_shapes(x.shape, mask.shape)) != list(x.shape):
+            raise Decline("in-place result needs broadcasting of self")
+        if not x.is_contiguous():
+            raise Decline("non-contiguous in-place")
+        return _masked_inplace(x, mask, value)
+    return _where_value(mask, value, x)
+
+
+def _where_value(mask, value, x):
+    index = x.get_device()
+    shape = list(torch.broadcast_shapes(mask.shape, x.shape))
+    out = empty(shape, x.dtype, index)
+    return _where_into(mask, _scalar_tensor(float(value), index), x, out)
+
+
+def _masked_inplace(x, mask, value):
+    return _where_into(mask, _scalar_tensor(float(value), x.get_device()), x, x)
+
+
+def _where_into(mask, ta, tb, out):
+    E = _k("elementwise")
+    n = out.numel()
+    if n == 0:
+        return out
+    shape = list(out.shape)
+    _, sizes, (sc, sa, sb) = _geometry(shape, [mask, ta, tb])
+    if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
+        sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 0, 1]
+    block = _block(n)
+    E.where_kernel[(_cdiv(n, block),)](mask, ta, tb, out, n, *sizes, *sc, *sa, *sb, BLOCK=block)
+    return out
+
+
+# ---------------------------------------------------------------- rows: softmax, norms, reductions
+
+def _last_dim(x: torch.Tensor, dim: int) -> None:
+    if x.dim() and dim % x.dim() != x.dim() - 1:
+        raise Decline("softmax over a non-last dim")
+
+
+def softmax(x: torch.Tensor, dim: int, half_to_float: bool, *, log: bool):
+    R = _k("rows")
+    if half_to_float:
+        raise Decline("half_to_float")
+    _last_dim(x, dim)
+    x = contiguous(x)
+    out = empty(x.shape, x.dtype, x.get_device())
+    n = x.shape[-1] if x.dim() else 1
+    if x.numel() == 0:
+        return out
+    R.softmax_kernel[(x.numel() // n,)](x, out, n, LOG=log)
+    return out
+
+
+def softmax_backward(grad: torch.Tensor, output: torch.Tensor, dim: int, input_dtype, *, log: bool):
+    R = _k("rows")
+    if input_dtype != grad.dtype:
+        raise Decline("mixed input dtype")
+    _last_dim(output, dim)
+    grad = contiguous(grad)
+    output = contiguous(output)
+    out = empty(output.shape, output.dtype, output.get_device())
+    n = output.shape[-1] if output.dim() else 1
+    if output.numel() == 0:
+        return out
+    R.softmax_backward_kernel[(output.numel() // n,)](grad, output, out, n, LOG=log, BLOCK=_row_block(n))
+    return out
+
+
+def layer_norm(x, normalized_shape, weight, bias, eps):
+    R = _k("rows")
+    n = math.prod(normalized_shape)
+    if n == 0 or x.numel() == 0:
+        raise Decline("empty tensor")
+    x = contiguous(x)
+    rows = x.numel() // n
+    index = x.get_device()
+    out = empty(x.shape, x.dtype, index)
+    axis = x.dim() - len(normalized_shape)
+    stat_shape = list(x.shape[:axis]) + [1] * len(normalized_shape)
+    mean = empty(stat_shape, x.dtype, index)
+    rstd = empty(stat_shape, x.dtype, index)
+    w = contiguous(weight) if weight is not None else x
+    b = contiguous(bias) if bias is not None else x
+    R.norm_kernel[(rows,)](x, w, b, out, mean, rstd, n, float(eps), RMS=False, HAS_W=weight is not None,
+                           HAS_B=bias is not None, BLOCK=_row_block(n))
+    return out, mean, rstd
+
+
+def column_sum(t: torch.Tensor, rows: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Sum of a contiguous (rows, n) tensor over rows, as ones(1, rows) @ t on the matmul kernel."""
+    index = t.get_device()
+    ones = empty([rows], t.dtype, index)
+    fill(ones, 1.0)
+    out = empty([n], dtype, index)
+    _matmul_launch(ones, t, out, None, 1, n, rows, (0, 0, 1), (0, n, 1), (0, 0, 1), (0, 0), 1.0, 0.0, 1)
+    return out
+
+
+def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    R = _k("rows")
+    n = math.prod(normalized_shape)
+    if n == 0 or x.numel() == 0:
+        raise Decline("empty tensor")
+    x = contiguous(x)
+    grad = contiguous(grad)
+    rows = x.numel() // n
+    index = x.get_device()
+    need_dx, need_dw, need_db = output_mask
+    dx = empty(x.shape, x.dtype, index)
+    need_gx = bool(need_dw and weight is not None)
+    gx = empty([rows, n], torch.float32, index) if need_gx else dx
+    w = contiguous(weight) if weight is not None else x
+    R.norm_backward_kernel[(rows,)](grad, x, w, contiguous(mean), contiguous(rstd), dx, gx, n,
+                                    RMS=False, HAS_W=weight is not None, NEED_GX=need_gx,
+                                    BLOCK=_row_block(n))
+    dw = column_sum(gx, rows, n, weight.dtype).view(weight.shape) if need_gx else None
+    db = column_sum(grad, rows, n, bias.dtype).view(bias.shape) if need_db and bias is not None else None
+    return (dx if need_dx else None), dw, db
+
+
+def rms_norm_forward(x, weight, eps):
+    """(y, rstd) of RMS norm over the last dim; rstd is float32 of shape (rows,)."""
+    R = _k("rows")
+    n = x.shape[-1]
+    x = contiguous(x)
+    rows = x.numel() // n
+    index = x.get_device()
+    out = empty(x.shape, x.dtype, index)
+    rstd = empty([rows], torch.float32, index)
+    w = contiguous(weight) if weight is not None else x
+    R.norm_kernel[(rows,)](x, w, x, out, rstd, rstd, n, float(eps), RMS=True, HAS_W=weight is not None,
+                           HAS_B=False, BLOCK=_row_block(n))
+    return out, rstd
+
+
+def rms_norm_backward(grad, x, weight, rstd):
+    R = _k("rows")
+    n = x.shape[-1]
+    x = contiguous(x)
+    grad = contiguous(grad)
+    rows = x.numel() // n
+    index = x.get_device()
+    dx = empty(x.shape, x.dtype, index)
+    need_gx = weight is not None
+    gx = empty([rows, n], torch.float32, index) if need_gx else dx
+    w = contiguous(weight) if weight is not None else x
+    R.norm_backward_kernel[(rows,)](grad, x, w, rstd, rstd, dx, gx, n, RMS=True, HAS_W=need_gx,
+                                    NEED_GX=need_gx, BLOCK=_row_block(n))
+    dw = column_sum(gx, rows, n, weight.dtype) if need_gx else None
+    return dx, dw
+
+
+_REDUCE = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6}
+
+
+def _reduce_dims(x: torch.Tensor, dim) -> tuple[bool, int]:
+    """(all dims?, last-dim size) for a reduction; declines other dims."""
+    if x.dim() == 0 or dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return True, x.numel()
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    nd = max(x.dim(), 1)
+    dims = sorted({d % nd for d in dims})
+    if dims == list(range(x.dim())):
+        return True, x.numel()
+    if dims != [nd - 1]:
+        raise Decline("reduction over a non-last dim")
+    return False, x.shape[-1]
+
+
+def _leading_dims(x: torch.Tensor, dim) -> int:
+    """k when `dim` is exactly the leading dims 0..k-1 (k < ndim): a column reduction; else 0."""
+    if dim is None or x.dim() < 2:
+        return 0
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    if not dims:
+        return 0
+    dims = sorted({d % x.dim() for d in dims})
+    if dims == list(range(len(dims))) and len(dims) < x.dim():
+        return len(dims)
+    return 0
+
+
+def reduce(name: str, x: torch.Tensor, dim=None, keepdim=False, dtype=None, correction=None):
+    R = _k("rows")
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    if dtype is not None and dtype != x.dtype:
+        raise Decline("dtype= conversion")
+    if x.numel() == 0:
+        raise Decline("empty tensor")
+    prefix = _leading_dims(x, dim) if name in ("sum", "mean") else 0
+    if prefix:
+        x = contiguous(x)
+        rows = math.prod(x.shape[:prefix])
+        n = x.numel() // rows
+        shape = ([1] * prefix if keepdim else []) + list(x.shape[prefix:])
+        out = column_sum(x, rows, n, x.dtype)
+        if name == "mean":
+            out = unary("scale", out, 1.0 / rows, inplace=True)
+        return out.view(shape)
+    all_dims, n = _reduce_dims(x, dim)
+    x = contiguous(x)
+    rows = x.numel() // n
+    if all_dims:
+        shape = [1] * x.dim() if keepdim else []
+    else:
+        shape = list(x.shape[:-1]) + ([1] if keepdim else [])
+    index = x.get_device()
+    op = _REDUCE[name]
+    with_index = name in ("max", "min", "argmax", "argmin")
+    values = x if name in ("argmax", "argmin") else empty(shape, x.dtype, index)
+    indices = empty(shape, torch.int64, index) if with_index else values
+    corr = 1.0 if correction is None else float(correction)
+    R.reduce_kernel[(rows,)](x, values, indices, n, corr, OP=op, BLOCK=_row_block(n))
+    if name in ("argmax", "argmin"):
+        return indices
+    if name in ("max", "min"):
+        return values, indices
+    return values
+
+
+# ---------------------------------------------------------------- matmul
+
+def _matmul_launch(a, b, c, bias, M, N, K, sa, sb, sc, sbias, alpha, beta, batch):
+    Mk = _k("matmul")
+    grid = lambda meta: (_cdiv(M, meta["BLOCK_M"]), _cdiv(N, meta["BLOCK_N"]), batch)
+    Mk.matmul_kernel[grid](a, b, c, bias if bias is not None else c, M, N, K, *sa, *sb, *sc, *sbias,
+                           float(alpha), float(beta), HAS_BIAS=bias is not None)
+
+
+def _mm_check(*tensors):
+    dtype = tensors[0].dtype
+    for t in tensors:
+        if t.dtype != dtype:
+            raise Decline("mixed dtypes")
+    if dtype not in FLOATS:
+        raise Decline(f"dtype {str(dtype).replace('torch.', '')}")
+
+
+def mm(a, b, out=None):
+    _mm_check(a, b)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise Decline("shape mismatch")
+    M, K = a.shape
+    N = b.shape[1]
+    index = _device_index(a, b)
+    c = _check_out(out, [M, N], a.dtype, index)
+    if c.numel() == 0:
+        return c
+    if K == 0:
+        return fill(c, 0.0)
+    _matmul_launch(a, b, c, None, M, N, K, (0, *a.stride()), (0, *b.stride()), (0, *c.stride()),
+                   (0, 0), 1.0, 0.0, 1)
+    return c
+
+
+def addmm(bias, a, b, beta=1, alpha=1, out=None):
+    _mm_check(bias, a, b)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise Decline("shape mismatch")
+    M, K = a.shape
+    N = b.shape[1]
+    index = _device_index(a, b)
+    c = _check_out(out, [M, N], a.dtype, index)
+    if c.numel() == 0 or K == 0:
+        raise Decline("empty tensor")
+    if list(torch.broadcast_shapes(bias.shape, (M, N))) != [M, N]:
+        raise Decline("shape mismatch")
+    sbias = _expanded_strides(bias, [M, N])
+    _matmul_launch(a, b, c, bias, M, N, K, (0, *a.stride()), (0, *b.stride()), (0, *c.stride()),
+                   tuple(sbias), alpha, beta, 1)
+    return c
+
+
+def bmm(a, b, out=None):
+    _mm_check(a, b)
+    if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise Decline("shape mismatch")
+    B, M, K = a.shape
+    N = b.shape[2]
+    index = _device_index(a, b)
+    c = _check_out(out, [B, M, N], a.dtype, index)
+    if c.numel() == 0:
+        return c
+    if K == 0:
+        return fill(c, 0.0)
+    _matmul_launch(a, b, c, None, M, N, K, a.stride(), b.stride(), c.stride(), (0, 0), 1.0, 0.0, B)
+    return c
+
+
+# ---------------------------------------------------------------- embedding
+
+def index_select(weight, dim, index_tensor):
+    Em = _k("embedding")
+    if weight.dim() != 2 or dim % 2 != 0:
+        raise Decline("index_select other than rows of a matrix")
+    if index_tensor.dtype not in (torch.int64, torch.int32) or index_tensor.dim() > 1:
+        raise Decline("index dtype/shape")
+    if index_tensor.is_cpu:
+        raise Decline("CPU index")
+    if weight.dtype not in FLOATS:
+        raise Decline(f"dtype {str(weight.dtype).replace('torch.', '')}")
+    count = index_tensor.numel()
+    rows, dim_size = weight.shape
+    if count == 0 or weight.numel() == 0:
+        raise Decline("empty tensor")
+    from torch_rbln import _dlpack
+
+    host_index = _dlpack.to_host_view(index_tensor)
+    if bool((host_index < 0).any()) or bool((host_index >= rows).any()):
+        raise Decline("index out of range")
+    weight = contiguous(weight)
+    index_tensor = contiguous(index_tensor)
+    out = empty([count, dim_size], weight.dtype, weight.get_device())
+    Em.embedding_kernel[(count,)](weight, index_tensor, out, dim_size, BLOCK=_row_block(dim_size))
+    return out
+
+
+def cat(tensors, dim=0):
+    E = _k("elementwise")
+    tensors = [t for t in tensors if not (t.dim() == 1 and t.numel() == 0)]
+    if not tensors:
+        raise Decline("only empty tensors")
+    ref = tensors[0]
+    for t in tensors:
+        if t.dtype != ref.dtype:
+            raise Decline("mixed dtypes")
+        if t.dim() != ref.dim():
+            raise Decline("shape mismatch")
+    if ref.dtype not in FLOATS:
+        raise Decline(f"dtype {str(ref.dtype).replace('torch.', '')}")
+    if ref.dim() == 0:
+        raise Decline("zero-dim tensors")
+    dim = dim % ref.dim()
+    shape = list(ref.shape)
+    for t in tensors:
+        if [s for i, s in enumerate(t.shape) if i != dim] != [s for i, s in enumerate(shape) if i != dim]:
+            raise Decline("shape mismatch")
+    shape[dim] = sum(t.shape[dim] for t in tensors)
+    index = _device_index(*tensors)
+    out = empty(shape, ref.dtype, index)
+    out_strides = out.stride()
+    offset = 0
+    for t in tensors:
+        n = t.numel()
+        if n:
+            sizes, (src, dst) = _collapse(list(t.shape), [list(t.stride()), list(out_strides)])
+            if len(sizes) > 4:
+                raise Decline("more than 4 non-mergeable dims")
+            if not sizes:
+                sizes, src, dst = [1], [0], [0]
+            pad = 4 - len(sizes)
+            sizes, src, dst = [1] * pad + sizes, [0] * pad + src, [0] * pad + dst
+            block = _block(n)
+            E.strided_copy_kernel[(_cdiv(n, block),)](t, out, offset * out_strides[dim], n, *sizes[1:], *src,
+                                                        *dst, BLOCK=block)
+        offset += t.shape[dim]
+    return out
+
+
+def arange(start, end, step=1, out=None):
+    E = _k("elementwise")
+    if out is None or out.is_cpu:
+        raise Decline("no rbln out=")
+    if out.dtype not in (torch.int64, torch.int32, *FLOATS):
+        raise Decline(f"dtype {str(out.dtype).replace('torch.', '')}")
+    values = [v.item() if isinstance(v, torch.Tensor) else v for v in (start, end, step)]
+    start, end, step = values
+    if step == 0:
+        raise Decline("zero step")
+    n = max(0, math.ceil((end - start) / step))
+    if abs(start) > 2 ** 24 or abs(end) > 2 ** 24:
+        raise Decline("values beyond exact float range")
+    if list(out.shape) != [n]:
+        out.resize_([n])
+    if n:
+        block = _block(n)
+        E.arange_kernel[(_cdiv(n, block),)](out, n, float(start), float(step), BLOCK=block)
+    return out
+
+
+def embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    Em = _k("embedding")
+    if scale_grad_by_freq:
+        raise Decline("scale_grad_by_freq")
+    if grad.dtype not in FLOATS:
+        raise Decline(f"dtype {str(grad.dtype).replace('torch.', '')}")
+    dim = grad.shape[-1]
+    count = indices.numel()
+    if count == 0 or dim == 0:
+        raise Decline("empty tensor")
+    grad = contiguous(grad)
+    indices = contiguous(indices)
+    out = empty([num_weights, dim], grad.dtype, grad.get_device())
+    block_d = min(256, max(16, 1 << (dim - 1).bit_length()))
+    Em.embedding_backward_kernel[(num_weights,)](grad, indices, out, count, dim, int(padding_idx),
+                                                 BLOCK_I=64, BLOCK_D=block_d)
+    return out

@@ -1,0 +1,185 @@
+"""The declarative op table: one `Op` per aten overload bound to an op-library kernel.
+
+The same table drives registration (`torch_rbln.registry.register_table`) and the OpInfo
+consistency tests (`tests/registry`): `opinfo` names the entry of torch's `op_db` whose samples
+exercise the overload. This module imports no kernels (they load on first call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import _ops as O
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str  # aten overload, e.g. "add.Tensor"
+    impl: Callable  # called with the aten arguments; returns the result or raises O.Decline
+    opinfo: str | None = None  # op_db entry ("name" or "name:variant") whose samples test this overload
+    int_inputs: bool = False  # integer/bool tensors are legitimate inputs (indices, masks)
+    tol: dict = field(default_factory=dict)  # dtype name -> (atol, rtol) for the tests
+
+
+def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: bool = False,
+                   scalar: bool = True) -> list[Op]:
+    kw = {"comparison": comparison}
+    if alpha:
+        f = lambda a, b, alpha=1: O.binary(name, a, b, alpha, **kw)
+        fo = lambda a, b, alpha=1, out=None: O.binary(name, a, b, alpha, out=out, **kw)
+        fi = lambda a, b, alpha=1: O.binary(name, a, b, alpha, inplace=True, **kw)
+    else:
+        f = lambda a, b: O.binary(name, a, b, **kw)
+        fo = lambda a, b, out=None: O.binary(name, a, b, out=out, **kw)
+        fi = lambda a, b: O.binary(name, a, b, inplace=True, **kw)
+    out_name = f"{name}.Tensor_out" if comparison else f"{name}.out"
+    ops = [Op(f"{name}.Tensor", f, opinfo), Op(out_name, fo), Op(f"{name}_.Tensor", fi)]
+    if scalar:
+        ops += [Op(f"{name}.Scalar", f), Op(f"{name}_.Scalar", fi)]
+    return ops
+
+
+def _unary_family(name: str, opinfo: str | None, kernel: str | None = None, *, inplace: bool = True,
+                  out: bool = True, overload: str = "default") -> list[Op]:
+    kernel = kernel or name
+    suffix = f".{overload}"
+    ops = [Op(f"{name}{suffix}", lambda x: O.unary(kernel, x), opinfo)]
+    if out:
+        ops.append(Op(f"{name}.out", lambda x, out=None: O.unary(kernel, x, out=out)))
+    if inplace:
+        ops.append(Op(f"{name}_{suffix}", lambda x: O.unary(kernel, x, inplace=True)))
+    return ops
+
+
+def _gelu(x, approximate="none", out=None, inplace=False):
+    kernel = "gelu" if approximate == "none" else "gelu_tanh"
+    return O.unary(kernel, x, out=out, inplace=inplace)
+
+
+def _gelu_backward(grad, x, approximate="none"):
+    return O.binary("gelu_backward" if approximate == "none" else "gelu_tanh_backward", grad, x)
+
+
+def _pow_scalar(x, exponent, out=None):
+    if isinstance(exponent, (complex, bool)) or not isinstance(exponent, (int, float)):
+        raise O.Decline("non-real exponent")
+    if exponent == 2:
+        return O.binary("mul", x, x, out=out)
+    if exponent == 1:
+        return O.unary("scale", x, 1.0, out=out)
+    if exponent == 0.5:
+        return O.unary("sqrt", x, out=out)
+    return O.unary("pow", x, float(exponent), out=out)
+
+
+def _threshold_backward(grad, x, threshold):
+    return O.binary("threshold_backward", grad, x, threshold)
+
+
+def _sum(x, dim=None, keepdim=False, dtype=None):
+    return O.reduce("sum", x, dim, keepdim, dtype)
+
+
+def _var(x, dim=None, correction=None, keepdim=False):
+    return O.reduce("var", x, dim, keepdim, correction=correction)
+
+
+def _std(x, dim=None, correction=None, keepdim=False):
+    return O.unary("sqrt", O.reduce("var", x, dim, keepdim, correction=correction))
+
+
+def _linear(x, w, b=None):
+    raise O.Decline("linear decomposes")  # pragma: no cover  (linear is CompositeImplicit)
+
+
+F = "float32"
+LOOSE = {"float16": (2e-2, 2e-2), "bfloat16": (5e-2, 5e-2), "float32": (1e-4, 1e-4)}
+MATMUL = {"float16": (5e-2, 2e-2), "bfloat16": (2e-1, 5e-2), "float32": (1e-3, 1e-4)}
+
+TABLE: list[Op] = [
+    # ---- (1) elementwise binary with broadcasting and type promotion
+    *_binary_family("add", "add", alpha=True),
+    *_binary_family("sub", "sub", alpha=True),
+    *_binary_family("mul", "mul"),
+    *_binary_family("div", "div:no_rounding_mode"),
+    *_binary_family("eq", "eq", comparison=True),
+    *_binary_family("ne", "ne", comparison=True),
+    *_binary_family("lt", "lt", comparison=True),
+    *_binary_family("le", "le", comparison=True),
+    *_binary_family("gt", "gt", comparison=True),
+    *_binary_family("ge", "ge", comparison=True),
+    Op("maximum.default", lambda a, b: O.binary("maximum", a, b), "maximum"),
+    Op("minimum.default", lambda a, b: O.binary("minimum", a, b), "minimum"),
+    # ---- unary
+    *_unary_family("neg", "neg"),
+    *_unary_family("exp", "exp"),
+    *_unary_family("sqrt", "sqrt"),
+    *_unary_family("rsqrt", "rsqrt"),
+    *_unary_family("sigmoid", "sigmoid"),
+    *_unary_family("tanh", "tanh"),
+    *_unary_family("abs", "abs"),
+    *_unary_family("log", "log"),
+    Op("relu.default", lambda x: O.unary("relu", x), "nn.functional.relu"),
+    Op("relu_.default", lambda x: O.unary("relu", x, inplace=True)),
+    Op("silu.default", lambda x: O.unary("silu", x), "nn.functional.silu"),
+    Op("silu.out", lambda x, out=None: O.unary("silu", x, out=out)),
+    Op("silu_.default", lambda x: O.unary("silu", x, inplace=True)),
+    Op("gelu.default", lambda x, approximate="none": _gelu(x, approximate), "nn.functional.gelu", tol=LOOSE),
+    Op("gelu.out", lambda x, approximate="none", out=None: _gelu(x, approximate, out=out)),
+    Op("gelu_.default", lambda x, approximate="none": _gelu(x, approximate, inplace=True)),
+    Op("pow.Tensor_Tensor", lambda x, e: O.binary("pow", x, e), "pow", tol=LOOSE),
+    Op("pow.Tensor_Scalar", lambda x, e: _pow_scalar(x, e), tol=LOOSE),
+    Op("pow.Tensor_Scalar_out", lambda x, e, out=None: _pow_scalar(x, e, out=out)),
+    # ---- elementwise backward
+    Op("gelu_backward.default", _gelu_backward, tol=LOOSE),
+    Op("threshold_backward.default", _threshold_backward),
+    Op("sigmoid_backward.default", lambda g, y: O.binary("sigmoid_backward", g, y)),
+    Op("tanh_backward.default", lambda g, y: O.binary("tanh_backward", g, y)),
+    Op("silu_backward.default", lambda g, x: O.binary("silu_backward", g, x)),
+    # ---- where, masked_fill, fill/zero
+    Op("where.self", lambda c, a, b: O.where(c, a, b), "where", int_inputs=True),
+    Op("where.self_out", lambda c, a, b, out=None: O.where(c, a, b, out=out), int_inputs=True),
+    Op("masked_fill.Scalar", lambda x, m, v: O.masked_fill(x, m, v), "masked_fill", int_inputs=True),
+    Op("masked_fill_.Scalar", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True),
+    Op("masked_fill.Tensor", lambda x, m, v: O.masked_fill(x, m, v), int_inputs=True),
+    Op("masked_fill_.Tensor", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True),
+    Op("fill_.Scalar", lambda x, v: O.fill(x, v, first_use_ok=False), "fill"),
+    Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_"),
+    # ---- (2) softmax, log_softmax, layer norm (+ backward)
+    Op("_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=False), "softmax", tol=LOOSE),
+    Op("_log_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=True), "log_softmax", tol=LOOSE),
+    Op("_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=False)),
+    Op("_log_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=True)),
+    Op("native_layer_norm.default", O.layer_norm, "nn.functional.layer_norm", tol=LOOSE),
+    Op("native_layer_norm_backward.default", O.layer_norm_backward),
+    # ---- (3) matmul family (linear and matmul decompose into these)
+    Op("mm.default", lambda a, b: O.mm(a, b), "mm", tol=MATMUL),
+    Op("mm.out", lambda a, b, out=None: O.mm(a, b, out=out)),
+    Op("bmm.default", lambda a, b: O.bmm(a, b), "bmm", tol=MATMUL),
+    Op("bmm.out", lambda a, b, out=None: O.bmm(a, b, out=out)),
+    Op("addmm.default", lambda c, a, b, beta=1, alpha=1: O.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL),
+    Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: O.addmm(c, a, b, beta, alpha, out=out)),
+    # ---- (4) reductions over the last dim or all dims
+    Op("sum.dim_IntList", _sum, "sum", tol=LOOSE),
+    Op("sum.default", lambda x, dtype=None: _sum(x, None, False, dtype)),
+    Op("mean.dim", lambda x, dim, keepdim=False, dtype=None: O.reduce("mean", x, dim, keepdim, dtype),
+       "mean", tol=LOOSE),
+    Op("mean.default", lambda x, dtype=None: O.reduce("mean", x, None, False, dtype)),
+    Op("amax.default", lambda x, dim=(), keepdim=False: O.reduce("max", x, dim, keepdim)[0], "amax"),
+    Op("amin.default", lambda x, dim=(), keepdim=False: O.reduce("min", x, dim, keepdim)[0], "amin"),
+    Op("max.dim", lambda x, dim, keepdim=False: O.reduce("max", x, dim, keepdim), "max:reduction_with_dim"),
+    Op("min.dim", lambda x, dim, keepdim=False: O.reduce("min", x, dim, keepdim), "min:reduction_with_dim"),
+    Op("argmax.default", lambda x, dim=None, keepdim=False: O.reduce("argmax", x, dim, keepdim), "argmax"),
+    Op("argmin.default", lambda x, dim=None, keepdim=False: O.reduce("argmin", x, dim, keepdim), "argmin"),
+    Op("var.correction", _var, "var", tol=LOOSE),
+    Op("std.correction", _std, "std", tol=LOOSE),
+    # ---- (5) embedding (aten::embedding is index_select on rows)
+    Op("index_select.default", O.index_select, "nn.functional.embedding", int_inputs=True),
+    Op("embedding_dense_backward.default", O.embedding_backward, int_inputs=True),
+    # ---- shape building blocks models use
+    Op("cat.default", O.cat, "cat"),
+    Op("arange.start_out", O.arange, int_inputs=True),
+]
+
+NAMES = frozenset(op.name for op in TABLE)

@@ -1,0 +1,126 @@
+"""register_kernel (aten override and custom op), per-call decisions, fallback_report, the demo."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch_rbln.dsl as tl
+
+import torch_rbln  # noqa: F401
+from torch_rbln import registry
+
+
+@tl.jit
+def _double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2.0, mask=mask)
+
+
+def _double(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    _double_kernel[(triton_cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+    return out
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _reference_double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def test_custom_op_runs_dsl_kernel_and_declines_to_reference(caplog):
+    op = registry.register_kernel("rbln_test::double", _double, reference=_reference_double,
+                                  accepts=lambda x: x.is_contiguous() or "non-contiguous")
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    registry.reset_fallback_report()
+    out = torch.ops.rbln_test.double(x.to("rbln"))
+    assert out.device.type == "rbln"
+    torch.testing.assert_close(out.cpu(), x * 2)
+    assert registry.fallback_report()["rbln_test::double"]["device"] == 1
+    with caplog.at_level(logging.INFO, logger="torch_rbln"):
+        declined = torch.ops.rbln_test.double(x.to("rbln").t())
+    torch.testing.assert_close(declined.cpu(), x.t() * 2)
+    row = registry.fallback_report()["rbln_test::double"]
+    assert row["cpu"] == 1 and row["reasons"] == {"non-contiguous": 1}
+    torch.testing.assert_close(op(x), x * 2)  # CPU tensors: the reference
+    # traceable: the fake implementation gives shapes under FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        assert torch.ops.rbln_test.double(torch.empty(2, 5)).shape == (2, 5)
+
+
+def test_aten_override_with_decorator_and_reasons():
+    calls = []
+
+    @registry.register_kernel("aten::neg", accepts=lambda x: x.numel() < 100 or "large")
+    def my_neg(x):
+        calls.append(x.shape)
+        return _double(x) * -0.5
+
+    try:
+        registry.reset_fallback_report()
+        x = torch.randn(5)
+        torch.testing.assert_close((-x.to("rbln")).cpu(), -x)
+        assert calls == [torch.Size([5])]
+        torch.testing.assert_close((-torch.ones(200).to("rbln")).cpu(), -torch.ones(200))
+        report = registry.fallback_report()
+        assert report["aten::neg"]["reasons"] == {"large": 1}
+        assert report["aten::neg"]["device"] == 1
+    finally:
+        registry._user.pop("neg.default", None)  # back to the op library's kernel
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda: (torch.randn(4, dtype=torch.float64).to("rbln"),), "dtype float64"),
+        (lambda: (torch.tensor([1.0, float("nan")]).to("rbln"),), "nan_inf"),
+    ],
+)
+def test_per_call_decisions(make, reason):
+    registry.reset_fallback_report()
+    (x,) = make()
+    y = torch.exp(x)
+    torch.testing.assert_close(y.cpu(), torch.exp(x.cpu()), equal_nan=True)
+    row = registry.fallback_report()["aten::exp"]
+    assert row["reasons"] == {reason: 1} and row["device"] == 0
+
+
+def test_deploy_mode_skips_the_nan_check(monkeypatch):
+    monkeypatch.setenv("TORCH_RBLN_DEPLOY", "ON")
+    registry.reset_fallback_report()
+    x = torch.tensor([1.0, float("inf")])
+    torch.testing.assert_close(torch.exp(x.to("rbln")).cpu(), torch.exp(x))
+    assert registry.fallback_report()["aten::exp"]["device"] == 1
+
+
+def test_broadcasting_promotion_inplace_and_out():
+    a = torch.randn(3, 4, dtype=torch.float16)
+    b = torch.randn(4)
+    registry.reset_fallback_report()
+    torch.testing.assert_close((a.to("rbln") + b.to("rbln")).cpu(), a + b)
+    torch.testing.assert_close(torch.sub(a.to("rbln"), 2.5, alpha=3).cpu(), torch.sub(a, 2.5, alpha=3))
+    d = b.to("rbln")
+    d.mul_(3)
+    torch.testing.assert_close(d.cpu(), b * 3)
+    out = torch.empty(3, 4, device="rbln")
+    torch.add(a.float().to("rbln"), b.to("rbln"), out=out)
+    torch.testing.assert_close(out.cpu(), a.float() + b)
+    report = registry.fallback_report()
+    for name in ("aten::add", "aten::sub", "aten::mul"):
+        assert report[name]["cpu"] == 0, report[name]
+
+
+def test_demo_gpt2_matches_cpu_mostly_on_device_kernels():
+    pytest.importorskip("transformers")
+    from torch_rbln import demo
+
+    result = demo.run(quiet=True)
+    assert result["ok"], result
+    assert result["share"] >= 0.9, registry.format_report(result["report"])

@@ -67,8 +67,11 @@ def _finite(tensor: torch.Tensor) -> bool:
     from torch_rbln import _dlpack
 
     host = _dlpack.to_host_view(tensor) if not tensor.is_cpu else tensor
-    if host.numel() == 0:
+    numel = host.numel()
+    if numel == 0:
         return True
+    if numel <= 64:
+        return all(map(math.isfinite, host.reshape(-1).tolist()))
     low, high = torch.aminmax(host)
     return math.isfinite(low.item()) and math.isfinite(high.item())
 
@@ -156,6 +159,9 @@ def register_table(library: torch.library.Library | None = None) -> None:
         for entry in TABLE:
             library.impl(_impl_name(entry.name), _dispatcher(_overload(entry.name), entry), "PrivateUse1")
         _registered = True
+    from . import custom
+
+    custom.register()
 
 
 def _aten_name(op: Any) -> str | None:

@@ -38,12 +38,12 @@ def _row(name: str, cpu: float, dev: float, unit: str, work: float | None = None
     if work is not None:
         extra = f"  {work / cpu / 1e9:9.2f} {work / dev / 1e9:9.2f}"
     scale = 1e6 if unit == "us" else 1e3
-    return f"{name:<34} {cpu * scale:10.2f} {dev * scale:10.2f} {dev / cpu:7.2f}x{extra}"
+    return f"{name:<38} {cpu * scale:10.2f} {dev * scale:10.2f} {dev / cpu:7.2f}x{extra}"
 
 
 def _header(title: str, unit: str, work_unit: str | None = None) -> str:
     extra = f"  {'cpu ' + work_unit:>9} {'rbln ' + work_unit:>9}" if work_unit else ""
-    return f"\n{title}\n{'op':<34} {'cpu ' + unit:>10} {'rbln ' + unit:>10} {'ratio':>8}{extra}"
+    return f"\n{title}\n{'op':<38} {'cpu ' + unit:>10} {'rbln ' + unit:>10} {'ratio':>8}{extra}"
 
 
 def _check_on_device(name: str, fn: Callable[[], object]) -> None:
@@ -93,7 +93,8 @@ def large(repeats: int) -> None:
     for name, fn in [
         ("softmax 4096x4096", lambda t, w, b: torch.softmax(t, -1)),
         ("layer_norm 4096x4096", lambda t, w, b: F.layer_norm(t, (4096,), w, b)),
-        ("rms_norm 4096x4096", lambda t, w, b: F.rms_norm(t, (4096,), w)),
+        ("rms_norm 4096x4096 (aten decomposed)", lambda t, w, b: F.rms_norm(t, (4096,), w, 1e-6)),
+        ("rbln::rms_norm 4096x4096 (custom op)", lambda t, w, b: torch.ops.rbln.rms_norm(t, w, 1e-6)),
     ]:
         _check_on_device(name, lambda fn=fn: fn(dm, dw, dbias))
         cpu = _median_s(lambda fn=fn: fn(m, w, bias), repeats, 1)

@@ -22,6 +22,13 @@ MAX_SAMPLES = 6  # look at no more than this many samples ...
 ON_DEVICE = {"float32": 3, "float16": 1, "bfloat16": 1}  # ... and stop once this many ran on device
 
 ENTRIES = [entry for entry in TABLE if entry.opinfo]
+# Every kernel family once in bfloat16 (float32 and float16 run on every entry): each dtype is a separate
+# compiled specialisation of each kernel, and compiling is most of this suite's cold-cache time.
+BFLOAT16_SUBSET = frozenset({
+    "add.Tensor", "lt.Tensor", "nn.functional.gelu", "gelu.default", "where.self", "_softmax.default",
+    "native_layer_norm.default", "mm.default", "addmm.default", "sum.dim_IntList", "max.dim",
+    "index_select.default", "cat.default",
+})
 
 
 def _opinfo(spec: str):
@@ -54,6 +61,8 @@ def _schema_name(entry) -> str:
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 def test_entry_matches_cpu_on_device_kernel(entry, dtype):
+    if dtype == torch.bfloat16 and entry.name not in BFLOAT16_SUBSET:
+        pytest.skip("bfloat16 runs on a representative subset (compile time of the suite)")
     info = _opinfo(entry.opinfo)
     if dtype not in info.supported_dtypes("cpu"):
         pytest.skip(f"{info.name} has no CPU {dtype}")

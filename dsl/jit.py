@@ -429,20 +429,25 @@ class JITFunction:
         g = grid + (1,) * (3 - len(grid)) if len(grid) < 3 else grid
         if g[0] * g[1] * g[2] == 0:
             return ck
-        tp, device_index, explicit = launch_tp(values, None)
-        if tp == 1:
-            exe.launch(g, values, 1)
-        else:
-            from torch_rbln.tp import run_with_tp_failover
-
-            run_with_tp_failover(
-                self.__name__,
-                lambda size: exe.launch(g, values, size),
-                device_index=device_index,
-                tp=tp,
-                explicit=explicit,
-            )
+        self._launch_tp(exe, g, values, launch_tp(values, None))
         return ck
+
+    def _launch_tp(self, exe, grid, values, tp_plan) -> None:
+        """Run on the launch's tensor-parallel group; a failing tp>1 launch that was not asked for
+        explicitly is retried with tp=1 on the root NPU when TORCH_RBLN_USE_TP_FAILOVER=ON."""
+        tp, device_index, explicit = tp_plan
+        if tp == 1:
+            exe.launch(grid, values, 1)
+            return
+        from torch_rbln.tp import run_with_tp_failover
+
+        run_with_tp_failover(
+            self.__name__,
+            lambda size: exe.launch(grid, values, size),
+            device_index=device_index,
+            tp=tp,
+            explicit=explicit,
+        )
 
     def _remember_fast(self, args, kwargs, grid, ck, exe) -> None:
         """Record how this call's values map to the kernel's params, for `_try_fast_launch`."""
@@ -493,19 +498,7 @@ class JITFunction:
             return ck
         if tp_option is None:
             self._remember_fast(args, call_kwargs, grid, ck, exe)
-        tp, device_index, explicit = launch_tp(arguments.values(), tp_option)
-        if tp == 1:
-            exe.launch(g, values, 1)
-        else:
-            from torch_rbln.tp import run_with_tp_failover
-
-            run_with_tp_failover(
-                self.__name__,
-                lambda size: exe.launch(g, values, size),
-                device_index=device_index,
-                tp=tp,
-                explicit=explicit,
-            )
+        self._launch_tp(exe, g, values, launch_tp(arguments.values(), tp_option))
         return ck
 
     def _run_on_rebel(self, args, kwargs, grid, tp_option, warmup):

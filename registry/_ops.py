@@ -59,18 +59,9 @@ def _row_block(n: int) -> int:
     return 4096
 
 
-def _contiguous_strides(shape: Sequence[int]) -> list[int]:
-    strides = []
-    step = 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return strides[::-1]
-
-
 def empty(shape: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
     shape = list(shape)
-    return _memory.empty_strided(shape, _contiguous_strides(shape), dtype, index)
+    return _memory.empty_strided(shape, _memory.contiguous_strides(shape), dtype, index)
 
 
 # ---------------------------------------------------------------- operands and broadcasting

@@ -131,6 +131,16 @@ def _watch(storage: torch.UntypedStorage, index: int, nbytes: int) -> None:
     _counters[index].live[key] = weakref.ref(storage, lambda _ref: append((index, nbytes, key)))
 
 
+def contiguous_strides(size: Sequence[int]) -> list[int]:
+    """Row-major strides of `size` (size-0 dims count as 1, as PyTorch does)."""
+    strides = [1] * len(size)
+    running = 1
+    for dim in range(len(size) - 1, -1, -1):
+        strides[dim] = running
+        running *= max(size[dim], 1)
+    return strides
+
+
 def storage_nbytes(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> int:
     if any(s == 0 for s in size):
         return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -34,22 +33,13 @@ def _target_index(device: Any) -> int:
     return _runtime.check_index(device.index)
 
 
-def _contiguous_strides(size: Sequence[int]) -> list[int]:
-    strides = [1] * len(size)
-    running = 1
-    for dim in range(len(size) - 1, -1, -1):
-        strides[dim] = running
-        running *= max(size[dim], 1)
-    return strides
-
-
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     return _memory.empty_strided(size, stride, dtype or torch.get_default_dtype(), _target_index(device))
 
 
 def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     if memory_format in (None, torch.contiguous_format, torch.preserve_format):
-        strides = _contiguous_strides(size)
+        strides = _memory.contiguous_strides(size)
     else:
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
     return _memory.empty_strided(size, strides, dtype or torch.get_default_dtype(), _target_index(device))
@@ -95,7 +85,7 @@ def copy_from_and_resize(self: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 def resize_(self: torch.Tensor, size, memory_format=None) -> torch.Tensor:
     """Resize in place; growing past the storage allocates a new rbln storage and keeps the old bytes."""
-    strides = _contiguous_strides(size)
+    strides = _memory.contiguous_strides(size)
     needed = _memory.storage_nbytes(size, strides, self.dtype) + self.storage_offset() * self.dtype.itemsize
     storage = self.untyped_storage()
     if needed > storage.nbytes():
@@ -120,7 +110,7 @@ def local_scalar_dense(self: torch.Tensor):
 
 
 def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
-    tensor = _memory.empty_strided(size, _contiguous_strides(size), dtype or torch.get_default_dtype(),
+    tensor = _memory.empty_strided(size, _memory.contiguous_strides(size), dtype or torch.get_default_dtype(),
                                    _target_index(device))
     _dlpack.to_host_view(tensor).zero_()
     return tensor

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import _ops as O
+from . import _reduce as R
 
 
 @dataclass(frozen=True)
@@ -78,15 +79,15 @@ def _threshold_backward(grad, x, threshold):
 
 
 def _sum(x, dim=None, keepdim=False, dtype=None):
-    return O.reduce("sum", x, dim, keepdim, dtype)
+    return R.reduce("sum", x, dim, keepdim, dtype)
 
 
 def _var(x, dim=None, correction=None, keepdim=False):
-    return O.reduce("var", x, dim, keepdim, correction=correction)
+    return R.reduce("var", x, dim, keepdim, correction=correction)
 
 
 def _std(x, dim=None, correction=None, keepdim=False):
-    return O.unary("sqrt", O.reduce("var", x, dim, keepdim, correction=correction))
+    return O.unary("sqrt", R.reduce("var", x, dim, keepdim, correction=correction))
 
 
 def _linear(x, w, b=None):
@@ -160,18 +161,18 @@ TABLE: list[Op] = [
     Op("bmm.out", lambda a, b, out=None: O.bmm(a, b, out=out)),
     Op("addmm.default", lambda c, a, b, beta=1, alpha=1: O.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL),
     Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: O.addmm(c, a, b, beta, alpha, out=out)),
-    # ---- (4) reductions over the last dim or all dims
+    # ---- (4) reductions over any dims
     Op("sum.dim_IntList", _sum, "sum", tol=LOOSE),
     Op("sum.default", lambda x, dtype=None: _sum(x, None, False, dtype)),
-    Op("mean.dim", lambda x, dim, keepdim=False, dtype=None: O.reduce("mean", x, dim, keepdim, dtype),
+    Op("mean.dim", lambda x, dim, keepdim=False, dtype=None: R.reduce("mean", x, dim, keepdim, dtype),
        "mean", tol=LOOSE),
-    Op("mean.default", lambda x, dtype=None: O.reduce("mean", x, None, False, dtype)),
-    Op("amax.default", lambda x, dim=(), keepdim=False: O.reduce("max", x, dim, keepdim)[0], "amax"),
-    Op("amin.default", lambda x, dim=(), keepdim=False: O.reduce("min", x, dim, keepdim)[0], "amin"),
-    Op("max.dim", lambda x, dim, keepdim=False: O.reduce("max", x, dim, keepdim), "max:reduction_with_dim"),
-    Op("min.dim", lambda x, dim, keepdim=False: O.reduce("min", x, dim, keepdim), "min:reduction_with_dim"),
-    Op("argmax.default", lambda x, dim=None, keepdim=False: O.reduce("argmax", x, dim, keepdim), "argmax"),
-    Op("argmin.default", lambda x, dim=None, keepdim=False: O.reduce("argmin", x, dim, keepdim), "argmin"),
+    Op("mean.default", lambda x, dtype=None: R.reduce("mean", x, None, False, dtype)),
+    Op("amax.default", lambda x, dim=(), keepdim=False: R.reduce("amax", x, dim, keepdim), "amax"),
+    Op("amin.default", lambda x, dim=(), keepdim=False: R.reduce("amin", x, dim, keepdim), "amin"),
+    Op("max.dim", lambda x, dim, keepdim=False: R.reduce("max", x, dim, keepdim), "max:reduction_with_dim"),
+    Op("min.dim", lambda x, dim, keepdim=False: R.reduce("min", x, dim, keepdim), "min:reduction_with_dim"),
+    Op("argmax.default", lambda x, dim=None, keepdim=False: R.reduce("argmax", x, dim, keepdim), "argmax"),
+    Op("argmin.default", lambda x, dim=None, keepdim=False: R.reduce("argmin", x, dim, keepdim), "argmin"),
     Op("var.correction", _var, "var", tol=LOOSE),
     Op("std.correction", _std, "std", tol=LOOSE),
     # ---- (5) embedding (aten::embedding is index_select on rows)

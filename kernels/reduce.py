@@ -1,0 +1,64 @@
+"""Reduction over the middle axis of a contiguous (outer, r, inner) view.
+
+Reductions over the last dims use the row kernel in `rows.py` (one program per row). Reductions over
+leading or middle dims (`x.sum(0)`, `x.amax(1)` on an (N, C, L) tensor) would otherwise need a
+transposing copy first; this kernel reads them in place: program (o, j) owns BLOCK consecutive inner
+positions of outer slice o and walks the r reduced rows, so every load is a contiguous vector and the
+accumulator is one float32 lane per output element. The op is a constexpr code shared with `rows.py`
+(sum, mean, max, min, argmax, argmin, var) so each family compiles once per dtype and block.
+"""
+
+from __future__ import annotations
+
+import torch_rbln.dsl as tl
+
+from .rows import R_ARGMAX, R_ARGMIN, R_MAX, R_MEAN, R_MIN, R_SUM, R_VAR
+
+__all__ = ["R_ARGMAX", "R_ARGMIN", "R_MAX", "R_MEAN", "R_MIN", "R_SUM", "R_VAR", "middle_reduce_kernel"]
+
+
+@tl.jit
+def middle_reduce_kernel(
+    x_ptr, out_ptr, idx_ptr, r, inner, correction, OP: tl.constexpr, BLOCK: tl.constexpr
+):
+    """out[o, j] = reduce over k < r of x[o, k, j]; indices (max/min/argmax/argmin) are k, int64."""
+    o = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < inner
+    base = o * r * inner
+    if OP == 0 or OP == 1 or OP == 6:
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        for k in range(0, r):
+            acc += tl.load(x_ptr + base + k * inner + cols, mask=mask, other=0.0).to(tl.float32)
+        if OP == 0:
+            result = acc
+        elif OP == 1:
+            result = acc / r
+        else:
+            mean = acc / r
+            v = tl.zeros((BLOCK,), dtype=tl.float32)
+            for k in range(0, r):
+                d = tl.load(x_ptr + base + k * inner + cols, mask=mask, other=0.0).to(tl.float32) - mean
+                v += d * d
+            result = v / tl.maximum(r - correction, 0.0)
+        tl.store(out_ptr + o * inner + cols, result.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        if OP == 2 or OP == 4:
+            fill = -float("inf")
+        else:
+            fill = float("inf")
+        best = tl.full((BLOCK,), fill, tl.float32)
+        best_k = tl.zeros((BLOCK,), dtype=tl.int32)
+        # A NaN wins and stays (torch propagates NaN and reports its first index); otherwise the first
+        # strictly better value wins, so ties keep the lowest index as torch does.
+        for k in range(0, r):
+            x = tl.load(x_ptr + base + k * inner + cols, mask=mask, other=fill).to(tl.float32)
+            if OP == 2 or OP == 4:
+                better = (best == best) & ((x > best) | (x != x))
+            else:
+                better = (best == best) & ((x < best) | (x != x))
+            best_k = tl.where(better, k, best_k)
+            best = tl.where(better, x, best)
+        if OP == 2 or OP == 3:
+            tl.store(out_ptr + o * inner + cols, best.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(idx_ptr + o * inner + cols, best_k.to(tl.int64), mask=mask)

@@ -10,7 +10,7 @@ import threading
 
 import torch
 
-from . import _autocast, _autograd, _serialization, _structural, device_module, fallback
+from . import _autocast, _autograd, _module_conversion, _serialization, _structural, device_module, fallback
 
 BACKEND = "rbln"
 _lock = threading.Lock()
@@ -85,6 +85,8 @@ def register() -> None:
         _rename_backend()
         if not hasattr(torch.Tensor, "is_rbln"):
             torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+            torch.nn.Module.rbln = _module_conversion.swap_for_rbln(torch.nn.Module.rbln)
+        _module_conversion.install()
         module = sys.modules.get("torch.rbln")
         if module is None:
             torch._register_device_module(BACKEND, device_module)

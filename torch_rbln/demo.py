@@ -93,11 +93,7 @@ def run(device: str = "rbln:0", batch: int = 2, seq: int = 16, layers: int = 2, 
     cpu_model = make()
     device_model = make()
     device_model.load_state_dict(cpu_model.state_dict())
-    device_model.to(device)
-    if hasattr(device_model, "tie_weights"):
-        # Module.to() on rbln re-creates each Parameter (no shallow-copy-compatible TensorImpl), which unties
-        # GPT-2's shared embedding / LM-head weight; tie it again.
-        device_model.tie_weights()
+    device_model.to(device)  # in place: GPT-2's tied embedding / LM-head weight stays one Parameter
     ids = torch.randint(0, vocab, (batch, seq))
 
     cpu_logits, cpu_loss = _step(cpu_model, ids, lr=0.1)

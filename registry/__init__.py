@@ -54,13 +54,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _tensors(args: tuple, kwargs: dict):
+    """(tensor, read?) for every tensor argument; `out=` tensors are only written."""
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
-            yield value
+            yield value, value is not kwargs.get("out")
         elif isinstance(value, (list, tuple)):
             for item in value:
                 if isinstance(item, torch.Tensor):
-                    yield item
+                    yield item, True
 
 
 def _finite(tensor: torch.Tensor) -> bool:
@@ -76,11 +77,16 @@ def _finite(tensor: torch.Tensor) -> bool:
     return math.isfinite(low.item()) and math.isfinite(high.item())
 
 
-def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False) -> str | None:
-    """The generic per-call decision: None when a device kernel may run, else the reason."""
+def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False, overwrites_first: bool = False
+                 ) -> str | None:
+    """The generic per-call decision: None when a device kernel may run, else the reason.
+
+    Values are checked for NaN/Inf only where the kernel reads them: not `out=` tensors, nor the first
+    argument of ops that overwrite it whole (fill_, zero_), whose old contents may be anything."""
     device = None
     check_values = not config.deploy_mode()
-    for tensor in _tensors(args, kwargs):
+    for position, (tensor, read) in enumerate(_tensors(args, kwargs)):
+        read = read and not (overwrites_first and position == 0)
         dtype = tensor.dtype
         if tensor.is_cpu:
             if tensor.dim():
@@ -92,7 +98,7 @@ def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False) -> str | N
         if dtype.is_floating_point:
             if dtype not in FLOATS:
                 return f"dtype {_dtype_name(dtype)}"
-            if check_values and not _finite(tensor):
+            if check_values and read and not _finite(tensor):
                 return "nan_inf"
         elif dtype.is_complex or not int_inputs:
             return f"dtype {_dtype_name(dtype)}"
@@ -113,10 +119,11 @@ def _dispatcher(overload: torch._ops.OpOverload, entry: Op) -> Callable:
     short = entry.name
     default_impl = entry.impl
     int_inputs = entry.int_inputs
+    overwrites_first = entry.overwrites_first
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         impl, accepts = _user.get(short, (default_impl, None))
-        reason = check_inputs(args, kwargs, int_inputs or accepts is not None)
+        reason = check_inputs(args, kwargs, int_inputs or accepts is not None, overwrites_first)
         if reason is None and accepts is not None:
             verdict = accepts(*args, **kwargs)
             if verdict is not True:

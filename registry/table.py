@@ -21,6 +21,7 @@ class Op:
     opinfo: str | None = None  # op_db entry ("name" or "name:variant") whose samples test this overload
     int_inputs: bool = False  # integer/bool tensors are legitimate inputs (indices, masks)
     tol: dict = field(default_factory=dict)  # dtype name -> (atol, rtol) for the tests
+    overwrites_first: bool = False  # the first argument is only written (fill_, zero_): no NaN/Inf check
 
 
 def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: bool = False,
@@ -145,8 +146,8 @@ TABLE: list[Op] = [
     Op("masked_fill_.Scalar", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True),
     Op("masked_fill.Tensor", lambda x, m, v: O.masked_fill(x, m, v), int_inputs=True),
     Op("masked_fill_.Tensor", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True),
-    Op("fill_.Scalar", lambda x, v: O.fill(x, v, first_use_ok=False), "fill"),
-    Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_"),
+    Op("fill_.Scalar", lambda x, v: O.fill(x, v, first_use_ok=False), "fill", overwrites_first=True),
+    Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True),
     # ---- (2) softmax, log_softmax, layer norm (+ backward)
     Op("_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=False), "softmax", tol=LOOSE),
     Op("_log_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=True), "log_softmax", tol=LOOSE),

@@ -1,25 +1,32 @@
-"""Op-library kernels on rbln vs torch on the CPU, in one process, with equal thread counts.
+"""Op-library kernels on rbln vs torch on the CPU at equal thread counts, default and deploy modes.
 
-Run: python benchmarks/ops.py [--threads 2] [--repeats 5] [--quick]
-Tables: (1) microseconds per registered op on 4-element tensors (dispatch + checks + launch);
-(2) large shapes: 2^24-element add/mul/gelu, 4096x4096 softmax, layer norm and RMS norm (ms and
-GB/s), mm/linear 1024^3 (GFLOP/s); (3) end-to-end forward of the demo model. Medians of wall-clock
-timings after a warm-up call (compilation and autotuning happen there); ratio = rbln time / CPU time.
+Run: python benchmarks/ops.py [--threads 1,2] [--modes default,deploy] [--repeats 5] [--quick] [--json F]
+
+Each (threads, mode) pair runs in its own process, because the device topology and deploy mode are read
+from the environment: with T threads torch uses T threads and the rbln device is a group of T simulated
+NPUs with `TORCH_RBLN_USE_DEVICE_TP=ON`, so a kernel's grid is split over T threads too; `deploy` sets
+`TORCH_RBLN_DEPLOY=ON` (no per-call NaN/Inf check). Figures are medians of wall-clock timings after a
+warm-up call (compilation and autotuning happen there); ratio = rbln time / CPU time.
+
+Tables: (1) microseconds per registered op on 4-element tensors (dispatch + checks + launch; issue 7
+target <= 15 us); (2) large shapes: 2^24-element add/mul/gelu, 4096x4096 softmax, layer norm and RMS
+norm (target: ratio <= 1.2), mm/linear 1024^3 (target: >= 50% of torch's GFLOP/s); (3) the forward of
+the demo model. Every case is first run once with the fallback report reset: a case that ran anything on
+the CPU fallback is flagged, since it would not be measuring a device kernel.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
-import torch
-import torch.nn.functional as F
-
-import torch_rbln  # noqa: F401
-from torch_rbln import registry
+_MODES = {"default": "OFF", "deploy": "ON"}
 
 
 def _median_s(fn: Callable[[], object], repeats: int, number: int) -> float:
@@ -33,91 +40,84 @@ def _median_s(fn: Callable[[], object], repeats: int, number: int) -> float:
     return statistics.median(samples)
 
 
-def _row(name: str, cpu: float, dev: float, unit: str, work: float | None = None) -> str:
-    extra = ""
-    if work is not None:
-        extra = f"  {work / cpu / 1e9:9.2f} {work / dev / 1e9:9.2f}"
-    scale = 1e6 if unit == "us" else 1e3
-    return f"{name:<38} {cpu * scale:10.2f} {dev * scale:10.2f} {dev / cpu:7.2f}x{extra}"
+def _on_device(fn: Callable[[], object]) -> int:
+    """Run `fn` once; the number of op calls it sent to the CPU fallback."""
+    from torch_rbln import registry
 
-
-def _header(title: str, unit: str, work_unit: str | None = None) -> str:
-    extra = f"  {'cpu ' + work_unit:>9} {'rbln ' + work_unit:>9}" if work_unit else ""
-    return f"\n{title}\n{'op':<38} {'cpu ' + unit:>10} {'rbln ' + unit:>10} {'ratio':>8}{extra}"
-
-
-def _check_on_device(name: str, fn: Callable[[], object]) -> None:
     registry.reset_fallback_report()
     fn()
-    cpu = sum(row["cpu"] for row in registry.fallback_report().values())
-    if cpu:
-        print(f"  note: {name} ran {cpu} op(s) on the CPU fallback: {registry.fallback_report()}")
+    return sum(row["cpu"] for row in registry.fallback_report().values())
 
 
-def small(repeats: int, number: int) -> None:
+def _measure(cases, repeats: int, number: int) -> list[dict]:
+    rows = []
+    for name, cpu_fn, dev_fn, work in cases:
+        fallbacks = _on_device(dev_fn)
+        dev = _median_s(dev_fn, repeats, number)
+        cpu = _median_s(cpu_fn, repeats, number)
+        rows.append({"op": name, "cpu_s": cpu, "rbln_s": dev, "work": work, "cpu_fallbacks": fallbacks})
+    return rows
+
+
+def _small_cases():
+    import torch
+    import torch.nn.functional as F
+
     a, b = torch.randn(4), torch.randn(4)
     da, db = a.to("rbln"), b.to("rbln")
-    cases = [
+    table = [
         ("add", lambda x, y: x + y),
         ("mul", lambda x, y: x * y),
+        ("add_ (in place)", lambda x, y: x.add_(y)),
         ("gelu", lambda x, y: F.gelu(x)),
         ("exp", lambda x, y: torch.exp(x)),
         ("softmax", lambda x, y: torch.softmax(x, -1)),
         ("sum", lambda x, y: x.sum(-1)),
     ]
-    print(_header("registered op on 4-element tensors (target <= 15 us)", "us"))
-    for name, fn in cases:
-        _check_on_device(name, lambda fn=fn: fn(da, db))
-        cpu = _median_s(lambda fn=fn: fn(a, b), repeats, number)
-        dev = _median_s(lambda fn=fn: fn(da, db), repeats, number)
-        print(_row(name, cpu, dev, "us"))
+    return [(name, lambda f=f: f(a, b), lambda f=f: f(da, db), None) for name, f in table]
 
 
-def large(repeats: int) -> None:
+def _large_cases():
+    import torch
+    import torch.nn.functional as F
+
     n = 1 << 24
     x, y = torch.randn(n), torch.randn(n)
     dx, dy = x.to("rbln"), y.to("rbln")
-    print(_header("large shapes (bandwidth: bytes read + written)", "ms", "GB/s"))
-    for name, fn, nbytes in [
-        ("add 2^24", lambda p, q: p + q, 12 * n),
-        ("mul 2^24", lambda p, q: p * q, 12 * n),
-        ("gelu 2^24", lambda p, q: F.gelu(p), 8 * n),
-    ]:
-        _check_on_device(name, lambda fn=fn: fn(dx, dy))
-        cpu = _median_s(lambda fn=fn: fn(x, y), repeats, 1)
-        dev = _median_s(lambda fn=fn: fn(dx, dy), repeats, 1)
-        print(_row(name, cpu, dev, "ms", nbytes))
-    m = torch.randn(4096, 4096)
-    w, bias = torch.randn(4096), torch.randn(4096)
+    m, w, bias = torch.randn(4096, 4096), torch.randn(4096), torch.randn(4096)
     dm, dw, dbias = m.to("rbln"), w.to("rbln"), bias.to("rbln")
-    for name, fn in [
-        ("softmax 4096x4096", lambda t, w, b: torch.softmax(t, -1)),
-        ("layer_norm 4096x4096", lambda t, w, b: F.layer_norm(t, (4096,), w, b)),
-        ("rms_norm 4096x4096 (aten decomposed)", lambda t, w, b: F.rms_norm(t, (4096,), w, 1e-6)),
-        ("rbln::rms_norm 4096x4096 (custom op)", lambda t, w, b: torch.ops.rbln.rms_norm(t, w, 1e-6)),
-    ]:
-        _check_on_device(name, lambda fn=fn: fn(dm, dw, dbias))
-        cpu = _median_s(lambda fn=fn: fn(m, w, bias), repeats, 1)
-        dev = _median_s(lambda fn=fn: fn(dm, dw, dbias), repeats, 1)
-        print(_row(name, cpu, dev, "ms", 8 * m.numel()))
-    print(_header("matmul 1024^3", "ms", "GFLOP/s"))
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    bias = torch.randn(1024)
-    da, db, dbias = a.to("rbln"), b.to("rbln"), bias.to("rbln")
-    for name, fn in [
-        ("mm 1024^3", lambda p, q, r: p @ q),
-        ("linear 1024^3 (+bias)", lambda p, q, r: F.linear(p, q, r)),
-    ]:
-        _check_on_device(name, lambda fn=fn: fn(da, db, dbias))
-        cpu = _median_s(lambda fn=fn: fn(a, b, bias), repeats, 1)
-        dev = _median_s(lambda fn=fn: fn(da, db, dbias), repeats, 1)
-        print(_row(name, cpu, dev, "ms", 2 * 1024**3))
+    p, q, r = torch.randn(1024, 1024), torch.randn(1024, 1024), torch.randn(1024)
+    dp, dq, dr = p.to("rbln"), q.to("rbln"), r.to("rbln")
+    elementwise = [
+        ("add 2^24", lambda s, t: s + t, 12 * n),
+        ("mul 2^24", lambda s, t: s * t, 12 * n),
+        ("gelu 2^24", lambda s, t: F.gelu(s), 8 * n),
+    ]
+    rows = [
+        ("softmax 4096x4096", lambda t, u, v: torch.softmax(t, -1)),
+        ("layer_norm 4096x4096", lambda t, u, v: F.layer_norm(t, (4096,), u, v)),
+        ("rms_norm 4096^2 (aten, decomposed)", lambda t, u, v: F.rms_norm(t, (4096,), u, 1e-6)),
+        ("rbln::rms_norm 4096x4096", lambda t, u, v: torch.ops.rbln.rms_norm(t, u, 1e-6)),
+    ]
+    matmul = [
+        ("mm 1024^3", lambda s, t, u: s @ t),
+        ("linear 1024^3 (+bias)", lambda s, t, u: F.linear(s, t, u)),
+    ]
+    cases = [(name, lambda f=f: f(x, y), lambda f=f: f(dx, dy), ("GB/s", nbytes)) for name, f, nbytes in
+             elementwise]
+    cases += [(name, lambda f=f: f(m, w, bias), lambda f=f: f(dm, dw, dbias), ("GB/s", 8 * m.numel()))
+              for name, f in rows]
+    cases += [(name, lambda f=f: f(p, q, r), lambda f=f: f(dp, dq, dr), ("GFLOP/s", 2 * 1024**3))
+              for name, f in matmul]
+    return cases
 
 
-def end_to_end(repeats: int) -> None:
+def _demo_case():
+    import torch
+
     from torch_rbln import demo
 
-    make, description = demo._build(128, 64, 2, 4, 64)
+    make, _ = demo._build(128, 64, 2, 4, 64)
     torch.manual_seed(0)
     cpu_model = make().eval()
     dev_model = make().eval()
@@ -125,33 +125,124 @@ def end_to_end(repeats: int) -> None:
     dev_model.to("rbln")
     ids = torch.randint(0, 128, (2, 16))
     dids = ids.to("rbln")
-    print(_header(f"end-to-end forward: {description}, ids {tuple(ids.shape)}", "ms"))
-    with torch.no_grad():
-        registry.reset_fallback_report()
-        dev_model(dids)
-        report = registry.fallback_report()
-        cpu = _median_s(lambda: cpu_model(ids), repeats, 3)
-        dev = _median_s(lambda: dev_model(dids), repeats, 3)
-    print(_row("forward", cpu, dev, "ms"))
-    device = sum(r["device"] for r in report.values())
-    total = sum(r["device"] + r["cpu"] for r in report.values())
-    print(f"  {device} of {total} op calls on device kernels")
+
+    def cpu() -> None:
+        with torch.no_grad():
+            cpu_model(ids)
+
+    def dev() -> None:
+        with torch.no_grad():
+            dev_model(dids)
+
+    return [("demo GPT-2 forward (2x64)", cpu, dev, None)]
+
+
+def child(args: argparse.Namespace) -> dict:
+    """Measure in this process (environment already set by the parent); a dict of row lists."""
+    import torch
+
+    import torch_rbln  # noqa: F401
+
+    torch.set_num_threads(args.threads)
+    result = {"small": _measure(_small_cases(), args.repeats, args.number)}
+    if not args.quick:
+        result["large"] = _measure(_large_cases(), args.repeats, 1)
+    result["demo"] = _measure(_demo_case(), args.repeats, 3)
+    return result
+
+
+def _environment(threads: int, mode: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "TORCH_RBLN_DEPLOY": _MODES[mode],
+        "TORCH_RBLN_SIM_NPUS": str(max(8, threads)),
+        "RBLN_NPUS_PER_DEVICE": str(threads),
+        "TORCH_RBLN_USE_DEVICE_TP": "ON" if threads > 1 else "OFF",
+        "OMP_NUM_THREADS": str(threads),
+    })
+    env.pop("RBLN_DEVICE_MAP", None)
+    return env
+
+
+def _run_child(threads: int, mode: str, args: argparse.Namespace) -> dict:
+    command = [sys.executable, os.path.abspath(__file__), "--child", "--threads", str(threads),
+               "--repeats", str(args.repeats), "--number", str(args.number)]
+    if args.quick:
+        command.append("--quick")
+    done = subprocess.run(command, env=_environment(threads, mode), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"benchmark process ({threads} thread(s), {mode}) failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _flag(row: dict) -> str:
+    return "*" if row["cpu_fallbacks"] else ""
+
+
+def report(results: dict[tuple[int, str], dict]) -> str:
+    configs = list(results)
+    heads = "".join(f"{f'{t}t {mode}':>16}" for t, mode in configs)
+    lines = ["configs: T threads = torch on T threads, rbln device of T NPUs (device TP when T > 1); "
+             "* = a CPU fallback happened"]
+    first = results[configs[0]]
+    lines += ["", "registered op on 4-element tensors: rbln us per call (torch CPU us); target <= 15 us",
+              f"{'op':<40}{heads}"]
+    for i, row in enumerate(first["small"]):
+        cells = ""
+        for config in configs:
+            r = results[config]["small"][i]
+            cells += f"{r['rbln_s'] * 1e6:>8.1f}{_flag(r):1}({r['cpu_s'] * 1e6:4.1f})"
+        lines.append(f"{row['op']:<40}{cells}")
+    if "large" in first:
+        lines += ["", "large shapes: rbln time / torch time (rbln throughput); targets: ratio <= 1.2, "
+                  "matmul >= 50% of torch GFLOP/s", f"{'op':<40}{heads}"]
+        for i, row in enumerate(first["large"]):
+            cells = ""
+            for config in configs:
+                r = results[config]["large"][i]
+                unit, work = r["work"]
+                rate = work / r["rbln_s"] / 1e9
+                cells += f"{r['rbln_s'] / r['cpu_s']:>7.2f}x{_flag(r):1}({rate:5.1f})"
+            unit = row["work"][0]
+            lines.append(f"{row['op'] + ' [' + unit + ']':<40}{cells}")
+    lines += ["", "end-to-end: rbln time / torch time (rbln ms)", f"{'model':<40}{heads}"]
+    for i, row in enumerate(first["demo"]):
+        cells = ""
+        for config in configs:
+            r = results[config]["demo"][i]
+            cells += f"{r['rbln_s'] / r['cpu_s']:>7.2f}x{_flag(r):1}({r['rbln_s'] * 1e3:5.1f})"
+        lines.append(f"{row['op']:<40}{cells}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    parser.add_argument("--modes", default="default,deploy", help="comma-separated: default, deploy")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--number", type=int, default=2000)
+    parser.add_argument("--number", type=int, default=2000, help="calls per timing of the small ops")
     parser.add_argument("--quick", action="store_true", help="skip the large shapes")
+    parser.add_argument("--json", help="also write the raw rows to this JSON file")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
-    print(f"torch {torch.__version__}, {args.threads} thread(s) for torch (and numba)")
-    small(args.repeats, args.number)
-    if not args.quick:
-        large(args.repeats)
-    end_to_end(args.repeats)
+    if args.child:
+        args.threads = int(args.threads)
+        print(json.dumps(child(args)))
+        return 0
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for mode in modes:
+        if mode not in _MODES:
+            parser.error(f"unknown mode {mode!r}: expected default or deploy")
+    results = {}
+    for threads in (int(t) for t in args.threads.split(",")):
+        for mode in modes:
+            results[(threads, mode)] = _run_child(threads, mode, args)
+    print(report(results))
+    if args.json:
+        with open(args.json, "w") as stream:
+            rows = [{"threads": t, "mode": m, **measured} for (t, m), measured in results.items()]
+            json.dump(rows, stream, indent=1)
     return 0
 
 

@@ -1,0 +1,40 @@
+"""Counters of what the compiler did (``torch_rbln.compiler.stats()``), so tests and users can see it."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+__all__ = ["count", "count_kernel", "snapshot", "reset"]
+
+_lock = threading.Lock()
+_counts: Counter[str] = Counter()
+_kernels: Counter[str] = Counter()
+
+
+def count(name: str, amount: int = 1) -> None:
+    with _lock:
+        _counts[name] += amount
+
+
+def count_kernel(name: str) -> None:
+    with _lock:
+        _kernels[name] += 1
+
+
+def snapshot() -> dict:
+    """Counters (graphs_compiled, memory_hits, disk_hits, kernels_generated, fused_launches, eager_graphs,
+    eager_group_calls, compile_errors, tp_failovers) and launches per fused kernel (``kernels``)."""
+    with _lock:
+        names = ("graphs_compiled", "memory_hits", "disk_hits", "kernels_generated", "fused_launches",
+                 "eager_graphs", "eager_group_calls", "compile_errors", "tp_failovers")
+        out: dict = {name: _counts.get(name, 0) for name in names}
+        out.update({k: v for k, v in _counts.items() if k not in out})
+        out["kernels"] = dict(_kernels)
+        return out
+
+
+def reset() -> None:
+    with _lock:
+        _counts.clear()
+        _kernels.clear()

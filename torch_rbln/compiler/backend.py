@@ -1,0 +1,249 @@
+"""The ``rbln`` torch.compile backend: options, AOTAutograd wiring, graph compilation, fallbacks.
+
+``torch.compile(model, backend="rbln", options={...})`` reaches :func:`rbln_backend` through the
+``torch_dynamo_backends`` entry point. Where Rebellions' rebel-compiler is installed, the graph goes to
+its own Dynamo backend with the same options; otherwise AOTAutograd (core ATen decompositions) hands
+each forward / backward / inference graph to :func:`compile_graph`, which fuses pointwise chains and
+row reductions into generated DSL kernels and leaves every other node as an aten call (the registry).
+
+* ``tensor_parallel_size``: default the logical device's group size, an explicit value wins
+  (SPEC-device.md); the fused kernels launch over that many NPUs. TP failover follows
+  ``TORCH_RBLN_USE_TP_FAILOVER``.
+* Unknown options are passed through (to rebel-compiler where present) with a WARNING.
+* A graph that fails to compile runs eagerly on the registry after a WARNING, unless
+  ``TORCH_RBLN_DISABLE_FALLBACK=compile_error`` (then an ERROR is logged and the error raised).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from torch_rbln import config
+
+from . import _stats, cache
+from .codegen import KernelSpec, generate
+from .fused import FusedKernel, subgraph_module
+from .graph import fuse_graph
+from .lowering import Unsupported
+from .partition import partition
+
+__all__ = ["CompileOptions", "rbln_backend", "compile_graph", "CompiledGraph", "parse_options"]
+
+_log = logging.getLogger("torch_rbln.compiler")
+KNOWN_OPTIONS = frozenset({"tensor_parallel_size"})
+_names = itertools.count()
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Parsed ``options=`` of torch.compile: what this backend uses, and what it passes through."""
+
+    tensor_parallel_size: int | None = None
+    passthrough: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_options(options: dict | None) -> CompileOptions:
+    options = dict(options or {})
+    tp = options.pop("tensor_parallel_size", None)
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0):
+        raise ValueError(
+            f"torch.compile(backend='rbln'): tensor_parallel_size must be a positive integer, got {tp!r}"
+        )
+    for name in sorted(options):
+        _log.warning(
+            "torch.compile(backend='rbln'): option %r is not used by this backend; it is passed through "
+            "unchanged (to rebel-compiler where installed). Known options: %s",
+            name, ", ".join(sorted(KNOWN_OPTIONS)),
+        )
+    return CompileOptions(tp, options)
+
+
+def _rebel_backend() -> Callable | None:
+    """rebel-compiler's own Dynamo backend when that package is installed (lazy; thin by design)."""
+    if importlib.util.find_spec("rebel") is None:
+        return None
+    for entry in importlib.metadata.entry_points(group="torch_dynamo_backends"):
+        if entry.name == "rbln" and not entry.value.startswith("torch_rbln"):
+            return entry.load()
+    return None
+
+
+def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict | None = None,
+                 mode: str | None = None) -> Callable:
+    """Dynamo backend: returns the compiled callable for one captured graph."""
+    parsed = parse_options(options)
+    delegate = _rebel_backend()
+    if delegate is not None:
+        _log.info("torch.compile(backend='rbln'): delegating to rebel-compiler")
+        return delegate(gm, example_inputs, options=dict(options or {}))
+    if mode not in (None, "default"):
+        _log.warning("torch.compile(backend='rbln'): mode=%r has no effect on this backend", mode)
+    from functorch.compile import make_boxed_func
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+
+    def compiler(phase: str):
+        def compile_phase(graph: fx.GraphModule, inputs: Sequence) -> Callable:
+            return make_boxed_func(compile_graph(graph, inputs, parsed, phase))
+
+        return compile_phase
+
+    backend = aot_autograd(
+        fw_compiler=compiler("forward"),
+        bw_compiler=compiler("backward"),
+        inference_compiler=compiler("inference"),
+        decompositions=core_aten_decompositions(),
+    )
+    return backend(gm, example_inputs)
+
+
+def _device_index(example_inputs: Sequence) -> int | None:
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor) and value.device.type == "rbln":
+            return value.device.index or 0
+    return None
+
+
+def _static(example_inputs: Sequence) -> bool:
+    for value in example_inputs:
+        if isinstance(value, torch.SymInt):
+            return False
+        if isinstance(value, torch.Tensor):
+            if any(not isinstance(s, int) for s in (*value.shape, *value.stride())):
+                return False
+    return True
+
+
+class CompiledGraph:
+    """One ATen graph, compiled per tensor-parallel size (the tp=1 variant is built on failover)."""
+
+    def __init__(self, gm: fx.GraphModule, example_inputs: Sequence, options: CompileOptions,
+                 phase: str) -> None:
+        self.gm = gm
+        self.example_inputs = list(example_inputs)
+        self.phase = phase
+        self.name = f"rbln_{phase}_graph_{next(_names)}"
+        self.device_index = _device_index(example_inputs)
+        if self.device_index is not None:
+            from torch_rbln.tp import compile_tp_size
+
+            self.tp, self.explicit = compile_tp_size(self.device_index, options.tensor_parallel_size)
+        else:  # a CPU graph: fused kernels run on host tensors, tp only as asked
+            self.tp = options.tensor_parallel_size or 1
+            self.explicit = options.tensor_parallel_size is not None
+        self.specs: list[KernelSpec] = []
+        self._variants: dict[int, Callable] = {}
+        self._variants[self.tp] = self._build(self.tp)
+
+    # ---------------------------------------------------------------- compile
+    def _plan(self, tp: int) -> list[KernelSpec]:
+        key = cache.graph_key(self.gm, self.example_inputs, tp)
+        hit = cache.lookup(key)
+        if hit is not None:
+            specs, where = hit
+            try:
+                names = {node.name for node in self.gm.graph.nodes}
+                for spec in specs:
+                    if not set(spec.nodes) | set(spec.inputs) <= names:
+                        raise ValueError("node names do not match the graph")
+            except ValueError as error:
+                _log.warning("graph cache entry %s does not fit its graph (%s); regenerating it",
+                             key[:16], error)
+            else:
+                _stats.count(f"{where}_hits")
+                return specs
+        specs = []
+        for group in partition(self.gm.graph):
+            try:
+                specs.append(generate(group))
+            except Unsupported as reason:
+                _log.debug("group %s not fused: %s", [n.name for n in group.nodes], reason)
+        _stats.count("kernels_generated", len(specs))
+        cache.store(key, specs)
+        _dump(self.name, key, self.gm, specs)
+        return specs
+
+    def _build(self, tp: int) -> Callable:
+        try:
+            if not _static(self.example_inputs):
+                raise Unsupported("dynamic shapes (compile with dynamic=False to get fused kernels)")
+            specs = self._plan(tp)
+            runners = [FusedKernel(spec, tp, subgraph_module(self.gm, spec)) for spec in specs]
+            module = fuse_graph(self.gm, specs, runners)
+            self.specs = specs
+            _stats.count("graphs_compiled")
+            return module
+        except Exception as error:  # noqa: BLE001 - the documented fallback: run the graph eagerly
+            if config.fallback_disabled("compile_error"):
+                _log.error("torch.compile(backend='rbln') failed to compile %s: %s: %s", self.name,
+                           type(error).__name__, error)
+                raise
+            _log.warning(
+                "torch.compile(backend='rbln') could not compile %s (%s: %s); it runs eagerly on the "
+                "registry. Set TORCH_RBLN_DISABLE_FALLBACK=compile_error to raise instead.",
+                self.name, type(error).__name__, error,
+            )
+            _stats.count("eager_graphs")
+            return self.gm
+
+    def variant(self, tp: int) -> Callable:
+        module = self._variants.get(tp)
+        if module is None:
+            module = self._variants[tp] = self._build(tp)
+        return module
+
+    # ---------------------------------------------------------------- run
+    def __call__(self, *args: Any) -> Any:
+        if self.tp == 1 or self.device_index is None:
+            return self.variant(self.tp)(*args)
+        from torch_rbln.tp import run_with_tp_failover
+
+        used: list[int] = []
+
+        def run(tp: int) -> Any:
+            used.append(tp)
+            return self.variant(tp)(*args)
+
+        result = run_with_tp_failover(self.name, run, device_index=self.device_index, tp=self.tp,
+                                      explicit=self.explicit)
+        if used[-1] != self.tp:  # failed over: stay on tp=1 from now on
+            _stats.count("tp_failovers")
+            self.tp = used[-1]
+        return result
+
+
+def compile_graph(gm: fx.GraphModule, example_inputs: Sequence, options: CompileOptions | None = None,
+                  phase: str = "inference") -> CompiledGraph:
+    """Compile one ATen graph (from AOTAutograd) into a callable taking the graph's inputs."""
+    return CompiledGraph(gm, example_inputs, options or CompileOptions(), phase)
+
+
+def _dump(name: str, key: str, gm: fx.GraphModule, specs: list[KernelSpec]) -> None:
+    """With TORCH_RBLN_DUMP_KERNELS=<dir>: each fused kernel's source and the graph it came from."""
+    directory = config.get("TORCH_RBLN_DUMP_KERNELS")
+    if not directory:
+        return
+    from pathlib import Path
+
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    nodes = {node.name: node for node in gm.graph.nodes}
+    lines = [f"# {name} (graph cache key {key})", gm.code.strip(), ""]
+    for spec in specs:
+        (root / f"{spec.name}.py").write_text(spec.source)
+        group = [f"#   {nodes[n].format_node()}" for n in spec.nodes]
+        lines += [f"# {spec.name}: inputs {spec.inputs} -> outputs {spec.outputs}", *group, ""]
+        (root / f"{spec.name}.graph.txt").write_text(
+            f"# nodes of {name} fused into {spec.name}\n" + "\n".join(group) + "\n"
+        )
+    (root / f"{name}.graph.py").write_text("\n".join(lines) + "\n")

@@ -1,0 +1,114 @@
+"""Compiled-graph cache: in memory, then on disk under ``<TORCH_RBLN_CACHE_DIR>/graphs/<key>.json``.
+
+The key hashes the ATen graph's code, its inputs' shapes, strides, dtypes and device type, the
+tensor-parallel size, the compiler's own sources and template, and the torch / torch_rbln versions. An
+entry holds the fused kernels' specs (their generated source included), so a hit skips partitioning and
+code generation; the kernels' compiled code is in the DSL's own compile cache. A corrupt entry is
+reported with a WARNING and regenerated.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.fx as fx
+
+from torch_rbln import config
+
+from .codegen import KernelSpec, template_digest
+
+__all__ = ["graph_key", "lookup", "store", "clear_memory", "graphs_dir", "FORMAT"]
+
+FORMAT = 1
+_log = logging.getLogger("torch_rbln.compiler")
+_lock = threading.Lock()
+_memory: dict[str, list[KernelSpec]] = {}
+
+
+def graphs_dir() -> Path:
+    return Path(config.get("TORCH_RBLN_CACHE_DIR")) / "graphs"
+
+
+@functools.lru_cache(maxsize=1)
+def _compiler_digest() -> str:
+    h = hashlib.sha256(template_digest().encode())
+    here = Path(__file__).parent
+    for name in ("lowering.py", "partition.py", "codegen.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"T{tuple(value.shape)}:{tuple(value.stride())}:{value.dtype}:{value.device.type}"
+    return f"V{value!r}"
+
+
+def graph_key(gm: fx.GraphModule, example_inputs: Sequence, tp: int) -> str:
+    from torch_rbln import __version__
+
+    parts = [str(FORMAT), __version__, torch.__version__, _compiler_digest(), f"tp={tp}", gm.code]
+    parts += [_describe(value) for value in example_inputs]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def clear_memory() -> None:
+    """Forget the in-memory entries (the disk cache stays)."""
+    with _lock:
+        _memory.clear()
+
+
+def _path(key: str) -> Path:
+    return graphs_dir() / f"{key}.json"
+
+
+def lookup(key: str) -> tuple[list[KernelSpec], str] | None:
+    """(specs, "memory" | "disk") for a cached graph, or None."""
+    with _lock:
+        specs = _memory.get(key)
+    if specs is not None:
+        return specs, "memory"
+    path = _path(key)
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    try:
+        data = json.loads(text)
+        if data.get("format") != FORMAT or data.get("key") != key:
+            raise ValueError("format or key mismatch")
+        payload = json.dumps(data["kernels"], sort_keys=True)
+        if hashlib.sha256(payload.encode()).hexdigest() != data.get("digest"):
+            raise ValueError("checksum mismatch")
+        specs = [KernelSpec.from_json(item) for item in data["kernels"]]
+    except (ValueError, KeyError, TypeError) as error:
+        _log.warning("graph cache entry %s is corrupt (%s); regenerating it", path, error)
+        return None
+    with _lock:
+        _memory[key] = specs
+    return specs, "disk"
+
+
+def store(key: str, specs: list[KernelSpec]) -> None:
+    with _lock:
+        _memory[key] = specs
+    kernels = [spec.to_json() for spec in specs]
+    payload = json.dumps(kernels, sort_keys=True)
+    data = {"format": FORMAT, "key": key, "digest": hashlib.sha256(payload.encode()).hexdigest(),
+            "kernels": kernels}
+    path = _path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError as error:
+        _log.warning("could not write graph cache entry %s (%s); it stays in memory only", path, error)

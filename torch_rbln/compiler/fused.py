@@ -1,0 +1,135 @@
+"""Run one fused kernel inside a compiled graph: check the inputs' strides, allocate the outputs, launch.
+
+The kernel is compiled (numba, through the DSL jit) on its first launch. If that fails, the group's ATen
+nodes run eagerly on the registry from then on, after a WARNING, unless
+``TORCH_RBLN_DISABLE_FALLBACK=compile_error`` (then an ERROR is logged and the error raised). Inputs
+whose strides differ from the ones the kernel was planned for (rare: the plan uses the fake tensors'
+strides) take the same eager path for that call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from torch_rbln import config
+
+from . import _stats
+from .codegen import KernelSpec, load_kernel
+
+__all__ = ["FusedKernel", "subgraph_module"]
+
+_log = logging.getLogger("torch_rbln.compiler")
+
+
+def subgraph_module(root: fx.GraphModule, spec: KernelSpec) -> fx.GraphModule:
+    """The group's original ATen nodes as a GraphModule (inputs in, outputs out): the eager path."""
+    nodes = {node.name: node for node in root.graph.nodes}
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for name in spec.inputs:
+        env[nodes[name]] = graph.placeholder(name)
+    for name in spec.nodes:
+        env[nodes[name]] = graph.node_copy(nodes[name], lambda n: env[n])
+    graph.output(tuple(env[nodes[name]] for name in spec.outputs))
+    return fx.GraphModule(root, graph)
+
+
+class FusedKernel:
+    """Callable placed in the rewritten graph for one group: ``outputs = kernel(*inputs)``."""
+
+    def __init__(self, spec: KernelSpec, tp: int, eager: Callable[..., Sequence[torch.Tensor]]) -> None:
+        self.spec = spec
+        self.tp = tp
+        self.eager = eager
+        self.kernel = load_kernel(spec.name, spec.source)
+        self._strides = [tuple(s) for s in spec.input_strides]
+        self._outputs = [(tuple(shape), getattr(torch, dtype))
+                         for shape, dtype in zip(spec.output_shapes, spec.output_dtypes, strict=True)]
+        self._scalars = list(spec.scalars)
+        self._grid = (spec.grid,)
+        self._compiled = False
+        self._broken = False
+        self._launch_options: dict | None = None
+        self.__name__ = spec.name
+
+    def _options(self, device: torch.device) -> dict:
+        """Launch options: ``tp=`` only when it differs from what the DSL launcher would pick itself."""
+        if self._launch_options is None:
+            default = 1
+            if device.type == "rbln":
+                from torch_rbln.tp import tp_size_for
+
+                default = tp_size_for(device.index or 0)
+            options = {"BLOCK": self.spec.block}
+            if self.tp != default:
+                options["tp"] = self.tp
+            self._launch_options = options
+        return self._launch_options
+
+    def _allocate(self, device: torch.device) -> list[torch.Tensor]:
+        if device.type == "rbln":
+            from torch_rbln import _memory
+
+            index = device.index or 0
+            return [_memory.empty_strided(list(shape), _contiguous(shape), dtype, index)
+                    for shape, dtype in self._outputs]
+        return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self._outputs]
+
+    def _run_eager(self, inputs: Sequence[torch.Tensor], reason: str) -> list[torch.Tensor]:
+        _stats.count("eager_group_calls")
+        _log.debug("fused kernel %s: running its %d ops eagerly (%s)", self.spec.name, len(self.spec.nodes),
+                   reason)
+        return list(self.eager(*inputs))
+
+    def _compile(self, args: list, options: dict) -> bool:
+        """Compile on first use; False when the kernel cannot be compiled and the fallback is allowed."""
+        try:
+            self.kernel.warmup(*args, grid=self._grid, **options)
+        except Exception as error:  # noqa: BLE001 - any compiler failure takes the documented fallback
+            if config.fallback_disabled("compile_error"):
+                _log.error("fused kernel %s failed to compile: %s: %s", self.spec.name, type(error).__name__,
+                           error)
+                raise
+            _log.warning(
+                "fused kernel %s failed to compile (%s: %s); its %d ops (%s) run eagerly on the registry. "
+                "Set TORCH_RBLN_DISABLE_FALLBACK=compile_error to raise instead.",
+                self.spec.name, type(error).__name__, error, len(self.spec.nodes), ", ".join(self.spec.nodes),
+            )
+            _stats.count("compile_errors")
+            self._broken = True
+            return False
+        self._compiled = True
+        return True
+
+    def launch(self, args: list, options: dict) -> None:
+        """One launch of the kernel over its grid (tensor-parallel when ``tp`` > 1)."""
+        self.kernel[self._grid](*args, **options)
+
+    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        if self._broken:
+            return self._run_eager(inputs, "compile error")
+        for tensor, stride in zip(inputs, self._strides, strict=True):
+            if tensor.stride() != stride:
+                return self._run_eager(inputs, f"strides {tuple(tensor.stride())} instead of {stride}")
+        device = inputs[0].device
+        outputs = self._allocate(device)
+        args = [*inputs, *outputs, *self._scalars]
+        options = self._options(device)
+        if not self._compiled and not self._compile(args, options):
+            return self._run_eager(inputs, "compile error")
+        self.launch(args, options)
+        _stats.count("fused_launches")
+        _stats.count_kernel(self.spec.name)
+        return outputs
+
+
+def _contiguous(shape: tuple[int, ...]) -> list[int]:
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= max(size, 1)
+    return list(reversed(strides))

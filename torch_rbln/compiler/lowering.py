@@ -1,0 +1,268 @@
+"""ATen -> DSL expressions: which FX nodes a fused kernel can compute, and how.
+
+Every fused value is computed in float32 (or as a block of booleans for comparisons) and rounded once,
+when a kernel stores it, to the output's dtype, as TorchInductor does. Operands are variable names of
+the generated kernel (one assignment per FX node) or Python scalars from the graph, written as float
+literals. The expressions propagate NaN like PyTorch (maximum/minimum/relu/clamp/amax are written so
+that a NaN operand wins), so fused kernels need no NaN/Inf pre-check.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+__all__ = [
+    "FUSABLE_DTYPES", "Unsupported", "PointwiseRule", "ReductionRule", "pointwise_rule", "reduction_rule",
+    "literal",
+]
+
+aten = torch.ops.aten
+
+FUSABLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+class Unsupported(Exception):
+    """This node cannot be computed inside a fused kernel (the reason is for DEBUG logs)."""
+
+
+def literal(value: Any) -> str:
+    """A graph scalar as a DSL float literal (inf and NaN spelled so that the frontend parses them)."""
+    if isinstance(value, bool):
+        return "1.0" if value else "0.0"
+    if not isinstance(value, (int, float)):
+        raise Unsupported(f"non-scalar constant {value!r}")
+    value = float(value)
+    if math.isnan(value):
+        return 'float("nan")'
+    if math.isinf(value):
+        return 'float("inf")' if value > 0 else '-float("inf")'
+    return repr(value)
+
+
+# An emitter gets the node's positional args, its kwargs, and `operand(value, kind)`, which turns an arg
+# (an fx.Node or a Python scalar) into an expression of `kind` "f" (float32) or "b" (boolean).
+Operand = Callable[[Any, str], str]
+Emitter = Callable[[Sequence[Any], dict, Operand], str]
+
+
+@dataclass(frozen=True)
+class PointwiseRule:
+    """How one pointwise ATen overload becomes an expression; `boolean`: the result is a comparison."""
+
+    emit: Emitter
+    tensor_args: tuple[int, ...]  # positions of the arguments that may be tensors
+    boolean: bool = False
+
+
+@dataclass(frozen=True)
+class ReductionRule:
+    """A reduction over a suffix of dims: `combine` is sum/max/min; `mean` divides by the row length."""
+
+    combine: str
+    mean: bool = False
+
+
+def _binary(symbol: str) -> Emitter:
+    def emit(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+        alpha = kwargs.get("alpha", 1)
+        b = operand(args[1], "f")
+        if alpha != 1:
+            b = f"{literal(alpha)} * {b}"
+        return f"{operand(args[0], 'f')} {symbol} {b}"
+
+    return emit
+
+
+def _plain(symbol: str) -> Emitter:
+    def emit(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+        return f"{operand(args[0], 'f')} {symbol} {operand(args[1], 'f')}"
+
+    return emit
+
+
+def _div(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+    if kwargs.get("rounding_mode") is not None:
+        raise Unsupported(f"div rounding_mode={kwargs['rounding_mode']!r}")
+    return f"{operand(args[0], 'f')} / {operand(args[1], 'f')}"
+
+
+def _rsub(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+    alpha = kwargs.get("alpha", 1)
+    a = operand(args[0], "f")
+    if alpha != 1:
+        a = f"{literal(alpha)} * {a}"
+    return f"{operand(args[1], 'f')} - {a}"
+
+
+def _unary(template: str) -> Emitter:
+    def emit(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+        return template.format(x=operand(args[0], "f"))
+
+    return emit
+
+
+def _compare(symbol: str) -> Emitter:
+    def emit(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+        return f"{operand(args[0], 'f')} {symbol} {operand(args[1], 'f')}"
+
+    return emit
+
+
+def _gelu(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+    x = operand(args[0], "f")
+    approximate = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
+    if approximate == "tanh":
+        return f"0.5 * {x} * (1.0 + tl.tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))"
+    if approximate != "none":
+        raise Unsupported(f"gelu approximate={approximate!r}")
+    return f"0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"
+
+
+def _pow(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+    x = operand(args[0], "f")
+    exponent = args[1]
+    if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
+        raise Unsupported("pow with a tensor exponent")
+    forms = {
+        0.5: f"tl.sqrt({x})", -0.5: f"tl.rsqrt({x})", -1.0: f"1.0 / {x}", 1.0: x, 0.0: f"{x} * 0.0 + 1.0",
+        2.0: f"{x} * {x}", 3.0: f"{x} * {x} * {x}", 4.0: f"({x} * {x}) * ({x} * {x})",
+        -2.0: f"1.0 / ({x} * {x})",
+    }
+    form = forms.get(float(exponent))
+    if form is None:
+        raise Unsupported(f"pow exponent {exponent!r}")
+    return form
+
+
+def _where(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+    return f"tl.where({operand(args[0], 'b')}, {operand(args[1], 'f')}, {operand(args[2], 'f')})"
+
+
+def _extremum(symbol: str) -> Emitter:
+    def emit(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+        a, b = operand(args[0], "f"), operand(args[1], "f")
+        return f"tl.where(({a} {symbol} {b}) | ({a} != {a}), {a}, {b})"
+
+    return emit
+
+
+def _clamp(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+    x = operand(args[0], "f")
+    low = kwargs.get("min", args[1] if len(args) > 1 else None)
+    high = kwargs.get("max", args[2] if len(args) > 2 else None)
+    if isinstance(low, fx.Node) or isinstance(high, fx.Node):
+        raise Unsupported("clamp with tensor bounds")
+    expr = x
+    if low is not None:
+        expr = f"tl.where({x} < {literal(low)}, {literal(low)}, {expr})"
+    if high is not None:
+        expr = f"tl.where({x} > {literal(high)}, {literal(high)}, {expr})"
+    return expr
+
+
+def _identity(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+    return operand(args[0], "f")
+
+
+def _to_copy(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+    extra = set(kwargs) - {"dtype", "memory_format", "layout", "device", "pin_memory"}
+    if extra:
+        raise Unsupported(f"_to_copy with {sorted(extra)}")
+    return operand(args[0], "f")
+
+
+def _logical_not(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+    return f"{operand(args[0], 'f')} == 0.0"
+
+
+_T0, _T01, _T012 = (0,), (0, 1), (0, 1, 2)
+
+POINTWISE: dict[Any, PointwiseRule] = {
+    aten.add.Tensor: PointwiseRule(_binary("+"), _T01),
+    aten.add.Scalar: PointwiseRule(_binary("+"), _T0),
+    aten.sub.Tensor: PointwiseRule(_binary("-"), _T01),
+    aten.sub.Scalar: PointwiseRule(_binary("-"), _T0),
+    aten.rsub.Scalar: PointwiseRule(_rsub, _T0),
+    aten.rsub.Tensor: PointwiseRule(_rsub, _T01),
+    aten.mul.Tensor: PointwiseRule(_plain("*"), _T01),
+    aten.mul.Scalar: PointwiseRule(_plain("*"), _T0),
+    aten.div.Tensor: PointwiseRule(_div, _T01),
+    aten.div.Scalar: PointwiseRule(_div, _T0),
+    aten.div.Tensor_mode: PointwiseRule(_div, _T01),
+    aten.neg.default: PointwiseRule(_unary("-{x}"), _T0),
+    aten.exp.default: PointwiseRule(_unary("tl.exp({x})"), _T0),
+    aten.log.default: PointwiseRule(_unary("tl.log({x})"), _T0),
+    aten.sqrt.default: PointwiseRule(_unary("tl.sqrt({x})"), _T0),
+    aten.rsqrt.default: PointwiseRule(_unary("tl.rsqrt({x})"), _T0),
+    aten.sigmoid.default: PointwiseRule(_unary("tl.sigmoid({x})"), _T0),
+    aten.tanh.default: PointwiseRule(_unary("tl.tanh({x})"), _T0),
+    aten.erf.default: PointwiseRule(_unary("tl.erf({x})"), _T0),
+    aten.sin.default: PointwiseRule(_unary("tl.sin({x})"), _T0),
+    aten.cos.default: PointwiseRule(_unary("tl.cos({x})"), _T0),
+    aten.abs.default: PointwiseRule(_unary("tl.abs({x})"), _T0),
+    aten.reciprocal.default: PointwiseRule(_unary("1.0 / {x}"), _T0),
+    aten.relu.default: PointwiseRule(_unary("tl.where({x} < 0.0, 0.0, {x})"), _T0),
+    aten.silu.default: PointwiseRule(_unary("{x} * tl.sigmoid({x})"), _T0),
+    aten.gelu.default: PointwiseRule(_gelu, _T0),
+    aten.pow.Tensor_Scalar: PointwiseRule(_pow, _T0),
+    aten.where.self: PointwiseRule(_where, _T012),
+    aten.maximum.default: PointwiseRule(_extremum(">"), _T01),
+    aten.minimum.default: PointwiseRule(_extremum("<"), _T01),
+    aten.clamp.default: PointwiseRule(_clamp, _T0),
+    aten.clone.default: PointwiseRule(_identity, _T0),
+    aten._to_copy.default: PointwiseRule(_to_copy, _T0),
+    aten.logical_not.default: PointwiseRule(_logical_not, _T0, boolean=True),
+    aten.gt.Tensor: PointwiseRule(_compare(">"), _T01, boolean=True),
+    aten.gt.Scalar: PointwiseRule(_compare(">"), _T0, boolean=True),
+    aten.ge.Tensor: PointwiseRule(_compare(">="), _T01, boolean=True),
+    aten.ge.Scalar: PointwiseRule(_compare(">="), _T0, boolean=True),
+    aten.lt.Tensor: PointwiseRule(_compare("<"), _T01, boolean=True),
+    aten.lt.Scalar: PointwiseRule(_compare("<"), _T0, boolean=True),
+    aten.le.Tensor: PointwiseRule(_compare("<="), _T01, boolean=True),
+    aten.le.Scalar: PointwiseRule(_compare("<="), _T0, boolean=True),
+    aten.eq.Tensor: PointwiseRule(_compare("=="), _T01, boolean=True),
+    aten.eq.Scalar: PointwiseRule(_compare("=="), _T0, boolean=True),
+    aten.ne.Tensor: PointwiseRule(_compare("!="), _T01, boolean=True),
+    aten.ne.Scalar: PointwiseRule(_compare("!="), _T0, boolean=True),
+}
+
+REDUCTIONS: dict[Any, ReductionRule] = {
+    aten.sum.dim_IntList: ReductionRule("sum"),
+    aten.sum.default: ReductionRule("sum"),
+    aten.mean.dim: ReductionRule("sum", mean=True),
+    aten.mean.default: ReductionRule("sum", mean=True),
+    aten.amax.default: ReductionRule("max"),
+    aten.amin.default: ReductionRule("min"),
+}
+
+
+def pointwise_rule(node: fx.Node) -> PointwiseRule | None:
+    return POINTWISE.get(node.target) if node.op == "call_function" else None
+
+
+def reduction_rule(node: fx.Node) -> ReductionRule | None:
+    return REDUCTIONS.get(node.target) if node.op == "call_function" else None
+
+
+def reduction_dims(node: fx.Node, rank: int) -> tuple[tuple[int, ...], bool]:
+    """(reduced dims, normalised and sorted; keepdim) of a reduction node (all dims when none given)."""
+    args, kwargs = node.args, node.kwargs
+    if node.target in (aten.sum.default, aten.mean.default):
+        dims: Any = None
+        keepdim = False
+    else:
+        dims = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        keepdim = bool(kwargs.get("keepdim", args[2] if len(args) > 2 else False))
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return tuple(range(rank)), keepdim
+    if isinstance(dims, int):
+        dims = [dims]
+    if rank == 0:
+        return (), keepdim
+    return tuple(sorted({d % rank for d in dims})), keepdim

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import _loss as L
 from . import _ops as O
 from . import _reduce as R
 
@@ -179,6 +180,9 @@ TABLE: list[Op] = [
     # ---- (5) embedding (aten::embedding is index_select on rows)
     Op("index_select.default", O.index_select, "nn.functional.embedding", int_inputs=True),
     Op("embedding_dense_backward.default", O.embedding_backward, int_inputs=True),
+    # ---- loss (cross_entropy = log_softmax + nll_loss)
+    Op("nll_loss_forward.default", L.nll_loss_forward, "nn.functional.nll_loss", int_inputs=True, tol=LOOSE),
+    Op("nll_loss_backward.default", L.nll_loss_backward, int_inputs=True),
     # ---- shape building blocks models use
     Op("cat.default", O.cat, "cat"),
     Op("arange.start_out", O.arange, int_inputs=True),

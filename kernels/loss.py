@@ -1,0 +1,73 @@
+"""Negative log-likelihood loss (the second half of cross-entropy after log_softmax), forward and backward.
+
+Inputs are log-probabilities `x` of shape (N, C) and class targets `t` of shape (N,). Every row gathers
+one element, so the forward pass is a gathered load over rows: `loss[i] = -w[t[i]] * x[i, t[i]]`, zero
+where `t[i] == ignore_index`. The reductions (`mean` divides by the summed weights of the kept rows, as
+torch does) run in one program that walks the rows in blocks, so results are deterministic and need no
+atomics. Reduction codes follow aten: 0 none, 1 mean, 2 sum.
+"""
+
+from __future__ import annotations
+
+import torch_rbln.dsl as tl
+
+
+@tl.jit
+def nll_loss_kernel(
+    x_ptr, t_ptr, w_ptr, loss_ptr, total_weight_ptr, rows, classes, ignore_index,
+    REDUCTION: tl.constexpr, HAS_W: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """REDUCTION 0: loss[i] per row (grid: row blocks); 1/2: loss[0] and total_weight[0] (grid: 1)."""
+    offsets = tl.arange(0, BLOCK)
+    loss_acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    weight_acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    first = tl.program_id(0) * BLOCK
+    stop = rows if REDUCTION != 0 else first + BLOCK
+    for start in range(first, stop, BLOCK):
+        row = start + offsets
+        in_rows = row < rows
+        target = tl.load(t_ptr + row, mask=in_rows, other=ignore_index).to(tl.int64)
+        keep = in_rows & (target != ignore_index)
+        safe_target = tl.where(keep, target, 0)
+        x = tl.load(x_ptr + row * classes + safe_target, mask=keep, other=0.0).to(tl.float32)
+        if HAS_W:
+            w = tl.load(w_ptr + safe_target, mask=keep, other=0.0).to(tl.float32)
+        else:
+            w = tl.where(keep, 1.0, 0.0)
+        loss = -w * x
+        if REDUCTION == 0:
+            tl.store(loss_ptr + row, loss.to(loss_ptr.dtype.element_ty), mask=in_rows)
+        loss_acc += loss
+        weight_acc += w
+    if REDUCTION != 0:
+        total = tl.sum(loss_acc, axis=0)
+        total_weight = tl.sum(weight_acc, axis=0)
+        if REDUCTION == 1:
+            total = total / total_weight
+        tl.store(loss_ptr, total.to(loss_ptr.dtype.element_ty))
+        tl.store(total_weight_ptr, total_weight.to(total_weight_ptr.dtype.element_ty))
+
+
+@tl.jit
+def nll_loss_backward_kernel(
+    g_ptr, t_ptr, w_ptr, total_weight_ptr, dx_ptr, rows, classes, ignore_index,
+    REDUCTION: tl.constexpr, HAS_W: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """dx[i, t[i]] = -w[t[i]] * g (g[i] for reduction none; g / total_weight for mean) over the rows of
+    one block; dx must be zero-filled before (every other element of a row has zero gradient)."""
+    row = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    in_rows = row < rows
+    target = tl.load(t_ptr + row, mask=in_rows, other=ignore_index).to(tl.int64)
+    keep = in_rows & (target != ignore_index)
+    safe_target = tl.where(keep, target, 0)
+    if REDUCTION == 0:
+        g = tl.load(g_ptr + row, mask=in_rows, other=0.0).to(tl.float32)
+    else:
+        g = tl.load(g_ptr).to(tl.float32) + tl.zeros((BLOCK,), dtype=tl.float32)
+        if REDUCTION == 1:
+            g = g / tl.load(total_weight_ptr).to(tl.float32)
+    if HAS_W:
+        w = tl.load(w_ptr + safe_target, mask=keep, other=0.0).to(tl.float32)
+    else:
+        w = tl.where(keep, 1.0, 0.0)
+    tl.store(dx_ptr + row * classes + safe_target, (-w * g).to(dx_ptr.dtype.element_ty), mask=keep)

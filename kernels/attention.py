@@ -1,0 +1,247 @@
+"""Flash-style scaled dot-product attention: forward and backward kernels.
+
+Layout: q (B, H, M, D), k and v (B, H // group, N, D), all addressed through strides, so the
+(B, L, H, D) -> (B, H, L, D) transposes models make need no copy; `group` query heads share one
+key/value head (grouped-query attention; 1 = ordinary multi-head attention).
+
+Masking: `causal` (nonzero) keeps key j for query i when j <= i (the top-left aligned lower triangle,
+as `torch.nn.functional.scaled_dot_product_attention`); with `has_mask`, `mask_ptr` is read through
+its own strides (0 on broadcast dimensions, so a (L, S) or (B, 1, 1, S) mask is never expanded in
+memory) as a boolean keep-mask (`BOOL_MASK`) or as an additive float bias. `group`, `causal` and
+`has_mask` are runtime scalars: the compiled specialisations are only dtype x BOOL_MASK x tiles.
+
+Forward (one program per BLOCK_M query rows of one head): online softmax over BLOCK_N key tiles with
+the running row maximum `m` and row sum `l` in float32 and `acc = sum(p @ v)` in float32; the output
+is `acc / l`, and `lse = m + log(l)` (natural log, float32) is saved for the backward. Rows that see
+no key at all (every key masked) give 0 and lse = -inf, like PyTorch's safe softmax.
+
+Backward (FlashAttention-2): `attention_backward_dq_kernel` computes `delta = rowsum(dO * O)` for
+its rows (saved for the second kernel) and `dQ = scale * dS k` with `P = exp(S - lse)`,
+`dP = dO v^T`, `dS = P * (dP - delta)`. `attention_backward_dkdv_kernel` (one program per BLOCK_N
+keys of one key/value head, looping over the `group` query heads that share it, so no atomics are
+needed) accumulates `dV = P^T dO` and `dK = dS^T (scale q)`. Both recompute P from the saved lse
+instead of storing the (L, S) probabilities.
+"""
+
+from __future__ import annotations
+
+import torch_rbln.dsl as tl
+from torch_rbln.autotune import Config, autotune
+
+# (BLOCK_M, BLOCK_N) tiles tried by the autotuner; `_prune_tiles` keeps the ones the sequence lengths
+# can fill, so short sequences compile a single specialisation.
+TILES = ((32, 32), (64, 64), (128, 64), (128, 128))
+
+
+def _prune_tiles(configs, nargs, **kwargs):
+    """Drop tiles much larger than the sequences: a tile is kept when it is the smallest one, or when
+    both sequence lengths are at least its size."""
+    M, N = nargs["M"], nargs["N"]
+    kept = [c for c in configs if c.kwargs["BLOCK_M"] <= max(M, 32) and c.kwargs["BLOCK_N"] <= max(N, 32)]
+    return kept or list(configs)[:1]
+
+
+def _configs() -> list[Config]:
+    return [Config({"BLOCK_M": m, "BLOCK_N": n}) for m, n in TILES]
+
+
+_TUNING = {"configs": _configs(), "key": ["M", "N", "D"],
+           "prune_configs_by": {"early_config_prune": _prune_tiles}}
+
+
+@autotune(**_TUNING)
+@tl.jit
+def attention_forward_kernel(
+    q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, lse_ptr,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+    smb, smh, smm, smn, sob, soh, som, sod,
+    H, M, N, D, scale, group, causal, has_mask,
+    BOOL_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // group
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rd = tl.arange(0, BLOCK_D)
+    rn0 = tl.arange(0, BLOCK_N)
+    row_ok = rm < M
+    d_ok = rd < D
+    q = tl.load(q_ptr + b * sqb + h * sqh + rm[:, None] * sqm + rd[None, :] * sqd,
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+    # A round trip through a flat shape makes the backend keep q in a buffer across the key loop
+    # (instead of re-reading and re-scaling it in every iteration).
+    q = tl.reshape(tl.reshape(q * scale, (BLOCK_M * BLOCK_D,)), (BLOCK_M, BLOCK_D))
+    k_base = k_ptr + b * skb + hk * skh
+    v_base = v_ptr + b * svb + hk * svh
+    m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    hi = N
+    if causal != 0:
+        hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
+    for start in range(0, hi, BLOCK_N):
+        rn = start + rn0
+        col_ok = rn < N
+        kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
+                     mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        s = tl.dot(q, kt)
+        keep = row_ok[:, None] & col_ok[None, :]
+        keep = keep & ((rn[None, :] <= rm[:, None]) | (causal == 0))
+        if has_mask != 0:
+            mask_tile = mask_ptr + b * smb + h * smh + rm[:, None] * smm + rn[None, :] * smn
+            if BOOL_MASK:
+                keep = keep & (tl.load(mask_tile, mask=keep, other=0) != 0)
+            else:
+                s += tl.load(mask_tile, mask=keep, other=0.0).to(tl.float32)
+        s = tl.where(keep, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_base + rn[:, None] * svn + rd[None, :] * svd,
+                    mask=col_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+        m_i = m_new
+    seen = l_i > 0.0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    tl.store(out_ptr + b * sob + h * soh + rm[:, None] * som + rd[None, :] * sod,
+             out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), -float("inf"))
+    tl.store(lse_ptr + bh * M + rm, lse, mask=row_ok)
+
+
+@autotune(**_TUNING)
+@tl.jit
+def attention_backward_dq_kernel(
+    q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, dout_ptr, lse_ptr, delta_ptr, dq_ptr,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+    smb, smh, smm, smn, sob, soh, som, sod, sgb, sgh, sgm, sgd, sdqb, sdqh, sdqm, sdqd,
+    H, M, N, D, scale, group, causal, has_mask,
+    BOOL_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """delta = rowsum(dO * O) (stored for the dK/dV kernel) and dQ for BLOCK_M query rows of one head."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // group
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rd = tl.arange(0, BLOCK_D)
+    rn0 = tl.arange(0, BLOCK_N)
+    row_ok = rm < M
+    d_ok = rd < D
+    tile_ok = row_ok[:, None] & d_ok[None, :]
+    q = tl.load(q_ptr + b * sqb + h * sqh + rm[:, None] * sqm + rd[None, :] * sqd,
+                mask=tile_ok, other=0.0).to(tl.float32)
+    q = tl.reshape(tl.reshape(q * scale, (BLOCK_M * BLOCK_D,)), (BLOCK_M, BLOCK_D))  # kept in a buffer
+    do = tl.load(dout_ptr + b * sgb + h * sgh + rm[:, None] * sgm + rd[None, :] * sgd,
+                 mask=tile_ok, other=0.0).to(tl.float32)
+    do = tl.reshape(tl.reshape(do, (BLOCK_M * BLOCK_D,)), (BLOCK_M, BLOCK_D))  # kept in a buffer
+    o = tl.load(out_ptr + b * sob + h * soh + rm[:, None] * som + rd[None, :] * sod,
+                mask=tile_ok, other=0.0).to(tl.float32)
+    delta = tl.sum(do * o, axis=1)
+    tl.store(delta_ptr + bh * M + rm, delta, mask=row_ok)
+    lse = tl.load(lse_ptr + bh * M + rm, mask=row_ok, other=0.0)
+    lse = tl.where(lse == -float("inf"), float("inf"), lse)  # rows that saw no key: P = 0
+    k_base = k_ptr + b * skb + hk * skh
+    v_base = v_ptr + b * svb + hk * svh
+    dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    hi = N
+    if causal != 0:
+        hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
+    for start in range(0, hi, BLOCK_N):
+        rn = start + rn0
+        col_ok = rn < N
+        kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
+                     mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        s = tl.dot(q, kt)
+        keep = row_ok[:, None] & col_ok[None, :]
+        keep = keep & ((rn[None, :] <= rm[:, None]) | (causal == 0))
+        if has_mask != 0:
+            mask_tile = mask_ptr + b * smb + h * smh + rm[:, None] * smm + rn[None, :] * smn
+            if BOOL_MASK:
+                keep = keep & (tl.load(mask_tile, mask=keep, other=0) != 0)
+            else:
+                s += tl.load(mask_tile, mask=keep, other=0.0).to(tl.float32)
+        p = tl.where(keep, tl.exp(s - lse[:, None]), 0.0)
+        vt = tl.load(v_base + rn[None, :] * svn + rd[:, None] * svd,
+                     mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        dp = tl.dot(do, vt)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds, tl.trans(kt))
+    dq = dq * scale
+    tl.store(dq_ptr + b * sdqb + h * sdqh + rm[:, None] * sdqm + rd[None, :] * sdqd,
+             dq.to(dq_ptr.dtype.element_ty), mask=tile_ok)
+
+
+@autotune(**_TUNING)
+@tl.jit
+def attention_backward_dkdv_kernel(
+    q_ptr, k_ptr, v_ptr, mask_ptr, dout_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+    smb, smh, smm, smn, sgb, sgh, sgm, sgd, sdkb, sdkh, sdkn, sdkd, sdvb, sdvh, sdvn, sdvd,
+    H, M, N, D, scale, group, causal, has_mask,
+    BOOL_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """dK and dV for BLOCK_N keys of one key/value head, summed over the `group` query heads sharing it.
+    Works on transposed tiles (keys along rows): S^T = k q^T, dV += P^T dO, dK += dS^T (scale q)."""
+    pid_n = tl.program_id(0)
+    bhk = tl.program_id(1)
+    HK = H // group
+    b = bhk // HK
+    hk = bhk % HK
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rd = tl.arange(0, BLOCK_D)
+    rm0 = tl.arange(0, BLOCK_M)
+    col_ok = rn < N
+    d_ok = rd < D
+    kv_ok = col_ok[:, None] & d_ok[None, :]
+    k = tl.load(k_ptr + b * skb + hk * skh + rn[:, None] * skn + rd[None, :] * skd,
+                mask=kv_ok, other=0.0).to(tl.float32)
+    k = tl.reshape(tl.reshape(k, (BLOCK_N * BLOCK_D,)), (BLOCK_N, BLOCK_D))  # kept in a buffer
+    v = tl.load(v_ptr + b * svb + hk * svh + rn[:, None] * svn + rd[None, :] * svd,
+                mask=kv_ok, other=0.0).to(tl.float32)
+    v = tl.reshape(tl.reshape(v, (BLOCK_N * BLOCK_D,)), (BLOCK_N, BLOCK_D))  # kept in a buffer
+    dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    lo = 0
+    if causal != 0:
+        lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M  # earlier query rows see none of these keys
+    for g in range(0, group):
+        h = hk * group + g
+        bh = b * H + h
+        for start in range(lo, M, BLOCK_M):
+            rm = start + rm0
+            row_ok = rm < M
+            qt = tl.load(q_ptr + b * sqb + h * sqh + rm[None, :] * sqm + rd[:, None] * sqd,
+                         mask=d_ok[:, None] & row_ok[None, :], other=0.0).to(tl.float32)
+            qt = qt * scale
+            st = tl.dot(k, qt)
+            keep = col_ok[:, None] & row_ok[None, :]
+            keep = keep & ((rn[:, None] <= rm[None, :]) | (causal == 0))
+            if has_mask != 0:
+                mask_tile = mask_ptr + b * smb + h * smh + rm[None, :] * smm + rn[:, None] * smn
+                if BOOL_MASK:
+                    keep = keep & (tl.load(mask_tile, mask=keep, other=0) != 0)
+                else:
+                    st += tl.load(mask_tile, mask=keep, other=0.0).to(tl.float32)
+            lse = tl.load(lse_ptr + bh * M + rm, mask=row_ok, other=0.0)
+            lse = tl.where(lse == -float("inf"), float("inf"), lse)
+            pt = tl.where(keep, tl.exp(st - lse[None, :]), 0.0)
+            do = tl.load(dout_ptr + b * sgb + h * sgh + rm[:, None] * sgm + rd[None, :] * sgd,
+                         mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+            dv += tl.dot(pt, do)
+            dpt = tl.dot(v, tl.trans(do))
+            delta = tl.load(delta_ptr + bh * M + rm, mask=row_ok, other=0.0)
+            dst = pt * (dpt - delta[None, :])
+            dk += tl.dot(dst, tl.trans(qt))
+    tl.store(dk_ptr + b * sdkb + hk * sdkh + rn[:, None] * sdkn + rd[None, :] * sdkd,
+             dk.to(dk_ptr.dtype.element_ty), mask=kv_ok)
+    tl.store(dv_ptr + b * sdvb + hk * sdvh + rn[:, None] * sdvn + rd[None, :] * sdvd,
+             dv.to(dv_ptr.dtype.element_ty), mask=kv_ok)

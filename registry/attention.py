@@ -1,0 +1,324 @@
+"""Scaled dot-product attention on rbln: the flash kernels of `torch_rbln.kernels.attention` bound to aten.
+
+How SDPA dispatches for PrivateUse1 (torch 2.13): `aten::scaled_dot_product_attention` is
+CompositeImplicitAutograd; it asks the C++ `_fused_sdp_choice_stub` for a backend, and a stub entry for
+PrivateUse1 can only be registered from C++. A pure-Python device therefore always lands in the math
+decomposition (bmm, softmax, masking ops). We bind one level higher instead:
+
+* `aten::scaled_dot_product_attention` gets rbln kernels for AutogradPrivateUse1 and PrivateUse1 (so
+  the composite decomposition is no longer used for rbln tensors). It validates the call and, when our
+  kernels support it, calls `aten::_scaled_dot_product_fused_attention_overrideable`, which is what the
+  C++ code calls for the `overrideable` backend. That op has a derivative formula in PyTorch
+  (`..._overrideable_backward`), so autograd records the native `ScaledDotProductFused...Backward0` node.
+* `aten::_scaled_dot_product_fused_attention_overrideable` (+ `_backward`) get the flash forward and
+  backward kernels for PrivateUse1. Both are counted in `torch_rbln.registry.device_counts()`.
+
+Calls the kernels do not support (dropout_p > 0, unsupported dtypes/shapes, NaN/Inf inputs unless
+`TORCH_RBLN_DEPLOY=ON`, an attn_mask that needs a gradient, ...) are declined: they run PyTorch's CPU
+SDPA, logged at INFO and counted under `aten::scaled_dot_product_attention` with the reason. Invalid
+calls are declined too, so the CPU implementation raises PyTorch's own error message.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from torch_rbln import _memory, fallback
+
+from . import _ops as O
+
+SDPA = "aten::scaled_dot_product_attention"
+FORWARD = "aten::_scaled_dot_product_fused_attention_overrideable"
+BACKWARD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
+MAX_HEAD_DIM = 256
+_INT32_MAX = 2**31 - 1
+
+_libraries: list[torch.library.Library] = []
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One attention call in kernel terms: 4-D (B, H, L, D) views and the mask's broadcast strides."""
+
+    batch: int
+    heads: int  # query heads
+    q_len: int
+    kv_len: int
+    head_dim: int
+    group: int  # query heads per key/value head
+    has_mask: bool
+    bool_mask: bool  # a boolean mask (keep where True); otherwise an additive bias
+    mask_strides: tuple[int, int, int, int]
+
+    @property
+    def block_d(self) -> int:
+        return max(16, 1 << (self.head_dim - 1).bit_length())
+
+
+def _is_plain(t: Any) -> bool:
+    return t is None or type(t) is torch.Tensor
+
+
+def mask_strides(mask: torch.Tensor, shape: tuple[int, int, int, int],
+                 query_dim: int) -> tuple[int, ...] | None:
+    """Strides that read `mask` broadcast to (B, H, M, N) (0 on broadcast dims), or None when `mask` does
+    not broadcast. For 3-D queries the target is (B, M, N) with H = 1."""
+    target = shape if query_dim == 4 else (shape[0], shape[2], shape[3])
+    if mask.dim() > len(target):
+        return None
+    strides = [0] * len(target)
+    offset = len(target) - mask.dim()
+    for i, (size, stride) in enumerate(zip(mask.shape, mask.stride(), strict=True)):
+        if size != 1 and size != target[offset + i]:
+            return None
+        strides[offset + i] = stride if size != 1 else 0
+    if query_dim == 3:
+        strides.insert(1, 0)
+    return tuple(strides)
+
+
+def unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
+                dropout_p: float, is_causal: bool, enable_gqa: bool) -> str | None:
+    """Why this call cannot run on the flash kernels (None when it can). Invalid calls also get a reason:
+    the CPU implementation then raises PyTorch's error for them."""
+    from . import check_inputs
+
+    if dropout_p > 0.0:
+        return "dropout_p > 0 (the rbln attention kernels have no dropout)"
+    if not all(_is_plain(t) for t in (query, key, value, attn_mask)):
+        return "tensor subclass or nested tensor operand"
+    reason = check_inputs((query, key, value), {})
+    if reason is not None:
+        return reason
+    if not query.dtype == key.dtype == value.dtype:
+        return "query, key and value dtypes differ"
+    if query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
+        return "query/key/value must all be 3-D or 4-D"
+    head_dim = query.shape[-1]
+    if key.shape[-1] != head_dim or value.shape[-1] != head_dim:
+        return "key/value head dim differs from the query's"
+    if head_dim > MAX_HEAD_DIM:
+        return f"head dim {head_dim} > {MAX_HEAD_DIM}"
+    if query.shape[0] != key.shape[0] or key.shape[:-1] != value.shape[:-1]:
+        return "batch or key/value shapes differ"
+    if query.dim() == 4 and query.shape[1] != key.shape[1]:
+        if not enable_gqa:
+            return "query and key/value head counts differ without enable_gqa"
+        if key.shape[1] == 0 or query.shape[1] % key.shape[1]:
+            return "query heads are not a multiple of key/value heads"
+    if query.numel() == 0 or key.numel() == 0:
+        return "empty tensor"
+    if any(_last_offset(t) > _INT32_MAX for t in (query, key, value, attn_mask) if t is not None):
+        return "tensor too large for 32-bit offsets"
+    if attn_mask is not None:
+        if is_causal:
+            return "attn_mask together with is_causal"
+        return _mask_problem(query, key, attn_mask)
+    return None
+
+
+def _last_offset(t: torch.Tensor) -> int:
+    return sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True)) + t.numel()
+
+
+def _mask_problem(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor) -> str | None:
+    if mask.dtype != torch.bool and mask.dtype not in O.FLOATS:
+        return f"attn_mask dtype {str(mask.dtype).replace('torch.', '')}"
+    if mask.is_cpu or mask.get_device() != query.get_device():
+        return "attn_mask on another device"
+    if mask.requires_grad and torch.is_grad_enabled():
+        return "attn_mask requires grad"
+    shape = _shape4(query, key)
+    if mask_strides(mask, shape, query.dim()) is None:
+        return "attn_mask does not broadcast to (B, H, L, S)"
+    if mask.dtype != torch.bool and mask.numel():
+        from torch_rbln import _dlpack
+
+        if torch.isnan(_dlpack.to_host_view(mask)).any():
+            return "NaN in attn_mask"
+    return None
+
+
+def _shape4(query: torch.Tensor, key: torch.Tensor) -> tuple[int, int, int, int]:
+    if query.dim() == 3:
+        return query.shape[0], 1, query.shape[1], key.shape[1]
+    return query.shape[0], query.shape[1], query.shape[2], key.shape[2]
+
+
+def geometry(query: torch.Tensor, key: torch.Tensor, attn_mask: torch.Tensor | None) -> Geometry:
+    """The kernel view of 4-D q/k (and the mask); raises ValueError for what the kernels cannot run."""
+    if query.dim() != 4 or key.dim() != 4:
+        raise ValueError(f"rbln flash attention expects 4-D (B, H, L, D) query/key, got {query.dim()}-D")
+    batch, heads, q_len, head_dim = query.shape
+    kv_heads, kv_len = key.shape[1], key.shape[2]
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(f"rbln flash attention: {heads} query heads are not a multiple of {kv_heads} "
+                         "key/value heads")
+    strides = (0, 0, 0, 0)
+    if attn_mask is not None:
+        found = mask_strides(attn_mask, (batch, heads, q_len, kv_len), 4)
+        if found is None:
+            raise ValueError(f"rbln flash attention: attn_mask of shape {tuple(attn_mask.shape)} does not "
+                             f"broadcast to {(batch, heads, q_len, kv_len)}")
+        strides = found
+    return Geometry(batch, heads, q_len, kv_len, head_dim, heads // kv_heads, attn_mask is not None,
+                    attn_mask is not None and attn_mask.dtype == torch.bool, strides)
+
+
+def _grid(rows: int, programs: int):
+    return lambda meta: (-(-rows // meta["BLOCK_M"]), programs)
+
+
+def _kv_grid(keys: int, programs: int):
+    return lambda meta: (-(-keys // meta["BLOCK_N"]), programs)
+
+
+def _default_scale(scale: float | None, head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+
+
+# ---------------------------------------------------------------- the overrideable fused op
+
+def fused_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            attn_bias: torch.Tensor | None = None, dropout_p: float = 0.0,
+                            is_causal: bool = False, return_debug_mask: bool = False, *,
+                            scale: float | None = None) -> tuple:
+    """rbln kernel of `aten::_scaled_dot_product_fused_attention_overrideable`: (output, logsumexp, ...).
+
+    `attn_bias` may be boolean (keep where True) or additive. The output is laid out (B, L, H, D) in
+    memory, like PyTorch's CPU flash attention, so the usual `out.transpose(1, 2).reshape(...)` of a
+    model is free."""
+    from torch_rbln.kernels import attention as K
+
+    if dropout_p > 0.0 or return_debug_mask:
+        raise NotImplementedError("rbln flash attention has no dropout and no debug mask; call "
+                                  "torch.nn.functional.scaled_dot_product_attention, which runs such calls "
+                                  "on the CPU")
+    g = geometry(query, key, attn_bias)
+    index = query.get_device()
+    B, H, M, N, D = g.batch, g.heads, g.q_len, g.kv_len, g.head_dim
+    out = _memory.empty_strided([B, H, M, D], [M * H * D, D, H * D, 1], query.dtype, index)
+    lse = O.empty([B, H, M], torch.float32, index)
+    mask = attn_bias if attn_bias is not None else query
+    K.attention_forward_kernel[_grid(M, B * H)](
+        query, key, value, mask, out, lse, *query.stride(), *key.stride(), *value.stride(), *g.mask_strides,
+        *out.stride(), H, M, N, D, _default_scale(scale, D), g.group, int(is_causal),
+        int(g.has_mask), BOOL_MASK=g.bool_mask, BLOCK_D=g.block_d,
+    )
+    empty = O.empty([0], torch.float32, index)
+    return out, lse, empty, empty, M, N, empty, empty, empty
+
+
+def fused_attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                             value: torch.Tensor, attn_bias: torch.Tensor | None, grad_input_mask: list[bool],
+                             out: torch.Tensor, logsumexp: torch.Tensor, cum_seq_q: torch.Tensor,
+                             cum_seq_k: torch.Tensor, max_q: int, max_k: int, dropout_p: float,
+                             is_causal: bool,
+                             philox_seed: torch.Tensor, philox_offset: torch.Tensor, *,
+                             scale: float | None = None) -> tuple:
+    """rbln kernel of `..._overrideable_backward`: (grad_query, grad_key, grad_value, grad_attn_bias)."""
+    from torch_rbln.kernels import attention as K
+
+    if dropout_p > 0.0:
+        raise NotImplementedError("rbln flash attention backward has no dropout")
+    if len(grad_input_mask) > 3 and grad_input_mask[3]:
+        raise NotImplementedError("rbln flash attention does not compute the gradient of attn_bias; "
+                                  "scaled_dot_product_attention runs such calls on the CPU")
+    g = geometry(query, key, attn_bias)
+    B, H, M, N, D = g.batch, g.heads, g.q_len, g.kv_len, g.head_dim
+    if (logsumexp.dtype != torch.float32 or tuple(logsumexp.shape) != (B, H, M)
+            or not logsumexp.is_contiguous()):
+        raise ValueError("rbln flash attention backward needs the float32 (B, H, L) logsumexp saved by its "
+                         f"forward, got {logsumexp.dtype} {tuple(logsumexp.shape)}")
+    index = query.get_device()
+    grad_query = O.empty(query.shape, query.dtype, index)
+    grad_key = O.empty(key.shape, key.dtype, index)
+    grad_value = O.empty(value.shape, value.dtype, index)
+    delta = O.empty([B, H, M], torch.float32, index)
+    mask = attn_bias if attn_bias is not None else query
+    scale = _default_scale(scale, D)
+    shared = (H, M, N, D, scale, g.group, int(is_causal), int(g.has_mask))
+    K.attention_backward_dq_kernel[_grid(M, B * H)](
+        query, key, value, mask, out, grad_out, logsumexp, delta, grad_query,
+        *query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *out.stride(), *grad_out.stride(),
+        *grad_query.stride(), *shared, BOOL_MASK=g.bool_mask, BLOCK_D=g.block_d,
+    )
+    K.attention_backward_dkdv_kernel[_kv_grid(N, B * (H // g.group))](
+        query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value,
+        *query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *grad_out.stride(),
+        *grad_key.stride(), *grad_value.stride(), *shared, BOOL_MASK=g.bool_mask, BLOCK_D=g.block_d,
+    )
+    return grad_query, grad_key, grad_value, None
+
+
+# ---------------------------------------------------------------- aten::scaled_dot_product_attention
+
+def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, *, scale: float | None = None,
+                                 enable_gqa: bool = False) -> torch.Tensor:
+    """rbln kernel (AutogradPrivateUse1 and PrivateUse1) of `aten::scaled_dot_product_attention`."""
+    reason = unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    if reason is not None:
+        return _on_cpu(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, reason)
+    three_d = query.dim() == 3
+    if three_d:
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+        if attn_mask is not None and attn_mask.dim() == 3:
+            attn_mask = attn_mask.unsqueeze(1)
+    out = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
+        query, key, value, attn_mask, 0.0, is_causal, False, scale=scale)[0]
+    return out.squeeze(1) if three_d else out
+
+
+def _on_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
+            dropout_p: float, is_causal: bool, scale: float | None, enable_gqa: bool, reason: str) -> Any:
+    """PyTorch's CPU SDPA for a declined call (logged and counted under `SDPA` with `reason`). Without
+    autograd it runs on zero-copy host views; when a gradient is needed, on differentiable copies."""
+    overload = torch.ops.aten.scaled_dot_product_attention.default
+    args = (query, key, value, attn_mask, dropout_p, is_causal)
+    kwargs = {"scale": scale, "enable_gqa": enable_gqa}
+    tensors = [t for t in (query, key, value, attn_mask) if isinstance(t, torch.Tensor)]
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    if not needs_grad or not all(_is_plain(t) for t in tensors):
+        return fallback.run_on_cpu(overload, fallback._plan_for(overload), args, kwargs, reason)
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        first, second = sorted(str(d) for d in devices)[:2]
+        raise fallback._device_mismatch(first, second)
+    (device,) = devices
+    fallback.record(SDPA, reason)
+    cpu = [t.cpu() if isinstance(t, torch.Tensor) else t for t in args[:4]]
+    result = torch.nn.functional.scaled_dot_product_attention(
+        *cpu, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    return result.to(device)
+
+
+# ---------------------------------------------------------------- registration
+
+def _counted(name: str, impl):
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        from . import _run_device
+
+        return _run_device(name, impl, args, kwargs)
+
+    kernel.__name__ = f"rbln_{name.partition('::')[2]}"
+    return kernel
+
+
+def register() -> None:
+    """Bind the kernels for rbln (called once by `torch_rbln.registry.register_table`)."""
+    if _libraries:
+        return
+    library = torch.library.Library("aten", "IMPL")
+    _libraries.append(library)
+    library.impl("scaled_dot_product_attention", scaled_dot_product_attention, "AutogradPrivateUse1")
+    library.impl("scaled_dot_product_attention", scaled_dot_product_attention, "PrivateUse1")
+    library.impl("_scaled_dot_product_fused_attention_overrideable",
+                 _counted(FORWARD, fused_attention_forward), "PrivateUse1")
+    library.impl("_scaled_dot_product_fused_attention_overrideable_backward",
+                 _counted(BACKWARD, fused_attention_backward), "PrivateUse1")

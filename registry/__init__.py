@@ -166,9 +166,10 @@ def register_table(library: torch.library.Library | None = None) -> None:
         for entry in TABLE:
             library.impl(_impl_name(entry.name), _dispatcher(_overload(entry.name), entry), "PrivateUse1")
         _registered = True
-    from . import custom
+    from . import attention, custom
 
     custom.register()
+    attention.register()
 
 
 def _aten_name(op: Any) -> str | None:

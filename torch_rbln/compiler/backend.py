@@ -34,7 +34,7 @@ from . import _stats, cache
 from .codegen import KernelSpec, generate
 from .fused import FusedKernel, subgraph_module
 from .graph import fuse_graph
-from .lowering import Unsupported
+from .lowering import Unsupported, decompositions
 from .partition import partition
 
 __all__ = ["CompileOptions", "rbln_backend", "compile_graph", "CompiledGraph", "parse_options"]
@@ -89,7 +89,6 @@ def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict 
     if mode not in (None, "default"):
         _log.warning("torch.compile(backend='rbln'): mode=%r has no effect on this backend", mode)
     from functorch.compile import make_boxed_func
-    from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
     def compiler(phase: str):
@@ -102,7 +101,7 @@ def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict 
         fw_compiler=compiler("forward"),
         bw_compiler=compiler("backward"),
         inference_compiler=compiler("inference"),
-        decompositions=core_aten_decompositions(),
+        decompositions=decompositions(),
     )
     return backend(gm, example_inputs)
 

@@ -266,3 +266,47 @@ def reduction_dims(node: fx.Node, rank: int) -> tuple[tuple[int, ...], bool]:
     if rank == 0:
         return (), keepdim
     return tuple(sorted({d % rank for d in dims})), keepdim
+
+
+def _reduced_count(x: torch.Tensor, dim: Any) -> int:
+    if dim is None:
+        return x.numel()
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    count = 1
+    for d in dims:
+        count *= x.shape[d]
+    return count
+
+
+def _var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False):
+    """var_mean as two row reductions (mean, then the sum of squared deviations), so that it fuses with
+    its producers and consumers (layer norm)."""
+    dims = list(range(x.dim())) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    correction = 1 if correction is None else correction
+    mean_kept = aten.mean.dim(x, dims, True)
+    deviation = aten.sub.Tensor(x, mean_kept)
+    squares = aten.mul.Tensor(deviation, deviation)
+    divisor = max(_reduced_count(x, dims) - correction, 0)
+    var = aten.div.Tensor(aten.sum.dim_IntList(squares, dims, keepdim), divisor)
+    mean = mean_kept if keepdim else aten.mean.dim(x, dims, False)
+    return var, mean
+
+
+def _var(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False):
+    return _var_mean(x, dim, correction=correction, keepdim=keepdim)[0]
+
+
+def decompositions() -> dict:
+    """AOTAutograd's decomposition table: PyTorch's core ATen set, plus layer norm and (log-)softmax
+    (forward and backward) down to reductions and pointwise ops, so they fuse with their neighbours
+    (a residual add with the layer norm after it, an attention mask with its softmax)."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions([
+        aten.native_layer_norm, aten.native_layer_norm_backward, aten._softmax, aten._log_softmax,
+        aten._softmax_backward_data, aten._log_softmax_backward_data,
+    ]))
+    table[aten.var_mean.correction] = _var_mean
+    table[aten.var.correction] = _var
+    return table

@@ -436,6 +436,10 @@ class JITFunction:
         """Run on the launch's tensor-parallel group; a failing tp>1 launch that was not asked for
         explicitly is retried with tp=1 on the root NPU when TORCH_RBLN_USE_TP_FAILOVER=ON."""
         tp, device_index, explicit = tp_plan
+        if not explicit and tp > 1:
+            # A group's NPUs share out the programs: a grid with fewer programs than the group runs on
+            # as many NPUs as it has programs (an explicit tp= still asks for exactly that many).
+            tp = min(tp, grid[0] * grid[1] * grid[2])
         if tp == 1:
             exe.launch(grid, values, 1)
             return

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import threading
 import types
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -134,6 +135,27 @@ def _tensor_memory(tensor) -> tuple[int, int]:
     return tensor.data_ptr(), span
 
 
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+def _workers(count: int) -> ThreadPoolExecutor:
+    """Threads for the NPUs of a tensor-parallel launch beyond the launching thread's own, kept for the
+    process: starting threads per launch costs more than a mid-sized kernel runs (the kernels release
+    the GIL, so the threads run in parallel)."""
+    global _pool, _pool_size
+    if _pool is None or _pool_size < count:
+        with _pool_lock:
+            if _pool is None or _pool_size < count:
+                old = _pool
+                _pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="rbln-npu")
+                _pool_size = count
+                if old is not None:
+                    old.shutdown(wait=False)
+    return _pool
+
+
 class Executable:
     """A kernel compiled by numba. `launch(grid, values, tp)` runs the grid's programs on `tp` threads,
     one per simulated NPU of the launch's group, each over a contiguous range of program ids.
@@ -234,22 +256,22 @@ class Executable:
             )
         errors = [np.zeros(4, np.int64) for _ in range(tp)]
         bounds = [total * k // tp for k in range(tp + 1)]
-        failures: list[BaseException] = []
-
-        def work(k: int) -> None:
-            try:
-                self.kernel(bounds[k], bounds[k + 1], g0, g1, g2, *arguments, errors[k])
-            except BaseException as error:  # noqa: BLE001 - re-raised on the launching thread
-                failures.append(error)
-
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(1, tp)]
-        for thread in threads:
-            thread.start()
-        work(0)
-        for thread in threads:
-            thread.join()
-        if failures:
-            raise failures[0]
+        kernel = self.kernel
+        futures = [
+            _workers(tp - 1).submit(kernel, bounds[k], bounds[k + 1], g0, g1, g2, *arguments, errors[k])
+            for k in range(1, tp)
+        ]
+        failure: BaseException | None = None
+        try:
+            kernel(bounds[0], bounds[1], g0, g1, g2, *arguments, errors[0])
+        except BaseException as error:  # noqa: BLE001 - raised once the other NPUs are done
+            failure = error
+        for future in futures:
+            error = future.exception()
+            if failure is None and error is not None:
+                failure = error
+        if failure is not None:
+            raise failure
         for error in errors:
             if error[0]:
                 self._raise_if_failed(error)

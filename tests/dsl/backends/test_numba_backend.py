@@ -118,6 +118,28 @@ def test_kernels_that_cannot_split_raise_at_tp_above_one():
     assert torch.equal(bins, torch.bincount(values, minlength=8).int())
 
 
+def test_device_tp_runs_grids_smaller_than_the_group_on_fewer_npus(tmp_path):
+    code = """
+        import torch, torch_rbln
+        from torch_rbln import registry
+        from test_numba_backend import scale_kernel
+        x = torch.arange(8.0).to("rbln:0"); out = torch.empty(8, device="rbln:0")
+        scale_kernel[(1,)](x, out, 8, 2.0, BLOCK=8, backend="numba")  # 1 program on a 2-NPU group
+        big = torch.arange(1000.0).to("rbln:0"); big_out = torch.empty(1000, device="rbln:0")
+        scale_kernel[(4,)](big, big_out, 1000, 0.5, BLOCK=256, backend="numba")  # split over 2 threads
+        registry.reset_fallback_report()
+        y = torch.exp(torch.zeros(4, device="rbln:0"))
+        print("ok", out.cpu().tolist() == [2.0 * i for i in range(8)],
+              torch.equal(big_out.cpu(), torch.arange(1000.0) * 0.5), y.cpu().tolist(),
+              registry.fallback_report()["aten::exp"])
+    """
+    ran = _run_fresh(code, str(tmp_path), TORCH_RBLN_SIM_NPUS="2", RBLN_NPUS_PER_DEVICE="2",
+                     TORCH_RBLN_USE_DEVICE_TP="ON")
+    assert ran.returncode == 0, ran.stderr
+    expected = "ok True True [1.0, 1.0, 1.0, 1.0] {'device': 1, 'cpu': 0, 'reasons': {}}"
+    assert expected in ran.stdout, ran.stdout
+
+
 def test_tp_failover_retries_on_the_root_npu(tmp_path):
     code = """
         import torch, torch_rbln

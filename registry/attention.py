@@ -22,6 +22,7 @@ calls are declined too, so the CPU implementation raises PyTorch's own error mes
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,12 @@ def _is_plain(t: Any) -> bool:
     return t is None or type(t) is torch.Tensor
 
 
+def tracing(*tensors: torch.Tensor | None) -> bool:
+    """Whether this call is being traced (fake/functional tensors, or a dispatch mode such as make_fx's
+    is active): values cannot be inspected, and the call must decompose into traceable aten ops."""
+    return torch._C._len_torch_dispatch_stack() > 0 or not all(_is_plain(t) for t in tensors)
+
+
 def mask_strides(mask: torch.Tensor, shape: tuple[int, int, int, int],
                  query_dim: int) -> tuple[int, ...] | None:
     """Strides that read `mask` broadcast to (B, H, M, N) (0 on broadcast dims), or None when `mask` does
@@ -82,16 +89,18 @@ def mask_strides(mask: torch.Tensor, shape: tuple[int, int, int, int],
 
 
 def unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
-                dropout_p: float, is_causal: bool, enable_gqa: bool) -> str | None:
+                dropout_p: float, is_causal: bool, enable_gqa: bool,
+                inspect_values: bool = True) -> str | None:
     """Why this call cannot run on the flash kernels (None when it can). Invalid calls also get a reason:
-    the CPU implementation then raises PyTorch's error for them."""
+    the CPU implementation then raises PyTorch's error for them. `inspect_values=False` (tracing) skips
+    the checks that read tensor data (NaN/Inf)."""
     from . import check_inputs
 
     if dropout_p > 0.0:
         return "dropout_p > 0 (the rbln attention kernels have no dropout)"
-    if not all(_is_plain(t) for t in (query, key, value, attn_mask)):
-        return "tensor subclass or nested tensor operand"
-    reason = check_inputs((query, key, value), {})
+    if any(t is not None and t.is_nested for t in (query, key, value, attn_mask)):
+        return "nested tensor operand"
+    reason = check_inputs((query, key, value), {}) if inspect_values else _operand_problem(query, key, value)
     if reason is not None:
         return reason
     if not query.dtype == key.dtype == value.dtype:
@@ -117,15 +126,25 @@ def unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, att
     if attn_mask is not None:
         if is_causal:
             return "attn_mask together with is_causal"
-        return _mask_problem(query, key, attn_mask)
+        return _mask_problem(query, key, attn_mask, inspect_values)
     return None
+
+
+def _operand_problem(*tensors: torch.Tensor) -> str | None:
+    """check_inputs without reading values: dtype and device only."""
+    devices = {t.device for t in tensors}
+    if len(devices) != 1 or next(iter(devices)).type != "rbln":
+        return "operands not all on one rbln device"
+    dtype = tensors[0].dtype
+    return None if dtype in O.FLOATS else f"dtype {str(dtype).replace('torch.', '')}"
 
 
 def _last_offset(t: torch.Tensor) -> int:
     return sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True)) + t.numel()
 
 
-def _mask_problem(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor) -> str | None:
+def _mask_problem(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor,
+                  inspect_values: bool) -> str | None:
     if mask.dtype != torch.bool and mask.dtype not in O.FLOATS:
         return f"attn_mask dtype {str(mask.dtype).replace('torch.', '')}"
     if mask.is_cpu or mask.get_device() != query.get_device():
@@ -135,7 +154,7 @@ def _mask_problem(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor) ->
     shape = _shape4(query, key)
     if mask_strides(mask, shape, query.dim()) is None:
         return "attn_mask does not broadcast to (B, H, L, S)"
-    if mask.dtype != torch.bool and mask.numel():
+    if inspect_values and mask.dtype != torch.bool and mask.numel():
         from torch_rbln import _dlpack
 
         if torch.isnan(_dlpack.to_host_view(mask)).any():
@@ -169,6 +188,18 @@ def geometry(query: torch.Tensor, key: torch.Tensor, attn_mask: torch.Tensor | N
                     attn_mask is not None and attn_mask.dtype == torch.bool, strides)
 
 
+def empty_like_layout(t: torch.Tensor, shape: Sequence[int], index: int) -> torch.Tensor:
+    """A dense rbln tensor of `shape` whose dims are ordered in memory like `t`'s (`empty_like`'s
+    preserve_format; the same strides as `t` when `t` is dense)."""
+    order = sorted(range(len(shape)), key=lambda i: t.stride(i), reverse=True)
+    strides = [0] * len(shape)
+    step = 1
+    for i in reversed(order):
+        strides[i] = step
+        step *= max(shape[i], 1)
+    return _memory.empty_strided(list(shape), strides, t.dtype, index)
+
+
 def _grid(rows: int, programs: int):
     return lambda meta: (-(-rows // meta["BLOCK_M"]), programs)
 
@@ -189,9 +220,9 @@ def fused_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch
                             scale: float | None = None) -> tuple:
     """rbln kernel of `aten::_scaled_dot_product_fused_attention_overrideable`: (output, logsumexp, ...).
 
-    `attn_bias` may be boolean (keep where True) or additive. The output is laid out (B, L, H, D) in
-    memory, like PyTorch's CPU flash attention, so the usual `out.transpose(1, 2).reshape(...)` of a
-    model is free."""
+    `attn_bias` may be boolean (keep where True) or additive. The output has the query's memory layout
+    (as PyTorch's meta function says): for the usual (B, L, H, D) -> transpose(1, 2) query of a model, the
+    `out.transpose(1, 2).reshape(...)` that follows is free."""
     from torch_rbln.kernels import attention as K
 
     if dropout_p > 0.0 or return_debug_mask:
@@ -201,7 +232,7 @@ def fused_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch
     g = geometry(query, key, attn_bias)
     index = query.get_device()
     B, H, M, N, D = g.batch, g.heads, g.q_len, g.kv_len, g.head_dim
-    out = _memory.empty_strided([B, H, M, D], [M * H * D, D, H * D, 1], query.dtype, index)
+    out = empty_like_layout(query, query.shape, index)
     lse = O.empty([B, H, M], torch.float32, index)
     mask = attn_bias if attn_bias is not None else query
     K.attention_forward_kernel[_grid(M, B * H)](
@@ -235,9 +266,9 @@ def fused_attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: t
         raise ValueError("rbln flash attention backward needs the float32 (B, H, L) logsumexp saved by its "
                          f"forward, got {logsumexp.dtype} {tuple(logsumexp.shape)}")
     index = query.get_device()
-    grad_query = O.empty(query.shape, query.dtype, index)
-    grad_key = O.empty(key.shape, key.dtype, index)
-    grad_value = O.empty(value.shape, value.dtype, index)
+    grad_query = empty_like_layout(query, query.shape, index)
+    grad_key = empty_like_layout(key, key.shape, index)
+    grad_value = empty_like_layout(value, value.shape, index)
     delta = O.empty([B, H, M], torch.float32, index)
     mask = attn_bias if attn_bias is not None else query
     scale = _default_scale(scale, D)
@@ -262,8 +293,13 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  is_causal: bool = False, *, scale: float | None = None,
                                  enable_gqa: bool = False) -> torch.Tensor:
     """rbln kernel (AutogradPrivateUse1 and PrivateUse1) of `aten::scaled_dot_product_attention`."""
-    reason = unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    traced = tracing(query, key, value, attn_mask)
+    reason = unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, not traced)
     if reason is not None:
+        if traced:  # what PyTorch itself runs for PrivateUse1: the math decomposition (traceable)
+            return torch.ops.aten._scaled_dot_product_attention_math(
+                query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
+                enable_gqa=enable_gqa)[0]
         return _on_cpu(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, reason)
     three_d = query.dim() == 3
     if three_d:
@@ -284,7 +320,7 @@ def _on_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_ma
     kwargs = {"scale": scale, "enable_gqa": enable_gqa}
     tensors = [t for t in (query, key, value, attn_mask) if isinstance(t, torch.Tensor)]
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    if not needs_grad or not all(_is_plain(t) for t in tensors):
+    if not needs_grad:
         return fallback.run_on_cpu(overload, fallback._plan_for(overload), args, kwargs, reason)
     devices = {t.device for t in tensors}
     if len(devices) != 1:

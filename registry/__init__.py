@@ -23,16 +23,17 @@ Kernel authors:
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from torch_rbln import config, fallback
 
+from ._finite_scan import all_finite
 from ._ops import FLOATS, Decline
 from .table import NAMES, TABLE, Op
 
@@ -53,58 +54,73 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def _tensors(args: tuple, kwargs: dict):
-    """(tensor, read?) for every tensor argument; `out=` tensors are only written."""
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor):
-            yield value, value is not kwargs.get("out")
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, torch.Tensor):
-                    yield item, True
-
-
-def _finite(tensor: torch.Tensor) -> bool:
-    from torch_rbln import _dlpack
-
-    host = _dlpack.to_host_view(tensor) if not tensor.is_cpu else tensor
-    numel = host.numel()
-    if numel == 0:
-        return True
-    if numel <= 64:
-        return all(map(math.isfinite, host.reshape(-1).tolist()))
-    low, high = torch.aminmax(host)
-    return math.isfinite(low.item()) and math.isfinite(high.item())
-
-
 def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False, overwrites_first: bool = False
                  ) -> str | None:
     """The generic per-call decision: None when a device kernel may run, else the reason.
 
     Values are checked for NaN/Inf only where the kernel reads them: not `out=` tensors, nor the first
-    argument of ops that overwrite it whole (fill_, zero_), whose old contents may be anything."""
-    device = None
-    check_values = not config.deploy_mode()
-    for position, (tensor, read) in enumerate(_tensors(args, kwargs)):
-        read = read and not (overwrites_first and position == 0)
+    argument of ops that overwrite it whole (fill_, zero_), whose old contents may be anything. This
+    runs on every call, so it is one flat loop (no generators) and a compiled scan per checked tensor."""
+    state = _CheckState(not config.deploy_mode(), int_inputs)
+    first = overwrites_first
+    for value in args:
+        if isinstance(value, Tensor):
+            reason = state.visit(value, not first)
+            if reason is not None:
+                return reason
+            first = False
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, Tensor):
+                    reason = state.visit(item, not first)
+                    if reason is not None:
+                        return reason
+                    first = False
+    if kwargs:
+        out = kwargs.get("out")
+        for value in kwargs.values():
+            if isinstance(value, Tensor):
+                reason = state.visit(value, value is not out and not first)
+                if reason is not None:
+                    return reason
+                first = False
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    if isinstance(item, Tensor):
+                        reason = state.visit(item, not first)
+                        if reason is not None:
+                            return reason
+                        first = False
+    if state.device is None:
+        return "scalar-only inputs"
+    return None
+
+
+class _CheckState:
+    """What `check_inputs` carries from one tensor argument to the next."""
+
+    __slots__ = ("check_values", "int_inputs", "device")
+
+    def __init__(self, check_values: bool, int_inputs: bool) -> None:
+        self.check_values = check_values
+        self.int_inputs = int_inputs
+        self.device: int | None = None
+
+    def visit(self, tensor: Tensor, read: bool) -> str | None:
         dtype = tensor.dtype
         if tensor.is_cpu:
             if tensor.dim():
                 return "CPU tensor operand"  # the fallback raises the device-mismatch error
-        elif device is None:
-            device = tensor.get_device()
-        elif tensor.get_device() != device:
+        elif self.device is None:
+            self.device = tensor.get_device()
+        elif tensor.get_device() != self.device:
             return "tensors on several devices"
-        if dtype.is_floating_point:
-            if dtype not in FLOATS:
-                return f"dtype {_dtype_name(dtype)}"
-            if check_values and read and not _finite(tensor):
+        if dtype in FLOATS:
+            if read and self.check_values and not all_finite(tensor):
                 return "nan_inf"
-        elif dtype.is_complex or not int_inputs:
+        elif dtype.is_floating_point or dtype.is_complex or not self.int_inputs:
             return f"dtype {_dtype_name(dtype)}"
-    if device is None:
-        return "scalar-only inputs"
-    return None
+        return None
 
 
 def _run_device(name: str, impl: Callable, args: tuple, kwargs: dict) -> Any:

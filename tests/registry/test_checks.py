@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
+from torch_rbln.registry import _finite_scan
+from torch_rbln.registry._finite_scan import all_finite
 
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
@@ -34,3 +37,34 @@ def test_out_and_overwritten_tensors_are_not_value_checked():
     torch.testing.assert_close(stale2.cpu(), torch.full((4,), 5.0))
     for name in ("aten::add", "aten::zero_", "aten::fill_"):
         assert _row(name)["cpu"] == 0 and _row(name)["device"] == 1, registry.format_report()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_finite_scan_finds_every_nan_and_inf(dtype):
+    base = torch.linspace(-1e3, 1e3, 3 * _finite_scan.CHUNK + 5).to(dtype)
+    assert all_finite(base) and all_finite(base.to("rbln")) and all_finite(base[:0])
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for where in (0, _finite_scan.CHUNK - 1, _finite_scan.CHUNK, base.numel() - 1):
+            x = base.clone()
+            x[where] = bad
+            assert not all_finite(x), (bad, where)
+            assert not all_finite(x.to("rbln")), (bad, where)
+    info = torch.finfo(dtype)
+    largest = torch.tensor([info.max, -info.max, info.tiny], dtype=dtype)
+    assert all_finite(largest)
+
+
+def test_a_strided_view_is_checked_only_where_it_reads():
+    storage = torch.randn(8, 6)
+    storage[:, 5] = float("nan")
+    view = storage.to("rbln")[:, :5]  # not contiguous; the NaN column is outside it
+    assert not view.is_contiguous()
+    assert all_finite(view)
+    assert not all_finite(storage.to("rbln")[:, 3:])
+
+
+def test_inf_in_a_half_precision_input_takes_the_cpu_path():
+    x = torch.tensor([1.0, 2.0, float("-inf"), 4.0], dtype=torch.bfloat16).to("rbln")
+    registry.reset_fallback_report()
+    torch.testing.assert_close(torch.exp(x).cpu(), torch.exp(x.cpu()))
+    assert _row("aten::exp")["reasons"] == {"nan_inf": 1}

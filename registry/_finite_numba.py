@@ -1,0 +1,38 @@
+"""numba scans behind `_finite_scan.all_finite` (a module of its own so that importing the registry
+never imports numba, and so that numba can cache the compiled scans on disk: closures are not cached)."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from torch_rbln.dsl.backends.numba_backend.support import as_pointer
+
+from ._finite_scan import CHUNK as _CHUNK  # the scan stops after the first chunk with a hit
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def all_finite_32(address, n, mask):
+    """No 32-bit word among `n` at `address` has all the bits of `mask` (the float32 exponent) set."""
+    words = numba.carray(as_pointer(address, np.uint32), n)
+    m = np.uint32(mask)
+    for start in range(0, n, _CHUNK):
+        hits = 0
+        for i in range(start, min(start + _CHUNK, n)):
+            hits += (words[i] & m) == m
+        if hits:
+            return False
+    return True
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def all_finite_16(address, n, mask):
+    """As `all_finite_32` for 16-bit words (float16, bfloat16)."""
+    words = numba.carray(as_pointer(address, np.uint16), n)
+    m = np.uint16(mask)
+    for start in range(0, n, _CHUNK):
+        hits = 0
+        for i in range(start, min(start + _CHUNK, n)):
+            hits += (words[i] & m) == m
+        if hits:
+            return False
+    return True

@@ -1,0 +1,54 @@
+"""The per-call NaN/Inf check of device-kernel inputs (SPEC-device.md, "NaN/Inf checks and deploy mode").
+
+Why a compiled scan: the check runs on every registered-op call outside deploy mode, so it must cost
+next to nothing on a 4-element tensor (a DLPack host view plus `tolist()` took ~10 us) and stay one
+memory pass on a large one (`torch.aminmax` made two result tensors and two `.item()` calls). A value
+is NaN or Inf exactly when its exponent bits are all ones, so the scan reads the raw bits (float32,
+float16 and bfloat16 alike) at the tensor's host address: no copy, no float compare, and a branch-free
+inner loop that LLVM vectorises. Tensors that are not contiguous are checked through a host view
+(only the elements the view reaches count: a NaN elsewhere in the storage must not matter).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# (unsigned view width, exponent mask) per floating dtype the device kernels take.
+_EXPONENT = {
+    torch.float32: (32, 0x7F800000),
+    torch.float16: (16, 0x7C00),
+    torch.bfloat16: (16, 0x7F80),
+}
+CHUNK = 4096  # elements per branch-free inner loop of the scans (`_finite_numba._CHUNK`)
+_scans: list = []  # [all_finite_32, all_finite_16] once loaded
+
+
+def _scan(width: int):
+    if not _scans:
+        from . import _finite_numba
+
+        _scans.extend((_finite_numba.all_finite_32, _finite_numba.all_finite_16))
+    return _scans[0] if width == 32 else _scans[1]
+
+
+def all_finite(tensor: torch.Tensor) -> bool:
+    """True when no element of `tensor` (rbln or CPU, float32/float16/bfloat16) is NaN or +-Inf."""
+    numel = tensor.numel()
+    if numel == 0:
+        return True
+    exponent = _EXPONENT.get(tensor.dtype)
+    if exponent is not None and tensor.is_contiguous():
+        # An rbln tensor's data_ptr() is its host address (rbln memory is host memory, see _memory).
+        width, mask = exponent
+        return _scan(width)(tensor.data_ptr(), numel, mask)
+    return _finite_strided(tensor)
+
+
+def _finite_strided(tensor: torch.Tensor) -> bool:
+    from torch_rbln import _dlpack
+
+    host = tensor if tensor.is_cpu else _dlpack.to_host_view(tensor)
+    low, high = torch.aminmax(host.float() if host.dtype not in _EXPONENT else host)
+    return math.isfinite(low.item()) and math.isfinite(high.item())

@@ -11,6 +11,24 @@ from torch_rbln.autotune import Config, autotune
 R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_VAR = range(7)
 
 
+@tl.jit
+def softmax_row_kernel(x_ptr, out_ptr, n, LOG: tl.constexpr, BLOCK: tl.constexpr):
+    """Softmax (or log-softmax) of a row that fits one block (n <= BLOCK): the row is loaded once and
+    each element exponentiated once, where the chunked kernel reads it three times and needs exp twice."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    x = tl.load(x_ptr + row * n + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    shifted = x - tl.max(x, axis=0)
+    e = tl.exp(shifted)
+    total = tl.sum(e, axis=0)
+    if LOG:
+        y = shifted - tl.log(total)
+    else:
+        y = e / total
+    tl.store(out_ptr + row * n + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 @autotune(configs=[Config({"BLOCK": 256}), Config({"BLOCK": 1024}), Config({"BLOCK": 4096})], key=["n"])
 @tl.jit
 def softmax_kernel(x_ptr, out_ptr, n, LOG: tl.constexpr, BLOCK: tl.constexpr):
@@ -62,6 +80,32 @@ def softmax_backward_kernel(g_ptr, y_ptr, out_ptr, n, LOG: tl.constexpr, BLOCK: 
         else:
             dx = y * (g - total)
         tl.store(out_ptr + base + start + cols, dx.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def norm_row_kernel(
+    x_ptr, w_ptr, b_ptr, out_ptr, mean_ptr, rstd_ptr, n, eps,
+    RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """`norm_kernel` for a row that fits one block (n <= BLOCK): one load of the row instead of three."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    x = tl.load(x_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+    if RMS:
+        centered = x
+    else:
+        mean = tl.sum(x, axis=0) / n
+        centered = tl.where(mask, x - mean, 0.0)
+        tl.store(mean_ptr + row, mean.to(mean_ptr.dtype.element_ty))
+    rstd = tl.rsqrt(tl.sum(centered * centered, axis=0) / n + eps)
+    tl.store(rstd_ptr + row, rstd.to(rstd_ptr.dtype.element_ty))
+    y = centered * rstd
+    if HAS_W:
+        y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_B:
+        y = y + tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * n + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @tl.jit

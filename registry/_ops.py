@@ -51,6 +51,10 @@ def _block(n: int) -> int:
     return 4096
 
 
+_ONE_BLOCK = 4096  # rows up to this long are processed in one block (one load per element)
+_CHUNK = 1024  # block of the chunked row kernels for longer rows (measured faster than 4096 there)
+
+
 def _row_block(n: int) -> int:
     if n <= 128:
         return 128
@@ -377,7 +381,10 @@ def softmax(x: torch.Tensor, dim: int, half_to_float: bool, *, log: bool):
     n = x.shape[-1] if x.dim() else 1
     if x.numel() == 0:
         return out
-    R.softmax_kernel[(x.numel() // n,)](x, out, n, LOG=log)
+    if n <= _ONE_BLOCK:
+        R.softmax_row_kernel[(x.numel() // n,)](x, out, n, LOG=log, BLOCK=_row_block(n))
+    else:
+        R.softmax_kernel[(x.numel() // n,)](x, out, n, LOG=log)
     return out
 
 
@@ -397,7 +404,6 @@ def softmax_backward(grad: torch.Tensor, output: torch.Tensor, dim: int, input_d
 
 
 def layer_norm(x, normalized_shape, weight, bias, eps):
-    R = _k("rows")
     n = math.prod(normalized_shape)
     if n == 0 or x.numel() == 0:
         raise Decline("empty tensor")
@@ -411,9 +417,15 @@ def layer_norm(x, normalized_shape, weight, bias, eps):
     rstd = empty(stat_shape, x.dtype, index)
     w = contiguous(weight) if weight is not None else x
     b = contiguous(bias) if bias is not None else x
-    R.norm_kernel[(rows,)](x, w, b, out, mean, rstd, n, float(eps), RMS=False, HAS_W=weight is not None,
-                           HAS_B=bias is not None, BLOCK=_row_block(n))
+    _norm(x, w, b, out, mean, rstd, rows, n, eps, rms=False, has_w=weight is not None, has_b=bias is not None)
     return out, mean, rstd
+
+
+def _norm(x, w, b, out, mean, rstd, rows, n, eps, *, rms, has_w, has_b) -> None:
+    """Layer/RMS norm rows: one load per row when it fits one block, else the chunked kernel."""
+    R = _k("rows")
+    kernel, block = (R.norm_row_kernel, _row_block(n)) if n <= _ONE_BLOCK else (R.norm_kernel, _CHUNK)
+    kernel[(rows,)](x, w, b, out, mean, rstd, n, float(eps), RMS=rms, HAS_W=has_w, HAS_B=has_b, BLOCK=block)
 
 
 def column_sum(t: torch.Tensor, rows: int, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -450,7 +462,6 @@ def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, out
 
 def rms_norm_forward(x, weight, eps):
     """(y, rstd) of RMS norm over the last dim; rstd is float32 of shape (rows,)."""
-    R = _k("rows")
     n = x.shape[-1]
     x = contiguous(x)
     rows = x.numel() // n
@@ -458,8 +469,7 @@ def rms_norm_forward(x, weight, eps):
     out = empty(x.shape, x.dtype, index)
     rstd = empty([rows], torch.float32, index)
     w = contiguous(weight) if weight is not None else x
-    R.norm_kernel[(rows,)](x, w, x, out, rstd, rstd, n, float(eps), RMS=True, HAS_W=weight is not None,
-                           HAS_B=False, BLOCK=_row_block(n))
+    _norm(x, w, x, out, rstd, rstd, rows, n, eps, rms=True, has_w=weight is not None, has_b=False)
     return out, rstd
 
 

@@ -30,6 +30,25 @@ def test_long_rows_take_several_blocks():
     _on_device_only()
 
 
+def test_rows_up_to_one_block_take_the_single_load_kernels():
+    """Rows of n <= 4096 run softmax_row_kernel / norm_row_kernel: each element loaded once; the
+    padding lanes of a block (n=129 in a 1024 block, 4096 exactly full) must not leak into results."""
+    registry.reset_fallback_report()
+    for n in (129, 4096):
+        x = torch.randn(5, n) * 4
+        w, b = torch.randn(n), torch.randn(n)
+        d, dw, db = x.to("rbln"), w.to("rbln"), b.to("rbln")
+        torch.testing.assert_close(torch.softmax(d, -1).cpu(), torch.softmax(x, -1))
+        torch.testing.assert_close(F.layer_norm(d, (n,), dw, db).cpu(), F.layer_norm(x, (n,), w, b),
+                                   atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(torch.log_softmax(d, -1).cpu(), torch.log_softmax(x, -1), atol=1e-5, rtol=1e-5)
+    y = torch.ops.rbln.rms_norm(d, dw, 1e-6)
+    torch.testing.assert_close(y.cpu(), F.rms_norm(x, (4096,), w, 1e-6), atol=1e-4, rtol=1e-4)
+    counts = registry.device_counts()
+    assert counts.get("aten::_softmax", 0) == 2 and counts.get("aten::native_layer_norm", 0) == 2, counts
+    _on_device_only()
+
+
 def test_matmul_odd_shapes_transposed_operands_and_column_sums():
     a, b = torch.randn(37, 70), torch.randn(53, 70)
     bias = torch.randn(53)

@@ -29,6 +29,7 @@ import torch
 import torch.fx as fx
 
 from torch_rbln import config
+from torch_rbln.log import get_logger
 
 from . import _stats, cache
 from .codegen import KernelSpec, generate
@@ -39,7 +40,11 @@ from .partition import partition
 
 __all__ = ["CompileOptions", "rbln_backend", "compile_graph", "CompiledGraph", "parse_options"]
 
-_log = logging.getLogger("torch_rbln.compiler")
+
+
+def _log() -> logging.Logger:
+    """The ``torch_rbln.compiler`` logger (configured on first use, per SPEC-device.md "Logging")."""
+    return get_logger("compiler")
 KNOWN_OPTIONS = frozenset({"tensor_parallel_size"})
 _names = itertools.count()
 
@@ -60,7 +65,7 @@ def parse_options(options: dict | None) -> CompileOptions:
             f"torch.compile(backend='rbln'): tensor_parallel_size must be a positive integer, got {tp!r}"
         )
     for name in sorted(options):
-        _log.warning(
+        _log().warning(
             "torch.compile(backend='rbln'): option %r is not used by this backend; it is passed through "
             "unchanged (to rebel-compiler where installed). Known options: %s",
             name, ", ".join(sorted(KNOWN_OPTIONS)),
@@ -84,10 +89,10 @@ def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict 
     parsed = parse_options(options)
     delegate = _rebel_backend()
     if delegate is not None:
-        _log.info("torch.compile(backend='rbln'): delegating to rebel-compiler")
+        _log().info("torch.compile(backend='rbln'): delegating to rebel-compiler")
         return delegate(gm, example_inputs, options=dict(options or {}))
     if mode not in (None, "default"):
-        _log.warning("torch.compile(backend='rbln'): mode=%r has no effect on this backend", mode)
+        _log().warning("torch.compile(backend='rbln'): mode=%r has no effect on this backend", mode)
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
@@ -156,7 +161,7 @@ class CompiledGraph:
                     if not set(spec.nodes) | set(spec.inputs) <= names:
                         raise ValueError("node names do not match the graph")
             except ValueError as error:
-                _log.warning("graph cache entry %s does not fit its graph (%s); regenerating it",
+                _log().warning("graph cache entry %s does not fit its graph (%s); regenerating it",
                              key[:16], error)
             else:
                 _stats.count(f"{where}_hits")
@@ -164,9 +169,9 @@ class CompiledGraph:
         specs = []
         for group in partition(self.gm.graph):
             try:
-                specs.append(generate(group))
+                specs.append(generate(group, tp))
             except Unsupported as reason:
-                _log.debug("group %s not fused: %s", [n.name for n in group.nodes], reason)
+                _log().debug("group %s not fused: %s", [n.name for n in group.nodes], reason)
         _stats.count("kernels_generated", len(specs))
         cache.store(key, specs)
         _dump(self.name, key, self.gm, specs)
@@ -184,10 +189,10 @@ class CompiledGraph:
             return module
         except Exception as error:  # noqa: BLE001 - the documented fallback: run the graph eagerly
             if config.fallback_disabled("compile_error"):
-                _log.error("torch.compile(backend='rbln') failed to compile %s: %s: %s", self.name,
+                _log().error("torch.compile(backend='rbln') failed to compile %s: %s: %s", self.name,
                            type(error).__name__, error)
                 raise
-            _log.warning(
+            _log().warning(
                 "torch.compile(backend='rbln') could not compile %s (%s: %s); it runs eagerly on the "
                 "registry. Set TORCH_RBLN_DISABLE_FALLBACK=compile_error to raise instead.",
                 self.name, type(error).__name__, error,

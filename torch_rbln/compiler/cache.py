@@ -22,13 +22,18 @@ import torch
 import torch.fx as fx
 
 from torch_rbln import config
+from torch_rbln.log import get_logger
 
 from .codegen import KernelSpec, template_digest
 
 __all__ = ["graph_key", "lookup", "store", "clear_memory", "graphs_dir", "FORMAT"]
 
 FORMAT = 1
-_log = logging.getLogger("torch_rbln.compiler")
+
+
+def _log() -> logging.Logger:
+    """The ``torch_rbln.compiler`` logger (configured on first use, per SPEC-device.md "Logging")."""
+    return get_logger("compiler")
 _lock = threading.Lock()
 _memory: dict[str, list[KernelSpec]] = {}
 
@@ -90,7 +95,7 @@ def lookup(key: str) -> tuple[list[KernelSpec], str] | None:
             raise ValueError("checksum mismatch")
         specs = [KernelSpec.from_json(item) for item in data["kernels"]]
     except (ValueError, KeyError, TypeError) as error:
-        _log.warning("graph cache entry %s is corrupt (%s); regenerating it", path, error)
+        _log().warning("graph cache entry %s is corrupt (%s); regenerating it", path, error)
         return None
     with _lock:
         _memory[key] = specs
@@ -111,4 +116,4 @@ def store(key: str, specs: list[KernelSpec]) -> None:
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, path)
     except OSError as error:
-        _log.warning("could not write graph cache entry %s (%s); it stays in memory only", path, error)
+        _log().warning("could not write graph cache entry %s (%s); it stays in memory only", path, error)

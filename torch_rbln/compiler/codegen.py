@@ -121,10 +121,15 @@ def _collapse(sizes: list[int], stride_sets: list[list[int]]) -> tuple[list[int]
     return out_sizes, out_strides
 
 
-def _block(kind: str, extent: int) -> int:
+def _block(kind: str, extent: int, tp: int = 1) -> int:
+    """BLOCK for a kernel: by size, in few buckets (each is a specialisation); a pointwise kernel gets a
+    smaller one when that gives each of the ``tp`` NPUs at least one program."""
     if kind == "rows":
         return 128 if extent <= 128 else 1024
-    return 1024 if extent <= 1024 else 4096
+    block = 1024 if extent <= 1024 else 4096
+    while block > 128 and -(-extent // block) < tp:
+        block //= 4
+    return block
 
 
 def _decompose(index: str, prefix: str, size_param: str, dims: int) -> list[str]:
@@ -146,8 +151,9 @@ def _dot(prefix: str, names: list[str]) -> str:
 class _Generator:
     """Builds the template context for one group."""
 
-    def __init__(self, group: Group) -> None:
+    def __init__(self, group: Group, tp: int = 1) -> None:
         self.group = group
+        self.tp = tp
         self.members = list(group.nodes)
         self.member_set = set(self.members)
         self.inputs = group.inputs()
@@ -239,7 +245,7 @@ class _Generator:
             lines.append(f"{self.var[node]} = {self._expr(node, values.get)}")
             values[node] = (self.var[node], self.boolean[node])
         lines += [self._store(node, "offs", True) for node in self.outputs]
-        block = _block("pointwise", numel)
+        block = _block("pointwise", numel, self.tp)
         ops = " -> ".join(_op_name(n) for n in self.members)
         doc = f"Fused pointwise kernel: {ops}; one program per BLOCK of the numel elements."
         return {"phases": [{"before": lines, "loop": [], "after": []}], "docstring": doc,
@@ -408,9 +414,9 @@ def lookup_row(lookup, row_values, reduced):
     return inner
 
 
-def generate(group: Group) -> KernelSpec:
+def generate(group: Group, tp: int = 1) -> KernelSpec:
     """Render and describe the kernel of one group (raises Unsupported when it cannot be expressed)."""
-    gen = _Generator(group)
+    gen = _Generator(group, tp)
     context = gen.rows() if group.is_rows else gen.pointwise()
     env = _environment()
     template = env.get_template(TEMPLATE)

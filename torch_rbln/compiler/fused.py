@@ -16,13 +16,18 @@ import torch
 import torch.fx as fx
 
 from torch_rbln import config
+from torch_rbln.log import get_logger
 
 from . import _stats
 from .codegen import KernelSpec, load_kernel
 
 __all__ = ["FusedKernel", "subgraph_module"]
 
-_log = logging.getLogger("torch_rbln.compiler")
+
+
+def _log() -> logging.Logger:
+    """The ``torch_rbln.compiler`` logger (configured on first use, per SPEC-device.md "Logging")."""
+    return get_logger("compiler")
 
 
 def subgraph_module(root: fx.GraphModule, spec: KernelSpec) -> fx.GraphModule:
@@ -51,6 +56,8 @@ class FusedKernel:
                          for shape, dtype in zip(spec.output_shapes, spec.output_dtypes, strict=True)]
         self._scalars = list(spec.scalars)
         self._grid = (spec.grid,)
+        # a kernel with fewer programs than NPUs runs on as many NPUs as it has programs
+        self.launch_tp = max(1, min(tp, spec.grid))
         self._compiled = False
         self._broken = False
         self._launch_options: dict | None = None
@@ -65,8 +72,8 @@ class FusedKernel:
 
                 default = tp_size_for(device.index or 0)
             options = {"BLOCK": self.spec.block}
-            if self.tp != default:
-                options["tp"] = self.tp
+            if self.launch_tp != default:
+                options["tp"] = self.launch_tp
             self._launch_options = options
         return self._launch_options
 
@@ -81,7 +88,7 @@ class FusedKernel:
 
     def _run_eager(self, inputs: Sequence[torch.Tensor], reason: str) -> list[torch.Tensor]:
         _stats.count("eager_group_calls")
-        _log.debug("fused kernel %s: running its %d ops eagerly (%s)", self.spec.name, len(self.spec.nodes),
+        _log().debug("fused kernel %s: running its %d ops eagerly (%s)", self.spec.name, len(self.spec.nodes),
                    reason)
         return list(self.eager(*inputs))
 
@@ -91,10 +98,10 @@ class FusedKernel:
             self.kernel.warmup(*args, grid=self._grid, **options)
         except Exception as error:  # noqa: BLE001 - any compiler failure takes the documented fallback
             if config.fallback_disabled("compile_error"):
-                _log.error("fused kernel %s failed to compile: %s: %s", self.spec.name, type(error).__name__,
-                           error)
+                _log().error("fused kernel %s failed to compile: %s: %s", self.spec.name,
+                             type(error).__name__, error)
                 raise
-            _log.warning(
+            _log().warning(
                 "fused kernel %s failed to compile (%s: %s); its %d ops (%s) run eagerly on the registry. "
                 "Set TORCH_RBLN_DISABLE_FALLBACK=compile_error to raise instead.",
                 self.spec.name, type(error).__name__, error, len(self.spec.nodes), ", ".join(self.spec.nodes),
@@ -123,6 +130,7 @@ class FusedKernel:
             return self._run_eager(inputs, "compile error")
         self.launch(args, options)
         _stats.count("fused_launches")
+        _stats.count(f"fused_launches_tp{self.tp}")
         _stats.count_kernel(self.spec.name)
         return outputs
 

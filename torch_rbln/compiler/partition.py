@@ -23,11 +23,17 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
+from torch_rbln.log import get_logger
+
 from .lowering import FUSABLE_DTYPES, Unsupported, pointwise_rule, reduction_dims, reduction_rule
 
 __all__ = ["Group", "partition", "static_shape", "trailing_stride"]
 
-_log = logging.getLogger("torch_rbln.compiler")
+
+
+def _log() -> logging.Logger:
+    """The ``torch_rbln.compiler`` logger (configured on first use, per SPEC-device.md "Logging")."""
+    return get_logger("compiler")
 
 
 @dataclass(eq=False)
@@ -163,7 +169,7 @@ def _emittable(node: fx.Node) -> bool:
     try:
         rule.emit(node.args, dict(node.kwargs), lambda value, kind: "x")
     except Unsupported as reason:
-        _log.debug("not fusing %s: %s", node.name, reason)
+        _log().debug("not fusing %s: %s", node.name, reason)
         return False
     return True
 

@@ -21,12 +21,14 @@ UNARY = {
 }
 # Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
- GELU_BWD, GELU_TANH_BWD, THRESHOLD_BWD, SIGMOID_BWD, TANH_BWD, SILU_BWD, POW_T) = range(19)
+ GELU_BWD, GELU_TANH_BWD, THRESHOLD_BWD, SIGMOID_BWD, TANH_BWD, SILU_BWD, POW_T,
+ DIV_TRUNC, DIV_FLOOR, CLAMP) = range(22)
 BINARY = {
     "add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "eq": EQ, "ne": NE, "lt": LT, "le": LE, "gt": GT,
     "ge": GE, "maximum": MAXIMUM, "minimum": MINIMUM, "gelu_backward": GELU_BWD,
     "gelu_tanh_backward": GELU_TANH_BWD, "threshold_backward": THRESHOLD_BWD,
     "sigmoid_backward": SIGMOID_BWD, "tanh_backward": TANH_BWD, "silu_backward": SILU_BWD, "pow": POW_T,
+    "div_trunc": DIV_TRUNC, "div_floor": DIV_FLOOR, "clamp": CLAMP,
 }
 COMPARISONS = frozenset({EQ, NE, LT, LE, GT, GE})
 
@@ -46,6 +48,19 @@ def _pow(x, p):
     y = tl.where(x < 0.0, tl.where(frac == 0.0, tl.where(odd, -y, y), float("nan")), y)
     y = tl.where(x == 0.0, tl.where(p == 0.0, 1.0, tl.where(p < 0.0, float("inf"), 0.0)), y)
     return tl.where(p == 0.0, 1.0, y)
+
+
+@tl.jit
+def _div_floor(a, b):
+    """Python/torch floor division of floats: exact via fmod, not floor(a / b) (which rounds first)."""
+    mod = a % b
+    div = (a - mod) / b
+    div = tl.where((mod != 0.0) & ((b < 0.0) != (mod < 0.0)), div - 1.0, div)
+    floordiv = tl.floor(div)
+    floordiv = tl.where(div - floordiv > 0.5, floordiv + 1.0, floordiv)
+    # zero keeps the sign of the true quotient; a zero divisor gives a / b (inf or nan) as torch does
+    floordiv = tl.where(div == 0.0, 0.0 * (a / b), floordiv)
+    return tl.where(b == 0.0, a / b, floordiv)
 
 
 @tl.jit
@@ -156,8 +171,15 @@ def binary_kernel(
     elif OP == 17:  # silu backward: a = grad, b = x
         s = tl.sigmoid(b)
         y = a * s * (1.0 + b * (1.0 - s))
-    else:
+    elif OP == 18:
         y = _pow(a, b)
+    elif OP == 19:  # div, rounding_mode="trunc": torch rounds the quotient to the tensor dtype first
+        q = (a / b).to(out_ptr.dtype.element_ty).to(tl.float32)
+        y = tl.where(q < 0.0, -tl.floor(-q), tl.floor(q))
+    elif OP == 20:  # div, rounding_mode="floor"
+        y = _div_floor(a, b)
+    else:  # clamp: a = x, b = lower bound, alpha = upper bound (torch: min > max gives max)
+        y = tl.minimum(tl.maximum(a, b), alpha)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -7,6 +7,7 @@ exercise the overload. This module imports no kernels (they load on first call).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -76,6 +77,35 @@ def _pow_scalar(x, exponent, out=None):
     return O.unary("pow", x, float(exponent), out=out)
 
 
+def _div_mode(a, b, rounding_mode=None, out=None, inplace=False):
+    if rounding_mode not in (None, "trunc", "floor"):
+        raise O.Decline(f"rounding_mode {rounding_mode!r}")  # the CPU kernel raises torch's error
+    name = "div" if rounding_mode is None else f"div_{rounding_mode}"
+    return O.binary(name, a, b, out=out, inplace=inplace)
+
+
+def _clamp(x, low=None, high=None, out=None, inplace=False):
+    """clamp with Scalar bounds: one launch, min(max(x, low), high) (torch: low > high gives high)."""
+    if low is None and high is None:
+        raise O.Decline("clamp without bounds")  # the CPU kernel raises torch's error
+    for bound in (low, high):
+        if bound is not None and (isinstance(bound, (complex, bool)) or not isinstance(bound, (int, float))):
+            raise O.Decline("non-real clamp bound")
+    low = -math.inf if low is None else low
+    high = math.inf if high is None else high
+    return O.binary("clamp", x, low, high, out=out, inplace=inplace)
+
+
+def _clamp_tensor(x, low=None, high=None, out=None):
+    """clamp with tensor bounds (broadcasting): maximum then minimum, two launches."""
+    if low is None and high is None:
+        raise O.Decline("clamp without bounds")
+    if out is not None:
+        raise O.Decline("clamp.Tensor out=")
+    result = x if low is None else O.binary("maximum", x, low)
+    return result if high is None else O.binary("minimum", result, high)
+
+
 def _threshold_backward(grad, x, threshold):
     return O.binary("threshold_backward", grad, x, threshold)
 
@@ -106,12 +136,26 @@ TABLE: list[Op] = [
     *_binary_family("sub", "sub", alpha=True),
     *_binary_family("mul", "mul"),
     *_binary_family("div", "div:no_rounding_mode"),
+    Op("div.Tensor_mode", _div_mode, "div:trunc_rounding"),
+    Op("div.Scalar_mode", _div_mode),
+    Op("div.out_mode", lambda a, b, rounding_mode=None, out=None: _div_mode(a, b, rounding_mode, out=out)),
+    Op("div_.Tensor_mode", lambda a, b, rounding_mode=None: _div_mode(a, b, rounding_mode, inplace=True)),
+    Op("div_.Scalar_mode", lambda a, b, rounding_mode=None: _div_mode(a, b, rounding_mode, inplace=True)),
+    Op("floor_divide.default", lambda a, b: _div_mode(a, b, "floor"), "floor_divide"),
     *_binary_family("eq", "eq", comparison=True),
     *_binary_family("ne", "ne", comparison=True),
     *_binary_family("lt", "lt", comparison=True),
     *_binary_family("le", "le", comparison=True),
     *_binary_family("gt", "gt", comparison=True),
     *_binary_family("ge", "ge", comparison=True),
+    Op("clamp.default", _clamp, "clamp"),
+    Op("clamp.out", lambda x, low=None, high=None, out=None: _clamp(x, low, high, out=out)),
+    Op("clamp_.default", lambda x, low=None, high=None: _clamp(x, low, high, inplace=True)),
+    Op("clamp.Tensor", _clamp_tensor),
+    Op("clamp_min.default", lambda x, low: _clamp(x, low, None)),
+    Op("clamp_max.default", lambda x, high: _clamp(x, None, high)),
+    Op("clamp_min_.default", lambda x, low: _clamp(x, low, None, inplace=True)),
+    Op("clamp_max_.default", lambda x, high: _clamp(x, None, high, inplace=True)),
     Op("maximum.default", lambda a, b: O.binary("maximum", a, b), "maximum"),
     Op("minimum.default", lambda a, b: O.binary("minimum", a, b), "minimum"),
     # ---- unary

@@ -419,3 +419,21 @@ def test_grouped_out_of_bounds_is_reported():
     out = torch.zeros(1000)
     with pytest.raises(tl.KernelRuntimeError, match="out-of-bounds load of argument 'x_ptr'"):
         scale_shift_kernel[(20,)](x, out, torch.ones(1), 1280, BLOCK=64)  # mask allows lanes past 1000
+
+
+@triton.jit
+def float_mod_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask, other=1.0)
+    y = tl.load(y_ptr + offsets, mask=mask, other=1.0)
+    tl.store(out_ptr + offsets, x % y, mask=mask)
+
+
+def test_float_remainder_has_the_sign_of_the_dividend():
+    """`%` on floats is C fmod (Triton's semantics), not Python's floored modulo; a zero divisor is NaN."""
+    x = torch.tensor([5.5, -5.5, 5.5, -5.5, 3.0, 1.0, 0.0])
+    y = torch.tensor([2.0, 2.0, -2.0, -2.0, 0.0, 3.0, 2.0])
+    out = torch.empty_like(x)
+    float_mod_kernel[(1,)](x, y, out, x.numel(), BLOCK=8)
+    torch.testing.assert_close(out, torch.fmod(x, y), equal_nan=True)

@@ -599,7 +599,7 @@ class _Lowering:
                 return _typed(dt, f"trunc_div({x}, {y})")
             if kind == "mod":
                 if dt.is_floating():
-                    return _typed(dt, f"math.fmod({x}, {y})")
+                    return _typed(dt, f"np.fmod({x}, {y})")
                 return _typed(dt, f"trunc_mod({x}, {y})")
             if kind in ("maximum", "minimum"):
                 function = "fmax" if kind == "maximum" else "fmin"

@@ -86,6 +86,17 @@ def _step(model: torch.nn.Module, ids: torch.Tensor, lr: float) -> tuple[torch.T
     return logits.detach(), loss.detach()
 
 
+def _forward_ms(model: torch.nn.Module, ids: torch.Tensor, repeat: int) -> float:
+    """Median wall time of an inference forward pass, in ms (kernels are compiled by then)."""
+    times = []
+    with torch.no_grad():
+        for _ in range(repeat):
+            start = time.perf_counter()
+            model(ids)
+            times.append(time.perf_counter() - start)
+    return 1e3 * sorted(times)[len(times) // 2]
+
+
 def run(device: str = "rbln:0", batch: int = 2, seq: int = 16, layers: int = 2, width: int = 64,
         heads: int = 4, vocab: int = 128, quiet: bool = False) -> dict:
     make, description = _build(vocab, width, layers, heads, max(64, seq))
@@ -102,6 +113,9 @@ def run(device: str = "rbln:0", batch: int = 2, seq: int = 16, layers: int = 2, 
     device_logits, device_loss = _step(device_model, ids.to(device), lr=0.1)
     elapsed = time.perf_counter() - start
     report = registry.fallback_report()
+    repeat = 5
+    device_ms = _forward_ms(device_model, ids.to(device), repeat)
+    cpu_ms = _forward_ms(cpu_model, ids, repeat)
 
     logits_error = (device_logits.cpu() - cpu_logits).abs().max().item()
     loss_error = abs(device_loss.item() - cpu_loss.item())
@@ -118,6 +132,8 @@ def run(device: str = "rbln:0", batch: int = 2, seq: int = 16, layers: int = 2, 
               f"{torch.rbln.physical_device_count()} simulated NPU(s)")
         print(f"model: {description} on {device}, input ids {tuple(ids.shape)}; forward + backward + SGD "
               f"step in {elapsed * 1e3:.1f} ms (first call includes kernel compilation)")
+        print(f"steady-state forward (median of {repeat}): rbln {device_ms:.1f} ms, CPU torch "
+              f"{cpu_ms:.1f} ms ({device_ms / cpu_ms:.1f}x CPU time; {torch.get_num_threads()} thread(s))")
         print(f"max |rbln - cpu|: logits {logits_error:.2e}, loss {loss_error:.2e}, "
               f"parameters after the step {param_error:.2e}")
         print("what ran where (per op):")
@@ -125,7 +141,8 @@ def run(device: str = "rbln:0", batch: int = 2, seq: int = 16, layers: int = 2, 
         print(f"PASS: rbln matches CPU, {100 * share:.1f}% of op calls on device kernels" if ok
               else "FAIL: rbln differs from CPU")
     return {"ok": ok, "share": share, "logits_error": logits_error, "loss_error": loss_error,
-            "param_error": param_error, "report": report, "model": description}
+            "param_error": param_error, "report": report, "model": description,
+            "forward_ms": device_ms, "cpu_forward_ms": cpu_ms}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,7 +64,7 @@ def _build(vocab: int, width: int, layers: int, heads: int, positions: int):
     config = GPT2Config(
         n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=positions,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
     return (lambda: GPT2LMHeadModel(config)), f"transformers GPT2LMHeadModel ({layers} layers, width {width})"
 

@@ -49,6 +49,18 @@ _TUNING = {"configs": _configs(), "key": ["M", "N", "D"],
            "prune_configs_by": {"early_config_prune": _prune_tiles}}
 
 
+@tl.jit
+def _masked_scores(s, keep, mask_ptrs, has_mask, BOOL_MASK: tl.constexpr):
+    """Scores `s` with the masks applied: -inf where `keep` (bounds, causal) or a boolean mask is false;
+    an additive mask is added elsewhere."""
+    if has_mask != 0:
+        if BOOL_MASK:
+            keep = keep & (tl.load(mask_ptrs, mask=keep, other=0) != 0)
+        else:
+            s = s + tl.load(mask_ptrs, mask=keep, other=0.0).to(tl.float32)
+    return tl.where(keep, s, -float("inf"))
+
+
 @autotune(**_TUNING)
 @tl.jit
 def attention_forward_kernel(
@@ -56,8 +68,7 @@ def attention_forward_kernel(
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     smb, smh, smm, smn, sob, soh, som, sod,
     H, M, N, D, scale, group, causal, has_mask,
-    BOOL_MASK: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BOOL_MASK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -76,6 +87,7 @@ def attention_forward_kernel(
     q = tl.reshape(tl.reshape(q * scale, (BLOCK_M * BLOCK_D,)), (BLOCK_M, BLOCK_D))
     k_base = k_ptr + b * skb + hk * skh
     v_base = v_ptr + b * svb + hk * svh
+    mask_rows = mask_ptr + b * smb + h * smh + rm[:, None] * smm
     m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
@@ -87,16 +99,8 @@ def attention_forward_kernel(
         col_ok = rn < N
         kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
                      mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        s = tl.dot(q, kt)
-        keep = row_ok[:, None] & col_ok[None, :]
-        keep = keep & ((rn[None, :] <= rm[:, None]) | (causal == 0))
-        if has_mask != 0:
-            mask_tile = mask_ptr + b * smb + h * smh + rm[:, None] * smm + rn[None, :] * smn
-            if BOOL_MASK:
-                keep = keep & (tl.load(mask_tile, mask=keep, other=0) != 0)
-            else:
-                s += tl.load(mask_tile, mask=keep, other=0.0).to(tl.float32)
-        s = tl.where(keep, s, -float("inf"))
+        keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
+        s = _masked_scores(tl.dot(q, kt), keep, mask_rows + rn[None, :] * smn, has_mask, BOOL_MASK)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
         alpha = tl.exp(m_i - m_safe)
@@ -121,10 +125,12 @@ def attention_backward_dq_kernel(
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     smb, smh, smm, smn, sob, soh, som, sod, sgb, sgh, sgm, sgd, sdqb, sdqh, sdqm, sdqd,
     H, M, N, D, scale, group, causal, has_mask,
-    BOOL_MASK: tl.constexpr,
+    BOOL_MASK: tl.constexpr, EXACT_DELTA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """delta = rowsum(dO * O) (stored for the dK/dV kernel) and dQ for BLOCK_M query rows of one head."""
+    """delta = rowsum(dO * O) (stored for the dK/dV kernel) and dQ for BLOCK_M query rows of one head.
+    EXACT_DELTA (half-precision outputs): O is recomputed in float32 from the saved lse for delta, since
+    the rounding of the stored O would otherwise enter every dS (badly when the softmax is peaked)."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -142,37 +148,43 @@ def attention_backward_dq_kernel(
     do = tl.load(dout_ptr + b * sgb + h * sgh + rm[:, None] * sgm + rd[None, :] * sgd,
                  mask=tile_ok, other=0.0).to(tl.float32)
     do = tl.reshape(tl.reshape(do, (BLOCK_M * BLOCK_D,)), (BLOCK_M, BLOCK_D))  # kept in a buffer
-    o = tl.load(out_ptr + b * sob + h * soh + rm[:, None] * som + rd[None, :] * sod,
-                mask=tile_ok, other=0.0).to(tl.float32)
-    delta = tl.sum(do * o, axis=1)
-    tl.store(delta_ptr + bh * M + rm, delta, mask=row_ok)
     lse = tl.load(lse_ptr + bh * M + rm, mask=row_ok, other=0.0)
     lse = tl.where(lse == -float("inf"), float("inf"), lse)  # rows that saw no key: P = 0
     k_base = k_ptr + b * skb + hk * skh
     v_base = v_ptr + b * svb + hk * svh
-    dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    mask_rows = mask_ptr + b * smb + h * smh + rm[:, None] * smm
     hi = N
     if causal != 0:
         hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
+    if EXACT_DELTA:
+        o = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        for start in range(0, hi, BLOCK_N):
+            rn = start + rn0
+            col_ok = rn < N
+            kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
+                         mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+            keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
+            s = _masked_scores(tl.dot(q, kt), keep, mask_rows + rn[None, :] * smn, has_mask, BOOL_MASK)
+            v = tl.load(v_base + rn[:, None] * svn + rd[None, :] * svd,
+                        mask=col_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+            o += tl.dot(tl.exp(s - lse[:, None]), v)
+    else:
+        o = tl.load(out_ptr + b * sob + h * soh + rm[:, None] * som + rd[None, :] * sod,
+                    mask=tile_ok, other=0.0).to(tl.float32)
+    delta = tl.sum(do * o, axis=1)
+    tl.store(delta_ptr + bh * M + rm, delta, mask=row_ok)
+    dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for start in range(0, hi, BLOCK_N):
         rn = start + rn0
         col_ok = rn < N
         kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
                      mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        s = tl.dot(q, kt)
-        keep = row_ok[:, None] & col_ok[None, :]
-        keep = keep & ((rn[None, :] <= rm[:, None]) | (causal == 0))
-        if has_mask != 0:
-            mask_tile = mask_ptr + b * smb + h * smh + rm[:, None] * smm + rn[None, :] * smn
-            if BOOL_MASK:
-                keep = keep & (tl.load(mask_tile, mask=keep, other=0) != 0)
-            else:
-                s += tl.load(mask_tile, mask=keep, other=0.0).to(tl.float32)
-        p = tl.where(keep, tl.exp(s - lse[:, None]), 0.0)
+        keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
+        s = _masked_scores(tl.dot(q, kt), keep, mask_rows + rn[None, :] * smn, has_mask, BOOL_MASK)
+        p = tl.exp(s - lse[:, None])
         vt = tl.load(v_base + rn[None, :] * svn + rd[:, None] * svd,
                      mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        dp = tl.dot(do, vt)
-        ds = p * (dp - delta[:, None])
+        ds = p * (tl.dot(do, vt) - delta[:, None])
         dq += tl.dot(ds, tl.trans(kt))
     dq = dq * scale
     tl.store(dq_ptr + b * sdqb + h * sdqh + rm[:, None] * sdqm + rd[None, :] * sdqd,
@@ -186,11 +198,10 @@ def attention_backward_dkdv_kernel(
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     smb, smh, smm, smn, sgb, sgh, sgm, sgd, sdkb, sdkh, sdkn, sdkd, sdvb, sdvh, sdvn, sdvd,
     H, M, N, D, scale, group, causal, has_mask,
-    BOOL_MASK: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BOOL_MASK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """dK and dV for BLOCK_N keys of one key/value head, summed over the `group` query heads sharing it.
-    Works on transposed tiles (keys along rows): S^T = k q^T, dV += P^T dO, dK += dS^T (scale q)."""
+    Works on transposed tiles (keys along rows): S^T = k (scale q)^T, dV += P^T dO, dK += dS^T (scale q)."""
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     HK = H // group
@@ -216,30 +227,23 @@ def attention_backward_dkdv_kernel(
     for g in range(0, group):
         h = hk * group + g
         bh = b * H + h
+        mask_cols = mask_ptr + b * smb + h * smh + rn[:, None] * smn
         for start in range(lo, M, BLOCK_M):
             rm = start + rm0
             row_ok = rm < M
             qt = tl.load(q_ptr + b * sqb + h * sqh + rm[None, :] * sqm + rd[:, None] * sqd,
                          mask=d_ok[:, None] & row_ok[None, :], other=0.0).to(tl.float32)
             qt = qt * scale
-            st = tl.dot(k, qt)
-            keep = col_ok[:, None] & row_ok[None, :]
-            keep = keep & ((rn[:, None] <= rm[None, :]) | (causal == 0))
-            if has_mask != 0:
-                mask_tile = mask_ptr + b * smb + h * smh + rm[None, :] * smm + rn[:, None] * smn
-                if BOOL_MASK:
-                    keep = keep & (tl.load(mask_tile, mask=keep, other=0) != 0)
-                else:
-                    st += tl.load(mask_tile, mask=keep, other=0.0).to(tl.float32)
+            keep = col_ok[:, None] & row_ok[None, :] & ((rn[:, None] <= rm[None, :]) | (causal == 0))
+            st = _masked_scores(tl.dot(k, qt), keep, mask_cols + rm[None, :] * smm, has_mask, BOOL_MASK)
             lse = tl.load(lse_ptr + bh * M + rm, mask=row_ok, other=0.0)
             lse = tl.where(lse == -float("inf"), float("inf"), lse)
-            pt = tl.where(keep, tl.exp(st - lse[None, :]), 0.0)
+            pt = tl.exp(st - lse[None, :])
             do = tl.load(dout_ptr + b * sgb + h * sgh + rm[:, None] * sgm + rd[None, :] * sgd,
                          mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
             dv += tl.dot(pt, do)
-            dpt = tl.dot(v, tl.trans(do))
             delta = tl.load(delta_ptr + bh * M + rm, mask=row_ok, other=0.0)
-            dst = pt * (dpt - delta[None, :])
+            dst = pt * (tl.dot(v, tl.trans(do)) - delta[None, :])
             dk += tl.dot(dst, tl.trans(qt))
     tl.store(dk_ptr + b * sdkb + hk * sdkh + rn[:, None] * sdkn + rd[None, :] * sdkd,
              dk.to(dk_ptr.dtype.element_ty), mask=kv_ok)

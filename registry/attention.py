@@ -276,7 +276,8 @@ def fused_attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: t
     K.attention_backward_dq_kernel[_grid(M, B * H)](
         query, key, value, mask, out, grad_out, logsumexp, delta, grad_query,
         *query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *out.stride(), *grad_out.stride(),
-        *grad_query.stride(), *shared, BOOL_MASK=g.bool_mask, BLOCK_D=g.block_d,
+        *grad_query.stride(), *shared, BOOL_MASK=g.bool_mask, EXACT_DELTA=query.dtype != torch.float32,
+        BLOCK_D=g.block_d,
     )
     K.attention_backward_dkdv_kernel[_kv_grid(N, B * (H // g.group))](
         query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value,

@@ -1,0 +1,349 @@
+"""Scaled dot-product attention on rbln: the flash kernels against PyTorch's CPU SDPA.
+
+Every case checks the forward and the gradients against CPU and that the device kernels ran (counted
+in `registry.device_counts()`); declined calls must name their reason in `fallback_report()`.
+Shapes are small and mostly use head dim <= 16 and sequences < 64, so the whole file compiles few
+kernel specialisations (one tile config each); larger head dims and tiles are `slow`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_rbln.registry import attention as A
+
+import torch_rbln  # noqa: F401
+from torch_rbln import registry
+
+FORWARD = A.FORWARD
+BACKWARD = A.BACKWARD
+# float32: absolute/relative tolerance against CPU. float16/bfloat16: both rbln and CPU are compared with
+# a float64 reference computed from the same (rounded) inputs, and rbln's largest error may be at most
+# twice CPU's plus this floor (the two round differently; neither is "the" answer).
+F32_TOL = 2e-5
+HALF_FLOOR = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def assert_like_cpu(actual: torch.Tensor, cpu: torch.Tensor, reference: torch.Tensor | None,
+                    what: str) -> None:
+    actual = actual.detach().cpu()
+    if actual.dtype == torch.float32 or reference is None:
+        torch.testing.assert_close(actual, cpu.detach(), atol=F32_TOL, rtol=F32_TOL, equal_nan=True,
+                                   msg=lambda m: f"{what}: {m}")
+        return
+    assert actual.dtype == cpu.dtype
+    ours = (actual.double() - reference).abs().max().item()
+    theirs = (cpu.detach().double() - reference).abs().max().item()
+    bound = 2 * theirs + HALF_FLOOR[actual.dtype]
+    assert ours <= bound, f"{what}: rbln error {ours:.3g} vs float64, CPU {theirs:.3g} (bound {bound:.3g})"
+
+
+@pytest.fixture
+def fallback_logs():
+    """INFO records of the torch_rbln loggers (they do not propagate to the root logger)."""
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("torch_rbln")
+    handler, previous = Collect(level=logging.INFO), logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+    logger.setLevel(previous)
+
+
+def _device(t: torch.Tensor | None, grad: bool) -> torch.Tensor | None:
+    if t is None:
+        return None
+    return t.detach().to("rbln").requires_grad_(grad and t.is_floating_point())
+
+
+def _leaf(t: torch.Tensor | None, grad: bool) -> torch.Tensor | None:
+    if t is None:
+        return None
+    return t.detach().clone().requires_grad_(grad and t.is_floating_point())
+
+
+def run_both(args: list, mask: torch.Tensor | None, grad: bool, seed: int = 0, **kwargs) -> tuple:
+    """SDPA on CPU, on rbln (and in float64 for half inputs), forward and (with `grad`) backward with the
+    same output gradient. Returns (outputs, grads) as [cpu, rbln, float64 or None] lists; the fallback
+    report afterwards covers the rbln call only."""
+    half = args[0].dtype in HALF_FLOOR
+    mask64 = mask if mask is None or mask.dtype == torch.bool else mask.double()
+    runs = [([_leaf(t, grad) for t in args], mask), ([_device(t, grad) for t in args], _device(mask, False))]
+    if half:
+        runs.append(([_leaf(t.double(), grad) for t in args], mask64))
+    outputs: list = [None, None, None]
+    grads: list = [None, None, None]
+    grad_out = None
+    for i, (tensors, run_mask) in enumerate(runs):
+        if i == 1:
+            registry.reset_fallback_report()
+        torch.manual_seed(seed)  # the same dropout draw for declined dropout calls
+        out = F.scaled_dot_product_attention(*tensors, attn_mask=run_mask, **kwargs)
+        outputs[i] = out
+        if grad:
+            if grad_out is None:
+                grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out.dtype)
+            torch.manual_seed(seed)
+            out.backward(grad_out.to(out.device, out.dtype))
+            grads[i] = [t.grad for t in tensors]
+    return outputs, grads  # the float64 run touches no rbln tensor: the report is the rbln call's
+
+
+def check_sdpa(q, k, v, mask=None, *, grad=True, expect_device=True, **kwargs) -> dict:
+    """Compare rbln with CPU (forward, and gradients when `grad`); return the rbln call's report."""
+    outputs, grads = run_both([q, k, v], mask, grad, **kwargs)
+    report = registry.fallback_report()
+    assert outputs[1].device.type == "rbln"
+    assert_like_cpu(outputs[1], outputs[0], outputs[2], "output")
+    if grad:
+        for i, name in enumerate("qkv"):
+            assert_like_cpu(grads[1][i], grads[0][i], grads[2][i] if grads[2] else None, f"grad of {name}")
+    if expect_device:
+        counts = registry.device_counts()
+        assert counts.get(FORWARD) == 1, registry.format_report(report)
+        assert counts.get(BACKWARD) == (1 if grad else None), registry.format_report(report)
+        assert A.SDPA not in report, registry.format_report(report)
+    return report
+
+
+def _qkv(b, h, m, n, d, *, hk=None, dtype=torch.float32, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    hk = h if hk is None else hk
+    make = lambda *shape: torch.randn(*shape, generator=generator).to(dtype)  # noqa: E731
+    return make(b, h, m, d), make(b, hk, n, d), make(b, hk, n, d)
+
+
+CASES = {
+    # name: (q/k/v shape args, sdpa kwargs builder)
+    "causal_odd_length": ((1, 2, 37, 37, 16), lambda: {"is_causal": True}),
+    "causal_q_longer": ((1, 2, 45, 20, 16), lambda: {"is_causal": True}),
+    "causal_kv_longer": ((2, 2, 20, 45, 16), lambda: {"is_causal": True}),
+    "plain_custom_scale": ((2, 3, 33, 50, 8), lambda: {"scale": 0.37}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_forward_backward_match_cpu(name):
+    shape, kwargs = CASES[name]
+    check_sdpa(*_qkv(*shape), **kwargs())
+
+
+@pytest.mark.parametrize("backward", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_boolean_mask_with_fully_masked_row(backward):
+    q, k, v = _qkv(2, 2, 37, 45, 16)
+    mask = torch.rand(37, 45, generator=torch.Generator().manual_seed(1)) > 0.4
+    mask[5] = False  # a query that sees no key: output 0, no NaN (PyTorch's safe softmax)
+    check_sdpa(q, k, v, mask, grad=backward)
+
+
+def test_additive_mask_broadcast_over_batch_and_heads_with_scale():
+    q, k, v = _qkv(2, 3, 29, 41, 16)
+    bias = torch.randn(2, 1, 1, 41)
+    bias[1, ..., 7] = -math.inf
+    check_sdpa(q, k, v, bias, scale=0.2)
+    per_head = torch.randn(1, 3, 29, 41)  # broadcast over the batch only
+    check_sdpa(q, k, v, per_head)
+
+
+def test_grouped_query_attention_and_3d_inputs():
+    q, k, v = _qkv(1, 4, 30, 30, 16, hk=2)
+    check_sdpa(q, k, v, is_causal=True, enable_gqa=True)
+    q, k, v = _qkv(1, 1, 21, 26, 16)
+    check_sdpa(q[0], k[0], v[0], torch.randn(21, 26))
+
+
+def test_strided_inputs_need_no_copy_and_output_follows_query_layout():
+    # the (B, L, H, D) -> transpose(1, 2) views models hand to SDPA
+    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in _qkv(1, 2, 19, 19, 16))
+    report = check_sdpa(q, k, v, is_causal=True)
+    assert "aten::clone" not in report and "aten::_to_copy" not in report
+    out = F.scaled_dot_product_attention(*(t.to("rbln") for t in (q, k, v)))
+    assert out.stride() == q.stride()
+
+
+@pytest.mark.parametrize("dtype, backward", [
+    (torch.float32, True), (torch.float16, False), (torch.bfloat16, False),
+    pytest.param(torch.float16, True, marks=pytest.mark.slow),
+    pytest.param(torch.bfloat16, True, marks=pytest.mark.slow),
+], ids=["float32", "float16-forward", "bfloat16-forward", "float16", "bfloat16"])
+def test_opinfo_samples_match_cpu(dtype, backward):
+    """The OpInfo samples of nn.functional.scaled_dot_product_attention, forward and backward (half
+    precision backward is `slow`: two more kernel compilations per dtype). Samples the kernels decline
+    (dropout, 3-D queries with 4-D keys) run on the CPU and must carry a reason; with the same seed,
+    dropout samples equal the CPU run."""
+    op_db = pytest.importorskip("torch.testing._internal.common_methods_invocations").op_db
+    info = next(i for i in op_db if i.name == "nn.functional.scaled_dot_product_attention")
+    on_device = declined = 0
+    for sample in info.sample_inputs("cpu", dtype, requires_grad=backward):
+        kwargs = dict(sample.kwargs)
+        mask = kwargs.pop("attn_mask", None)
+        outputs, grads = run_both([sample.input, *sample.args], mask, backward, **kwargs)
+        counts = registry.device_counts()
+        if counts.get(FORWARD):
+            assert counts.get(BACKWARD) == (1 if backward else None)
+            on_device += 1
+            assert_like_cpu(outputs[1], outputs[0], outputs[2], f"{sample}")
+            for i in range(3 if backward else 0):
+                assert_like_cpu(grads[1][i], grads[0][i], grads[2][i] if grads[2] else None, f"grad {i}")
+        else:
+            assert registry.fallback_report()[A.SDPA]["reasons"], "a declined call must carry its reason"
+            declined += 1
+            torch.testing.assert_close(outputs[1].detach().cpu(), outputs[0].detach())
+            for i in range(3 if backward else 0):
+                torch.testing.assert_close(grads[1][i].cpu(), grads[0][i])
+    assert on_device >= 8 and declined >= 1, (on_device, declined)
+
+
+def test_dropout_declines_to_cpu_with_logged_reason(fallback_logs):
+    q, k, v = _qkv(1, 2, 12, 12, 16)
+    cpu_leaf, dev_leaf = _leaf(q, True), _device(q, True)
+    torch.manual_seed(3)
+    expected = F.scaled_dot_product_attention(cpu_leaf, k, v, dropout_p=0.5)
+    registry.reset_fallback_report()
+    torch.manual_seed(3)
+    actual = F.scaled_dot_product_attention(dev_leaf, k.to("rbln"), v.to("rbln"), dropout_p=0.5)
+    torch.testing.assert_close(actual.detach().cpu(), expected.detach())  # the same CPU dropout draw
+    expected.sum().backward()
+    actual.sum().backward()
+    torch.testing.assert_close(dev_leaf.grad.cpu(), cpu_leaf.grad)
+    row = registry.fallback_report()[A.SDPA]
+    assert row["cpu"] == 1 and any("dropout_p > 0" in reason for reason in row["reasons"])
+    assert FORWARD not in registry.device_counts()
+    assert any("scaled_dot_product_attention" in r.getMessage() and "dropout" in r.getMessage()
+               for r in fallback_logs)
+
+
+def test_other_declines_run_pytorch_cpu_and_say_why():
+    q, k, v = _qkv(1, 2, 10, 12, 16)
+    bias = torch.randn(10, 12, requires_grad=True)
+    dev_bias = bias.detach().to("rbln").requires_grad_()
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    registry.reset_fallback_report()
+    actual = F.scaled_dot_product_attention(q.to("rbln"), k.to("rbln"), v.to("rbln"), attn_mask=dev_bias)
+    expected.sum().backward()
+    actual.sum().backward()
+    torch.testing.assert_close(dev_bias.grad.cpu(), bias.grad, atol=1e-5, rtol=1e-5)
+    assert registry.fallback_report()[A.SDPA]["reasons"] == {"attn_mask requires grad": 1}
+    bad = q.clone()
+    bad[0, 0, 0, 0] = math.nan
+    registry.reset_fallback_report()
+    out = F.scaled_dot_product_attention(bad.to("rbln"), k.to("rbln"), v.to("rbln"))
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(bad, k, v), equal_nan=True)
+    assert registry.fallback_report()[A.SDPA]["reasons"] == {"nan_inf": 1}
+    with pytest.raises(RuntimeError):  # invalid calls raise PyTorch's own error (from its CPU kernel)
+        F.scaled_dot_product_attention(q.to("rbln"), k.to("rbln")[..., :8], v.to("rbln"))
+
+
+def test_fused_op_rejects_what_it_cannot_compute():
+    q, k, v = (t.to("rbln") for t in _qkv(1, 2, 8, 8, 16))
+    fused = torch.ops.aten._scaled_dot_product_fused_attention_overrideable
+    with pytest.raises(NotImplementedError, match="no dropout"):
+        fused(q, k, v, None, 0.5)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        fused(q, k, v, torch.zeros(3, 8, device="rbln"))
+    with pytest.raises(ValueError, match="not a multiple"):
+        fused(q, k[:, :1].expand(1, 3, 8, 16), v)
+
+
+def test_inference_mode_and_unsupported_reasons():
+    q, k, v = _qkv(1, 2, 9, 9, 16)
+    registry.reset_fallback_report()
+    with torch.inference_mode():
+        out = F.scaled_dot_product_attention(q.to("rbln"), k.to("rbln"), v.to("rbln"), is_causal=True)
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                               atol=2e-5, rtol=2e-5)
+    assert registry.device_counts()[FORWARD] == 1
+    d = [t.to("rbln") for t in (q, k, v)]
+    assert A.unsupported(*d, None, 0.1, False, False).startswith("dropout_p > 0")
+    assert A.unsupported(d[0], d[1][:, :1], d[2][:, :1], None, 0.0, False, False) == \
+        "query and key/value head counts differ without enable_gqa"
+    assert A.unsupported(*d, torch.ones(9, 9, dtype=torch.bool, device="rbln"), 0.0, True, False) == \
+        "attn_mask together with is_causal"
+    assert A.unsupported(*(t.double() for t in d), None, 0.0, False, False) == "dtype float64"
+
+
+def test_autotune_prunes_tiles_to_the_sequence_lengths():
+    from torch_rbln.kernels.attention import _configs, _prune_tiles
+
+    tiles = lambda m, n: [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"])  # noqa: E731
+                          for c in _prune_tiles(_configs(), {"M": m, "N": n})]
+    assert tiles(37, 45) == [(32, 32)]
+    assert tiles(512, 512) == [(32, 32), (64, 64), (128, 64), (128, 128)]
+    assert tiles(100, 1000) == [(32, 32), (64, 64)]
+
+
+def _hf_models():
+    transformers = pytest.importorskip("transformers")
+    transformers.utils.logging.set_verbosity_error()
+    drop = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    gpt2 = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32,
+                                   attn_implementation="sdpa", **drop)
+    llama = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
+                                     num_key_value_heads=2, intermediate_size=64, vocab_size=64,
+                                     max_position_embeddings=32, attn_implementation="sdpa")
+    return {"gpt2": lambda: transformers.GPT2LMHeadModel(gpt2),
+            "llama": lambda: transformers.LlamaForCausalLM(llama)}
+
+
+@pytest.mark.slow  # compiles every kernel of the model (embedding, layer norm, linear, ...) on a cold cache
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+def test_huggingface_sdpa_attention_runs_on_device(model):
+    """HF models with attn_implementation="sdpa" (Llama: grouped-query attention via enable_gqa):
+    logits and gradients match CPU, and every attention call ran on the flash kernels."""
+    make = _hf_models()[model]
+    torch.manual_seed(0)
+    cpu_model = make()
+    device_model = make()
+    device_model.load_state_dict(cpu_model.state_dict())
+    device_model.to("rbln")
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+    cpu_logits = cpu_model(ids).logits
+    cpu_logits.square().mean().backward()
+    registry.reset_fallback_report()
+    logits = device_model(ids.to("rbln")).logits
+    logits.square().mean().backward()
+    torch.testing.assert_close(logits.detach().cpu(), cpu_logits.detach(), atol=1e-4, rtol=1e-4)
+    for (name, p), c in zip(device_model.named_parameters(), cpu_model.parameters(), strict=True):
+        torch.testing.assert_close(p.grad.cpu(), c.grad, atol=1e-5, rtol=1e-4,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    counts = registry.device_counts()
+    assert counts[FORWARD] == 1 and counts[BACKWARD] == 1
+    assert A.SDPA not in registry.fallback_report()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head_dim", [32, 64, 80, 128])
+def test_head_dims_and_larger_tiles(head_dim):
+    q, k, v = _qkv(1, 2, 130, 200, head_dim, seed=head_dim)
+    check_sdpa(q, k, v, is_causal=True)
+    check_sdpa(q, k, v, torch.rand(130, 200) > 0.2)
+
+
+@pytest.mark.slow
+def test_torch_compile_uses_the_flash_kernels():
+    q, k, v = _qkv(1, 2, 16, 16, 16)
+
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).sum(-1)
+
+    compiled = torch.compile(attention, backend="rbln")
+    dev = [_device(t, True) for t in (q, k, v)]
+    cpu = [_leaf(t, True) for t in (q, k, v)]
+    registry.reset_fallback_report()
+    out = compiled(*dev)
+    out.sum().backward()
+    expected = attention(*cpu)
+    expected.sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), expected.detach(), atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(dev[0].grad.cpu(), cpu[0].grad, atol=2e-5, rtol=2e-5)
+    assert registry.device_counts()[FORWARD] >= 1 and registry.device_counts()[BACKWARD] == 1

@@ -174,7 +174,6 @@ class CompiledGraph:
                 _log().debug("group %s not fused: %s", [n.name for n in group.nodes], reason)
         _stats.count("kernels_generated", len(specs))
         cache.store(key, specs)
-        _dump(self.name, key, self.gm, specs)
         return specs
 
     def _build(self, tp: int) -> Callable:
@@ -182,6 +181,7 @@ class CompiledGraph:
             if not _static(self.example_inputs):
                 raise Unsupported("dynamic shapes (compile with dynamic=False to get fused kernels)")
             specs = self._plan(tp)
+            _dump(self.name, self.gm, specs)
             runners = [FusedKernel(spec, tp, subgraph_module(self.gm, spec)) for spec in specs]
             module = fuse_graph(self.gm, specs, runners)
             self.specs = specs
@@ -232,7 +232,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence, options: Compile
     return CompiledGraph(gm, example_inputs, options or CompileOptions(), phase)
 
 
-def _dump(name: str, key: str, gm: fx.GraphModule, specs: list[KernelSpec]) -> None:
+def _dump(name: str, gm: fx.GraphModule, specs: list[KernelSpec]) -> None:
     """With TORCH_RBLN_DUMP_KERNELS=<dir>: each fused kernel's source and the graph it came from."""
     directory = config.get("TORCH_RBLN_DUMP_KERNELS")
     if not directory:
@@ -242,7 +242,7 @@ def _dump(name: str, key: str, gm: fx.GraphModule, specs: list[KernelSpec]) -> N
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     nodes = {node.name: node for node in gm.graph.nodes}
-    lines = [f"# {name} (graph cache key {key})", gm.code.strip(), ""]
+    lines = [f"# {name}: the ATen graph, then the nodes each fused kernel computes", gm.code.strip(), ""]
     for spec in specs:
         (root / f"{spec.name}.py").write_text(spec.source)
         group = [f"#   {nodes[n].format_node()}" for n in spec.nodes]

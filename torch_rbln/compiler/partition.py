@@ -272,6 +272,9 @@ class _Partitioner:
                     continue
                 group.reduce_rank = k
                 self._add(group, node)
+                for other in candidates:
+                    if other is not group:
+                        self._try_merge(group, other)
                 break
             else:
                 self._start(node, kind)
@@ -279,6 +282,45 @@ class _Partitioner:
         for number, group in enumerate(kept):
             group.index = number
         return kept
+
+    def _try_merge(self, group: Group, other: Group) -> None:
+        """Absorb ``other`` (a pointwise group of the same full shape that feeds ``group``'s new node, e.g.
+        the ``x * 0.5`` branch of a decomposed GELU) when that leaves the unit graph acyclic."""
+        if other.is_rows or other.shape != group.shape or not other.nodes:
+            return
+        merged = set(group.nodes) | set(other.nodes)
+        outside = [o for member in merged for o in member.all_input_nodes if o not in merged]
+        if group.is_rows and any(
+            trailing_stride(o, group.shape, group.reduce_rank) is None
+            for member in other.nodes for o in member.all_input_nodes if o not in merged
+        ):
+            return
+        if self._reaches(outside, merged):
+            return
+        position = {node: i for i, node in enumerate(self.graph.nodes)}
+        group.nodes = sorted(merged, key=position.__getitem__)
+        for member in other.nodes:
+            self.group_of[member] = group
+        other.nodes = []
+
+    def _reaches(self, start: list[fx.Node], targets: set[fx.Node]) -> bool:
+        """Whether any of ``start`` depends on a node of ``targets`` (other groups count as units)."""
+        seen: set[fx.Node] = set()
+        stack = list(start)
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if node in targets:
+                return True
+            owner = self.group_of.get(node)
+            if owner is not None and not (set(owner.nodes) & targets):
+                for member in owner.nodes:
+                    stack.extend(member.all_input_nodes)
+            else:
+                stack.extend(node.all_input_nodes)
+        return False
 
     def _add(self, group: Group, node: fx.Node) -> None:
         group.nodes.append(node)

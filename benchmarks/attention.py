@@ -1,0 +1,108 @@
+"""Scaled dot-product attention on rbln (the flash kernels) vs torch CPU SDPA at equal threads, one process.
+
+Run: python benchmarks/attention.py [--threads 1] [--repeats 5] [--lengths 512 1024] [--quick]
+
+For each (B, H, L, D) shape, float32, causal and not: the forward alone and forward + backward
+(`out.backward(grad)` with q, k, v requiring grad), timed as the median wall time of `--repeats` runs
+(CPU and rbln alternating) after one warm-up call (kernel compilation and autotuning of the tile
+sizes happen there; reported separately). ratio = rbln time / CPU time (below 1: rbln is faster).
+torch runs on `--threads` threads; rbln kernels on one simulated NPU (one thread), or on `--threads`
+NPUs of one logical device (`TORCH_RBLN_USE_DEVICE_TP=ON`, `RBLN_NPUS_PER_DEVICE`) when `--threads`
+> 1. Every rbln measurement is checked to have run on the device kernels (no CPU fallback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+
+def _parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024])
+    parser.add_argument("--quick", action="store_true", help="one length (256), 3 repeats")
+    return parser.parse_args(argv)
+
+
+def _medians_s(first: Callable[[], object], second: Callable[[], object],
+               repeats: int) -> tuple[float, float]:
+    """Median wall times of `first` and `second`, run alternately (a shared machine's load drifts)."""
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for fn, times in zip((first, second), samples, strict=True):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.quick:
+        args.lengths, args.repeats = [256], 3
+    if args.threads > 1:  # before torch_rbln is imported (it is loaded by `import torch`)
+        os.environ.setdefault("TORCH_RBLN_USE_DEVICE_TP", "ON")
+        os.environ.setdefault("RBLN_NPUS_PER_DEVICE", str(args.threads))
+    import torch
+    import torch.nn.functional as F
+    from torch_rbln.registry.attention import BACKWARD, FORWARD
+
+    import torch_rbln  # noqa: F401
+    from torch_rbln import registry
+
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}: {args.threads} thread(s) for torch, rbln kernels on {args.threads} "
+          f"simulated NPU(s); float32, medians of {args.repeats} runs")
+    header = (f"{'B,H,L,D':<16} {'causal':<6} {'pass':<9} {'cpu ms':>9} {'rbln ms':>9} {'ratio':>7} "
+              f"{'cpu GF/s':>9} {'rbln GF/s':>9} {'warm-up s':>9}")
+    print(header)
+    print("-" * len(header))
+    B, H, D = args.batch, args.heads, args.head_dim
+    for L in args.lengths:
+        generator = torch.Generator().manual_seed(L)
+        q, k, v, grad = (torch.randn(B, H, L, D, generator=generator) for _ in range(4))
+        for causal in (False, True):
+            flops = 4 * B * H * L * L * D * (0.5 if causal else 1.0)
+            for backward in (False, True):
+                cpu_inputs = [t.clone().requires_grad_(backward) for t in (q, k, v)]
+                dev_inputs = [t.to("rbln").requires_grad_(backward) for t in (q, k, v)]
+                dev_grad = grad.to("rbln")
+
+                def step(inputs, g, backward=backward, causal=causal):
+                    out = F.scaled_dot_product_attention(*inputs, is_causal=causal)
+                    if backward:
+                        for t in inputs:
+                            t.grad = None
+                        out.backward(g)
+                    return out
+
+                registry.reset_fallback_report()
+                start = time.perf_counter()
+                step(dev_inputs, dev_grad)
+                warm_up = time.perf_counter() - start
+                report = registry.fallback_report()
+                counts = registry.device_counts()
+                if any(row["cpu"] for row in report.values()) or not counts.get(FORWARD) or (
+                        backward and not counts.get(BACKWARD)):
+                    print(f"  note: not all on device kernels:\n{registry.format_report(report)}")
+                step(cpu_inputs, grad)
+                cpu, dev = _medians_s(lambda c=cpu_inputs, g=grad: step(c, g),
+                                      lambda d=dev_inputs, g=dev_grad: step(d, g), args.repeats)
+                work = flops * (3.5 if backward else 1.0)  # backward: 5 matmuls to the forward's 2
+                print(f"{f'{B},{H},{L},{D}':<16} {str(causal):<6} {'fwd+bwd' if backward else 'fwd':<9} "
+                      f"{cpu * 1e3:9.2f} {dev * 1e3:9.2f} {dev / cpu:6.2f}x {work / cpu / 1e9:9.2f} "
+                      f"{work / dev / 1e9:9.2f} {warm_up:9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

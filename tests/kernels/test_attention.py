@@ -184,7 +184,7 @@ def test_opinfo_samples_match_cpu(dtype, backward):
     op_db = pytest.importorskip("torch.testing._internal.common_methods_invocations").op_db
     info = next(i for i in op_db if i.name == "nn.functional.scaled_dot_product_attention")
     on_device = declined = 0
-    for sample in info.sample_inputs("cpu", dtype, requires_grad=backward):
+    for number, sample in enumerate(info.sample_inputs("cpu", dtype, requires_grad=backward)):
         kwargs = dict(sample.kwargs)
         mask = kwargs.pop("attn_mask", None)
         outputs, grads = run_both([sample.input, *sample.args], mask, backward, **kwargs)
@@ -192,9 +192,10 @@ def test_opinfo_samples_match_cpu(dtype, backward):
         if counts.get(FORWARD):
             assert counts.get(BACKWARD) == (1 if backward else None)
             on_device += 1
-            assert_like_cpu(outputs[1], outputs[0], outputs[2], f"{sample}")
+            assert_like_cpu(outputs[1], outputs[0], outputs[2], f"sample {number}")
             for i in range(3 if backward else 0):
-                assert_like_cpu(grads[1][i], grads[0][i], grads[2][i] if grads[2] else None, f"grad {i}")
+                assert_like_cpu(grads[1][i], grads[0][i], grads[2][i] if grads[2] else None,
+                                f"sample {number}, grad {i}")
         else:
             assert registry.fallback_report()[A.SDPA]["reasons"], "a declined call must carry its reason"
             declined += 1

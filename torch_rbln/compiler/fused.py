@@ -122,7 +122,7 @@ class FusedKernel:
         for tensor, stride in zip(inputs, self._strides, strict=True):
             if tensor.stride() != stride:
                 return self._run_eager(inputs, f"strides {tuple(tensor.stride())} instead of {stride}")
-        device = inputs[0].device
+        device = next((t.device for t in inputs if t.device.type != "cpu"), inputs[0].device)
         outputs = self._allocate(device)
         args = [*inputs, *outputs, *self._scalars]
         options = self._options(device)

@@ -147,15 +147,21 @@ def _classify(node: fx.Node) -> _Kind | None:
         source = node.args[0]
         if not isinstance(source, fx.Node) or not _tensor_ok(source, allow_bool=False):
             return None
+        if source.meta["val"].device != node.meta["val"].device:
+            return None
         rank = len(static_shape(source) or ())
         dims, _ = reduction_dims(node, rank)
         if rank == 0 or dims != tuple(range(rank - len(dims), rank)):
             return None  # only reductions over a suffix of dims (contiguous rows or all elements)
         return _Kind(True, dims)
+    device = node.meta["val"].device
     for position, arg in enumerate(node.args):
         if isinstance(arg, fx.Node):
             if position not in rule.tensor_args or not _tensor_ok(arg, allow_bool=True):
                 return None
+            operand = arg.meta["val"]
+            if operand.device != device and not (operand.device.type == "cpu" and operand.dim() == 0):
+                return None  # a device move (or a device mix only a CPU scalar may make)
         elif isinstance(arg, (list, tuple)) and any(isinstance(a, fx.Node) for a in arg):
             return None
     if not _emittable(node):

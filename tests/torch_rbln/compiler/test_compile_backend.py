@@ -336,3 +336,36 @@ def test_recompiles_per_shape_and_reuses_the_cache(fresh_compiler, monkeypatch, 
     assert f"[TORCH-RBLN][WARNING] graph cache entry {path} is corrupt" in err
     assert fresh_compiler.stats()["kernels_generated"] == 3
     assert json.loads(path.read_text())["key"] == keys[0]
+
+
+def test_bfloat16_is_rounded_once(fresh_compiler):
+    (x, y), _ = inputs(SHAPE, SHAPE, seed=15)
+    x, y = x.bfloat16(), y.bfloat16()
+    out = torch.compile(add_gelu_mul, backend="rbln")(x.to("rbln"), y.to("rbln"))
+    assert out.dtype == torch.bfloat16
+    reference = add_gelu_mul(x.float(), y.float())  # the fused kernel computes in float32
+    torch.testing.assert_close(out.cpu().float(), reference, atol=1e-2, rtol=1e-2)
+    assert fresh_compiler.stats()["fused_launches"] == 1
+
+
+def test_rebel_compiler_backend_gets_the_graph_and_options(monkeypatch):
+    """Where rebel-compiler is installed its own Dynamo backend compiles, with the same options."""
+    calls = []
+
+    def rebel_backend(gm, example_inputs, options=None):
+        calls.append((gm, example_inputs, options))
+        return gm.forward
+
+    class Entry:
+        name, value = "rbln", "rebel.torch_compile:backend"
+
+        def load(self):
+            return rebel_backend
+
+    monkeypatch.setattr(backend_module.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(backend_module.importlib.metadata, "entry_points", lambda group: [Entry()])
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    compiled = backend_module.rbln_backend(gm, [torch.ones(2)], options={"tensor_parallel_size": 4, "x": 1})
+    (called_gm, _, options), = calls
+    assert called_gm is gm and options == {"tensor_parallel_size": 4, "x": 1}
+    assert compiled(torch.ones(2)).tolist() == [2.0, 2.0]

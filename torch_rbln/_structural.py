@@ -72,6 +72,11 @@ def copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
     """Copies in every direction (cpu<->rbln, rbln:i->rbln:j), with dtype conversion and broadcasting."""
     if non_blocking:
         _check_non_blocking()
+    if not (self.is_cpu or dst.is_cpu):
+        from torch_rbln.registry import _copy  # device-to-device: the strided copy kernel
+
+        if _copy.copy_on_device(self, dst):
+            return dst
     _host(dst).copy_(_host(self))
     return dst
 

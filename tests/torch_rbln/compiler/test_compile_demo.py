@@ -35,7 +35,8 @@ def test_demo_forward_and_training_step_match(fresh_compiler):
     torch.testing.assert_close(compiled_logits, cpu_logits, atol=ATOL, rtol=ATOL)
     torch.testing.assert_close(compiled_logits, eager_logits, atol=ATOL, rtol=ATOL)
     inference = fresh_compiler.stats()
-    assert inference["fused_launches"] >= 8  # 2 layers x (2 layer norms, softmax, gelu) + final norm
+    # embeddings add + layer norm, then per layer: GELU, and twice residual add + the next layer norm
+    assert inference["fused_launches"] >= 7
 
     cpu_logits, cpu_loss = demo._step(cpu, ids, lr=0.1)
     registry.reset_fallback_report()
@@ -48,7 +49,7 @@ def test_demo_forward_and_training_step_match(fresh_compiler):
             torch.testing.assert_close(value.cpu(), cpu_state[name], atol=ATOL, rtol=ATOL, msg=name)
     stats = fresh_compiler.stats()
     assert stats["graphs_compiled"] >= 3  # inference, training forward, backward
-    assert stats["fused_launches"] > inference["fused_launches"] + 8
+    assert stats["fused_launches"] >= inference["fused_launches"] + 14  # training forward and backward
     assert stats["eager_graphs"] == 0 and stats["compile_errors"] == 0
     report = registry.fallback_report()
     assert sum(r["device"] for r in report.values()) > 0  # matmuls etc. ran on registry kernels

@@ -33,7 +33,7 @@ from torch_rbln.autotune import Config, autotune
 TILES = ((32, 32), (64, 64), (128, 64), (128, 128))
 
 
-def _prune_tiles(configs, nargs, **kwargs):
+def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
     """Drop tiles much larger than the sequences: a tile is kept when it is the smallest one, or when
     both sequence lengths are at least its size."""
     M, N = nargs["M"], nargs["N"]

@@ -369,3 +369,12 @@ def test_rebel_compiler_backend_gets_the_graph_and_options(monkeypatch):
     (called_gm, _, options), = calls
     assert called_gm is gm and options == {"tensor_parallel_size": 4, "x": 1}
     assert compiled(torch.ones(2)).tolist() == [2.0, 2.0]
+
+
+def test_symbolic_shapes_run_on_the_registry_with_a_warning(fresh_compiler, capsys):
+    (x, y), (xr, yr) = inputs(SHAPE, SHAPE, seed=16)
+    out = torch.compile(add_gelu_mul, backend="rbln", dynamic=True)(xr, yr)
+    torch.testing.assert_close(out.cpu(), add_gelu_mul(x, y), atol=ATOL, rtol=RTOL)
+    assert "dynamic=False" in capsys.readouterr().err
+    stats = fresh_compiler.stats()
+    assert stats["eager_graphs"] == 1 and stats["fused_launches"] == 0

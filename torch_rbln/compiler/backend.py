@@ -178,8 +178,6 @@ class CompiledGraph:
 
     def _build(self, tp: int) -> Callable:
         try:
-            if not _static(self.example_inputs):
-                raise Unsupported("dynamic shapes (compile with dynamic=False to get fused kernels)")
             specs = self._plan(tp)
             _dump(self.name, self.gm, specs)
             runners = [FusedKernel(spec, tp, subgraph_module(self.gm, spec)) for spec in specs]
@@ -226,10 +224,55 @@ class CompiledGraph:
         return result
 
 
+def _shape_key(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), value.stride(), value.dtype, value.device)
+    return value
+
+
+class PerShapeGraph:
+    """A graph with symbolic sizes (Dynamo's automatic dynamic shapes, or ``dynamic=True``): each call's
+    concrete shapes get their own static graph (re-traced with ``make_fx``) and :class:`CompiledGraph`,
+    so kernels are still planned for static shapes, one graph per shape as upstream."""
+
+    def __init__(self, gm: fx.GraphModule, options: CompileOptions, phase: str) -> None:
+        self.gm = gm
+        self.options = options
+        self.phase = phase
+        self._graphs: dict[tuple, Callable] = {}
+
+    def _specialize(self, args: Sequence) -> Callable:
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        try:
+            static = make_fx(self.gm, tracing_mode="fake")(*args)
+            example = [node.meta.get("val") for node in static.graph.nodes if node.op == "placeholder"]
+        except Exception as error:  # noqa: BLE001 - the documented fallback: run the graph eagerly
+            if config.fallback_disabled("compile_error"):
+                raise
+            _log().warning("torch.compile(backend='rbln') could not specialise a dynamic-shape graph "
+                           "(%s: %s); it runs eagerly on the registry", type(error).__name__, error)
+            _stats.count("eager_graphs")
+            return self.gm
+        _log().debug("specialising a dynamic-shape %s graph to %s", self.phase,
+                     [tuple(v.shape) for v in example if isinstance(v, torch.Tensor)])
+        return CompiledGraph(static, example, self.options, self.phase)
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple(_shape_key(a) for a in args)
+        graph = self._graphs.get(key)
+        if graph is None:
+            graph = self._graphs[key] = self._specialize(args)
+        return graph(*args)
+
+
 def compile_graph(gm: fx.GraphModule, example_inputs: Sequence, options: CompileOptions | None = None,
-                  phase: str = "inference") -> CompiledGraph:
+                  phase: str = "inference") -> Callable:
     """Compile one ATen graph (from AOTAutograd) into a callable taking the graph's inputs."""
-    return CompiledGraph(gm, example_inputs, options or CompileOptions(), phase)
+    options = options or CompileOptions()
+    if not _static(example_inputs):
+        return PerShapeGraph(gm, options, phase)
+    return CompiledGraph(gm, example_inputs, options, phase)
 
 
 def _dump(name: str, gm: fx.GraphModule, specs: list[KernelSpec]) -> None:

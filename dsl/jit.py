@@ -400,15 +400,18 @@ class JITFunction:
         argument's kind (tensor dtype, int width, float, None; constexprs by value) and the keyword
         arguments (constexprs, by value)."""
         constexpr_positions = self._constexpr_positions
-        tokens = [
-            value if position in constexpr_positions else _value_token(value)
-            for position, value in enumerate(args)
-        ]
+        if constexpr_positions and len(args) > min(constexpr_positions):
+            tokens = [
+                value if position in constexpr_positions else _value_token(value)
+                for position, value in enumerate(args)
+            ]
+        else:  # the usual launch: constexprs by keyword (map avoids a comprehension frame per call)
+            tokens = list(map(_value_token, args))
         if kwargs:
             constexprs = self.constexpr_params
             for name, value in kwargs.items():
                 tokens.append((name, value if name in constexprs else _value_token(value)))
-        return (self.backend, _backends.requested(), tuple(tokens))
+        return (self.backend, _requested_backend(), tuple(tokens))
 
     def _try_fast_launch(self, args, kwargs, grid) -> CompiledKernel | None:
         """The hot path of a launch seen before: a dict lookup, gathering the values, the run."""
@@ -570,6 +573,21 @@ def _normalize_grid(jf, grid, arguments):
     return tuple(g + [1] * (3 - len(g)))
 
 
+def _requested_backend() -> str | None:
+    """`backends.requested()` (raw $TORCH_RBLN_DSL_BACKEND) without `os.environ.get`'s KeyError path for a
+    missing key, which cost more than the rest of a cached launch's key."""
+    from torch_rbln.config import _environ_get
+
+    return _environ_get(_backends.ENV_VAR)
+
+
+def _host_memory(tensor) -> bool:
+    """Whether a tensor's data_ptr() is a host address (CPU and rbln tensors), without building its
+    `device` object (~1 us, several times per launch): this CPU build of torch has no CUDA/XPU/MPS
+    tensors, and PrivateUse1 is rbln; meta tensors have no memory."""
+    return tensor.is_cpu or not (tensor.is_meta or tensor.is_cuda or tensor.is_xpu or tensor.is_mps)
+
+
 def _value_token(value):
     """What about a runtime argument decides its specialisation: a tensor's dtype, an int's width,
     float or None; anything else by value."""
@@ -592,16 +610,40 @@ def launch_tp(values, explicit_tp: int | None = None) -> tuple[int, int | None, 
     device_index = None
     tensor = torch.Tensor
     for value in values:
-        if isinstance(value, tensor) and not value.is_cpu and value.device.type == "rbln":
+        if isinstance(value, tensor) and not value.is_cpu and _host_memory(value):
             device_index = value.get_device()
             break
     if explicit_tp is not None:
         return explicit_tp, device_index, True
     if device_index is None:
         return 1, None, False
+    return _device_tp(device_index), device_index, False
+
+
+_group_sizes: dict[int, tuple[object, int]] = {}  # device index -> (topology, group size)
+
+
+def _device_tp(device_index: int) -> int:
+    """`torch_rbln.tp.tp_size_for(device_index)` without its per-call parsing: the group size is
+    remembered per (device, topology object), and TORCH_RBLN_USE_DEVICE_TP is only read for groups of
+    several NPUs (a one-NPU device launches with tp=1 whatever it says). Tests that rebuild the topology
+    or change the variable get fresh answers."""
+    from torch_rbln import topology
+
+    current = topology.get_topology()
+    entry = _group_sizes.get(device_index)
+    if entry is not None and entry[0] is current:
+        size = entry[1]
+    else:
+        from torch_rbln.tp import group_size
+
+        size = group_size(device_index)  # validates the index
+        _group_sizes[device_index] = (current, size)
+    if size == 1:
+        return 1
     from torch_rbln.tp import tp_size_for
 
-    return tp_size_for(device_index), device_index, False
+    return tp_size_for(device_index)
 
 
 def _runtime_args(fn, arguments):

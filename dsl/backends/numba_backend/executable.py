@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import KernelRuntimeError
 from ...ir import Function, format_function
+from ...jit import _host_memory
 from . import codegen
 
 BACKEND_VERSION = "1"
@@ -100,38 +101,17 @@ def dump(fn: Function, lowered: codegen.Lowered) -> None:
     _atomic_write(stem + ".ir", format_function(fn) + "\n")
 
 
-_SCALAR_TYPES = {
-    "int1": np.bool_,
-    "int8": np.int8,
-    "int16": np.int16,
-    "int32": np.int32,
-    "int64": np.int64,
-    "uint8": np.uint8,
-    "uint16": np.uint16,
-    "uint32": np.uint32,
-    "uint64": np.uint64,
-    "fp16": np.float32,
-    "bf16": np.float32,
-    "fp32": np.float32,
-    "fp64": np.float64,
-}
-_HOST_MEMORY_DEVICES = ("cpu", "rbln")  # devices whose data_ptr() is a host address
-
-
 def _tensor_memory(tensor) -> tuple[int, int]:
     """(host address of element 0, number of elements reachable from it) of a tensor argument."""
-    if not tensor.is_cpu and tensor.device.type not in _HOST_MEMORY_DEVICES:
+    if not tensor.is_cpu and not _host_memory(tensor):
         from ...runtime import host_view
 
         tensor = host_view(tensor)
     if tensor.is_contiguous():
-        span = tensor.numel()
-    elif tensor.numel() == 0:
-        span = 0
-    else:
-        span = 1 + sum(
-            (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
-        )
+        return tensor.data_ptr(), tensor.numel()
+    if tensor.numel() == 0:
+        return tensor.data_ptr(), 0
+    span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
     return tensor.data_ptr(), span
 
 
@@ -173,21 +153,32 @@ class Executable:
         self.kernel = getattr(self.module, self.lowered.name)
         self.names = [p.name for p in fn.params]
         self.tp_capable = not self.lowered.uses_atomics
+        self._ptr_params = tuple(self.lowered.ptr_params)
+        self._scalar_params = tuple(self.lowered.scalar_params)
+        # fp16/bf16 scalars are rounded to float32 first, as the kernel's own float32 arithmetic would
+        # (a float64 rounded straight to half precision can differ by double rounding).
+        names = {i: fn.params[i].type.dtype.name for i in self.lowered.scalar_params}
         self._scalar_types = [
-            (i, _SCALAR_TYPES[fn.params[i].type.dtype.name]) for i in self.lowered.scalar_params
+            (i, np.float32 if names[i] in ("fp16", "bf16") else None) for i in self.lowered.scalar_params
         ]
+        self._plain_scalars = all(convert is None for _, convert in self._scalar_types)
         self._spans: list[int] = []
 
     def _flat(self, values: list, memory) -> list:
+        """The kernel's arguments: (address, span) per pointer, then the scalars as Python numbers (the
+        generated prologue converts each to its specialised type, so no numpy scalar is built here)."""
         out = []
         spans = []
-        for index in self.lowered.ptr_params:
+        for index in self._ptr_params:
             address, span = memory(values[index])
             out.append(address)
             out.append(span)
             spans.append(span)
-        for index, scalar_type in self._scalar_types:
-            out.append(scalar_type(values[index]))
+        if self._plain_scalars:
+            out.extend([values[index] for index in self._scalar_params])
+        else:
+            out.extend([values[i] if convert is None else convert(values[i])
+                        for i, convert in self._scalar_types])
         self._spans = spans
         return out
 

@@ -35,11 +35,19 @@ _to_dlpack = torch._C._to_dlpack
 _from_dlpack = torch._C._from_dlpack
 
 
+_DEVICE_OFFSET = _DLTensorHead.device.offset
+_memmove = ctypes.memmove
+_device_bytes: dict[tuple[int, int], bytes] = {}
+
+
 def _retag(tensor: torch.Tensor, device_type: int, device_id: int) -> torch.Tensor:
+    # One memmove of the packed DLDevice (cached per device): this runs for every allocation and host
+    # view, and building ctypes structure objects per call cost more than the copy itself.
+    device = _device_bytes.get((device_type, device_id))
+    if device is None:
+        device = _device_bytes.setdefault((device_type, device_id), bytes(_DLDevice(device_type, device_id)))
     capsule = _to_dlpack(tensor)
-    head = _DLTensorHead.from_address(_capsule_pointer(capsule, b"dltensor"))
-    head.device.device_type = device_type
-    head.device.device_id = device_id
+    _memmove(_capsule_pointer(capsule, b"dltensor") + _DEVICE_OFFSET, device, len(device))
     return _from_dlpack(capsule)
 
 

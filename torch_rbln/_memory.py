@@ -8,6 +8,7 @@ as the storage lives, so a weak reference to it tells us, exactly, when the memo
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import weakref
 from collections import deque
@@ -154,6 +155,21 @@ def empty_strided(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype
     _reserve(index, nbytes)
     try:
         device_tensor = _dlpack.to_device_view(torch.empty_strided(size, stride, dtype=dtype), index)
+    except BaseException:
+        _unreserve(index, nbytes)
+        raise
+    _watch(device_tensor.untyped_storage(), index, nbytes)
+    return device_tensor
+
+
+def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
+    """`empty_strided` with row-major strides: what every kernel output is, so the hot path of an op
+    skips computing strides and the storage span."""
+    nbytes = math.prod(size) * dtype.itemsize
+    _reserve(index, nbytes)
+    try:
+        # a fresh tensor has no conj/neg bits: re-tag it directly (what to_device_view does for it)
+        device_tensor = _dlpack._retag(torch.empty(size, dtype=dtype), _dlpack.DL_EXT_DEV, index)
     except BaseException:
         _unreserve(index, nbytes)
         raise

@@ -37,6 +37,23 @@ def test_views_do_not_allocate_and_results_are_counted() -> None:
     assert torch.rbln.memory_allocated(4) == start - 4096
 
 
+def test_kernel_outputs_are_counted_exactly() -> None:
+    """`_memory.empty` (every device kernel's output) accounts like empty_strided, half types too."""
+    from torch_rbln import _memory
+
+    gc.collect()
+    before = torch.rbln.memory_allocated(5)
+    out = _memory.empty((3, 5), torch.bfloat16, 5)
+    assert out.device == torch.device("rbln:5") and out.shape == (3, 5) and out.stride() == (5, 1)
+    assert out.dtype == torch.bfloat16 and not out.is_conj() and not out.is_neg()
+    assert torch.rbln.memory_allocated(5) - before == 30
+    empty = _memory.empty((0, 7), torch.float32, 5)
+    assert empty.shape == (0, 7) and torch.rbln.memory_allocated(5) - before == 30
+    del out, empty
+    gc.collect()
+    assert torch.rbln.memory_allocated(5) == before
+
+
 def test_peak_and_reset() -> None:
     gc.collect()
     torch.rbln.reset_peak_memory_stats(5)

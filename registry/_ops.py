@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+from torch import Tensor
 
 from torch_rbln import _memory
 
@@ -64,8 +65,7 @@ def _row_block(n: int) -> int:
 
 
 def empty(shape: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
-    shape = list(shape)
-    return _memory.empty_strided(shape, _memory.contiguous_strides(shape), dtype, index)
+    return _memory.empty(shape, dtype, index)
 
 
 # ---------------------------------------------------------------- operands and broadcasting
@@ -196,6 +196,21 @@ def _promoted(a, b) -> torch.dtype:
 
 def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=False):
     E = _k("elementwise")
+    if (out is None and not inplace and type(a) is Tensor and type(b) is Tensor and a.dtype == b.dtype
+            and a.shape == b.shape and not a.is_cpu and not b.is_cpu and a.get_device() == b.get_device()
+            and a.is_contiguous() and b.is_contiguous() and type(alpha) in (int, float)):
+        # The common case, without the general path's promotion/broadcast/out= bookkeeping: two
+        # same-shape, same-dtype contiguous device tensors into a new output (dtype and device were
+        # checked by the dispatcher; a non-float dtype is declined below).
+        if a.dtype not in FLOATS:
+            raise Decline(f"dtype {str(a.dtype).replace('torch.', '')}")
+        n = a.numel()
+        out = _memory.empty(a.shape, torch.bool if comparison else a.dtype, a.get_device())
+        if n:
+            block = _block(n)
+            E.binary_dense_kernel[(_cdiv(n, block),)](a, b, out, n, float(alpha), OP=E.BINARY[name],
+                                                      BLOCK=block)
+        return out
     index = _device_index(a, b)
     if isinstance(alpha, complex) or (isinstance(alpha, torch.Tensor)):
         raise Decline("tensor/complex alpha")
@@ -221,19 +236,16 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
         for t in (ta, tb):
             if t is not out and t.numel() > 1 and _overlaps(t, out):
                 raise Decline("output overlaps an input")
-    if ta.shape == tb.shape and ta.is_contiguous() and tb.is_contiguous() and list(ta.shape) == shape:
-        bcast, sizes, sa, sb = False, _NO_SIZES, _NO_STRIDES, _NO_STRIDES
-    else:
-        bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
     block = _block(n)
+    if ta.shape == tb.shape and ta.is_contiguous() and tb.is_contiguous() and list(ta.shape) == shape:
+        E.binary_dense_kernel[(_cdiv(n, block),)](ta, tb, out, n, float(alpha), OP=E.BINARY[name],
+                                                  BLOCK=block)
+        return out
+    bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
     E.binary_kernel[(_cdiv(n, block),)](
         ta, tb, out, n, float(alpha), *sizes, *sa, *sb, OP=E.BINARY[name], BCAST=bcast, BLOCK=block
     )
     return out
-
-
-_NO_SIZES = [1, 1, 1]
-_NO_STRIDES = [0, 0, 0, 0]
 
 
 def _broadcast(*shapes) -> list[int]:

@@ -42,8 +42,32 @@ def all_finite(tensor: torch.Tensor) -> bool:
     if exponent is not None and tensor.is_contiguous():
         # An rbln tensor's data_ptr() is its host address (rbln memory is host memory, see _memory).
         width, mask = exponent
+        if numel >= PARALLEL_MIN and not tensor.is_cpu:
+            return _parallel(tensor, width, mask, numel)
         return _scan(width)(tensor.data_ptr(), numel, mask)
     return _finite_strided(tensor)
+
+
+PARALLEL_MIN = 1 << 20  # elements from which the scan is split over a tensor-parallel group's NPUs
+
+
+def _parallel(tensor: torch.Tensor, width: int, mask: int, numel: int) -> bool:
+    """The scan of a large tensor split over the NPUs its kernels would use (the tensor-parallel size of
+    its device), so that the check keeps pace with a kernel that is split the same way."""
+    from torch_rbln.dsl.backends.numba_backend.executable import _workers
+    from torch_rbln.dsl.jit import _device_tp
+
+    scan = _scan(width)
+    address = tensor.data_ptr()
+    tp = _device_tp(tensor.get_device())
+    if tp <= 1:
+        return scan(address, numel, mask)
+    itemsize = width // 8
+    bounds = [numel * k // tp for k in range(tp + 1)]
+    futures = [_workers(tp - 1).submit(scan, address + bounds[k] * itemsize, bounds[k + 1] - bounds[k], mask)
+               for k in range(1, tp)]
+    first = scan(address, bounds[1], mask)
+    return all([future.result() for future in futures]) and first
 
 
 def _finite_strided(tensor: torch.Tensor) -> bool:

@@ -68,3 +68,18 @@ def test_inf_in_a_half_precision_input_takes_the_cpu_path():
     registry.reset_fallback_report()
     torch.testing.assert_close(torch.exp(x).cpu(), torch.exp(x.cpu()))
     assert _row("aten::exp")["reasons"] == {"nan_inf": 1}
+
+
+def test_the_scan_of_a_large_tensor_is_split_over_a_tensor_parallel_group(monkeypatch):
+    import sys
+
+    import torch_rbln.dsl.jit  # noqa: F401 - the module (the package attribute `jit` is the decorator)
+
+    monkeypatch.setattr(sys.modules["torch_rbln.dsl.jit"], "_device_tp", lambda index: 3)
+    monkeypatch.setattr(_finite_scan, "PARALLEL_MIN", 1000)
+    x = torch.randn(3001)
+    assert all_finite(x.to("rbln"))
+    for where in (0, 1000, 1999, 2000, 3000):  # in each third, and at the split points
+        y = x.clone()
+        y[where] = float("inf")
+        assert not all_finite(y.to("rbln")), where

@@ -381,3 +381,22 @@ def test_symbolic_shapes_are_specialised_per_call_shape(fresh_compiler):
     stats = fresh_compiler.stats()
     assert stats["graphs_compiled"] == 2 and stats["eager_graphs"] == 0  # one static graph per shape
     assert stats["fused_launches"] == 3 and len(launches(stats)) == 1
+
+
+def test_inputs_with_unplanned_strides_run_the_group_eagerly(fresh_compiler):
+    """compile_graph used directly (no Dynamo guards): a call whose input strides differ from the plan's
+    runs the group's ATen nodes on the registry instead of misreading memory."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_rbln.compiler.backend import compile_graph
+
+    (x, y), (xr, yr) = inputs(SHAPE, SHAPE, seed=18)
+    gm = make_fx(add_gelu_mul, tracing_mode="fake")(xr, yr)
+    example = [node.meta["val"] for node in gm.graph.nodes if node.op == "placeholder"]
+    graph = compile_graph(gm, example)
+    transposed = x.t().contiguous().to("rbln").t()  # same shape, column-major strides
+    assert transposed.stride() != xr.stride()
+    out = graph(transposed, yr)
+    torch.testing.assert_close(out.cpu(), add_gelu_mul(x, y), atol=ATOL, rtol=RTOL)
+    stats = fresh_compiler.stats()
+    assert stats["eager_group_calls"] == 1 and stats["fused_launches"] == 0

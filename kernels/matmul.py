@@ -11,9 +11,11 @@ from torch_rbln.autotune import Config, autotune
 
 @autotune(
     configs=[
+        # tl.dot runs as one BLAS call per tile on the numba backend, so large tiles (above all a deep K)
+        # amortise the per-tile work: 256x256x512 measured ~2x faster than 128x128x64 at 1024^3.
         Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}),
-        Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}),
-        Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}),
+        Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128}),
+        Config({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 512}),
     ],
     key=["M", "N", "K"],
 )

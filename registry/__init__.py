@@ -118,7 +118,8 @@ class _CheckState:
         if dtype in FLOATS:
             if read and self.check_values and not all_finite(tensor):
                 return "nan_inf"
-        elif dtype.is_floating_point or dtype.is_complex or not self.int_inputs:
+        elif read and (dtype.is_floating_point or dtype.is_complex or not self.int_inputs):
+            # Tensors only written (out=, a filled self) may be bool/int: the kernel checks what it writes.
             return f"dtype {_dtype_name(dtype)}"
         return None
 

@@ -96,14 +96,16 @@ def _clamp(x, low=None, high=None, out=None, inplace=False):
     return O.binary("clamp", x, low, high, out=out, inplace=inplace)
 
 
-def _clamp_tensor(x, low=None, high=None, out=None):
-    """clamp with tensor bounds (broadcasting): maximum then minimum, two launches."""
+def _clamp_tensor(x, low=None, high=None, out=None, inplace=False):
+    """clamp with tensor bounds (broadcasting): maximum then minimum, two launches (the second in place
+    into the first's result, so `out=` and in-place forms write their target exactly once each)."""
     if low is None and high is None:
         raise O.Decline("clamp without bounds")
-    if out is not None:
-        raise O.Decline("clamp.Tensor out=")
-    result = x if low is None else O.binary("maximum", x, low)
-    return result if high is None else O.binary("minimum", result, high)
+    if low is None:
+        return O.binary("minimum", x, high, out=out, inplace=inplace)
+    result = O.binary("maximum", x, low, out=out, inplace=inplace)
+    # (a decline here re-runs the whole clamp on CPU from `result`: clamping twice changes nothing)
+    return result if high is None else O.binary("minimum", result, high, inplace=True)
 
 
 def _threshold_backward(grad, x, threshold):
@@ -152,6 +154,8 @@ TABLE: list[Op] = [
     Op("clamp.out", lambda x, low=None, high=None, out=None: _clamp(x, low, high, out=out)),
     Op("clamp_.default", lambda x, low=None, high=None: _clamp(x, low, high, inplace=True)),
     Op("clamp.Tensor", _clamp_tensor),
+    Op("clamp.Tensor_out", lambda x, low=None, high=None, out=None: _clamp_tensor(x, low, high, out=out)),
+    Op("clamp_.Tensor", lambda x, low=None, high=None: _clamp_tensor(x, low, high, inplace=True)),
     Op("clamp_min.default", lambda x, low: _clamp(x, low, None)),
     Op("clamp_max.default", lambda x, high: _clamp(x, None, high)),
     Op("clamp_min_.default", lambda x, low: _clamp(x, low, None, inplace=True)),
@@ -176,6 +180,7 @@ TABLE: list[Op] = [
     Op("gelu.out", lambda x, approximate="none", out=None: _gelu(x, approximate, out=out)),
     Op("gelu_.default", lambda x, approximate="none": _gelu(x, approximate, inplace=True)),
     Op("pow.Tensor_Tensor", lambda x, e: O.binary("pow", x, e), "pow", tol=LOOSE),
+    Op("pow.Tensor_Tensor_out", lambda x, e, out=None: O.binary("pow", x, e, out=out)),
     Op("pow.Tensor_Scalar", lambda x, e: _pow_scalar(x, e), tol=LOOSE),
     Op("pow.Tensor_Scalar_out", lambda x, e, out=None: _pow_scalar(x, e, out=out)),
     # ---- elementwise backward

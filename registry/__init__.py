@@ -138,8 +138,11 @@ def _dispatcher(overload: torch._ops.OpOverload, entry: Op) -> Callable:
     int_inputs = entry.int_inputs
     overwrites_first = entry.overwrites_first
 
+    default = (default_impl, None)
+    counts = _device_counts
+
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        impl, accepts = _user.get(short, (default_impl, None))
+        impl, accepts = _user.get(short, default) if _user else default
         reason = check_inputs(args, kwargs, int_inputs or accepts is not None, overwrites_first)
         if reason is None and accepts is not None:
             verdict = accepts(*args, **kwargs)
@@ -147,7 +150,9 @@ def _dispatcher(overload: torch._ops.OpOverload, entry: Op) -> Callable:
                 reason = verdict if isinstance(verdict, str) else "declined by accepts"
         if reason is None:
             try:
-                return _run_device(name, impl, args, kwargs)
+                result = impl(*args, **kwargs)
+                counts[name] += 1
+                return result
             except Decline as decline:
                 reason = decline.reason
             except Exception as error:  # noqa: BLE001 - a kernel bug must not change results: run on CPU

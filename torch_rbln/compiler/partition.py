@@ -268,7 +268,7 @@ class _Partitioner:
                 owner = self.group_of.get(operand)
                 if owner is not None and owner not in candidates:
                     candidates.append(owner)
-            candidates.sort(key=lambda g: -g.index)
+            candidates.sort(key=lambda g: (not g.is_rows, -g.index))  # rows groups can absorb pointwise ones
             for group in candidates:
                 ok, k = self._fits(group, node, kind)
                 if not ok:

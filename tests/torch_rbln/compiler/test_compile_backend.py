@@ -165,7 +165,8 @@ def test_training_step_matches_cpu(fresh_compiler):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), atol=ATOL, rtol=RTOL, msg=name)
     stats = fresh_compiler.stats()
     assert stats["graphs_compiled"] == 2  # forward and backward
-    assert stats["fused_launches"] >= 3  # gelu + layer norm forward, their backward
+    assert stats["fused_launches"] >= 2, stats  # GELU + layer norm forward in one kernel; the backward
+    assert stats["eager_graphs"] == 0 and stats["compile_errors"] == 0
 
 
 # ---------------------------------------------------------------- options and tensor parallelism
@@ -400,3 +401,14 @@ def test_inputs_with_unplanned_strides_run_the_group_eagerly(fresh_compiler):
     torch.testing.assert_close(out.cpu(), add_gelu_mul(x, y), atol=ATOL, rtol=RTOL)
     stats = fresh_compiler.stats()
     assert stats["eager_group_calls"] == 1 and stats["fused_launches"] == 0
+
+
+def test_a_pointwise_branch_merges_into_the_row_kernel(fresh_compiler):
+    (x, w), (xr, wr) = inputs(SHAPE, SHAPE[-1:], seed=19)
+
+    def f(x, w):  # gelu(x) starts its own group; the add joins the softmax's and takes gelu's along
+        return torch.softmax(x * w, dim=-1) + F.gelu(x)
+
+    out = torch.compile(f, backend="rbln")(xr, wr)
+    torch.testing.assert_close(out.cpu(), f(x, w), atol=ATOL, rtol=RTOL)
+    assert fresh_compiler.stats()["fused_launches"] == 1

@@ -437,3 +437,19 @@ def test_float_remainder_has_the_sign_of_the_dividend():
     out = torch.empty_like(x)
     float_mod_kernel[(1,)](x, y, out, x.numel(), BLOCK=8)
     torch.testing.assert_close(out, torch.fmod(x, y), equal_nan=True)
+
+
+@triton.jit
+def scaled_add_kernel(x_ptr, scale, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x * scale + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+def test_scalar_parameters_between_pointers():
+    """Parameter order is the kernel's own: a scalar between pointers must not shift the others."""
+    x, y = torch.randn(37), torch.randn(37)
+    out = torch.empty_like(x)
+    scaled_add_kernel[(triton.cdiv(37, 16),)](x, 3.0, y, out, 37, BLOCK=16)
+    torch.testing.assert_close(out, x * 3.0 + y)

@@ -368,16 +368,18 @@ class _Lowering:
     # ---- driver
     def lower(self) -> Lowered:
         fn = self.fn
-        params, ptr_params, scalar_params, prologue = [], [], [], []
+        # The signature lists every pointer (address, span) first, then the scalars, whatever their
+        # order in the kernel's own signature: that is the order the executable passes them in.
+        ptr_signature, scalar_signature, ptr_params, scalar_params, prologue = [], [], [], [], []
         for index, param in enumerate(fn.params):
             if param.kind == "ptr":
-                params.extend([f"p{index}", f"n{index}"])
+                ptr_signature.extend([f"p{index}", f"n{index}"])
                 ptr_params.append(index)
                 memory = memory_dtype_name(param.type.dtype.element_ty)
                 prologue.append(f"m{index} = numba.carray(as_pointer(p{index}, np.{memory}), n{index})")
                 self.values[param.value.id] = Scalar("np.int64(0)")
             elif param.kind == "scalar":
-                params.append(f"s{index}")
+                scalar_signature.append(f"s{index}")
                 scalar_params.append(index)
                 name = f"v{param.value.id}"
                 prologue.append(f"{name} = {_typed(param.type.dtype, f's{index}')}")
@@ -386,7 +388,7 @@ class _Lowering:
         self.block(fn.body)
         source = _template().render(
             name=_identifier(fn.name),
-            params=params,
+            params=ptr_signature + scalar_signature,
             prologue=prologue + self.hoisted,
             body=self.lines,
             location=str(fn.loc) if fn.loc else fn.name,

@@ -63,11 +63,31 @@ def _div_floor(a, b):
     return tl.where(b == 0.0, a / b, floordiv)
 
 
+# Unary ops that get a specialisation of their own in unary_kernel (FAST_OP): the hot activations.
+FAST_UNARY = frozenset({EXP, RELU, GELU, GELU_TANH, SILU})
+
+
 @tl.jit
-def unary_kernel(x_ptr, out_ptr, n, p, OP, BLOCK: tl.constexpr):
+def unary_kernel(x_ptr, out_ptr, n, p, OP, FAST_OP: tl.constexpr, BLOCK: tl.constexpr):
+    """The unary op `OP` (runtime code, see UNARY); FAST_OP (in FAST_UNARY, else -1) compiles that op
+    alone: behind the runtime switch a loop runs several times slower (no fusion)."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    if OP == 11:  # fill
+    if FAST_OP == 1:
+        y = tl.exp(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32))
+    elif FAST_OP == 6:
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        y = tl.where(x > 0.0, x, 0.0)
+    elif FAST_OP == 7:
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    elif FAST_OP == 8:
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        y = 0.5 * x * (1.0 + tl.tanh(_gelu_tanh_inner(x)))
+    elif FAST_OP == 9:
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        y = x * tl.sigmoid(x)
+    elif OP == 11:  # fill
         y = tl.zeros((BLOCK,), dtype=tl.float32) + p
     else:
         x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -192,14 +212,29 @@ def binary_kernel(
 
 
 @tl.jit
-def binary_dense_kernel(a_ptr, b_ptr, out_ptr, n, alpha, OP, BLOCK: tl.constexpr):
+def binary_dense_kernel(a_ptr, b_ptr, out_ptr, n, alpha, OP, FAST_OP: tl.constexpr, BLOCK: tl.constexpr):
     """`binary_kernel` for two contiguous same-shape operands: 5 runtime arguments instead of 16 (each
-    costs time in every launch of a small op)."""
+    costs time in every launch of a small op). FAST_OP (see FAST_BINARY) compiles add/sub/mul/div into
+    a specialisation of their own: behind the runtime switch their loops run ~4x slower (no fusion)."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     a = tl.load(a_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
     b = tl.load(b_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
-    tl.store(out_ptr + offsets, _binary_op(a, b, alpha, OP, out_ptr).to(out_ptr.dtype.element_ty), mask=mask)
+    if FAST_OP == 0:
+        y = a + alpha * b
+    elif FAST_OP == 1:
+        y = a - alpha * b
+    elif FAST_OP == 2:
+        y = a * b
+    elif FAST_OP == 3:
+        y = a / b
+    else:
+        y = _binary_op(a, b, alpha, OP, out_ptr)
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# Ops that get a specialisation of their own in binary_dense_kernel (the rest share one, FAST_OP=-1).
+FAST_BINARY = frozenset({ADD, SUB, MUL, DIV})
 
 
 @tl.jit

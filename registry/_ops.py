@@ -208,8 +208,9 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
         out = _memory.empty(a.shape, torch.bool if comparison else a.dtype, a.get_device())
         if n:
             block = _block(n)
-            E.binary_dense_kernel[(_cdiv(n, block),)](a, b, out, n, float(alpha), OP=E.BINARY[name],
-                                                      BLOCK=block)
+            op = E.BINARY[name]
+            E.binary_dense_kernel[(_cdiv(n, block),)](a, b, out, n, float(alpha), OP=op,
+                                                      FAST_OP=op if op in E.FAST_BINARY else -1, BLOCK=block)
         return out
     index = _device_index(a, b)
     if isinstance(alpha, complex) or (isinstance(alpha, torch.Tensor)):
@@ -238,8 +239,9 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
                 raise Decline("output overlaps an input")
     block = _block(n)
     if ta.shape == tb.shape and ta.is_contiguous() and tb.is_contiguous() and list(ta.shape) == shape:
-        E.binary_dense_kernel[(_cdiv(n, block),)](ta, tb, out, n, float(alpha), OP=E.BINARY[name],
-                                                  BLOCK=block)
+        op = E.BINARY[name]
+        E.binary_dense_kernel[(_cdiv(n, block),)](ta, tb, out, n, float(alpha), OP=op,
+                                                  FAST_OP=op if op in E.FAST_BINARY else -1, BLOCK=block)
         return out
     bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
     E.binary_kernel[(_cdiv(n, block),)](
@@ -285,7 +287,9 @@ def unary(name: str, x: torch.Tensor, p: float = 0.0, out=None, *, inplace=False
         return out
     src = contiguous(x)
     block = _block(n)
-    E.unary_kernel[(_cdiv(n, block),)](src, out, n, float(p), OP=E.UNARY[name], BLOCK=block)
+    op = E.UNARY[name]
+    E.unary_kernel[(_cdiv(n, block),)](src, out, n, float(p), OP=op, FAST_OP=op if op in E.FAST_UNARY else -1,
+                                       BLOCK=block)
     return out
 
 
@@ -306,7 +310,7 @@ def fill(x: torch.Tensor, value, *, first_use_ok: bool = True) -> torch.Tensor:
     n = x.numel()
     if n:
         block = _block(n)
-        E.unary_kernel[(_cdiv(n, block),)](x, x, n, float(value), OP=E.FILL, BLOCK=block)
+        E.unary_kernel[(_cdiv(n, block),)](x, x, n, float(value), OP=E.FILL, FAST_OP=-1, BLOCK=block)
     return x
 
 

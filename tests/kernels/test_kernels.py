@@ -41,7 +41,7 @@ def test_rows_up_to_one_block_take_the_single_load_kernels():
         torch.testing.assert_close(torch.softmax(d, -1).cpu(), torch.softmax(x, -1))
         torch.testing.assert_close(F.layer_norm(d, (n,), dw, db).cpu(), F.layer_norm(x, (n,), w, b),
                                    atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(torch.log_softmax(d, -1).cpu(), torch.log_softmax(x, -1), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.log_softmax(d, -1).cpu(), torch.log_softmax(x, -1), atol=1e-4, rtol=1e-5)
     y = torch.ops.rbln.rms_norm(d, dw, 1e-6)
     torch.testing.assert_close(y.cpu(), F.rms_norm(x, (4096,), w, 1e-6), atol=1e-4, rtol=1e-4)
     counts = registry.device_counts()

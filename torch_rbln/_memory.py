@@ -70,12 +70,41 @@ def capacity(index: int) -> int:
     return _counters_for(index).capacity
 
 
+# Host buffers of large kernel outputs are recycled: a fresh multi-megabyte allocation is page-faulted
+# in on first write, which cost a 2^24-element op as much as the op itself. A buffer whose rbln storage
+# died goes to `_pool` (exact byte size; at most _POOL_CAP bytes kept) and backs the next output of that
+# size. Accounting is unchanged: counters follow rbln storages, not host buffers.
+_POOL_MIN = 1 << 20
+_POOL_CAP = 512 << 20
+_pool: dict[int, list[torch.Tensor]] = {}  # nbytes -> free uint8 host buffers
+_pool_bytes = 0
+_recycle: dict[int, torch.Tensor] = {}  # live key -> the host buffer behind that rbln storage
+
+
+def _take_buffer(nbytes: int) -> torch.Tensor:
+    """A uint8 host buffer of `nbytes` bytes: a recycled one when available (caller holds no lock)."""
+    global _pool_bytes
+    with _lock:
+        if _pending_frees:
+            _apply_pending_frees()
+        free = _pool.get(nbytes)
+        if free:
+            _pool_bytes -= nbytes
+            return free.pop()
+    return torch.empty(nbytes, dtype=torch.uint8)
+
+
 def _apply_pending_frees() -> None:
     """Apply queued frees; the caller holds `_lock`."""
+    global _pool_bytes
     while _pending_frees:
         index, nbytes, key = _pending_frees.popleft()
         counters = _counters[index]
         counters.live.pop(key, None)
+        buffer = _recycle.pop(key, None)
+        if buffer is not None and _pool_bytes + nbytes <= _POOL_CAP:
+            _pool.setdefault(nbytes, []).append(buffer)
+            _pool_bytes += nbytes
         counters.current -= nbytes
         counters.freed_total += nbytes
         counters.count_current -= 1
@@ -125,10 +154,14 @@ def _unreserve(index: int, nbytes: int) -> None:
     _pending_frees.append((index, nbytes, -1))
 
 
-def _watch(storage: torch.UntypedStorage, index: int, nbytes: int) -> None:
-    """Queue a free of `nbytes` when `storage` dies (its Python object lives exactly as long)."""
+def _watch(storage: torch.UntypedStorage, index: int, nbytes: int,
+           buffer: torch.Tensor | None = None) -> None:
+    """Queue a free of `nbytes` when `storage` dies (its Python object lives exactly as long); `buffer`,
+    the host memory behind it, is then recycled."""
     key = next(_keys)
     append = _pending_frees.append
+    if buffer is not None:
+        _recycle[key] = buffer
     _counters[index].live[key] = weakref.ref(storage, lambda _ref: append((index, nbytes, key)))
 
 
@@ -167,13 +200,19 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
     skips computing strides and the storage span."""
     nbytes = math.prod(size) * dtype.itemsize
     _reserve(index, nbytes)
+    buffer = None
     try:
+        if nbytes >= _POOL_MIN:
+            buffer = _take_buffer(nbytes)
+            host = buffer.view(dtype).view(size)
+        else:
+            host = torch.empty(size, dtype=dtype)
         # a fresh tensor has no conj/neg bits: re-tag it directly (what to_device_view does for it)
-        device_tensor = _dlpack._retag(torch.empty(size, dtype=dtype), _dlpack.DL_EXT_DEV, index)
+        device_tensor = _dlpack._retag(host, _dlpack.DL_EXT_DEV, index)
     except BaseException:
         _unreserve(index, nbytes)
         raise
-    _watch(device_tensor.untyped_storage(), index, nbytes)
+    _watch(device_tensor.untyped_storage(), index, nbytes, buffer)
     return device_tensor
 
 

@@ -54,6 +54,33 @@ def test_kernel_outputs_are_counted_exactly() -> None:
     assert torch.rbln.memory_allocated(5) == before
 
 
+def test_large_output_buffers_are_recycled_with_exact_accounting() -> None:
+    """A large kernel output's host buffer backs the next output of that size (no fresh page faults);
+    the counters still follow the rbln tensors exactly."""
+    from torch_rbln import _memory
+
+    gc.collect()
+    before = torch.rbln.memory_allocated(6)
+    first = _memory.empty((512, 1024), torch.float32, 6)  # 2 MiB
+    first.fill_(3.0)
+    address = first.data_ptr()
+    assert torch.rbln.memory_allocated(6) - before == 2 * MiB
+    del first
+    gc.collect()
+    assert torch.rbln.memory_allocated(6) == before
+    second = _memory.empty((1024, 1024), torch.float16, 6)  # same byte size, another dtype and shape
+    assert second.data_ptr() == address and second.shape == (1024, 1024) and second.dtype == torch.float16
+    assert torch.rbln.memory_allocated(6) - before == 2 * MiB
+    third = _memory.empty((512, 1024), torch.float32, 6)  # the buffer is taken: fresh memory
+    assert third.data_ptr() != address
+    second.fill_(1.0)
+    assert float(third.fill_(2.0).cpu().sum()) == 2.0 * 512 * 1024
+    assert float(second.cpu().float().sum()) == MiB  # the two share nothing
+    del second, third
+    gc.collect()
+    assert torch.rbln.memory_allocated(6) == before
+
+
 def test_peak_and_reset() -> None:
     gc.collect()
     torch.rbln.reset_peak_memory_stats(5)

@@ -263,7 +263,8 @@ def reset_peak(index: int) -> None:
 
 
 def memory_stats(index: int) -> dict[str, int]:
-    """The `torch.cuda.memory_stats` key family; reserved equals allocated (no caching allocator)."""
+    """The `torch.cuda.memory_stats` key family; reserved equals allocated (recycled host buffers of
+    freed outputs are host memory waiting for reuse, not device memory: they are not counted)."""
     c = _settled(index)
     stats: dict[str, int] = {}
     for prefix in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):

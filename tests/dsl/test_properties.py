@@ -8,8 +8,14 @@ from hypothesis import strategies as st
 
 from torch_rbln import dsl as triton
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DIMS = st.sampled_from([1, 2, 4, 8])
+
+
+def _settings(backend: str) -> settings:
+    """Every example specialises the kernel anew (shapes are constexprs): the interpreter explores 25
+    of them, the compiled backend a fixed handful (each costs a numba compile of seconds)."""
+    return settings(max_examples=25 if backend == "interpret" else 5, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
 @triton.jit
@@ -40,9 +46,12 @@ def broadcastable(draw):
     return a, b, out, rank_b
 
 
-@SETTINGS
-@given(broadcastable(), st.sampled_from([torch.float32, torch.float16]))
-def test_broadcasting_matches_torch(shapes, dtype):
+def test_broadcasting_matches_torch(dsl_backend):
+    _settings(dsl_backend)(given(broadcastable(), st.sampled_from([torch.float32, torch.float16]))(
+        _check_broadcasting))()
+
+
+def _check_broadcasting(shapes, dtype):
     a_shape, b_shape, out_shape, rank_b = shapes
     a = torch.randn(a_shape, dtype=dtype)
     b = torch.randn(b_shape, dtype=dtype)
@@ -76,10 +85,14 @@ def reduce3_kernel(x_ptr, o_ptr, D0: tl.constexpr, D1: tl.constexpr, D2: tl.cons
         tl.store(o_ptr + _idx3(K0, K1, K2), tl.reshape(r, (K0, K1, K2)))
 
 
-@SETTINGS
-@given(st.lists(DIMS, min_size=3, max_size=3), st.sampled_from(["sum", "max", "min", "argmax", "argmin"]),
-       st.sampled_from([0, 1, 2, -1, None]), st.booleans())
-def test_reductions_match_torch(shape, op, axis, keep):
+def test_reductions_match_torch(dsl_backend):
+    _settings(dsl_backend)(given(
+        st.lists(DIMS, min_size=3, max_size=3), st.sampled_from(["sum", "max", "min", "argmax", "argmin"]),
+        st.sampled_from([0, 1, 2, -1, None]), st.booleans(),
+    )(_check_reduction))()
+
+
+def _check_reduction(shape, op, axis, keep):
     if axis is None and op in ("argmax", "argmin"):
         axis = 0
     x = torch.randn(shape)
@@ -110,10 +123,13 @@ def masked_copy_kernel(x_ptr, m_ptr, o_ptr, n, other, BLOCK: tl.constexpr):
     tl.store(o_ptr + offs, x, mask=inb)
 
 
-@SETTINGS
-@given(st.integers(1, 300), st.sampled_from([16, 64, 128]), st.floats(-10, 10, width=32),
-       st.floats(0, 1))
-def test_masked_loads_read_other(n, block, other, density):
+def test_masked_loads_read_other(dsl_backend):
+    _settings(dsl_backend)(given(
+        st.integers(1, 300), st.sampled_from([16, 64, 128]), st.floats(-10, 10, width=32), st.floats(0, 1),
+    )(_check_masked_load))()
+
+
+def _check_masked_load(n, block, other, density):
     x = torch.randn(n)
     keep = torch.from_numpy(np.random.default_rng(n).random(n) < density)
     o = torch.full((n,), 123.0)

@@ -3,6 +3,7 @@ and the launcher that spreads a grid over the simulated NPUs of a tensor-paralle
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -89,6 +90,28 @@ def load_module(lowered: codegen.Lowered) -> types.ModuleType:
         return module
 
 
+@contextlib.contextmanager
+def _compile_lock(source_path: str):
+    """Hold an exclusive lock on `<kernel source>.lock` (fcntl, between processes).
+
+    The first launch of a specialisation compiles it (numba, seconds) and stores the machine code
+    beside the source. Processes that need the same kernel at the same time (pytest-xdist workers,
+    autotuning jobs, several ranks) wait for the first one and then load its result from numba's
+    cache instead of compiling it again each. Where file locks are unavailable, it does nothing."""
+    try:
+        import fcntl
+
+        handle = open(source_path + ".lock", "a")  # noqa: SIM115 - closed below
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        handle.close()  # releases the lock
+
+
 def dump(fn: Function, lowered: codegen.Lowered) -> None:
     from torch_rbln import config
 
@@ -163,6 +186,7 @@ class Executable:
         ]
         self._plain_scalars = all(convert is None for _, convert in self._scalar_types)
         self._spans: list[int] = []
+        self._compiled = False  # set after the first launch (see `_compile_lock`)
 
     def _flat(self, values: list, memory) -> list:
         """The kernel's arguments: (address, span) per pointer, then the scalars as Python numbers (the
@@ -184,7 +208,8 @@ class Executable:
 
     def compile_now(self, values: list) -> None:
         """Compile for these argument types without running any program."""
-        self.kernel(0, 0, 1, 1, 1, *self._flat(values, _tensor_memory), np.zeros(4, np.int64))
+        with _compile_lock(self.module.__file__):
+            self.kernel(0, 0, 1, 1, 1, *self._flat(values, _tensor_memory), np.zeros(4, np.int64))
 
     def launch(self, grid, values: list, tp: int = 1) -> None:
         """Run with `values[i]` per Function param: a tensor (ptr), a number (scalar) or None."""
@@ -227,6 +252,14 @@ class Executable:
         raise fault
 
     def _execute(self, grid, arguments: list, tp: int) -> None:
+        if self._compiled:
+            self._run_programs(grid, arguments, tp)
+            return
+        with _compile_lock(self.module.__file__):  # the first launch compiles (or loads) the code
+            self._run_programs(grid, arguments, tp)
+        self._compiled = True
+
+    def _run_programs(self, grid, arguments: list, tp: int) -> None:
         g0, g1, g2 = grid
         total = g0 * g1 * g2
         if tp <= 1:

@@ -16,6 +16,7 @@ from torch import Tensor
 from torch_rbln import _memory
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+INTEGERS = (torch.int32, torch.int64)
 
 
 class Decline(Exception):
@@ -157,8 +158,10 @@ def _check_out(out: torch.Tensor | None, shape, dtype, index) -> torch.Tensor:
         raise Decline("out= needs a resize")
     if not out.is_contiguous():
         raise Decline("non-contiguous output")
-    if out.dtype not in FLOATS and out.dtype != torch.bool:
+    if out.dtype not in FLOATS and out.dtype != torch.bool and out.dtype not in INTEGERS:
         raise Decline(f"output dtype {str(out.dtype).replace('torch.', '')}")
+    if not torch.can_cast(dtype, out.dtype):
+        raise Decline("result type cannot be cast to the output")  # the CPU kernel raises torch's error
     if out.is_cpu or out.get_device() != index:
         raise Decline("output on another device")
     return out
@@ -203,7 +206,7 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
         # same-shape, same-dtype contiguous device tensors into a new output (dtype and device were
         # checked by the dispatcher; a non-float dtype is declined below).
         if a.dtype not in FLOATS:
-            raise Decline(f"dtype {str(a.dtype).replace('torch.', '')}")
+            return _integer_or_decline(name, a, b, alpha, out, comparison, inplace)
         n = a.numel()
         out = _memory.empty(a.shape, torch.bool if comparison else a.dtype, a.get_device())
         if n:
@@ -212,31 +215,19 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
             E.binary_dense_kernel[(_cdiv(n, block),)](a, b, out, n, float(alpha), OP=op,
                                                       FAST_OP=op if op in E.FAST_BINARY else -1, BLOCK=block)
         return out
-    index = _device_index(a, b)
     if isinstance(alpha, complex) or (isinstance(alpha, torch.Tensor)):
         raise Decline("tensor/complex alpha")
+    if torch.result_type(a, b) in INTEGERS:
+        return _integer_or_decline(name, a, b, alpha, out, comparison, inplace)
+    index = _device_index(a, b)
     compute = _promoted(a, b)
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        shape = list(a.shape) if a.shape == b.shape else _broadcast(a.shape, b.shape)
-    else:
-        shape = list(a.shape if isinstance(a, torch.Tensor) else b.shape)
     ta = _operand(a, index)
     tb = _operand(b, index)
-    if inplace:
-        if list(a.shape) != shape:
-            raise Decline("in-place result needs broadcasting of self")
-        if not comparison and not torch.can_cast(compute, a.dtype):
-            raise Decline("result type cannot be cast to self")
-        out = a
-    out = _check_out(out, shape, torch.bool if comparison else compute, index)
+    out = binary_output(a, b, compute, out, index, (ta, tb), comparison=comparison, inplace=inplace)
+    shape = list(out.shape)
     n = out.numel()
     if n == 0:
         return out
-    if out is a or out is b:
-        # The kernel reads each element before writing it, so exact aliasing is safe; overlap is not.
-        for t in (ta, tb):
-            if t is not out and t.numel() > 1 and _overlaps(t, out):
-                raise Decline("output overlaps an input")
     block = _block(n)
     if ta.shape == tb.shape and ta.is_contiguous() and tb.is_contiguous() and list(ta.shape) == shape:
         op = E.BINARY[name]
@@ -248,6 +239,36 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
         ta, tb, out, n, float(alpha), *sizes, *sa, *sb, OP=E.BINARY[name], BCAST=bcast, BLOCK=block
     )
     return out
+
+
+def binary_output(a, b, compute: torch.dtype, out, index: int, operands, *, comparison: bool,
+                  inplace: bool) -> torch.Tensor:
+    """The tensor a binary op writes: `out`, `a` (in place) or a new one, once checked against the
+    broadcast shape, the result dtype and aliasing with the `operands` the kernel reads."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        shape = list(a.shape) if a.shape == b.shape else _broadcast(a.shape, b.shape)
+    else:
+        shape = list(a.shape if isinstance(a, torch.Tensor) else b.shape)
+    if inplace:
+        if list(a.shape) != shape:
+            raise Decline("in-place result needs broadcasting of self")
+        if not comparison and not torch.can_cast(compute, a.dtype):
+            raise Decline("result type cannot be cast to self")
+        out = a
+    out = _check_out(out, shape, torch.bool if comparison else compute, index)
+    if out is a or out is b:
+        # The kernel reads each element before writing it, so exact aliasing is safe; overlap is not.
+        for t in operands:
+            if t is not out and t.numel() > 1 and _overlaps(t, out):
+                raise Decline("output overlaps an input")
+    return out
+
+
+def _integer_or_decline(name, a, b, alpha, out, comparison, inplace):
+    """Integer operands: the exact int64 kernel for the ops it has, else a decline naming the dtype."""
+    from . import _integer
+
+    return _integer.binary(name, a, b, alpha, out, comparison=comparison, inplace=inplace)
 
 
 def _broadcast(*shapes) -> list[int]:

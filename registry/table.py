@@ -38,9 +38,12 @@ def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: b
         fo = lambda a, b, out=None: O.binary(name, a, b, out=out, **kw)
         fi = lambda a, b: O.binary(name, a, b, inplace=True, **kw)
     out_name = f"{name}.Tensor_out" if comparison else f"{name}.out"
-    ops = [Op(f"{name}.Tensor", f, opinfo), Op(out_name, fo), Op(f"{name}_.Tensor", fi)]
+    # int_inputs: integer tensors reach O.binary, which runs the exact integer kernel (add, sub, mul,
+    # comparisons) or declines with the dtype.
+    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True), Op(out_name, fo, int_inputs=True),
+           Op(f"{name}_.Tensor", fi, int_inputs=True)]
     if scalar:
-        ops += [Op(f"{name}.Scalar", f), Op(f"{name}_.Scalar", fi)]
+        ops += [Op(f"{name}.Scalar", f, int_inputs=True), Op(f"{name}_.Scalar", fi, int_inputs=True)]
     return ops
 
 
@@ -160,8 +163,8 @@ TABLE: list[Op] = [
     Op("clamp_max.default", lambda x, high: _clamp(x, None, high)),
     Op("clamp_min_.default", lambda x, low: _clamp(x, low, None, inplace=True)),
     Op("clamp_max_.default", lambda x, high: _clamp(x, None, high, inplace=True)),
-    Op("maximum.default", lambda a, b: O.binary("maximum", a, b), "maximum"),
-    Op("minimum.default", lambda a, b: O.binary("minimum", a, b), "minimum"),
+    Op("maximum.default", lambda a, b: O.binary("maximum", a, b), "maximum", int_inputs=True),
+    Op("minimum.default", lambda a, b: O.binary("minimum", a, b), "minimum", int_inputs=True),
     # ---- unary
     *_unary_family("neg", "neg"),
     *_unary_family("exp", "exp"),

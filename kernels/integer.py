@@ -1,0 +1,59 @@
+"""Exact integer elementwise arithmetic (int32/int64): add/sub with alpha, mul, comparisons, max/min.
+
+The float kernels compute in float32, which cannot hold every int64 (or even int32) value exactly, so
+integer tensors (position ids, cache positions, index arithmetic) get their own kernel computing in
+int64 and wrapping on overflow as torch does. Op codes are those of `elementwise.BINARY`; the second
+operand is a tensor (broadcast through strides) or, with B_SCALAR, the integer `b_value`.
+"""
+
+from __future__ import annotations
+
+import torch_rbln.dsl as tl
+
+from .elementwise import ADD, EQ, GE, GT, LE, LT, MAXIMUM, MINIMUM, MUL, NE, SUB, _offsets4
+
+OPS = frozenset({ADD, SUB, MUL, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM})
+
+
+@tl.jit
+def int_binary_kernel(
+    a_ptr, b_ptr, b_value, out_ptr, n, alpha, s1, s2, s3,
+    a0, a1, a2, a3, b0, b1, b2, b3,
+    OP, B_SCALAR: tl.constexpr, BCAST: tl.constexpr, BLOCK: tl.constexpr,
+):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    if BCAST:
+        a_off = _offsets4(offsets, s1, s2, s3, a0, a1, a2, a3)
+        b_off = _offsets4(offsets, s1, s2, s3, b0, b1, b2, b3)
+    else:
+        a_off = offsets
+        b_off = offsets
+    a = tl.load(a_ptr + a_off, mask=mask, other=0).to(tl.int64)
+    if B_SCALAR:
+        b = tl.zeros((BLOCK,), dtype=tl.int64) + b_value.to(tl.int64)
+    else:
+        b = tl.load(b_ptr + b_off, mask=mask, other=0).to(tl.int64)
+    if OP == 0:
+        y = a + alpha.to(tl.int64) * b
+    elif OP == 1:
+        y = a - alpha.to(tl.int64) * b
+    elif OP == 2:
+        y = a * b
+    elif OP == 4:
+        y = a == b
+    elif OP == 5:
+        y = a != b
+    elif OP == 6:
+        y = a < b
+    elif OP == 7:
+        y = a <= b
+    elif OP == 8:
+        y = a > b
+    elif OP == 9:
+        y = a >= b
+    elif OP == 10:
+        y = tl.maximum(a, b)
+    else:
+        y = tl.minimum(a, b)
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)

@@ -316,14 +316,15 @@ def format_report(report: dict[str, dict[str, Any]] | None = None) -> str:
     cpu = sum(r["cpu"] for r in report.values())
     total = device + cpu
     share = 100.0 * device / total if total else 100.0
-    lines = [f"{'op':<44} {'device':>7} {'cpu':>5}  cpu reasons",
-             f"{'-' * 44} {'-' * 7} {'-' * 5}  {'-' * 24}"]
+    width = max([len(name) for name in report] + [20])
+    lines = [f"{'op':<{width}} {'device':>7} {'cpu':>5}  cpu reasons",
+             f"{'-' * width} {'-' * 7} {'-' * 5}  {'-' * 24}"]
     for name, row in sorted(report.items(), key=lambda item: -(item[1]["device"] + item[1]["cpu"])):
         reasons = ", ".join(f"{r or 'no kernel'}: {c}" for r, c in row["reasons"].items())
         if row["cpu"] and not reasons:
             reasons = "no rbln kernel"
         elif row["cpu"] and sum(row["reasons"].values()) < row["cpu"]:
             reasons += f", no rbln kernel: {row['cpu'] - sum(row['reasons'].values())}"
-        lines.append(f"{name:<44} {row['device']:>7} {row['cpu']:>5}  {reasons}")
+        lines.append(f"{name:<{width}} {row['device']:>7} {row['cpu']:>5}  {reasons}")
     lines.append(f"total: {device} of {total} op calls on device kernels ({share:.1f}%), {cpu} on CPU")
     return "\n".join(lines)

@@ -54,6 +54,15 @@ class UnsupportedByNumba(NotImplementedError):
 
 
 @functools.cache
+@functools.lru_cache(maxsize=1)
+def _support_digest() -> str:
+    """Hash of support.py. numba caches a kernel's machine code by the kernel file alone, with the
+    support helpers it calls inlined; naming this hash in the generated source gives a changed helper
+    (a new erf32, say) a new file, so no kernel keeps running stale helper code from the cache."""
+    text = resources.files(__package__).joinpath("support.py").read_bytes()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
 def _template():
     import jinja2
 
@@ -394,6 +403,7 @@ class _Lowering:
             location=str(fn.loc) if fn.loc else fn.name,
             key=fn.key,
             support_module=f"{__package__}.support",
+            support_digest=_support_digest(),
         )
         return Lowered(
             source,

@@ -4,7 +4,8 @@ Inputs are log-probabilities `x` of shape (N, C) and class targets `t` of shape 
 one element, so the forward pass is a gathered load over rows: `loss[i] = -w[t[i]] * x[i, t[i]]`, zero
 where `t[i] == ignore_index`. The reductions (`mean` divides by the summed weights of the kept rows, as
 torch does) run in one program that walks the rows in blocks, so results are deterministic and need no
-atomics. Reduction codes follow aten: 0 none, 1 mean, 2 sum.
+atomics. Reduction codes follow aten: 0 none, 1 mean, 2 sum. The reduction and whether class weights
+are given (HAS_W) are runtime arguments: each dtype compiles one kernel that serves all of them.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import torch_rbln.dsl as tl
 
 @tl.jit
 def nll_loss_kernel(
-    x_ptr, t_ptr, w_ptr, loss_ptr, total_weight_ptr, rows, classes, ignore_index,
-    REDUCTION: tl.constexpr, HAS_W: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr, t_ptr, w_ptr, loss_ptr, total_weight_ptr, rows, classes, ignore_index, REDUCTION, HAS_W,
+    BLOCK: tl.constexpr,
 ):
     """REDUCTION 0: loss[i] per row (grid: row blocks); 1/2: loss[0] and total_weight[0] (grid: 1)."""
     offsets = tl.arange(0, BLOCK)
@@ -50,8 +51,8 @@ def nll_loss_kernel(
 
 @tl.jit
 def nll_loss_backward_kernel(
-    g_ptr, t_ptr, w_ptr, total_weight_ptr, dx_ptr, rows, classes, ignore_index,
-    REDUCTION: tl.constexpr, HAS_W: tl.constexpr, BLOCK: tl.constexpr,
+    g_ptr, t_ptr, w_ptr, total_weight_ptr, dx_ptr, rows, classes, ignore_index, REDUCTION, HAS_W,
+    BLOCK: tl.constexpr,
 ):
     """dx[i, t[i]] = -w[t[i]] * g (g[i] for reduction none; g / total_weight for mean) over the rows of
     one block; dx must be zero-filled before (every other element of a row has zero gradient)."""

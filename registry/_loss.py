@@ -56,7 +56,7 @@ def nll_loss_forward(x, target, weight, reduction, ignore_index):
         grid = (1,)
     _k("loss").nll_loss_kernel[grid](
         x, target, weight if weight is not None else x, loss, total_weight, rows, classes, ignore_index,
-        REDUCTION=reduction, HAS_W=weight is not None, BLOCK=block,
+        reduction, int(weight is not None), BLOCK=block,
     )
     return loss, total_weight
 
@@ -72,6 +72,6 @@ def nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_we
     block = _block(rows)
     _k("loss").nll_loss_backward_kernel[(_cdiv(rows, block),)](
         grad, target, weight if weight is not None else grad, total_weight, dx, rows, classes, ignore_index,
-        REDUCTION=reduction, HAS_W=weight is not None, BLOCK=block,
+        reduction, int(weight is not None), BLOCK=block,
     )
     return dx

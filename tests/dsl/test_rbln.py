@@ -78,8 +78,17 @@ def _attention_ref(q, k, v, keep, scale):
     return o.permute(0, 3, 1, 2, 4)
 
 
+def _float32_only_when_compiled(backend: str, dtype: torch.dtype) -> None:
+    """The two attention intrinsics unroll into the largest kernels of this suite (a numba compile takes
+    35-70 s each); their half-precision rounding is checked on the interpreter, and the compiled
+    backend's half-precision paths by the op-library attention tests (tests/kernels)."""
+    if backend == "numba" and dtype != torch.float32:
+        pytest.skip("half precision of this intrinsic is checked on the interpreter (compile time)")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rbln_attention(dtype):
+def test_rbln_attention(dtype, dsl_backend):
+    _float32_only_when_compiled(dsl_backend, dtype)
     B, H, G, S, D, T, P = 2, 2, 2, 4, 16, 32, 8
     q, k, v, mask, keep = _attention_inputs(dtype, B, H, G, S, D, T)
     out = torch.empty(B, S, H, G, D, dtype=dtype)
@@ -114,7 +123,8 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, scale,
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_flash_attn_tile(dtype):
+def test_flash_attn_tile(dtype, dsl_backend):
+    _float32_only_when_compiled(dsl_backend, dtype)
     BH, S, D, T, P = 3, 8, 16, 64, 16
     q = torch.randn(BH, S, D, dtype=dtype)
     k = torch.randn(BH, T, D, dtype=dtype) * 2

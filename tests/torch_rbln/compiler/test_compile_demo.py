@@ -23,8 +23,7 @@ def _models():
     return cpu, device
 
 
-@pytest.mark.slow
-def test_demo_forward_and_training_step_match(fresh_compiler):
+def test_demo_forward_and_training_step_match(fresh_compiler):  # issue 8 acceptance: runs in CI
     cpu, device = _models()
     ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(1))
     compiled = torch.compile(device, backend="rbln")

@@ -134,6 +134,24 @@ def _offsets4(i, s1, s2, s3, t0, t1, t2, t3):
 
 
 @tl.jit
+def _comparison(a, b, OP):
+    """The comparison `OP` (EQ..GE) of two values of one dtype (float32 or int64)."""
+    if OP == 4:
+        y = a == b
+    elif OP == 5:
+        y = a != b
+    elif OP == 6:
+        y = a < b
+    elif OP == 7:
+        y = a <= b
+    elif OP == 8:
+        y = a > b
+    else:
+        y = a >= b
+    return y
+
+
+@tl.jit
 def _binary_op(a, b, alpha, OP, out_ptr):
     """The binary op `OP` (a runtime code, see BINARY) on float32 values (`out_ptr` gives the output
     dtype, to which trunc division rounds its quotient first)."""
@@ -145,18 +163,8 @@ def _binary_op(a, b, alpha, OP, out_ptr):
         y = a * b
     elif OP == 3:
         y = a / b
-    elif OP == 4:
-        y = a == b
-    elif OP == 5:
-        y = a != b
-    elif OP == 6:
-        y = a < b
-    elif OP == 7:
-        y = a <= b
-    elif OP == 8:
-        y = a > b
-    elif OP == 9:
-        y = a >= b
+    elif OP <= 9:
+        y = _comparison(a, b, OP)
     elif OP == 10:
         y = tl.where((a > b) | (a != a), a, b)
     elif OP == 11:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch_rbln.dsl as tl
 
-from .elementwise import ADD, EQ, GE, GT, LE, LT, MAXIMUM, MINIMUM, MUL, NE, SUB, _offsets4
+from .elementwise import ADD, EQ, GE, GT, LE, LT, MAXIMUM, MINIMUM, MUL, NE, SUB, _comparison, _offsets4
 
 OPS = frozenset({ADD, SUB, MUL, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM})
 
@@ -40,18 +40,8 @@ def int_binary_kernel(
         y = a - alpha.to(tl.int64) * b
     elif OP == 2:
         y = a * b
-    elif OP == 4:
-        y = a == b
-    elif OP == 5:
-        y = a != b
-    elif OP == 6:
-        y = a < b
-    elif OP == 7:
-        y = a <= b
-    elif OP == 8:
-        y = a > b
-    elif OP == 9:
-        y = a >= b
+    elif OP <= 9:
+        y = _comparison(a, b, OP)
     elif OP == 10:
         y = tl.maximum(a, b)
     else:

@@ -60,27 +60,15 @@ def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False, overwrites
 
     Values are checked for NaN/Inf only where the kernel reads them: not `out=` tensors, nor the first
     argument of ops that overwrite it whole (fill_, zero_), whose old contents may be anything. This
-    runs on every call, so it is one flat loop (no generators) and a compiled scan per checked tensor."""
+    runs on every call, so it is plain loops (no generators) and a compiled scan per checked tensor."""
     state = _CheckState(not config.deploy_mode(), int_inputs)
     first = overwrites_first
-    for value in args:
-        if isinstance(value, Tensor):
-            reason = state.visit(value, not first)
-            if reason is not None:
-                return reason
-            first = False
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, Tensor):
-                    reason = state.visit(item, not first)
-                    if reason is not None:
-                        return reason
-                    first = False
-    if kwargs:
-        out = kwargs.get("out")
-        for value in kwargs.values():
+    # (values, the tensor among them that is only written): `out=` is never read.
+    groups = ((args, None), (kwargs.values(), kwargs.get("out"))) if kwargs else ((args, None),)
+    for values, written in groups:
+        for value in values:
             if isinstance(value, Tensor):
-                reason = state.visit(value, value is not out and not first)
+                reason = state.visit(value, value is not written and not first)
                 if reason is not None:
                     return reason
                 first = False

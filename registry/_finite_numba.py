@@ -11,13 +11,11 @@ from ._finite_scan import CHUNK as _CHUNK  # the scan stops after the first chun
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def all_finite_32(address, n, mask):
-    """No 32-bit word among `n` at `address` has all the bits of `mask` (the float32 exponent) set."""
-    words = numba.carray(as_pointer(address, np.uint32), n)
-    m = np.uint32(mask)
-    for start in range(0, n, _CHUNK):
+def _no_word_has_mask(words, m):
+    """No word of `words` has all the bits of `m` set; stops after the first chunk with a hit."""
+    for start in range(0, words.shape[0], _CHUNK):
         hits = 0
-        for i in range(start, min(start + _CHUNK, n)):
+        for i in range(start, min(start + _CHUNK, words.shape[0])):
             hits += (words[i] & m) == m
         if hits:
             return False
@@ -25,14 +23,12 @@ def all_finite_32(address, n, mask):
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
+def all_finite_32(address, n, mask):
+    """No 32-bit word among `n` at `address` has all the bits of `mask` (the float32 exponent) set."""
+    return _no_word_has_mask(numba.carray(as_pointer(address, np.uint32), n), np.uint32(mask))
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
 def all_finite_16(address, n, mask):
     """As `all_finite_32` for 16-bit words (float16, bfloat16)."""
-    words = numba.carray(as_pointer(address, np.uint16), n)
-    m = np.uint16(mask)
-    for start in range(0, n, _CHUNK):
-        hits = 0
-        for i in range(start, min(start + _CHUNK, n)):
-            hits += (words[i] & m) == m
-        if hits:
-            return False
-    return True
+    return _no_word_has_mask(numba.carray(as_pointer(address, np.uint16), n), np.uint16(mask))

@@ -215,6 +215,28 @@ class BlockPointer:
     block_shape: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class BoxLoad:
+    """A load read where it is consumed (`_load_box`): lanes `index[d] < counts[d]` read
+    `m{root}[affine]`, the others `fill(index)`. `tl.dot` uses it to pick its operand's layout."""
+
+    root: int
+    affine: Affine
+    counts: tuple[str, ...]
+    dtype: D.dtype
+    fill: object  # Callable[[list[str]], str]
+
+
+@dataclass
+class DotOperand:
+    """A 2-D `tl.dot` operand as numba arrays: `c` (C-contiguous) and/or `f` (Fortran-contiguous, a
+    transposed C array), with `use_c` the runtime test choosing between them when both exist."""
+
+    c: str | None
+    f: str | None = None
+    use_c: str | None = None
+
+
 @dataclass
 class ErrorSite:
     op: Op
@@ -262,6 +284,7 @@ class _Lowering:
             if op.opcode in ("store", "atomic", "atomic_cas", "block_store")
         }
         self.hoisted: list[str] = []
+        self.box_loads: dict[int, BoxLoad] = {}  # lazily read box loads, by value id (see op_dot)
         self._count_uses(fn.body)
 
     # ---- bookkeeping
@@ -857,6 +880,7 @@ class _Lowering:
                 return f"({value} if {' and '.join(tests)} else {fill(index)})"
 
             self.values[op.result.id] = Lazy(shape, build, 2)
+            self.box_loads[op.result.id] = BoxLoad(root, affine, tuple(counts), dt, fill)
             return
         name = self.buffer(op.result.id, shape, dt)
         partial = [f"{c} < {e}" for c, e in zip(counts, shape, strict=True) if not c.isdigit()]
@@ -1154,6 +1178,13 @@ class _Lowering:
         self.values[op.result.id] = Buffer(result, shape)
 
     def op_dot(self, op: Op) -> None:
+        """`tl.dot` as `np.dot`, which numba hands to BLAS gemm for C- or Fortran-contiguous arrays
+        (any other layout it copies first). A 2-D operand that is a box load (`BoxLoad`) is staged in
+        the layout its memory has, chosen at run time from the strides: a row-major tile is copied
+        row by row into a C array, a column-major one (the transposed weight of `linear`) column by
+        column into a Fortran array, each with unit-stride reads; and a full tile that is already
+        contiguous in fp32/fp64 memory is passed as a view, with no copy. BLAS reads a Fortran operand
+        through its transpose flag, so neither layout costs a transposing copy."""
         a, b = op.operands[0], op.operands[1]
         acc = op.operands[2] if len(op.operands) > 2 else None
         out_dt = op.result.type.dtype
@@ -1161,24 +1192,13 @@ class _Lowering:
         if not a_dt.is_floating():
             raise UnsupportedByNumba("integer dot")
         work_dt = D.float64 if a_dt.name == "fp64" or out_dt.name == "fp64" else D.float32
-        operands = []
-        for value in (a, b):
-            representation = self.get(value)
-            if isinstance(representation, Buffer) and compute_type(value.type.dtype) == compute_type(work_dt):
-                operands.append(representation.name)  # already a C-contiguous array of the work type
-                continue
-            name = f"d{value.id}_{self.fresh('')}"
-            shape = value.type.shape
-            self.emit(f"{name} = np.empty({tuple(shape)!r}, dtype={compute_type(work_dt)})")
-            index = self.open_loops(shape)
-            self.emit(f"{name}[{', '.join(index)}] = {representation.render(index)}")
-            self.close_loops(shape)
-            operands.append(name)
         result_shape = op.result.type.shape
         product = f"p{op.result.id}"
         if len(result_shape) == 2:
-            self.emit(f"{product} = np.dot({operands[0]}, {operands[1]})")
+            left, right = self._dot_operand(a, work_dt), self._dot_operand(b, work_dt)
+            self._dot_call(product, left, right)
         else:
+            operands = [self._dot_array(value, work_dt) for value in (a, b)]
             self.emit(f"{product} = np.empty({tuple(result_shape)!r}, dtype={compute_type(work_dt)})")
             batch = result_shape[:-2]
             index = self.open_loops(batch)
@@ -1198,7 +1218,125 @@ class _Lowering:
         self.close_loops(result_shape)
         self.values[op.result.id] = Buffer(name, result_shape)
 
-    # ---- block pointers
+    def _dot_array(self, value: Value, work_dt: D.dtype) -> str:
+        """`value` as a C-contiguous array of the work type: its buffer, or an elementwise copy."""
+        representation = self.get(value)
+        if isinstance(representation, Buffer) and compute_type(value.type.dtype) == compute_type(work_dt):
+            return representation.name
+        name = f"d{value.id}_{self.fresh('')}"
+        shape = value.type.shape
+        self.emit(f"{name} = np.empty({tuple(shape)!r}, dtype={compute_type(work_dt)})")
+        index = self.open_loops(shape)
+        self.emit(f"{name}[{', '.join(index)}] = {representation.render(index)}")
+        self.close_loops(shape)
+        return name
+
+    def _dot_operand(self, value: Value, work_dt: D.dtype) -> DotOperand:
+        """A 2-D dot operand in the layout of its memory (see `op_dot`)."""
+        box = self.box_loads.get(value.id)
+        if box is None or not isinstance(self.get(value), Lazy):
+            return DotOperand(self._dot_array(value, work_dt))
+        rows, cols = value.type.shape
+        row_stride, col_stride = box.affine.coefficients
+        if isinstance(row_stride, int) and isinstance(col_stride, int):
+            kinds = ["c"] if abs(col_stride) <= abs(row_stride) else ["f"]
+        else:
+            kinds = ["c", "f"]
+        ct = compute_type(work_dt)
+        operand = DotOperand(None)
+        staged = {}
+        for kind in kinds:
+            # Staging buffers are allocated once per launch: each is filled and consumed by the
+            # np.dot right after, so the next loop iteration or program may reuse it. The Fortran
+            # operand is the transpose of a C buffer of the transposed tile.
+            variable, buffer = f"x{value.id}{kind}_{self.fresh('')}", f"s{value.id}{kind}_{self.fresh('')}"
+            if kind == "c":
+                self.hoisted.append(f"{buffer} = np.empty({(rows, cols)!r}, dtype={ct})")
+                staged[kind] = (variable, buffer, (rows, cols), box.affine, box.counts, box.fill)
+                operand.c = variable
+                self.emit(f"{variable} = {buffer}")
+            else:
+                self.hoisted.append(f"{buffer} = np.empty({(cols, rows)!r}, dtype={ct})")
+                transposed = Affine(box.affine.base, (col_stride, row_stride))
+                staged[kind] = (variable, buffer, (cols, rows), transposed, box.counts[::-1],
+                                lambda index: box.fill(index[::-1]))
+                operand.f = variable
+                # bound on every path (numba types each variable once), the branch not taken included
+                self.emit(f"{variable} = {buffer}.T")
+        if len(kinds) == 1:
+            self._dot_stage(*staged[kinds[0]], box, work_dt, transposed=kinds[0] == "f")
+            return operand
+        operand.use_c = self.fresh("row_major")
+        self.emit(f"{operand.use_c} = abs(np.int64({col_stride})) <= abs(np.int64({row_stride}))")
+        self.emit(f"if {operand.use_c}:")
+        self.depth += 1
+        self._dot_stage(*staged["c"], box, work_dt, transposed=False)
+        self.depth -= 1
+        self.emit("else:")
+        self.depth += 1
+        self._dot_stage(*staged["f"], box, work_dt, transposed=True)
+        self.depth -= 1
+        return operand
+
+    def _dot_stage(self, variable: str, buffer: str, shape: tuple[int, int], affine: Affine,
+                   counts: tuple[str, ...], fill, box: BoxLoad, work_dt: D.dtype, *,
+                   transposed: bool) -> None:
+        """Make `variable` the operand in one layout. `buffer`, `shape`, `affine`, `counts` and `fill`
+        describe the tile as a C array: the transpose of the Fortran operand when `transposed`."""
+        extents = [(c, e) for c, e in zip(counts, shape, strict=True)]
+        # a view needs the memory's own dtype, a full tile, and rows packed one after another
+        zero_copy = box.dtype.name == work_dt.name and all(not c.isdigit() or int(c) == e for c, e in extents)
+        if zero_copy:
+            rows_stride, unit = affine.coefficients
+            tests = [f"{c} == {e}" for c, e in extents if not c.isdigit()]
+            tests += [f"np.int64({unit}) == 1", f"np.int64({rows_stride}) == {shape[1]}"]
+            view = f"m{box.root}[{affine.base}:{affine.base} + {shape[0] * shape[1]}].reshape({shape!r})"
+            self.emit(f"if {' and '.join(tests)}:")
+            self.depth += 1
+            self.emit(f"{variable} = {view}.T" if transposed else f"{variable} = {view}")
+            self.depth -= 1
+            self.emit("else:")
+            self.depth += 1
+        partial = [f"{c} < {e}" for c, e in extents if not c.isdigit()]
+        if partial:
+            self.emit(f"if {' or '.join(partial)}:")
+            self.depth += 1
+            index = self.open_loops(shape)
+            self.emit(f"{buffer}[{', '.join(index)}] = {fill(index)}")
+            self.close_loops(shape)
+            self.depth -= 1
+
+        def copy(unit: Affine) -> None:
+            index = self.open_loops_to(list(counts))
+            element = _load_value(box.dtype, f"m{box.root}[{unit.render(index)}]")
+            self.emit(f"{buffer}[{', '.join(index)}] = {element}")
+            self.close_loops(tuple(counts))
+
+        self._with_unit_stride(affine, copy)
+        if zero_copy:
+            self.depth -= 1
+
+    def _dot_call(self, product: str, left: DotOperand, right: DotOperand) -> None:
+        """`product = np.dot(left, right)` with the layouts chosen at run time: one call per pair of
+        layouts (each its own gemm specialisation; all return a C array, so `product` has one type)."""
+        def forms(operand: DotOperand) -> list[str]:
+            return [name for name in (operand.c, operand.f) if name is not None]
+
+        pairs = [(x, y) for x in forms(left) for y in forms(right)]
+        if len(pairs) == 1:
+            self.emit(f"{product} = np.dot({pairs[0][0]}, {pairs[0][1]})")
+            return
+        tests = [operand.use_c for operand in (left, right) if operand.use_c is not None]
+        if len(tests) == 1:
+            conditions = [f"if {tests[0]}:", "else:"]
+        else:
+            conditions = [f"if {tests[0]} and {tests[1]}:", f"elif {tests[0]}:", f"elif {tests[1]}:", "else:"]
+        for condition, (x, y) in zip(conditions, pairs, strict=True):
+            self.emit(condition)
+            self.depth += 1
+            self.emit(f"{product} = np.dot({x}, {y})")
+            self.depth -= 1
+
     def op_make_block_ptr(self, op: Op) -> None:
         ty: BlockPtrType = op.result.type
         rank = len(ty.block_shape)

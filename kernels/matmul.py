@@ -1,23 +1,50 @@
 """One tiled `tl.dot` matmul: C[b] = beta * bias + alpha * A[b] @ B[b], batched over grid axis 2.
 
-Operands are addressed through strides, so transposed weights (`linear`) need no copy. Accumulates
-in float32; the optional bias is broadcast through its strides (0 where broadcast)."""
+Operands are addressed through strides, so transposed weights (`linear`) need no copy in the caller:
+the numba backend stages each tile for BLAS in the layout its memory has (a transposed weight as a
+Fortran array that gemm reads through its transpose flag) and passes a full, contiguous fp32 tile as a
+view. Accumulates in float32; the optional bias is broadcast through its strides (0 where broadcast)
+and added in the output loop."""
 
 from __future__ import annotations
 
 import torch_rbln.dsl as tl
 from torch_rbln.autotune import Config, autotune
 
+# Largest padded/real work ratio a tile may cost before `_prune_tiles` drops it.
+_MAX_PADDING = 4
+
+
+def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
+    """Keep the tiles the problem can mostly fill: a tile whose padded M x N x K volume is more than
+    `_MAX_PADDING` times the real one would spend most of its work (and its copies) on padding. The
+    smallest tile always stays, so small problems (a column sum is M=1) compile one specialisation and
+    skip benchmarking."""
+    M, N, K = nargs["M"], nargs["N"], nargs["K"]
+
+    def padded(config: Config) -> int:
+        bm, bn, bk = (config.kwargs[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+        return -(-M // bm) * bm * -(-N // bn) * bn * -(-K // bk) * bk
+
+    work = max(M * N * K, 1)
+    kept = [c for c in configs if padded(c) <= _MAX_PADDING * work]
+    return kept or list(configs)[:1]
+
 
 @autotune(
     configs=[
-        # tl.dot runs as one BLAS call per tile on the numba backend, so large tiles (above all a deep K)
-        # amortise the per-tile work: 256x256x512 measured ~2x faster than 128x128x64 at 1024^3.
+        # tl.dot is one BLAS gemm per tile on the numba backend, so large tiles amortise the per-tile
+        # work (staging copies, the accumulator add, gemm's own packing). A tile whose K block spans
+        # the whole (contiguous) K extent is passed to BLAS as a view, with no staging copy: at 1024^3
+        # on one thread 512x512x1024 measured ~90% of torch's GFLOP/s for mm and linear alike,
+        # 256x256x512 ~60-70%, 128x128x128 ~50%.
         Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}),
         Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128}),
         Config({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 512}),
+        Config({"BLOCK_M": 512, "BLOCK_N": 512, "BLOCK_K": 1024}),
     ],
     key=["M", "N", "K"],
+    prune_configs_by={"early_config_prune": _prune_tiles},
 )
 @tl.jit
 def matmul_kernel(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numba
 import numpy as np
@@ -28,23 +29,63 @@ def _run(kernel, xs: np.ndarray) -> np.ndarray:
     return out
 
 
-def test_erf32_is_within_3e_7_and_about_one_ulp_near_zero():
-    xs = np.linspace(-7, 7, 400_001, dtype=np.float32)
-    got = _run(_apply_erf, xs).astype(np.float64)
-    ref = np.array([math.erf(float(x)) for x in xs])
-    assert np.abs(got - ref).max() < 4e-7
-    small = np.abs(xs) < 0.5
-    relative = np.abs(got[small] - ref[small]) / np.maximum(np.abs(ref[small]), 1e-38)
-    assert relative.max() < 2.5e-7  # about 2 ulp where erf(x) ~ x
+@numba.njit(error_model="numpy")
+def _libm_erf(xs, out):
+    """float64 libm erf of each float32 input: the reference (0.5 ulp in float64)."""
+    for i in range(xs.shape[0]):
+        out[i] = math.erf(np.float64(xs[i]))
 
 
-@pytest.mark.parametrize(("x", "expected"), [(0.0, 0.0), (-0.0, -0.0), (np.inf, 1.0), (-np.inf, -1.0)])
+def _erf_errors(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    got = _run(_apply_erf, xs)
+    ref = np.empty(xs.shape, dtype=np.float64)
+    _libm_erf(xs, ref)
+    return got, ref, np.abs(got.astype(np.float64) - ref)
+
+
+def test_erf32_on_four_million_floats_within_3_1e_7_absolute_and_3_5e_7_relative():
+    """The bounds the fit in support.py states (measured 3.01e-7 and 3.35e-7 on 10^7 points), on a grid
+    over [-5, 5] and the positive and negative normal floats down to 2**-126, where erf(x) ~ 2x/sqrt(pi)."""
+    tiny = np.float32(np.geomspace(np.finfo(np.float32).tiny, 5.0, 200_000))
+    xs = np.concatenate([np.linspace(-5, 5, 4_000_001, dtype=np.float32), tiny, -tiny])
+    got, ref, error = _erf_errors(xs)
+    assert error.max() < 3.1e-7
+    nonzero = xs != 0
+    assert (error[nonzero] / np.abs(ref[nonzero])).max() < 3.5e-7
+    assert np.abs(got).max() <= 1.0
+
+
+def test_erf32_is_exactly_odd():
+    """gelu(x) - gelu(-x) = x relies on erf(-x) = -erf(x); the formula only sees x through x^2 and x."""
+    xs = np.linspace(0, 5, 2_000_001, dtype=np.float32)
+    assert np.array_equal(_run(_apply_erf, xs), -_run(_apply_erf, -xs))
+
+
+@pytest.mark.parametrize(("x", "expected"), [
+    (0.0, 0.0), (-0.0, -0.0), (np.inf, 1.0), (-np.inf, -1.0), (3.92, 1.0), (3.9193, 1.0), (100.0, 1.0),
+    (-3e38, -1.0), (3.4e38, 1.0),
+])
 def test_erf32_special_values(x, expected):
     got = _run(_apply_erf, np.float32([x]))[0]
     assert got == np.float32(expected) and math.copysign(1, got) == math.copysign(1, expected)
+
+
+def test_erf32_nan_and_subnormals():
     assert math.isnan(_run(_apply_erf, np.float32([np.nan]))[0])
-    tiny = np.float32(1e-30)
-    assert _run(_apply_erf, np.float32([tiny]))[0] == pytest.approx(2 / math.sqrt(math.pi) * tiny, rel=2.5e-7)
+    for tiny in (1e-30, -1e-30, 1e-38):
+        got = _run(_apply_erf, np.float32([tiny]))[0]
+        assert got == pytest.approx(2 / math.sqrt(math.pi) * float(np.float32(tiny)), rel=2.5e-7)
+    subnormal = np.float32(1e-42)  # erf rounds to a subnormal: at most half its (absolute) ulp off
+    got = _run(_apply_erf, np.float32([subnormal]))[0]
+    assert abs(float(got) - 2 / math.sqrt(math.pi) * float(subnormal)) <= 2 ** -150
+
+
+def test_erf32_loop_vectorises():
+    """The point of erf32 (no libm call, no branch): LLVM turns a loop over it into vector code."""
+    _run(_apply_erf, np.zeros(8, dtype=np.float32))
+    ir = _apply_erf.inspect_llvm(_apply_erf.signatures[0])
+    assert "@erf" not in ir and "erff" not in ir
+    assert re.search(r"fdiv <\d+ x float>", ir), "the division in erf32 stayed scalar"
 
 
 def test_exp32_is_within_3_ulp():

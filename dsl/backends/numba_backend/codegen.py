@@ -63,6 +63,14 @@ def _support_digest() -> str:
     return hashlib.sha256(text).hexdigest()[:16]
 
 
+@functools.cache
+def _dot_support_digest() -> str:
+    """Hash of dot_support.py, named in the source of kernels that call `tile_dot`: numba caches a
+    kernel's machine code with the helpers it links, so a changed helper must give a new file."""
+    text = resources.files(__package__).joinpath("dot_support.py").read_bytes()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
 def _template():
     import jinja2
 
@@ -218,23 +226,14 @@ class BlockPointer:
 @dataclass(frozen=True)
 class BoxLoad:
     """A load read where it is consumed (`_load_box`): lanes `index[d] < counts[d]` read
-    `m{root}[affine]`, the others `fill(index)`. `tl.dot` uses it to pick its operand's layout."""
+    `m{root}[affine]`, the others `fill`, a scalar expression (None when `other` is a block).
+    `tl.dot` hands such an operand to `dot_support.tile_dot` as memory, offset and strides."""
 
     root: int
     affine: Affine
     counts: tuple[str, ...]
     dtype: D.dtype
-    fill: object  # Callable[[list[str]], str]
-
-
-@dataclass
-class DotOperand:
-    """A 2-D `tl.dot` operand as numba arrays: `c` (C-contiguous) and/or `f` (Fortran-contiguous, a
-    transposed C array), with `use_c` the runtime test choosing between them when both exist."""
-
-    c: str | None
-    f: str | None = None
-    use_c: str | None = None
+    fill: str | None
 
 
 @dataclass
@@ -285,6 +284,7 @@ class _Lowering:
         }
         self.hoisted: list[str] = []
         self.box_loads: dict[int, BoxLoad] = {}  # lazily read box loads, by value id (see op_dot)
+        self.uses_dot_support = False  # a 2-D tl.dot calls dot_support.tile_dot
         self._count_uses(fn.body)
 
     # ---- bookkeeping
@@ -427,6 +427,8 @@ class _Lowering:
             key=fn.key,
             support_module=f"{__package__}.support",
             support_digest=_support_digest(),
+            dot_support=self.uses_dot_support,
+            dot_support_digest=_dot_support_digest() if self.uses_dot_support else "",
         )
         return Lowered(
             source,
@@ -880,7 +882,13 @@ class _Lowering:
                 return f"({value} if {' and '.join(tests)} else {fill(index)})"
 
             self.values[op.result.id] = Lazy(shape, build, 2)
-            self.box_loads[op.result.id] = BoxLoad(root, affine, tuple(counts), dt, fill)
+            scalar_fill = _literal(dt, 0)
+            if other is not None:
+                # `other` is usually a scalar broadcast to the block: its rendering names no index
+                probes = [[f"_probe{k}_{d}" for d in range(len(shape))] for k in range(2)]
+                first, second = (fill(probe) for probe in probes)
+                scalar_fill = first if first == second else None
+            self.box_loads[op.result.id] = BoxLoad(root, affine, tuple(counts), dt, scalar_fill)
             return
         name = self.buffer(op.result.id, shape, dt)
         partial = [f"{c} < {e}" for c, e in zip(counts, shape, strict=True) if not c.isdigit()]
@@ -1178,13 +1186,10 @@ class _Lowering:
         self.values[op.result.id] = Buffer(result, shape)
 
     def op_dot(self, op: Op) -> None:
-        """`tl.dot` as `np.dot`, which numba hands to BLAS gemm for C- or Fortran-contiguous arrays
-        (any other layout it copies first). A 2-D operand that is a box load (`BoxLoad`) is staged in
-        the layout its memory has, chosen at run time from the strides: a row-major tile is copied
-        row by row into a C array, a column-major one (the transposed weight of `linear`) column by
-        column into a Fortran array, each with unit-stride reads; and a full tile that is already
-        contiguous in fp32/fp64 memory is passed as a view, with no copy. BLAS reads a Fortran operand
-        through its transpose flag, so neither layout costs a transposing copy."""
+        """`tl.dot`: a 2-D product is one call of `dot_support.tile_dot`, which stages each operand in
+        the layout of its memory (a column-major tile, such as the transposed weight of `linear`, as
+        a Fortran array gemm reads through its transpose flag), passes a full contiguous tile as a
+        view, and calls BLAS gemm through `np.dot`; a batched one loops `np.dot` over C copies."""
         a, b = op.operands[0], op.operands[1]
         acc = op.operands[2] if len(op.operands) > 2 else None
         out_dt = op.result.type.dtype
@@ -1195,8 +1200,9 @@ class _Lowering:
         result_shape = op.result.type.shape
         product = f"p{op.result.id}"
         if len(result_shape) == 2:
-            left, right = self._dot_operand(a, work_dt), self._dot_operand(b, work_dt)
-            self._dot_call(product, left, right)
+            arguments = self._tile_dot_operand(a, work_dt) + self._tile_dot_operand(b, work_dt)
+            self.uses_dot_support = True
+            self.emit(f"{product} = tile_dot({', '.join(arguments)})")
         else:
             operands = [self._dot_array(value, work_dt) for value in (a, b)]
             self.emit(f"{product} = np.empty({tuple(result_shape)!r}, dtype={compute_type(work_dt)})")
@@ -1231,111 +1237,29 @@ class _Lowering:
         self.close_loops(shape)
         return name
 
-    def _dot_operand(self, value: Value, work_dt: D.dtype) -> DotOperand:
-        """A 2-D dot operand in the layout of its memory (see `op_dot`)."""
-        box = self.box_loads.get(value.id)
-        if box is None or not isinstance(self.get(value), Lazy):
-            return DotOperand(self._dot_array(value, work_dt))
+    def _tile_dot_operand(self, value: Value, work_dt: D.dtype) -> list[str]:
+        """The 11 `tile_dot` arguments of one 2-D operand: memory, offset, row and column strides,
+        active rows and columns, fill, C and transposed staging buffers, f16/bf16 bits, exact. A box
+        load passes its own memory; anything else is a C array of the work type, passed as memory
+        that is one full contiguous tile (so `tile_dot` uses it as it is)."""
         rows, cols = value.type.shape
-        row_stride, col_stride = box.affine.coefficients
-        if isinstance(row_stride, int) and isinstance(col_stride, int):
-            kinds = ["c"] if abs(col_stride) <= abs(row_stride) else ["f"]
-        else:
-            kinds = ["c", "f"]
         ct = compute_type(work_dt)
-        operand = DotOperand(None)
-        staged = {}
-        for kind in kinds:
-            # Staging buffers are allocated once per launch: each is filled and consumed by the
-            # np.dot right after, so the next loop iteration or program may reuse it. The Fortran
-            # operand is the transpose of a C buffer of the transposed tile.
-            variable, buffer = f"x{value.id}{kind}_{self.fresh('')}", f"s{value.id}{kind}_{self.fresh('')}"
-            if kind == "c":
-                self.hoisted.append(f"{buffer} = np.empty({(rows, cols)!r}, dtype={ct})")
-                staged[kind] = (variable, buffer, (rows, cols), box.affine, box.counts, box.fill)
-                operand.c = variable
-                self.emit(f"{variable} = {buffer}")
-            else:
-                self.hoisted.append(f"{buffer} = np.empty({(cols, rows)!r}, dtype={ct})")
-                transposed = Affine(box.affine.base, (col_stride, row_stride))
-                staged[kind] = (variable, buffer, (cols, rows), transposed, box.counts[::-1],
-                                lambda index: box.fill(index[::-1]))
-                operand.f = variable
-                # bound on every path (numba types each variable once), the branch not taken included
-                self.emit(f"{variable} = {buffer}.T")
-        if len(kinds) == 1:
-            self._dot_stage(*staged[kinds[0]], box, work_dt, transposed=kinds[0] == "f")
-            return operand
-        operand.use_c = self.fresh("row_major")
-        self.emit(f"{operand.use_c} = abs(np.int64({col_stride})) <= abs(np.int64({row_stride}))")
-        self.emit(f"if {operand.use_c}:")
-        self.depth += 1
-        self._dot_stage(*staged["c"], box, work_dt, transposed=False)
-        self.depth -= 1
-        self.emit("else:")
-        self.depth += 1
-        self._dot_stage(*staged["f"], box, work_dt, transposed=True)
-        self.depth -= 1
-        return operand
-
-    def _dot_stage(self, variable: str, buffer: str, shape: tuple[int, int], affine: Affine,
-                   counts: tuple[str, ...], fill, box: BoxLoad, work_dt: D.dtype, *,
-                   transposed: bool) -> None:
-        """Make `variable` the operand in one layout. `buffer`, `shape`, `affine`, `counts` and `fill`
-        describe the tile as a C array: the transpose of the Fortran operand when `transposed`."""
-        extents = [(c, e) for c, e in zip(counts, shape, strict=True)]
-        # a view needs the memory's own dtype, a full tile, and rows packed one after another
-        zero_copy = box.dtype.name == work_dt.name and all(not c.isdigit() or int(c) == e for c, e in extents)
-        if zero_copy:
-            rows_stride, unit = affine.coefficients
-            tests = [f"{c} == {e}" for c, e in extents if not c.isdigit()]
-            tests += [f"np.int64({unit}) == 1", f"np.int64({rows_stride}) == {shape[1]}"]
-            view = f"m{box.root}[{affine.base}:{affine.base} + {shape[0] * shape[1]}].reshape({shape!r})"
-            self.emit(f"if {' and '.join(tests)}:")
-            self.depth += 1
-            self.emit(f"{variable} = {view}.T" if transposed else f"{variable} = {view}")
-            self.depth -= 1
-            self.emit("else:")
-            self.depth += 1
-        partial = [f"{c} < {e}" for c, e in extents if not c.isdigit()]
-        if partial:
-            self.emit(f"if {' or '.join(partial)}:")
-            self.depth += 1
-            index = self.open_loops(shape)
-            self.emit(f"{buffer}[{', '.join(index)}] = {fill(index)}")
-            self.close_loops(shape)
-            self.depth -= 1
-
-        def copy(unit: Affine) -> None:
-            index = self.open_loops_to(list(counts))
-            element = _load_value(box.dtype, f"m{box.root}[{unit.render(index)}]")
-            self.emit(f"{buffer}[{', '.join(index)}] = {element}")
-            self.close_loops(tuple(counts))
-
-        self._with_unit_stride(affine, copy)
-        if zero_copy:
-            self.depth -= 1
-
-    def _dot_call(self, product: str, left: DotOperand, right: DotOperand) -> None:
-        """`product = np.dot(left, right)` with the layouts chosen at run time: one call per pair of
-        layouts (each its own gemm specialisation; all return a C array, so `product` has one type)."""
-        def forms(operand: DotOperand) -> list[str]:
-            return [name for name in (operand.c, operand.f) if name is not None]
-
-        pairs = [(x, y) for x in forms(left) for y in forms(right)]
-        if len(pairs) == 1:
-            self.emit(f"{product} = np.dot({pairs[0][0]}, {pairs[0][1]})")
-            return
-        tests = [operand.use_c for operand in (left, right) if operand.use_c is not None]
-        if len(tests) == 1:
-            conditions = [f"if {tests[0]}:", "else:"]
-        else:
-            conditions = [f"if {tests[0]} and {tests[1]}:", f"elif {tests[0]}:", f"elif {tests[1]}:", "else:"]
-        for condition, (x, y) in zip(conditions, pairs, strict=True):
-            self.emit(condition)
-            self.depth += 1
-            self.emit(f"{product} = np.dot({x}, {y})")
-            self.depth -= 1
+        box = self.box_loads.get(value.id)
+        if box is not None and box.fill is not None and isinstance(self.get(value), Lazy):
+            # staging buffers are allocated once per launch: tile_dot fills and consumes them in
+            # one call, so the next loop iteration or program may reuse them
+            staged_c, staged_t = f"sc{value.id}_{self.fresh('')}", f"st{value.id}_{self.fresh('')}"
+            self.hoisted.append(f"{staged_c} = np.empty({(rows, cols)!r}, dtype={ct})")
+            self.hoisted.append(f"{staged_t} = np.empty({(cols, rows)!r}, dtype={ct})")
+            row_stride, col_stride = box.affine.coefficients
+            bits = {"fp16": 1, "bf16": 2}.get(box.dtype.name, 0)
+            return [f"m{box.root}", f"np.int64({box.affine.base})", f"np.int64({row_stride})",
+                    f"np.int64({col_stride})", f"np.int64({box.counts[0]})", f"np.int64({box.counts[1]})",
+                    f"{ct}({box.fill})", staged_c, staged_t, f"np.int64({bits})",
+                    str(box.dtype.name == work_dt.name)]
+        name = self._dot_array(value, work_dt)
+        return [f"{name}.reshape(({rows * cols},))", "np.int64(0)", f"np.int64({cols})", "np.int64(1)",
+                f"np.int64({rows})", f"np.int64({cols})", f"{ct}(0)", name, name, "np.int64(0)", "True"]
 
     def op_make_block_ptr(self, op: Op) -> None:
         ty: BlockPtrType = op.result.type

@@ -203,7 +203,8 @@ class JITFunction:
         self.used_functions: set[JITFunction] = set()
         self.cache: dict[str, CompiledKernel] = {}
         self._launches: dict[tuple, tuple] = {}  # launch key -> (CompiledKernel, executable)
-        self._fast: dict[tuple, tuple] = {}  # raw-call key -> (CompiledKernel, executable, gather plan)
+        # raw-call key -> [CompiledKernel, executable, gather plan, direct launch: None unbuilt, False none]
+        self._fast: dict[tuple, list] = {}
         self._parameter_set = set(self.arg_names)
         self._constexpr_positions = frozenset(
             i for i, name in enumerate(self.arg_names) if name in self.constexpr_params
@@ -411,7 +412,7 @@ class JITFunction:
             constexprs = self.constexpr_params
             for name, value in kwargs.items():
                 tokens.append((name, value if name in constexprs else _value_token(value)))
-        return (self.backend, _requested_backend(), tuple(tokens))
+        return (self.backend, requested_backend(), tuple(tokens))
 
     def _try_fast_launch(self, args, kwargs, grid) -> CompiledKernel | None:
         """The hot path of a launch seen before: a dict lookup, gathering the values, the run."""
@@ -424,16 +425,46 @@ class JITFunction:
             return None
         if entry is None:
             return None
-        ck, exe, gather = entry
+        ck, exe, gather, direct = entry
+        g = grid + (1,) * (3 - len(grid)) if len(grid) < 3 else grid
+        if direct is None:
+            direct = self._direct(entry)
+        if direct and direct(args, kwargs, *g):
+            return ck
         values = [
             None if where is None else (args[where] if type(where) is int else kwargs[where])
             for where in gather
         ]
-        g = grid + (1,) * (3 - len(grid)) if len(grid) < 3 else grid
         if g[0] * g[1] * g[2] == 0:
             return ck
         self._launch_tp(exe, g, values, launch_tp(values, None))
         return ck
+
+    @staticmethod
+    def _direct(entry: list):
+        """The entry's direct launch function, built once its first launch has compiled the kernel (under
+        the cross-process compile lock); False when the backend has none."""
+        exe = entry[1]
+        if not getattr(exe, "_compiled", False):
+            return None
+        if entry[3] is None:
+            build = getattr(exe, "direct_launcher", None)
+            entry[3] = (build(entry[2]) if build is not None else None) or False
+        return entry[3]
+
+    def launcher(self, *args, **kwargs):
+        """The direct launch function for calls shaped like `kernel[grid](*args, **kwargs)` (same dtypes,
+        constexprs and int widths), once such a call has run: `launch(args, kwargs, g0, g1, g2) -> bool`,
+        which runs the kernel on a grid (g0, g1, g2) and returns True, or does nothing and returns False
+        (launch through `kernel[grid]` then). For callers that launch one specialisation very often, such
+        as registered ops on small tensors, where the launch bookkeeping costs more than the kernel. None
+        when there is none (no such call yet, or a backend without direct launches). The caller keys its
+        copy on `requested_backend()` too, as `kernel[grid]` does."""
+        try:
+            entry = self._fast.get(self._fast_key(args, kwargs))
+        except TypeError:
+            return None
+        return (self._direct(entry) or None) if entry is not None else None
 
     def _launch_tp(self, exe, grid, values, tp_plan) -> None:
         """Run on the launch's tensor-parallel group; a failing tp>1 launch that was not asked for
@@ -476,7 +507,7 @@ class JITFunction:
             else:
                 return  # a default value: take the general path
         try:
-            self._fast[self._fast_key(args, kwargs)] = (ck, exe, gather)
+            self._fast[self._fast_key(args, kwargs)] = [ck, exe, gather, None]
         except TypeError:
             pass
 
@@ -573,7 +604,7 @@ def _normalize_grid(jf, grid, arguments):
     return tuple(g + [1] * (3 - len(g)))
 
 
-def _requested_backend() -> str | None:
+def requested_backend() -> str | None:
     """`backends.requested()` (raw $TORCH_RBLN_DSL_BACKEND) without `os.environ.get`'s KeyError path for a
     missing key, which cost more than the rest of a cached launch's key."""
     from torch_rbln.config import _environ_get
@@ -598,6 +629,15 @@ def _value_token(value):
         return kind
     dtype = getattr(value, "dtype", None)
     return dtype if dtype is not None else value
+
+
+def launch_device(tensors) -> int | None:
+    """The rbln device index a launch over `tensors` runs on: that of the first tensor not on the CPU
+    (None when all are CPU tensors, -1 when that tensor's memory is not host memory, e.g. meta)."""
+    for tensor in tensors:
+        if not tensor.is_cpu:
+            return tensor.get_device() if _host_memory(tensor) else -1
+    return None
 
 
 def launch_tp(values, explicit_tp: int | None = None) -> tuple[int, int | None, bool]:

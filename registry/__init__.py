@@ -34,7 +34,7 @@ from torch import Tensor
 from torch_rbln import config, fallback
 
 from ._finite_scan import all_finite
-from ._ops import FLOATS, Decline
+from ._ops import FLOATS, Decline, InvalidCall
 from .table import NAMES, TABLE, Op
 
 __all__ = [
@@ -58,58 +58,45 @@ def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False, overwrites
                  ) -> str | None:
     """The generic per-call decision: None when a device kernel may run, else the reason.
 
-    Values are checked for NaN/Inf only where the kernel reads them: not `out=` tensors, nor the first
-    argument of ops that overwrite it whole (fill_, zero_), whose old contents may be anything. This
-    runs on every call, so it is plain loops (no generators) and a compiled scan per checked tensor."""
-    state = _CheckState(not config.deploy_mode(), int_inputs)
-    first = overwrites_first
-    # (values, the tensor among them that is only written): `out=` is never read.
-    groups = ((args, None), (kwargs.values(), kwargs.get("out"))) if kwargs else ((args, None),)
-    for values, written in groups:
-        for value in values:
-            if isinstance(value, Tensor):
-                reason = state.visit(value, value is not written and not first)
-                if reason is not None:
-                    return reason
-                first = False
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    if isinstance(item, Tensor):
-                        reason = state.visit(item, not first)
-                        if reason is not None:
-                            return reason
-                        first = False
-    if state.device is None:
-        return "scalar-only inputs"
-    return None
-
-
-class _CheckState:
-    """What `check_inputs` carries from one tensor argument to the next."""
-
-    __slots__ = ("check_values", "int_inputs", "device")
-
-    def __init__(self, check_values: bool, int_inputs: bool) -> None:
-        self.check_values = check_values
-        self.int_inputs = int_inputs
-        self.device: int | None = None
-
-    def visit(self, tensor: Tensor, read: bool) -> str | None:
-        dtype = tensor.dtype
-        if tensor.is_cpu:
-            if tensor.dim():
-                return "CPU tensor operand"  # the fallback raises the device-mismatch error
-        elif self.device is None:
-            self.device = tensor.get_device()
-        elif tensor.get_device() != self.device:
-            return "tensors on several devices"
-        if dtype in FLOATS:
-            if read and self.check_values and not all_finite(tensor):
-                return "nan_inf"
-        elif read and (dtype.is_floating_point or dtype.is_complex or not self.int_inputs):
-            # Tensors only written (out=, a filled self) may be bool/int: the kernel checks what it writes.
-            return f"dtype {_dtype_name(dtype)}"
-        return None
+    Every tensor (also inside list arguments) must be on one rbln device (a 0-dim CPU tensor is a
+    wrapped scalar); tensors the kernel reads must be float32/float16/bfloat16 (any integer dtype with
+    `int_inputs`) and, outside deploy mode, free of NaN/Inf. Not read: `out=` and the first argument of
+    ops that overwrite it whole (fill_, zero_), whose old contents may be anything. This runs on every
+    call, so it is one flat loop (no generators, no helper objects) and a compiled scan per checked
+    tensor."""
+    check_values = not config.deploy_mode()
+    written = kwargs.get("out") if kwargs else None
+    device = None
+    skip_first = overwrites_first
+    for value in ((*args, *kwargs.values()) if kwargs else args):
+        if isinstance(value, Tensor):
+            group: tuple | list = (value,)
+        elif isinstance(value, (list, tuple)):
+            group = value
+        else:
+            continue
+        read_group = value is not written
+        for tensor in group:
+            if not isinstance(tensor, Tensor):
+                continue
+            read = read_group and not skip_first
+            skip_first = False
+            if tensor.is_cpu:
+                if tensor.dim():
+                    return "CPU tensor operand"  # the fallback raises the device-mismatch error
+            elif device is None:
+                device = tensor.get_device()
+            elif tensor.get_device() != device:
+                return "tensors on several devices"
+            if not read:
+                continue  # only written (out=, a filled self): may be bool/int, the kernel checks it
+            dtype = tensor.dtype
+            if dtype in FLOATS:
+                if check_values and not all_finite(tensor):
+                    return "nan_inf"
+            elif dtype.is_floating_point or dtype.is_complex or not int_inputs:
+                return f"dtype {_dtype_name(dtype)}"
+    return "scalar-only inputs" if device is None else None
 
 
 def _run_device(name: str, impl: Callable, args: tuple, kwargs: dict) -> Any:
@@ -128,8 +115,14 @@ def _dispatcher(overload: torch._ops.OpOverload, entry: Op) -> Callable:
 
     default = (default_impl, None)
     counts = _device_counts
+    fast = entry.fast
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
+        if fast is not None and (not _user or short not in _user):
+            result = fast(args, kwargs)
+            if result is not None:
+                counts[name] += 1
+                return result
         impl, accepts = _user.get(short, default) if _user else default
         reason = check_inputs(args, kwargs, int_inputs or accepts is not None, overwrites_first)
         if reason is None and accepts is not None:
@@ -143,6 +136,8 @@ def _dispatcher(overload: torch._ops.OpOverload, entry: Op) -> Callable:
                 return result
             except Decline as decline:
                 reason = decline.reason
+            except InvalidCall:
+                raise
             except Exception as error:  # noqa: BLE001 - a kernel bug must not change results: run on CPU
                 reason = f"kernel error: {type(error).__name__}"
                 _log.warning("rbln kernel for %s failed (%s: %s); running it on the CPU", name,

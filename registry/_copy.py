@@ -14,7 +14,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from torch_rbln import fallback
 
-from ._ops import _block, _cdiv, _collapse, _expanded_strides, _k
+from ._ops import InvalidCall, _block, _cdiv, _collapse, _expanded_strides, _k
 
 NAME = "aten::_copy_from"
 _DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool})
@@ -43,7 +43,7 @@ def _overlap(src: torch.Tensor, dst: torch.Tensor) -> str | None:
             and src.shape == dst.shape:
         return "same"
     if is_non_overlapping_and_dense_or_false(src) and is_non_overlapping_and_dense_or_false(dst):
-        raise RuntimeError(
+        raise InvalidCall(
             "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
             "single memory location. Please clone() the tensor before performing the operation."
         )

@@ -11,12 +11,14 @@ import math
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor
 
 from torch_rbln import _memory
 
+from . import _launch
+
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 INTEGERS = (torch.int32, torch.int64)
+_I32 = 2**31  # ints below this are int32 kernel arguments (another specialisation above)
 
 
 class Decline(Exception):
@@ -25,6 +27,12 @@ class Decline(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class InvalidCall(RuntimeError):
+    """Raised by an implementation for a call that torch rejects too (with torch's message), where the
+    CPU fallback could not tell: our host views hide aliasing between rbln tensors from torch. The
+    dispatcher lets it through to the caller."""
 
 
 _modules: dict[str, object] = {}
@@ -36,6 +44,10 @@ def _k(name: str):
         import importlib
 
         module = importlib.import_module(f"torch_rbln.kernels.{name}")
+        if not _modules:
+            from torch_rbln import _dlpack
+
+            _dlpack.enable_compiled_retag()  # numba is loaded now: allocations may use it
         _modules[name] = module
     return module
 
@@ -197,24 +209,28 @@ def _promoted(a, b) -> torch.dtype:
     return dtype
 
 
+def dense_binary_key(E, name: str, dtypes: tuple, n: int) -> tuple[tuple, dict]:
+    """(launch key, constexpr/op keywords) of `binary_dense_kernel` for op `name` over `n` elements with
+    operand and output `dtypes`."""
+    block = _block(n)
+    op = E.BINARY[name]
+    fast = op if op in E.FAST_BINARY else -1
+    return (dtypes, op, fast, block, n < _I32), {"OP": op, "FAST_OP": fast, "BLOCK": block}
+
+
+def unary_key(E, name: str, dtypes: tuple, n: int) -> tuple[tuple, dict]:
+    """(launch key, constexpr/op keywords) of `unary_kernel` for op `name` over `n` elements with input
+    and output `dtypes`."""
+    block = _block(n)
+    op = E.UNARY[name]
+    fast = op if op in E.FAST_UNARY else -1
+    return (dtypes, op, fast, block, n < _I32), {"OP": op, "FAST_OP": fast, "BLOCK": block}
+
+
 def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=False):
+    """The general binary op: promotion, broadcasting, scalars, out=, in place (the plain case of two
+    same-shape contiguous tensors usually takes `_fastpath.binary` before reaching here)."""
     E = _k("elementwise")
-    if (out is None and not inplace and type(a) is Tensor and type(b) is Tensor and a.dtype == b.dtype
-            and a.shape == b.shape and not a.is_cpu and not b.is_cpu and a.get_device() == b.get_device()
-            and a.is_contiguous() and b.is_contiguous() and type(alpha) in (int, float)):
-        # The common case, without the general path's promotion/broadcast/out= bookkeeping: two
-        # same-shape, same-dtype contiguous device tensors into a new output (dtype and device were
-        # checked by the dispatcher; a non-float dtype is declined below).
-        if a.dtype not in FLOATS:
-            return _integer_or_decline(name, a, b, alpha, out, comparison, inplace)
-        n = a.numel()
-        out = _memory.empty(a.shape, torch.bool if comparison else a.dtype, a.get_device())
-        if n:
-            block = _block(n)
-            op = E.BINARY[name]
-            E.binary_dense_kernel[(_cdiv(n, block),)](a, b, out, n, float(alpha), OP=op,
-                                                      FAST_OP=op if op in E.FAST_BINARY else -1, BLOCK=block)
-        return out
     if isinstance(alpha, complex) or (isinstance(alpha, torch.Tensor)):
         raise Decline("tensor/complex alpha")
     if torch.result_type(a, b) in INTEGERS:
@@ -230,9 +246,8 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
         return out
     block = _block(n)
     if ta.shape == tb.shape and ta.is_contiguous() and tb.is_contiguous() and list(ta.shape) == shape:
-        op = E.BINARY[name]
-        E.binary_dense_kernel[(_cdiv(n, block),)](ta, tb, out, n, float(alpha), OP=op,
-                                                  FAST_OP=op if op in E.FAST_BINARY else -1, BLOCK=block)
+        key, keywords = dense_binary_key(E, name, (ta.dtype, tb.dtype, out.dtype), n)
+        _launch.launch(E.binary_dense_kernel, _cdiv(n, block), key, (ta, tb, out, n, float(alpha)), keywords)
         return out
     bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
     E.binary_kernel[(_cdiv(n, block),)](
@@ -257,10 +272,16 @@ def binary_output(a, b, compute: torch.dtype, out, index: int, operands, *, comp
         out = a
     out = _check_out(out, shape, torch.bool if comparison else compute, index)
     if out is a or out is b:
-        # The kernel reads each element before writing it, so exact aliasing is safe; overlap is not.
+        # The kernel reads each element before writing it, so exact aliasing is safe; overlap is not:
+        # dense partial overlap raises torch's error (our host views would hide it from the CPU path),
+        # other overlap takes the CPU path.
+        from ._copy import _overlap
+
         for t in operands:
-            if t is not out and t.numel() > 1 and _overlaps(t, out):
-                raise Decline("output overlaps an input")
+            if t is not out and t.numel() > 1:
+                overlap = _overlap(t, out)
+                if overlap is not None and overlap != "same":
+                    raise Decline("output overlaps an input")
     return out
 
 
@@ -287,12 +308,6 @@ def _broadcast(*shapes) -> list[int]:
     return out
 
 
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False
-    return True
-
-
 def unary(name: str, x: torch.Tensor, p: float = 0.0, out=None, *, inplace=False):
     E = _k("elementwise")
     index = _device_index(x)
@@ -307,10 +322,8 @@ def unary(name: str, x: torch.Tensor, p: float = 0.0, out=None, *, inplace=False
     if n == 0:
         return out
     src = contiguous(x)
-    block = _block(n)
-    op = E.UNARY[name]
-    E.unary_kernel[(_cdiv(n, block),)](src, out, n, float(p), OP=op, FAST_OP=op if op in E.FAST_UNARY else -1,
-                                       BLOCK=block)
+    key, keywords = unary_key(E, name, (src.dtype, out.dtype), n)
+    _launch.launch(E.unary_kernel, _cdiv(n, _block(n)), key, (src, out, n, float(p)), keywords)
     return out
 
 
@@ -419,7 +432,9 @@ def softmax(x: torch.Tensor, dim: int, half_to_float: bool, *, log: bool):
     if x.numel() == 0:
         return out
     if n <= _ONE_BLOCK:
-        R.softmax_row_kernel[(x.numel() // n,)](x, out, n, LOG=log, BLOCK=_row_block(n))
+        block = _row_block(n)
+        _launch.launch(R.softmax_row_kernel, x.numel() // n, (x.dtype, log, block, n < _I32), (x, out, n),
+                       {"LOG": log, "BLOCK": block})
     else:
         R.softmax_kernel[(x.numel() // n,)](x, out, n, LOG=log)
     return out

@@ -14,7 +14,8 @@ import math
 
 import torch
 
-from ._ops import FLOATS, Decline, _block, _cdiv, _k, _row_block, cast_copy, contiguous, empty
+from . import _launch as launches
+from ._ops import _I32, FLOATS, Decline, _block, _cdiv, _k, _row_block, cast_copy, contiguous, empty
 
 _CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3}
 _INDEXED = ("max", "min", "argmax", "argmin")  # dim is one int; amax/amin take several dims
@@ -83,7 +84,10 @@ def _launch(name: str, x: torch.Tensor, dims: list[int], values, indices, correc
     values = values if values is not None else x
     indices = indices if indices is not None else values
     if inner == 1:
-        _k("rows").reduce_kernel[(outer,)](x, values, indices, r, correction, OP=op, BLOCK=_row_block(r))
+        block = _row_block(r)
+        key = (x.dtype, values.dtype, indices.dtype, op, block, r < _I32)
+        launches.launch(_k("rows").reduce_kernel, outer, key, (x, values, indices, r, correction),
+                       {"OP": op, "BLOCK": block})
     else:
         block = _block(inner)
         _k("reduce").middle_reduce_kernel[(outer, _cdiv(inner, block))](

@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import _fastpath as FP
 from . import _loss as L
 from . import _ops as O
 from . import _reduce as R
@@ -24,6 +25,9 @@ class Op:
     int_inputs: bool = False  # integer/bool tensors are legitimate inputs (indices, masks)
     tol: dict = field(default_factory=dict)  # dtype name -> (atol, rtol) for the tests
     overwrites_first: bool = False  # the first argument is only written (fill_, zero_): no NaN/Inf check
+    # `(args, kwargs) -> result or None`: takes the plain common case before the generic checks (see
+    # _fastpath); None from it means "not plain": the dispatcher goes on as without it.
+    fast: Callable | None = None
 
 
 def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: bool = False,
@@ -40,8 +44,10 @@ def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: b
     out_name = f"{name}.Tensor_out" if comparison else f"{name}.out"
     # int_inputs: integer tensors reach O.binary, which runs the exact integer kernel (add, sub, mul,
     # comparisons) or declines with the dtype.
-    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True), Op(out_name, fo, int_inputs=True),
-           Op(f"{name}_.Tensor", fi, int_inputs=True)]
+    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True, fast=FP.binary(name, comparison=comparison)),
+           Op(out_name, fo, int_inputs=True),
+           Op(f"{name}_.Tensor", fi, int_inputs=True,
+              fast=None if comparison else FP.binary(name, inplace=True))]
     if scalar:
         ops += [Op(f"{name}.Scalar", f, int_inputs=True), Op(f"{name}_.Scalar", fi, int_inputs=True)]
     return ops
@@ -51,12 +57,16 @@ def _unary_family(name: str, opinfo: str | None, kernel: str | None = None, *, i
                   out: bool = True, overload: str = "default") -> list[Op]:
     kernel = kernel or name
     suffix = f".{overload}"
-    ops = [Op(f"{name}{suffix}", lambda x: O.unary(kernel, x), opinfo)]
+    ops = [Op(f"{name}{suffix}", lambda x: O.unary(kernel, x), opinfo, fast=FP.unary(kernel))]
     if out:
         ops.append(Op(f"{name}.out", lambda x, out=None: O.unary(kernel, x, out=out)))
     if inplace:
-        ops.append(Op(f"{name}_{suffix}", lambda x: O.unary(kernel, x, inplace=True)))
+        ops.append(Op(f"{name}_{suffix}", lambda x: O.unary(kernel, x, inplace=True),
+                      fast=FP.unary(kernel, inplace=True)))
     return ops
+
+
+_GELU_KERNELS = {"none": "gelu", "tanh": "gelu_tanh"}  # gelu's `approximate` -> elementwise kernel op
 
 
 def _gelu(x, approximate="none", out=None, inplace=False):
@@ -174,12 +184,13 @@ TABLE: list[Op] = [
     *_unary_family("tanh", "tanh"),
     *_unary_family("abs", "abs"),
     *_unary_family("log", "log"),
-    Op("relu.default", lambda x: O.unary("relu", x), "nn.functional.relu"),
-    Op("relu_.default", lambda x: O.unary("relu", x, inplace=True)),
-    Op("silu.default", lambda x: O.unary("silu", x), "nn.functional.silu"),
+    Op("relu.default", lambda x: O.unary("relu", x), "nn.functional.relu", fast=FP.unary("relu")),
+    Op("relu_.default", lambda x: O.unary("relu", x, inplace=True), fast=FP.unary("relu", inplace=True)),
+    Op("silu.default", lambda x: O.unary("silu", x), "nn.functional.silu", fast=FP.unary("silu")),
     Op("silu.out", lambda x, out=None: O.unary("silu", x, out=out)),
-    Op("silu_.default", lambda x: O.unary("silu", x, inplace=True)),
-    Op("gelu.default", lambda x, approximate="none": _gelu(x, approximate), "nn.functional.gelu", tol=LOOSE),
+    Op("silu_.default", lambda x: O.unary("silu", x, inplace=True), fast=FP.unary("silu", inplace=True)),
+    Op("gelu.default", lambda x, approximate="none": _gelu(x, approximate), "nn.functional.gelu", tol=LOOSE,
+       fast=FP.unary("gelu", keyword="approximate", values=_GELU_KERNELS)),
     Op("gelu.out", lambda x, approximate="none", out=None: _gelu(x, approximate, out=out)),
     Op("gelu_.default", lambda x, approximate="none": _gelu(x, approximate, inplace=True)),
     Op("pow.Tensor_Tensor", lambda x, e: O.binary("pow", x, e), "pow", tol=LOOSE),

@@ -40,7 +40,7 @@ _memmove = ctypes.memmove
 _device_bytes: dict[tuple[int, int], bytes] = {}
 
 
-def _retag(tensor: torch.Tensor, device_type: int, device_id: int) -> torch.Tensor:
+def _retag_portable(tensor: torch.Tensor, device_type: int, device_id: int) -> torch.Tensor:
     # One memmove of the packed DLDevice (cached per device): this runs for every allocation and host
     # view, and building ctypes structure objects per call cost more than the copy itself.
     device = _device_bytes.get((device_type, device_id))
@@ -49,6 +49,39 @@ def _retag(tensor: torch.Tensor, device_type: int, device_id: int) -> torch.Tens
     capsule = _to_dlpack(tensor)
     _memmove(_capsule_pointer(capsule, b"dltensor") + _DEVICE_OFFSET, device, len(device))
     return _from_dlpack(capsule)
+
+
+_retag = _retag_portable
+# Where CPython keeps a PyCapsule's `pointer`: right after the object header (refcount, type).
+_CAPSULE_POINTER_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)
+
+
+def enable_compiled_retag() -> bool:
+    """Switch `_retag` to the numba version (`_dlpack_numba`) when it reads capsules exactly as
+    `PyCapsule_GetPointer` does here; called once the op library has loaded numba anyway. Returns
+    whether the compiled version is in use."""
+    global _retag
+    if _retag is not _retag_portable:
+        return True
+    try:
+        from . import _dlpack_numba
+
+        probe = _to_dlpack(torch.empty(1))
+        if _dlpack_numba.capsule_pointer(id(probe), _CAPSULE_POINTER_OFFSET) != _capsule_pointer(
+                probe, b"dltensor"):
+            return False
+    except Exception:  # noqa: BLE001 - numba missing or failing: the portable path stays
+        return False
+    set_device = _dlpack_numba.set_device
+    offset = _CAPSULE_POINTER_OFFSET
+
+    def _retag_compiled(tensor: torch.Tensor, device_type: int, device_id: int) -> torch.Tensor:
+        capsule = _to_dlpack(tensor)
+        set_device(id(capsule), offset, _DEVICE_OFFSET, device_type, device_id)
+        return _from_dlpack(capsule)
+
+    _retag = _retag_compiled
+    return True
 
 
 def _plain(tensor: torch.Tensor) -> tuple[torch.Tensor, bool, bool]:

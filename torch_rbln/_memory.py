@@ -7,13 +7,12 @@ as the storage lives, so a weak reference to it tells us, exactly, when the memo
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 import weakref
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -22,7 +21,7 @@ from . import _dlpack, _runtime, log, topology
 _GiB = 1 << 30
 
 
-@dataclass
+@dataclass(slots=True)
 class _DeviceCounters:
     """PyTorch-style allocator statistics of one logical device."""
 
@@ -38,7 +37,6 @@ class _DeviceCounters:
     largest_request: int = 0
     capacity: int = 0
     topology: object = None  # the topology the capacity was derived from
-    live: dict[int, weakref.ref] = field(default_factory=dict)
 
 
 _lock = threading.Lock()
@@ -46,8 +44,11 @@ _counters: dict[int, _DeviceCounters] = {}
 # Frees are queued by weakref callbacks and applied under the lock by the next allocation or
 # statistics read: a callback can fire anywhere (even inside our own locked section, when the
 # garbage collector runs), so it must never take the lock or update counters itself.
-_pending_frees: deque[tuple[int, int, int]] = deque()
-_keys = itertools.count()
+_pending_frees: deque[weakref.ref] = deque()
+# Per live rbln storage, keyed by a weak reference to it: (device index, bytes, the host buffer to
+# recycle when it dies, or None). One shared callback instead of a closure per storage keeps an
+# allocation cheap.
+_watched: dict[weakref.ref, tuple[int, int, torch.Tensor | None]] = {}
 
 
 def _counters_for(index: int) -> _DeviceCounters:
@@ -78,7 +79,6 @@ _POOL_MIN = 1 << 20
 _POOL_CAP = 512 << 20
 _pool: dict[int, list[torch.Tensor]] = {}  # nbytes -> free uint8 host buffers
 _pool_bytes = 0
-_recycle: dict[int, torch.Tensor] = {}  # live key -> the host buffer behind that rbln storage
 
 
 def _take_buffer(nbytes: int) -> torch.Tensor:
@@ -98,10 +98,8 @@ def _apply_pending_frees() -> None:
     """Apply queued frees; the caller holds `_lock`."""
     global _pool_bytes
     while _pending_frees:
-        index, nbytes, key = _pending_frees.popleft()
+        index, nbytes, buffer = _watched.pop(_pending_frees.popleft())
         counters = _counters[index]
-        counters.live.pop(key, None)
-        buffer = _recycle.pop(key, None)
         if buffer is not None and _pool_bytes + nbytes <= _POOL_CAP:
             _pool.setdefault(nbytes, []).append(buffer)
             _pool_bytes += nbytes
@@ -151,18 +149,24 @@ def _reserve(index: int, nbytes: int) -> None:
 
 
 def _unreserve(index: int, nbytes: int) -> None:
-    _pending_frees.append((index, nbytes, -1))
+    """Undo `_reserve` for an allocation that failed after it."""
+    counters = _counters[index]
+    with _lock:
+        counters.current -= nbytes
+        counters.allocated_total -= nbytes
+        counters.count_current -= 1
+        counters.count_allocated -= 1
+
+
+def _storage_died(ref: weakref.ref) -> None:
+    _pending_frees.append(ref)
 
 
 def _watch(storage: torch.UntypedStorage, index: int, nbytes: int,
            buffer: torch.Tensor | None = None) -> None:
     """Queue a free of `nbytes` when `storage` dies (its Python object lives exactly as long); `buffer`,
     the host memory behind it, is then recycled."""
-    key = next(_keys)
-    append = _pending_frees.append
-    if buffer is not None:
-        _recycle[key] = buffer
-    _counters[index].live[key] = weakref.ref(storage, lambda _ref: append((index, nbytes, key)))
+    _watched[weakref.ref(storage, _storage_died)] = (index, nbytes, buffer)
 
 
 def contiguous_strides(size: Sequence[int]) -> list[int]:
@@ -206,7 +210,8 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
             buffer = _take_buffer(nbytes)
             host = buffer.view(dtype).view(size)
         else:
-            host = torch.empty(size, dtype=dtype)
+            # Sizes unpacked: parsing a torch.Size argument costs more than the allocation.
+            host = torch.empty(*size, dtype=dtype) if size else torch.empty((), dtype=dtype)
         # a fresh tensor has no conj/neg bits: re-tag it directly (what to_device_view does for it)
         device_tensor = _dlpack._retag(host, _dlpack.DL_EXT_DEV, index)
     except BaseException:

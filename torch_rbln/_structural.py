@@ -39,6 +39,8 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
 
 def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     if memory_format in (None, torch.contiguous_format, torch.preserve_format):
+        if all(s >= 0 for s in size):  # negative sizes: empty_strided raises torch's error
+            return _memory.empty(size, dtype or torch.get_default_dtype(), _target_index(device))
         strides = _memory.contiguous_strides(size)
     else:
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()

@@ -3,6 +3,7 @@ and the launcher that spreads a grid over the simulated NPUs of a tensor-paralle
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib.util
 import os
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import threading
 import types
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -205,6 +207,70 @@ class Executable:
                         for i, convert in self._scalar_types])
         self._spans = spans
         return out
+
+    def direct_launcher(self, gather: list) -> Callable | None:
+        """A launch function generated for one way of calling this kernel, for the hot path of repeated
+        launches (a registered op on small tensors spends more in launch bookkeeping than in the kernel).
+
+        `gather[i]` says where param i's value sits in a call: a position in `args`, a keyword name, or
+        None (a constexpr). The result, `launch(args, kwargs, g0, g1, g2) -> bool`, reads each tensor's
+        address and size, checks the launch needs one NPU, and calls the compiled kernel; it returns
+        False, having done nothing, when the general launch must take the call (a tensor that is not
+        contiguous or not in host memory, a grid split over a tensor-parallel group). Its attribute
+        `unchecked(g0, g1, g2, *values)` takes the runtime params' values in param order and skips those
+        checks: for callers that made them already."""
+        runtime = sorted((*self._ptr_params, *self._scalar_params))
+        if any(gather[index] is None for index in runtime):
+            return None
+        names = {index: f"v{index}" for index in runtime}
+        tensors = [names[i] for i in self._ptr_params]
+        converts = dict(self._scalar_types)
+        arguments = [f"{t}.data_ptr(), {t}.numel()" for t in tensors]
+        arguments += [
+            f"float32({names[i]})" if converts[i] is not None else names[i] for i in self._scalar_params
+        ]
+        values = ", ".join(names.get(i, "None") for i in range(len(self.fn.params)))
+        signature = ", ".join(names[i] for i in runtime)
+        spans = "".join(f"{t}.numel(), " for t in tensors)
+        lines = [
+            f"def unchecked(g0, g1, g2, {signature}):",
+            "    error = zeros(4, int64)",
+            f"    kernel(0, g0 * g1 * g2, g0, g1, g2, {', '.join(arguments)}, error)",
+            "    if error[0]:",
+            f"        failed(error, (g0, g1, g2), ({spans}), [{values}])",
+            "",
+            "def launch(args, kwargs, g0, g1, g2):",
+        ]
+        for index in runtime:
+            where = gather[index]
+            source = f"args[{where}]" if type(where) is int else f"kwargs[{where!r}]"
+            lines.append(f"    v{index} = {source}")
+        if tensors:
+            lines += [
+                f"    if not ({' and '.join(f'{t}.is_contiguous()' for t in tensors)}):",
+                "        return False",
+                f"    index = launch_device(({', '.join(tensors)},))",
+                "    if index is not None and (index < 0 or (g0 * g1 * g2 > 1 and device_tp(index) > 1)):",
+                "        return False",
+            ]
+        lines += [f"    unchecked(g0, g1, g2, {signature})", "    return True"]
+        from ...jit import _device_tp, launch_device
+
+        namespace = {"kernel": self.kernel, "zeros": np.zeros, "int64": np.int64, "float32": np.float32,
+                     "launch_device": launch_device, "device_tp": _device_tp, "failed": self._direct_failed}
+        code = builtins.compile("\n".join(lines) + "\n", f"<direct launch of {self.fn.name}>", "exec")
+        exec(code, namespace)  # noqa: S102 - generated from this kernel's own parameter list
+        launch = namespace["launch"]
+        launch.unchecked = namespace["unchecked"]
+        return launch
+
+    def _direct_failed(self, error: np.ndarray, grid: tuple, spans: tuple, values: list) -> None:
+        """A direct launch's kernel reported a fault: raise it as `launch` would (replayed for details)."""
+        self._spans = list(spans)
+        try:
+            self._raise_if_failed(error)
+        except KernelRuntimeError as fault:
+            self._explain(fault, grid, lambda: self._numpy_args(values))
 
     def compile_now(self, values: list) -> None:
         """Compile for these argument types without running any program."""

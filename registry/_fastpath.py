@@ -1,0 +1,111 @@
+"""Fast paths of the commonest registered calls: elementwise ops on same-shape contiguous tensors.
+
+A registered op pays for generality on every call: the generic input checks, type promotion,
+broadcasting and `out=` handling, the kernel's launch bookkeeping. On a small tensor that is most of
+the time. A fast path takes a call only when it is the plain case (tensors of one floating dtype, one
+shape, contiguous, on one rbln device, finite unless TORCH_RBLN_DEPLOY=ON, a kernel specialisation
+that has run before, one NPU for the grid) and returns None otherwise, so the dispatcher runs the
+general implementation, which makes every decision again and logs any fallback. Results are the
+same either way: the same kernel runs with the same arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from torch_rbln.dsl.jit import _device_tp
+
+from torch_rbln import _memory, config
+
+from . import _launch
+from ._finite_scan import all_finite
+from ._ops import FLOATS, _block, _cdiv, _k, dense_binary_key, unary_key
+
+FastPath = Callable[[tuple, dict], "Tensor | None"]
+
+
+def _plain(x: Tensor) -> bool:
+    """A contiguous rbln tensor of a dtype the kernels take."""
+    return isinstance(x, Tensor) and x.dtype in FLOATS and not x.is_cpu and x.is_contiguous()
+
+
+def _one_npu(index: int, programs: int) -> bool:
+    """Whether the launch runs on one NPU (grids split over a tensor-parallel group take the general
+    launch, which also handles TP failover)."""
+    return programs == 1 or _device_tp(index) == 1
+
+
+def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> FastPath:
+    """The fast path of `name(a, b[, alpha])`, functional or in place on `a`."""
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 2:
+            return None
+        alpha = 1
+        if kwargs:
+            if len(kwargs) != 1 or "alpha" not in kwargs:
+                return None
+            alpha = kwargs["alpha"]
+            if type(alpha) is not int and type(alpha) is not float:
+                return None
+        a, b = args
+        if not (_plain(a) and _plain(b)) or a.dtype != b.dtype or a.shape != b.shape:
+            return None
+        index = a.get_device()
+        if b.get_device() != index:
+            return None
+        if inplace and b is not a and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+            return None  # partial overlap: the general path decides
+        n = a.numel()
+        programs = _cdiv(n, _block(n))
+        if n == 0 or not _one_npu(index, programs):
+            return None
+        E = _k("elementwise")
+        dtype = a.dtype
+        out_dtype = torch.bool if comparison else dtype
+        key, _ = dense_binary_key(E, name, (dtype, dtype, out_dtype), n)
+        run = _launch.unchecked(E.binary_dense_kernel, key)
+        if run is None or (not config.deploy_mode() and not (all_finite(a) and all_finite(b))):
+            return None
+        out = a if inplace else _memory.empty(a.shape, out_dtype, index)
+        run(programs, 1, 1, a, b, out, n, float(alpha), key[1])
+        return out
+
+    return fast
+
+
+def unary(name: str, *, inplace: bool = False, keyword: str | None = None, values: dict | None = None
+          ) -> FastPath:
+    """The fast path of a unary op `x -> name(x)`, functional or in place. `keyword`/`values`: an
+    optional keyword argument that picks the kernel op (gelu's `approximate`: value -> op name)."""
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        op_name = name
+        if kwargs:
+            if keyword is None or len(kwargs) != 1 or keyword not in kwargs:
+                return None
+            op_name = values.get(kwargs[keyword])
+            if op_name is None:
+                return None
+        if len(args) != 1:
+            return None
+        x = args[0]
+        if not _plain(x):
+            return None
+        n = x.numel()
+        index = x.get_device()
+        programs = _cdiv(n, _block(n))
+        if n == 0 or not _one_npu(index, programs):
+            return None
+        E = _k("elementwise")
+        key, _ = unary_key(E, op_name, (x.dtype, x.dtype), n)
+        run = _launch.unchecked(E.unary_kernel, key)
+        if run is None or (not config.deploy_mode() and not all_finite(x)):
+            return None
+        out = x if inplace else _memory.empty(x.shape, x.dtype, index)
+        run(programs, 1, 1, x, out, n, 0.0, key[1])
+        return out
+
+    return fast

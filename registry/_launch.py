@@ -1,0 +1,47 @@
+"""Cached launches for the registry's hottest paths (elementwise ops on small tensors).
+
+`kernel[grid](...)` finds its compiled specialisation from the call's argument kinds on every launch;
+for a 4-element tensor that lookup costs more than the kernel. Here a caller names the specialisation
+with a key it can build cheaply (dtypes, op code, block size), and the kernel's direct launch function
+(`JITFunction.launcher`) is kept under that key, together with the requested DSL backend, as
+`kernel[grid]` would key it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch_rbln.dsl.jit import requested_backend
+
+_plans: dict[tuple, Callable] = {}
+_MAX_PLANS = 4096  # keys are few in practice; a pathological caller must not grow the dict forever
+
+
+def launch(kernel, programs: int, key: tuple, args: tuple, kwargs: dict) -> None:
+    """`kernel[(programs,)](*args, **kwargs)`, through the direct launch kept under `key` when there is
+    one. `key` must determine the kernel's specialisation for these arguments (the dtype of every
+    tensor, the constexprs, whether each int fits in 32 bits)."""
+    full = (kernel, key, requested_backend())
+    plan = _plans.get(full)
+    if plan is not None and plan(args, kwargs, programs, 1, 1):
+        return
+    kernel[(programs,)](*args, **kwargs)
+    if plan is None:
+        plan = kernel.launcher(*args, **kwargs)
+        if plan is not None:
+            if len(_plans) >= _MAX_PLANS:
+                _plans.clear()
+            _plans[full] = plan
+
+
+def unchecked(kernel, key: tuple) -> Callable | None:
+    """The launch kept under `key` without its checks, `run(g0, g1, g2, *runtime values)`, for a caller
+    that has checked that every tensor is contiguous host memory and that one NPU runs the grid; None
+    until `launch` has run that specialisation once."""
+    plan = _plans.get((kernel, key, requested_backend()))
+    return None if plan is None else plan.unchecked
+
+
+def clear() -> None:
+    """Forget every kept launch (tests that swap kernels or backends)."""
+    _plans.clear()

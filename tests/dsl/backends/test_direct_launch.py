@@ -1,0 +1,75 @@
+"""Direct launches (`JITFunction.launcher`): the generated hot path of repeated numba launches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch_rbln.dsl as tl
+
+from torch_rbln import dsl as triton
+
+
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, alpha * x + y, mask=mask)
+
+
+@triton.jit
+def unmasked_kernel(x_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets) + 1.0)
+
+
+def _launch_once(x, y, out, alpha=2.0):
+    axpy_kernel[(3,)](x, y, out, x.numel(), alpha, BLOCK=16)
+
+
+def test_no_launcher_before_a_launch_of_that_specialisation():
+    x = torch.randn(40, dtype=torch.float16)
+    assert axpy_kernel.launcher(x, x, x, 40, 1.0, BLOCK=8) is None
+
+
+def test_launcher_runs_the_kernel_like_a_grid_launch():
+    x, y, out = torch.randn(40), torch.randn(40), torch.empty(40)
+    _launch_once(x, y, out)
+    _launch_once(x, y, out)  # the direct launch is built once the kernel has compiled
+    launch = axpy_kernel.launcher(x, y, out, 40, 2.0, BLOCK=16)
+    assert launch is not None
+    x2, y2, out2 = torch.randn(40), torch.randn(40), torch.full((40,), float("nan"))
+    assert launch((x2, y2, out2, 40, -0.5), {"BLOCK": 16}, 3, 1, 1) is True
+    torch.testing.assert_close(out2, -0.5 * x2 + y2, atol=1e-6, rtol=1e-6)
+    out3 = torch.full((40,), float("nan"))
+    launch.unchecked(3, 1, 1, x2, y2, out3, 40, 3.0)
+    torch.testing.assert_close(out3, 3.0 * x2 + y2, atol=1e-6, rtol=1e-6)
+
+
+def test_non_contiguous_tensors_are_left_to_the_general_launch():
+    x, y, out = torch.randn(40), torch.randn(40), torch.empty(40)
+    _launch_once(x, y, out)
+    _launch_once(x, y, out)
+    launch = axpy_kernel.launcher(x, y, out, 40, 2.0, BLOCK=16)
+    base = torch.randn(80)
+    strided = base[::2]
+    target = torch.zeros(40)
+    assert launch((strided, y, target, 40, 1.0), {"BLOCK": 16}, 3, 1, 1) is False
+    assert torch.equal(target, torch.zeros(40))  # nothing ran
+    # The grid launch still takes it (its general path bounds-checks the tensor's whole span); as in
+    # Triton, a pointer argument is the address of element 0, so the kernel reads memory linearly.
+    axpy_kernel[(3,)](strided, y, target, 40, 1.0, BLOCK=16)
+    torch.testing.assert_close(target, base[:40] + y, atol=1e-6, rtol=1e-6)
+
+
+def test_a_fault_in_a_direct_launch_is_reported_like_any_launch():
+    good = torch.zeros(16)
+    unmasked_kernel[(1,)](good, BLOCK=16)
+    unmasked_kernel[(1,)](good, BLOCK=16)  # compiled: later launches take the direct path
+    assert unmasked_kernel.launcher(good, BLOCK=16) is not None
+    short = torch.zeros(10)
+    with pytest.raises(tl.KernelRuntimeError, match=r"out-of-bounds load of argument 'x_ptr'.*10, 11"):
+        unmasked_kernel[(1,)](short, BLOCK=16)
+    assert torch.equal(short, torch.zeros(10))  # the bounds check runs before any store
+    assert torch.equal(good, torch.full((16,), 2.0))

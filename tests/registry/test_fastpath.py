@@ -1,0 +1,147 @@
+"""The elementwise fast paths (registry/_fastpath.py): same results and accounting as the general path,
+and every non-plain call left to it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_rbln.registry import _fastpath, _ops
+
+import torch_rbln  # noqa: F401
+from torch_rbln import registry
+
+TOL = {torch.float32: (1e-6, 1e-6), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
+
+
+def _row(name: str) -> dict:
+    return registry.fallback_report().get(name, {"device": 0, "cpu": 0, "reasons": {}})
+
+
+@pytest.fixture
+def general_path_forbidden(monkeypatch):
+    """Make the general implementations fail loudly: a call that reaches them did not take a fast path."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("general path reached")
+
+    def forbid() -> None:
+        monkeypatch.setattr(_ops, "binary", forbidden)
+        monkeypatch.setattr(_ops, "unary", forbidden)
+
+    return forbid
+
+
+CASES = [
+    ("aten::add", lambda a, b: a + b),
+    ("aten::sub", lambda a, b: torch.sub(a, b, alpha=0.5)),
+    ("aten::mul", lambda a, b: a * b),
+    ("aten::div", lambda a, b: a / b),
+    ("aten::lt", lambda a, b: a < b),
+    ("aten::exp", lambda a, b: torch.exp(a)),
+    ("aten::relu", lambda a, b: F.relu(a)),
+    ("aten::gelu", lambda a, b: F.gelu(a)),
+    ("aten::gelu", lambda a, b: F.gelu(a, approximate="tanh")),
+    ("aten::add_", lambda a, b: a.clone().add_(b, alpha=2)),
+    ("aten::sigmoid_", lambda a, b: a.clone().sigmoid_()),
+]
+
+
+# float32 for every op; one half-precision case (each dtype is a kernel specialisation to compile)
+PARAMS = [(name, fn, torch.float32) for name, fn in CASES] + [(*CASES[0], torch.float16)]
+
+
+IDS = [f"{name}-{i}" for i, (name, _, _) in enumerate(PARAMS)]
+
+
+@pytest.mark.parametrize(("name", "fn", "dtype"), PARAMS, ids=IDS)
+def test_plain_calls_take_the_fast_path_with_the_general_results(name, fn, dtype, general_path_forbidden):
+    a, b = torch.randn(7, 5, dtype=dtype), torch.rand(7, 5, dtype=dtype) + 0.5
+    da, db = a.to("rbln"), b.to("rbln")
+    first = fn(da, db)  # the general path runs the kernel once; later calls may take the fast path
+    general_path_forbidden()
+    registry.reset_fallback_report()
+    fast = fn(da, db)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(fast.cpu(), first.cpu(), atol=0, rtol=0)
+    torch.testing.assert_close(fast.cpu(), fn(a, b), atol=atol, rtol=rtol)
+    assert _row(name)["device"] >= 1 and _row(name)["cpu"] == 0
+
+
+def test_a_nan_input_leaves_the_fast_path_for_the_logged_cpu_fallback():
+    a = torch.randn(6)
+    da = a.to("rbln")
+    torch.exp(da)
+    a[2] = float("nan")
+    registry.reset_fallback_report()
+    result = torch.exp(a.to("rbln"))
+    torch.testing.assert_close(result.cpu(), torch.exp(a), equal_nan=True)
+    assert _row("aten::exp") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
+
+
+def test_deploy_mode_runs_a_nan_input_on_the_fast_path(monkeypatch, general_path_forbidden):
+    a = torch.tensor([1.0, float("nan"), -2.0, float("inf")])
+    da = a.to("rbln")
+    monkeypatch.setenv("TORCH_RBLN_DEPLOY", "ON")
+    torch.exp(da)
+    general_path_forbidden()
+    registry.reset_fallback_report()
+    torch.testing.assert_close(torch.exp(da).cpu(), torch.exp(a), equal_nan=True)
+    assert _row("aten::exp") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_non_plain_calls_are_left_to_the_general_path():
+    base = torch.randn(4, 6)
+    d = base.to("rbln")
+    d + d
+    fast = registry.TABLE[[op.name for op in registry.TABLE].index("add.Tensor")].fast
+    assert fast((d, d), {}) is not None
+    assert fast((d.t(), d.t()), {}) is None  # not contiguous
+    assert fast((d, d[0]), {}) is None  # broadcasting
+    assert fast((d, d.half()), {}) is None  # promotion
+    assert fast((d, base), {}) is None  # a CPU operand: the general path raises torch's error
+    assert fast((d, 2.0), {}) is None  # a scalar operand
+    assert fast((d, d), {"alpha": torch.tensor(2.0)}) is None
+    assert fast((d.long(), d.long()), {}) is None  # integers: the exact integer kernel
+
+
+def test_in_place_on_overlapping_views_behaves_as_on_the_cpu():
+    base = torch.arange(10, dtype=torch.float32)
+    d = base.to("rbln")
+    d[2:].add_(d[2:])  # warm the in-place fast path; exact aliasing is fine
+    expected = base.clone()
+    expected[2:].add_(expected[2:])
+    d[0:5].add_(d[5:10])  # one storage, disjoint memory: correct (via the general path)
+    expected[0:5].add_(expected[5:10])
+    torch.testing.assert_close(d.cpu(), expected)
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        expected[1:6].add_(expected[0:5])
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        d[1:6].add_(d[0:5])  # partial overlap: torch's error, as on the CPU
+    torch.testing.assert_close(d.cpu(), expected)
+
+
+def test_a_user_override_wins_over_the_fast_path():
+    x = torch.randn(5)
+    dx = x.to("rbln")
+    torch.neg(dx)
+    torch.neg(dx)
+    calls = []
+
+    @registry.register_kernel("aten::neg")
+    def my_neg(t):
+        calls.append(1)
+        return torch.mul(t, -1.0)
+
+    try:
+        torch.testing.assert_close(torch.neg(dx).cpu(), -x)
+        assert calls == [1]
+    finally:
+        registry._user.pop("neg.default", None)
+
+
+def test_fast_path_factories_reject_unknown_keywords():
+    gelu = _fastpath.unary("gelu", keyword="approximate", values={"none": "gelu"})
+    d = torch.randn(3).to("rbln")
+    assert gelu((d,), {"approximate": "cubic"}) is None
+    assert gelu((d,), {"other": 1}) is None

@@ -604,11 +604,15 @@ def _normalize_grid(jf, grid, arguments):
     return tuple(g + [1] * (3 - len(g)))
 
 
+_environ_get = None  # torch_rbln.config._environ_get, bound on first use (no import cycle at start-up)
+
+
 def requested_backend() -> str | None:
     """`backends.requested()` (raw $TORCH_RBLN_DSL_BACKEND) without `os.environ.get`'s KeyError path for a
     missing key, which cost more than the rest of a cached launch's key."""
-    from torch_rbln.config import _environ_get
-
+    global _environ_get
+    if _environ_get is None:
+        from torch_rbln.config import _environ_get
     return _environ_get(_backends.ENV_VAR)
 
 

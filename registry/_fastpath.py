@@ -37,8 +37,18 @@ def _one_npu(index: int, programs: int) -> bool:
     return programs == 1 or _device_tp(index) == 1
 
 
+class _BoundedMemo(dict):
+    """A memo that forgets everything when it grows past 1024 entries (one per dtype and size seen)."""
+
+    def __setitem__(self, key, value) -> None:
+        if len(self) >= 1024:
+            self.clear()
+        super().__setitem__(key, value)
+
+
 def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> FastPath:
     """The fast path of `name(a, b[, alpha])`, functional or in place on `a`."""
+    plans: dict[tuple, tuple] = _BoundedMemo()  # (dtype, numel) -> (kernel, launch key, op code, out dtype)
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 2:
@@ -62,15 +72,19 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
         programs = _cdiv(n, _block(n))
         if n == 0 or not _one_npu(index, programs):
             return None
-        E = _k("elementwise")
         dtype = a.dtype
-        out_dtype = torch.bool if comparison else dtype
-        key, _ = dense_binary_key(E, name, (dtype, dtype, out_dtype), n)
-        run = _launch.unchecked(E.binary_dense_kernel, key)
+        plan = plans.get((dtype, n))
+        if plan is None:
+            E = _k("elementwise")
+            out_dtype = torch.bool if comparison else dtype
+            key, keywords = dense_binary_key(E, name, (dtype, dtype, out_dtype), n)
+            plan = plans[(dtype, n)] = (E.binary_dense_kernel, key, keywords["OP"], out_dtype)
+        kernel, key, op, out_dtype = plan
+        run = _launch.unchecked(kernel, key)
         if run is None or (not config.deploy_mode() and not (all_finite(a) and all_finite(b))):
             return None
         out = a if inplace else _memory.empty(a.shape, out_dtype, index)
-        run(programs, 1, 1, a, b, out, n, float(alpha), key[1])
+        run(programs, 1, 1, a, b, out, n, float(alpha), op)
         return out
 
     return fast
@@ -80,6 +94,7 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
           ) -> FastPath:
     """The fast path of a unary op `x -> name(x)`, functional or in place. `keyword`/`values`: an
     optional keyword argument that picks the kernel op (gelu's `approximate`: value -> op name)."""
+    plans: dict[tuple, tuple] = _BoundedMemo()  # (op name, dtype, numel) -> (kernel, launch key, op code)
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         op_name = name
@@ -99,13 +114,18 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
         programs = _cdiv(n, _block(n))
         if n == 0 or not _one_npu(index, programs):
             return None
-        E = _k("elementwise")
-        key, _ = unary_key(E, op_name, (x.dtype, x.dtype), n)
-        run = _launch.unchecked(E.unary_kernel, key)
+        dtype = x.dtype
+        plan = plans.get((op_name, dtype, n))
+        if plan is None:
+            E = _k("elementwise")
+            key, keywords = unary_key(E, op_name, (dtype, dtype), n)
+            plan = plans[(op_name, dtype, n)] = (E.unary_kernel, key, keywords["OP"])
+        kernel, key, op = plan
+        run = _launch.unchecked(kernel, key)
         if run is None or (not config.deploy_mode() and not all_finite(x)):
             return None
-        out = x if inplace else _memory.empty(x.shape, x.dtype, index)
-        run(programs, 1, 1, x, out, n, 0.0, key[1])
+        out = x if inplace else _memory.empty(x.shape, dtype, index)
+        run(programs, 1, 1, x, out, n, 0.0, op)
         return out
 
     return fast

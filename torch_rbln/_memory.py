@@ -129,7 +129,9 @@ def _fmt(nbytes: int) -> str:
 
 def _reserve(index: int, nbytes: int) -> None:
     """Check capacity and count `nbytes` as allocated on `index` (raises OutOfMemoryError)."""
-    counters = _counters_for(index)
+    counters = _counters.get(index)
+    if counters is None or counters.topology is not topology._topology:  # first use, or a new topology
+        counters = _counters_for(index)
     with _lock:
         if _pending_frees:
             _apply_pending_frees()
@@ -217,7 +219,10 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
     except BaseException:
         _unreserve(index, nbytes)
         raise
-    _watch(device_tensor.untyped_storage(), index, nbytes, buffer)
+    # The fresh host tensor lives exactly as long as the rbln storage: the DLPack context that the
+    # storage's deleter frees holds it, and PyTorch keeps its Python object while it lives. Watching
+    # it saves building the storage's Python object on this hot path (see `_watch`).
+    _watched[weakref.ref(host, _storage_died)] = (index, nbytes, buffer)
     return device_tensor
 
 

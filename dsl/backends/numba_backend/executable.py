@@ -140,6 +140,9 @@ def _tensor_memory(tensor) -> tuple[int, int]:
     return tensor.data_ptr(), span
 
 
+# Per thread, the 4-int fault record that direct launches hand their kernel (allocating one per launch
+# cost as much as a small kernel): kernels only write it on a fault, and it is zeroed after each.
+_fault_records: dict[int, np.ndarray] = {}
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _pool_lock = threading.Lock()
@@ -234,10 +237,14 @@ class Executable:
         spans = "".join(f"{t}.numel(), " for t in tensors)
         lines = [
             f"def unchecked(g0, g1, g2, {signature}):",
-            "    error = zeros(4, int64)",
+            "    error = errors.get(get_ident())",  # this thread's fault record: all zero between launches
+            "    if error is None:",
+            "        error = errors[get_ident()] = zeros(4, int64)",
             f"    kernel(0, g0 * g1 * g2, g0, g1, g2, {', '.join(arguments)}, error)",
             "    if error[0]:",
-            f"        failed(error, (g0, g1, g2), ({spans}), [{values}])",
+            "        fault = error.copy()",
+            "        error[:] = 0",
+            f"        failed(fault, (g0, g1, g2), ({spans}), [{values}])",
             "",
             "def launch(args, kwargs, g0, g1, g2):",
         ]
@@ -257,7 +264,8 @@ class Executable:
         from ...jit import _device_tp, launch_device
 
         namespace = {"kernel": self.kernel, "zeros": np.zeros, "int64": np.int64, "float32": np.float32,
-                     "launch_device": launch_device, "device_tp": _device_tp, "failed": self._direct_failed}
+                     "launch_device": launch_device, "device_tp": _device_tp, "failed": self._direct_failed,
+                     "errors": _fault_records, "get_ident": threading.get_ident}
         code = builtins.compile("\n".join(lines) + "\n", f"<direct launch of {self.fn.name}>", "exec")
         exec(code, namespace)  # noqa: S102 - generated from this kernel's own parameter list
         launch = namespace["launch"]

@@ -68,10 +68,12 @@ def matmul_kernel(
         b = tl.load(b_base + kk[:, None] * sbk + rn[None, :] * sbn,
                     mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc += tl.dot(a, b)
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
     acc = acc * alpha
+    # Each access spells its mask out: a single-use bounds mask stays a box, so the load and the store
+    # are one bounds check and a vectorisable loop (a shared mask is materialised and checked per lane).
     if HAS_BIAS:
-        bias = tl.load(bias_ptr + rm[:, None] * s_bias_m + rn[None, :] * s_bias_n, mask=mask, other=0.0)
+        bias = tl.load(bias_ptr + rm[:, None] * s_bias_m + rn[None, :] * s_bias_n,
+                       mask=(rm[:, None] < M) & (rn[None, :] < N), other=0.0)
         acc += beta * bias.to(tl.float32)
     tl.store(c_ptr + batch * scb + rm[:, None] * scm + rn[None, :] * scn,
-             acc.to(c_ptr.dtype.element_ty), mask=mask)
+             acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))

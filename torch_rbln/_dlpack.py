@@ -66,6 +66,9 @@ def enable_compiled_retag() -> bool:
     try:
         from . import _dlpack_numba
 
+        if (_dlpack_numba.POINTER_OFFSET, _dlpack_numba.DEVICE_OFFSET) != (_CAPSULE_POINTER_OFFSET,
+                                                                          _DEVICE_OFFSET):
+            return False
         probe = _to_dlpack(torch.empty(1))
         if _dlpack_numba.capsule_pointer(id(probe), _CAPSULE_POINTER_OFFSET) != _capsule_pointer(
                 probe, b"dltensor"):
@@ -73,11 +76,10 @@ def enable_compiled_retag() -> bool:
     except Exception:  # noqa: BLE001 - numba missing or failing: the portable path stays
         return False
     set_device = _dlpack_numba.set_device
-    offset = _CAPSULE_POINTER_OFFSET
 
     def _retag_compiled(tensor: torch.Tensor, device_type: int, device_id: int) -> torch.Tensor:
         capsule = _to_dlpack(tensor)
-        set_device(id(capsule), offset, _DEVICE_OFFSET, device_type, device_id)
+        set_device(id(capsule), device_type, device_id)
         return _from_dlpack(capsule)
 
     _retag = _retag_compiled

@@ -22,10 +22,17 @@ def capsule_pointer(capsule_address, pointer_offset):
     return numba.carray(as_pointer(capsule_address + pointer_offset, np.int64), 1)[0]
 
 
+# Where the capsule keeps its pointer (after CPython's 16-byte object header) and where a DLTensor keeps
+# its device (after the data pointer); constants, so the hot call passes three arguments, not five.
+# `_dlpack.enable_compiled_retag` checks both against this interpreter before using them.
+POINTER_OFFSET = 16
+DEVICE_OFFSET = 8
+
+
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def set_device(capsule_address, pointer_offset, device_offset, device_type, device_id):
+def set_device(capsule_address, device_type, device_id):
     """Write (device_type, device_id) into the DLTensor that the capsule at `capsule_address` holds."""
-    tensor = numba.carray(as_pointer(capsule_address + pointer_offset, np.int64), 1)[0]
-    device = numba.carray(as_pointer(tensor + device_offset, np.int32), 2)
+    tensor = numba.carray(as_pointer(capsule_address + POINTER_OFFSET, np.int64), 1)[0]
+    device = numba.carray(as_pointer(tensor + DEVICE_OFFSET, np.int32), 2)
     device[0] = device_type
     device[1] = device_id

@@ -127,27 +127,39 @@ def _fmt(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
+_PENDING_LIMIT = 1024  # queued frees applied at the latest after this many
+
+
 def _reserve(index: int, nbytes: int) -> None:
-    """Check capacity and count `nbytes` as allocated on `index` (raises OutOfMemoryError)."""
+    """Check capacity and count `nbytes` as allocated on `index` (raises OutOfMemoryError).
+
+    Queued frees are applied lazily: while the counters, frees not yet applied, stay below the peak,
+    applying them could change neither the capacity check nor a peak (the peak is at most the capacity),
+    so a loop of allocate-and-drop settles its frees in batches instead of one by one. Statistics
+    readers settle first (`_settled`), so every reported figure is exact."""
     counters = _counters.get(index)
     if counters is None or counters.topology is not topology._topology:  # first use, or a new topology
         counters = _counters_for(index)
     with _lock:
-        if _pending_frees:
-            _apply_pending_frees()
         current = counters.current + nbytes
-        if current > counters.capacity:
-            raise _out_of_memory(index, nbytes, counters)
+        count = counters.count_current + 1
+        if current > counters.peak or count > counters.count_peak or len(_pending_frees) > _PENDING_LIMIT:
+            if _pending_frees:
+                _apply_pending_frees()
+                current = counters.current + nbytes
+                count = counters.count_current + 1
+            if current > counters.capacity:
+                raise _out_of_memory(index, nbytes, counters)
+            if current > counters.peak:
+                counters.peak = current
+            if count > counters.count_peak:
+                counters.count_peak = count
         counters.current = current
+        counters.count_current = count
         counters.allocated_total += nbytes
-        counters.count_current += 1
         counters.count_allocated += 1
         if nbytes > counters.largest_request:
             counters.largest_request = nbytes
-        if current > counters.peak:
-            counters.peak = current
-        if counters.count_current > counters.count_peak:
-            counters.count_peak = counters.count_current
 
 
 def _unreserve(index: int, nbytes: int) -> None:

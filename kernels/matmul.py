@@ -9,25 +9,31 @@ and added in the output loop."""
 from __future__ import annotations
 
 import torch_rbln.dsl as tl
-from torch_rbln.autotune import Config, autotune
+from torch_rbln.autotune import Config, autotune, launch_tp_size
 
 # Largest padded/real work ratio a tile may cost before `_prune_tiles` drops it.
 _MAX_PADDING = 4
 
 
 def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
-    """Keep the tiles the problem can mostly fill: a tile whose padded M x N x K volume is more than
-    `_MAX_PADDING` times the real one would spend most of its work (and its copies) on padding. The
-    smallest tile always stays, so small problems (a column sum is M=1) compile one specialisation and
-    skip benchmarking."""
+    """Keep the tiles the problem can use: a tile whose padded M x N x K volume is more than
+    `_MAX_PADDING` times the real one would spend most of its work (and its copies) on padding, and
+    one with fewer M x N tiles than the launch's NPUs cannot be split over a tensor-parallel group
+    (the launch refuses it). The smallest tile always stays, so small problems (a column sum is M=1)
+    compile one specialisation and skip benchmarking."""
     M, N, K = nargs["M"], nargs["N"], nargs["K"]
+    tp = launch_tp_size(tuple(nargs.values()), dict(kwargs))
 
-    def padded(config: Config) -> int:
+    def blocks(config: Config) -> tuple[int, int, int]:
         bm, bn, bk = (config.kwargs[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-        return -(-M // bm) * bm * -(-N // bn) * bn * -(-K // bk) * bk
+        return -(-M // bm), -(-N // bn), -(-K // bk)
 
-    work = max(M * N * K, 1)
-    kept = [c for c in configs if padded(c) <= _MAX_PADDING * work]
+    def fits(config: Config) -> bool:
+        gm, gn, gk = blocks(config)
+        padded = gm * gn * gk * config.kwargs["BLOCK_M"] * config.kwargs["BLOCK_N"] * config.kwargs["BLOCK_K"]
+        return padded <= _MAX_PADDING * max(M * N * K, 1) and gm * gn >= tp
+
+    kept = [c for c in configs if fits(c)]
     return kept or list(configs)[:1]
 
 

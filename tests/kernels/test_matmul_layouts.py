@@ -37,14 +37,17 @@ def _randn(*shape: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(*shape).to(dtype)
 
 
-def test_small_problems_keep_one_tile() -> None:
+def test_tile_pruning() -> None:
     """The premise of this file's shapes: only the 32-tile survives pruning below ~4x its volume, while
-    1024^3 (the benchmark) keeps every tile for the autotuner."""
+    1024^3 (the benchmark) keeps every tile for the autotuner, except on a tensor-parallel group with
+    more NPUs than a tile has M x N blocks (a launch of fewer programs than NPUs is refused)."""
     configs = matmul.matmul_kernel.configs
     kept = matmul._prune_tiles(configs, {"M": 64, "N": 96, "K": 32})
     assert [c.kwargs["BLOCK_K"] for c in kept] == [32]
     assert matmul._prune_tiles(configs, {"M": 1, "N": 4096, "K": 4096}) == configs[:1]
     assert matmul._prune_tiles(configs, {"M": 1024, "N": 1024, "K": 1024}) == configs
+    kept = matmul._prune_tiles(configs, {"M": 1024, "N": 1024, "K": 1024}, tp=8)
+    assert [c.kwargs["BLOCK_M"] for c in kept] == [32, 128, 256]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))

@@ -13,11 +13,12 @@ from __future__ import annotations
 import torch_rbln.dsl as tl
 
 # Unary op codes.
-NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE = range(15)
+(NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE,
+ CUBE, RECIPROCAL, RECIPROCAL_SQUARE) = range(18)
 UNARY = {
     "neg": NEG, "exp": EXP, "sqrt": SQRT, "rsqrt": RSQRT, "sigmoid": SIGMOID, "tanh": TANH, "relu": RELU,
     "gelu": GELU, "gelu_tanh": GELU_TANH, "silu": SILU, "pow": POW, "fill": FILL, "abs": ABS, "log": LOG,
-    "scale": SCALE,
+    "scale": SCALE, "cube": CUBE, "reciprocal": RECIPROCAL, "reciprocal_square": RECIPROCAL_SQUARE,
 }
 # Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
@@ -117,8 +118,14 @@ def unary_kernel(x_ptr, out_ptr, n, p, OP, FAST_OP: tl.constexpr, BLOCK: tl.cons
             y = tl.abs(x)
         elif OP == 13:
             y = tl.log(x)
-        else:
+        elif OP == 14:
             y = x * p
+        elif OP == 15:  # pow(x, 3), 1 / x and 1 / x^2 as torch computes them (no exp/log)
+            y = x * x * x
+        elif OP == 16:
+            y = 1.0 / x
+        else:
+            y = 1.0 / (x * x)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -220,14 +227,32 @@ def binary_kernel(
 
 
 @tl.jit
-def binary_dense_kernel(a_ptr, b_ptr, out_ptr, n, alpha, OP, FAST_OP: tl.constexpr, BLOCK: tl.constexpr):
-    """`binary_kernel` for two contiguous same-shape operands: 5 runtime arguments instead of 16 (each
-    costs time in every launch of a small op). FAST_OP (see FAST_BINARY) compiles add/sub/mul/div into
-    a specialisation of their own: behind the runtime switch their loops run ~4x slower (no fusion)."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    a = tl.load(a_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
-    b = tl.load(b_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
+def binary_dense_kernel(
+    a_ptr, b_ptr, out_ptr, ncols, alpha, OP,
+    FAST_OP: tl.constexpr, A_MODE: tl.constexpr, B_MODE: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """`binary_kernel` for the common layouts, with few runtime arguments (each costs time in every
+    launch of a small op) and no index decomposition. The contiguous output is seen as rows of `ncols`
+    (grid: column blocks x rows; one row when nothing repeats). Each operand is, by its MODE: 0 dense
+    (the output's layout), 1 a scalar (one element, broadcast), 2 one row repeated for every row (a
+    bias vector, any contiguous trailing block of the output's shape). FAST_OP (see FAST_BINARY)
+    compiles add/sub/mul/div into a specialisation of their own: behind the runtime switch their loops
+    run ~4x slower (no fusion)."""
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < ncols
+    offsets = tl.program_id(1) * ncols + cols
+    if A_MODE == 0:
+        a = tl.load(a_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
+    elif A_MODE == 1:
+        a = tl.load(a_ptr).to(tl.float32)
+    else:
+        a = tl.load(a_ptr + cols, mask=mask, other=1.0).to(tl.float32)
+    if B_MODE == 0:
+        b = tl.load(b_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
+    elif B_MODE == 1:
+        b = tl.load(b_ptr).to(tl.float32)
+    else:
+        b = tl.load(b_ptr + cols, mask=mask, other=1.0).to(tl.float32)
     if FAST_OP == 0:
         y = a + alpha * b
     elif FAST_OP == 1:

@@ -21,7 +21,7 @@ from torch_rbln import _memory, config
 
 from . import _launch
 from ._finite_scan import all_finite
-from ._ops import FLOATS, _block, _cdiv, _k, dense_binary_key, unary_key
+from ._ops import FLOATS, _block, _cdiv, _k, _scalar_tensor, dense_binary_key, scalar_value, unary_key
 
 FastPath = Callable[[tuple, dict], "Tensor | None"]
 
@@ -47,8 +47,10 @@ class _BoundedMemo(dict):
 
 
 def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> FastPath:
-    """The fast path of `name(a, b[, alpha])`, functional or in place on `a`."""
-    plans: dict[tuple, tuple] = _BoundedMemo()  # (dtype, numel) -> (kernel, launch key, op code, out dtype)
+    """The fast path of `name(a, b[, alpha])`, functional or in place on `a`; `b` a tensor like `a` or a
+    Python number (the `.Scalar` overloads: it is read as a one-element float32 tensor, broadcast)."""
+    # (dtype, numel, scalar b) -> (kernel, launch key, op code, out dtype)
+    plans: dict[tuple, tuple] = _BoundedMemo()
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 2:
@@ -61,27 +63,31 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
             if type(alpha) is not int and type(alpha) is not float:
                 return None
         a, b = args
-        if not (_plain(a) and _plain(b)) or a.dtype != b.dtype or a.shape != b.shape:
+        if not _plain(a):
             return None
         index = a.get_device()
-        if b.get_device() != index:
+        kind = type(b)
+        scalar = kind is float or kind is int
+        if scalar:
+            b = _scalar_tensor(scalar_value(name, b, a.dtype), index)
+        elif not _plain(b) or a.dtype != b.dtype or a.shape != b.shape or b.get_device() != index:
             return None
-        if inplace and b is not a and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+        elif inplace and b is not a and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
             return None  # partial overlap: the general path decides
         n = a.numel()
         programs = _cdiv(n, _block(n))
-        if n == 0 or not _one_npu(index, programs):
+        if n == 0 or (scalar and n == 1) or not _one_npu(index, programs):
             return None
         dtype = a.dtype
-        plan = plans.get((dtype, n))
+        plan = plans.get((dtype, n, scalar))
         if plan is None:
             E = _k("elementwise")
             out_dtype = torch.bool if comparison else dtype
-            key, keywords = dense_binary_key(E, name, (dtype, dtype, out_dtype), n)
-            plan = plans[(dtype, n)] = (E.binary_dense_kernel, key, keywords["OP"], out_dtype)
+            key, keywords = dense_binary_key(E, name, (dtype, b.dtype, out_dtype), n, (0, 1 if scalar else 0))
+            plan = plans[(dtype, n, scalar)] = (E.binary_dense_kernel, key, keywords["OP"], out_dtype)
         kernel, key, op, out_dtype = plan
         run = _launch.unchecked(kernel, key)
-        if run is None or (not config.deploy_mode() and not (all_finite(a) and all_finite(b))):
+        if run is None or (not config.deploy_mode() and not (all_finite(a) and (scalar or all_finite(b)))):
             return None
         out = a if inplace else _memory.empty(a.shape, out_dtype, index)
         run(programs, 1, 1, a, b, out, n, float(alpha), op)

@@ -17,15 +17,15 @@ _plans: dict[tuple, Callable] = {}
 _MAX_PLANS = 4096  # keys are few in practice; a pathological caller must not grow the dict forever
 
 
-def launch(kernel, programs: int, key: tuple, args: tuple, kwargs: dict) -> None:
-    """`kernel[(programs,)](*args, **kwargs)`, through the direct launch kept under `key` when there is
-    one. `key` must determine the kernel's specialisation for these arguments (the dtype of every
-    tensor, the constexprs, whether each int fits in 32 bits)."""
+def launch(kernel, programs: int, key: tuple, args: tuple, kwargs: dict, rows: int = 1) -> None:
+    """`kernel[(programs, rows)](*args, **kwargs)`, through the direct launch kept under `key` when
+    there is one. `key` must determine the kernel's specialisation for these arguments (the dtype of
+    every tensor, the constexprs, whether each int fits in 32 bits)."""
     full = (kernel, key, requested_backend())
     plan = _plans.get(full)
-    if plan is not None and plan(args, kwargs, programs, 1, 1):
+    if plan is not None and plan(args, kwargs, programs, rows, 1):
         return
-    kernel[(programs,)](*args, **kwargs)
+    kernel[(programs, rows)](*args, **kwargs)
     if plan is None:
         plan = kernel.launcher(*args, **kwargs)
         if plan is not None:

@@ -151,16 +151,40 @@ def _device_index(*tensors) -> int:
     raise Decline("scalar-only inputs")
 
 
-def _operand(value, index: int) -> torch.Tensor:
+# Binary ops whose CPU kernels read a scalar operand at full precision; every other op first rounds a
+# scalar to the tensor's dtype (TensorIterator's common dtype): `x_f16 + 1e-3` adds float16(1e-3), and
+# `x_f16 == 0.1` is true for x = float16(0.1).
+_UNROUNDED_SCALAR = frozenset({"mul", "div", "div_trunc", "div_floor"})
+_HALVES = (torch.float16, torch.bfloat16)
+_rounded: dict[tuple[float, torch.dtype], float] = {}
+
+
+def scalar_value(name: str, value, dtype: torch.dtype) -> float:
+    """The float a scalar operand of op `name` takes part with, as torch's CPU kernels use it."""
+    value = float(value)
+    if dtype not in _HALVES or name in _UNROUNDED_SCALAR:
+        return value
+    key = (value, dtype)
+    rounded = _rounded.get(key)
+    if rounded is None:
+        if len(_rounded) > 512:
+            _rounded.clear()
+        rounded = _rounded[key] = torch.tensor(value, dtype=dtype).item()
+    return rounded
+
+
+def _operand(value, index: int, name: str = "", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A tensor operand as is; a Python or CPU 0-dim scalar as a one-element float32 rbln tensor holding
+    the value op `name` computes with in `dtype` (see `scalar_value`)."""
     if isinstance(value, torch.Tensor):
         if value.is_cpu:
             if value.dim():
                 raise Decline("CPU tensor operand")
-            return _scalar_tensor(float(value.item()), index)
+            return _scalar_tensor(scalar_value(name, value.item(), dtype), index)
         return value
     if isinstance(value, complex):
         raise Decline("complex scalar")
-    return _scalar_tensor(float(value), index)
+    return _scalar_tensor(scalar_value(name, value, dtype), index)
 
 
 def _check_out(out: torch.Tensor | None, shape, dtype, index) -> torch.Tensor:
@@ -209,13 +233,49 @@ def _promoted(a, b) -> torch.dtype:
     return dtype
 
 
-def dense_binary_key(E, name: str, dtypes: tuple, n: int) -> tuple[tuple, dict]:
-    """(launch key, constexpr/op keywords) of `binary_dense_kernel` for op `name` over `n` elements with
-    operand and output `dtypes`."""
-    block = _block(n)
+def dense_binary_key(E, name: str, dtypes: tuple, ncols: int, modes: tuple[int, int] = (0, 0)
+                     ) -> tuple[tuple, dict]:
+    """(launch key, constexpr/op keywords) of `binary_dense_kernel` for op `name` on rows of `ncols`
+    elements with operand and output `dtypes` and operand `modes` (see the kernel)."""
+    block = _block(ncols)
     op = E.BINARY[name]
     fast = op if op in E.FAST_BINARY else -1
-    return (dtypes, op, fast, block, n < _I32), {"OP": op, "FAST_OP": fast, "BLOCK": block}
+    keywords = {"OP": op, "FAST_OP": fast, "A_MODE": modes[0], "B_MODE": modes[1], "BLOCK": block}
+    return (dtypes, op, fast, modes, block), keywords
+
+
+def _dense_layout(operands: tuple, shape: list[int], n: int) -> tuple[tuple[int, int], int] | None:
+    """((mode of each operand), row length) of an elementwise op with a contiguous output of `shape`
+    (`n` elements) in `binary_dense_kernel`, or None when the strided kernel must read them.
+
+    Modes: 0 the output's layout, 1 a single element, 2 a contiguous trailing block of `shape` repeated
+    over the leading dims (its size is then the row length; every repeated operand must agree)."""
+    if n >= _I32:
+        return None  # rows x row length must stay int32 arithmetic in the kernel
+    modes = []
+    ncols = n
+    for t in operands:
+        numel = t.numel()
+        if numel == 1 and n > 1:
+            modes.append(1)
+            continue
+        if not t.is_contiguous():
+            return None
+        sizes = list(t.shape)
+        while sizes and sizes[0] == 1:
+            sizes.pop(0)
+        if sizes != shape[len(shape) - len(sizes):]:
+            return None  # broadcast inside (a column, a middle dim): the strided kernel
+        if numel == n:
+            modes.append(0)
+        elif ncols not in (n, numel):
+            return None  # two different repeated blocks
+        else:
+            modes.append(2)
+            ncols = numel
+    if 0 not in modes:
+        return None  # no operand spans the output (both repeat): the strided kernel
+    return (modes[0], modes[1]), ncols
 
 
 def unary_key(E, name: str, dtypes: tuple, n: int) -> tuple[tuple, dict]:
@@ -237,17 +297,20 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
         return _integer_or_decline(name, a, b, alpha, out, comparison, inplace)
     index = _device_index(a, b)
     compute = _promoted(a, b)
-    ta = _operand(a, index)
-    tb = _operand(b, index)
+    ta = _operand(a, index, name, compute)
+    tb = _operand(b, index, name, compute)
     out = binary_output(a, b, compute, out, index, (ta, tb), comparison=comparison, inplace=inplace)
     shape = list(out.shape)
     n = out.numel()
     if n == 0:
         return out
     block = _block(n)
-    if ta.shape == tb.shape and ta.is_contiguous() and tb.is_contiguous() and list(ta.shape) == shape:
-        key, keywords = dense_binary_key(E, name, (ta.dtype, tb.dtype, out.dtype), n)
-        _launch.launch(E.binary_dense_kernel, _cdiv(n, block), key, (ta, tb, out, n, float(alpha)), keywords)
+    layout = _dense_layout((ta, tb), shape, n)
+    if layout is not None:
+        modes, ncols = layout
+        key, keywords = dense_binary_key(E, name, (ta.dtype, tb.dtype, out.dtype), ncols, modes)
+        _launch.launch(E.binary_dense_kernel, _cdiv(ncols, keywords["BLOCK"]), key,
+                       (ta, tb, out, ncols, float(alpha)), keywords, rows=n // ncols)
         return out
     bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
     E.binary_kernel[(_cdiv(n, block),)](
@@ -359,8 +422,8 @@ def where(condition: torch.Tensor, a, b, out=None):
     shapes = [t.shape for t in (condition, a, b) if isinstance(t, torch.Tensor)]
     shape = list(torch.broadcast_shapes(*shapes))
     tc = condition
-    ta = _operand(a, index)
-    tb = _operand(b, index)
+    ta = _operand(a, index, "where", compute)  # a scalar is stored as the result dtype, rounded once
+    tb = _operand(b, index, "where", compute)
     out = _check_out(out, shape, compute, index)
     n = out.numel()
     if n == 0:

@@ -49,7 +49,9 @@ def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: b
            Op(f"{name}_.Tensor", fi, int_inputs=True,
               fast=None if comparison else FP.binary(name, inplace=True))]
     if scalar:
-        ops += [Op(f"{name}.Scalar", f, int_inputs=True), Op(f"{name}_.Scalar", fi, int_inputs=True)]
+        ops += [Op(f"{name}.Scalar", f, int_inputs=True, fast=FP.binary(name, comparison=comparison)),
+                Op(f"{name}_.Scalar", fi, int_inputs=True,
+                   fast=None if comparison else FP.binary(name, inplace=True))]
     return ops
 
 
@@ -87,6 +89,10 @@ def _pow_scalar(x, exponent, out=None):
         return O.unary("scale", x, 1.0, out=out)
     if exponent == 0.5:
         return O.unary("sqrt", x, out=out)
+    # the exponents torch special-cases, computed as it does (products and a division, no exp/log)
+    special = {3: "cube", -1: "reciprocal", -2: "reciprocal_square", -0.5: "rsqrt"}.get(exponent)
+    if special is not None:
+        return O.unary(special, x, out=out)
     return O.unary("pow", x, float(exponent), out=out)
 
 
@@ -184,6 +190,7 @@ TABLE: list[Op] = [
     *_unary_family("tanh", "tanh"),
     *_unary_family("abs", "abs"),
     *_unary_family("log", "log"),
+    *_unary_family("reciprocal", "reciprocal"),
     Op("relu.default", lambda x: O.unary("relu", x), "nn.functional.relu", fast=FP.unary("relu")),
     Op("relu_.default", lambda x: O.unary("relu", x, inplace=True), fast=FP.unary("relu", inplace=True)),
     Op("silu.default", lambda x: O.unary("silu", x), "nn.functional.silu", fast=FP.unary("silu")),

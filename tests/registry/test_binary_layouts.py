@@ -1,0 +1,106 @@
+"""Which kernel a binary op's layout takes, and that every layout matches the CPU.
+
+Same-shape operands, a scalar on either side, and a contiguous trailing block repeated over the
+leading dims (a bias row) run `binary_dense_kernel` (no per-element index decomposition); other
+broadcasts (a column, a middle dim) and strided operands run the general strided `binary_kernel`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_rbln.registry import _launch, _ops
+
+import torch_rbln  # noqa: F401
+from torch_rbln import registry
+
+
+@pytest.fixture
+def kernels_used(monkeypatch):
+    """Names of the elementwise kernels launched through the registry's paths (general and fast)."""
+    used: list[str] = []
+    launch = _launch.launch
+
+    def spy(kernel, *args, **kwargs):
+        used.append(kernel.__name__)
+        return launch(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(_launch, "launch", spy)
+    unchecked = _launch.unchecked
+
+    def spy_unchecked(kernel, key):  # the fast paths launch kept plans directly
+        run = unchecked(kernel, key)
+        if run is not None:
+            used.append(kernel.__name__)
+        return run
+
+    monkeypatch.setattr(_launch, "unchecked", spy_unchecked)
+    E = _ops._k("elementwise")
+    general = E.binary_kernel
+
+    class GeneralSpy:
+        def __getitem__(self, grid):
+            used.append("binary_kernel")
+            return general[grid]
+
+    monkeypatch.setattr(E, "binary_kernel", GeneralSpy())
+    return used
+
+
+X = torch.randn(3, 4, 5)
+SAME = torch.randn(3, 4, 5)
+ROW, BLOCK = torch.linspace(-1, 1, 5), torch.rand(1, 4, 5)
+COLUMN, MIDDLE = torch.rand(3, 4, 1), torch.rand(3, 1, 5)
+CASES = [
+    ("same shape", lambda x: x + _like(x, SAME), "binary_dense_kernel"),
+    ("scalar right", lambda x: x * 0.25, "binary_dense_kernel"),
+    ("scalar left (rsub)", lambda x: 2.0 - x, "binary_dense_kernel"),
+    ("scalar left (div)", lambda x: torch.div(torch.tensor(3.0, device=x.device), x), "binary_dense_kernel"),
+    ("bias row right", lambda x: x + _like(x, ROW), "binary_dense_kernel"),
+    ("bias row left", lambda x: _like(x, ROW) - x, "binary_dense_kernel"),
+    ("trailing block", lambda x: x * _like(x, BLOCK), "binary_dense_kernel"),
+    ("comparison with a row", lambda x: x > _like(x, torch.zeros(5)), "binary_dense_kernel"),
+    ("column", lambda x: x + _like(x, COLUMN), "binary_kernel"),
+    ("middle dim", lambda x: x + _like(x, MIDDLE), "binary_kernel"),
+    ("strided", lambda x: x.transpose(1, 2) * 2.0 + 1.0, "binary_kernel"),
+]
+
+
+def _like(x: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    return values.to(x.device)
+
+
+@pytest.mark.parametrize(("label", "fn", "kernel"), CASES, ids=[c[0] for c in CASES])
+def test_layout_takes_its_kernel_and_matches_cpu(label, fn, kernel, kernels_used):
+    registry.reset_fallback_report()
+    result = fn(X.to("rbln"))
+    torch.testing.assert_close(result.cpu(), fn(X), atol=1e-6, rtol=1e-6)
+    assert kernel in kernels_used, (label, kernels_used)
+    assert sum(row["cpu"] for row in registry.fallback_report().values()) == 0
+
+
+HALF_SCALAR_OPS = [
+    # the scalar rounded to the tensor's dtype first
+    lambda t: t + 1e-3, lambda t: t - 0.3, lambda t: 0.3 - t, lambda t: t.clone().add_(1e-3),
+    lambda t: t == 0.1, lambda t: t < 0.1, lambda t: torch.where(t > 0, t, 0.1),
+    # the scalar at full precision
+    lambda t: t * 0.1, lambda t: t / 0.3, lambda t: 0.3 / t, lambda t: t.clone().mul_(3.3),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_scalar_operand_takes_part_as_torch_uses_it(dtype):
+    """torch rounds a scalar to the tensor's half dtype for add/sub/comparisons/where, but mul and div
+    read it at full precision: results are bitwise those of the CPU."""
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)).to(dtype)
+    for fn in HALF_SCALAR_OPS:
+        torch.testing.assert_close(fn(x.to("rbln")).cpu(), fn(x), atol=0, rtol=0)
+
+
+def test_in_place_bias_add_on_a_view_of_rows():
+    x = torch.randn(6, 8)
+    bias = torch.randn(8)
+    d = x.to("rbln")
+    d[2:5].add_(bias.to("rbln"))
+    expected = x.clone()
+    expected[2:5].add_(bias)
+    torch.testing.assert_close(d.cpu(), expected)

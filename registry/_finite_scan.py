@@ -39,13 +39,27 @@ def all_finite(tensor: torch.Tensor) -> bool:
     if numel == 0:
         return True
     exponent = _EXPONENT.get(tensor.dtype)
-    if exponent is not None and tensor.is_contiguous():
+    if exponent is not None and (tensor.is_contiguous() or _dense_permutation(tensor)):
         # An rbln tensor's data_ptr() is its host address (rbln memory is host memory, see _memory).
         width, mask = exponent
         if numel >= PARALLEL_MIN and not tensor.is_cpu:
             return _parallel(tensor, width, mask, numel)
         return _scan(width)(tensor.data_ptr(), numel, mask)
     return _finite_strided(tensor)
+
+
+def _dense_permutation(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` is a permutation of a contiguous block (a transpose, such as `linear`'s
+    `weight.t()`): its dims, ordered by stride, are row-major. Its `numel` elements are then exactly
+    the block at its data pointer, which the scan may read in memory order."""
+    expected = 1
+    for size, stride in sorted(zip(tensor.shape, tensor.stride(), strict=True), key=lambda dim: dim[1]):
+        if size == 1:
+            continue
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 PARALLEL_MIN = 1 << 20  # elements from which the scan is split over a tensor-parallel group's NPUs

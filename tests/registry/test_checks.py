@@ -83,3 +83,15 @@ def test_the_scan_of_a_large_tensor_is_split_over_a_tensor_parallel_group(monkey
         y = x.clone()
         y[where] = float("inf")
         assert not all_finite(y.to("rbln")), where
+
+
+def test_a_transposed_weight_is_scanned_in_place_and_exactly():
+    from torch_rbln.registry._finite_scan import _dense_permutation, all_finite
+
+    w = torch.randn(16, 8)
+    w[3, 5] = float("nan")
+    dw = w.to("rbln")
+    assert _dense_permutation(dw.t()) and not all_finite(dw.t())
+    assert all_finite(dw[:, :5].t()) and not _dense_permutation(dw[:, :5].t())  # a slice: strided path
+    assert _dense_permutation(torch.randn(2, 3, 4).to("rbln").permute(2, 0, 1))
+    assert not _dense_permutation(torch.randn(4, 1, 3).to("rbln").expand(4, 5, 3))

@@ -44,11 +44,13 @@ _counters: dict[int, _DeviceCounters] = {}
 # Frees are queued by weakref callbacks and applied under the lock by the next allocation or
 # statistics read: a callback can fire anywhere (even inside our own locked section, when the
 # garbage collector runs), so it must never take the lock or update counters itself.
-_pending_frees: deque[weakref.ref] = deque()
-# Per live rbln storage, keyed by a weak reference to it: (device index, bytes, the host buffer to
-# recycle when it dies, or None). One shared callback instead of a closure per storage keeps an
-# allocation cheap.
-_watched: dict[weakref.ref, tuple[int, int, torch.Tensor | None]] = {}
+_pending_frees: deque[int] = deque()
+# Per watched object (an rbln storage, or the host tensor that lives exactly as long), keyed by the id
+# of its weak reference (kept here, so the id stays unique): (the reference, device index, bytes, the
+# host buffer to recycle when it dies, or None). Not keyed by the reference itself: its hash is the
+# object's id, which a loop of allocate-and-drop reuses, so queued dead references would all collide.
+# One shared callback instead of a closure per object keeps an allocation cheap.
+_watched: dict[int, tuple[weakref.ref, int, int, torch.Tensor | None]] = {}
 
 
 def _counters_for(index: int) -> _DeviceCounters:
@@ -98,7 +100,7 @@ def _apply_pending_frees() -> None:
     """Apply queued frees; the caller holds `_lock`."""
     global _pool_bytes
     while _pending_frees:
-        index, nbytes, buffer = _watched.pop(_pending_frees.popleft())
+        _, index, nbytes, buffer = _watched.pop(_pending_frees.popleft())
         counters = _counters[index]
         if buffer is not None and _pool_bytes + nbytes <= _POOL_CAP:
             _pool.setdefault(nbytes, []).append(buffer)
@@ -173,14 +175,15 @@ def _unreserve(index: int, nbytes: int) -> None:
 
 
 def _storage_died(ref: weakref.ref) -> None:
-    _pending_frees.append(ref)
+    _pending_frees.append(id(ref))
 
 
 def _watch(storage: torch.UntypedStorage, index: int, nbytes: int,
            buffer: torch.Tensor | None = None) -> None:
     """Queue a free of `nbytes` when `storage` dies (its Python object lives exactly as long); `buffer`,
     the host memory behind it, is then recycled."""
-    _watched[weakref.ref(storage, _storage_died)] = (index, nbytes, buffer)
+    ref = weakref.ref(storage, _storage_died)
+    _watched[id(ref)] = (ref, index, nbytes, buffer)
 
 
 def contiguous_strides(size: Sequence[int]) -> list[int]:
@@ -234,7 +237,8 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
     # The fresh host tensor lives exactly as long as the rbln storage: the DLPack context that the
     # storage's deleter frees holds it, and PyTorch keeps its Python object while it lives. Watching
     # it saves building the storage's Python object on this hot path (see `_watch`).
-    _watched[weakref.ref(host, _storage_died)] = (index, nbytes, buffer)
+    ref = weakref.ref(host, _storage_died)
+    _watched[id(ref)] = (ref, index, nbytes, buffer)
     return device_tensor
 
 

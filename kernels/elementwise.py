@@ -235,7 +235,8 @@ def binary_dense_kernel(
     launch of a small op) and no index decomposition. The contiguous output is seen as rows of `ncols`
     (grid: column blocks x rows; one row when nothing repeats). Each operand is, by its MODE: 0 dense
     (the output's layout), 1 a scalar (one element, broadcast), 2 one row repeated for every row (a
-    bias vector, any contiguous trailing block of the output's shape). FAST_OP (see FAST_BINARY)
+    bias vector, any contiguous trailing block of the output's shape), 3 one value per row (a column:
+    `x * rsqrt(mean(x * x, -1, keepdim=True))`). FAST_OP (see FAST_BINARY)
     compiles add/sub/mul/div into a specialisation of their own: behind the runtime switch their loops
     run ~4x slower (no fusion)."""
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -245,14 +246,18 @@ def binary_dense_kernel(
         a = tl.load(a_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
     elif A_MODE == 1:
         a = tl.load(a_ptr).to(tl.float32)
-    else:
+    elif A_MODE == 2:
         a = tl.load(a_ptr + cols, mask=mask, other=1.0).to(tl.float32)
+    else:
+        a = tl.load(a_ptr + tl.program_id(1)).to(tl.float32)
     if B_MODE == 0:
         b = tl.load(b_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
     elif B_MODE == 1:
         b = tl.load(b_ptr).to(tl.float32)
-    else:
+    elif B_MODE == 2:
         b = tl.load(b_ptr + cols, mask=mask, other=1.0).to(tl.float32)
+    else:
+        b = tl.load(b_ptr + tl.program_id(1)).to(tl.float32)
     if FAST_OP == 0:
         y = a + alpha * b
     elif FAST_OP == 1:

@@ -249,11 +249,14 @@ def _dense_layout(operands: tuple, shape: list[int], n: int) -> tuple[tuple[int,
     (`n` elements) in `binary_dense_kernel`, or None when the strided kernel must read them.
 
     Modes: 0 the output's layout, 1 a single element, 2 a contiguous trailing block of `shape` repeated
-    over the leading dims (its size is then the row length; every repeated operand must agree)."""
+    over the leading dims (its size is the row length), 3 a contiguous leading block of `shape` whose
+    value is broadcast over the trailing dims (one value per row; the broadcast dims make the row).
+    Every operand must agree on the row length; one must span the output."""
     if n >= _I32:
         return None  # rows x row length must stay int32 arithmetic in the kernel
+    nd = len(shape)
     modes = []
-    ncols = n
+    ncols = None
     for t in operands:
         numel = t.numel()
         if numel == 1 and n > 1:
@@ -261,21 +264,29 @@ def _dense_layout(operands: tuple, shape: list[int], n: int) -> tuple[tuple[int,
             continue
         if not t.is_contiguous():
             return None
-        sizes = list(t.shape)
-        while sizes and sizes[0] == 1:
-            sizes.pop(0)
-        if sizes != shape[len(shape) - len(sizes):]:
-            return None  # broadcast inside (a column, a middle dim): the strided kernel
+        aligned = [1] * (nd - t.dim()) + list(t.shape)
+        lead = 0
+        while lead < nd and aligned[lead] == 1 and shape[lead] != 1:
+            lead += 1  # leading dims it is repeated over
+        tail = nd
+        while tail > lead and aligned[tail - 1] == 1 and shape[tail - 1] != 1:
+            tail -= 1  # trailing dims it is broadcast over
+        if aligned[lead:tail] != shape[lead:tail] or (lead and tail < nd):
+            return None  # broadcast in the middle, or on both sides: the strided kernel
         if numel == n:
-            modes.append(0)
-        elif ncols not in (n, numel):
-            return None  # two different repeated blocks
+            mode, row = 0, None
+        elif lead:
+            mode, row = 2, numel
         else:
-            modes.append(2)
-            ncols = numel
+            mode, row = 3, n // numel
+        if row is not None:
+            if ncols is not None and ncols != row:
+                return None  # operands that disagree on the row length
+            ncols = row
+        modes.append(mode)
     if 0 not in modes:
-        return None  # no operand spans the output (both repeat): the strided kernel
-    return (modes[0], modes[1]), ncols
+        return None  # no operand spans the output: the strided kernel
+    return (modes[0], modes[1]), n if ncols is None else ncols
 
 
 def unary_key(E, name: str, dtypes: tuple, n: int) -> tuple[tuple, dict]:

@@ -1,8 +1,10 @@
 """Which kernel a binary op's layout takes, and that every layout matches the CPU.
 
-Same-shape operands, a scalar on either side, and a contiguous trailing block repeated over the
-leading dims (a bias row) run `binary_dense_kernel` (no per-element index decomposition); other
-broadcasts (a column, a middle dim) and strided operands run the general strided `binary_kernel`."""
+Same-shape operands, a scalar on either side, a contiguous trailing block repeated over the leading
+dims (a bias row) and a leading block broadcast over the trailing dims (a column, as in RMSNorm's
+`x * rsqrt(mean(x * x, -1, keepdim=True))`) run `binary_dense_kernel` (no per-element index
+decomposition); other broadcasts (a middle dim, both sides) and strided operands run the general
+strided `binary_kernel`."""
 
 from __future__ import annotations
 
@@ -59,7 +61,10 @@ CASES = [
     ("bias row left", lambda x: _like(x, ROW) - x, "binary_dense_kernel"),
     ("trailing block", lambda x: x * _like(x, BLOCK), "binary_dense_kernel"),
     ("comparison with a row", lambda x: x > _like(x, torch.zeros(5)), "binary_dense_kernel"),
-    ("column", lambda x: x + _like(x, COLUMN), "binary_kernel"),
+    ("column", lambda x: x + _like(x, COLUMN), "binary_dense_kernel"),
+    ("column block left", lambda x: _like(x, COLUMN[:, :1]) / x, "binary_dense_kernel"),
+    ("row and column", lambda x: (x * _like(x, COLUMN)) + _like(x, ROW), "binary_dense_kernel"),
+    ("both sides", lambda x: x + _like(x, COLUMN[:1, :, :]), "binary_kernel"),
     ("middle dim", lambda x: x + _like(x, MIDDLE), "binary_kernel"),
     ("strided", lambda x: x.transpose(1, 2) * 2.0 + 1.0, "binary_kernel"),
 ]

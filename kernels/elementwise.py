@@ -227,6 +227,20 @@ def binary_kernel(
 
 
 @tl.jit
+def _row_operand(ptr, cols, offsets, mask, MODE: tl.constexpr):
+    """An operand of `binary_dense_kernel` in float32, read as its MODE says."""
+    if MODE == 0:
+        value = tl.load(ptr + offsets, mask=mask, other=1.0).to(tl.float32)
+    elif MODE == 1:
+        value = tl.load(ptr).to(tl.float32)
+    elif MODE == 2:
+        value = tl.load(ptr + cols, mask=mask, other=1.0).to(tl.float32)
+    else:
+        value = tl.load(ptr + tl.program_id(1)).to(tl.float32)
+    return value
+
+
+@tl.jit
 def binary_dense_kernel(
     a_ptr, b_ptr, out_ptr, ncols, alpha, OP,
     FAST_OP: tl.constexpr, A_MODE: tl.constexpr, B_MODE: tl.constexpr, BLOCK: tl.constexpr,
@@ -242,22 +256,8 @@ def binary_dense_kernel(
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < ncols
     offsets = tl.program_id(1) * ncols + cols
-    if A_MODE == 0:
-        a = tl.load(a_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
-    elif A_MODE == 1:
-        a = tl.load(a_ptr).to(tl.float32)
-    elif A_MODE == 2:
-        a = tl.load(a_ptr + cols, mask=mask, other=1.0).to(tl.float32)
-    else:
-        a = tl.load(a_ptr + tl.program_id(1)).to(tl.float32)
-    if B_MODE == 0:
-        b = tl.load(b_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
-    elif B_MODE == 1:
-        b = tl.load(b_ptr).to(tl.float32)
-    elif B_MODE == 2:
-        b = tl.load(b_ptr + cols, mask=mask, other=1.0).to(tl.float32)
-    else:
-        b = tl.load(b_ptr + tl.program_id(1)).to(tl.float32)
+    a = _row_operand(a_ptr, cols, offsets, mask, A_MODE)
+    b = _row_operand(b_ptr, cols, offsets, mask, B_MODE)
     if FAST_OP == 0:
         y = a + alpha * b
     elif FAST_OP == 1:

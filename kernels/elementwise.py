@@ -23,13 +23,13 @@ UNARY = {
 # Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
  GELU_BWD, GELU_TANH_BWD, THRESHOLD_BWD, SIGMOID_BWD, TANH_BWD, SILU_BWD, POW_T,
- DIV_TRUNC, DIV_FLOOR, CLAMP) = range(22)
+ DIV_TRUNC, DIV_FLOOR, CLAMP, DIV_TRUNC_SCALAR) = range(23)
 BINARY = {
     "add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "eq": EQ, "ne": NE, "lt": LT, "le": LE, "gt": GT,
     "ge": GE, "maximum": MAXIMUM, "minimum": MINIMUM, "gelu_backward": GELU_BWD,
     "gelu_tanh_backward": GELU_TANH_BWD, "threshold_backward": THRESHOLD_BWD,
     "sigmoid_backward": SIGMOID_BWD, "tanh_backward": TANH_BWD, "silu_backward": SILU_BWD, "pow": POW_T,
-    "div_trunc": DIV_TRUNC, "div_floor": DIV_FLOOR, "clamp": CLAMP,
+    "div_trunc": DIV_TRUNC, "div_floor": DIV_FLOOR, "clamp": CLAMP, "div_trunc_scalar": DIV_TRUNC_SCALAR,
 }
 COMPARISONS = frozenset({EQ, NE, LT, LE, GT, GE})
 
@@ -201,8 +201,11 @@ def _binary_op(a, b, alpha, OP, out_ptr):
         y = tl.where(q < 0.0, -tl.floor(-q), tl.floor(q))
     elif OP == 20:  # div, rounding_mode="floor"
         y = _div_floor(a, b)
-    else:  # clamp: a = x, b = lower bound, alpha = upper bound (torch: min > max gives max)
+    elif OP == 21:  # clamp: a = x, b = lower bound, alpha = upper bound (torch: min > max gives max)
         y = tl.minimum(tl.maximum(a, b), alpha)
+    else:  # div by a scalar, rounding_mode="trunc": torch truncates the float32 quotient directly
+        q = a / b
+        y = tl.where(q < 0.0, -tl.floor(-q), tl.floor(q))
     return y
 
 

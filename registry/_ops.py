@@ -154,7 +154,7 @@ def _device_index(*tensors) -> int:
 # Binary ops whose CPU kernels read a scalar operand at full precision; every other op first rounds a
 # scalar to the tensor's dtype (TensorIterator's common dtype): `x_f16 + 1e-3` adds float16(1e-3), and
 # `x_f16 == 0.1` is true for x = float16(0.1).
-_UNROUNDED_SCALAR = frozenset({"mul", "div", "div_trunc", "div_floor"})
+_UNROUNDED_SCALAR = frozenset({"mul", "div", "div_trunc", "div_trunc_scalar", "div_floor"})
 _HALVES = (torch.float16, torch.bfloat16)
 _rounded: dict[tuple[float, torch.dtype], float] = {}
 
@@ -308,6 +308,8 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
         return _integer_or_decline(name, a, b, alpha, out, comparison, inplace)
     index = _device_index(a, b)
     compute = _promoted(a, b)
+    if name == "div_trunc" and (not isinstance(b, torch.Tensor) or b.is_cpu):
+        name = "div_trunc_scalar"  # a scalar divisor: torch does not round the quotient to a half dtype
     ta = _operand(a, index, name, compute)
     tb = _operand(b, index, name, compute)
     out = binary_output(a, b, compute, out, index, (ta, tb), comparison=comparison, inplace=inplace)

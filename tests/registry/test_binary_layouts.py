@@ -89,6 +89,8 @@ HALF_SCALAR_OPS = [
     lambda t: t == 0.1, lambda t: t < 0.1, lambda t: torch.where(t > 0, t, 0.1),
     # the scalar at full precision
     lambda t: t * 0.1, lambda t: t / 0.3, lambda t: 0.3 / t, lambda t: t.clone().mul_(3.3),
+    lambda t: torch.div(t * 4, 0.3, rounding_mode="trunc"),
+    lambda t: torch.div(t * 4, 0.3, rounding_mode="floor"),
 ]
 
 

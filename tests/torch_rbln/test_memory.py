@@ -133,3 +133,41 @@ def test_logical_device_memory_is_the_sum_of_its_group() -> None:
 def test_unassigned_device_is_rejected_by_memory_stats() -> None:
     with pytest.raises(RuntimeError, match=r"Logical device rbln:99 is not assigned"):
         torch.rbln.memory_allocated(99)
+
+
+def test_frees_settled_in_batches_keep_peaks_and_counts_exact() -> None:
+    """Frees queued by an allocate-and-drop loop are applied lazily; every statistic is still exact."""
+    from torch_rbln import _memory
+
+    gc.collect()
+    torch.rbln.reset_peak_memory_stats(7)
+    base = torch.rbln.memory_allocated(7)
+    allocated = torch.rbln.memory_stats(7)["allocation.all.allocated"]
+    for _ in range(3000):  # more than the pending-free limit
+        _memory.empty((256,), torch.float32, 7)  # 1 KiB, dropped at once
+    assert torch.rbln.memory_allocated(7) == base
+    assert torch.rbln.max_memory_allocated(7) == base + 1024  # never two alive at once
+    stats = torch.rbln.memory_stats(7)
+    assert stats["allocation.all.allocated"] - allocated == 3000
+    current, freed = stats["allocation.all.current"], stats["allocation.all.freed"]
+    assert current == stats["allocation.all.allocated"] - freed
+    assert len(_memory._watched) < 2 * _memory._PENDING_LIMIT  # the queue is bounded
+
+
+def test_out_of_memory_is_judged_after_queued_frees() -> None:
+    """Memory freed but not yet settled does not cause a spurious OutOfMemoryError."""
+    from torch_rbln import _memory
+
+    gc.collect()
+    counters = _memory._counters_for(7)
+    saved = counters.capacity
+    counters.capacity = torch.rbln.memory_allocated(7) + 3 * 1024  # room for three 1 KiB tensors
+    try:
+        for _ in range(50):  # each dies at once: never more than one alive
+            _memory.empty((256,), torch.float32, 7)
+        kept = [_memory.empty((256,), torch.float32, 7) for _ in range(3)]
+        with pytest.raises(torch.OutOfMemoryError, match="rbln:7"):
+            _memory.empty((256,), torch.float32, 7)
+        del kept
+    finally:
+        counters.capacity = saved

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torch_rbln.dsl.jit import _device_tp
+from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _memory, config
 
@@ -37,6 +37,27 @@ def _one_npu(index: int, programs: int) -> bool:
     return programs == 1 or _device_tp(index) == 1
 
 
+class _Plan:
+    """A fast path's launch for one (dtype, size): kernel, launch key, op code, output dtype, and the
+    kept direct launch with the DSL backend it was kept for (so the per-call lookup is one compare)."""
+
+    __slots__ = ("kernel", "key", "op", "out_dtype", "run", "backend")
+
+    def __init__(self, kernel, key: tuple, op: int, out_dtype: torch.dtype) -> None:
+        self.kernel, self.key, self.op, self.out_dtype = kernel, key, op, out_dtype
+        self.run: Callable | None = None
+        self.backend: str | None = None
+
+    def launcher(self) -> Callable | None:
+        """The kept unchecked launch, or None until the general path has launched this specialisation
+        once (or when the requested backend has none)."""
+        backend = requested_backend()
+        if self.run is None or backend != self.backend:
+            self.run = _launch.unchecked(self.kernel, self.key)
+            self.backend = backend
+        return self.run
+
+
 class _BoundedMemo(dict):
     """A memo that forgets everything when it grows past 1024 entries (one per dtype and size seen)."""
 
@@ -49,8 +70,7 @@ class _BoundedMemo(dict):
 def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> FastPath:
     """The fast path of `name(a, b[, alpha])`, functional or in place on `a`; `b` a tensor like `a` or a
     Python number (the `.Scalar` overloads: it is read as a one-element float32 tensor, broadcast)."""
-    # (dtype, numel, scalar b) -> (kernel, launch key, op code, out dtype)
-    plans: dict[tuple, tuple] = _BoundedMemo()
+    plans: dict[tuple, _Plan] = _BoundedMemo()  # (dtype, numel, scalar b) -> plan
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 2:
@@ -84,13 +104,12 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
             E = _k("elementwise")
             out_dtype = torch.bool if comparison else dtype
             key, keywords = dense_binary_key(E, name, (dtype, b.dtype, out_dtype), n, (0, 1 if scalar else 0))
-            plan = plans[(dtype, n, scalar)] = (E.binary_dense_kernel, key, keywords["OP"], out_dtype)
-        kernel, key, op, out_dtype = plan
-        run = _launch.unchecked(kernel, key)
+            plan = plans[(dtype, n, scalar)] = _Plan(E.binary_dense_kernel, key, keywords["OP"], out_dtype)
+        run = plan.launcher()
         if run is None or (not config.deploy_mode() and not (all_finite(a) and (scalar or all_finite(b)))):
             return None
-        out = a if inplace else _memory.empty(a.shape, out_dtype, index)
-        run(programs, 1, 1, a, b, out, n, float(alpha), op)
+        out = a if inplace else _memory.empty(a.shape, plan.out_dtype, index)
+        run(programs, 1, 1, a, b, out, n, float(alpha), plan.op)
         return out
 
     return fast
@@ -100,7 +119,7 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
           ) -> FastPath:
     """The fast path of a unary op `x -> name(x)`, functional or in place. `keyword`/`values`: an
     optional keyword argument that picks the kernel op (gelu's `approximate`: value -> op name)."""
-    plans: dict[tuple, tuple] = _BoundedMemo()  # (op name, dtype, numel) -> (kernel, launch key, op code)
+    plans: dict[tuple, _Plan] = _BoundedMemo()  # (op name, dtype, numel) -> plan
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         op_name = name
@@ -125,13 +144,12 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
         if plan is None:
             E = _k("elementwise")
             key, keywords = unary_key(E, op_name, (dtype, dtype), n)
-            plan = plans[(op_name, dtype, n)] = (E.unary_kernel, key, keywords["OP"])
-        kernel, key, op = plan
-        run = _launch.unchecked(kernel, key)
+            plan = plans[(op_name, dtype, n)] = _Plan(E.unary_kernel, key, keywords["OP"], dtype)
+        run = plan.launcher()
         if run is None or (not config.deploy_mode() and not all_finite(x)):
             return None
         out = x if inplace else _memory.empty(x.shape, dtype, index)
-        run(programs, 1, 1, x, out, n, 0.0, op)
+        run(programs, 1, 1, x, out, n, 0.0, plan.op)
         return out
 
     return fast

@@ -100,7 +100,8 @@ def test_non_plain_calls_are_left_to_the_general_path():
     assert fast((d, d[0]), {}) is None  # broadcasting
     assert fast((d, d.half()), {}) is None  # promotion
     assert fast((d, base), {}) is None  # a CPU operand: the general path raises torch's error
-    assert fast((d, 2.0), {}) is None  # a scalar operand
+    assert fast((d, True), {}) is None  # a bool scalar (promotion rules of its own)
+    assert fast((2.0, d), {}) is None  # a scalar first operand
     assert fast((d, d), {"alpha": torch.tensor(2.0)}) is None
     assert fast((d.long(), d.long()), {}) is None  # integers: the exact integer kernel
 

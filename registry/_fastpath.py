@@ -21,7 +21,18 @@ from torch_rbln import _memory, config
 
 from . import _launch
 from ._finite_scan import all_finite
-from ._ops import FLOATS, _block, _cdiv, _k, _scalar_tensor, dense_binary_key, scalar_value, unary_key
+from ._ops import (
+    _ONE_BLOCK,
+    FLOATS,
+    _block,
+    _cdiv,
+    _k,
+    _scalar_tensor,
+    dense_binary_key,
+    scalar_value,
+    softmax_row_key,
+    unary_key,
+)
 
 FastPath = Callable[[tuple, dict], "Tensor | None"]
 
@@ -150,6 +161,43 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
             return None
         out = x if inplace else _memory.empty(x.shape, dtype, index)
         run(programs, 1, 1, x, out, n, 0.0, plan.op)
+        return out
+
+    return fast
+
+
+def softmax(*, log: bool) -> FastPath:
+    """The fast path of `_softmax` / `_log_softmax(x, dim, half_to_float=False)` over the last dim of a
+    contiguous tensor whose rows fit one block (the one-pass row kernel)."""
+    plans: dict[tuple, _Plan] = _BoundedMemo()  # (dtype, row length) -> plan
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 3 or kwargs:
+            return None
+        x, dim, half_to_float = args
+        if half_to_float is not False or not _plain(x) or type(dim) is not int:
+            return None
+        nd = x.dim()
+        if nd == 0 or dim % nd != nd - 1:
+            return None
+        n = x.shape[-1]
+        numel = x.numel()
+        if n == 0 or n > _ONE_BLOCK:
+            return None
+        rows = numel // n
+        index = x.get_device()
+        if not _one_npu(index, rows):
+            return None
+        dtype = x.dtype
+        plan = plans.get((dtype, n))
+        if plan is None:
+            key, _ = softmax_row_key(dtype, n, log)
+            plan = plans[(dtype, n)] = _Plan(_k("rows").softmax_row_kernel, key, 0, dtype)
+        run = plan.launcher()
+        if run is None or (not config.deploy_mode() and not all_finite(x)):
+            return None
+        out = _memory.empty(x.shape, dtype, index)
+        run(rows, 1, 1, x, out, n)
         return out
 
     return fast

@@ -497,6 +497,12 @@ def _last_dim(x: torch.Tensor, dim: int) -> None:
         raise Decline("softmax over a non-last dim")
 
 
+def softmax_row_key(dtype: torch.dtype, n: int, log: bool) -> tuple[tuple, dict]:
+    """(launch key, constexpr keywords) of `softmax_row_kernel` on rows of `n` <= _ONE_BLOCK elements."""
+    block = _row_block(n)
+    return (dtype, log, block, n < _I32), {"LOG": log, "BLOCK": block}
+
+
 def softmax(x: torch.Tensor, dim: int, half_to_float: bool, *, log: bool):
     R = _k("rows")
     if half_to_float:
@@ -508,9 +514,8 @@ def softmax(x: torch.Tensor, dim: int, half_to_float: bool, *, log: bool):
     if x.numel() == 0:
         return out
     if n <= _ONE_BLOCK:
-        block = _row_block(n)
-        _launch.launch(R.softmax_row_kernel, x.numel() // n, (x.dtype, log, block, n < _I32), (x, out, n),
-                       {"LOG": log, "BLOCK": block})
+        key, keywords = softmax_row_key(x.dtype, n, log)
+        _launch.launch(R.softmax_row_kernel, x.numel() // n, key, (x, out, n), keywords)
     else:
         R.softmax_kernel[(x.numel() // n,)](x, out, n, LOG=log)
     return out

@@ -220,8 +220,10 @@ TABLE: list[Op] = [
     Op("fill_.Scalar", lambda x, v: O.fill(x, v, first_use_ok=False), "fill", overwrites_first=True),
     Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True),
     # ---- (2) softmax, log_softmax, layer norm (+ backward)
-    Op("_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=False), "softmax", tol=LOOSE),
-    Op("_log_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=True), "log_softmax", tol=LOOSE),
+    Op("_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=False), "softmax", tol=LOOSE,
+       fast=FP.softmax(log=False)),
+    Op("_log_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=True), "log_softmax", tol=LOOSE,
+       fast=FP.softmax(log=True)),
     Op("_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=False)),
     Op("_log_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=True)),
     Op("native_layer_norm.default", O.layer_norm, "nn.functional.layer_norm", tol=LOOSE),

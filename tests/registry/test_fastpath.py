@@ -146,3 +146,29 @@ def test_fast_path_factories_reject_unknown_keywords():
     d = torch.randn(3).to("rbln")
     assert gelu((d,), {"approximate": "cubic"}) is None
     assert gelu((d,), {"other": 1}) is None
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_over_short_rows_takes_the_fast_path(log, general_path_forbidden, monkeypatch):
+    x = torch.randn(6, 33) * 4
+    dx = x.to("rbln")
+    fn = torch.log_softmax if log else torch.softmax
+    first = fn(dx, -1)  # the general path launches the row kernel once
+    monkeypatch.setattr(_ops, "softmax", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
+    registry.reset_fallback_report()
+    fast = fn(dx, dim=1)
+    torch.testing.assert_close(fast.cpu(), first.cpu(), atol=0, rtol=0)
+    torch.testing.assert_close(fast.cpu(), fn(x, -1), atol=1e-6, rtol=1e-6)
+    name = "aten::_log_softmax" if log else "aten::_softmax"
+    assert _row(name) == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_softmax_fast_path_leaves_other_calls_to_the_general_path():
+    d = torch.randn(4, 5).to("rbln")
+    torch.softmax(d, -1)
+    fast = registry.TABLE[[op.name for op in registry.TABLE].index("_softmax.default")].fast
+    assert fast((d, -1, False), {}) is not None
+    assert fast((d, 0, False), {}) is None  # not the last dim
+    assert fast((d.t(), -1, False), {}) is None  # not contiguous
+    assert fast((d.half(), -1, True), {}) is None  # half_to_float
+    assert fast((torch.randn(2, 5000).to("rbln"), -1, False), {}) is None  # rows longer than a block

@@ -210,6 +210,17 @@ def _binary_op(a, b, alpha, OP, out_ptr):
 
 
 @tl.jit
+def _operand_offsets(offsets, s1, s2, s3, t0, t1, t2, t3, BCAST: tl.constexpr):
+    """Where an operand with strides t0..t3 keeps each output element: through the strides when
+    broadcasting or strided (BCAST), else the output's own offsets."""
+    if BCAST:
+        value = _offsets4(offsets, s1, s2, s3, t0, t1, t2, t3)
+    else:
+        value = offsets
+    return value
+
+
+@tl.jit
 def binary_kernel(
     a_ptr, b_ptr, out_ptr, n, alpha, s1, s2, s3,
     a0, a1, a2, a3, b0, b1, b2, b3,
@@ -217,12 +228,8 @@ def binary_kernel(
 ):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    if BCAST:
-        a_off = _offsets4(offsets, s1, s2, s3, a0, a1, a2, a3)
-        b_off = _offsets4(offsets, s1, s2, s3, b0, b1, b2, b3)
-    else:
-        a_off = offsets
-        b_off = offsets
+    a_off = _operand_offsets(offsets, s1, s2, s3, a0, a1, a2, a3, BCAST)
+    b_off = _operand_offsets(offsets, s1, s2, s3, b0, b1, b2, b3, BCAST)
     a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
     b = tl.load(b_ptr + b_off, mask=mask, other=1.0).to(tl.float32)
     y = _binary_op(a, b, alpha, OP, out_ptr)

@@ -10,7 +10,21 @@ from __future__ import annotations
 
 import torch_rbln.dsl as tl
 
-from .elementwise import ADD, EQ, GE, GT, LE, LT, MAXIMUM, MINIMUM, MUL, NE, SUB, _comparison, _offsets4
+from .elementwise import (
+    ADD,
+    EQ,
+    GE,
+    GT,
+    LE,
+    LT,
+    MAXIMUM,
+    MINIMUM,
+    MUL,
+    NE,
+    SUB,
+    _comparison,
+    _operand_offsets,
+)
 
 OPS = frozenset({ADD, SUB, MUL, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM})
 
@@ -23,12 +37,8 @@ def int_binary_kernel(
 ):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    if BCAST:
-        a_off = _offsets4(offsets, s1, s2, s3, a0, a1, a2, a3)
-        b_off = _offsets4(offsets, s1, s2, s3, b0, b1, b2, b3)
-    else:
-        a_off = offsets
-        b_off = offsets
+    a_off = _operand_offsets(offsets, s1, s2, s3, a0, a1, a2, a3, BCAST)
+    b_off = _operand_offsets(offsets, s1, s2, s3, b0, b1, b2, b3, BCAST)
     a = tl.load(a_ptr + a_off, mask=mask, other=0).to(tl.int64)
     if B_SCALAR:
         b = tl.zeros((BLOCK,), dtype=tl.int64) + b_value.to(tl.int64)

@@ -55,6 +55,8 @@ _watched: dict[int, tuple[weakref.ref, int, int, torch.Tensor | None]] = {}
 
 def _counters_for(index: int) -> _DeviceCounters:
     counters = _counters.get(index)
+    if counters is not None and counters.topology is topology._topology:
+        return counters  # the hot path of every allocation: no call to build or fetch the topology
     current = topology.get_topology()
     if counters is None or counters.topology is not current:
         # First use of this device (or a rebuilt topology, in tests): configure logging (which must
@@ -139,9 +141,7 @@ def _reserve(index: int, nbytes: int) -> None:
     applying them could change neither the capacity check nor a peak (the peak is at most the capacity),
     so a loop of allocate-and-drop settles its frees in batches instead of one by one. Statistics
     readers settle first (`_settled`), so every reported figure is exact."""
-    counters = _counters.get(index)
-    if counters is None or counters.topology is not topology._topology:  # first use, or a new topology
-        counters = _counters_for(index)
+    counters = _counters_for(index)
     with _lock:
         current = counters.current + nbytes
         count = counters.count_current + 1
@@ -178,11 +178,12 @@ def _storage_died(ref: weakref.ref) -> None:
     _pending_frees.append(id(ref))
 
 
-def _watch(storage: torch.UntypedStorage, index: int, nbytes: int,
+def _watch(owner: torch.UntypedStorage | torch.Tensor, index: int, nbytes: int,
            buffer: torch.Tensor | None = None) -> None:
-    """Queue a free of `nbytes` when `storage` dies (its Python object lives exactly as long); `buffer`,
-    the host memory behind it, is then recycled."""
-    ref = weakref.ref(storage, _storage_died)
+    """Queue a free of `nbytes` when `owner` dies: an rbln storage, or the host tensor behind one (each
+    has a Python object that lives exactly as long as the memory); `buffer`, the host memory behind
+    it, is then recycled."""
+    ref = weakref.ref(owner, _storage_died)
     _watched[id(ref)] = (ref, index, nbytes, buffer)
 
 
@@ -236,9 +237,8 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
         raise
     # The fresh host tensor lives exactly as long as the rbln storage: the DLPack context that the
     # storage's deleter frees holds it, and PyTorch keeps its Python object while it lives. Watching
-    # it saves building the storage's Python object on this hot path (see `_watch`).
-    ref = weakref.ref(host, _storage_died)
-    _watched[id(ref)] = (ref, index, nbytes, buffer)
+    # it saves building the storage's Python object on this hot path.
+    _watch(host, index, nbytes, buffer)
     return device_tensor
 
 

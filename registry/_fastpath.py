@@ -21,6 +21,7 @@ from torch_rbln import _memory, config
 
 from . import _launch
 from ._finite_scan import all_finite
+from ._memo import BoundedMemo
 from ._ops import (
     _ONE_BLOCK,
     FLOATS,
@@ -69,19 +70,10 @@ class _Plan:
         return self.run
 
 
-class _BoundedMemo(dict):
-    """A memo that forgets everything when it grows past 1024 entries (one per dtype and size seen)."""
-
-    def __setitem__(self, key, value) -> None:
-        if len(self) >= 1024:
-            self.clear()
-        super().__setitem__(key, value)
-
-
 def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> FastPath:
     """The fast path of `name(a, b[, alpha])`, functional or in place on `a`; `b` a tensor like `a` or a
     Python number (the `.Scalar` overloads: it is read as a one-element float32 tensor, broadcast)."""
-    plans: dict[tuple, _Plan] = _BoundedMemo()  # (dtype, numel, scalar b) -> plan
+    plans: dict[tuple, _Plan] = BoundedMemo(1024)  # (dtype, numel, scalar b) -> plan
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 2:
@@ -130,7 +122,7 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
           ) -> FastPath:
     """The fast path of a unary op `x -> name(x)`, functional or in place. `keyword`/`values`: an
     optional keyword argument that picks the kernel op (gelu's `approximate`: value -> op name)."""
-    plans: dict[tuple, _Plan] = _BoundedMemo()  # (op name, dtype, numel) -> plan
+    plans: dict[tuple, _Plan] = BoundedMemo(1024)  # (op name, dtype, numel) -> plan
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         op_name = name
@@ -169,7 +161,7 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
 def softmax(*, log: bool) -> FastPath:
     """The fast path of `_softmax` / `_log_softmax(x, dim, half_to_float=False)` over the last dim of a
     contiguous tensor whose rows fit one block (the one-pass row kernel)."""
-    plans: dict[tuple, _Plan] = _BoundedMemo()  # (dtype, row length) -> plan
+    plans: dict[tuple, _Plan] = BoundedMemo(1024)  # (dtype, row length) -> plan
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 3 or kwargs:

@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 from torch_rbln.dsl.jit import requested_backend
 
-_plans: dict[tuple, Callable] = {}
-_MAX_PLANS = 4096  # keys are few in practice; a pathological caller must not grow the dict forever
+from ._memo import BoundedMemo
+
+_plans: dict[tuple, Callable] = BoundedMemo(4096)
 
 
 def launch(kernel, programs: int, key: tuple, args: tuple, kwargs: dict, rows: int = 1) -> None:
@@ -29,8 +30,6 @@ def launch(kernel, programs: int, key: tuple, args: tuple, kwargs: dict, rows: i
     if plan is None:
         plan = kernel.launcher(*args, **kwargs)
         if plan is not None:
-            if len(_plans) >= _MAX_PLANS:
-                _plans.clear()
             _plans[full] = plan
 
 
@@ -40,8 +39,3 @@ def unchecked(kernel, key: tuple) -> Callable | None:
     until `launch` has run that specialisation once."""
     plan = _plans.get((kernel, key, requested_backend()))
     return None if plan is None else plan.unchecked
-
-
-def clear() -> None:
-    """Forget every kept launch (tests that swap kernels or backends)."""
-    _plans.clear()

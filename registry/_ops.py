@@ -15,6 +15,7 @@ import torch
 from torch_rbln import _memory
 
 from . import _launch
+from ._memo import BoundedMemo
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 INTEGERS = (torch.int32, torch.int64)
@@ -83,7 +84,7 @@ def empty(shape: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
 
 # ---------------------------------------------------------------- operands and broadcasting
 
-_scalar_cache: dict[tuple[float, int], torch.Tensor] = {}
+_scalar_cache: dict[tuple[float, int], torch.Tensor] = BoundedMemo(512)
 
 
 def _scalar_tensor(value: float, index: int) -> torch.Tensor:
@@ -91,8 +92,6 @@ def _scalar_tensor(value: float, index: int) -> torch.Tensor:
     key = (value, index)
     tensor = _scalar_cache.get(key)
     if tensor is None:
-        if len(_scalar_cache) > 512:
-            _scalar_cache.clear()
         tensor = _memory.empty_strided([1], [1], torch.float32, index)
         from torch_rbln import _dlpack
 
@@ -156,7 +155,7 @@ def _device_index(*tensors) -> int:
 # `x_f16 == 0.1` is true for x = float16(0.1).
 _UNROUNDED_SCALAR = frozenset({"mul", "div", "div_trunc", "div_trunc_scalar", "div_floor"})
 _HALVES = (torch.float16, torch.bfloat16)
-_rounded: dict[tuple[float, torch.dtype], float] = {}
+_rounded: dict[tuple[float, torch.dtype], float] = BoundedMemo(512)
 
 
 def scalar_value(name: str, value, dtype: torch.dtype) -> float:
@@ -167,8 +166,6 @@ def scalar_value(name: str, value, dtype: torch.dtype) -> float:
     key = (value, dtype)
     rounded = _rounded.get(key)
     if rounded is None:
-        if len(_rounded) > 512:
-            _rounded.clear()
         rounded = _rounded[key] = torch.tensor(value, dtype=dtype).item()
     return rounded
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 # (unsigned view width, exponent mask) per floating dtype the device kernels take.
 _EXPONENT = {
@@ -50,16 +51,9 @@ def all_finite(tensor: torch.Tensor) -> bool:
 
 def _dense_permutation(tensor: torch.Tensor) -> bool:
     """Whether `tensor` is a permutation of a contiguous block (a transpose, such as `linear`'s
-    `weight.t()`): its dims, ordered by stride, are row-major. Its `numel` elements are then exactly
-    the block at its data pointer, which the scan may read in memory order."""
-    expected = 1
-    for size, stride in sorted(zip(tensor.shape, tensor.stride(), strict=True), key=lambda dim: dim[1]):
-        if size == 1:
-            continue
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    `weight.t()`): its `numel` elements are then exactly the block at its data pointer, which the scan
+    may read in memory order."""
+    return is_non_overlapping_and_dense_or_false(tensor)
 
 
 PARALLEL_MIN = 1 << 20  # elements from which the scan is split over a tensor-parallel group's NPUs

@@ -314,7 +314,6 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
     n = out.numel()
     if n == 0:
         return out
-    block = _block(n)
     layout = _dense_layout((ta, tb), shape, n)
     if layout is not None:
         modes, ncols = layout
@@ -323,6 +322,7 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
                        (ta, tb, out, ncols, float(alpha)), keywords, rows=n // ncols)
         return out
     bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
+    block = _block(n)
     E.binary_kernel[(_cdiv(n, block),)](
         ta, tb, out, n, float(alpha), *sizes, *sa, *sb, OP=E.BINARY[name], BCAST=bcast, BLOCK=block
     )

@@ -72,7 +72,7 @@ _GELU_KERNELS = {"none": "gelu", "tanh": "gelu_tanh"}  # gelu's `approximate` ->
 
 
 def _gelu(x, approximate="none", out=None, inplace=False):
-    kernel = "gelu" if approximate == "none" else "gelu_tanh"
+    kernel = _GELU_KERNELS.get(approximate, "gelu_tanh")
     return O.unary(kernel, x, out=out, inplace=inplace)
 
 

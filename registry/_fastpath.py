@@ -1,4 +1,5 @@
-"""Fast paths of the commonest registered calls: elementwise ops on same-shape contiguous tensors.
+"""Fast paths of the commonest registered calls: elementwise ops on same-shape contiguous tensors,
+softmax over short rows, and sum/mean/amax/amin over the last dim or over all elements.
 
 A registered op pays for generality on every call: the generic input checks, type promotion,
 broadcasting and `out=` handling, the kernel's launch bookkeeping. On a small tensor that is most of
@@ -34,6 +35,7 @@ from ._ops import (
     softmax_row_key,
     unary_key,
 )
+from ._reduce import _CODES, row_key
 
 FastPath = Callable[[tuple, dict], "Tensor | None"]
 
@@ -190,6 +192,102 @@ def softmax(*, log: bool) -> FastPath:
             return None
         out = _memory.empty(x.shape, dtype, index)
         run(rows, 1, 1, x, out, n)
+        return out
+
+    return fast
+
+
+class _ReducePlan(_Plan):
+    """A reduction's launch for one (dtype, shape, dims, keepdim): the row kernel's plan plus the result
+    shape, the number of rows (programs) and the row length."""
+
+    __slots__ = ("shape", "rows", "n", "indexed")
+
+    def __init__(self, key: tuple, op: int, dtype: torch.dtype, shape: tuple, rows: int, n: int,
+                 indexed: bool) -> None:
+        super().__init__(_k("rows").reduce_kernel, key, op, dtype)
+        self.shape, self.rows, self.n, self.indexed = shape, rows, n, indexed
+
+
+def _reduce_plan(op: int, indexed: bool, x: Tensor, dim: int | None, keepdim: bool) -> _ReducePlan | None:
+    """The plan of reducing contiguous `x` over its last dim (`dim` an int naming it) or over all of it
+    (`dim` None); None for any other call (another dim, a dim out of range, a 0-d or empty tensor)."""
+    shape = tuple(x.shape)
+    nd = len(shape)
+    numel = x.numel()
+    if nd == 0 or numel == 0:
+        return None
+    if dim is None:
+        n = numel
+        out_shape = (1,) * nd if keepdim else ()
+    elif dim == -1 or dim == nd - 1:
+        n = shape[-1]
+        out_shape = shape[:-1] + (1,) if keepdim else shape[:-1]
+    else:
+        return None
+    dtype = x.dtype
+    key, _ = row_key(dtype, dtype, torch.int64 if indexed else dtype, op, n)
+    return _ReducePlan(key, op, dtype, out_shape, numel // n, n, indexed)
+
+
+_NOT_PLAIN = -2**63  # a `dim` token that no plan takes (several dims, a dim of another type)
+
+
+def _dim_token(dim) -> int | None:
+    """The reduced dims of a `dim` argument as a plan-key token: None for all dims (None, an empty list),
+    the int for one int dim, else _NOT_PLAIN."""
+    if dim is None:
+        return None
+    kind = type(dim)
+    if kind is not list and kind is not tuple:
+        return _NOT_PLAIN
+    count = len(dim)
+    if count == 0:
+        return None
+    return dim[0] if count == 1 and type(dim[0]) is int else _NOT_PLAIN
+
+
+def reduction(name: str, *, dims: bool) -> FastPath:
+    """The fast path of `name` ("sum", "mean", "amax", "amin") over the last dim or over all elements of
+    a contiguous floating tensor, with keepdim either way and no dtype= conversion: the row kernel
+    launch of `_reduce.reduce`, with the same arguments. `dims`: the overload takes `(x, dim, keepdim)`
+    (`sum.dim_IntList`, `mean.dim`, `amax`); otherwise `(x)` only (`sum.default`, `mean.default`).
+    amax/amin run the max/min kernel, which also writes an int64 index scratch tensor, as there."""
+    op = _CODES[name]
+    indexed = name in ("amax", "amin")
+    limit = 3 if dims else 1
+    plans: dict[tuple, _ReducePlan | None] = BoundedMemo(1024)  # (dtype, shape, dim, keepdim) -> plan
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if kwargs and (len(kwargs) != 1 or kwargs.get("dtype", 0) is not None):
+            return None  # dtype= conversion (or an unknown keyword): the general path decides
+        count = len(args)
+        if count > limit:
+            return None
+        x = args[0]
+        if not _plain(x):
+            return None
+        dim = _dim_token(args[1]) if count > 1 else None
+        keepdim = args[2] if count == 3 else False
+        if dim == _NOT_PLAIN or type(keepdim) is not bool:
+            return None
+        plan_key = (x.dtype, x.shape, dim, keepdim)
+        plan = plans.get(plan_key, False)
+        if plan is False:
+            plan = plans[plan_key] = _reduce_plan(op, indexed, x, dim, keepdim)
+        if plan is None:
+            return None
+        index = x.get_device()
+        rows = plan.rows
+        if rows != 1 and _device_tp(index) != 1:
+            return None  # a grid split over a tensor-parallel group: the general launch (see _one_npu)
+        run = plan.launcher()
+        if run is None or (not config.deploy_mode() and not all_finite(x)):
+            return None
+        shape = plan.shape
+        out = _memory.empty(shape, plan.out_dtype, index)
+        indices = _memory.empty(shape, torch.int64, index) if plan.indexed else out
+        run(rows, 1, 1, x, out, indices, plan.n, 1.0)
         return out
 
     return fast

@@ -84,15 +84,22 @@ def _launch(name: str, x: torch.Tensor, dims: list[int], values, indices, correc
     values = values if values is not None else x
     indices = indices if indices is not None else values
     if inner == 1:
-        block = _row_block(r)
-        key = (x.dtype, values.dtype, indices.dtype, op, block, r < _I32)
-        launches.launch(_k("rows").reduce_kernel, outer, key, (x, values, indices, r, correction),
-                       {"OP": op, "BLOCK": block})
+        key, constexprs = row_key(x.dtype, values.dtype, indices.dtype, op, r)
+        launches.launch(_k("rows").reduce_kernel, outer, key, (x, values, indices, r, correction), constexprs)
     else:
         block = _block(inner)
         _k("reduce").middle_reduce_kernel[(outer, _cdiv(inner, block))](
             x, values, indices, r, inner, correction, OP=op, BLOCK=block
         )
+
+
+def row_key(dtype: torch.dtype, values_dtype: torch.dtype, indices_dtype: torch.dtype, op: int, r: int
+            ) -> tuple[tuple, dict]:
+    """(launch key, constexpr keywords) of the row kernel `reduce_kernel` reducing rows of `r` elements
+    of `dtype` with op code `op` into values/indices of the given dtypes (the fast path in `_fastpath`
+    keys its kept launch with it too, so both name the same specialisation)."""
+    block = _row_block(r)
+    return (dtype, values_dtype, indices_dtype, op, block, r < _I32), {"OP": op, "BLOCK": block}
 
 
 def _kept_dims_first(x: torch.Tensor, dims: list[int]) -> torch.Tensor:

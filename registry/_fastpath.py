@@ -279,8 +279,8 @@ def reduction(name: str, *, dims: bool) -> FastPath:
             return None
         index = x.get_device()
         rows = plan.rows
-        if rows != 1 and _device_tp(index) != 1:
-            return None  # a grid split over a tensor-parallel group: the general launch (see _one_npu)
+        if not _one_npu(index, rows):
+            return None
         run = plan.launcher()
         if run is None or (not config.deploy_mode() and not all_finite(x)):
             return None

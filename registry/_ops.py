@@ -48,7 +48,9 @@ def _k(name: str):
         if not _modules:
             from torch_rbln import _dlpack
 
-            _dlpack.enable_compiled_retag()  # numba is loaded now: allocations may use it
+            # numba is loaded now: allocations may use it
+            _dlpack.enable_compiled_retag()
+            _memory.enable_compiled_allocator()
         _modules[name] = module
     return module
 

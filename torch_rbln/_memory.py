@@ -1,18 +1,22 @@
-"""Memory of the simulated NPUs: host allocations re-tagged as rbln, with exact per-device accounting.
+"""Memory of the simulated NPUs: host allocations handed to PyTorch as rbln, with exact per-device accounting.
 
-Every rbln storage is an ordinary CPU allocation handed to PyTorch as PrivateUse1 memory through
-DLPack (zero-copy). The Python storage object of an rbln tensor is preserved by PyTorch for as long
-as the storage lives, so a weak reference to it tells us, exactly, when the memory is released.
+Every rbln storage is ordinary host memory that PyTorch holds as PrivateUse1 memory through DLPack
+(zero-copy). Kernel outputs, the hot path, come from the compiled allocator (`_allocator_numba`, once
+the op library has loaded numba): one call counts the bytes and builds the DLPack tensor, and its C
+deleter un-counts them when PyTorch frees the storage, so no Python runs when a tensor dies. Every
+other storage (copies, adopted CPU results, large recycled buffers, and everything before numba is
+loaded) is a CPU tensor re-tagged through DLPack; the Python object of that CPU tensor, or of the rbln
+storage, lives exactly as long as the memory, so a weak reference to it tells us when it is released.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 import weakref
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -20,36 +24,36 @@ from . import _dlpack, _runtime, log, topology
 
 _GiB = 1 << 30
 
+# Columns of a device's counters row (the order `_allocator_numba.FIELDS` uses).
+(_CURRENT, _PEAK, _ALLOCATED, _FREED, _COUNT, _COUNT_PEAK, _COUNT_ALLOCATED, _COUNT_FREED, _LARGEST,
+ _OOMS) = range(10)
+_Row = ctypes.c_int64 * 10
 
-@dataclass(slots=True)
+
 class _DeviceCounters:
-    """PyTorch-style allocator statistics of one logical device."""
+    """PyTorch-style allocator statistics of one logical device: a row of int64 counters at a fixed
+    address (the compiled allocator and its deleter update it in place), the device's capacity and the
+    topology that capacity was derived from."""
 
-    current: int = 0
-    peak: int = 0
-    allocated_total: int = 0
-    freed_total: int = 0
-    count_current: int = 0
-    count_peak: int = 0
-    count_allocated: int = 0
-    count_freed: int = 0
-    num_ooms: int = 0
-    largest_request: int = 0
-    capacity: int = 0
-    topology: object = None  # the topology the capacity was derived from
+    __slots__ = ("row", "address", "capacity", "topology")
+
+    def __init__(self) -> None:
+        self.row = _Row()  # never freed: deleters of live blocks point at it
+        self.address = ctypes.addressof(self.row)
+        self.capacity = 0
+        self.topology: object = None
 
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # counters updates of the portable path; the recycled-buffer pool
 _counters: dict[int, _DeviceCounters] = {}
-# Frees are queued by weakref callbacks and applied under the lock by the next allocation or
-# statistics read: a callback can fire anywhere (even inside our own locked section, when the
-# garbage collector runs), so it must never take the lock or update counters itself.
+# Frees of watched objects are queued by weakref callbacks and applied by the next allocation or
+# statistics read: a callback can fire anywhere (even inside our own locked section, when the garbage
+# collector runs), so it never takes the lock or updates counters itself.
 _pending_frees: deque[int] = deque()
 # Per watched object (an rbln storage, or the host tensor that lives exactly as long), keyed by the id
 # of its weak reference (kept here, so the id stays unique): (the reference, device index, bytes, the
 # host buffer to recycle when it dies, or None). Not keyed by the reference itself: its hash is the
 # object's id, which a loop of allocate-and-drop reuses, so queued dead references would all collide.
-# One shared callback instead of a closure per object keeps an allocation cheap.
 _watched: dict[int, tuple[weakref.ref, int, int, torch.Tensor | None]] = {}
 
 
@@ -75,6 +79,138 @@ def capacity(index: int) -> int:
     return _counters_for(index).capacity
 
 
+# -- counter updates: under `_lock` in Python, or atomic once the compiled allocator is in use (its
+# deleters run on any thread, without the GIL, so Python must not read-modify-write the row then).
+
+
+def _count_portable(counters: _DeviceCounters, nbytes: int) -> bool:
+    """Count an allocation of `nbytes`; False (one more OOM counted, nothing else) over capacity."""
+    row = counters.row
+    with _lock:
+        current = row[_CURRENT] + nbytes
+        if current > counters.capacity:
+            row[_OOMS] += 1
+            return False
+        row[_CURRENT] = current
+        row[_PEAK] = max(row[_PEAK], current)
+        row[_ALLOCATED] += nbytes
+        row[_COUNT] += 1
+        row[_COUNT_PEAK] = max(row[_COUNT_PEAK], row[_COUNT])
+        row[_COUNT_ALLOCATED] += 1
+        row[_LARGEST] = max(row[_LARGEST], nbytes)
+    return True
+
+
+def _uncount_portable(counters: _DeviceCounters, nbytes: int) -> None:
+    row = counters.row
+    with _lock:
+        row[_CURRENT] -= nbytes
+        row[_FREED] += nbytes
+        row[_COUNT] -= 1
+        row[_COUNT_FREED] += 1
+
+
+def _reset_peak_portable(counters: _DeviceCounters) -> None:
+    row = counters.row
+    with _lock:
+        row[_PEAK] = row[_CURRENT]
+        row[_COUNT_PEAK] = row[_COUNT]
+
+
+_count: Callable[[_DeviceCounters, int], bool] = _count_portable
+_uncount: Callable[[_DeviceCounters, int], None] = _uncount_portable
+_reset_peak: Callable[[_DeviceCounters], None] = _reset_peak_portable
+
+
+# -- the compiled allocator
+
+
+_compiled = None  # the _allocator_numba module once enabled
+_allocate: Callable | None = None  # its allocate_contiguous once enabled
+_release_address = 0
+_dtype_words: dict[torch.dtype, int] = {}  # DLPack dtype (code, bits, lanes) as one int32, per dtype
+_new_capsule = ctypes.pythonapi.PyCapsule_New
+_new_capsule.restype = ctypes.py_object
+_new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_from_dlpack = torch._C._from_dlpack
+_SCALAR_DIMS = (1,)  # what a 0-d tensor passes as its sizes (numba cannot type an empty tuple)
+_DTYPE_OFFSET = 20  # of DLTensor.dtype: data pointer (8), device (8), ndim (4)
+
+
+def _dlpack_dtype_word(dtype: torch.dtype) -> int | None:
+    """How PyTorch writes `dtype` into a DLTensor (read from a capsule it exports), or None when
+    PyTorch cannot export it."""
+    try:
+        capsule = torch._C._to_dlpack(torch.empty(0, dtype=dtype))
+    except Exception:  # noqa: BLE001 - a dtype DLPack cannot carry: the portable path keeps it
+        return None
+    address = _dlpack._capsule_pointer(capsule, b"dltensor")
+    return ctypes.c_int32.from_address(address + _DTYPE_OFFSET).value
+
+
+def enable_compiled_allocator() -> bool:
+    """Allocate kernel outputs with `_allocator_numba` from now on, once it produces tensors exactly as
+    the portable path does here (device, sizes, strides, dtype, data address, accounting); called once
+    the op library has loaded numba anyway. Returns whether the compiled allocator is in use."""
+    global _compiled, _allocate, _release_address, _count, _uncount, _reset_peak
+    if _allocate is not None:
+        return True
+    try:
+        from . import _allocator_numba as compiled
+
+        words = {}
+        for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+                      torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128):
+            word = _dlpack_dtype_word(dtype)
+            if word is not None:
+                words[dtype] = word
+        if not _probe(compiled, words):
+            return False
+    except Exception as error:  # noqa: BLE001 - numba missing or failing: the portable path stays
+        log.get_logger("memory").debug("compiled allocator unavailable (%s): using the portable one", error)
+        return False
+    with _lock:
+        _dtype_words.update(words)
+        _count = _count_compiled
+        _uncount = _uncount_compiled
+        _reset_peak = _reset_peak_compiled
+        _compiled = compiled
+        _release_address = compiled.release.address
+        _allocate = compiled.allocate_contiguous
+    return True
+
+
+def _probe(compiled, words: dict[torch.dtype, int]) -> bool:
+    """Whether a block from the compiled allocator imports as the rbln tensor it describes and its
+    deleter un-counts it (on a private counters row, so no device's statistics change)."""
+    probe_row = _DeviceCounters()
+    probe_row.capacity = 1 << 20
+    block = compiled.allocate_contiguous((2, 3), 2, words[torch.float32], 4, 0, probe_row.address, 1 << 20,
+                                         1 << 20, compiled.release.address)
+    if block <= 0:
+        return False
+    tensor = _from_dlpack(_new_capsule(block, b"dltensor", None))
+    ok = (tensor.device == torch.device("rbln:0") and tensor.shape == (2, 3) and tensor.stride() == (3, 1)
+          and tensor.dtype == torch.float32 and tensor.data_ptr() % compiled.ALIGNMENT == 0
+          and probe_row.row[_CURRENT] == 24)
+    del tensor
+    return ok and probe_row.row[_CURRENT] == 0 and probe_row.row[_FREED] == 24
+
+
+def _count_compiled(counters: _DeviceCounters, nbytes: int) -> bool:
+    return _compiled.reserve(counters.address, nbytes, counters.capacity)
+
+
+def _uncount_compiled(counters: _DeviceCounters, nbytes: int) -> None:
+    _compiled.unreserve(counters.address, nbytes)
+
+
+def _reset_peak_compiled(counters: _DeviceCounters) -> None:
+    row = counters.row
+    _compiled.store(counters.address, _PEAK, row[_CURRENT])
+    _compiled.store(counters.address, _COUNT_PEAK, row[_COUNT])
+
+
 # Host buffers of large kernel outputs are recycled: a fresh multi-megabyte allocation is page-faulted
 # in on first write, which cost a 2^24-element op as much as the op itself. A buffer whose rbln storage
 # died goes to `_pool` (exact byte size; at most _POOL_CAP bytes kept) and backs the next output of that
@@ -89,8 +225,6 @@ def _take_buffer(nbytes: int) -> torch.Tensor:
     """A uint8 host buffer of `nbytes` bytes: a recycled one when available (caller holds no lock)."""
     global _pool_bytes
     with _lock:
-        if _pending_frees:
-            _apply_pending_frees()
         free = _pool.get(nbytes)
         if free:
             _pool_bytes -= nbytes
@@ -99,28 +233,37 @@ def _take_buffer(nbytes: int) -> torch.Tensor:
 
 
 def _apply_pending_frees() -> None:
-    """Apply queued frees; the caller holds `_lock`."""
+    """Un-count the watched objects that died (caller holds no lock)."""
     global _pool_bytes
     while _pending_frees:
-        _, index, nbytes, buffer = _watched.pop(_pending_frees.popleft())
-        counters = _counters[index]
-        if buffer is not None and _pool_bytes + nbytes <= _POOL_CAP:
-            _pool.setdefault(nbytes, []).append(buffer)
-            _pool_bytes += nbytes
-        counters.current -= nbytes
-        counters.freed_total += nbytes
-        counters.count_current -= 1
-        counters.count_freed += 1
+        try:
+            _, index, nbytes, buffer = _watched.pop(_pending_frees.popleft())
+        except IndexError:  # another thread took the last one
+            return
+        if buffer is not None:
+            with _lock:
+                if _pool_bytes + nbytes <= _POOL_CAP:
+                    _pool.setdefault(nbytes, []).append(buffer)
+                    _pool_bytes += nbytes
+        _uncount(_counters[index], nbytes)
 
 
 def _out_of_memory(index: int, nbytes: int, counters: _DeviceCounters) -> torch.OutOfMemoryError:
-    counters.num_ooms += 1
     total = counters.capacity
-    free = max(total - counters.current, 0)
+    current = counters.row[_CURRENT]
+    free = max(total - current, 0)
     return torch.OutOfMemoryError(
         f"RBLN out of memory on rbln:{index}: tried to allocate {_fmt(nbytes)} ({nbytes} bytes); "
-        f"{_fmt(free)} free of {_fmt(total)} total, {_fmt(counters.current)} allocated. "
+        f"{_fmt(free)} free of {_fmt(total)} total, {_fmt(current)} allocated. "
         "Free tensors you no longer need, or raise TORCH_RBLN_SIM_MEMORY_GB."
+    )
+
+
+def _host_out_of_memory(index: int, nbytes: int) -> torch.OutOfMemoryError:
+    return torch.OutOfMemoryError(
+        f"RBLN out of memory on rbln:{index}: the host heap that simulates the device could not give "
+        f"{_fmt(nbytes)} ({nbytes} bytes). Free tensors you no longer need, or lower "
+        "TORCH_RBLN_SIM_MEMORY_GB to what this machine has."
     )
 
 
@@ -131,47 +274,19 @@ def _fmt(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
-_PENDING_LIMIT = 1024  # queued frees applied at the latest after this many
-
-
 def _reserve(index: int, nbytes: int) -> None:
-    """Check capacity and count `nbytes` as allocated on `index` (raises OutOfMemoryError).
-
-    Queued frees are applied lazily: while the counters, frees not yet applied, stay below the peak,
-    applying them could change neither the capacity check nor a peak (the peak is at most the capacity),
-    so a loop of allocate-and-drop settles its frees in batches instead of one by one. Statistics
-    readers settle first (`_settled`), so every reported figure is exact."""
+    """Check capacity and count `nbytes` as allocated on `index` (raises OutOfMemoryError). Frees of
+    objects that died are applied first, so capacity, peaks and counts are judged exactly."""
     counters = _counters_for(index)
-    with _lock:
-        current = counters.current + nbytes
-        count = counters.count_current + 1
-        if current > counters.peak or count > counters.count_peak or len(_pending_frees) > _PENDING_LIMIT:
-            if _pending_frees:
-                _apply_pending_frees()
-                current = counters.current + nbytes
-                count = counters.count_current + 1
-            if current > counters.capacity:
-                raise _out_of_memory(index, nbytes, counters)
-            if current > counters.peak:
-                counters.peak = current
-            if count > counters.count_peak:
-                counters.count_peak = count
-        counters.current = current
-        counters.count_current = count
-        counters.allocated_total += nbytes
-        counters.count_allocated += 1
-        if nbytes > counters.largest_request:
-            counters.largest_request = nbytes
+    if _pending_frees:
+        _apply_pending_frees()
+    if not _count(counters, nbytes):
+        raise _out_of_memory(index, nbytes, counters)
 
 
 def _unreserve(index: int, nbytes: int) -> None:
-    """Undo `_reserve` for an allocation that failed after it."""
-    counters = _counters[index]
-    with _lock:
-        counters.current -= nbytes
-        counters.allocated_total -= nbytes
-        counters.count_current -= 1
-        counters.count_allocated -= 1
+    """Undo `_reserve` for an allocation that failed after it (counted as allocated and freed)."""
+    _uncount(_counters[index], nbytes)
 
 
 def _storage_died(ref: weakref.ref) -> None:
@@ -218,8 +333,35 @@ def empty_strided(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype
 
 
 def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
-    """`empty_strided` with row-major strides: what every kernel output is, so the hot path of an op
-    skips computing strides and the storage span."""
+    """A row-major rbln:index tensor of `size`: what every kernel output is, so this is the hot path
+    of an op. The compiled allocator builds it in one call when it is in use; large outputs (which
+    recycle host buffers) and dtypes it does not know take the re-tagging path."""
+    allocate = _allocate
+    if allocate is not None:
+        word = _dtype_words.get(dtype)
+        if word is not None:
+            counters = _counters_for(index)
+            if _pending_frees:
+                _apply_pending_frees()
+            dims = tuple(size)
+            block = allocate(dims or _SCALAR_DIMS, len(dims), word, dtype.itemsize, index, counters.address,
+                             counters.capacity, _POOL_MIN, _release_address)
+            if block > 0:
+                capsule = _new_capsule(block, b"dltensor", None)
+                try:
+                    return _from_dlpack(capsule)
+                except BaseException:
+                    _compiled.discard(block)
+                    raise
+            if block == _compiled.OVER_CAPACITY:
+                raise _out_of_memory(index, math.prod(dims) * dtype.itemsize, counters)
+            if block == _compiled.HEAP_EXHAUSTED:
+                raise _host_out_of_memory(index, math.prod(dims) * dtype.itemsize)
+    return _empty_retagged(size, dtype, index)
+
+
+def _empty_retagged(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
+    """`empty` through a host tensor re-tagged as rbln (large outputs recycle their host buffer)."""
     nbytes = math.prod(size) * dtype.itemsize
     _reserve(index, nbytes)
     buffer = None
@@ -237,7 +379,7 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
         raise
     # The fresh host tensor lives exactly as long as the rbln storage: the DLPack context that the
     # storage's deleter frees holds it, and PyTorch keeps its Python object while it lives. Watching
-    # it saves building the storage's Python object on this hot path.
+    # it saves building the storage's Python object.
     _watch(host, index, nbytes, buffer)
     return device_tensor
 
@@ -268,53 +410,47 @@ def adopt(host: torch.Tensor, index: int) -> torch.Tensor:
 
 def _settled(index: int) -> _DeviceCounters:
     counters = _counters_for(index)
-    with _lock:
+    if _pending_frees:
         _apply_pending_frees()
     return counters
 
 
 def memory_allocated(index: int) -> int:
-    return _settled(index).current
+    return _settled(index).row[_CURRENT]
 
 
 def max_memory_allocated(index: int) -> int:
-    return _settled(index).peak
+    return _settled(index).row[_PEAK]
 
 
 def reset_peak(index: int) -> None:
-    counters = _settled(index)
-    with _lock:
-        counters.peak = counters.current
-        counters.count_peak = counters.count_current
+    _reset_peak(_settled(index))
 
 
 def memory_stats(index: int) -> dict[str, int]:
     """The `torch.cuda.memory_stats` key family; reserved equals allocated (recycled host buffers of
     freed outputs are host memory waiting for reuse, not device memory: they are not counted)."""
-    c = _settled(index)
+    counters = _settled(index)
+    row = list(counters.row)  # one snapshot: deleters may update the row meanwhile
+    byte_counts = {"current": row[_CURRENT], "peak": row[_PEAK], "allocated": row[_ALLOCATED],
+                   "freed": row[_FREED]}
+    counts = {"current": row[_COUNT], "peak": row[_COUNT_PEAK], "allocated": row[_COUNT_ALLOCATED],
+              "freed": row[_COUNT_FREED]}
     stats: dict[str, int] = {}
-    for prefix in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
-        for pool in ("all", "large_pool", "small_pool"):
-            full = pool == "all"
-            stats[f"{prefix}.{pool}.current"] = c.current if full else 0
-            stats[f"{prefix}.{pool}.peak"] = c.peak if full else 0
-            stats[f"{prefix}.{pool}.allocated"] = c.allocated_total if full else 0
-            stats[f"{prefix}.{pool}.freed"] = c.freed_total if full else 0
-    for prefix in ("allocation", "segment", "active"):
-        for pool in ("all", "large_pool", "small_pool"):
-            full = pool == "all"
-            stats[f"{prefix}.{pool}.current"] = c.count_current if full else 0
-            stats[f"{prefix}.{pool}.peak"] = c.count_peak if full else 0
-            stats[f"{prefix}.{pool}.allocated"] = c.count_allocated if full else 0
-            stats[f"{prefix}.{pool}.freed"] = c.count_freed if full else 0
-    stats["num_ooms"] = c.num_ooms
+    for prefixes, values in ((("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"),
+                              byte_counts), (("allocation", "segment", "active"), counts)):
+        for prefix in prefixes:
+            for pool in ("all", "large_pool", "small_pool"):
+                for key, value in values.items():
+                    stats[f"{prefix}.{pool}.{key}"] = value if pool == "all" else 0
+    stats["num_ooms"] = row[_OOMS]
     stats["num_alloc_retries"] = 0
     stats["max_split_size"] = -1
     stats["oversize_allocations.current"] = 0
-    stats["requested_bytes.all.largest"] = c.largest_request
+    stats["requested_bytes.all.largest"] = row[_LARGEST]
     return stats
 
 
 def mem_get_info(index: int) -> tuple[int, int]:
     counters = _settled(index)
-    return counters.capacity - counters.current, counters.capacity
+    return counters.capacity - counters.row[_CURRENT], counters.capacity

@@ -135,23 +135,139 @@ def test_unassigned_device_is_rejected_by_memory_stats() -> None:
         torch.rbln.memory_allocated(99)
 
 
-def test_frees_settled_in_batches_keep_peaks_and_counts_exact() -> None:
-    """Frees queued by an allocate-and-drop loop are applied lazily; every statistic is still exact."""
+@pytest.mark.parametrize("path", ["compiled", "retagged"])
+def test_allocate_and_drop_loops_keep_peaks_and_counts_exact(path: str) -> None:
+    """Outputs dropped at once: every statistic stays exact on both allocation paths, and nothing is
+    left watched or queued."""
     from torch_rbln import _memory
 
+    assert _memory.enable_compiled_allocator()
+    allocate = _memory.empty if path == "compiled" else _memory._empty_retagged
     gc.collect()
     torch.rbln.reset_peak_memory_stats(7)
     base = torch.rbln.memory_allocated(7)
     allocated = torch.rbln.memory_stats(7)["allocation.all.allocated"]
-    for _ in range(3000):  # more than the pending-free limit
-        _memory.empty((256,), torch.float32, 7)  # 1 KiB, dropped at once
+    watched = len(_memory._watched)
+    for _ in range(3000):
+        allocate((256,), torch.float32, 7)  # 1 KiB, dropped at once
     assert torch.rbln.memory_allocated(7) == base
     assert torch.rbln.max_memory_allocated(7) == base + 1024  # never two alive at once
     stats = torch.rbln.memory_stats(7)
     assert stats["allocation.all.allocated"] - allocated == 3000
     current, freed = stats["allocation.all.current"], stats["allocation.all.freed"]
     assert current == stats["allocation.all.allocated"] - freed
-    assert len(_memory._watched) < 2 * _memory._PENDING_LIMIT  # the queue is bounded
+    assert len(_memory._watched) <= watched + 1 and not _memory._pending_frees
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool,
+                                   torch.complex64])
+@pytest.mark.parametrize("size", [(), (5,), (3, 0, 2), (2, 3, 4)])
+def test_compiled_allocator_builds_the_tensor_it_counts(dtype: torch.dtype, size: tuple) -> None:
+    """A kernel output from the compiled allocator is a row-major rbln tensor of the right dtype, 64-byte
+    aligned, usable, counted at once and un-counted as soon as it dies (no garbage collection)."""
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator() and dtype in _memory._dtype_words
+    before = torch.rbln.memory_allocated(6)
+    out = _memory.empty(size, dtype, 6)
+    expected = torch.empty(size, dtype=dtype)
+    assert out.device == torch.device("rbln:6") and out.dtype == dtype
+    assert out.shape == expected.shape and out.stride() == expected.stride()
+    assert out.data_ptr() % 64 == 0 and out.storage_offset() == 0 and out.is_contiguous()
+    # empty storages have no memory, as PyTorch's own (views and out= resizes rely on it)
+    assert (out.untyped_storage().data_ptr() == 0) == (expected.numel() == 0)
+    assert torch.rbln.memory_allocated(6) - before == expected.numel() * dtype.itemsize
+    values = torch.arange(expected.numel()).reshape(size).to(dtype)
+    out.copy_(values.to("rbln"))
+    assert torch.equal(out.cpu(), values)
+    del out
+    assert torch.rbln.memory_allocated(6) == before
+
+
+def test_compiled_allocator_frees_from_other_threads_exactly() -> None:
+    """Deleters run on whichever thread drops the last reference, without the GIL's protection for the
+    counters: frees on worker threads racing allocations here lose no update."""
+    import threading
+
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    gc.collect()
+    before = torch.rbln.memory_stats(5)
+    batches = [[_memory.empty((64,), torch.float32, 5) for _ in range(500)] for _ in range(4)]
+
+    def drop(batch: list) -> None:
+        while batch:
+            batch.pop()
+
+    workers = [threading.Thread(target=drop, args=(batch,)) for batch in batches]
+    for worker in workers:
+        worker.start()
+    for _ in range(2000):
+        _memory.empty((16,), torch.float32, 5)
+    for worker in workers:
+        worker.join()
+    after = torch.rbln.memory_stats(5)
+    assert after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    assert after["allocation.all.current"] == before["allocation.all.current"]
+    assert after["allocation.all.freed"] - before["allocation.all.freed"] == 4000
+    freed_bytes = after["allocated_bytes.all.freed"] - before["allocated_bytes.all.freed"]
+    assert freed_bytes == 4 * 500 * 256 + 2000 * 64
+
+
+def test_compiled_allocator_over_capacity_raises_and_counts_nothing() -> None:
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    gc.collect()
+    counters = _memory._counters_for(7)
+    saved = counters.capacity
+    stats = torch.rbln.memory_stats(7)
+    counters.capacity = stats["allocated_bytes.all.current"] + 100
+    try:
+        with pytest.raises(torch.OutOfMemoryError, match=r"rbln:7: tried to allocate 400 bytes.*free of"):
+            _memory.empty((10, 10), torch.float32, 7)
+    finally:
+        counters.capacity = saved
+    after = torch.rbln.memory_stats(7)
+    assert after["num_ooms"] == stats["num_ooms"] + 1
+    assert after["allocation.all.allocated"] == stats["allocation.all.allocated"]
+    assert after["allocated_bytes.all.current"] == stats["allocated_bytes.all.current"]
+
+
+def test_compiled_allocator_undoes_a_block_pytorch_did_not_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    before = torch.rbln.memory_allocated(6)
+
+    def refuse(capsule: object) -> None:
+        raise RuntimeError("from_dlpack refused")
+
+    monkeypatch.setattr(_memory, "_from_dlpack", refuse)
+    with pytest.raises(RuntimeError, match="refused"):
+        _memory.empty((8,), torch.float32, 6)
+    assert torch.rbln.memory_allocated(6) == before
+
+
+def test_large_outputs_and_unknown_dtypes_take_the_retagged_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large outputs recycle host buffers and dtypes without a known DLPack code are re-tagged: both
+    are watched objects, counted exactly."""
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    monkeypatch.delitem(_memory._dtype_words, torch.float16)
+    gc.collect()
+    before = torch.rbln.memory_allocated(6)
+    watched = len(_memory._watched)
+    large = _memory.empty((_memory._POOL_MIN // 4,), torch.float32, 6)
+    unknown = _memory.empty((3,), torch.float16, 6)
+    assert large.device == unknown.device == torch.device("rbln:6") and unknown.dtype == torch.float16
+    assert len(_memory._watched) == watched + 2
+    assert torch.rbln.memory_allocated(6) - before == _memory._POOL_MIN + 6
+    del large, unknown
+    gc.collect()
+    assert torch.rbln.memory_allocated(6) == before
 
 
 def test_out_of_memory_is_judged_after_queued_frees() -> None:

@@ -263,7 +263,8 @@ class Executable:
         lines += [f"    unchecked(g0, g1, g2, {signature})", "    return True"]
         from ...jit import _device_tp, launch_device
 
-        namespace = {"kernel": self.kernel, "zeros": np.zeros, "int64": np.int64, "float32": np.float32,
+        namespace = {"kernel": self._entry_point() or self.kernel, "zeros": np.zeros, "int64": np.int64,
+                     "float32": np.float32,
                      "launch_device": launch_device, "device_tp": _device_tp, "failed": self._direct_failed,
                      "errors": _fault_records, "get_ident": threading.get_ident}
         code = builtins.compile("\n".join(lines) + "\n", f"<direct launch of {self.fn.name}>", "exec")
@@ -271,6 +272,31 @@ class Executable:
         launch = namespace["launch"]
         launch.unchecked = namespace["unchecked"]
         return launch
+
+    def _entry_point(self) -> Callable | None:
+        """The compiled specialisation's own entry, when one was compiled for the argument types a
+        direct launch passes (int64 addresses, sizes and grid; float64 for float params, float32 for
+        half-precision ones, int64 for int params), or None. Calling it skips numba's per-call typing
+        of ~15 arguments; a value of another Python type is converted as the kernel's prologue would
+        convert it (an int to a float param exactly, a float to an int param truncated)."""
+        import numba
+
+        scalars = []
+        for index, convert in self._scalar_types:
+            dtype = self.fn.params[index].type.dtype
+            if convert is not None:
+                scalars.append(numba.types.float32)
+            elif dtype.is_floating():
+                scalars.append(numba.types.float64)
+            elif dtype.is_int() and not dtype.is_bool():
+                scalars.append(numba.types.int64)
+            else:
+                return None
+        expected = (numba.types.int64,) * (5 + 2 * len(self._ptr_params)) + tuple(scalars)
+        for signature, compiled in list(self.kernel.overloads.items()):
+            if tuple(signature[:-1]) == expected:
+                return compiled.entry_point
+        return None
 
     def _direct_failed(self, error: np.ndarray, grid: tuple, spans: tuple, values: list) -> None:
         """A direct launch's kernel reported a fault: raise it as `launch` would (replayed for details)."""

@@ -21,7 +21,7 @@ from torch_rbln.dsl.jit import _device_tp, requested_backend
 from torch_rbln import _memory, config
 
 from . import _launch
-from ._finite_scan import all_finite
+from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._memo import BoundedMemo
 from ._ops import (
     _ONE_BLOCK,
@@ -52,15 +52,21 @@ def _one_npu(index: int, programs: int) -> bool:
 
 
 class _Plan:
-    """A fast path's launch for one (dtype, size): kernel, launch key, op code, output dtype, and the
-    kept direct launch with the DSL backend it was kept for (so the per-call lookup is one compare)."""
+    """A fast path's launch for one (dtype, size): kernel, launch key, op code, output dtype, the kept
+    direct launch with the DSL backend it was kept for (so the per-call lookup is one compare), and the
+    NaN/Inf scan of its inputs (`contiguous_scan` of their dtype)."""
 
-    __slots__ = ("kernel", "key", "op", "out_dtype", "run", "backend")
+    __slots__ = ("kernel", "key", "op", "out_dtype", "run", "backend", "scan", "mask")
 
-    def __init__(self, kernel, key: tuple, op: int, out_dtype: torch.dtype) -> None:
+    def __init__(self, kernel, key: tuple, op: int, out_dtype: torch.dtype, in_dtype: torch.dtype) -> None:
         self.kernel, self.key, self.op, self.out_dtype = kernel, key, op, out_dtype
         self.run: Callable | None = None
         self.backend: str | None = None
+        self.scan, self.mask = contiguous_scan(in_dtype)
+
+    def finite(self, x: Tensor, n: int) -> bool:
+        """`all_finite(x)` for an input of this plan (contiguous, of its dtype, `n` elements)."""
+        return self.scan(x.data_ptr(), n, self.mask) if n < PARALLEL_MIN else all_finite(x)
 
     def launcher(self) -> Callable | None:
         """The kept unchecked launch, or None until the general path has launched this specialisation
@@ -109,9 +115,12 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
             E = _k("elementwise")
             out_dtype = torch.bool if comparison else dtype
             key, keywords = dense_binary_key(E, name, (dtype, b.dtype, out_dtype), n, (0, 1 if scalar else 0))
-            plan = plans[(dtype, n, scalar)] = _Plan(E.binary_dense_kernel, key, keywords["OP"], out_dtype)
+            plan = plans[(dtype, n, scalar)] = _Plan(E.binary_dense_kernel, key, keywords["OP"], out_dtype,
+                                                     dtype)
         run = plan.launcher()
-        if run is None or (not config.deploy_mode() and not (all_finite(a) and (scalar or all_finite(b)))):
+        if run is None:
+            return None
+        if not config.deploy_mode() and not (plan.finite(a, n) and (scalar or plan.finite(b, n))):
             return None
         out = a if inplace else _memory.empty(a.shape, plan.out_dtype, index)
         run(programs, 1, 1, a, b, out, n, float(alpha), plan.op)
@@ -149,9 +158,9 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
         if plan is None:
             E = _k("elementwise")
             key, keywords = unary_key(E, op_name, (dtype, dtype), n)
-            plan = plans[(op_name, dtype, n)] = _Plan(E.unary_kernel, key, keywords["OP"], dtype)
+            plan = plans[(op_name, dtype, n)] = _Plan(E.unary_kernel, key, keywords["OP"], dtype, dtype)
         run = plan.launcher()
-        if run is None or (not config.deploy_mode() and not all_finite(x)):
+        if run is None or (not config.deploy_mode() and not plan.finite(x, n)):
             return None
         out = x if inplace else _memory.empty(x.shape, dtype, index)
         run(programs, 1, 1, x, out, n, 0.0, plan.op)
@@ -186,9 +195,9 @@ def softmax(*, log: bool) -> FastPath:
         plan = plans.get((dtype, n))
         if plan is None:
             key, _ = softmax_row_key(dtype, n, log)
-            plan = plans[(dtype, n)] = _Plan(_k("rows").softmax_row_kernel, key, 0, dtype)
+            plan = plans[(dtype, n)] = _Plan(_k("rows").softmax_row_kernel, key, 0, dtype, dtype)
         run = plan.launcher()
-        if run is None or (not config.deploy_mode() and not all_finite(x)):
+        if run is None or (not config.deploy_mode() and not plan.finite(x, numel)):
             return None
         out = _memory.empty(x.shape, dtype, index)
         run(rows, 1, 1, x, out, n)
@@ -205,7 +214,7 @@ class _ReducePlan(_Plan):
 
     def __init__(self, key: tuple, op: int, dtype: torch.dtype, shape: tuple, rows: int, n: int,
                  indexed: bool) -> None:
-        super().__init__(_k("rows").reduce_kernel, key, op, dtype)
+        super().__init__(_k("rows").reduce_kernel, key, op, dtype, dtype)
         self.shape, self.rows, self.n, self.indexed = shape, rows, n, indexed
 
 
@@ -282,7 +291,7 @@ def reduction(name: str, *, dims: bool) -> FastPath:
         if not _one_npu(index, rows):
             return None
         run = plan.launcher()
-        if run is None or (not config.deploy_mode() and not all_finite(x)):
+        if run is None or (not config.deploy_mode() and not plan.finite(x, plan.rows * plan.n)):
             return None
         shape = plan.shape
         out = _memory.empty(shape, plan.out_dtype, index)

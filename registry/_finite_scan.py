@@ -12,6 +12,7 @@ inner loop that LLVM vectorises. Tensors that are not contiguous are checked thr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
@@ -47,6 +48,14 @@ def all_finite(tensor: torch.Tensor) -> bool:
             return _parallel(tensor, width, mask, numel)
         return _scan(width)(tensor.data_ptr(), numel, mask)
     return _finite_strided(tensor)
+
+
+def contiguous_scan(dtype: torch.dtype) -> tuple[Callable[[int, int, int], bool], int]:
+    """`(scan, mask)`: `scan(tensor.data_ptr(), numel, mask)` is `all_finite(tensor)` for a contiguous
+    tensor of `dtype` (float32/float16/bfloat16) with fewer than PARALLEL_MIN elements. For callers that
+    have made those checks already (the registry's fast paths): the check is then one compiled call."""
+    width, mask = _EXPONENT[dtype]
+    return _scan(width), mask
 
 
 def _dense_permutation(tensor: torch.Tensor) -> bool:

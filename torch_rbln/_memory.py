@@ -126,7 +126,6 @@ _reset_peak: Callable[[_DeviceCounters], None] = _reset_peak_portable
 
 
 _compiled = None  # the _allocator_numba module once enabled
-_allocate: Callable | None = None  # its allocate_contiguous once enabled
 _release_address = 0
 _dtype_words: dict[torch.dtype, int] = {}  # DLPack dtype (code, bits, lanes) as one int32, per dtype
 _new_capsule = ctypes.pythonapi.PyCapsule_New
@@ -152,8 +151,8 @@ def enable_compiled_allocator() -> bool:
     """Allocate kernel outputs with `_allocator_numba` from now on, once it produces tensors exactly as
     the portable path does here (device, sizes, strides, dtype, data address, accounting); called once
     the op library has loaded numba anyway. Returns whether the compiled allocator is in use."""
-    global _compiled, _allocate, _release_address, _count, _uncount, _reset_peak
-    if _allocate is not None:
+    global _compiled, _release_address, _count, _uncount, _reset_peak
+    if _compiled is not None:
         return True
     try:
         from . import _allocator_numba as compiled
@@ -174,9 +173,8 @@ def enable_compiled_allocator() -> bool:
         _count = _count_compiled
         _uncount = _uncount_compiled
         _reset_peak = _reset_peak_compiled
-        _compiled = compiled
         _release_address = compiled.release.address
-        _allocate = compiled.allocate_contiguous
+        _compiled = compiled
     return True
 
 
@@ -336,15 +334,16 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
     """A row-major rbln:index tensor of `size`: what every kernel output is, so this is the hot path
     of an op. The compiled allocator builds it in one call when it is in use; large outputs (which
     recycle host buffers) and dtypes it does not know take the re-tagging path."""
-    allocate = _allocate
-    if allocate is not None:
+    if _compiled is not None:
         word = _dtype_words.get(dtype)
         if word is not None:
             counters = _counters_for(index)
             if _pending_frees:
                 _apply_pending_frees()
             dims = tuple(size)
-            block = allocate(dims or _SCALAR_DIMS, len(dims), word, dtype.itemsize, index, counters.address,
+            ndim = len(dims)
+            allocate = _allocators.get(ndim) or _allocator_for(ndim)
+            block = allocate(dims or _SCALAR_DIMS, ndim, word, dtype.itemsize, index, counters.address,
                              counters.capacity, _POOL_MIN, _release_address)
             if block > 0:
                 capsule = _new_capsule(block, b"dltensor", None)
@@ -358,6 +357,22 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
             if block == _compiled.HEAP_EXHAUSTED:
                 raise _host_out_of_memory(index, math.prod(dims) * dtype.itemsize)
     return _empty_retagged(size, dtype, index)
+
+
+_allocators: dict[int, Callable] = {}  # ndim -> the compiled allocate_contiguous's entry for it
+
+
+def _allocator_for(ndim: int) -> Callable:
+    """The entry point of `allocate_contiguous` compiled for `ndim` sizes: calling it skips numba's
+    per-call typing of its nine arguments (a third of the call)."""
+    import numba
+
+    int64 = numba.types.int64
+    signature = (numba.types.UniTuple(int64, max(ndim, 1)),) + (int64,) * 8
+    dispatcher = _compiled.allocate_contiguous
+    dispatcher.compile(signature)
+    entry = _allocators[ndim] = dispatcher.overloads[signature].entry_point
+    return entry
 
 
 def _empty_retagged(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:

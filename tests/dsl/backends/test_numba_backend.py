@@ -106,6 +106,23 @@ def test_tensor_parallel_launch_matches_single_npu():
     assert torch.equal(single, split) and torch.equal(single, x * 0.5)
 
 
+@pytest.mark.parametrize("n", [10_000, 70_000])
+def test_small_tensor_parallel_launches_run_their_shares_on_the_launching_thread(monkeypatch, n):
+    """Below INLINE_SHARES_BELOW elements a tp=2 launch runs both NPUs' shares on the launching thread
+    (handing a share to a thread costs more than it computes); above, the second share goes to a
+    worker. Results are the same either way."""
+    from torch_rbln.dsl.backends.numba_backend import executable
+
+    handed_out = []
+    real_workers = executable._workers
+    monkeypatch.setattr(executable, "_workers", lambda count: handed_out.append(count) or real_workers(count))
+    x = torch.randn(n)
+    split = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(n, 256),)](x, split, n, 0.5, BLOCK=256, backend="numba", tp=2)
+    assert torch.equal(split, x * 0.5)
+    assert bool(handed_out) == (2 * n >= executable.INLINE_SHARES_BELOW)
+
+
 def test_kernels_that_cannot_split_raise_at_tp_above_one():
     values = torch.randint(0, 8, (100,), dtype=torch.int32)
     bins = torch.zeros(8, dtype=torch.int32)

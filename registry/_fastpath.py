@@ -56,10 +56,12 @@ class _Plan:
     direct launch with the DSL backend it was kept for (so the per-call lookup is one compare), and the
     NaN/Inf scan of its inputs (`contiguous_scan` of their dtype)."""
 
-    __slots__ = ("kernel", "key", "op", "out_dtype", "run", "backend", "scan", "mask")
+    __slots__ = ("kernel", "key", "op", "out_dtype", "run", "backend", "scan", "mask", "programs")
 
-    def __init__(self, kernel, key: tuple, op: int, out_dtype: torch.dtype, in_dtype: torch.dtype) -> None:
+    def __init__(self, kernel, key: tuple, op: int, out_dtype: torch.dtype, in_dtype: torch.dtype,
+                 programs: int = 1) -> None:
         self.kernel, self.key, self.op, self.out_dtype = kernel, key, op, out_dtype
+        self.programs = programs  # of an elementwise launch (its grid depends on the size only)
         self.run: Callable | None = None
         self.backend: str | None = None
         self.scan, self.mask = contiguous_scan(in_dtype)
@@ -80,50 +82,71 @@ class _Plan:
 
 def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> FastPath:
     """The fast path of `name(a, b[, alpha])`, functional or in place on `a`; `b` a tensor like `a` or a
-    Python number (the `.Scalar` overloads: it is read as a one-element float32 tensor, broadcast)."""
+    Python number (the `.Scalar` overloads: it is read as a one-element float32 tensor, broadcast).
+    Written flat (no helper calls on the way to the launch): on a 4-element tensor every Python call
+    here is a measurable share of the op."""
     plans: dict[tuple, _Plan] = BoundedMemo(1024)  # (dtype, numel, scalar b) -> plan
+
+    def new_plan(dtype: torch.dtype, n: int, scalar: bool) -> _Plan | None:
+        if dtype not in FLOATS or n == 0 or (scalar and n == 1):
+            return None
+        E = _k("elementwise")
+        out_dtype = torch.bool if comparison else dtype
+        b_dtype = torch.float32 if scalar else dtype  # a scalar is read from a float32 tensor
+        key, keywords = dense_binary_key(E, name, (dtype, b_dtype, out_dtype), n, (0, 1 if scalar else 0))
+        plan = plans[(dtype, n, scalar)] = _Plan(E.binary_dense_kernel, key, keywords["OP"], out_dtype, dtype,
+                                                 _cdiv(n, _block(n)))
+        return plan
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 2:
             return None
-        alpha = 1
+        alpha = 1.0
         if kwargs:
             if len(kwargs) != 1 or "alpha" not in kwargs:
                 return None
             alpha = kwargs["alpha"]
-            if type(alpha) is not int and type(alpha) is not float:
+            kind = type(alpha)
+            if kind is not int and kind is not float:
                 return None
+            alpha = float(alpha)
         a, b = args
-        if not _plain(a):
+        if not isinstance(a, Tensor) or not a.is_contiguous():
             return None
-        index = a.get_device()
+        index = a.get_device()  # -1 for a CPU tensor
+        if index < 0:
+            return None
+        dtype = a.dtype
+        n = a.numel()
         kind = type(b)
         scalar = kind is float or kind is int
+        plan = plans.get((dtype, n, scalar)) or new_plan(dtype, n, scalar)
+        if plan is None:
+            return None
         if scalar:
-            b = _scalar_tensor(scalar_value(name, b, a.dtype), index)
-        elif not _plain(b) or a.dtype != b.dtype or a.shape != b.shape or b.get_device() != index:
+            b = _scalar_tensor(scalar_value(name, b, dtype), index)
+        elif (not isinstance(b, Tensor) or b.dtype is not dtype or b.get_device() != index
+              or not b.is_contiguous() or a.shape != b.shape):
             return None
         elif inplace and b is not a and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
             return None  # partial overlap: the general path decides
-        n = a.numel()
-        programs = _cdiv(n, _block(n))
-        if n == 0 or (scalar and n == 1) or not _one_npu(index, programs):
-            return None
-        dtype = a.dtype
-        plan = plans.get((dtype, n, scalar))
-        if plan is None:
-            E = _k("elementwise")
-            out_dtype = torch.bool if comparison else dtype
-            key, keywords = dense_binary_key(E, name, (dtype, b.dtype, out_dtype), n, (0, 1 if scalar else 0))
-            plan = plans[(dtype, n, scalar)] = _Plan(E.binary_dense_kernel, key, keywords["OP"], out_dtype,
-                                                     dtype)
-        run = plan.launcher()
-        if run is None:
-            return None
-        if not config.deploy_mode() and not (plan.finite(a, n) and (scalar or plan.finite(b, n))):
-            return None
+        programs = plan.programs
+        if programs > 1 and _device_tp(index) > 1:
+            return None  # a grid split over a tensor-parallel group: the general launch
+        run = plan.run
+        if run is None or plan.backend != requested_backend():
+            run = plan.launcher()
+            if run is None:
+                return None
+        if not config.deploy_mode():
+            if n < PARALLEL_MIN:
+                scan, mask = plan.scan, plan.mask
+                if not scan(a.data_ptr(), n, mask) or not (scalar or scan(b.data_ptr(), n, mask)):
+                    return None
+            elif not (all_finite(a) and (scalar or all_finite(b))):
+                return None
         out = a if inplace else _memory.empty(a.shape, plan.out_dtype, index)
-        run(programs, 1, 1, a, b, out, n, float(alpha), plan.op)
+        run(programs, 1, 1, a, b, out, n, alpha, plan.op)
         return out
 
     return fast
@@ -132,8 +155,18 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
 def unary(name: str, *, inplace: bool = False, keyword: str | None = None, values: dict | None = None
           ) -> FastPath:
     """The fast path of a unary op `x -> name(x)`, functional or in place. `keyword`/`values`: an
-    optional keyword argument that picks the kernel op (gelu's `approximate`: value -> op name)."""
+    optional keyword argument that picks the kernel op (gelu's `approximate`: value -> op name). Flat,
+    as `binary`."""
     plans: dict[tuple, _Plan] = BoundedMemo(1024)  # (op name, dtype, numel) -> plan
+
+    def new_plan(op_name: str, dtype: torch.dtype, n: int) -> _Plan | None:
+        if dtype not in FLOATS or n == 0:
+            return None
+        E = _k("elementwise")
+        key, keywords = unary_key(E, op_name, (dtype, dtype), n)
+        plan = plans[(op_name, dtype, n)] = _Plan(E.unary_kernel, key, keywords["OP"], dtype, dtype,
+                                                  _cdiv(n, _block(n)))
+        return plan
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         op_name = name
@@ -146,21 +179,26 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
         if len(args) != 1:
             return None
         x = args[0]
-        if not _plain(x):
+        if not isinstance(x, Tensor) or not x.is_contiguous():
             return None
-        n = x.numel()
-        index = x.get_device()
-        programs = _cdiv(n, _block(n))
-        if n == 0 or not _one_npu(index, programs):
+        index = x.get_device()  # -1 for a CPU tensor
+        if index < 0:
             return None
         dtype = x.dtype
-        plan = plans.get((op_name, dtype, n))
+        n = x.numel()
+        plan = plans.get((op_name, dtype, n)) or new_plan(op_name, dtype, n)
         if plan is None:
-            E = _k("elementwise")
-            key, keywords = unary_key(E, op_name, (dtype, dtype), n)
-            plan = plans[(op_name, dtype, n)] = _Plan(E.unary_kernel, key, keywords["OP"], dtype, dtype)
-        run = plan.launcher()
-        if run is None or (not config.deploy_mode() and not plan.finite(x, n)):
+            return None
+        programs = plan.programs
+        if programs > 1 and _device_tp(index) > 1:
+            return None
+        run = plan.run
+        if run is None or plan.backend != requested_backend():
+            run = plan.launcher()
+            if run is None:
+                return None
+        if not config.deploy_mode() and not (plan.scan(x.data_ptr(), n, plan.mask) if n < PARALLEL_MIN
+                                             else all_finite(x)):
             return None
         out = x if inplace else _memory.empty(x.shape, dtype, index)
         run(programs, 1, 1, x, out, n, 0.0, plan.op)

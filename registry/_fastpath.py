@@ -12,6 +12,7 @@ same either way: the same kernel runs with the same arguments.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -40,28 +41,18 @@ from ._reduce import _CODES, row_key
 FastPath = Callable[[tuple, dict], "Tensor | None"]
 
 
-def _plain(x: Tensor) -> bool:
-    """A contiguous rbln tensor of a dtype the kernels take."""
-    return isinstance(x, Tensor) and x.dtype in FLOATS and not x.is_cpu and x.is_contiguous()
-
-
-def _one_npu(index: int, programs: int) -> bool:
-    """Whether the launch runs on one NPU (grids split over a tensor-parallel group take the general
-    launch, which also handles TP failover)."""
-    return programs == 1 or _device_tp(index) == 1
-
-
 class _Plan:
     """A fast path's launch for one (dtype, size): kernel, launch key, op code, output dtype, the kept
     direct launch with the DSL backend it was kept for (so the per-call lookup is one compare), and the
     NaN/Inf scan of its inputs (`contiguous_scan` of their dtype)."""
 
-    __slots__ = ("kernel", "key", "op", "out_dtype", "run", "backend", "scan", "mask", "programs")
+    __slots__ = ("kernel", "key", "op", "out_dtype", "run", "backend", "scan", "mask", "programs", "n")
 
     def __init__(self, kernel, key: tuple, op: int, out_dtype: torch.dtype, in_dtype: torch.dtype,
                  programs: int = 1) -> None:
         self.kernel, self.key, self.op, self.out_dtype = kernel, key, op, out_dtype
         self.programs = programs  # of an elementwise launch (its grid depends on the size only)
+        self.n = 0  # the row length of a row kernel's launch
         self.run: Callable | None = None
         self.backend: str | None = None
         self.scan, self.mask = contiguous_scan(in_dtype)
@@ -209,35 +200,51 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
 
 def softmax(*, log: bool) -> FastPath:
     """The fast path of `_softmax` / `_log_softmax(x, dim, half_to_float=False)` over the last dim of a
-    contiguous tensor whose rows fit one block (the one-pass row kernel)."""
-    plans: dict[tuple, _Plan] = BoundedMemo(1024)  # (dtype, row length) -> plan
+    contiguous tensor whose rows fit one block (the one-pass row kernel). Flat, as `binary`."""
+    plans: dict[tuple, _Plan | None] = BoundedMemo(1024)  # (dtype, shape, dim) -> plan (None: not plain)
+
+    def new_plan(dtype: torch.dtype, shape: tuple, dim: int) -> _Plan | None:
+        nd = len(shape)
+        if dtype not in FLOATS or nd == 0 or dim % nd != nd - 1:
+            return None
+        n = shape[-1]
+        if n == 0 or n > _ONE_BLOCK:
+            return None
+        key, _ = softmax_row_key(dtype, n, log)
+        plan = _Plan(_k("rows").softmax_row_kernel, key, 0, dtype, dtype, math.prod(shape) // n)
+        plan.n = n
+        return plan
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 3 or kwargs:
             return None
         x, dim, half_to_float = args
-        if half_to_float is not False or not _plain(x) or type(dim) is not int:
+        if half_to_float is not False or type(dim) is not int or not isinstance(x, Tensor) or \
+                not x.is_contiguous():
             return None
-        nd = x.dim()
-        if nd == 0 or dim % nd != nd - 1:
-            return None
-        n = x.shape[-1]
-        numel = x.numel()
-        if n == 0 or n > _ONE_BLOCK:
-            return None
-        rows = numel // n
-        index = x.get_device()
-        if not _one_npu(index, rows):
+        index = x.get_device()  # -1 for a CPU tensor
+        if index < 0:
             return None
         dtype = x.dtype
-        plan = plans.get((dtype, n))
+        shape = x.shape
+        plan_key = (dtype, shape, dim)
+        plan = plans.get(plan_key, False)
+        if plan is False:
+            plan = plans[plan_key] = new_plan(dtype, shape, dim)
         if plan is None:
-            key, _ = softmax_row_key(dtype, n, log)
-            plan = plans[(dtype, n)] = _Plan(_k("rows").softmax_row_kernel, key, 0, dtype, dtype)
-        run = plan.launcher()
-        if run is None or (not config.deploy_mode() and not plan.finite(x, numel)):
             return None
-        out = _memory.empty(x.shape, dtype, index)
+        rows = plan.programs
+        if rows > 1 and _device_tp(index) > 1:
+            return None
+        run = plan.run
+        if run is None or plan.backend != requested_backend():
+            run = plan.launcher()
+            if run is None:
+                return None
+        n = plan.n
+        if not config.deploy_mode() and not plan.finite(x, rows * n):
+            return None
+        out = _memory.empty(shape, dtype, index)
         run(rows, 1, 1, x, out, n)
         return out
 
@@ -248,17 +255,20 @@ class _ReducePlan(_Plan):
     """A reduction's launch for one (dtype, shape, dims, keepdim): the row kernel's plan plus the result
     shape, the number of rows (programs) and the row length."""
 
-    __slots__ = ("shape", "rows", "n", "indexed")
+    __slots__ = ("shape", "indexed")
 
     def __init__(self, key: tuple, op: int, dtype: torch.dtype, shape: tuple, rows: int, n: int,
                  indexed: bool) -> None:
-        super().__init__(_k("rows").reduce_kernel, key, op, dtype, dtype)
-        self.shape, self.rows, self.n, self.indexed = shape, rows, n, indexed
+        super().__init__(_k("rows").reduce_kernel, key, op, dtype, dtype, rows)
+        self.n = n
+        self.shape, self.indexed = shape, indexed
 
 
 def _reduce_plan(op: int, indexed: bool, x: Tensor, dim: int | None, keepdim: bool) -> _ReducePlan | None:
     """The plan of reducing contiguous `x` over its last dim (`dim` an int naming it) or over all of it
     (`dim` None); None for any other call (another dim, a dim out of range, a 0-d or empty tensor)."""
+    if x.dtype not in FLOATS:
+        return None
     shape = tuple(x.shape)
     nd = len(shape)
     numel = x.numel()
@@ -312,7 +322,10 @@ def reduction(name: str, *, dims: bool) -> FastPath:
         if count > limit:
             return None
         x = args[0]
-        if not _plain(x):
+        if not isinstance(x, Tensor) or not x.is_contiguous():
+            return None
+        index = x.get_device()  # -1 for a CPU tensor
+        if index < 0:
             return None
         dim = _dim_token(args[1]) if count > 1 else None
         keepdim = args[2] if count == 3 else False
@@ -324,17 +337,21 @@ def reduction(name: str, *, dims: bool) -> FastPath:
             plan = plans[plan_key] = _reduce_plan(op, indexed, x, dim, keepdim)
         if plan is None:
             return None
-        index = x.get_device()
-        rows = plan.rows
-        if not _one_npu(index, rows):
+        rows = plan.programs
+        if rows > 1 and _device_tp(index) > 1:
             return None
-        run = plan.launcher()
-        if run is None or (not config.deploy_mode() and not plan.finite(x, plan.rows * plan.n)):
+        run = plan.run
+        if run is None or plan.backend != requested_backend():
+            run = plan.launcher()
+            if run is None:
+                return None
+        n = plan.n
+        if not config.deploy_mode() and not plan.finite(x, rows * n):
             return None
         shape = plan.shape
         out = _memory.empty(shape, plan.out_dtype, index)
         indices = _memory.empty(shape, torch.int64, index) if plan.indexed else out
-        run(rows, 1, 1, x, out, indices, plan.n, 1.0)
+        run(rows, 1, 1, x, out, indices, n, 1.0)
         return out
 
     return fast

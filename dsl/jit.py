@@ -16,6 +16,7 @@ import inspect
 import linecache
 import textwrap
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import backends as _backends
@@ -319,10 +320,13 @@ class JITFunction:
         return ck
 
     def clear_cache(self) -> None:
-        """Forget compiled specialisations and launch caches (the next launch compiles afresh)."""
+        """Forget compiled specialisations and launch caches (the next launch compiles afresh), here
+        and in every layer that registered with `on_clear_cache` (kept direct launches)."""
         self.cache.clear()
         self._launches.clear()
         self._fast.clear()
+        for listener in tuple(_clear_cache_listeners):
+            listener(self)
 
     def _split_options(self, kwargs):
         """Pop launch options that are not kernel arguments: `backend=`, `tp=` and Triton's no-ops."""
@@ -602,6 +606,19 @@ def _normalize_grid(jf, grid, arguments):
     if not 1 <= len(g) <= 3 or any(x < 0 for x in g):
         raise jf.launch_error(None, f"grid must have 1 to 3 non-negative entries, got {tuple(g)}")
     return tuple(g + [1] * (3 - len(g)))
+
+
+# run with the kernel by `JITFunction.clear_cache`
+_clear_cache_listeners: list[Callable[[JITFunction], None]] = []
+
+
+def on_clear_cache(listener: Callable[[JITFunction], None]) -> None:
+    """Call `listener(kernel)` at the end of every `kernel.clear_cache()`. A layer above the DSL that
+    keeps a kernel's direct launches (`JITFunction.launcher`) for its hot path registers here to drop
+    them: otherwise it keeps running the code compiled before the clear. The DSL imports none of those
+    layers; they come to it. Registering the same listener twice keeps one."""
+    if listener not in _clear_cache_listeners:
+        _clear_cache_listeners.append(listener)
 
 
 _environ_get = None  # torch_rbln.config._environ_get, bound on first use (no import cycle at start-up)

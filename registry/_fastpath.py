@@ -13,11 +13,12 @@ same either way: the same kernel runs with the same arguments.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torch_rbln.dsl.jit import _device_tp, requested_backend
+from torch_rbln.dsl.jit import _device_tp, on_clear_cache, requested_backend
 
 from torch_rbln import _memory, config
 
@@ -44,9 +45,11 @@ FastPath = Callable[[tuple, dict], "Tensor | None"]
 class _Plan:
     """A fast path's launch for one (dtype, size): kernel, launch key, op code, output dtype, the kept
     direct launch with the DSL backend it was kept for (so the per-call lookup is one compare), and the
-    NaN/Inf scan of its inputs (`contiguous_scan` of their dtype)."""
+    NaN/Inf scan of its inputs (`contiguous_scan` of their dtype). Every plan is listed in `_PLANS` so
+    that `kernel.clear_cache()` can reset its kept launch (`_reset_plans`) at no cost to the calls."""
 
-    __slots__ = ("kernel", "key", "op", "out_dtype", "run", "backend", "scan", "mask", "programs", "n")
+    __slots__ = ("kernel", "key", "op", "out_dtype", "run", "backend", "scan", "mask", "programs", "n",
+                 "__weakref__")
 
     def __init__(self, kernel, key: tuple, op: int, out_dtype: torch.dtype, in_dtype: torch.dtype,
                  programs: int = 1) -> None:
@@ -56,6 +59,7 @@ class _Plan:
         self.run: Callable | None = None
         self.backend: str | None = None
         self.scan, self.mask = contiguous_scan(in_dtype)
+        _PLANS.add(self)
 
     def finite(self, x: Tensor, n: int) -> bool:
         """`all_finite(x)` for an input of this plan (contiguous, of its dtype, `n` elements)."""
@@ -69,6 +73,21 @@ class _Plan:
             self.run = _launch.unchecked(self.kernel, self.key)
             self.backend = backend
         return self.run
+
+
+_PLANS: weakref.WeakSet[_Plan] = weakref.WeakSet()  # every live plan (a memo's eviction drops its own)
+
+
+def _reset_plans(kernel) -> None:
+    """Make the plans of `kernel` fetch their launch again (`launcher`): its `clear_cache()` ran and
+    `_launch` dropped the launches they hold, so the next call takes the general path, which compiles
+    afresh and keeps the new launch."""
+    for plan in list(_PLANS):
+        if plan.kernel is kernel:
+            plan.run = plan.backend = None
+
+
+on_clear_cache(_reset_plans)
 
 
 def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> FastPath:

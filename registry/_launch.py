@@ -4,14 +4,15 @@
 for a 4-element tensor that lookup costs more than the kernel. Here a caller names the specialisation
 with a key it can build cheaply (dtypes, op code, block size), and the kernel's direct launch function
 (`JITFunction.launcher`) is kept under that key, together with the requested DSL backend, as
-`kernel[grid]` would key it.
+`kernel[grid]` would key it. `kernel.clear_cache()` drops a kernel's kept launches (`_forget`), so the
+next launch compiles afresh, as it does through `kernel[grid]`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from torch_rbln.dsl.jit import requested_backend
+from torch_rbln.dsl.jit import on_clear_cache, requested_backend
 
 from ._memo import BoundedMemo
 
@@ -39,3 +40,12 @@ def unchecked(kernel, key: tuple) -> Callable | None:
     until `launch` has run that specialisation once."""
     plan = _plans.get((kernel, key, requested_backend()))
     return None if plan is None else plan.unchecked
+
+
+def _forget(kernel) -> None:
+    """Drop the launches kept for `kernel`: its `clear_cache()` ran, so they run code it has forgotten."""
+    for full in [full for full in list(_plans) if full[0] is kernel]:
+        del _plans[full]
+
+
+on_clear_cache(_forget)

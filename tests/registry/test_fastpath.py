@@ -296,3 +296,45 @@ def test_deploy_mode_runs_a_nan_amax_on_the_reduce_fast_path(monkeypatch, reduce
     torch.testing.assert_close(fast.cpu(), general.cpu(), atol=0, rtol=0, equal_nan=True)
     torch.testing.assert_close(fast.cpu(), x.amax(-1), equal_nan=True)
     assert _row("aten::amax") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_clear_cache_makes_the_fast_path_launch_freshly_compiled_code(monkeypatch, general_path_forbidden):
+    """`kernel.clear_cache()` drops the registry's kept launches (`_launch._plans`, the fast paths'
+    plans): the next call compiles the kernel again and keeps its new launch, instead of running the
+    code compiled before the clear."""
+    from torch_rbln.dsl.jit import JITFunction
+    from torch_rbln.registry import _launch
+
+    a, b = torch.randn(4), torch.randn(4)
+    da, db = a.to("rbln"), b.to("rbln")
+    da + db  # the general path launches and keeps the direct launch
+    da + db  # the fast path fetches it into its plan
+    kernel = _ops._k("elementwise").binary_dense_kernel
+    kept = {full: plan for full, plan in _launch._plans.items() if full[0] is kernel}
+    assert kept
+    calls = {"compile": 0, "launcher": 0}
+
+    def counted(name):
+        original = getattr(JITFunction, name)
+
+        def wrapper(self, *args, **kwargs):
+            if self is kernel:
+                calls[name] += 1
+            return original(self, *args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(JITFunction, "compile", counted("compile"))
+    monkeypatch.setattr(JITFunction, "launcher", counted("launcher"))
+    kernel.clear_cache()
+    assert not any(full[0] is kernel for full in _launch._plans)
+    assert all(plan.run is None for plan in _fastpath._PLANS if plan.kernel is kernel)
+    registry.reset_fallback_report()
+    torch.testing.assert_close((da + db).cpu(), a + b, atol=0, rtol=0)  # general path: compiles afresh
+    assert calls == {"compile": 1, "launcher": 1}
+    renewed = {full: plan for full, plan in _launch._plans.items() if full[0] is kernel}
+    assert renewed and all(renewed[full] is not kept[full] for full in renewed.keys() & kept.keys())
+    general_path_forbidden()
+    torch.testing.assert_close((da + db).cpu(), a + b, atol=0, rtol=0)  # the fast path, new launch
+    assert calls == {"compile": 1, "launcher": 1}
+    assert _row("aten::add") == {"device": 2, "cpu": 0, "reasons": {}}

@@ -72,7 +72,12 @@ _GELU_KERNELS = {"none": "gelu", "tanh": "gelu_tanh"}  # gelu's `approximate` ->
 
 
 def _gelu(x, approximate="none", out=None, inplace=False):
-    kernel = _GELU_KERNELS.get(approximate, "gelu_tanh")
+    """gelu through the elementwise kernel of its `approximate` form. Another value is declined: the CPU
+    fallback then raises torch's own error (its message and type, as on the CPU), recorded as a CPU call
+    with the reason."""
+    kernel = _GELU_KERNELS.get(approximate)
+    if kernel is None:
+        raise O.Decline(f"gelu approximate={approximate!r} (neither 'none' nor 'tanh')")
     return O.unary(kernel, x, out=out, inplace=inplace)
 
 

@@ -117,6 +117,33 @@ def test_broadcasting_promotion_inplace_and_out():
         assert report[name]["cpu"] == 0, report[name]
 
 
+
+GELU_CALLS = [
+    ("aten::gelu", lambda t: torch.nn.functional.gelu(t, approximate="bogus")),
+    ("aten::gelu_", lambda t: torch.ops.aten.gelu_(t, approximate="bogus")),
+    ("aten::gelu", lambda t: torch.ops.aten.gelu.out(t, approximate="bogus", out=torch.empty_like(t))),
+]
+
+
+@pytest.mark.parametrize(("name", "call"), GELU_CALLS, ids=["functional", "inplace", "out"])
+def test_gelu_with_an_unknown_approximate_raises_torchs_error(name, call):
+    x = torch.randn(4)
+    with pytest.raises(RuntimeError) as on_cpu:
+        call(x.clone())
+    d = x.to("rbln")
+    torch.nn.functional.gelu(d, approximate="tanh")  # the known forms are device kernels (and fast)
+    torch.nn.functional.gelu(d, approximate="tanh")
+    registry.reset_fallback_report()
+    with pytest.raises(RuntimeError) as on_rbln:
+        call(d)
+    assert type(on_rbln.value) is type(on_cpu.value) and str(on_rbln.value) == str(on_cpu.value)
+    assert "approximate argument must be either none or tanh" in str(on_rbln.value)
+    torch.testing.assert_close(d.cpu(), x, atol=0, rtol=0)  # an in-place call left its input alone
+    row = registry.fallback_report()[name]  # declined to torch's own check, with the reason
+    reason = "gelu approximate='bogus' (neither 'none' nor 'tanh')"
+    assert row == {"device": 0, "cpu": 1, "reasons": {reason: 1}}
+
+
 def test_demo_gpt2_matches_cpu_mostly_on_device_kernels():
     pytest.importorskip("transformers")
     from torch_rbln import demo

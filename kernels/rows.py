@@ -196,8 +196,12 @@ def norm_backward_kernel(
 
 
 @tl.jit
-def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, BLOCK: tl.constexpr):
-    """Reduce one row of n elements: sum, mean, max, min (with index), argmax, argmin, var."""
+def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, WRITE_INDEX: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """Reduce one row of n elements: sum, mean, max, min (values, and their index when WRITE_INDEX),
+    argmax, argmin (the index: WRITE_INDEX must be set), var. amax/amin launch max/min without
+    WRITE_INDEX: they need no index tensor (idx_ptr is not touched) and track no indices; the values
+    are the same either way, as the extreme value never depends on its index."""
     row = tl.program_id(0)
     base = row * n
     cols = tl.arange(0, BLOCK)
@@ -221,12 +225,14 @@ def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, BLOC
             result = tl.sum(v, axis=0) / tl.maximum(n - correction, 0.0)
         tl.store(out_ptr + row, result.to(out_ptr.dtype.element_ty))
     else:
+        tl.static_assert(WRITE_INDEX or OP == 2 or OP == 3, "argmax/argmin store indices: set WRITE_INDEX")
         if OP == 2 or OP == 4:
             fill = -float("inf")
         else:
             fill = float("inf")
         best = tl.full((BLOCK,), fill, tl.float32)
-        best_i = tl.zeros((BLOCK,), dtype=tl.int32)
+        if WRITE_INDEX:
+            best_i = tl.zeros((BLOCK,), dtype=tl.int32)
         for start in range(0, n, BLOCK):
             mask = start + cols < n
             x = tl.load(x_ptr + base + start + cols, mask=mask, other=fill).to(tl.float32)
@@ -234,19 +240,19 @@ def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, BLOC
                 better = (x > best) | ((x != x) & (best == best))
             else:
                 better = (x < best) | ((x != x) & (best == best))
-            best_i = tl.where(better, start + cols, best_i)
+            if WRITE_INDEX:
+                best_i = tl.where(better, start + cols, best_i)
             best = tl.where(better, x, best)
         if OP == 2 or OP == 4:
             m = tl.max(tl.where(best != best, float("inf"), best), axis=0)
         else:
             m = tl.min(tl.where(best != best, -float("inf"), best), axis=0)
         has_nan = tl.sum(tl.where(best != best, 1, 0), axis=0) > 0
-        # first index holding the extreme value (or the first NaN)
-        hit = tl.where(has_nan, best != best, best == m)
-        index = tl.min(tl.where(hit, best_i, 2147483647), axis=0)
-        value = tl.where(has_nan, float("nan"), m)
         if OP == 2 or OP == 3:
+            value = tl.where(has_nan, float("nan"), m)
             tl.store(out_ptr + row, value.to(out_ptr.dtype.element_ty))
-            tl.store(idx_ptr + row, index.to(tl.int64))
-        else:
+        if WRITE_INDEX:
+            # first index holding the extreme value (or the first NaN)
+            hit = tl.where(has_nan, best != best, best == m)
+            index = tl.min(tl.where(hit, best_i, 2147483647), axis=0)
             tl.store(idx_ptr + row, index.to(tl.int64))

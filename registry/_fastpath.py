@@ -274,16 +274,15 @@ class _ReducePlan(_Plan):
     """A reduction's launch for one (dtype, shape, dims, keepdim): the row kernel's plan plus the result
     shape, the number of rows (programs) and the row length."""
 
-    __slots__ = ("shape", "indexed")
+    __slots__ = ("shape",)
 
-    def __init__(self, key: tuple, op: int, dtype: torch.dtype, shape: tuple, rows: int, n: int,
-                 indexed: bool) -> None:
+    def __init__(self, key: tuple, op: int, dtype: torch.dtype, shape: tuple, rows: int, n: int) -> None:
         super().__init__(_k("rows").reduce_kernel, key, op, dtype, dtype, rows)
         self.n = n
-        self.shape, self.indexed = shape, indexed
+        self.shape = shape
 
 
-def _reduce_plan(op: int, indexed: bool, x: Tensor, dim: int | None, keepdim: bool) -> _ReducePlan | None:
+def _reduce_plan(op: int, x: Tensor, dim: int | None, keepdim: bool) -> _ReducePlan | None:
     """The plan of reducing contiguous `x` over its last dim (`dim` an int naming it) or over all of it
     (`dim` None); None for any other call (another dim, a dim out of range, a 0-d or empty tensor)."""
     if x.dtype not in FLOATS:
@@ -302,8 +301,8 @@ def _reduce_plan(op: int, indexed: bool, x: Tensor, dim: int | None, keepdim: bo
     else:
         return None
     dtype = x.dtype
-    key, _ = row_key(dtype, dtype, torch.int64 if indexed else dtype, op, n)
-    return _ReducePlan(key, op, dtype, out_shape, numel // n, n, indexed)
+    key, _ = row_key(dtype, dtype, dtype, op, n, write_index=False)  # no indices: `out` is idx_ptr too
+    return _ReducePlan(key, op, dtype, out_shape, numel // n, n)
 
 
 _NOT_PLAIN = -2**63  # a `dim` token that no plan takes (several dims, a dim of another type)
@@ -328,9 +327,8 @@ def reduction(name: str, *, dims: bool) -> FastPath:
     a contiguous floating tensor, with keepdim either way and no dtype= conversion: the row kernel
     launch of `_reduce.reduce`, with the same arguments. `dims`: the overload takes `(x, dim, keepdim)`
     (`sum.dim_IntList`, `mean.dim`, `amax`); otherwise `(x)` only (`sum.default`, `mean.default`).
-    amax/amin run the max/min kernel, which also writes an int64 index scratch tensor, as there."""
+    amax/amin run the max/min kernel's specialisation that stores no indices, as there."""
     op = _CODES[name]
-    indexed = name in ("amax", "amin")
     limit = 3 if dims else 1
     plans: dict[tuple, _ReducePlan | None] = BoundedMemo(1024)  # (dtype, shape, dim, keepdim) -> plan
 
@@ -353,7 +351,7 @@ def reduction(name: str, *, dims: bool) -> FastPath:
         plan_key = (x.dtype, x.shape, dim, keepdim)
         plan = plans.get(plan_key, False)
         if plan is False:
-            plan = plans[plan_key] = _reduce_plan(op, indexed, x, dim, keepdim)
+            plan = plans[plan_key] = _reduce_plan(op, x, dim, keepdim)
         if plan is None:
             return None
         rows = plan.programs
@@ -367,10 +365,8 @@ def reduction(name: str, *, dims: bool) -> FastPath:
         n = plan.n
         if not config.deploy_mode() and not plan.finite(x, rows * n):
             return None
-        shape = plan.shape
-        out = _memory.empty(shape, plan.out_dtype, index)
-        indices = _memory.empty(shape, torch.int64, index) if plan.indexed else out
-        run(rows, 1, 1, x, out, indices, n, 1.0)
+        out = _memory.empty(plan.shape, plan.out_dtype, index)
+        run(rows, 1, 1, x, out, out, n, 1.0)
         return out
 
     return fast

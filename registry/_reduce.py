@@ -57,8 +57,8 @@ def reduce(name: str, x: torch.Tensor, dim=None, keepdim=False, dtype=None, corr
     shape = _result_shape(x, dims, keepdim)
     index = x.get_device()
     values = None if name in ("argmax", "argmin") else empty(shape, x.dtype, index)
-    # amax/amin run the max/min kernel, whose index output is then scratch.
-    indices = empty(shape, torch.int64, index) if name in _INDEXED or name in ("amax", "amin") else None
+    # amax/amin run the max/min kernel without indices (the row kernel's WRITE_INDEX=False)
+    indices = empty(shape, torch.int64, index) if name in _INDEXED else None
     corr = 1.0 if correction is None else float(correction)
     _launch(name, x, dims, values, indices, corr)
     if name in ("argmax", "argmin"):
@@ -82,24 +82,31 @@ def _launch(name: str, x: torch.Tensor, dims: list[int], values, indices, correc
     # argmax/argmin store indices only; passing `x` as the unused values pointer keeps the
     # specialisation shared with max/min (same dtypes).
     values = values if values is not None else x
-    indices = indices if indices is not None else values
+    write_index = indices is not None
     if inner == 1:
-        key, constexprs = row_key(x.dtype, values.dtype, indices.dtype, op, r)
+        indices = indices if write_index else values  # not touched without WRITE_INDEX
+        key, constexprs = row_key(x.dtype, values.dtype, indices.dtype, op, r, write_index=write_index)
         launches.launch(_k("rows").reduce_kernel, outer, key, (x, values, indices, r, correction), constexprs)
     else:
+        if not write_index:  # the middle kernel's max/min (amax/amin) always store an index: scratch
+            scratch = op in (_CODES["max"], _CODES["min"])
+            indices = empty(list(values.shape), torch.int64, values.get_device()) if scratch else values
         block = _block(inner)
         _k("reduce").middle_reduce_kernel[(outer, _cdiv(inner, block))](
             x, values, indices, r, inner, correction, OP=op, BLOCK=block
         )
 
 
-def row_key(dtype: torch.dtype, values_dtype: torch.dtype, indices_dtype: torch.dtype, op: int, r: int
-            ) -> tuple[tuple, dict]:
+def row_key(dtype: torch.dtype, values_dtype: torch.dtype, indices_dtype: torch.dtype, op: int, r: int, *,
+            write_index: bool) -> tuple[tuple, dict]:
     """(launch key, constexpr keywords) of the row kernel `reduce_kernel` reducing rows of `r` elements
-    of `dtype` with op code `op` into values/indices of the given dtypes (the fast path in `_fastpath`
-    keys its kept launch with it too, so both name the same specialisation)."""
+    of `dtype` with op code `op` into values/indices of the given dtypes, storing indices when
+    `write_index` (max/min with indices, argmax/argmin; not amax/amin, nor sum/mean/var). The key holds
+    every constexpr, so it determines the specialisation (the fast path in `_fastpath` keys its kept
+    launch with it too, so both name the same one)."""
     block = _row_block(r)
-    return (dtype, values_dtype, indices_dtype, op, block, r < _I32), {"OP": op, "BLOCK": block}
+    key = (dtype, values_dtype, indices_dtype, op, write_index, block, r < _I32)
+    return key, {"OP": op, "WRITE_INDEX": write_index, "BLOCK": block}
 
 
 def _kept_dims_first(x: torch.Tensor, dims: list[int]) -> torch.Tensor:

@@ -85,3 +85,64 @@ def test_out_of_range_dim_raises_torch_error():
     d = torch.randn(2, 3).to("rbln")
     with pytest.raises(IndexError, match="Dimension out of range"):
         d.sum(5)
+
+
+def test_row_kernel_without_write_index_stores_the_same_values_and_no_index():
+    """amax/amin's specialisation (WRITE_INDEX=False) of the row kernel: the values of max/min's, bit
+    for bit (ties, NaN, rows longer than a block), and the index buffer left alone."""
+    from torch_rbln.kernels import rows
+    from torch_rbln.registry import _reduce
+
+    x = torch.randint(0, 3, (3, 1500)).float()
+    x[1, 700] = float("nan")
+    x[2, 5] = -float("inf")
+    for op in (rows.R_MAX, rows.R_MIN):
+        key, constexprs = _reduce.row_key(x.dtype, x.dtype, torch.int64, op, x.shape[1], write_index=True)
+        values, indices = torch.empty(3), torch.full((3,), -7, dtype=torch.int64)
+        rows.reduce_kernel[(3,)](x, values, indices, x.shape[1], 1.0, **constexprs)
+        key, constexprs = _reduce.row_key(x.dtype, x.dtype, x.dtype, op, x.shape[1], write_index=False)
+        assert constexprs["WRITE_INDEX"] is False  # and the key names the specialisation:
+        assert key != _reduce.row_key(x.dtype, x.dtype, x.dtype, op, x.shape[1], write_index=True)[0]
+        alone = torch.full((3,), 123.0)
+        only = torch.empty(3)
+        rows.reduce_kernel[(3,)](x, only, alone, x.shape[1], 1.0, **constexprs)
+        assert torch.equal(only.view(torch.int32), values.view(torch.int32)), op
+        assert torch.equal(alone, torch.full((3,), 123.0))  # no index stored
+        expected = (torch.max if op == rows.R_MAX else torch.min)(x, 1)
+        torch.testing.assert_close(values, expected.values, equal_nan=True)
+        assert torch.equal(indices, expected.indices)
+
+
+def test_row_kernel_argmax_needs_write_index():
+    from torch_rbln.dsl.errors import CompilationError
+    from torch_rbln.kernels import rows
+
+    x = torch.randn(2, 4)
+    with pytest.raises(CompilationError, match="argmax/argmin store indices: set WRITE_INDEX"):
+        rows.reduce_kernel[(2,)](x, x, torch.empty(2, dtype=torch.int64), 4, 1.0, OP=rows.R_ARGMAX,
+                                 WRITE_INDEX=False, BLOCK=4)
+
+
+def test_amax_amin_allocate_no_index_tensor(monkeypatch):
+    """amax/amin (general path, then fast path) allocate their result only; max.dim still its indices."""
+    from torch_rbln import _memory
+
+    allocated = []
+    original = _memory.empty
+
+    def recording(shape, dtype, index):
+        allocated.append(dtype)
+        return original(shape, dtype, index)
+
+    x = torch.randn(4, 6)
+    d = x.to("rbln")
+    monkeypatch.setattr(_memory, "empty", recording)
+    registry.reset_fallback_report()
+    for _ in range(2):  # the general path, then the fast path
+        assert torch.equal(d.amax(-1).cpu(), x.amax(-1)) and torch.equal(d.amin(-1).cpu(), x.amin(-1))
+        assert torch.equal(d.amax(0).cpu(), x.amax(0))  # the middle kernel (it keeps a scratch index)
+    assert allocated.count(torch.int64) == 2 and allocated.count(torch.float32) == 6
+    allocated.clear()
+    values, indices = d.max(-1)
+    assert torch.equal(indices.cpu(), x.max(-1).indices) and allocated == [torch.float32, torch.int64]
+    _assert_on_device()

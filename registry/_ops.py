@@ -432,7 +432,7 @@ def where(condition: torch.Tensor, a, b, out=None):
         raise Decline("CPU tensor operand")
     compute = _promoted(a, b)
     shapes = [t.shape for t in (condition, a, b) if isinstance(t, torch.Tensor)]
-    shape = list(torch.broadcast_shapes(*shapes))
+    shape = _broadcast(*shapes)
     tc = condition
     ta = _operand(a, index, "where", compute)  # a scalar is stored as the result dtype, rounded once
     tb = _operand(b, index, "where", compute)
@@ -456,7 +456,7 @@ def masked_fill(x: torch.Tensor, mask: torch.Tensor, value, *, inplace=False):
     if x.dtype not in FLOATS:
         raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
     if inplace:
-        if list(torch.broadcast_shapes(x.shape, mask.shape)) != list(x.shape):
+        if _broadcast(x.shape, mask.shape) != list(x.shape):
             raise Decline("in-place result needs broadcasting of self")
         if not x.is_contiguous():
             raise Decline("non-contiguous in-place")
@@ -466,7 +466,7 @@ def masked_fill(x: torch.Tensor, mask: torch.Tensor, value, *, inplace=False):
 
 def _where_value(mask, value, x):
     index = x.get_device()
-    shape = list(torch.broadcast_shapes(mask.shape, x.shape))
+    shape = _broadcast(mask.shape, x.shape)
     out = empty(shape, x.dtype, index)
     return _where_into(mask, _scalar_tensor(float(value), index), x, out)
 
@@ -624,11 +624,36 @@ def rms_norm_backward(grad, x, weight, rstd):
 
 # ---------------------------------------------------------------- matmul
 
+# launch shape -> (grid, kernel keywords) of the config the autotuner chose for it
+_matmul_plans: dict[tuple, tuple] = BoundedMemo(1024)
+
+
 def _matmul_launch(a, b, c, bias, M, N, K, sa, sb, sc, sbias, alpha, beta, batch):
+    """One matmul_kernel launch. The autotuner picks the tile config on the first launch of a shape
+    (dtypes, M, N, K, bias, batch, tensor-parallel size, DSL backend: everything its decision depends
+    on); later launches of that shape run the kernel with that config directly, since the tuner's own
+    per-call key and grid callback cost more than a small matmul computes."""
+    from torch_rbln.dsl.jit import _device_tp, requested_backend
+
     Mk = _k("matmul")
-    grid = lambda meta: (_cdiv(M, meta["BLOCK_M"]), _cdiv(N, meta["BLOCK_N"]), batch)
-    Mk.matmul_kernel[grid](a, b, c, bias if bias is not None else c, M, N, K, *sa, *sb, *sc, *sbias,
-                           float(alpha), float(beta), HAS_BIAS=bias is not None)
+    tuner = Mk.matmul_kernel
+    has_bias = bias is not None
+    operand = bias if has_bias else c
+    args = (a, b, c, operand, M, N, K, *sa, *sb, *sc, *sbias, float(alpha), float(beta))
+    shape_key = (a.dtype, b.dtype, c.dtype, operand.dtype, M, N, K, has_bias, batch,
+                 _device_tp(c.get_device()), requested_backend())
+    plan = _matmul_plans.get(shape_key)
+    if plan is not None:
+        grid, keywords = plan
+        tuner.fn.run(*args, grid=grid, **keywords)
+        return
+    tiles = lambda meta: (_cdiv(M, meta["BLOCK_M"]), _cdiv(N, meta["BLOCK_N"]), batch)  # noqa: E731
+    tuner[tiles](*args, HAS_BIAS=has_bias)
+    config = tuner.lookup(*args, HAS_BIAS=has_bias)
+    if config is not None and config.pre_hook is None and not tuner.reset_to_zero:
+        keywords = {"HAS_BIAS": has_bias, **config.all_kwargs()}
+        grid = (_cdiv(M, keywords["BLOCK_M"]), _cdiv(N, keywords["BLOCK_N"]), batch)
+        _matmul_plans[shape_key] = (grid, keywords)
 
 
 def _mm_check(*tensors):
@@ -667,7 +692,7 @@ def addmm(bias, a, b, beta=1, alpha=1, out=None):
     c = _check_out(out, [M, N], a.dtype, index)
     if c.numel() == 0 or K == 0:
         raise Decline("empty tensor")
-    if list(torch.broadcast_shapes(bias.shape, (M, N))) != [M, N]:
+    if _broadcast(bias.shape, (M, N)) != [M, N]:
         raise Decline("shape mismatch")
     sbias = _expanded_strides(bias, [M, N])
     _matmul_launch(a, b, c, bias, M, N, K, (0, *a.stride()), (0, *b.stride()), (0, *c.stride()),

@@ -318,7 +318,11 @@ def storage_nbytes(size: Sequence[int], stride: Sequence[int], dtype: torch.dtyp
 
 
 def empty_strided(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
-    """Allocate an uninitialised rbln:index tensor, accounted, raising OutOfMemoryError when full."""
+    """Allocate an uninitialised rbln:index tensor, accounted, raising OutOfMemoryError when full.
+    Row-major strides (`empty_like`/`clone` of a contiguous tensor ask for them) take `empty`."""
+    if len(size) == len(stride) and all(extent >= 0 for extent in size) and \
+            list(stride) == contiguous_strides(size):
+        return empty(size, dtype, index)
     nbytes = storage_nbytes(size, stride, dtype)
     _reserve(index, nbytes)
     try:

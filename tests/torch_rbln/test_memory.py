@@ -250,6 +250,24 @@ def test_compiled_allocator_undoes_a_block_pytorch_did_not_take(monkeypatch: pyt
     assert torch.rbln.memory_allocated(6) == before
 
 
+def test_row_major_empty_strided_takes_the_compiled_allocator() -> None:
+    """`empty_like`/`clone` of a contiguous tensor ask for row-major strides: no watched object; other
+    strides keep their layout on the re-tagging path."""
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    gc.collect()
+    watched = len(_memory._watched)
+    row_major = _memory.empty_strided([2, 3], [3, 1], torch.float32, 6)
+    assert len(_memory._watched) == watched and row_major.stride() == (3, 1)
+    column_major = _memory.empty_strided([2, 3], [1, 2], torch.float32, 6)
+    assert len(_memory._watched) == watched + 1 and column_major.stride() == (1, 2)
+    clone = torch.arange(6.0).reshape(2, 3).to("rbln:6").clone()
+    assert clone.stride() == (3, 1) and clone.cpu().tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(RuntimeError, match="negative"):
+        _memory.empty_strided([-1, 3], [3, 1], torch.float32, 6)
+
+
 def test_large_outputs_and_unknown_dtypes_take_the_retagged_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Large outputs recycle host buffers and dtypes without a known DLPack code are re-tagged: both
     are watched objects, counted exactly."""

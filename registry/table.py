@@ -81,8 +81,15 @@ def _gelu(x, approximate="none", out=None, inplace=False):
     return O.unary(kernel, x, out=out, inplace=inplace)
 
 
+_GELU_BACKWARD_OPS = {"none": "gelu_backward", "tanh": "gelu_tanh_backward"}
+
+
 def _gelu_backward(grad, x, approximate="none"):
-    return O.binary("gelu_backward" if approximate == "none" else "gelu_tanh_backward", grad, x)
+    """As `_gelu`: another `approximate` is declined, so the CPU fallback raises torch's error."""
+    name = _GELU_BACKWARD_OPS.get(approximate)
+    if name is None:
+        raise O.Decline(f"gelu_backward approximate={approximate!r} (neither 'none' nor 'tanh')")
+    return O.binary(name, grad, x)
 
 
 def _pow_scalar(x, exponent, out=None):

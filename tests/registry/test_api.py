@@ -144,6 +144,22 @@ def test_gelu_with_an_unknown_approximate_raises_torchs_error(name, call):
     assert row == {"device": 0, "cpu": 1, "reasons": {reason: 1}}
 
 
+def test_gelu_backward_with_an_unknown_approximate_raises_torchs_error():
+    grad, x = torch.randn(4), torch.randn(4)
+    with pytest.raises(RuntimeError) as on_cpu:
+        torch.ops.aten.gelu_backward(grad, x, approximate="bogus")
+    registry.reset_fallback_report()
+    with pytest.raises(RuntimeError) as on_rbln:
+        torch.ops.aten.gelu_backward(grad.to("rbln"), x.to("rbln"), approximate="bogus")
+    assert type(on_rbln.value) is type(on_cpu.value) and str(on_rbln.value) == str(on_cpu.value)
+    reason = "gelu_backward approximate='bogus' (neither 'none' nor 'tanh')"
+    row = registry.fallback_report()["aten::gelu_backward"]
+    assert row == {"device": 0, "cpu": 1, "reasons": {reason: 1}}
+    tanh = torch.ops.aten.gelu_backward(grad.to("rbln"), x.to("rbln"), approximate="tanh")
+    torch.testing.assert_close(tanh.cpu(), torch.ops.aten.gelu_backward(grad, x, approximate="tanh"),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_demo_gpt2_matches_cpu_mostly_on_device_kernels():
     pytest.importorskip("transformers")
     from torch_rbln import demo

@@ -24,7 +24,7 @@ from torch_rbln import _memory, config
 
 from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
-from ._memo import BoundedMemo
+from ._memo import BoundedMemo, PlanMemo
 from ._ops import (
     _ONE_BLOCK,
     FLOATS,
@@ -40,6 +40,14 @@ from ._ops import (
 from ._reduce import _CODES, row_key
 
 FastPath = Callable[[tuple, dict], "Tensor | None"]
+
+
+def _contiguous_rbln(x) -> int:
+    """The device index of `x` when it is a contiguous rbln tensor, else -1 (a CPU or meta tensor, a
+    strided one, not a tensor)."""
+    if not isinstance(x, Tensor) or not x.is_contiguous():
+        return -1
+    return x.get_device()  # -1 for CPU and meta tensors
 
 
 class _Plan:
@@ -64,6 +72,21 @@ class _Plan:
     def finite(self, x: Tensor, n: int) -> bool:
         """`all_finite(x)` for an input of this plan (contiguous, of its dtype, `n` elements)."""
         return self.scan(x.data_ptr(), n, self.mask) if n < PARALLEL_MIN else all_finite(x)
+
+    def ready(self, x: Tensor, index: int, numel: int) -> Callable | None:
+        """The kept launch for a call on input `x` (`numel` elements) on device `index`, or None when the
+        general path must take it: a grid split over a tensor-parallel group (the general launch
+        handles TP and its failover), no kept launch yet, or a NaN/Inf in `x` outside deploy mode."""
+        if self.programs > 1 and _device_tp(index) > 1:
+            return None
+        run = self.run
+        if run is None or self.backend != requested_backend():
+            run = self.launcher()
+            if run is None:
+                return None
+        if not config.deploy_mode() and not self.finite(x, numel):
+            return None
+        return run
 
     def launcher(self) -> Callable | None:
         """The kept unchecked launch, or None until the general path has launched this specialisation
@@ -121,9 +144,7 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
                 return None
             alpha = float(alpha)
         a, b = args
-        if not isinstance(a, Tensor) or not a.is_contiguous():
-            return None
-        index = a.get_device()  # -1 for a CPU tensor
+        index = _contiguous_rbln(a)
         if index < 0:
             return None
         dtype = a.dtype
@@ -189,9 +210,7 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
         if len(args) != 1:
             return None
         x = args[0]
-        if not isinstance(x, Tensor) or not x.is_contiguous():
-            return None
-        index = x.get_device()  # -1 for a CPU tensor
+        index = _contiguous_rbln(x)
         if index < 0:
             return None
         dtype = x.dtype
@@ -199,19 +218,11 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
         plan = plans.get((op_name, dtype, n)) or new_plan(op_name, dtype, n)
         if plan is None:
             return None
-        programs = plan.programs
-        if programs > 1 and _device_tp(index) > 1:
-            return None
-        run = plan.run
-        if run is None or plan.backend != requested_backend():
-            run = plan.launcher()
-            if run is None:
-                return None
-        if not config.deploy_mode() and not (plan.scan(x.data_ptr(), n, plan.mask) if n < PARALLEL_MIN
-                                             else all_finite(x)):
+        run = plan.ready(x, index, n)
+        if run is None:
             return None
         out = x if inplace else _memory.empty(x.shape, dtype, index)
-        run(programs, 1, 1, x, out, n, 0.0, plan.op)
+        run(plan.programs, 1, 1, x, out, n, 0.0, plan.op)
         return out
 
     return fast
@@ -220,9 +231,8 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
 def softmax(*, log: bool) -> FastPath:
     """The fast path of `_softmax` / `_log_softmax(x, dim, half_to_float=False)` over the last dim of a
     contiguous tensor whose rows fit one block (the one-pass row kernel). Flat, as `binary`."""
-    plans: dict[tuple, _Plan | None] = BoundedMemo(1024)  # (dtype, shape, dim) -> plan (None: not plain)
-
-    def new_plan(dtype: torch.dtype, shape: tuple, dim: int) -> _Plan | None:
+    def new_plan(plan_key: tuple) -> _Plan | None:
+        dtype, shape, dim = plan_key
         nd = len(shape)
         if dtype not in FLOATS or nd == 0 or dim % nd != nd - 1:
             return None
@@ -234,34 +244,25 @@ def softmax(*, log: bool) -> FastPath:
         plan.n = n
         return plan
 
+    plans: dict[tuple, _Plan | None] = PlanMemo(1024, new_plan)  # (dtype, shape, dim) -> plan or None
+
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 3 or kwargs:
             return None
         x, dim, half_to_float = args
-        if half_to_float is not False or type(dim) is not int or not isinstance(x, Tensor) or \
-                not x.is_contiguous():
+        if half_to_float is not False or type(dim) is not int:
             return None
-        index = x.get_device()  # -1 for a CPU tensor
+        index = _contiguous_rbln(x)
         if index < 0:
             return None
         dtype = x.dtype
         shape = x.shape
-        plan_key = (dtype, shape, dim)
-        plan = plans.get(plan_key, False)
-        if plan is False:
-            plan = plans[plan_key] = new_plan(dtype, shape, dim)
+        plan = plans[(dtype, shape, dim)]
         if plan is None:
             return None
-        rows = plan.programs
-        if rows > 1 and _device_tp(index) > 1:
-            return None
-        run = plan.run
-        if run is None or plan.backend != requested_backend():
-            run = plan.launcher()
-            if run is None:
-                return None
-        n = plan.n
-        if not config.deploy_mode() and not plan.finite(x, rows * n):
+        rows, n = plan.programs, plan.n
+        run = plan.ready(x, index, rows * n)
+        if run is None:
             return None
         out = _memory.empty(shape, dtype, index)
         run(rows, 1, 1, x, out, n)
@@ -282,14 +283,16 @@ class _ReducePlan(_Plan):
         self.shape = shape
 
 
-def _reduce_plan(op: int, x: Tensor, dim: int | None, keepdim: bool) -> _ReducePlan | None:
-    """The plan of reducing contiguous `x` over its last dim (`dim` an int naming it) or over all of it
-    (`dim` None); None for any other call (another dim, a dim out of range, a 0-d or empty tensor)."""
-    if x.dtype not in FLOATS:
+def _reduce_plan(op: int, dtype: torch.dtype, shape: tuple, dim: int | None, keepdim: bool
+                 ) -> _ReducePlan | None:
+    """The plan of reducing a contiguous tensor of `dtype` and `shape` over its last dim (`dim` an int
+    naming it) or over all of it (`dim` None); None for any other call (another dim, a dim out of range,
+    a 0-d or empty tensor, a dtype the kernels do not take)."""
+    if dtype not in FLOATS:
         return None
-    shape = tuple(x.shape)
+    shape = tuple(shape)
     nd = len(shape)
-    numel = x.numel()
+    numel = math.prod(shape)
     if nd == 0 or numel == 0:
         return None
     if dim is None:
@@ -300,7 +303,6 @@ def _reduce_plan(op: int, x: Tensor, dim: int | None, keepdim: bool) -> _ReduceP
         out_shape = shape[:-1] + (1,) if keepdim else shape[:-1]
     else:
         return None
-    dtype = x.dtype
     key, _ = row_key(dtype, dtype, dtype, op, n, write_index=False)  # no indices: `out` is idx_ptr too
     return _ReducePlan(key, op, dtype, out_shape, numel // n, n)
 
@@ -330,7 +332,8 @@ def reduction(name: str, *, dims: bool) -> FastPath:
     amax/amin run the max/min kernel's specialisation that stores no indices, as there."""
     op = _CODES[name]
     limit = 3 if dims else 1
-    plans: dict[tuple, _ReducePlan | None] = BoundedMemo(1024)  # (dtype, shape, dim, keepdim) -> plan
+    # (dtype, shape, dim, keepdim) -> plan, or None for a call no plan takes
+    plans: dict[tuple, _ReducePlan | None] = PlanMemo(1024, lambda plan_key: _reduce_plan(op, *plan_key))
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if kwargs and (len(kwargs) != 1 or kwargs.get("dtype", 0) is not None):
@@ -339,31 +342,19 @@ def reduction(name: str, *, dims: bool) -> FastPath:
         if count > limit:
             return None
         x = args[0]
-        if not isinstance(x, Tensor) or not x.is_contiguous():
-            return None
-        index = x.get_device()  # -1 for a CPU tensor
+        index = _contiguous_rbln(x)
         if index < 0:
             return None
         dim = _dim_token(args[1]) if count > 1 else None
         keepdim = args[2] if count == 3 else False
         if dim == _NOT_PLAIN or type(keepdim) is not bool:
             return None
-        plan_key = (x.dtype, x.shape, dim, keepdim)
-        plan = plans.get(plan_key, False)
-        if plan is False:
-            plan = plans[plan_key] = _reduce_plan(op, x, dim, keepdim)
+        plan = plans[(x.dtype, x.shape, dim, keepdim)]
         if plan is None:
             return None
-        rows = plan.programs
-        if rows > 1 and _device_tp(index) > 1:
-            return None
-        run = plan.run
-        if run is None or plan.backend != requested_backend():
-            run = plan.launcher()
-            if run is None:
-                return None
-        n = plan.n
-        if not config.deploy_mode() and not plan.finite(x, rows * n):
+        rows, n = plan.programs, plan.n
+        run = plan.ready(x, index, rows * n)
+        if run is None:
             return None
         out = _memory.empty(plan.shape, plan.out_dtype, index)
         run(rows, 1, 1, x, out, out, n, 1.0)

@@ -16,3 +16,17 @@ class BoundedMemo(dict):
         if len(self) >= self.limit and key not in self:
             self.clear()
         super().__setitem__(key, value)
+
+
+class PlanMemo(BoundedMemo):
+    """A BoundedMemo that builds a missing entry with `build(key)` on lookup (`memo[key]`): a hit is one
+    C-level dict lookup, a miss stores whatever `build` returns (None included, so a key that has no
+    plan is not examined again)."""
+
+    def __init__(self, limit: int, build) -> None:
+        super().__init__(limit)
+        self.build = build
+
+    def __missing__(self, key):
+        value = self[key] = self.build(key)
+        return value

@@ -183,6 +183,22 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
     return fast
 
 
+def square(mul: FastPath) -> FastPath:
+    """The fast path of `pow(x, 2)` (RMSNorm's `x.pow(2)`): `mul`'s fast path on `(x, x)`, the launch
+    the general `pow` makes (it computes the square as `x * x`)."""
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 2 or kwargs:
+            return None
+        x, exponent = args
+        kind = type(exponent)
+        if (kind is not int and kind is not float) or exponent != 2:
+            return None
+        return mul((x, x), {})
+
+    return fast
+
+
 def unary(name: str, *, inplace: bool = False, keyword: str | None = None, values: dict | None = None
           ) -> FastPath:
     """The fast path of a unary op `x -> name(x)`, functional or in place. `keyword`/`values`: an

@@ -191,8 +191,10 @@ TABLE: list[Op] = [
     Op("clamp_max.default", lambda x, high: _clamp(x, None, high)),
     Op("clamp_min_.default", lambda x, low: _clamp(x, low, None, inplace=True)),
     Op("clamp_max_.default", lambda x, high: _clamp(x, None, high, inplace=True)),
-    Op("maximum.default", lambda a, b: O.binary("maximum", a, b), "maximum", int_inputs=True),
-    Op("minimum.default", lambda a, b: O.binary("minimum", a, b), "minimum", int_inputs=True),
+    Op("maximum.default", lambda a, b: O.binary("maximum", a, b), "maximum", int_inputs=True,
+       fast=FP.binary("maximum")),
+    Op("minimum.default", lambda a, b: O.binary("minimum", a, b), "minimum", int_inputs=True,
+       fast=FP.binary("minimum")),
     # ---- unary
     *_unary_family("neg", "neg"),
     *_unary_family("exp", "exp"),
@@ -214,7 +216,7 @@ TABLE: list[Op] = [
     Op("gelu_.default", lambda x, approximate="none": _gelu(x, approximate, inplace=True)),
     Op("pow.Tensor_Tensor", lambda x, e: O.binary("pow", x, e), "pow", tol=LOOSE),
     Op("pow.Tensor_Tensor_out", lambda x, e, out=None: O.binary("pow", x, e, out=out)),
-    Op("pow.Tensor_Scalar", lambda x, e: _pow_scalar(x, e), tol=LOOSE),
+    Op("pow.Tensor_Scalar", lambda x, e: _pow_scalar(x, e), tol=LOOSE, fast=FP.square(FP.binary("mul"))),
     Op("pow.Tensor_Scalar_out", lambda x, e, out=None: _pow_scalar(x, e, out=out)),
     # ---- elementwise backward
     Op("gelu_backward.default", _gelu_backward, tol=LOOSE),

@@ -42,6 +42,9 @@ CASES = [
     ("aten::relu", lambda a, b: F.relu(a)),
     ("aten::gelu", lambda a, b: F.gelu(a)),
     ("aten::gelu", lambda a, b: F.gelu(a, approximate="tanh")),
+    ("aten::maximum", lambda a, b: torch.maximum(a, b)),
+    ("aten::minimum", lambda a, b: torch.minimum(a, b)),
+    ("aten::pow", lambda a, b: a.pow(2)),
     ("aten::add_", lambda a, b: a.clone().add_(b, alpha=2)),
     ("aten::sigmoid_", lambda a, b: a.clone().sigmoid_()),
 ]

@@ -14,7 +14,10 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from torch_rbln import fallback
 
+from . import _launch
 from ._ops import InvalidCall, _block, _cdiv, _collapse, _expanded_strides, _k
+
+_I32 = 2**31
 
 NAME = "aten::_copy_from"
 _DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool})
@@ -80,9 +83,14 @@ def copy_on_device(src: torch.Tensor, dst: torch.Tensor) -> bool:
     src_strides, dst_strides = [0] * pad + src_strides, [0] * pad + dst_strides
     n = dst.numel()
     block = _block(n)
-    _k("elementwise").strided_copy_kernel[(_cdiv(n, block),)](
-        src, dst, 0, n, *sizes[1:], *src_strides, *dst_strides, BLOCK=block
-    )
+    kernel = _k("elementwise").strided_copy_kernel
+    args = (src, dst, 0, n, *sizes[1:], *src_strides, *dst_strides)
+    if max(n, *map(abs, src_strides), *map(abs, dst_strides)) < _I32:
+        # every int argument fits in 32 bits, so dtypes and block determine the specialisation: the
+        # launch kept under that key skips the general launch's per-argument key (a clone's copy)
+        _launch.launch(kernel, _cdiv(n, block), (src.dtype, dst.dtype, block), args, {"BLOCK": block})
+    else:
+        kernel[(_cdiv(n, block),)](*args, BLOCK=block)
     from . import _device_counts
 
     _device_counts[NAME] += 1

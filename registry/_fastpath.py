@@ -28,8 +28,11 @@ from ._memo import BoundedMemo, PlanMemo
 from ._ops import (
     _ONE_BLOCK,
     FLOATS,
+    Decline,
     _block,
+    _broadcast,
     _cdiv,
+    _dense_layout,
     _k,
     _scalar_tensor,
     dense_binary_key,
@@ -113,23 +116,61 @@ def _reset_plans(kernel) -> None:
 on_clear_cache(_reset_plans)
 
 
-def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> FastPath:
-    """The fast path of `name(a, b[, alpha])`, functional or in place on `a`; `b` a tensor like `a` or a
-    Python number (the `.Scalar` overloads: it is read as a one-element float32 tensor, broadcast).
-    Written flat (no helper calls on the way to the launch): on a 4-element tensor every Python call
-    here is a measurable share of the op."""
-    plans: dict[tuple, _Plan] = BoundedMemo(1024)  # (dtype, numel, scalar b) -> plan
+class _BinaryPlan(_Plan):
+    """A binary op's launch for one (dtype, shapes): `binary_dense_kernel` over `rows` rows of `n`
+    elements (operand modes as `_ops._dense_layout` chose them), the output shape and each operand's
+    element count (for its NaN/Inf scan)."""
 
-    def new_plan(dtype: torch.dtype, n: int, scalar: bool) -> _Plan | None:
-        if dtype not in FLOATS or n == 0 or (scalar and n == 1):
+    __slots__ = ("rows", "shape", "a_numel", "b_numel")
+
+    def __init__(self, key: tuple, op: int, out_dtype: torch.dtype, dtype: torch.dtype, n: int, rows: int,
+                 shape: tuple, a_numel: int, b_numel: int) -> None:
+        kernel = _k("elementwise").binary_dense_kernel
+        super().__init__(kernel, key, op, out_dtype, dtype, _cdiv(n, _block(n)))
+        self.n, self.rows, self.shape, self.a_numel, self.b_numel = n, rows, shape, a_numel, b_numel
+
+
+def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> FastPath:
+    """The fast path of `name(a, b[, alpha])`, functional or in place on `a`; `b` a Python number (the
+    `.Scalar` overloads: it is read as a one-element float32 tensor, broadcast) or a contiguous tensor
+    of `a`'s dtype whose shape broadcasts with `a`'s as the general path's dense kernel reads it (the
+    same shape, a bias row repeated over rows, a column with one value per row, one element). Written
+    flat (no helper calls on the way to the launch): on a 4-element tensor every Python call here is a
+    measurable share of the op."""
+    out_kind = torch.bool if comparison else None
+
+    def plan_for(dtype: torch.dtype, a_shape: tuple, b_shape: tuple | None) -> _BinaryPlan | None:
+        """The plan of `a` (contiguous, `a_shape`) with a contiguous `b` of `b_shape`, or with a scalar
+        (`b_shape` None); None for what the dense kernel does not take as the general path would."""
+        if dtype not in FLOATS:
             return None
+        out_dtype = out_kind or dtype
+        a_numel = math.prod(a_shape)
+        if b_shape is None:  # a Python scalar, read from a float32 tensor
+            if a_numel <= 1:
+                return None
+            shape, modes, n, b_dtype, b_numel = tuple(a_shape), (0, 1), a_numel, torch.float32, 1
+        else:
+            try:
+                shape = tuple(_broadcast(a_shape, b_shape))
+            except Decline:
+                return None  # the general path raises torch's error
+            numel = math.prod(shape)
+            if numel == 0 or (inplace and shape != tuple(a_shape)):
+                return None
+            stand_ins = (torch.empty(a_shape, device="meta"), torch.empty(b_shape, device="meta"))
+            layout = _dense_layout(stand_ins, list(shape), numel)
+            if layout is None:
+                return None
+            modes, n = layout
+            b_dtype, b_numel = dtype, math.prod(b_shape)
         E = _k("elementwise")
-        out_dtype = torch.bool if comparison else dtype
-        b_dtype = torch.float32 if scalar else dtype  # a scalar is read from a float32 tensor
-        key, keywords = dense_binary_key(E, name, (dtype, b_dtype, out_dtype), n, (0, 1 if scalar else 0))
-        plan = plans[(dtype, n, scalar)] = _Plan(E.binary_dense_kernel, key, keywords["OP"], out_dtype, dtype,
-                                                 _cdiv(n, _block(n)))
-        return plan
+        key, keywords = dense_binary_key(E, name, (dtype, b_dtype, out_dtype), n, modes)
+        return _BinaryPlan(key, keywords["OP"], out_dtype, dtype, n, math.prod(shape) // n, shape, a_numel,
+                           b_numel)
+
+    # (dtype, a's shape, b's shape or None for a scalar) -> plan, or None for a call no plan takes
+    plans: dict[tuple, _BinaryPlan | None] = PlanMemo(1024, lambda plan_key: plan_for(*plan_key))
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 2:
@@ -148,21 +189,24 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
         if index < 0:
             return None
         dtype = a.dtype
-        n = a.numel()
         kind = type(b)
         scalar = kind is float or kind is int
-        plan = plans.get((dtype, n, scalar)) or new_plan(dtype, n, scalar)
-        if plan is None:
-            return None
         if scalar:
+            plan = plans[(dtype, a.shape, None)]
+            if plan is None:
+                return None
             b = _scalar_tensor(scalar_value(name, b, dtype), index)
-        elif (not isinstance(b, Tensor) or b.dtype is not dtype or b.get_device() != index
-              or not b.is_contiguous() or a.shape != b.shape):
-            return None
-        elif inplace and b is not a and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
-            return None  # partial overlap: the general path decides
-        programs = plan.programs
-        if programs > 1 and _device_tp(index) > 1:
+        else:
+            if not isinstance(b, Tensor) or b.dtype is not dtype or b.get_device() != index or \
+                    not b.is_contiguous():
+                return None
+            plan = plans[(dtype, a.shape, b.shape)]
+            if plan is None:
+                return None
+            if inplace and b is not a and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+                return None  # partial overlap: the general path decides
+        programs, rows = plan.programs, plan.rows
+        if programs * rows > 1 and _device_tp(index) > 1:
             return None  # a grid split over a tensor-parallel group: the general launch
         run = plan.run
         if run is None or plan.backend != requested_backend():
@@ -170,14 +214,16 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
             if run is None:
                 return None
         if not config.deploy_mode():
-            if n < PARALLEL_MIN:
+            a_numel = plan.a_numel
+            if a_numel < PARALLEL_MIN:
                 scan, mask = plan.scan, plan.mask
-                if not scan(a.data_ptr(), n, mask) or not (scalar or scan(b.data_ptr(), n, mask)):
+                if not scan(a.data_ptr(), a_numel, mask) or not (scalar or scan(b.data_ptr(), plan.b_numel,
+                                                                                 mask)):
                     return None
             elif not (all_finite(a) and (scalar or all_finite(b))):
                 return None
-        out = a if inplace else _memory.empty(a.shape, plan.out_dtype, index)
-        run(programs, 1, 1, a, b, out, n, alpha, plan.op)
+        out = a if inplace else _memory.empty(plan.shape, plan.out_dtype, index)
+        run(programs, rows, 1, a, b, out, plan.n, alpha, plan.op)
         return out
 
     return fast

@@ -100,13 +100,62 @@ def test_non_plain_calls_are_left_to_the_general_path():
     fast = registry.TABLE[[op.name for op in registry.TABLE].index("add.Tensor")].fast
     assert fast((d, d), {}) is not None
     assert fast((d.t(), d.t()), {}) is None  # not contiguous
-    assert fast((d, d[0]), {}) is None  # broadcasting
+    assert fast((d.view(2, 2, 6), d[0, :2].reshape(2, 1)), {}) is None  # broadcast on both sides of b
+    assert fast((d[0], d), {}) is None  # a broadcast the dense kernel reads, before its first launch
+    d[0] + d
+    assert fast((d[0], d), {}) is not None  # ... and after it (a repeated over rows)
     assert fast((d, d.half()), {}) is None  # promotion
     assert fast((d, base), {}) is None  # a CPU operand: the general path raises torch's error
     assert fast((d, True), {}) is None  # a bool scalar (promotion rules of its own)
     assert fast((2.0, d), {}) is None  # a scalar first operand
     assert fast((d, d), {"alpha": torch.tensor(2.0)}) is None
     assert fast((d.long(), d.long()), {}) is None  # integers: the exact integer kernel
+
+
+BROADCASTS = [
+    ("aten::add", (3, 4), (4,), lambda a, b: a + b),  # a bias row repeated over rows
+    ("aten::mul", (3, 4), (3, 1), lambda a, b: a * b),  # one value per row (RMSNorm's scale)
+    ("aten::sub", (4,), (3, 4), lambda a, b: torch.sub(a, b, alpha=2)),  # a is the repeated row
+    ("aten::div", (2, 3, 4), (1,), lambda a, b: a / b),  # a one-element tensor
+    ("aten::lt", (3, 4), (4,), lambda a, b: a < b),
+    ("aten::maximum", (2, 3, 4), (3, 4), lambda a, b: torch.maximum(a, b)),
+    ("aten::add_", (3, 4), (4,), lambda a, b: a.clone().add_(b)),
+    ("aten::mul_", (3, 4), (3, 1), lambda a, b: a.clone().mul_(b)),
+]
+
+
+@pytest.mark.parametrize(("name", "a_shape", "b_shape", "fn"), BROADCASTS,
+                         ids=[f"{n}-{a}-{b}" for n, a, b, _ in BROADCASTS])
+def test_broadcasts_the_dense_kernel_reads_take_the_fast_path(name, a_shape, b_shape, fn,
+                                                              general_path_forbidden):
+    a, b = torch.randn(a_shape), torch.rand(b_shape) + 0.5
+    da, db = a.to("rbln"), b.to("rbln")
+    first = fn(da, db)  # the general path: the dense kernel with the layout it chooses
+    general_path_forbidden()
+    registry.reset_fallback_report()
+    fast = fn(da, db)
+    assert fast.shape == first.shape and fast.dtype == first.dtype
+    torch.testing.assert_close(fast.cpu(), first.cpu(), atol=0, rtol=0)
+    torch.testing.assert_close(fast.cpu(), fn(a, b), atol=1e-6, rtol=1e-6)
+    assert _row(name) == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_broadcasts_the_fast_path_leaves_to_the_general_path():
+    d = torch.randn(2, 3, 4).to("rbln")
+    d + d
+    fast = registry.TABLE[[op.name for op in registry.TABLE].index("add.Tensor")].fast
+    inplace = registry.TABLE[[op.name for op in registry.TABLE].index("add_.Tensor")].fast
+    assert fast((d, torch.randn(3, 1).to("rbln")), {}) is None  # broadcast on both sides
+    assert fast((d, torch.randn(5).to("rbln")), {}) is None  # shapes that do not broadcast
+    assert inplace((d[0, 0], d), {}) is None  # an in-place result would need self broadcast
+    with pytest.raises(RuntimeError, match="must match the size|doesn't match the broadcast shape"):
+        d[0, 0].add_(d)  # torch's error, from the general path
+    with pytest.raises(RuntimeError, match="must match the size"):
+        d + torch.randn(5).to("rbln")
+    nan = torch.tensor([1.0, float("nan"), 2.0, 3.0])
+    registry.reset_fallback_report()
+    torch.testing.assert_close((d + nan.to("rbln")).cpu(), d.cpu() + nan, equal_nan=True)
+    assert _row("aten::add")["reasons"] == {"nan_inf": 1}  # b's values are checked too
 
 
 def test_in_place_on_overlapping_views_behaves_as_on_the_cpu():

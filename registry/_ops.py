@@ -557,7 +557,10 @@ def _norm(x, w, b, out, mean, rstd, rows, n, eps, *, rms, has_w, has_b) -> None:
     """Layer/RMS norm rows: one load per row when it fits one block, else the chunked kernel."""
     R = _k("rows")
     kernel, block = (R.norm_row_kernel, _row_block(n)) if n <= _ONE_BLOCK else (R.norm_kernel, _CHUNK)
-    kernel[(rows,)](x, w, b, out, mean, rstd, n, float(eps), RMS=rms, HAS_W=has_w, HAS_B=has_b, BLOCK=block)
+    # n is the only int argument, and it fits in 32 bits: the dtypes and constexprs make the key
+    key = (x.dtype, w.dtype, b.dtype, out.dtype, mean.dtype, rstd.dtype, rms, has_w, has_b, block, n < _I32)
+    _launch.launch(kernel, rows, key, (x, w, b, out, mean, rstd, n, float(eps)),
+                   {"RMS": rms, "HAS_W": has_w, "HAS_B": has_b, "BLOCK": block})
 
 
 def column_sum(t: torch.Tensor, rows: int, n: int, dtype: torch.dtype) -> torch.Tensor:

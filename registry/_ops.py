@@ -15,6 +15,7 @@ import torch
 from torch_rbln import _memory
 
 from . import _launch
+from ._finite_scan import is_dense_permutation
 from ._memo import BoundedMemo
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -648,7 +649,19 @@ def _matmul_launch(a, b, c, bias, M, N, K, sa, sb, sc, sbias, alpha, beta, batch
     plan = _matmul_plans.get(shape_key)
     if plan is not None:
         grid, keywords = plan
-        tuner.fn.run(*args, grid=grid, **keywords)
+        if batch == 1 and max(M, N, K, *map(abs, (*sa, *sb, *sc, *sbias))) < _I32:
+            # every int argument fits in 32 bits: dtypes and constexprs make the key of a kept launch
+            # (skips the general launch's per-argument key: twenty arguments)
+            key = (*shape_key[:4], has_bias, keywords["BLOCK_M"], keywords["BLOCK_N"], keywords["BLOCK_K"])
+            run = _launch.unchecked(tuner.fn, key)
+            if run is not None and (grid[0] * grid[1] == 1 or shape_key[9] == 1) and \
+                    all(t.is_contiguous() or is_dense_permutation(t.shape, t.stride()) for t in args[:4]):
+                # host memory spans of numel elements from data_ptr (a transposed weight too), one NPU
+                run(grid[0], grid[1], 1, *args)
+            else:
+                _launch.launch(tuner.fn, grid[0], key, args, keywords, rows=grid[1])
+        else:
+            tuner.fn.run(*args, grid=grid, **keywords)
         return
     tiles = lambda meta: (_cdiv(M, meta["BLOCK_M"]), _cdiv(N, meta["BLOCK_N"]), batch)  # noqa: E731
     tuner[tiles](*args, HAS_BIAS=has_bias)

@@ -95,3 +95,29 @@ def test_a_transposed_weight_is_scanned_in_place_and_exactly():
     assert all_finite(dw[:, :5].t()) and not _dense_permutation(dw[:, :5].t())  # a slice: strided path
     assert _dense_permutation(torch.randn(2, 3, 4).to("rbln").permute(2, 0, 1))
     assert not _dense_permutation(torch.randn(4, 1, 3).to("rbln").expand(4, 5, 3))
+
+
+def test_dense_permutation_agrees_with_torch() -> None:
+    """The NaN/Inf scan's own dense-permutation test answers as torch's is_non_overlapping_and_dense
+    on permuted, narrowed and expanded views (tensors with elements)."""
+    import random
+
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    from torch_rbln.registry._finite_scan import _dense_permutation
+
+    rng = random.Random(0)
+    dense = 0
+    for _ in range(500):
+        shape = [rng.randint(1, 4) for _ in range(rng.randint(1, 4))]
+        order = list(range(len(shape)))
+        rng.shuffle(order)
+        view = torch.empty(shape).permute(order)
+        dim = rng.randrange(view.dim())
+        if rng.random() < 0.3 and view.shape[dim] > 1:
+            view = view.narrow(dim, 0, view.shape[dim] - 1)
+        if rng.random() < 0.2:
+            view = view.expand(2, *view.shape)
+        expected = is_non_overlapping_and_dense_or_false(view)
+        assert _dense_permutation(view) == expected, (view.shape, view.stride())
+        dense += _dense_permutation(view)
+    assert 0 < dense < 500  # both answers occur

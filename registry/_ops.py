@@ -425,7 +425,6 @@ def fill(x: torch.Tensor, value, *, first_use_ok: bool = True) -> torch.Tensor:
 
 
 def where(condition: torch.Tensor, a, b, out=None):
-    E = _k("elementwise")
     index = _device_index(condition, a, b)
     if condition.dtype != torch.bool:
         raise Decline("non-bool condition")
@@ -444,8 +443,7 @@ def where(condition: torch.Tensor, a, b, out=None):
     _, sizes, (sc, sa, sb) = _geometry(shape, [tc, ta, tb])
     if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
         sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, 1]
-    block = _block(n)
-    E.where_kernel[(_cdiv(n, block),)](tc, ta, tb, out, n, *sizes, *sc, *sa, *sb, BLOCK=block)
+    _where_launch(tc, ta, tb, out, n, sizes, sc, sa, sb)
     return out
 
 
@@ -477,7 +475,6 @@ def _masked_inplace(x, mask, value):
 
 
 def _where_into(mask, ta, tb, out):
-    E = _k("elementwise")
     n = out.numel()
     if n == 0:
         return out
@@ -485,9 +482,22 @@ def _where_into(mask, ta, tb, out):
     _, sizes, (sc, sa, sb) = _geometry(shape, [mask, ta, tb])
     if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
         sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 0, 1]
-    block = _block(n)
-    E.where_kernel[(_cdiv(n, block),)](mask, ta, tb, out, n, *sizes, *sc, *sa, *sb, BLOCK=block)
+    _where_launch(mask, ta, tb, out, n, sizes, sc, sa, sb)
     return out
+
+
+def _where_launch(condition, a, b, out, n: int, sizes, sc, sa, sb) -> None:
+    """`where_kernel` over the `n` elements of `out`. When every int argument fits in 32 bits, the
+    dtypes and the block determine its specialisation, so it runs through the launch kept under them
+    (a masked_fill on attention scores skips the general launch's per-argument key: 17 arguments)."""
+    E = _k("elementwise")
+    block = _block(n)
+    args = (condition, a, b, out, n, *sizes, *sc, *sa, *sb)
+    if max(n, *map(abs, sc), *map(abs, sa), *map(abs, sb)) < _I32:
+        key = (condition.dtype, a.dtype, b.dtype, out.dtype, block)
+        _launch.launch(E.where_kernel, _cdiv(n, block), key, args, {"BLOCK": block})
+    else:
+        E.where_kernel[(_cdiv(n, block),)](*args, BLOCK=block)
 
 
 # ---------------------------------------------------------------- rows: softmax, norms, reductions

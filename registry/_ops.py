@@ -131,10 +131,25 @@ def _expanded_strides(t: torch.Tensor, shape: Sequence[int]) -> list[int]:
     return strides
 
 
+_geometries: dict[tuple, tuple] = BoundedMemo(4096)  # (shape, operands' sizes and strides) -> geometry
+
+
 def _geometry(
     shape: Sequence[int], operands: Sequence[torch.Tensor]
 ) -> tuple[bool, list[int], list[list[int]]]:
-    """(broadcast needed, sizes s1..s3, per-operand strides t0..t3) over up to four collapsed dims."""
+    """(broadcast needed, sizes s1..s3, per-operand strides t0..t3) over up to four collapsed dims,
+    remembered per layout (computing it cost more than a small kernel runs). Callers must not modify
+    the lists."""
+    key = (tuple(shape), *[(t.shape, t.stride()) for t in operands])
+    geometry = _geometries.get(key)
+    if geometry is None:
+        geometry = _geometries[key] = _compute_geometry(shape, operands)
+    return geometry
+
+
+def _compute_geometry(
+    shape: Sequence[int], operands: Sequence[torch.Tensor]
+) -> tuple[bool, list[int], list[list[int]]]:
     strides = [_expanded_strides(t, shape) for t in operands]
     sizes, strides = _collapse(shape, strides)
     if len(sizes) <= 1 and all(not st or st[0] == 1 for st in strides):

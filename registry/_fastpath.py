@@ -101,6 +101,11 @@ class _Plan:
         return self.run
 
 
+def _row_launch(plan: _Plan | None, x: Tensor, index: int) -> Callable | None:
+    """`plan.ready` for a row kernel's plan (`programs` rows of `n` elements), None without a plan."""
+    return None if plan is None else plan.ready(x, index, plan.programs * plan.n)
+
+
 _PLANS: weakref.WeakSet[_Plan] = weakref.WeakSet()  # every live plan (a memo's eviction drops its own)
 
 
@@ -320,14 +325,11 @@ def softmax(*, log: bool) -> FastPath:
         dtype = x.dtype
         shape = x.shape
         plan = plans[(dtype, shape, dim)]
-        if plan is None:
-            return None
-        rows, n = plan.programs, plan.n
-        run = plan.ready(x, index, rows * n)
+        run = _row_launch(plan, x, index)
         if run is None:
             return None
         out = _memory.empty(shape, dtype, index)
-        run(rows, 1, 1, x, out, n)
+        run(plan.programs, 1, 1, x, out, plan.n)
         return out
 
     return fast
@@ -412,14 +414,11 @@ def reduction(name: str, *, dims: bool) -> FastPath:
         if dim == _NOT_PLAIN or type(keepdim) is not bool:
             return None
         plan = plans[(x.dtype, x.shape, dim, keepdim)]
-        if plan is None:
-            return None
-        rows, n = plan.programs, plan.n
-        run = plan.ready(x, index, rows * n)
+        run = _row_launch(plan, x, index)
         if run is None:
             return None
         out = _memory.empty(plan.shape, plan.out_dtype, index)
-        run(rows, 1, 1, x, out, out, n, 1.0)
+        run(plan.programs, 1, 1, x, out, out, plan.n, 1.0)
         return out
 
     return fast

@@ -36,6 +36,7 @@ from ._ops import (
     _k,
     _scalar_tensor,
     dense_binary_key,
+    norm_launch,
     scalar_value,
     softmax_row_key,
     unary_key,
@@ -331,6 +332,73 @@ def softmax(*, log: bool) -> FastPath:
         out = _memory.empty(shape, dtype, index)
         run(plan.programs, 1, 1, x, out, plan.n)
         return out
+
+    return fast
+
+
+class _NormPlan(_Plan):
+    """A layer norm's launch for one (dtype, shape, normalized shape, weight?, bias?): `programs` rows
+    of `n` elements, and the shape of its mean/rstd outputs."""
+
+    __slots__ = ("stats_shape", "has_w", "has_b")
+
+
+def layer_norm() -> FastPath:
+    """The fast path of `native_layer_norm(x, normalized_shape, weight, bias, eps)` on a contiguous
+    tensor with weight and bias (or None) contiguous of its dtype on its device: the launch of
+    `_ops.layer_norm`, with the same arguments and outputs (out, mean, rstd)."""
+
+    def new_plan(plan_key: tuple) -> _NormPlan | None:
+        dtype, shape, normalized, has_w, has_b = plan_key
+        tail = len(normalized)
+        if dtype not in FLOATS or tail == 0 or tail > len(shape) or tuple(shape[-tail:]) != normalized:
+            return None
+        n = math.prod(normalized)
+        numel = math.prod(shape)
+        if n == 0 or numel == 0:
+            return None
+        kernel, key, _ = norm_launch(dtype, dtype, dtype, dtype, dtype, n, rms=False, has_w=has_w,
+                                     has_b=has_b)
+        plan = _NormPlan(kernel, key, 0, dtype, dtype, numel // n)
+        plan.n = n
+        plan.stats_shape = tuple(shape[:-tail]) + (1,) * tail
+        plan.has_w, plan.has_b = has_w, has_b
+        return plan
+
+    plans: dict[tuple, _NormPlan | None] = PlanMemo(1024, new_plan)
+
+    def fast(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 5 or kwargs:
+            return None
+        x, normalized, weight, bias, eps = args
+        index = _contiguous_rbln(x)
+        if index < 0 or (type(eps) is not float and type(eps) is not int):
+            return None
+        dtype = x.dtype
+        for param in (weight, bias):
+            if param is not None and (_contiguous_rbln(param) != index or param.dtype is not dtype):
+                return None
+        if type(normalized) is not list and type(normalized) is not tuple:
+            return None
+        plan = plans[(dtype, x.shape, tuple(normalized), weight is not None, bias is not None)]
+        if plan is None:
+            return None
+        n = plan.n
+        if (weight is not None and weight.numel() != n) or (bias is not None and bias.numel() != n):
+            return None
+        run = plan.ready(x, index, plan.programs * n)
+        if run is None:
+            return None
+        if not config.deploy_mode() and not ((weight is None or plan.finite(weight, n))
+                                             and (bias is None or plan.finite(bias, n))):
+            return None
+        out = _memory.empty(x.shape, dtype, index)
+        mean = _memory.empty(plan.stats_shape, dtype, index)
+        rstd = _memory.empty(plan.stats_shape, dtype, index)
+        w = x if weight is None else weight  # an absent operand is never read: x stands in, as there
+        b = x if bias is None else bias
+        run(plan.programs, 1, 1, x, w, b, out, mean, rstd, n, float(eps))
+        return out, mean, rstd
 
     return fast
 

@@ -581,12 +581,20 @@ def layer_norm(x, normalized_shape, weight, bias, eps):
 
 def _norm(x, w, b, out, mean, rstd, rows, n, eps, *, rms, has_w, has_b) -> None:
     """Layer/RMS norm rows: one load per row when it fits one block, else the chunked kernel."""
+    kernel, key, keywords = norm_launch(x.dtype, w.dtype, b.dtype, out.dtype, mean.dtype, n, rms=rms,
+                                        has_w=has_w, has_b=has_b)
+    _launch.launch(kernel, rows, key, (x, w, b, out, mean, rstd, n, float(eps)), keywords)
+
+
+def norm_launch(x_dtype, w_dtype, b_dtype, out_dtype, stats_dtype, n: int, *, rms: bool, has_w: bool,
+                has_b: bool) -> tuple:
+    """(kernel, launch key, constexprs) of a layer/RMS norm launch over rows of `n` elements (`mean`
+    and `rstd` both of `stats_dtype`). n is the launch's only int argument, so the dtypes, the
+    constexprs and n's width make the key."""
     R = _k("rows")
     kernel, block = (R.norm_row_kernel, _row_block(n)) if n <= _ONE_BLOCK else (R.norm_kernel, _CHUNK)
-    # n is the only int argument, and it fits in 32 bits: the dtypes and constexprs make the key
-    key = (x.dtype, w.dtype, b.dtype, out.dtype, mean.dtype, rstd.dtype, rms, has_w, has_b, block, n < _I32)
-    _launch.launch(kernel, rows, key, (x, w, b, out, mean, rstd, n, float(eps)),
-                   {"RMS": rms, "HAS_W": has_w, "HAS_B": has_b, "BLOCK": block})
+    key = (x_dtype, w_dtype, b_dtype, out_dtype, stats_dtype, stats_dtype, rms, has_w, has_b, block, n < _I32)
+    return kernel, key, {"RMS": rms, "HAS_W": has_w, "HAS_B": has_b, "BLOCK": block}
 
 
 def column_sum(t: torch.Tensor, rows: int, n: int, dtype: torch.dtype) -> torch.Tensor:

@@ -240,7 +240,8 @@ TABLE: list[Op] = [
        fast=FP.softmax(log=True)),
     Op("_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=False)),
     Op("_log_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=True)),
-    Op("native_layer_norm.default", O.layer_norm, "nn.functional.layer_norm", tol=LOOSE),
+    Op("native_layer_norm.default", O.layer_norm, "nn.functional.layer_norm", tol=LOOSE,
+       fast=FP.layer_norm()),
     Op("native_layer_norm_backward.default", O.layer_norm_backward),
     # ---- (3) matmul family (linear and matmul decompose into these)
     Op("mm.default", lambda a, b: O.mm(a, b), "mm", tol=MATMUL),

@@ -390,3 +390,50 @@ def test_clear_cache_makes_the_fast_path_launch_freshly_compiled_code(monkeypatc
     torch.testing.assert_close((da + db).cpu(), a + b, atol=0, rtol=0)  # the fast path, new launch
     assert calls == {"compile": 1, "launcher": 1}
     assert _row("aten::add") == {"device": 2, "cpu": 0, "reasons": {}}
+
+
+LAYER_NORMS = [
+    ((3, 8), (8,), True, True, torch.float32),
+    ((2, 3, 4), (3, 4), True, False, torch.float32),
+    ((5, 16), (16,), False, False, torch.float32),
+    ((4, 8), (8,), True, True, torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize(("shape", "normalized", "has_w", "has_b", "dtype"), LAYER_NORMS,
+                         ids=[f"{s}-{n}-{w}-{b}-{d}" for s, n, w, b, d in LAYER_NORMS])
+def test_layer_norm_takes_the_fast_path_with_the_general_results(shape, normalized, has_w, has_b, dtype,
+                                                                 monkeypatch):
+    x = torch.randn(shape, dtype=dtype)
+    w = torch.randn(normalized, dtype=dtype) if has_w else None
+    b = torch.randn(normalized, dtype=dtype) if has_b else None
+    dx = x.to("rbln")
+    dw, db = (t.to("rbln") if t is not None else None for t in (w, b))
+    call = torch.ops.aten.native_layer_norm.default
+    first = call(dx, list(normalized), dw, db, 1e-5)  # the general path launches once
+    monkeypatch.setattr(_ops, "layer_norm", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
+    registry.reset_fallback_report()
+    fast = call(dx, list(normalized), dw, db, 1e-5)
+    for got, want in zip(fast, first, strict=True):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
+    atol, rtol = TOL[dtype]
+    expected = F.layer_norm(x.float(), normalized, None if w is None else w.float(),
+                            None if b is None else b.float(), 1e-5).to(dtype)
+    torch.testing.assert_close(fast[0].cpu(), expected, atol=max(atol, 1e-5), rtol=max(rtol, 1e-5))
+    assert _row("aten::native_layer_norm") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_layer_norm_calls_the_fast_path_leaves_to_the_general_path():
+    x = torch.randn(3, 8).to("rbln")
+    w = torch.randn(8).to("rbln")
+    torch.ops.aten.native_layer_norm.default(x, [8], w, w, 1e-5)
+    fast = registry.TABLE[[op.name for op in registry.TABLE].index("native_layer_norm.default")].fast
+    assert fast((x, [8], w, w, 1e-5), {}) is not None
+    assert fast((x.t(), [3], None, None, 1e-5), {}) is None  # not contiguous
+    assert fast((x, [8], w.half(), w, 1e-5), {}) is None  # a weight of another dtype
+    assert fast((x, [8], w.cpu(), w, 1e-5), {}) is None  # a weight on the CPU
+    assert fast((x, [4], None, None, 1e-5), {}) is None  # not x's trailing dims
+    assert fast((x, [8], torch.randn(4).to("rbln"), None, 1e-5), {}) is None  # a weight of another size
+    nan = torch.full((8,), float("nan")).to("rbln")
+    assert fast((x, [8], nan, w, 1e-5), {}) is None  # a NaN weight: the general path reports it

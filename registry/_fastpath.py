@@ -26,6 +26,7 @@ from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._memo import BoundedMemo, PlanMemo
 from ._ops import (
+    _I32,
     _ONE_BLOCK,
     FLOATS,
     Decline,
@@ -33,6 +34,7 @@ from ._ops import (
     _broadcast,
     _cdiv,
     _dense_layout,
+    _geometry,
     _k,
     _scalar_tensor,
     dense_binary_key,
@@ -331,6 +333,66 @@ def softmax(*, log: bool) -> FastPath:
             return None
         out = _memory.empty(shape, dtype, index)
         run(plan.programs, 1, 1, x, out, plan.n)
+        return out
+
+    return fast
+
+
+class _WherePlan(_Plan):
+    """A where's launch for one (dtype, condition/a/b shapes): the output shape and the int arguments of
+    `where_kernel` (size, collapsed sizes and strides) as `_ops.where` computes them."""
+
+    __slots__ = ("shape", "ints")
+
+
+def where() -> FastPath:
+    """The fast path of `where(condition, a, b)` on contiguous rbln tensors (a bool condition, `a` and
+    `b` of one floating dtype) whose shapes broadcast: the launch of `_ops.where`, with the same
+    arguments (`torch.where(mask, x, value)` reaches it with `value` as a 0-d rbln tensor)."""
+
+    def new_plan(plan_key: tuple) -> _WherePlan | None:
+        dtype, shapes = plan_key[0], plan_key[1:]
+        if dtype not in FLOATS:
+            return None
+        try:
+            shape = _broadcast(*shapes)
+            n = math.prod(shape)
+            if n == 0:
+                return None
+            _, sizes, (sc, sa, sb) = _geometry(shape, [torch.empty(s, device="meta") for s in shapes])
+        except Decline:
+            return None  # shapes that do not broadcast, more than four dims: the general path decides
+        if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
+            sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, 1]
+        ints = (n, *sizes, *sc, *sa, *sb)
+        if max(map(abs, ints)) >= _I32:
+            return None
+        block = _block(n)
+        kernel = _k("elementwise").where_kernel
+        plan = _WherePlan(kernel, (torch.bool, dtype, dtype, dtype, block), 0, dtype, dtype, _cdiv(n, block))
+        plan.shape, plan.ints = tuple(shape), ints
+        return plan
+
+    plans: dict[tuple, _WherePlan | None] = PlanMemo(1024, new_plan)
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 3 or kwargs:
+            return None
+        condition, a, b = args
+        index = _contiguous_rbln(a)
+        if index < 0 or _contiguous_rbln(b) != index or _contiguous_rbln(condition) != index:
+            return None
+        dtype = a.dtype
+        if b.dtype is not dtype or condition.dtype is not torch.bool:
+            return None
+        plan = plans[(dtype, condition.shape, a.shape, b.shape)]
+        if plan is None:
+            return None
+        run = plan.ready(a, index, a.numel())
+        if run is None or not (config.deploy_mode() or plan.finite(b, b.numel())):
+            return None
+        out = _memory.empty(plan.shape, dtype, index)
+        run(plan.programs, 1, 1, condition, a, b, out, *plan.ints)
         return out
 
     return fast

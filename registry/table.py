@@ -225,7 +225,7 @@ TABLE: list[Op] = [
     Op("tanh_backward.default", lambda g, y: O.binary("tanh_backward", g, y)),
     Op("silu_backward.default", lambda g, x: O.binary("silu_backward", g, x)),
     # ---- where, masked_fill, fill/zero
-    Op("where.self", lambda c, a, b: O.where(c, a, b), "where", int_inputs=True),
+    Op("where.self", lambda c, a, b: O.where(c, a, b), "where", int_inputs=True, fast=FP.where()),
     Op("where.self_out", lambda c, a, b, out=None: O.where(c, a, b, out=out), int_inputs=True),
     Op("masked_fill.Scalar", lambda x, m, v: O.masked_fill(x, m, v), "masked_fill", int_inputs=True),
     Op("masked_fill_.Scalar", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True),

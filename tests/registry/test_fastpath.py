@@ -437,3 +437,39 @@ def test_layer_norm_calls_the_fast_path_leaves_to_the_general_path():
     assert fast((x, [8], torch.randn(4).to("rbln"), None, 1e-5), {}) is None  # a weight of another size
     nan = torch.full((8,), float("nan")).to("rbln")
     assert fast((x, [8], nan, w, 1e-5), {}) is None  # a NaN weight: the general path reports it
+
+
+WHERES = [
+    ((3, 4), (3, 4), (3, 4)),
+    ((1, 1, 3, 3), (2, 2, 3, 3), ()),  # an attention mask, scores and a 0-d fill value
+    ((4,), (3, 4), (3, 1)),
+]
+
+
+@pytest.mark.parametrize(("c_shape", "a_shape", "b_shape"), WHERES, ids=[str(w) for w in WHERES])
+def test_where_takes_the_fast_path_with_the_general_results(c_shape, a_shape, b_shape, monkeypatch):
+    condition, a, b = torch.rand(c_shape) > 0.5, torch.randn(a_shape), torch.randn(b_shape)
+    dc, da, db = condition.to("rbln"), a.to("rbln"), b.to("rbln")
+    first = torch.where(dc, da, db)  # the general path launches once
+    monkeypatch.setattr(_ops, "where", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
+    registry.reset_fallback_report()
+    fast = torch.where(dc, da, db)
+    assert fast.shape == first.shape and fast.dtype == first.dtype
+    torch.testing.assert_close(fast.cpu(), first.cpu(), atol=0, rtol=0)
+    torch.testing.assert_close(fast.cpu(), torch.where(condition, a, b), atol=0, rtol=0)
+    assert _row("aten::where") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_where_calls_the_fast_path_leaves_to_the_general_path():
+    d = torch.randn(3, 4).to("rbln")
+    mask = d > 0
+    torch.where(mask, d, d)
+    fast = registry.TABLE[[op.name for op in registry.TABLE].index("where.self")].fast
+    assert fast((mask, d, d), {}) is not None
+    assert fast((mask, d, d.half()), {}) is None  # promotion
+    assert fast((d > 0.5, d.t(), d.t()), {}) is None  # not contiguous
+    assert fast((mask.cpu(), d, d), {}) is None  # a CPU condition
+    assert fast((mask.float(), d, d), {}) is None  # a non-bool condition
+    assert fast((mask, d, torch.randn(5).to("rbln")), {}) is None  # shapes that do not broadcast
+    nan = torch.full((3, 4), float("nan")).to("rbln")
+    assert fast((mask, d, nan), {}) is None  # NaN in b: the general path reports it

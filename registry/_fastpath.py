@@ -398,6 +398,85 @@ def where() -> FastPath:
     return fast
 
 
+def masked_fill(*, inplace: bool) -> FastPath:
+    """The fast path of `masked_fill(x, mask, value)` / `masked_fill_` with a Python-number value, a
+    contiguous floating `x` and a contiguous bool `mask` that broadcasts to `x` (an attention mask):
+    the where launch of `_ops.masked_fill` (value as a float32 one-element tensor), same arguments."""
+
+    def new_plan(plan_key: tuple) -> _WherePlan | None:
+        dtype, x_shape, mask_shape = plan_key
+        if dtype not in FLOATS:
+            return None
+        try:
+            shape = _broadcast(mask_shape, x_shape)
+            if inplace and shape != list(x_shape):
+                return None  # the general path declines: self would need broadcasting
+            n = math.prod(shape)
+            if n == 0:
+                return None
+            stand_ins = [torch.empty(s, device="meta") for s in (mask_shape, (1,), x_shape)]
+            _, sizes, (sc, sa, sb) = _geometry(shape, stand_ins)
+        except Decline:
+            return None
+        if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
+            sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 0, 1]
+        ints = (n, *sizes, *sc, *sa, *sb)
+        if max(map(abs, ints)) >= _I32:
+            return None
+        block = _block(n)
+        kernel = _k("elementwise").where_kernel
+        key = (torch.bool, torch.float32, dtype, dtype, block)
+        plan = _WherePlan(kernel, key, 0, dtype, dtype, _cdiv(n, block))
+        plan.shape, plan.ints = tuple(shape), ints
+        return plan
+
+    plans: dict[tuple, _WherePlan | None] = PlanMemo(1024, new_plan)
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 3 or kwargs:
+            return None
+        x, mask, value = args
+        kind = type(value)
+        if kind is not float and kind is not int:
+            return None
+        index = _contiguous_rbln(x)
+        if index < 0 or _contiguous_rbln(mask) != index or mask.dtype is not torch.bool:
+            return None
+        dtype = x.dtype
+        plan = plans[(dtype, x.shape, mask.shape)]
+        if plan is None:
+            return None
+        run = plan.ready(x, index, x.numel())
+        if run is None:
+            return None
+        out = x if inplace else _memory.empty(plan.shape, dtype, index)
+        run(plan.programs, 1, 1, mask, _scalar_tensor(float(value), index), x, out, *plan.ints)
+        return out
+
+    return fast
+
+
+def clamp(clamp_binary: FastPath) -> FastPath:
+    """The fast path of `clamp(x, min, max)` with Python-number bounds (or None): the binary clamp
+    kernel's fast path with the lower bound as the scalar operand and the upper one as alpha, the launch
+    `table._clamp` makes (a missing bound is -inf / +inf, as there)."""
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if kwargs or not 2 <= len(args) <= 3:
+            return None
+        low = args[1]
+        high = args[2] if len(args) == 3 else None
+        if low is None and high is None:
+            return None
+        for bound in (low, high):
+            if bound is not None and type(bound) is not int and type(bound) is not float:
+                return None
+        return clamp_binary((args[0], -math.inf if low is None else low),
+                            {"alpha": math.inf if high is None else high})
+
+    return fast
+
+
 class _NormPlan(_Plan):
     """A layer norm's launch for one (dtype, shape, normalized shape, weight?, bias?): `programs` rows
     of `n` elements, and the shape of its mean/rstd outputs."""

@@ -473,3 +473,50 @@ def test_where_calls_the_fast_path_leaves_to_the_general_path():
     assert fast((mask, d, torch.randn(5).to("rbln")), {}) is None  # shapes that do not broadcast
     nan = torch.full((3, 4), float("nan")).to("rbln")
     assert fast((mask, d, nan), {}) is None  # NaN in b: the general path reports it
+
+
+FILLS_AND_CLAMPS = [
+    ("aten::masked_fill", (2, 2, 3, 3), (1, 1, 3, 3), lambda x, m: x.masked_fill(m, -1e9)),
+    ("aten::masked_fill", (3, 4), (3, 4), lambda x, m: x.masked_fill(m, 2)),
+    ("aten::masked_fill_", (2, 3, 4), (3, 1), lambda x, m: x.clone().masked_fill_(m, 0.5)),
+    ("aten::clamp", (3, 4), None, lambda x, m: torch.clamp(x, -0.5, 0.5)),
+    ("aten::clamp", (3, 4), None, lambda x, m: torch.clamp(x, min=-0.25)),
+    ("aten::clamp", (3, 4), None, lambda x, m: torch.clamp(x, max=0.25)),
+    ("aten::clamp_", (3, 4), None, lambda x, m: x.clone().clamp_(-1, 1)),
+]
+
+
+@pytest.mark.parametrize(("name", "x_shape", "mask_shape", "fn"), FILLS_AND_CLAMPS,
+                         ids=[f"{n}-{i}" for i, (n, *_) in enumerate(FILLS_AND_CLAMPS)])
+def test_masked_fill_and_clamp_take_the_fast_path_with_the_general_results(name, x_shape, mask_shape, fn,
+                                                                           monkeypatch):
+    x = torch.randn(x_shape)
+    mask = torch.rand(mask_shape) > 0.5 if mask_shape is not None else None
+    dx, dmask = x.to("rbln"), (mask.to("rbln") if mask is not None else None)
+    first = fn(dx, dmask)  # the general path launches once
+    fail = lambda *a, **k: (_ for _ in ()).throw(AssertionError("general path reached"))  # noqa: E731
+    monkeypatch.setattr(_ops, "masked_fill", fail)
+    monkeypatch.setattr(_ops, "binary", fail)
+    registry.reset_fallback_report()
+    fast = fn(dx, dmask)
+    torch.testing.assert_close(fast.cpu(), first.cpu(), atol=0, rtol=0)
+    torch.testing.assert_close(fast.cpu(), fn(x, mask), atol=0, rtol=0)
+    assert _row(name) == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_masked_fill_and_clamp_calls_the_fast_path_leaves_to_the_general_path():
+    d = torch.randn(3, 4).to("rbln")
+    mask = d > 0
+    d.masked_fill(mask, 1.0)
+    names = [op.name for op in registry.TABLE]
+    fill = registry.TABLE[names.index("masked_fill.Scalar")].fast
+    fill_ = registry.TABLE[names.index("masked_fill_.Scalar")].fast
+    clamp = registry.TABLE[names.index("clamp.default")].fast
+    assert fill((d, mask, 1.0), {}) is not None
+    assert fill((d, mask.float(), 1.0), {}) is None  # a non-bool mask: the general path decides
+    assert fill((d, mask, True), {}) is None  # a bool value
+    assert fill((d, mask.cpu(), 1.0), {}) is None  # a CPU mask
+    assert fill_((d[0], mask, 1.0), {}) is None  # self would need broadcasting
+    assert clamp((d, None, None), {}) is None  # no bounds: torch's error from the CPU path
+    assert clamp((d, True, None), {}) is None  # a bool bound
+    assert clamp((d, torch.tensor(0.5)), {}) is None  # a tensor bound (clamp.Tensor's business)

@@ -345,33 +345,43 @@ class _WherePlan(_Plan):
     __slots__ = ("shape", "ints")
 
 
+def _where_plan(dtype: torch.dtype, shapes: tuple, *, a_scalar: bool, inplace_shape: tuple | None = None
+                ) -> _WherePlan | None:
+    """The plan of a `where_kernel` launch on contiguous operands of `shapes` (condition, a, b), as
+    `_ops.where` (`a_scalar` False) or `_ops.masked_fill` (`a` the value's float32 one-element tensor,
+    the result written to b when `inplace_shape`) launch it; None for what they would not launch so."""
+    if dtype not in FLOATS:
+        return None
+    c_shape, a_shape, b_shape = shapes
+    try:
+        shape = _broadcast(c_shape, b_shape) if a_scalar else _broadcast(c_shape, a_shape, b_shape)
+        if inplace_shape is not None and shape != list(inplace_shape):
+            return None  # the general path declines: self would need broadcasting
+        n = math.prod(shape)
+        if n == 0:
+            return None
+        _, sizes, (sc, sa, sb) = _geometry(shape, [torch.empty(s, device="meta") for s in shapes])
+    except Decline:
+        return None  # shapes that do not broadcast, more than four dims: the general path decides
+    if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
+        sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 0] if a_scalar else [0, 0, 0, 1], [0, 0, 0, 1]
+    ints = (n, *sizes, *sc, *sa, *sb)
+    if max(map(abs, ints)) >= _I32:
+        return None
+    block = _block(n)
+    key = (torch.bool, torch.float32 if a_scalar else dtype, dtype, dtype, block)
+    plan = _WherePlan(_k("elementwise").where_kernel, key, 0, dtype, dtype, _cdiv(n, block))
+    plan.shape, plan.ints = tuple(shape), ints
+    return plan
+
+
 def where() -> FastPath:
     """The fast path of `where(condition, a, b)` on contiguous rbln tensors (a bool condition, `a` and
     `b` of one floating dtype) whose shapes broadcast: the launch of `_ops.where`, with the same
     arguments (`torch.where(mask, x, value)` reaches it with `value` as a 0-d rbln tensor)."""
 
     def new_plan(plan_key: tuple) -> _WherePlan | None:
-        dtype, shapes = plan_key[0], plan_key[1:]
-        if dtype not in FLOATS:
-            return None
-        try:
-            shape = _broadcast(*shapes)
-            n = math.prod(shape)
-            if n == 0:
-                return None
-            _, sizes, (sc, sa, sb) = _geometry(shape, [torch.empty(s, device="meta") for s in shapes])
-        except Decline:
-            return None  # shapes that do not broadcast, more than four dims: the general path decides
-        if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
-            sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, 1]
-        ints = (n, *sizes, *sc, *sa, *sb)
-        if max(map(abs, ints)) >= _I32:
-            return None
-        block = _block(n)
-        kernel = _k("elementwise").where_kernel
-        plan = _WherePlan(kernel, (torch.bool, dtype, dtype, dtype, block), 0, dtype, dtype, _cdiv(n, block))
-        plan.shape, plan.ints = tuple(shape), ints
-        return plan
+        return _where_plan(plan_key[0], plan_key[1:], a_scalar=False)
 
     plans: dict[tuple, _WherePlan | None] = PlanMemo(1024, new_plan)
 
@@ -405,30 +415,8 @@ def masked_fill(*, inplace: bool) -> FastPath:
 
     def new_plan(plan_key: tuple) -> _WherePlan | None:
         dtype, x_shape, mask_shape = plan_key
-        if dtype not in FLOATS:
-            return None
-        try:
-            shape = _broadcast(mask_shape, x_shape)
-            if inplace and shape != list(x_shape):
-                return None  # the general path declines: self would need broadcasting
-            n = math.prod(shape)
-            if n == 0:
-                return None
-            stand_ins = [torch.empty(s, device="meta") for s in (mask_shape, (1,), x_shape)]
-            _, sizes, (sc, sa, sb) = _geometry(shape, stand_ins)
-        except Decline:
-            return None
-        if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
-            sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 0, 1]
-        ints = (n, *sizes, *sc, *sa, *sb)
-        if max(map(abs, ints)) >= _I32:
-            return None
-        block = _block(n)
-        kernel = _k("elementwise").where_kernel
-        key = (torch.bool, torch.float32, dtype, dtype, block)
-        plan = _WherePlan(kernel, key, 0, dtype, dtype, _cdiv(n, block))
-        plan.shape, plan.ints = tuple(shape), ints
-        return plan
+        return _where_plan(dtype, (mask_shape, (1,), x_shape), a_scalar=True,
+                           inplace_shape=x_shape if inplace else None)
 
     plans: dict[tuple, _WherePlan | None] = PlanMemo(1024, new_plan)
 

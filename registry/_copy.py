@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
-from torch_rbln.dsl.jit import _device_tp
 
 from torch_rbln import fallback
 
 from . import _launch
-from ._finite_scan import is_dense_permutation
-from ._ops import InvalidCall, _block, _cdiv, _collapse, _expanded_strides, _k
-
-_I32 = 2**31
+from ._ops import _I32, InvalidCall, _block, _cdiv, _collapse, _expanded_strides, _k
 
 NAME = "aten::_copy_from"
 _DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool})
@@ -62,18 +58,6 @@ def _unsupported(src: torch.Tensor, dst: torch.Tensor) -> str | None:
     return _overlap(src, dst)
 
 
-def dense_on_one_npu(src: torch.Tensor, dst: torch.Tensor, programs: int) -> bool:
-    """Whether an unchecked launch may copy `src` to `dst`: both cover exactly the block of numel
-    elements at their data pointer (contiguous, or a permutation of a contiguous block such as a
-    transpose) and one NPU runs the grid."""
-    for tensor in (src, dst):
-        if not (tensor.is_contiguous() or is_dense_permutation(tensor.shape, tensor.stride())):
-            return False
-        if tensor.is_cpu:
-            return False
-    return programs == 1 or _device_tp(dst.get_device()) == 1
-
-
 def copy_on_device(src: torch.Tensor, dst: torch.Tensor) -> bool:
     """Copy `src` (broadcastable to `dst`) into `dst`, both rbln; False when the host must do it."""
     if dst.numel() == 0:
@@ -104,8 +88,8 @@ def copy_on_device(src: torch.Tensor, dst: torch.Tensor) -> bool:
         # every int argument fits in 32 bits, so dtypes and block determine the specialisation: the
         # launch kept under that key skips the general launch's per-argument key (a clone's copy)
         key = (src.dtype, dst.dtype, block)
-        run = _launch.unchecked(kernel, key)
-        if run is not None and dense_on_one_npu(src, dst, programs):
+        run = _launch.dense_unchecked(kernel, key, (src, dst), programs)
+        if run is not None:
             run(programs, 1, 1, *args)  # `.contiguous()` of a transpose: a dense source, not contiguous
         else:
             _launch.launch(kernel, programs, key, args, {"BLOCK": block})

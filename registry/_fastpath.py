@@ -24,7 +24,7 @@ from torch_rbln import _memory, config
 
 from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
-from ._memo import BoundedMemo, PlanMemo
+from ._memo import PlanMemo
 from ._ops import (
     _I32,
     _ONE_BLOCK,
@@ -34,7 +34,6 @@ from ._ops import (
     _broadcast,
     _cdiv,
     _dense_layout,
-    _geometry,
     _k,
     _scalar_tensor,
     dense_binary_key,
@@ -42,6 +41,7 @@ from ._ops import (
     scalar_value,
     softmax_row_key,
     unary_key,
+    where_geometry,
 )
 from ._reduce import _CODES, row_key
 
@@ -258,16 +258,16 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
     """The fast path of a unary op `x -> name(x)`, functional or in place. `keyword`/`values`: an
     optional keyword argument that picks the kernel op (gelu's `approximate`: value -> op name). Flat,
     as `binary`."""
-    plans: dict[tuple, _Plan] = BoundedMemo(1024)  # (op name, dtype, numel) -> plan
 
-    def new_plan(op_name: str, dtype: torch.dtype, n: int) -> _Plan | None:
+    def new_plan(plan_key: tuple) -> _Plan | None:
+        op_name, dtype, n = plan_key
         if dtype not in FLOATS or n == 0:
             return None
         E = _k("elementwise")
         key, keywords = unary_key(E, op_name, (dtype, dtype), n)
-        plan = plans[(op_name, dtype, n)] = _Plan(E.unary_kernel, key, keywords["OP"], dtype, dtype,
-                                                  _cdiv(n, _block(n)))
-        return plan
+        return _Plan(E.unary_kernel, key, keywords["OP"], dtype, dtype, _cdiv(n, _block(n)))
+
+    plans: dict[tuple, _Plan | None] = PlanMemo(1024, new_plan)  # (op name, dtype, numel) -> plan or None
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         op_name = name
@@ -285,7 +285,7 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
             return None
         dtype = x.dtype
         n = x.numel()
-        plan = plans.get((op_name, dtype, n)) or new_plan(op_name, dtype, n)
+        plan = plans[(op_name, dtype, n)]
         if plan is None:
             return None
         run = plan.ready(x, index, n)
@@ -360,11 +360,10 @@ def _where_plan(dtype: torch.dtype, shapes: tuple, *, a_scalar: bool, inplace_sh
         n = math.prod(shape)
         if n == 0:
             return None
-        _, sizes, (sc, sa, sb) = _geometry(shape, [torch.empty(s, device="meta") for s in shapes])
+        stand_ins = [torch.empty(s, device="meta") for s in shapes]
+        sizes, sc, sa, sb = where_geometry(shape, stand_ins, a_scalar=a_scalar)
     except Decline:
         return None  # shapes that do not broadcast, more than four dims: the general path decides
-    if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
-        sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 0] if a_scalar else [0, 0, 0, 1], [0, 0, 0, 1]
     ints = (n, *sizes, *sc, *sa, *sb)
     if max(map(abs, ints)) >= _I32:
         return None
@@ -469,7 +468,7 @@ class _NormPlan(_Plan):
     """A layer norm's launch for one (dtype, shape, normalized shape, weight?, bias?): `programs` rows
     of `n` elements, and the shape of its mean/rstd outputs."""
 
-    __slots__ = ("stats_shape", "has_w", "has_b")
+    __slots__ = ("stats_shape",)
 
 
 def layer_norm() -> FastPath:
@@ -491,7 +490,6 @@ def layer_norm() -> FastPath:
         plan = _NormPlan(kernel, key, 0, dtype, dtype, numel // n)
         plan.n = n
         plan.stats_shape = tuple(shape[:-tail]) + (1,) * tail
-        plan.has_w, plan.has_b = has_w, has_b
         return plan
 
     plans: dict[tuple, _NormPlan | None] = PlanMemo(1024, new_plan)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from torch_rbln.dsl.jit import on_clear_cache, requested_backend
+from torch_rbln.dsl.jit import _device_tp, on_clear_cache, requested_backend
 
+from ._finite_scan import is_dense_permutation
 from ._memo import BoundedMemo
 
 _plans: dict[tuple, Callable] = BoundedMemo(4096)
@@ -40,6 +41,22 @@ def unchecked(kernel, key: tuple) -> Callable | None:
     until `launch` has run that specialisation once."""
     plan = _plans.get((kernel, key, requested_backend()))
     return None if plan is None else plan.unchecked
+
+
+def dense_unchecked(kernel, key: tuple, tensors: tuple, programs: int) -> Callable | None:
+    """The launch kept under `key` without its checks (see `unchecked`), when the caller's `tensors`
+    allow it although some are not contiguous: each is an rbln tensor covering exactly the block of
+    numel elements at its data pointer (contiguous, or a permutation of a contiguous block such as a
+    transposed weight), and one NPU runs the grid of `programs` programs. None otherwise."""
+    run = unchecked(kernel, key)
+    if run is None:
+        return None
+    for tensor in tensors:
+        if tensor.is_cpu:
+            return None
+        if not (tensor.is_contiguous() or is_dense_permutation(tensor.shape, tensor.stride())):
+            return None
+    return run if programs == 1 or _device_tp(tensors[-1].get_device()) == 1 else None
 
 
 def _forget(kernel) -> None:

@@ -11,11 +11,11 @@ import math
 from collections.abc import Sequence
 
 import torch
+from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _memory
 
 from . import _launch
-from ._finite_scan import is_dense_permutation
 from ._memo import BoundedMemo
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -455,10 +455,7 @@ def where(condition: torch.Tensor, a, b, out=None):
     n = out.numel()
     if n == 0:
         return out
-    _, sizes, (sc, sa, sb) = _geometry(shape, [tc, ta, tb])
-    if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
-        sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, 1]
-    _where_launch(tc, ta, tb, out, n, sizes, sc, sa, sb)
+    _where_launch(tc, ta, tb, out, n, *where_geometry(shape, [tc, ta, tb], a_scalar=False))
     return out
 
 
@@ -493,12 +490,19 @@ def _where_into(mask, ta, tb, out):
     n = out.numel()
     if n == 0:
         return out
-    shape = list(out.shape)
-    _, sizes, (sc, sa, sb) = _geometry(shape, [mask, ta, tb])
-    if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
-        sizes, sc, sa, sb = [1, 1, n], [0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 0, 1]
-    _where_launch(mask, ta, tb, out, n, sizes, sc, sa, sb)
+    _where_launch(mask, ta, tb, out, n, *where_geometry(list(out.shape), [mask, ta, tb], a_scalar=True))
     return out
+
+
+def where_geometry(shape: list[int], operands: list, *, a_scalar: bool) -> tuple:
+    """(sizes, condition strides, a strides, b strides) of `where_kernel` over `shape`: `_geometry`'s,
+    or one flat run of the elements when no operand needs broadcasting (`a_scalar`: `a` is a
+    one-element value tensor, read at offset 0)."""
+    _, sizes, (sc, sa, sb) = _geometry(shape, operands)
+    if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
+        value = [0, 0, 0, 0] if a_scalar else [0, 0, 0, 1]
+        return [1, 1, math.prod(shape)], [0, 0, 0, 1], value, [0, 0, 0, 1]
+    return sizes, sc, sa, sb
 
 
 def _where_launch(condition, a, b, out, n: int, sizes, sc, sa, sb) -> None:
@@ -670,8 +674,6 @@ def _matmul_launch(a, b, c, bias, M, N, K, sa, sb, sc, sbias, alpha, beta, batch
     (dtypes, M, N, K, bias, batch, tensor-parallel size, DSL backend: everything its decision depends
     on); later launches of that shape run the kernel with that config directly, since the tuner's own
     per-call key and grid callback cost more than a small matmul computes."""
-    from torch_rbln.dsl.jit import _device_tp, requested_backend
-
     Mk = _k("matmul")
     tuner = Mk.matmul_kernel
     has_bias = bias is not None
@@ -686,11 +688,9 @@ def _matmul_launch(a, b, c, bias, M, N, K, sa, sb, sc, sbias, alpha, beta, batch
             # every int argument fits in 32 bits: dtypes and constexprs make the key of a kept launch
             # (skips the general launch's per-argument key: twenty arguments)
             key = (*shape_key[:4], has_bias, keywords["BLOCK_M"], keywords["BLOCK_N"], keywords["BLOCK_K"])
-            run = _launch.unchecked(tuner.fn, key)
-            if run is not None and (grid[0] * grid[1] == 1 or shape_key[9] == 1) and \
-                    all(t.is_contiguous() or is_dense_permutation(t.shape, t.stride()) for t in args[:4]):
-                # host memory spans of numel elements from data_ptr (a transposed weight too), one NPU
-                run(grid[0], grid[1], 1, *args)
+            run = _launch.dense_unchecked(tuner.fn, key, args[:4], grid[0] * grid[1])
+            if run is not None:
+                run(grid[0], grid[1], 1, *args)  # a transposed weight is dense too
             else:
                 _launch.launch(tuner.fn, grid[0], key, args, keywords, rows=grid[1])
         else:

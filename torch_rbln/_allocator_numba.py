@@ -132,17 +132,8 @@ def unreserve(row, nbytes):
 
 @numba.cfunc(types.void(types.int64), cache=True, nogil=True)
 def release(block):
-    """The DLPack deleter of every block: un-count its bytes in its device's row, free the block."""
-    words = numba.carray(as_pointer(block, np.int64), _DIMS // 8)
-    unreserve(words[_MANAGER_CTX // 8], words[_NBYTES // 8])
-    _free(block)
-
-
-
-
-@numba.njit(cache=True)
-def discard(block):
-    """Undo an allocation whose tensor was never built (PyTorch did not take the block)."""
+    """The DLPack deleter of every block: un-count its bytes in its device's row, free the block. Also
+    what undoes an allocation PyTorch did not take (`release.ctypes(block)`)."""
     words = numba.carray(as_pointer(block, np.int64), _DIMS // 8)
     unreserve(words[_MANAGER_CTX // 8], words[_NBYTES // 8])
     _free(block)

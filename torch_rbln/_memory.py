@@ -354,7 +354,7 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
                 try:
                     return _from_dlpack(capsule)
                 except BaseException:
-                    _compiled.discard(block)
+                    _compiled.release.ctypes(block)  # the deleter PyTorch would have called
                     raise
             if block == _compiled.OVER_CAPACITY:
                 raise _out_of_memory(index, math.prod(dims) * dtype.itemsize, counters)

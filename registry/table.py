@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import _fast_elementwise, _fast_matmul, _fast_rows
 from . import _fastpath as FP
 from . import _loss as L
 from . import _ops as O
@@ -282,4 +283,22 @@ TABLE: list[Op] = [
     Op("arange.start_out", O.arange, int_inputs=True),
 ]
 
+
+
+def _with_fast_paths(table: list[Op]) -> list[Op]:
+    """The table with the fast paths of the modules that keep theirs in a `FAST_PATHS` dict (overload
+    name -> fast path, replacing an entry's own `fast`): each family's fast paths live next to each
+    other, not spread over this list."""
+    from dataclasses import replace
+
+    extra: dict[str, Callable] = {}
+    for module in (_fast_elementwise, _fast_rows, _fast_matmul):
+        extra.update(module.FAST_PATHS)
+    unknown = set(extra) - {op.name for op in table}
+    if unknown:
+        raise RuntimeError(f"fast paths for overloads the table does not register: {sorted(unknown)}")
+    return [replace(op, fast=extra[op.name]) if op.name in extra else op for op in table]
+
+
+TABLE = _with_fast_paths(TABLE)
 NAMES = frozenset(op.name for op in TABLE)

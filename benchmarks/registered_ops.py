@@ -1,0 +1,277 @@
+"""Every registered aten overload on 4-element tensors: rbln median us per call vs torch CPU.
+
+Run: python benchmarks/registered_ops.py [--calls 300] [--rounds 5] [--only add,mm] [--deploy] [--json F]
+
+Issue 7's small-op target is "registered op on 4-element tensors: <= 15 us per call median". The short
+table in benchmarks/ops.py covers the common ops; this sweep covers every entry of
+`torch_rbln.registry.TABLE`, plus the device copies (`copy_`, `clone`, `.contiguous()`, `.to`) that
+the table does not list. Arguments come from each overload's schema (a 4-element float32 tensor for
+a tensor, 0.5 for a number, dim 0, an `out=` tensor of the right shape) and, for the ops whose
+arguments have a structure a schema does not say (matmuls, norms, losses, indices), from a
+hand-written sample below. Each overload is called through its `OpOverload` on both sides, so both
+pay the same Python-to-dispatcher cost; in-place overloads act on a fresh copy made outside the timed
+region: their input is restored before each call, outside the timing.
+
+Each op is first run once with the fallback report reset: a row that ran anything on the CPU fallback
+is marked `CPU`, since it would not be timing a device kernel. Rows over the target are marked `>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+TARGET_US = 15.0
+
+
+class _Side:
+    """One side (CPU or rbln) of a case: `call` runs the op once; `reset` restores the inputs an
+    in-place op overwrote, so every timed call sees the same values (repeated exp_ would reach inf,
+    which then takes the NaN/Inf fallback and times something else)."""
+
+    def __init__(self, call: Callable[[], object], inputs: tuple = ()) -> None:
+        self.call = call
+        self._pairs = [(t, t.clone()) for t in inputs]
+
+    def reset(self) -> None:
+        for tensor, saved in self._pairs:
+            tensor.copy_(saved)
+
+
+def _timer_overhead_ns() -> float:
+    clock = time.perf_counter_ns
+    samples = []
+    for _ in range(20000):
+        start = clock()
+        samples.append(clock() - start)
+    return statistics.median(samples)
+
+
+def _per_call(cpu: _Side, dev: _Side, rounds: int, calls: int, overhead: float
+              ) -> tuple[float, float, float]:
+    """(CPU median us, rbln median us, rbln 10th-percentile us): every call timed on its own, in rounds
+    that alternate a block of rbln calls with a block of CPU calls (a load burst then hits both). A
+    side's `reset` (restoring an in-place op's input) runs before each call, outside the timing."""
+    clock = time.perf_counter_ns
+    for _ in range(20):
+        for side in (cpu, dev):
+            side.reset()
+            side.call()
+    cpu_ns: list[int] = []
+    dev_ns: list[int] = []
+    for _ in range(rounds):
+        for side, samples in ((dev, dev_ns), (cpu, cpu_ns)):
+            call, reset = side.call, side.reset
+            for _ in range(calls):
+                reset()
+                start = clock()
+                call()
+                samples.append(clock() - start)
+    cpu, dev = cpu_ns, dev_ns
+    dev.sort()
+    return ((statistics.median(cpu) - overhead) / 1e3, (statistics.median(dev) - overhead) / 1e3,
+            (dev[len(dev) // 10] - overhead) / 1e3)
+
+
+def _samples() -> dict[str, Callable[[], tuple[tuple, dict]]]:
+    """Hand-written (args, kwargs) on the CPU for overloads whose arguments a schema does not describe."""
+    import torch
+
+    x = lambda *shape: torch.rand(*shape) + 0.5  # noqa: E731 - positive: log/sqrt/pow stay finite
+    m22 = lambda: x(2, 2)  # noqa: E731
+    logp = lambda: torch.log_softmax(torch.randn(2, 2), 1)  # noqa: E731
+    return {
+        "_softmax.default": lambda: ((x(4), 0, False), {}),
+        "_log_softmax.default": lambda: ((x(4), 0, False), {}),
+        "_softmax_backward_data.default": lambda: ((x(4), torch.softmax(x(4), 0), 0, torch.float32), {}),
+        "_log_softmax_backward_data.default": lambda: ((x(4), torch.log_softmax(x(4), 0), 0, torch.float32),
+                                                       {}),
+        "addmm.default": lambda: ((x(2), m22(), m22()), {}),
+        "addmm.out": lambda: ((x(2), m22(), m22()), {"out": torch.empty(2, 2)}),
+        "mm.default": lambda: ((m22(), m22()), {}),
+        "mm.out": lambda: ((m22(), m22()), {"out": torch.empty(2, 2)}),
+        "bmm.default": lambda: ((x(1, 2, 2), x(1, 2, 2)), {}),
+        "bmm.out": lambda: ((x(1, 2, 2), x(1, 2, 2)), {"out": torch.empty(1, 2, 2)}),
+        "arange.start_out": lambda: ((0, 4), {"out": torch.empty(4)}),
+        "cat.default": lambda: (([x(2), x(2)],), {}),
+        "index_select.default": lambda: ((x(4), 0, torch.tensor([3, 0, 1, 2])), {}),
+        "embedding_dense_backward.default": lambda: ((x(2, 2), torch.tensor([1, 0]), 2, -1, False), {}),
+        "native_layer_norm.default": lambda: ((x(4), [4], x(4), x(4), 1e-5), {}),
+        "native_layer_norm_backward.default": lambda: (
+            (x(4), x(4), [4], x(1), x(1), x(4), x(4), [True, True, True]), {}),
+        "nll_loss_forward.default": lambda: ((logp(), torch.tensor([0, 1]), None, 1, -100), {}),
+        "nll_loss_backward.default": lambda: ((torch.tensor(1.0), logp(), torch.tensor([0, 1]), None, 1, -100,
+                                               torch.tensor(2.0)), {}),
+        "where.self": lambda: ((torch.tensor([True, False, True, False]), x(4), x(4)), {}),
+        "where.self_out": lambda: ((torch.tensor([True, False, True, False]), x(4), x(4)),
+                                   {"out": torch.empty(4)}),
+        "masked_fill.Scalar": lambda: ((x(4), torch.tensor([True, False, True, False]), 0.5), {}),
+        "masked_fill_.Scalar": lambda: ((x(4), torch.tensor([True, False, True, False]), 0.5), {}),
+        "masked_fill.Tensor": lambda: ((x(4), torch.tensor([True, False, True, False]), torch.tensor(0.5)),
+                                       {}),
+        "masked_fill_.Tensor": lambda: ((x(4), torch.tensor([True, False, True, False]), torch.tensor(0.5)),
+                                        {}),
+        "threshold_backward.default": lambda: ((x(4), x(4) - 1.0, 0.0), {}),
+        "div.Scalar_mode": lambda: ((x(4), 0.5), {"rounding_mode": "floor"}),
+        "div_.Scalar_mode": lambda: ((x(4), 1.0), {"rounding_mode": "trunc"}),
+        "div.Tensor_mode": lambda: ((x(4), x(4)), {"rounding_mode": "floor"}),
+        "div_.Tensor_mode": lambda: ((x(4), x(4) + 1.0), {"rounding_mode": "trunc"}),
+        "div.out_mode": lambda: ((x(4), x(4)), {"rounding_mode": "floor", "out": torch.empty(4)}),
+        "clamp.Tensor": lambda: ((x(4), x(4) * 0.5, x(4) + 0.5), {}),
+        "clamp_.Tensor": lambda: ((x(4), x(4) * 0.5, x(4) + 0.5), {}),
+        "clamp.Tensor_out": lambda: ((x(4), x(4) * 0.5, x(4) + 0.5), {"out": torch.empty(4)}),
+        "clamp.default": lambda: ((x(4), 0.6, 1.2), {}),
+        "clamp_.default": lambda: ((x(4), 0.6, 1.2), {}),
+        "clamp.out": lambda: ((x(4), 0.6, 1.2), {"out": torch.empty(4)}),
+        "argmax.default": lambda: ((x(4),), {}),
+        "argmin.default": lambda: ((x(4),), {}),
+        "gelu.default": lambda: ((x(4),), {}),
+        "gelu_.default": lambda: ((x(4),), {}),
+        "pow.Tensor_Scalar": lambda: ((x(4), 2), {}),
+        "pow.Tensor_Scalar_out": lambda: ((x(4), 2), {"out": torch.empty(4)}),
+        "pow.Tensor_Tensor": lambda: ((x(4), x(4)), {}),
+        "pow.Tensor_Tensor_out": lambda: ((x(4), x(4)), {"out": torch.empty(4)}),
+        "floor_divide.default": lambda: ((x(4), x(4)), {}),
+        "mean.default": lambda: ((x(4),), {}),
+        "sum.default": lambda: ((x(4),), {}),
+        "std.correction": lambda: ((x(4),), {}),
+        "var.correction": lambda: ((x(4),), {}),
+    }
+
+
+def _from_schema(overload: Any) -> tuple[tuple, dict] | None:
+    """(args, kwargs) from the schema alone, or None when an argument's meaning is not evident."""
+    import torch
+
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for argument in overload._schema.arguments:
+        kind = str(argument.type)
+        if argument.name == "out":
+            value: Any = torch.empty(4, dtype=torch.bool if _is_comparison(overload) else torch.float32)
+        elif argument.has_default_value() and not argument.kwarg_only:
+            continue
+        elif argument.has_default_value():
+            continue
+        elif kind == "Tensor":
+            value = torch.rand(4) + 0.5
+        elif kind in ("Scalar", "number"):
+            value = 0.5
+        elif kind in ("int", "SymInt"):
+            value = 0
+        elif kind.startswith("List[int]") or kind.startswith("int[]") or kind == "Optional[List[int]]":
+            value = [0]
+        elif kind == "bool":
+            value = False
+        else:
+            return None
+        if argument.kwarg_only:
+            kwargs[argument.name] = value
+        else:
+            args.append(value)
+    return tuple(args), kwargs
+
+
+def _is_comparison(overload: Any) -> bool:
+    return overload._schema.name.split("::")[1].rstrip("_") in ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+def _device_copy(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to("rbln")
+    if isinstance(value, list):
+        return [_device_copy(v) for v in value]
+    return value
+
+
+def _cases(only: set[str] | None) -> list[tuple[str, _Side, _Side]]:
+    import torch
+    from torch_rbln.registry import TABLE, _overload
+
+    samples = _samples()
+    cases = []
+    for entry in TABLE:
+        if only and entry.name not in only and entry.name.split(".")[0] not in only:
+            continue
+        overload = _overload(entry.name)
+        maker = samples.get(entry.name)
+        made = maker() if maker else _from_schema(overload)
+        if made is None:
+            print(f"no sample for {entry.name}; skipped", file=sys.stderr)
+            continue
+        args, kwargs = made
+        dargs = tuple(_device_copy(a) for a in args)
+        dkwargs = {k: _device_copy(v) for k, v in kwargs.items()}
+        inplace = overload._schema.name.endswith("_")
+        cases.append((entry.name,
+                      _Side(lambda o=overload, a=args, k=kwargs: o(*a, **k), args[:1] if inplace else ()),
+                      _Side(lambda o=overload, a=dargs, k=dkwargs: o(*a, **k), dargs[:1] if inplace else ())))
+    extra = {
+        "copy_ (device to device)": lambda a, b: a.copy_(b),
+        "clone": lambda a, b: a.clone(),
+        "t().contiguous() 2x2": lambda a, b: a.view(2, 2).t().contiguous(),
+        "zeros_like": lambda a, b: torch.zeros_like(a),
+        "empty_like": lambda a, b: torch.empty_like(a),
+        "view(2, 2)": lambda a, b: a.view(2, 2),
+        "x[1:]": lambda a, b: a[1:],
+    }
+    a, b = torch.rand(4), torch.rand(4)
+    da, db = a.to("rbln"), b.to("rbln")
+    for name, fn in extra.items():
+        if only and name not in only:
+            continue
+        cases.append((name, _Side(lambda f=fn: f(a, b)), _Side(lambda f=fn: f(da, db))))
+    return cases
+
+
+def _fallbacks(fn: Callable[[], object]) -> int:
+    from torch_rbln import registry
+
+    registry.reset_fallback_report()
+    fn()
+    return sum(row["cpu"] for row in registry.fallback_report().values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=300, help="calls per side and round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", help="comma-separated overloads or op names")
+    parser.add_argument("--json", help="also write the rows to this JSON file")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    import torch_rbln  # noqa: F401
+
+    torch.set_num_threads(1)
+    only = {name.strip() for name in args.only.split(",")} if args.only else None
+    overhead = _timer_overhead_ns()
+    rows = []
+    for name, cpu, dev in _cases(only):
+        cpu_fallbacks = _fallbacks(dev.call)
+        cpu_us, dev_us, p10_us = _per_call(cpu, dev, args.rounds, args.calls, overhead)
+        rows.append({"op": name, "cpu_us": cpu_us, "rbln_us": dev_us, "rbln_p10_us": p10_us,
+                     "cpu_fallbacks": cpu_fallbacks})
+        flag = ("CPU " if cpu_fallbacks else "") + (">" if dev_us > TARGET_US else "")
+        print(f"{name:<40} {dev_us:7.1f} (p10 {p10_us:5.1f}, torch {cpu_us:5.1f}) {flag}", flush=True)
+    over = [r for r in rows if r["rbln_us"] > TARGET_US]
+    on_cpu = [r for r in rows if r["cpu_fallbacks"]]
+    print(f"\n{len(rows)} ops: {len(rows) - len(over)} at or under {TARGET_US:g} us median, "
+          f"{len(over)} over; {len(on_cpu)} touched the CPU fallback")
+    if args.json:
+        with open(args.json, "w") as stream:
+            json.dump(rows, stream, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

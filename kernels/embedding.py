@@ -1,19 +1,39 @@
-"""Embedding lookup: out[i, :] = weight[indices[i], :], one program per index."""
+"""Gathers along one dim (embedding lookup, index_select) and the embedding gradient, plus the host-side
+range check of the indices these kernels (and the loss kernels) read.
+
+`index_select_kernel` views the source as (outer, size, inner) around the selected dim: program (i, o)
+copies the `inner` contiguous elements of slice `indices[i]` of outer block `o`. An embedding lookup
+is outer = 1, inner = the embedding width.
+
+The kernels trust their indices (a gather has no way to raise), so the caller checks them first with
+`indices_in_range`: a compiled scan over the raw int32/int64 values at the tensor's host address (an
+rbln tensor's data pointer is host memory). Comparing a DLPack host view with torch took ~30 us on a
+4-element index, more than the launch it guards.
+"""
 
 from __future__ import annotations
 
+import numba
+import numpy as np
+import torch
 import torch_rbln.dsl as tl
+from torch_rbln.dsl.backends.numba_backend.support import as_pointer
 
 
 @tl.jit
-def embedding_kernel(w_ptr, idx_ptr, out_ptr, dim, BLOCK: tl.constexpr):
+def index_select_kernel(x_ptr, idx_ptr, out_ptr, size, count, inner, BLOCK: tl.constexpr):
+    """out[o, i, :] = x[o, indices[i], :] for a contiguous (outer, size, inner) source and a contiguous
+    (outer, count, inner) result; grid (count, outer)."""
     i = tl.program_id(0)
+    o = tl.program_id(1)
     row = tl.load(idx_ptr + i).to(tl.int64)
+    src = (o * size + row) * inner
+    dst = (o * count + i) * inner
     cols = tl.arange(0, BLOCK)
-    for start in range(0, dim, BLOCK):
-        mask = start + cols < dim
-        v = tl.load(w_ptr + row * dim + start + cols, mask=mask, other=0.0)
-        tl.store(out_ptr + i * dim + start + cols, v, mask=mask)
+    for start in range(0, inner, BLOCK):
+        mask = start + cols < inner
+        v = tl.load(x_ptr + src + start + cols, mask=mask, other=0.0)
+        tl.store(out_ptr + dst + start + cols, v, mask=mask)
 
 
 @tl.jit
@@ -37,3 +57,39 @@ def embedding_backward_kernel(
             acc += tl.sum(g, axis=0)
         acc = tl.where(v == padding_idx, 0.0, acc)
         tl.store(out_ptr + v * dim + d_start + rd, acc.to(out_ptr.dtype.element_ty), mask=d_mask)
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _in_range(values, stop, ignore):
+    """Every value is in [0, stop) or equals `ignore`."""
+    ok = True
+    for i in range(values.shape[0]):
+        v = values[i]
+        ok &= (0 <= v < stop) | (v == ignore)
+    return ok
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _in_range_64(address, n, stop, ignore):
+    return _in_range(numba.carray(as_pointer(address, np.int64), n), stop, ignore)
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _in_range_32(address, n, stop, ignore):
+    return _in_range(numba.carray(as_pointer(address, np.int32), n), stop, ignore)
+
+
+def indices_in_range(indices: torch.Tensor, stop: int, ignore: int | None = None) -> bool:
+    """True when every element of the contiguous int32/int64 rbln tensor `indices` is in [0, stop) or
+    equals `ignore` (nll_loss's ignore_index; None: no exception)."""
+    if stop <= 0:
+        return ignore is not None and bool((_host(indices) == ignore).all())
+    scan = _in_range_64 if indices.dtype == torch.int64 else _in_range_32
+    # without an exception, 0 stands in for it: 0 passes anyway once stop > 0
+    return scan(indices.data_ptr(), indices.numel(), stop, 0 if ignore is None else ignore)
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    from torch_rbln import _dlpack
+
+    return _dlpack.to_host_view(t)

@@ -51,24 +51,29 @@ def nll_loss_kernel(
 
 @tl.jit
 def nll_loss_backward_kernel(
-    g_ptr, t_ptr, w_ptr, total_weight_ptr, dx_ptr, rows, classes, ignore_index, REDUCTION, HAS_W,
+    g_ptr, t_ptr, w_ptr, total_weight_ptr, dx_ptr, classes, ignore_index, REDUCTION, HAS_W,
     BLOCK: tl.constexpr,
 ):
-    """dx[i, t[i]] = -w[t[i]] * g (g[i] for reduction none; g / total_weight for mean) over the rows of
-    one block; dx must be zero-filled before (every other element of a row has zero gradient)."""
-    row = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    in_rows = row < rows
-    target = tl.load(t_ptr + row, mask=in_rows, other=ignore_index).to(tl.int64)
-    keep = in_rows & (target != ignore_index)
+    """Row `program_id(0)` of dx, whole: -w[t] * g at the target class (g[i] for reduction none,
+    g / total_weight for mean), zero elsewhere and on an ignored row. Writing every element makes a
+    zero-fill launch before it unnecessary."""
+    row = tl.program_id(0)
+    target = tl.load(t_ptr + row).to(tl.int64)
+    keep = target != ignore_index
     safe_target = tl.where(keep, target, 0)
     if REDUCTION == 0:
-        g = tl.load(g_ptr + row, mask=in_rows, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + row).to(tl.float32)
     else:
-        g = tl.load(g_ptr).to(tl.float32) + tl.zeros((BLOCK,), dtype=tl.float32)
+        g = tl.load(g_ptr).to(tl.float32)
         if REDUCTION == 1:
             g = g / tl.load(total_weight_ptr).to(tl.float32)
     if HAS_W:
-        w = tl.load(w_ptr + safe_target, mask=keep, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + safe_target).to(tl.float32)
     else:
-        w = tl.where(keep, 1.0, 0.0)
-    tl.store(dx_ptr + row * classes + safe_target, (-w * g).to(dx_ptr.dtype.element_ty), mask=keep)
+        w = 1.0
+    grad = tl.where(keep, -w * g, 0.0)
+    cols = tl.arange(0, BLOCK)
+    for start in range(0, classes, BLOCK):
+        c = start + cols
+        value = tl.where(c == target, grad, 0.0)
+        tl.store(dx_ptr + row * classes + c, value.to(dx_ptr.dtype.element_ty), mask=c < classes)

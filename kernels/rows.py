@@ -256,3 +256,30 @@ def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, WRIT
             hit = tl.where(has_nan, best != best, best == m)
             index = tl.min(tl.where(hit, best_i, 2147483647), axis=0)
             tl.store(idx_ptr + row, index.to(tl.int64))
+
+
+@tl.jit
+def norm_param_grad_kernel(
+    g_ptr, x_ptr, mean_ptr, rstd_ptr, dw_ptr, db_ptr, rows, n,
+    NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Layer norm's weight and bias gradients for BLOCK columns (program_id(0)): dw = sum over rows of
+    g * xhat, db = sum over rows of g, accumulated in float32 row by row. One launch for both, reading
+    g and x in place (no (rows, n) scratch of g * xhat, no separate column sums)."""
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n
+    dw = tl.zeros((BLOCK,), dtype=tl.float32)
+    db = tl.zeros((BLOCK,), dtype=tl.float32)
+    for row in range(0, rows):
+        g = tl.load(g_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+        if NEED_DW:
+            mean = tl.load(mean_ptr + row).to(tl.float32)
+            rstd = tl.load(rstd_ptr + row).to(tl.float32)
+            x = tl.load(x_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+            dw += g * ((x - mean) * rstd)
+        if NEED_DB:
+            db += g
+    if NEED_DW:
+        tl.store(dw_ptr + cols, dw.to(dw_ptr.dtype.element_ty), mask=mask)
+    if NEED_DB:
+        tl.store(db_ptr + cols, db.to(db_ptr.dtype.element_ty), mask=mask)

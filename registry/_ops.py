@@ -551,9 +551,13 @@ def softmax(x: torch.Tensor, dim: int, half_to_float: bool, *, log: bool):
 
 
 def softmax_backward(grad: torch.Tensor, output: torch.Tensor, dim: int, input_dtype, *, log: bool):
-    R = _k("rows")
+    """dx of softmax / log_softmax over the last dim: one row-kernel launch, through the launch kept
+    under its key (the dtypes, constexprs and n's width determine the specialisation), so that a call
+    that arrives here costs no per-argument key and `_fast_rows` can launch the same one."""
     if input_dtype != grad.dtype:
         raise Decline("mixed input dtype")
+    if grad.shape != output.shape:
+        raise Decline("grad and output shapes differ")
     _last_dim(output, dim)
     grad = contiguous(grad)
     output = contiguous(output)
@@ -561,9 +565,11 @@ def softmax_backward(grad: torch.Tensor, output: torch.Tensor, dim: int, input_d
     n = output.shape[-1] if output.dim() else 1
     if output.numel() == 0:
         return out
-    R.softmax_backward_kernel[(output.numel() // n,)](grad, output, out, n, LOG=log, BLOCK=_row_block(n))
+    block = _row_block(n)
+    _launch.launch(_k("rows").softmax_backward_kernel, output.numel() // n,
+                   (grad.dtype, output.dtype, log, block, n < _I32), (grad, output, out, n),
+                   {"LOG": log, "BLOCK": block})
     return out
-
 
 def layer_norm(x, normalized_shape, weight, bias, eps):
     n = math.prod(normalized_shape)
@@ -612,26 +618,46 @@ def column_sum(t: torch.Tensor, rows: int, n: int, dtype: torch.dtype) -> torch.
 
 
 def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """(dx, dw, db), each None unless `output_mask` asks for it (and, for dw/db, a weight/bias exists):
+    dx by the row kernel, dw and db together by one column kernel that reads grad and x in place.
+    Both launch through the launches kept under their keys (dtypes, constexprs, int widths)."""
     R = _k("rows")
     n = math.prod(normalized_shape)
     if n == 0 or x.numel() == 0:
         raise Decline("empty tensor")
+    if grad.shape != x.shape:
+        raise Decline("grad and input shapes differ")
     x = contiguous(x)
     grad = contiguous(grad)
+    mean = contiguous(mean)
+    rstd = contiguous(rstd)
     rows = x.numel() // n
     index = x.get_device()
     need_dx, need_dw, need_db = output_mask
-    dx = empty(x.shape, x.dtype, index)
-    need_gx = bool(need_dw and weight is not None)
-    gx = empty([rows, n], torch.float32, index) if need_gx else dx
-    w = contiguous(weight) if weight is not None else x
-    R.norm_backward_kernel[(rows,)](grad, x, w, contiguous(mean), contiguous(rstd), dx, gx, n,
-                                    RMS=False, HAS_W=weight is not None, NEED_GX=need_gx,
-                                    BLOCK=_row_block(n))
-    dw = column_sum(gx, rows, n, weight.dtype).view(weight.shape) if need_gx else None
-    db = column_sum(grad, rows, n, bias.dtype).view(bias.shape) if need_db and bias is not None else None
-    return (dx if need_dx else None), dw, db
-
+    need_dw = bool(need_dw and weight is not None)
+    need_db = bool(need_db and bias is not None)
+    dx = dw = db = None
+    if need_dx:
+        dx = empty(x.shape, x.dtype, index)
+        w = contiguous(weight) if weight is not None else x
+        has_w = weight is not None
+        block = _row_block(n)
+        key = (grad.dtype, x.dtype, w.dtype, mean.dtype, rstd.dtype, x.dtype, has_w, block, n < _I32)
+        _launch.launch(R.norm_backward_kernel, rows, key,
+                       (grad, x, w, mean, rstd, dx, dx, n),
+                       {"RMS": False, "HAS_W": has_w, "NEED_GX": False, "BLOCK": block})
+    if need_dw or need_db:
+        dw = empty(weight.shape, weight.dtype, index) if need_dw else None
+        db = empty(bias.shape, bias.dtype, index) if need_db else None
+        dw_t = grad if dw is None else dw  # an absent result is never written: grad stands in
+        db_t = grad if db is None else db
+        block = 16 if n <= 16 else 128  # columns per program: several programs share a wide row
+        _launch.launch(R.norm_param_grad_kernel, _cdiv(n, block),
+                       (grad.dtype, x.dtype, mean.dtype, rstd.dtype, dw_t.dtype, db_t.dtype, need_dw, need_db,
+                        block, rows < _I32, n < _I32),
+                       (grad, x, mean, rstd, dw_t, db_t, rows, n),
+                       {"NEED_DW": need_dw, "NEED_DB": need_db, "BLOCK": block})
+    return dx, dw, db
 
 def rms_norm_forward(x, weight, eps):
     """(y, rstd) of RMS norm over the last dim; rstd is float32 of shape (rows,)."""
@@ -767,33 +793,45 @@ def bmm(a, b, out=None):
 
 # ---------------------------------------------------------------- embedding
 
-def index_select(weight, dim, index_tensor):
-    Em = _k("embedding")
-    if weight.dim() != 2 or dim % 2 != 0:
-        raise Decline("index_select other than rows of a matrix")
+def index_select(x, dim, index_tensor):
+    """x.index_select(dim, index) of a floating tensor of any rank (an embedding lookup is rows of a
+    matrix): one gather launch over (index, outer block) programs, through the launch kept under its
+    key. The indices are range-checked on the host first (a compiled scan): an index out of range
+    takes the CPU fallback, which raises torch's error."""
     if index_tensor.dtype not in (torch.int64, torch.int32) or index_tensor.dim() > 1:
         raise Decline("index dtype/shape")
     if index_tensor.is_cpu:
         raise Decline("CPU index")
-    if weight.dtype not in FLOATS:
-        raise Decline(f"dtype {str(weight.dtype).replace('torch.', '')}")
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    nd = x.dim()
+    if nd == 0:
+        raise Decline("zero-dim source")
+    if not -nd <= dim < nd:
+        raise Decline(f"dim {dim} out of range")
+    dim %= nd
     count = index_tensor.numel()
-    rows, dim_size = weight.shape
-    if count == 0 or weight.numel() == 0:
+    size = x.shape[dim]
+    if count == 0 or x.numel() == 0:
         raise Decline("empty tensor")
-    from torch_rbln import _dlpack
-
-    host_index = _dlpack.to_host_view(index_tensor)
-    if bool((host_index < 0).any()) or bool((host_index >= rows).any()):
-        raise Decline("index out of range")
-    weight = contiguous(weight)
     index_tensor = contiguous(index_tensor)
-    out = empty([count, dim_size], weight.dtype, weight.get_device())
-    Em.embedding_kernel[(count,)](weight, index_tensor, out, dim_size, BLOCK=_row_block(dim_size))
+    if not _k("embedding").indices_in_range(index_tensor, size):
+        raise Decline("index out of range")
+    x = contiguous(x)
+    outer = math.prod(x.shape[:dim])
+    inner = math.prod(x.shape[dim + 1:])
+    shape = list(x.shape)
+    shape[dim] = count
+    out = empty(shape, x.dtype, x.get_device())
+    block = _row_block(inner)
+    _launch.launch(_k("embedding").index_select_kernel, count,
+                   (x.dtype, index_tensor.dtype, block, size < _I32, count < _I32, inner < _I32),
+                   (x, index_tensor, out, size, count, inner), {"BLOCK": block}, rows=outer)
     return out
 
-
 def cat(tensors, dim=0):
+    """Each input copied into its slice of the result by the strided copy kernel, one launch each,
+    through the launch kept under its key when every int argument fits in 32 bits."""
     E = _k("elementwise")
     tensors = [t for t in tensors if not (t.dim() == 1 and t.numel() == 0)]
     if not tensors:
@@ -829,13 +867,18 @@ def cat(tensors, dim=0):
             pad = 4 - len(sizes)
             sizes, src, dst = [1] * pad + sizes, [0] * pad + src, [0] * pad + dst
             block = _block(n)
-            E.strided_copy_kernel[(_cdiv(n, block),)](t, out, offset * out_strides[dim], n, *sizes[1:], *src,
-                                                        *dst, BLOCK=block)
+            ints = (offset * out_strides[dim], n, *sizes[1:], *src, *dst)
+            if max(map(abs, ints)) < _I32:
+                _launch.launch(E.strided_copy_kernel, _cdiv(n, block), (t.dtype, out.dtype, block),
+                               (t, out, *ints), {"BLOCK": block})
+            else:
+                E.strided_copy_kernel[(_cdiv(n, block),)](t, out, *ints, BLOCK=block)
         offset += t.shape[dim]
     return out
 
-
 def arange(start, end, step=1, out=None):
+    """arange into an rbln `out=`: one launch, through the launch kept under its key (out's dtype, the
+    block, n's width)."""
     E = _k("elementwise")
     if out is None or out.is_cpu:
         raise Decline("no rbln out=")
@@ -851,25 +894,35 @@ def arange(start, end, step=1, out=None):
     if list(out.shape) != [n]:
         out.resize_([n])
     if n:
+        if not out.is_contiguous():
+            raise Decline("non-contiguous output")
         block = _block(n)
-        E.arange_kernel[(_cdiv(n, block),)](out, n, float(start), float(step), BLOCK=block)
+        _launch.launch(E.arange_kernel, _cdiv(n, block), (out.dtype, block, n < _I32),
+                       (out, n, float(start), float(step)), {"BLOCK": block})
     return out
 
-
 def embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
-    Em = _k("embedding")
+    """The embedding weight's gradient: one program per weight row sums the grad rows whose index is
+    that row (deterministic, no atomics), through the launch kept under its key."""
     if scale_grad_by_freq:
         raise Decline("scale_grad_by_freq")
     if grad.dtype not in FLOATS:
         raise Decline(f"dtype {str(grad.dtype).replace('torch.', '')}")
-    dim = grad.shape[-1]
+    if indices.dtype not in (torch.int64, torch.int32) or indices.is_cpu:
+        raise Decline("index dtype/device")
+    dim = grad.shape[-1] if grad.dim() else 0
     count = indices.numel()
-    if count == 0 or dim == 0:
+    if count == 0 or dim == 0 or num_weights == 0:
         raise Decline("empty tensor")
+    if grad.numel() != count * dim:
+        raise Decline("grad and indices shapes differ")
     grad = contiguous(grad)
     indices = contiguous(indices)
     out = empty([num_weights, dim], grad.dtype, grad.get_device())
     block_d = min(256, max(16, 1 << (dim - 1).bit_length()))
-    Em.embedding_backward_kernel[(num_weights,)](grad, indices, out, count, dim, int(padding_idx),
-                                                 BLOCK_I=64, BLOCK_D=block_d)
+    padding_idx = int(padding_idx)
+    ints = (count, dim, padding_idx)
+    _launch.launch(_k("embedding").embedding_backward_kernel, num_weights,
+                   (grad.dtype, indices.dtype, block_d, *(abs(v) < _I32 for v in ints)),
+                   (grad, indices, out, *ints), {"BLOCK_I": 64, "BLOCK_D": block_d})
     return out

@@ -2,11 +2,694 @@
 max/min with indices, arg-reductions, var/std, losses, embedding, index_select, cat, arange.
 
 `FAST_PATHS` maps aten overload names to fast paths (see `_fastpath`); `table` merges it into its
-entries.
+entries. Each takes the plain case only (contiguous rbln tensors of one floating dtype on one device,
+the shape the general implementation launches one row/gather kernel for, a kept launch of that
+specialisation, finite inputs unless deploy mode, one NPU for a grid of several programs) and runs
+the launch the general implementation (`_ops`, `_reduce`, `_loss`) makes, with the same arguments, so
+results are bitwise the same. Anything else returns None: the general path decides and logs.
+Every tensor the general path's input check scans (`registry.check_inputs`: each floating tensor
+argument) is scanned here too, so a NaN/Inf input takes the same logged CPU fallback either way.
 """
 
 from __future__ import annotations
 
-from ._fastpath import FastPath
+import math
 
-FAST_PATHS: dict[str, FastPath] = {}
+import torch
+from torch import Tensor
+from torch_rbln.dsl.jit import _device_tp
+
+from torch_rbln import _memory, config
+
+from . import _loss
+from ._fastpath import _NOT_PLAIN, FastPath, _contiguous_rbln, _dim_token, _Plan, _reduce_plan
+from ._memo import PlanMemo
+from ._ops import _I32, FLOATS, _block, _cdiv, _collapse, _k, _row_block, unary_key
+from ._reduce import _CODES, row_key
+
+_INDICES = (torch.int64, torch.int32)
+_NUMBER = (int, float)
+
+
+def _ready(plan: _Plan | None, index: int):
+    """The plan's kept launch without a NaN/Inf scan (the caller scans what it reads), or None: no
+    plan, no kept launch yet, or a grid of several programs on a tensor-parallel device."""
+    if plan is None or (plan.programs > 1 and _device_tp(index) > 1):
+        return None
+    return plan.launcher()
+
+
+def _finite(plan: _Plan, *tensors: Tensor | None) -> bool:
+    """Every given floating tensor (None skipped) is free of NaN/Inf, or deploy mode is on."""
+    if config.deploy_mode():
+        return True
+    return all(t is None or plan.finite(t, t.numel()) for t in tensors)
+
+
+def _same(index: int, dtype: torch.dtype, *tensors: Tensor | None) -> bool:
+    """Every given tensor (None skipped) is a contiguous rbln tensor of `dtype` on device `index`."""
+    return all(t is None or (_contiguous_rbln(t) == index and t.dtype is dtype) for t in tensors)
+
+
+# ---------------------------------------------------------------- softmax / log_softmax backward
+
+def softmax_backward(*, log: bool) -> FastPath:
+    """`_softmax_backward_data` / `_log_softmax_backward_data(grad, output, dim, input_dtype)` over the
+    last dim: the row-kernel launch of `_ops.softmax_backward`."""
+
+    def new_plan(plan_key: tuple) -> _Plan | None:
+        dtype, shape, dim = plan_key
+        nd = len(shape)
+        if dtype not in FLOATS or nd == 0 or not -nd <= dim < nd or dim % nd != nd - 1:
+            return None
+        n = shape[-1]
+        numel = math.prod(shape)
+        if numel == 0:
+            return None
+        block = _row_block(n)
+        key = (dtype, dtype, log, block, n < _I32)
+        plan = _Plan(_k("rows").softmax_backward_kernel, key, 0, dtype, dtype, numel // n)
+        plan.n = n
+        return plan
+
+    plans: dict[tuple, _Plan | None] = PlanMemo(1024, new_plan)
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 4 or kwargs:
+            return None
+        grad, output, dim, input_dtype = args
+        index = _contiguous_rbln(output)
+        if index < 0 or type(dim) is not int:
+            return None
+        dtype = output.dtype
+        shape = output.shape
+        if input_dtype is not dtype or not _same(index, dtype, grad) or grad.shape != shape:
+            return None
+        plan = plans[(dtype, shape, dim)]
+        run = _ready(plan, index)
+        if run is None or not _finite(plan, grad, output):
+            return None
+        out = _memory.empty(shape, dtype, index)
+        run(plan.programs, 1, 1, grad, output, out, plan.n)
+        return out
+
+    return fast
+
+
+# ---------------------------------------------------------------- max/min with indices, argmax/argmin
+
+class _IndexedPlan(_Plan):
+    """max/min/argmax/argmin over the last dim or all elements: the row kernel storing indices."""
+
+    __slots__ = ("shape",)
+
+
+def _indexed_plan(op: int, dtype: torch.dtype, shape: tuple, dim: int | None, keepdim: bool
+                  ) -> _IndexedPlan | None:
+    """The plan of `_reduce.reduce` for an indexed reduction of a contiguous tensor over its last dim
+    (`dim` an int naming it) or over all elements (`dim` None, argmax/argmin's flattened case)."""
+    nd = len(shape)
+    numel = math.prod(shape)
+    if dtype not in FLOATS or nd == 0 or numel == 0:
+        return None
+    if dim is None:
+        n = numel
+        out_shape = (1,) * nd if keepdim else ()
+    elif dim == -1 or dim == nd - 1:
+        n = shape[-1]
+        out_shape = shape[:-1] + (1,) if keepdim else shape[:-1]
+    else:
+        return None
+    key, _ = row_key(dtype, dtype, torch.int64, op, n, write_index=True)
+    plan = _IndexedPlan(_k("rows").reduce_kernel, key, op, dtype, dtype, numel // n)
+    plan.n = n
+    plan.shape = out_shape
+    return plan
+
+
+def indexed_reduction(name: str) -> FastPath:
+    """`max.dim` / `min.dim(x, dim, keepdim)` -> (values, indices), `argmax` / `argmin(x, dim=None,
+    keepdim)` -> indices: the row-kernel launch of `_reduce.reduce` (argmax/argmin pass `x` as the
+    unused values pointer, as there)."""
+    op = _CODES[name]
+    values_too = name in ("max", "min")
+    plans: dict[tuple, _IndexedPlan | None] = PlanMemo(1024, lambda key: _indexed_plan(op, *key))
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | tuple | None:
+        count = len(args)
+        if kwargs or not 1 <= count <= 3:
+            return None
+        x = args[0]
+        index = _contiguous_rbln(x)
+        if index < 0:
+            return None
+        dim = args[1] if count > 1 else None
+        keepdim = args[2] if count == 3 else False
+        if (dim is None and values_too) or (dim is not None and type(dim) is not int) or \
+                type(keepdim) is not bool:
+            return None
+        plan = plans[(x.dtype, x.shape, dim, keepdim)]
+        run = _ready(plan, index)
+        if run is None or not _finite(plan, x):
+            return None
+        indices = _memory.empty(plan.shape, torch.int64, index)
+        if values_too:
+            values = _memory.empty(plan.shape, plan.out_dtype, index)
+            run(plan.programs, 1, 1, x, values, indices, plan.n, 1.0)
+            return values, indices
+        run(plan.programs, 1, 1, x, x, indices, plan.n, 1.0)
+        return indices
+
+    return fast
+
+
+# ---------------------------------------------------------------- var / std
+
+def _var_call(args: tuple, kwargs: dict) -> tuple | None:
+    """(x, dim token, keepdim, correction as the kernel takes it) of a `var.correction` / `std.correction`
+    call `(x, dim=None, *, correction=None, keepdim=False)`, or None for a call that is not plain."""
+    count = len(args)
+    if not 1 <= count <= 2:
+        return None
+    correction, keepdim = None, False
+    if kwargs:
+        for name, value in kwargs.items():
+            if name == "correction":
+                correction = value
+            elif name == "keepdim":
+                keepdim = value
+            else:
+                return None
+    if type(keepdim) is not bool:
+        return None
+    if correction is None:
+        correction = 1.0
+    elif type(correction) in _NUMBER:
+        correction = float(correction)
+    else:
+        return None
+    dim = _dim_token(args[1]) if count == 2 else None
+    if dim == _NOT_PLAIN:
+        return None
+    return args[0], dim, keepdim, correction
+
+
+def var() -> FastPath:
+    """`var.correction` over the last dim or all elements: the row-kernel launch of `_reduce.reduce`."""
+    op = _CODES["var"]
+    plans = PlanMemo(1024, lambda key: _reduce_plan(op, *key))
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        call = _var_call(args, kwargs)
+        if call is None:
+            return None
+        x, dim, keepdim, correction = call
+        index = _contiguous_rbln(x)
+        if index < 0:
+            return None
+        plan = plans[(x.dtype, x.shape, dim, keepdim)]
+        run = _ready(plan, index)
+        if run is None or not _finite(plan, x):
+            return None
+        out = _memory.empty(plan.shape, plan.out_dtype, index)
+        run(plan.programs, 1, 1, x, out, out, plan.n, correction)
+        return out
+
+    return fast
+
+
+def std() -> FastPath:
+    """`std.correction`: the var launch above, then the sqrt launch of `_ops.unary` on its result (into a
+    new tensor, as there), both kept launches."""
+    op = _CODES["var"]
+
+    def new_plan(plan_key: tuple) -> tuple | None:
+        reduce_plan = _reduce_plan(op, *plan_key)
+        if reduce_plan is None:
+            return None
+        dtype = plan_key[0]
+        n = math.prod(reduce_plan.shape)
+        E = _k("elementwise")
+        key, keywords = unary_key(E, "sqrt", (dtype, dtype), n)
+        return reduce_plan, _Plan(E.unary_kernel, key, keywords["OP"], dtype, dtype, _cdiv(n, _block(n)))
+
+    plans = PlanMemo(1024, new_plan)
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        call = _var_call(args, kwargs)
+        if call is None:
+            return None
+        x, dim, keepdim, correction = call
+        index = _contiguous_rbln(x)
+        if index < 0:
+            return None
+        pair = plans[(x.dtype, x.shape, dim, keepdim)]
+        if pair is None:
+            return None
+        reduce_plan, sqrt_plan = pair
+        run = _ready(reduce_plan, index)
+        root = _ready(sqrt_plan, index)
+        if run is None or root is None or not _finite(reduce_plan, x):
+            return None
+        shape, dtype = reduce_plan.shape, reduce_plan.out_dtype
+        variance = _memory.empty(shape, dtype, index)
+        run(reduce_plan.programs, 1, 1, x, variance, variance, reduce_plan.n, correction)
+        out = _memory.empty(shape, dtype, index)
+        root(sqrt_plan.programs, 1, 1, variance, out, variance.numel(), 0.0, sqrt_plan.op)
+        return out
+
+    return fast
+
+
+# ---------------------------------------------------------------- layer norm backward
+
+class _NormBackwardPlan(_Plan):
+    """A layer-norm backward's launches for one (dtype, shape, normalized shape, weight?, bias?, mask):
+    the dx row kernel (this plan, None when dx is not asked for) and the dw/db column kernel."""
+
+    __slots__ = ("rows", "params", "need")
+
+
+def layer_norm_backward() -> FastPath:
+    """`native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask)`
+    with everything contiguous of x's dtype on its device: the launches of `_ops.layer_norm_backward`
+    (the dx row kernel, the dw/db column kernel), same arguments."""
+
+    def new_plan(plan_key: tuple) -> tuple | None:
+        dtype, shape, normalized, has_w, has_b, mask = plan_key
+        tail = len(normalized)
+        if dtype not in FLOATS or tail == 0 or tail > len(shape) or tuple(shape[-tail:]) != normalized:
+            return None
+        n = math.prod(normalized)
+        numel = math.prod(shape)
+        if n == 0 or numel == 0:
+            return None
+        rows = numel // n
+        R = _k("rows")
+        need_dx, need_dw, need_db = mask
+        need_dw, need_db = need_dw and has_w, need_db and has_b
+        dx_plan = params = None
+        if need_dx:
+            block = _row_block(n)
+            key = (dtype, dtype, dtype, dtype, dtype, dtype, has_w, block, n < _I32)
+            dx_plan = _Plan(R.norm_backward_kernel, key, 0, dtype, dtype, rows)
+        if need_dw or need_db:
+            block = 16 if n <= 16 else 128
+            key = (dtype,) * 6 + (need_dw, need_db, block, rows < _I32, n < _I32)
+            params = _Plan(R.norm_param_grad_kernel, key, 0, dtype, dtype, _cdiv(n, block))
+        return dx_plan, params, rows, n, need_dw, need_db
+
+    plans = PlanMemo(1024, new_plan)
+
+    def fast(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 8 or kwargs:
+            return None
+        grad, x, normalized, mean, rstd, weight, bias, mask = args
+        index = _contiguous_rbln(x)
+        if index < 0:
+            return None
+        dtype = x.dtype
+        if not _same(index, dtype, grad, mean, rstd, weight, bias) or grad.shape != x.shape:
+            return None
+        if type(normalized) not in (list, tuple) or type(mask) not in (list, tuple) or len(mask) != 3:
+            return None
+        mask = tuple(mask)
+        if any(type(m) is not bool for m in mask):
+            return None
+        plan = plans[(dtype, x.shape, tuple(normalized), weight is not None, bias is not None, mask)]
+        if plan is None:
+            return None
+        dx_plan, params, rows, n, need_dw, need_db = plan
+        if mean.numel() != rows or rstd.numel() != rows or (weight is not None and weight.numel() != n) \
+                or (bias is not None and bias.numel() != n):
+            return None
+        run_dx = run_params = None
+        if dx_plan is not None:
+            run_dx = _ready(dx_plan, index)
+            if run_dx is None:
+                return None
+        if params is not None:
+            run_params = _ready(params, index)
+            if run_params is None:
+                return None
+        scan = dx_plan or params
+        if scan is None or not _finite(scan, grad, x, mean, rstd, weight, bias):
+            return None  # (nothing asked for: the general path answers)
+        dx = dw = db = None
+        if run_dx is not None:
+            dx = _memory.empty(x.shape, dtype, index)
+            run_dx(rows, 1, 1, grad, x, x if weight is None else weight, mean, rstd, dx, dx, n)
+        if run_params is not None:
+            dw = _memory.empty(weight.shape, dtype, index) if need_dw else None
+            db = _memory.empty(bias.shape, dtype, index) if need_db else None
+            run_params(params.programs, 1, 1, grad, x, mean, rstd, grad if dw is None else dw,
+                       grad if db is None else db, rows, n)
+        return dx, dw, db
+
+    return fast
+
+
+# ---------------------------------------------------------------- nll loss
+
+def nll_loss_forward() -> FastPath:
+    """`nll_loss_forward(x, target, weight, reduction, ignore_index)` with reduction mean or sum (none
+    also fills total_weight: the general path), targets range-checked by the compiled scan as there:
+    the one launch of `_loss.nll_loss_forward`."""
+
+    def new_plan(plan_key: tuple) -> _Plan | None:
+        dtype, shape, target_shape, reduction, ignore_index, has_w = plan_key
+        if dtype not in FLOATS or len(shape) not in (1, 2) or len(target_shape) != len(shape) - 1:
+            return None
+        rows = shape[0] if len(shape) == 2 else 1
+        classes = shape[-1]
+        if rows != math.prod(target_shape) or rows == 0 or classes == 0:
+            return None
+        block = _block(rows)
+        ints = (rows, classes, ignore_index, reduction, int(has_w))
+        key = _loss.forward_key(dtype, dtype, block, ints)
+        plan = _Plan(_k("loss").nll_loss_kernel, key, 0, dtype, dtype)
+        plan.n = classes
+        return plan
+
+    plans: dict[tuple, _Plan | None] = PlanMemo(1024, new_plan)
+
+    def fast(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 5 or kwargs:
+            return None
+        x, target, weight, reduction, ignore_index = args
+        index = _contiguous_rbln(x)
+        if index < 0 or (reduction != 1 and reduction != 2) or type(ignore_index) is not int:
+            return None
+        dtype = x.dtype
+        if _contiguous_rbln(target) != index or target.dtype is not torch.int64 or \
+                not _same(index, dtype, weight):
+            return None
+        plan = plans[(dtype, x.shape, target.shape, reduction, ignore_index, weight is not None)]
+        run = _ready(plan, index)
+        if run is None or (weight is not None and weight.numel() != plan.n) or not _finite(plan, x, weight):
+            return None
+        if not _k("embedding").indices_in_range(target, plan.n, ignore_index):
+            return None  # the general path declines: torch's error from the CPU kernel
+        loss = _memory.empty((), dtype, index)
+        total_weight = _memory.empty((), dtype, index)
+        rows = target.numel()
+        run(1, 1, 1, x, target, x if weight is None else weight, loss, total_weight, rows, plan.n,
+            ignore_index, reduction, int(weight is not None))
+        return loss, total_weight
+
+    return fast
+
+
+def nll_loss_backward() -> FastPath:
+    """`nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight)`: the one
+    launch of `_loss.nll_loss_backward` (it writes whole rows of dx, so no zero fill)."""
+
+    def new_plan(plan_key: tuple) -> _Plan | None:
+        dtype, shape, target_shape, grad_numel, reduction, ignore_index, has_w = plan_key
+        if dtype not in FLOATS or len(shape) not in (1, 2) or len(target_shape) != len(shape) - 1:
+            return None
+        rows = shape[0] if len(shape) == 2 else 1
+        classes = shape[-1]
+        if rows != math.prod(target_shape) or rows == 0 or classes == 0 or reduction not in _loss.REDUCTIONS:
+            return None
+        if grad_numel != (rows if reduction == 0 and len(shape) == 2 else 1):
+            return None
+        block = _row_block(classes)
+        ints = (classes, ignore_index, reduction, int(has_w))
+        key = _loss.backward_key(dtype, dtype, dtype, dtype, block, ints)
+        plan = _Plan(_k("loss").nll_loss_backward_kernel, key, 0, dtype, dtype, rows)
+        plan.n = classes
+        return plan
+
+    plans: dict[tuple, _Plan | None] = PlanMemo(1024, new_plan)
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 7 or kwargs:
+            return None
+        grad, x, target, weight, reduction, ignore_index, total_weight = args
+        index = _contiguous_rbln(x)
+        if index < 0 or type(reduction) is not int or type(ignore_index) is not int:
+            return None
+        dtype = x.dtype
+        if _contiguous_rbln(target) != index or target.dtype is not torch.int64 or \
+                not _same(index, dtype, grad, weight, total_weight) or total_weight.numel() != 1:
+            return None
+        has_w = weight is not None
+        plan = plans[(dtype, x.shape, target.shape, grad.numel(), reduction, ignore_index, has_w)]
+        run = _ready(plan, index)
+        if run is None or (weight is not None and weight.numel() != plan.n) or \
+                not _finite(plan, grad, x, weight, total_weight):
+            return None
+        if not _k("embedding").indices_in_range(target, plan.n, ignore_index):
+            return None
+        dx = _memory.empty(x.shape, dtype, index)
+        run(plan.programs, 1, 1, grad, target, grad if weight is None else weight, total_weight, dx, plan.n,
+            ignore_index, reduction, int(weight is not None))
+        return dx
+
+    return fast
+
+
+# ---------------------------------------------------------------- gathers: index_select, embedding backward
+
+class _GatherPlan(_Plan):
+    """index_select's launch for one (dtype, shape, dim, index dtype, index shape): grid (count, outer)
+    over an (outer, size, inner) view, and the result shape."""
+
+    __slots__ = ("shape", "ints", "outer")
+
+
+def index_select() -> FastPath:
+    """`index_select(x, dim, index)` with a contiguous int64/int32 index of at most one dim on x's
+    device, range-checked by the compiled scan: the gather launch of `_ops.index_select`."""
+
+    def new_plan(plan_key: tuple) -> _GatherPlan | None:
+        dtype, shape, dim, index_dtype, index_shape = plan_key
+        nd = len(shape)
+        if dtype not in FLOATS or nd == 0 or not -nd <= dim < nd or len(index_shape) > 1:
+            return None
+        dim %= nd
+        count = math.prod(index_shape)
+        size = shape[dim]
+        if count == 0 or math.prod(shape) == 0:
+            return None
+        outer = math.prod(shape[:dim])
+        inner = math.prod(shape[dim + 1:])
+        block = _row_block(inner)
+        key = (dtype, index_dtype, block, size < _I32, count < _I32, inner < _I32)
+        plan = _GatherPlan(_k("embedding").index_select_kernel, key, 0, dtype, dtype, count * outer)
+        plan.n = size
+        plan.outer = outer
+        plan.ints = (size, count, inner)
+        plan.shape = shape[:dim] + (count,) + shape[dim + 1:]
+        return plan
+
+    plans: dict[tuple, _GatherPlan | None] = PlanMemo(1024, new_plan)
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 3 or kwargs:
+            return None
+        x, dim, indices = args
+        index = _contiguous_rbln(x)
+        if index < 0 or type(dim) is not int or _contiguous_rbln(indices) != index:
+            return None
+        index_dtype = indices.dtype
+        if index_dtype not in _INDICES:
+            return None
+        plan = plans[(x.dtype, x.shape, dim, index_dtype, indices.shape)]
+        run = _ready(plan, index)
+        if run is None or not _finite(plan, x) or not _k("embedding").indices_in_range(indices, plan.n):
+            return None
+        out = _memory.empty(plan.shape, plan.out_dtype, index)
+        run(plan.programs // plan.outer, plan.outer, 1, x, indices, out, *plan.ints)
+        return out
+
+    return fast
+
+
+def embedding_backward() -> FastPath:
+    """`embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq=False)`: the
+    launch of `_ops.embedding_backward` (one program per weight row)."""
+
+    def new_plan(plan_key: tuple) -> _Plan | None:
+        dtype, shape, index_dtype, count, num_weights, padding_idx = plan_key
+        if dtype not in FLOATS or not shape or count == 0 or num_weights <= 0:
+            return None
+        dim = shape[-1]
+        if dim == 0 or math.prod(shape) != count * dim:
+            return None
+        block_d = min(256, max(16, 1 << (dim - 1).bit_length()))
+        key = (dtype, index_dtype, block_d, *(abs(v) < _I32 for v in (count, dim, padding_idx)))
+        plan = _Plan(_k("embedding").embedding_backward_kernel, key, 0, dtype, dtype, num_weights)
+        plan.n = dim
+        return plan
+
+    plans: dict[tuple, _Plan | None] = PlanMemo(1024, new_plan)
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 5 or kwargs:
+            return None
+        grad, indices, num_weights, padding_idx, scale = args
+        index = _contiguous_rbln(grad)
+        if index < 0 or scale is not False or type(num_weights) is not int or type(padding_idx) is not int:
+            return None
+        if _contiguous_rbln(indices) != index or indices.dtype not in _INDICES:
+            return None
+        count = indices.numel()
+        plan = plans[(grad.dtype, grad.shape, indices.dtype, count, num_weights, padding_idx)]
+        run = _ready(plan, index)
+        if run is None or not _finite(plan, grad):
+            return None
+        out = _memory.empty((num_weights, plan.n), plan.out_dtype, index)
+        run(num_weights, 1, 1, grad, indices, out, count, plan.n, padding_idx)
+        return out
+
+    return fast
+
+
+# ---------------------------------------------------------------- cat, arange
+
+class _CatPlan:
+    """cat's launches for one (dtype, shapes, dim): the result shape and, per input, the strided copy
+    kernel's plan and int arguments (as `_ops.cat` computes them for contiguous inputs)."""
+
+    __slots__ = ("shape", "parts")
+
+    def __init__(self, shape: tuple, parts: list) -> None:
+        self.shape, self.parts = shape, parts
+
+
+def _cat_plan(dtype: torch.dtype, shapes: tuple, dim: int) -> _CatPlan | None:
+    if dtype not in FLOATS or not shapes:
+        return None
+    nd = len(shapes[0])
+    if nd == 0 or not -nd <= dim < nd:
+        return None
+    dim %= nd
+    ref = [s for i, s in enumerate(shapes[0]) if i != dim]
+    for shape in shapes:
+        if len(shape) != nd or [s for i, s in enumerate(shape) if i != dim] != ref or math.prod(shape) == 0:
+            return None  # (empty inputs: the general path drops or rejects them)
+    out_shape = list(shapes[0])
+    out_shape[dim] = sum(shape[dim] for shape in shapes)
+    out_strides = _memory.contiguous_strides(out_shape)
+    kernel = _k("elementwise").strided_copy_kernel
+    parts = []
+    offset = 0
+    for shape in shapes:
+        n = math.prod(shape)
+        sizes, (src, dst) = _collapse(list(shape), [_memory.contiguous_strides(shape), list(out_strides)])
+        if len(sizes) > 4:
+            return None
+        if not sizes:
+            sizes, src, dst = [1], [0], [0]
+        pad = 4 - len(sizes)
+        sizes, src, dst = [1] * pad + sizes, [0] * pad + src, [0] * pad + dst
+        ints = (offset * out_strides[dim], n, *sizes[1:], *src, *dst)
+        if max(map(abs, ints)) >= _I32:
+            return None
+        block = _block(n)
+        plan = _Plan(kernel, (dtype, dtype, block), 0, dtype, dtype, _cdiv(n, block))
+        plan.n = n
+        parts.append((plan, ints))
+        offset += shape[dim]
+    return _CatPlan(tuple(out_shape), parts)
+
+
+def cat() -> FastPath:
+    """`cat(tensors, dim=0)` of non-empty contiguous tensors of one floating dtype on one device: the
+    strided-copy launches of `_ops.cat`, one per input."""
+    plans: dict[tuple, _CatPlan | None] = PlanMemo(1024, lambda key: _cat_plan(*key))
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if kwargs or not 1 <= len(args) <= 2:
+            return None
+        tensors = args[0]
+        dim = args[1] if len(args) == 2 else 0
+        if type(tensors) not in (list, tuple) or not tensors or type(dim) is not int:
+            return None
+        first = tensors[0]
+        index = _contiguous_rbln(first)
+        if index < 0:
+            return None
+        dtype = first.dtype
+        if not _same(index, dtype, *tensors):
+            return None
+        plan = plans[(dtype, tuple(t.shape for t in tensors), dim)]
+        if plan is None:
+            return None
+        runs = []
+        for (part, _), t in zip(plan.parts, tensors, strict=True):
+            run = _ready(part, index)
+            if run is None or not _finite(part, t):
+                return None
+            runs.append(run)
+        out = _memory.empty(plan.shape, dtype, index)
+        for run, (part, ints), t in zip(runs, plan.parts, tensors, strict=True):
+            run(part.programs, 1, 1, t, out, *ints)
+        return out
+
+    return fast
+
+
+def arange() -> FastPath:
+    """`arange.start_out(start, end, step=1, *, out)` with Python-number bounds into a contiguous rbln
+    `out` that already has the result's length: the launch of `_ops.arange` (nothing is read, so
+    nothing is scanned)."""
+
+    def new_plan(plan_key: tuple) -> _Plan | None:
+        dtype, n = plan_key
+        if dtype not in (*_INDICES, *FLOATS) or n <= 0:
+            return None
+        block = _block(n)
+        plan = _Plan(_k("elementwise").arange_kernel, (dtype, block, n < _I32), 0, dtype, torch.float32,
+                     _cdiv(n, block))
+        plan.n = n
+        return plan
+
+    plans: dict[tuple, _Plan | None] = PlanMemo(1024, new_plan)
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        count = len(args)
+        if not 2 <= count <= 3 or len(kwargs) != 1:
+            return None
+        out = kwargs.get("out")
+        start, end = args[0], args[1]
+        step = args[2] if count == 3 else 1
+        if type(start) not in _NUMBER or type(end) not in _NUMBER or type(step) not in _NUMBER or step == 0:
+            return None
+        if abs(start) > 2 ** 24 or abs(end) > 2 ** 24:
+            return None
+        index = _contiguous_rbln(out)
+        if index < 0 or out.dim() != 1:
+            return None
+        n = max(0, math.ceil((end - start) / step))
+        if out.shape[0] != n:
+            return None
+        plan = plans[(out.dtype, n)]
+        run = _ready(plan, index)
+        if run is None:
+            return None
+        run(plan.programs, 1, 1, out, n, float(start), float(step))
+        return out
+
+    return fast
+
+
+FAST_PATHS: dict[str, FastPath] = {
+    "_softmax_backward_data.default": softmax_backward(log=False),
+    "_log_softmax_backward_data.default": softmax_backward(log=True),
+    "native_layer_norm_backward.default": layer_norm_backward(),
+    "max.dim": indexed_reduction("max"),
+    "min.dim": indexed_reduction("min"),
+    "argmax.default": indexed_reduction("argmax"),
+    "argmin.default": indexed_reduction("argmin"),
+    "var.correction": var(),
+    "std.correction": std(),
+    "nll_loss_forward.default": nll_loss_forward(),
+    "nll_loss_backward.default": nll_loss_backward(),
+    "index_select.default": index_select(),
+    "embedding_dense_backward.default": embedding_backward(),
+    "cat.default": cat(),
+    "arange.start_out": arange(),
+}

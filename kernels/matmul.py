@@ -1,10 +1,16 @@
-"""One tiled `tl.dot` matmul: C[b] = beta * bias + alpha * A[b] @ B[b], batched over grid axis 2.
+"""One tiled matmul: C[b] = beta * bias + alpha * A[b] @ B[b], batched over grid axis 2.
 
 Operands are addressed through strides, so transposed weights (`linear`) need no copy in the caller:
 the numba backend stages each tile for BLAS in the layout its memory has (a transposed weight as a
 Fortran array that gemm reads through its transpose flag) and passes a full, contiguous fp32 tile as a
 view. Accumulates in float32; the optional bias is broadcast through its strides (0 where broadcast)
-and added in the output loop."""
+and added in the output loop.
+
+Tiles of at most `PRODUCT_BLOCK` per side skip `tl.dot`: they sum elementwise products over K
+(`tl.sum` of an (M, K, N) broadcast) instead. On the numba backend a `tl.dot` tile is a BLAS call
+plus the staging of both operand tiles (a fill and a copy each, whatever the real size); for a
+2x2 product that costs ~6 us against ~1.5 us for the products of an 8x8x8 tile, which is what small
+matmuls (a model's linear layers on a few tokens, attention on short sequences) pay per call."""
 
 from __future__ import annotations
 
@@ -13,15 +19,32 @@ from torch_rbln.autotune import Config, autotune, launch_tp_size
 
 # Largest padded/real work ratio a tile may cost before `_prune_tiles` drops it.
 _MAX_PADDING = 4
+# Tiles up to this size per side take the elementwise-product path (see the module docstring); larger
+# ones call `tl.dot`. 16^3 products measured as fast as one 32^3 BLAS tile's staging alone.
+PRODUCT_BLOCK = 16
+
+
+def _is_product(config: Config) -> bool:
+    """Whether `config` is a tile of the elementwise-product path (every side <= PRODUCT_BLOCK)."""
+    return max(config.kwargs[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")) <= PRODUCT_BLOCK
 
 
 def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
-    """Keep the tiles the problem can use: a tile whose padded M x N x K volume is more than
-    `_MAX_PADDING` times the real one would spend most of its work (and its copies) on padding, and
-    one with fewer M x N tiles than the launch's NPUs cannot be split over a tensor-parallel group
-    (the launch refuses it). The smallest tile always stays, so small problems (a column sum is M=1)
-    compile one specialisation and skip benchmarking."""
+    """Keep the tiles the problem can use. A problem that fits one product tile (M, N, K all <=
+    PRODUCT_BLOCK) gets exactly the smallest product tile that covers it: one specialisation, no
+    benchmarking, and the same choice on any tensor-parallel size (one program). Otherwise, among the
+    `tl.dot` tiles: a tile whose padded M x N x K volume is more than `_MAX_PADDING` times the real one
+    would spend most of its work (and its copies) on padding, and one with fewer M x N tiles than the
+    launch's NPUs cannot be split over a tensor-parallel group (the launch refuses it). The smallest
+    `tl.dot` tile always stays, so thin problems (a column sum is M=1) compile one specialisation and
+    skip benchmarking."""
     M, N, K = nargs["M"], nargs["N"], nargs["K"]
+    largest = max(M, N, K)
+    products = sorted((c for c in configs if _is_product(c)), key=lambda c: c.kwargs["BLOCK_K"])
+    for config in products:
+        if largest <= min(config.kwargs[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")):
+            return [config]
+    configs = [c for c in configs if not _is_product(c)]
     tp = launch_tp_size(tuple(nargs.values()), dict(kwargs))
 
     def blocks(config: Config) -> tuple[int, int, int]:
@@ -43,7 +66,10 @@ def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[C
         # work (staging copies, the accumulator add, gemm's own packing). A tile whose K block spans
         # the whole (contiguous) K extent is passed to BLAS as a view, with no staging copy: at 1024^3
         # on one thread 512x512x1024 measured ~90% of torch's GFLOP/s for mm and linear alike,
-        # 256x256x512 ~60-70%, 128x128x128 ~50%.
+        # 256x256x512 ~60-70%, 128x128x128 ~50%. The 8 and 16 tiles are the product path's, for
+        # problems that fit them whole (2x2 mm: ~2.2 us per launch against ~8.5 us with a 32 tile).
+        Config({"BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 8}),
+        Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
         Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}),
         Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128}),
         Config({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 512}),
@@ -73,7 +99,10 @@ def matmul_kernel(
                     mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         b = tl.load(b_base + kk[:, None] * sbk + rn[None, :] * sbn,
                     mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a, b)
+        if BLOCK_M <= PRODUCT_BLOCK and BLOCK_N <= PRODUCT_BLOCK and BLOCK_K <= PRODUCT_BLOCK:
+            acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
+        else:
+            acc += tl.dot(a, b)
     acc = acc * alpha
     # Each access spells its mask out: a single-use bounds mask stays a box, so the load and the store
     # are one bounds check and a vectorisable loop (a shared mask is materialised and checked per lane).

@@ -1,5 +1,11 @@
 """Fast paths of the elementwise overloads that `_fastpath` does not cover: `out=` forms, in-place
-comparisons, rounding divisions, elementwise backward ops, tensor clamps and fills.
+comparisons, rounding divisions, elementwise backward ops, powers, tensor clamps and fills.
+
+Each is the launch (or, for `clamp.Tensor`, the two launches) that the table's general implementation
+makes for the plain case, built from `_fastpath`'s binary/unary/where/masked_fill fast paths: the
+factories here only map an overload's arguments onto theirs (a keyword that picks the kernel op, a
+positional argument that the kernel takes as alpha, a 0-d value tensor read as a number). Anything
+else returns None, and the dispatcher runs the general implementation.
 
 `FAST_PATHS` maps aten overload names to fast paths (see `_fastpath`); `table` merges it into its
 entries.
@@ -7,6 +13,209 @@ entries.
 
 from __future__ import annotations
 
-from ._fastpath import FastPath
+import math
 
-FAST_PATHS: dict[str, FastPath] = {}
+from torch import Tensor
+from torch_rbln.dsl.jit import _device_tp, requested_backend
+
+from torch_rbln import config
+
+from . import _fastpath as FP
+from . import _launch
+from ._fastpath import FastPath, _contiguous_rbln, _unary_plans
+from ._ops import FLOATS, _k, _modules, unary_key
+
+_GELU_OPS = {"none": "gelu", "tanh": "gelu_tanh"}  # gelu's `approximate` -> kernel op, as `table._gelu`
+_GELU_BACKWARD_OPS = {"none": "gelu_backward", "tanh": "gelu_tanh_backward"}
+_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+_UNARY_OUT = ("abs", "exp", "log", "neg", "reciprocal", "rsqrt", "sigmoid", "sqrt", "tanh", "silu")
+
+
+def by_keyword(keyword: str, default, paths: dict) -> FastPath:
+    """The fast path of an overload whose keyword argument `keyword` (`default` when absent) picks the
+    kernel op: `paths[value]` on the call without that keyword; None for a value `paths` lacks (the
+    general path declines it, and the CPU raises torch's error)."""
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        value = default
+        if keyword in kwargs:
+            kwargs = dict(kwargs)
+            value = kwargs.pop(keyword)
+        path = paths.get(value) if value is None or type(value) is str else None
+        return None if path is None else path(args, kwargs)
+
+    return fast
+
+
+def by_operand(scalar: FastPath, tensor: FastPath) -> FastPath:
+    """`scalar` when the second operand is a Python number, else `tensor`: `div(a, b, "trunc")` runs
+    the kernel op of a scalar divisor then (`_ops.binary` renames it `div_trunc_scalar`)."""
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        kind = type(args[1]) if len(args) == 2 else None
+        return (scalar if kind is int or kind is float else tensor)(args, kwargs)
+
+    return fast
+
+
+def div_mode(*, inplace: bool = False, out: bool = False) -> FastPath:
+    """`div(a, b, rounding_mode=None|"trunc"|"floor")`, functional, in place or into `out=`: the binary
+    kernel op `table._div_mode` picks."""
+
+    def path(op: str) -> FastPath:
+        return FP.binary(op, inplace=inplace, out=out)
+
+    trunc = by_operand(path("div_trunc_scalar"), path("div_trunc"))
+    return by_keyword("rounding_mode", None, {None: path("div"), "trunc": trunc, "floor": path("div_floor")})
+
+
+def third_as_alpha(binary: FastPath) -> FastPath:
+    """`name(a, b, number)` whose third argument the binary kernel takes as alpha (threshold_backward's
+    threshold, as `table._threshold_backward` passes it)."""
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 3 or kwargs:
+            return None
+        return binary(args[:2], {"alpha": args[2]})
+
+    return fast
+
+
+def clamp_tensor(*, inplace: bool = False, out: bool = False) -> FastPath:
+    """`clamp(x, min, max)` with tensor bounds (either may be None), functional, in place or into
+    `out=`: the launches of `table._clamp_tensor`, maximum with `min` into the result, then minimum with
+    `max` in place on it. When the second launch is not plain after the first ran, the call goes to the
+    general path from the start, as a decline of the general path's second launch does: its first
+    launch wrote only the result (a new tensor, `out=`, or x in place), and clamping a clamped x again
+    gives the same values."""
+    maximum = FP.binary("maximum", inplace=inplace, out=out)
+    minimum = FP.binary("minimum", inplace=inplace, out=out)
+    clip = FP.binary("minimum", inplace=True)
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        count = len(args)
+        if not 2 <= count <= 3:
+            return None
+        x, low = args[0], args[1]
+        high = args[2] if count == 3 else None
+        if low is None:
+            return None if high is None else minimum((x, high), kwargs)
+        result = maximum((x, low), kwargs)
+        if result is None or high is None:
+            return result
+        return clip((result, high), {})
+
+    return fast
+
+
+def masked_fill_tensor(masked_fill: FastPath) -> FastPath:
+    """`masked_fill(x, mask, value)` with a 0-d value tensor (a wrapped CPU scalar, or a 0-d rbln
+    tensor on x's device): `masked_fill`'s fast path with the number `value.item()`, as `_ops.masked_fill`
+    reads it. The dispatcher's checks of the value are made here: a floating value of another dtype
+    than float32/float16/bfloat16 or complex is declined, a NaN/Inf one too outside deploy mode."""
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 3 or kwargs:
+            return None
+        x, mask, value = args
+        if not isinstance(value, Tensor) or value.dim():
+            return None
+        index = _contiguous_rbln(x)
+        if index < 0 or not (value.is_cpu or value.get_device() == index):
+            return None
+        dtype = value.dtype
+        floating = dtype in FLOATS
+        if not floating and (dtype.is_floating_point or dtype.is_complex):
+            return None
+        number = value.item()
+        if floating and not (config.deploy_mode() or math.isfinite(number)):
+            return None
+        return masked_fill((x, mask, float(number)), {})
+
+    return fast
+
+
+def fill(*, zero: bool) -> FastPath:
+    """`fill_(x, value)` (`zero`: `zero_(x)`, value 0) on a contiguous floating rbln tensor: the FILL
+    launch of `_ops.fill`. x is only written, so it is not scanned for NaN/Inf. `_ops.fill` launches
+    through `kernel[grid]`, which keeps no direct launch; so the first call of a size here launches the
+    same specialisation through `_launch.launch` (the checked launch, which keeps it), and later ones
+    run the kept launch. Before any other op has loaded the kernels, fills stay on the host as in
+    `_ops.fill` (None)."""
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if kwargs or len(args) != 2 - zero:
+            return None
+        value = 0.0
+        if not zero:
+            value = args[1]
+            kind = type(value)
+            if kind is not float and kind is not int and kind is not bool:
+                return None
+            value = float(value)
+        x = args[0]
+        index = _contiguous_rbln(x)
+        if index < 0 or "elementwise" not in _modules:
+            return None
+        n = x.numel()
+        plan = _unary_plans[("fill", x.dtype, n)]
+        if plan is None or (plan.programs > 1 and _device_tp(index) > 1):
+            return None
+        run = plan.run
+        if run is None or plan.backend != requested_backend():
+            run = plan.launcher()
+        if run is None:
+            _, keywords = unary_key(_k("elementwise"), "fill", (x.dtype, x.dtype), n)
+            _launch.launch(plan.kernel, plan.programs, plan.key, (x, x, n, value), keywords)
+        else:
+            run(plan.programs, 1, 1, x, x, n, value, plan.op)
+        return x
+
+    return fast
+
+
+def _families() -> dict[str, FastPath]:
+    paths: dict[str, FastPath] = {}
+    for name in ("add", "sub", "mul", "div"):
+        paths[f"{name}.out"] = FP.binary(name, out=True)
+    for name in _COMPARISONS:
+        paths[f"{name}.Tensor_out"] = FP.binary(name, comparison=True, out=True)
+        paths[f"{name}_.Tensor"] = paths[f"{name}_.Scalar"] = FP.binary(name, comparison=True, inplace=True)
+    for name in _UNARY_OUT:
+        paths[f"{name}.out"] = FP.unary(name, out=True)
+    for name in ("sigmoid_backward", "tanh_backward", "silu_backward"):
+        paths[f"{name}.default"] = FP.binary(name)
+    return paths
+
+
+FAST_PATHS: dict[str, FastPath] = {
+    **_families(),
+    "gelu.out": FP.unary("gelu", keyword="approximate", values=_GELU_OPS, out=True),
+    "gelu_.default": FP.unary("gelu", keyword="approximate", values=_GELU_OPS, inplace=True),
+    "pow.Tensor_Tensor": FP.binary("pow"),
+    "pow.Tensor_Tensor_out": FP.binary("pow", out=True),
+    "pow.Tensor_Scalar": FP.pow_scalar(FP.binary("mul")),
+    "pow.Tensor_Scalar_out": FP.pow_scalar(FP.binary("mul", out=True), out=True),
+    "div.Tensor_mode": div_mode(),
+    "div.Scalar_mode": div_mode(),
+    "div.out_mode": div_mode(out=True),
+    "div_.Tensor_mode": div_mode(inplace=True),
+    "div_.Scalar_mode": div_mode(inplace=True),
+    "floor_divide.default": FP.binary("div_floor"),
+    "gelu_backward.default": by_keyword("approximate", "none", {
+        value: FP.binary(op) for value, op in _GELU_BACKWARD_OPS.items()}),
+    "threshold_backward.default": third_as_alpha(FP.binary("threshold_backward")),
+    "clamp.out": FP.clamp(FP.binary("clamp", out=True)),
+    "clamp_min.default": FP.clamp(FP.binary("clamp"), only="min"),
+    "clamp_max.default": FP.clamp(FP.binary("clamp"), only="max"),
+    "clamp_min_.default": FP.clamp(FP.binary("clamp", inplace=True), only="min"),
+    "clamp_max_.default": FP.clamp(FP.binary("clamp", inplace=True), only="max"),
+    "clamp.Tensor": clamp_tensor(),
+    "clamp_.Tensor": clamp_tensor(inplace=True),
+    "clamp.Tensor_out": clamp_tensor(out=True),
+    "where.self_out": FP.where(out=True),
+    "masked_fill.Tensor": masked_fill_tensor(FP.masked_fill(inplace=False)),
+    "masked_fill_.Tensor": masked_fill_tensor(FP.masked_fill(inplace=True)),
+    "fill_.Scalar": fill(zero=False),
+    "zero_.default": fill(zero=True),
+}

@@ -109,6 +109,24 @@ def _row_launch(plan: _Plan | None, x: Tensor, index: int) -> Callable | None:
     return None if plan is None else plan.ready(x, index, plan.programs * plan.n)
 
 
+def _writable(out, index: int, dtype: torch.dtype, shape: tuple, *inputs: Tensor) -> bool:
+    """Whether an elementwise fast path may write its result to the `out=` tensor `out`: a contiguous
+    rbln tensor on device `index` of exactly the result's `dtype` and `shape` (no resize, no cast) that
+    is either one of the `inputs` itself (each element is read before it is written) or shares no
+    memory with any of them (contiguous: a byte range each). Any other `out` is the general path's."""
+    if not isinstance(out, Tensor) or out.dtype is not dtype or not out.is_contiguous() or \
+            out.get_device() != index or out.shape != shape:
+        return False
+    start = out.data_ptr()
+    end = start + out.nbytes
+    for tensor in inputs:
+        if tensor is not out:
+            begin = tensor.data_ptr()
+            if begin < end and start < begin + tensor.nbytes:
+                return False
+    return True
+
+
 _PLANS: weakref.WeakSet[_Plan] = weakref.WeakSet()  # every live plan (a memo's eviction drops its own)
 
 
@@ -138,14 +156,15 @@ class _BinaryPlan(_Plan):
         self.n, self.rows, self.shape, self.a_numel, self.b_numel = n, rows, shape, a_numel, b_numel
 
 
-def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> FastPath:
-    """The fast path of `name(a, b[, alpha])`, functional or in place on `a`; `b` a Python number (the
-    `.Scalar` overloads: it is read as a one-element float32 tensor, broadcast) or a contiguous tensor
-    of `a`'s dtype whose shape broadcasts with `a`'s as the general path's dense kernel reads it (the
-    same shape, a bias row repeated over rows, a column with one value per row, one element). Written
-    flat (no helper calls on the way to the launch): on a 4-element tensor every Python call here is a
-    measurable share of the op."""
-    out_kind = torch.bool if comparison else None
+def binary(name: str, *, inplace: bool = False, comparison: bool = False, out: bool = False) -> FastPath:
+    """The fast path of `name(a, b[, alpha])`, functional, in place on `a` or into `out=` (`out`: the
+    `.out` overloads, see `_writable`); `b` a Python number (the `.Scalar` overloads: it is read as a
+    one-element float32 tensor, broadcast) or a contiguous tensor of `a`'s dtype whose shape broadcasts
+    with `a`'s as the general path's dense kernel reads it (the same shape, a bias row repeated over
+    rows, a column with one value per row, one element). A comparison stores bool, or `a`'s dtype in
+    place (as `_ops.binary_output` makes it write `a`). Written flat (no helper calls on the way to
+    the launch): on a 4-element tensor every Python call here is a measurable share of the op."""
+    out_kind = torch.bool if comparison and not inplace else None
 
     def plan_for(dtype: torch.dtype, a_shape: tuple, b_shape: tuple | None) -> _BinaryPlan | None:
         """The plan of `a` (contiguous, `a_shape`) with a contiguous `b` of `b_shape`, or with a scalar
@@ -184,14 +203,24 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
         if len(args) != 2:
             return None
         alpha = 1.0
+        target = None
         if kwargs:
-            if len(kwargs) != 1 or "alpha" not in kwargs:
-                return None
-            alpha = kwargs["alpha"]
-            kind = type(alpha)
-            if kind is not int and kind is not float:
-                return None
-            alpha = float(alpha)
+            count = len(kwargs)
+            if out:
+                target = kwargs.get("out")
+                if target is None:
+                    return None
+                count -= 1
+            if count:
+                if count != 1 or "alpha" not in kwargs:
+                    return None
+                alpha = kwargs["alpha"]
+                kind = type(alpha)
+                if kind is not int and kind is not float:
+                    return None
+                alpha = float(alpha)
+        elif out:
+            return None
         a, b = args
         index = _contiguous_rbln(a)
         if index < 0:
@@ -216,6 +245,9 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
         programs, rows = plan.programs, plan.rows
         if programs * rows > 1 and _device_tp(index) > 1:
             return None  # a grid split over a tensor-parallel group: the general launch
+        if out and not (_writable(target, index, plan.out_dtype, plan.shape, a) if scalar else
+                        _writable(target, index, plan.out_dtype, plan.shape, a, b)):
+            return None
         run = plan.run
         if run is None or plan.backend != requested_backend():
             run = plan.launcher()
@@ -230,9 +262,10 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False) -> Fas
                     return None
             elif not (all_finite(a) and (scalar or all_finite(b))):
                 return None
-        out = a if inplace else _memory.empty(plan.shape, plan.out_dtype, index)
-        run(programs, rows, 1, a, b, out, plan.n, alpha, plan.op)
-        return out
+        if target is None:
+            target = a if inplace else _memory.empty(plan.shape, plan.out_dtype, index)
+        run(programs, rows, 1, a, b, target, plan.n, alpha, plan.op)
+        return target
 
     return fast
 
@@ -253,47 +286,107 @@ def square(mul: FastPath) -> FastPath:
     return fast
 
 
-def unary(name: str, *, inplace: bool = False, keyword: str | None = None, values: dict | None = None
-          ) -> FastPath:
-    """The fast path of a unary op `x -> name(x)`, functional or in place. `keyword`/`values`: an
-    optional keyword argument that picks the kernel op (gelu's `approximate`: value -> op name). Flat,
-    as `binary`."""
+def _unary_plan(plan_key: tuple) -> _Plan | None:
+    """The plan of `unary_kernel` op `op_name` over `n` contiguous elements of `dtype` (output of the
+    same dtype), as `_ops.unary` and `_ops.fill` launch it; None where they would not launch."""
+    op_name, dtype, n = plan_key
+    if dtype not in FLOATS or n == 0:
+        return None
+    E = _k("elementwise")
+    key, keywords = unary_key(E, op_name, (dtype, dtype), n)
+    return _Plan(E.unary_kernel, key, keywords["OP"], dtype, dtype, _cdiv(n, _block(n)))
 
-    def new_plan(plan_key: tuple) -> _Plan | None:
-        op_name, dtype, n = plan_key
-        if dtype not in FLOATS or n == 0:
-            return None
-        E = _k("elementwise")
-        key, keywords = unary_key(E, op_name, (dtype, dtype), n)
-        return _Plan(E.unary_kernel, key, keywords["OP"], dtype, dtype, _cdiv(n, _block(n)))
 
-    plans: dict[tuple, _Plan | None] = PlanMemo(1024, new_plan)  # (op name, dtype, numel) -> plan or None
+# (op name, dtype, numel) -> plan or None: one memo for every unary fast path (the op is in the key)
+_unary_plans: dict[tuple, _Plan | None] = PlanMemo(1024, _unary_plan)
+
+
+def unary_into(op_name: str, x, p: float, target: Tensor | None) -> Tensor | None:
+    """`unary_kernel` op `op_name` (parameter `p`) on `x`, a contiguous rbln tensor of a floating dtype,
+    into `target`: None for a new tensor, `x` itself (in place), or an `out=` tensor that `_writable`
+    accepts; None for any other call, which the general path then takes."""
+    index = _contiguous_rbln(x)
+    if index < 0:
+        return None
+    dtype = x.dtype
+    n = x.numel()
+    plan = _unary_plans[(op_name, dtype, n)]
+    if plan is None:
+        return None
+    if target is not None and target is not x and not _writable(target, index, dtype, x.shape, x):
+        return None
+    run = plan.ready(x, index, n)
+    if run is None:
+        return None
+    if target is None:
+        target = _memory.empty(x.shape, dtype, index)
+    run(plan.programs, 1, 1, x, target, n, p, plan.op)
+    return target
+
+
+def unary(name: str, *, inplace: bool = False, keyword: str | None = None, values: dict | None = None,
+          out: bool = False) -> FastPath:
+    """The fast path of a unary op `x -> name(x)`, functional, in place or into `out=` (`out`: the
+    `.out` overloads). `keyword`/`values`: an optional keyword argument that picks the kernel op
+    (gelu's `approximate`: value -> op name)."""
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         op_name = name
+        target = None
         if kwargs:
-            if keyword is None or len(kwargs) != 1 or keyword not in kwargs:
-                return None
-            op_name = values.get(kwargs[keyword])
-            if op_name is None:
-                return None
+            count = len(kwargs)
+            if out:
+                target = kwargs.get("out")
+                if target is None:
+                    return None
+                count -= 1
+            if count:
+                if keyword is None or count != 1 or keyword not in kwargs:
+                    return None
+                op_name = values.get(kwargs[keyword])
+                if op_name is None:
+                    return None
+        elif out:
+            return None
         if len(args) != 1:
             return None
         x = args[0]
-        index = _contiguous_rbln(x)
-        if index < 0:
+        return unary_into(op_name, x, 0.0, x if inplace else target)
+
+    return fast
+
+
+# pow(x, exponent) -> (unary op, its parameter) of the exponents `table._pow_scalar` special-cases as
+# torch does (2 is x * x, a binary mul); every other exponent is the generic "pow" with p = exponent
+_POW_UNARY = {1: ("scale", 1.0), 0.5: ("sqrt", 0.0), 3: ("cube", 0.0), -1: ("reciprocal", 0.0),
+              -2: ("reciprocal_square", 0.0), -0.5: ("rsqrt", 0.0)}
+
+
+def pow_scalar(mul: FastPath, *, out: bool = False) -> FastPath:
+    """The fast path of `pow(x, exponent)` with a real Python-number exponent (`out`: into `out=`): the
+    launch `table._pow_scalar` makes, `mul`'s fast path on `(x, x)` for 2 (built with the same `out`),
+    else the unary op of `_POW_UNARY` or the generic pow."""
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 2:
             return None
-        dtype = x.dtype
-        n = x.numel()
-        plan = plans[(op_name, dtype, n)]
-        if plan is None:
+        target = None
+        if out:
+            if len(kwargs) != 1:
+                return None
+            target = kwargs.get("out")
+            if target is None:
+                return None
+        elif kwargs:
             return None
-        run = plan.ready(x, index, n)
-        if run is None:
+        x, exponent = args
+        kind = type(exponent)
+        if kind is not int and kind is not float:
             return None
-        out = x if inplace else _memory.empty(x.shape, dtype, index)
-        run(plan.programs, 1, 1, x, out, n, 0.0, plan.op)
-        return out
+        if exponent == 2:
+            return mul((x, x), kwargs)
+        op_name, p = _POW_UNARY.get(exponent) or ("pow", float(exponent))
+        return unary_into(op_name, x, p, target)
 
     return fast
 
@@ -374,10 +467,11 @@ def _where_plan(dtype: torch.dtype, shapes: tuple, *, a_scalar: bool, inplace_sh
     return plan
 
 
-def where() -> FastPath:
+def where(*, out: bool = False) -> FastPath:
     """The fast path of `where(condition, a, b)` on contiguous rbln tensors (a bool condition, `a` and
     `b` of one floating dtype) whose shapes broadcast: the launch of `_ops.where`, with the same
-    arguments (`torch.where(mask, x, value)` reaches it with `value` as a 0-d rbln tensor)."""
+    arguments (`torch.where(mask, x, value)` reaches it with `value` as a 0-d rbln tensor). `out`: the
+    `where.self_out` overload, into an `out=` tensor that `_writable` accepts."""
 
     def new_plan(plan_key: tuple) -> _WherePlan | None:
         return _where_plan(plan_key[0], plan_key[1:], a_scalar=False)
@@ -385,7 +479,7 @@ def where() -> FastPath:
     plans: dict[tuple, _WherePlan | None] = PlanMemo(1024, new_plan)
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        if len(args) != 3 or kwargs:
+        if len(args) != 3 or len(kwargs) != out or (out and "out" not in kwargs):
             return None
         condition, a, b = args
         index = _contiguous_rbln(a)
@@ -397,12 +491,16 @@ def where() -> FastPath:
         plan = plans[(dtype, condition.shape, a.shape, b.shape)]
         if plan is None:
             return None
+        target = kwargs["out"] if out else None
+        if out and not _writable(target, index, dtype, plan.shape, condition, a, b):
+            return None
         run = plan.ready(a, index, a.numel())
         if run is None or not (config.deploy_mode() or plan.finite(b, b.numel())):
             return None
-        out = _memory.empty(plan.shape, dtype, index)
-        run(plan.programs, 1, 1, condition, a, b, out, *plan.ints)
-        return out
+        if target is None:
+            target = _memory.empty(plan.shape, dtype, index)
+        run(plan.programs, 1, 1, condition, a, b, target, *plan.ints)
+        return target
 
     return fast
 
@@ -443,23 +541,35 @@ def masked_fill(*, inplace: bool) -> FastPath:
     return fast
 
 
-def clamp(clamp_binary: FastPath) -> FastPath:
+def clamp(clamp_binary: FastPath, *, only: str | None = None) -> FastPath:
     """The fast path of `clamp(x, min, max)` with Python-number bounds (or None): the binary clamp
     kernel's fast path with the lower bound as the scalar operand and the upper one as alpha, the launch
-    `table._clamp` makes (a missing bound is -inf / +inf, as there)."""
+    `table._clamp` makes (a missing bound is -inf / +inf, as there). `only` "min" / "max": the
+    overload takes that one bound only (`clamp_min(x, min)`, `clamp_max(x, max)`). An `out=` keyword
+    goes on to `clamp_binary` (built with `out=True` for `clamp.out`)."""
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        if kwargs or not 2 <= len(args) <= 3:
+        count = len(args)
+        if kwargs and (len(kwargs) != 1 or "out" not in kwargs):
             return None
-        low = args[1]
-        high = args[2] if len(args) == 3 else None
+        if only is None:
+            if not 2 <= count <= 3:
+                return None
+            low = args[1]
+            high = args[2] if count == 3 else None
+        elif count != 2:
+            return None
+        elif only == "min":
+            low, high = args[1], None
+        else:
+            low, high = None, args[1]
         if low is None and high is None:
             return None
         for bound in (low, high):
             if bound is not None and type(bound) is not int and type(bound) is not float:
                 return None
         return clamp_binary((args[0], -math.inf if low is None else low),
-                            {"alpha": math.inf if high is None else high})
+                            {**kwargs, "alpha": math.inf if high is None else high})
 
     return fast
 

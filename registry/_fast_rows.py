@@ -23,6 +23,7 @@ from torch_rbln import _memory, config
 
 from . import _loss
 from ._fastpath import _NOT_PLAIN, FastPath, _contiguous_rbln, _dim_token, _Plan, _reduce_plan
+from ._finite_scan import PARALLEL_MIN, all_finite
 from ._memo import PlanMemo
 from ._ops import _I32, FLOATS, _block, _cdiv, _collapse, _k, _row_block, unary_key
 from ._reduce import _CODES, row_key
@@ -40,15 +41,26 @@ def _ready(plan: _Plan | None, index: int):
 
 
 def _finite(plan: _Plan, *tensors: Tensor | None) -> bool:
-    """Every given floating tensor (None skipped) is free of NaN/Inf, or deploy mode is on."""
+    """Every given floating tensor (None skipped) is free of NaN/Inf, or deploy mode is on. (Loops, not
+    generators: this runs on every call, and a generator costs a few hundred ns to make.)"""
     if config.deploy_mode():
         return True
-    return all(t is None or plan.finite(t, t.numel()) for t in tensors)
+    scan, mask = plan.scan, plan.mask
+    for t in tensors:
+        if t is not None:
+            numel = t.numel()
+            if not (scan(t.data_ptr(), numel, mask) if numel < PARALLEL_MIN else all_finite(t)):
+                return False
+    return True
 
 
 def _same(index: int, dtype: torch.dtype, *tensors: Tensor | None) -> bool:
     """Every given tensor (None skipped) is a contiguous rbln tensor of `dtype` on device `index`."""
-    return all(t is None or (_contiguous_rbln(t) == index and t.dtype is dtype) for t in tensors)
+    for t in tensors:
+        if t is not None and (type(t) is not Tensor and not isinstance(t, Tensor) or t.dtype is not dtype
+                              or not t.is_contiguous() or t.get_device() != index):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------- softmax / log_softmax backward

@@ -1,0 +1,218 @@
+"""The row, reduction, loss and gather fast paths (registry/_fast_rows.py): the general path's results
+bitwise, counted as device calls, and every call that is not plain left to the general path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_rbln.registry import _fast_rows, _launch
+
+import torch_rbln  # noqa: F401
+from torch_rbln import registry
+
+A = torch.ops.aten
+
+
+def _row(name: str) -> dict:
+    return registry.fallback_report().get(name, {"device": 0, "cpu": 0, "reasons": {}})
+
+
+def _fast(name: str):
+    return _fast_rows.FAST_PATHS[name]
+
+
+def _dev(value):
+    if isinstance(value, torch.Tensor):
+        return value.to("rbln")
+    if isinstance(value, list):
+        return [_dev(v) for v in value]
+    return value
+
+
+def _cpu(value):
+    if isinstance(value, (tuple, list)):
+        return [_cpu(v) for v in value]
+    return None if value is None else value.cpu()
+
+
+@pytest.fixture
+def launches_forbidden(monkeypatch):
+    """Make every general-path launch fail: a call that still runs on the device took a fast path (the
+    dispatcher would turn the failure into a CPU fallback with a 'kernel error' reason)."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("general path launched")
+
+    return lambda: monkeypatch.setattr(_launch, "launch", forbidden)
+
+
+def _x(*shape):
+    return torch.randn(*shape)
+
+
+def _layer_norm_case(mask):
+    x, w, b = _x(3, 5), _x(5), _x(5)
+    _, mean, rstd = A.native_layer_norm.default(x, [5], w, b, 1e-5)
+    return (_x(3, 5), x, [5], mean, rstd, w, b, mask), {}
+
+
+def _logp():
+    return torch.log_softmax(_x(4, 3), 1)
+
+
+TARGET = [0, 2, -100, 1]  # with an ignored row
+
+CASES = {
+    "softmax_backward": ("_softmax_backward_data.default", lambda: ((_x(3, 5), torch.softmax(_x(3, 5), 1), 1,
+                                                                      torch.float32), {})),
+    "log_softmax_backward": ("_log_softmax_backward_data.default",
+                             lambda: ((_x(3, 5), torch.log_softmax(_x(3, 5), 1), -1, torch.float32), {})),
+    "layer_norm_backward": ("native_layer_norm_backward.default", lambda: _layer_norm_case([True, True, True])),
+    "layer_norm_backward_dx": ("native_layer_norm_backward.default",
+                               lambda: _layer_norm_case([True, False, False])),
+    "max": ("max.dim", lambda: ((_x(3, 5), 1, True), {})),
+    "min": ("min.dim", lambda: ((_x(3, 5), -1), {})),
+    "argmax_all": ("argmax.default", lambda: ((_x(3, 5),), {})),
+    "argmin_dim": ("argmin.default", lambda: ((_x(3, 5), 1), {})),
+    "var": ("var.correction", lambda: ((_x(3, 5), [1]), {"correction": 0, "keepdim": True})),
+    "std": ("std.correction", lambda: ((_x(3, 5),), {})),
+    "nll_mean": ("nll_loss_forward.default", lambda: ((_logp(), torch.tensor(TARGET), None, 1, -100), {})),
+    "nll_sum_weighted": ("nll_loss_forward.default",
+                         lambda: ((_logp(), torch.tensor(TARGET), torch.rand(3) + 0.5, 2, -100), {})),
+    "nll_backward": ("nll_loss_backward.default",
+                     lambda: ((torch.tensor(1.5), _logp(), torch.tensor(TARGET), None, 1, -100,
+                               torch.tensor(3.0)), {})),
+    "nll_backward_none": ("nll_loss_backward.default",
+                          lambda: ((_x(4), _logp(), torch.tensor(TARGET), None, 0, -100, torch.tensor(0.0)), {})),
+    "index_select_1d": ("index_select.default", lambda: ((_x(4), 0, torch.tensor([3, 0, 1, 2])), {})),
+    "index_select_rows": ("index_select.default", lambda: ((_x(5, 3), 0, torch.tensor([4, 0, 4])), {})),
+    "index_select_middle": ("index_select.default",
+                            lambda: ((_x(2, 3, 4), 1, torch.tensor([2, 0], dtype=torch.int32)), {})),
+    "embedding_backward": ("embedding_dense_backward.default",
+                           lambda: ((_x(4, 3), torch.tensor([1, 0, 1, 3]), 5, 1, False), {})),
+    "cat": ("cat.default", lambda: (([_x(2, 3), _x(1, 3)],), {})),
+    "cat_dim1": ("cat.default", lambda: (([_x(2, 3), _x(2, 2)], 1), {})),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_plain_calls_take_the_fast_path_with_the_general_results(case, launches_forbidden):
+    name, make = CASES[case]
+    overload = registry._overload(name)
+    torch.manual_seed(0)
+    args, kwargs = make()
+    dargs = tuple(_dev(a) for a in args)
+    first = overload(*dargs, **kwargs)  # the general path: launches and keeps the specialisation
+    launches_forbidden()
+    registry.reset_fallback_report()
+    fast = overload(*dargs, **kwargs)
+    row = _row(f"aten::{name.split('.')[0]}")
+    assert row["device"] == 1 and row["cpu"] == 0, row
+    got, want, expected = _cpu(fast), _cpu(first), overload(*args, **kwargs)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    torch.testing.assert_close(got, [e for e in expected] if isinstance(expected, tuple) else expected,
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_arange_out_takes_the_fast_path(launches_forbidden):
+    out = torch.empty(6, dtype=torch.int64).to("rbln")
+    A.arange.start_out(1, 13, 2, out=out)
+    launches_forbidden()
+    registry.reset_fallback_report()
+    A.arange.start_out(1, 13, 2, out=out)
+    assert torch.equal(out.cpu(), torch.arange(1, 13, 2))
+    assert _row("aten::arange") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_index_select_of_a_vector_runs_on_the_device():
+    """index_select(x[4], 0, int64 index) took the CPU fallback ("other than rows of a matrix")."""
+    x, index = _x(4), torch.tensor([3, 0, 1, 2])
+    registry.reset_fallback_report()
+    result = torch.index_select(x.to("rbln"), 0, index.to("rbln"))
+    assert torch.equal(result.cpu(), torch.index_select(x, 0, index))
+    assert _row("aten::index_select") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+@pytest.mark.parametrize("case", ["index_select", "nll_loss"])
+def test_an_out_of_range_index_takes_the_logged_fallback_with_torchs_error(case):
+    x = _x(4, 3)
+    index = torch.tensor([0, 4]).to("rbln")
+    for _ in range(2):  # the second call meets a kept launch: the fast path must still decline
+        registry.reset_fallback_report()
+        with pytest.raises(IndexError):
+            if case == "index_select":
+                torch.index_select(x.to("rbln"), 0, index)
+            else:
+                A.nll_loss_forward.default(x.to("rbln"), torch.tensor([0, 3, 1, 1]).to("rbln"), None, 1, -100)
+        reason = "index out of range" if case == "index_select" else "target out of bounds"
+        assert _row(f"aten::{case}" if case == "index_select" else "aten::nll_loss_forward")["reasons"] == \
+            {reason: 1}
+        if case == "index_select":  # compile the kept launch for the second round
+            torch.index_select(x.to("rbln"), 0, torch.tensor([0, 3]).to("rbln"))
+        else:
+            A.nll_loss_forward.default(x.to("rbln"), torch.tensor([0, 2, 1, 1]).to("rbln"), None, 1, -100)
+
+
+def test_a_nan_input_leaves_the_fast_path_for_the_logged_cpu_fallback():
+    x = _x(3, 5)
+    d = x.to("rbln")
+    A.max.dim(d, 1)
+    x[1, 2] = float("nan")
+    registry.reset_fallback_report()
+    values, indices = A.max.dim(x.to("rbln"), 1)
+    want_values, want_indices = A.max.dim(x, 1)
+    torch.testing.assert_close(values.cpu(), want_values, equal_nan=True)
+    assert torch.equal(indices.cpu(), want_indices)
+    assert _row("aten::max") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
+
+
+def test_deploy_mode_runs_a_nan_input_on_the_fast_path(monkeypatch, launches_forbidden):
+    x = torch.tensor([[1.0, float("nan"), -2.0], [0.5, 3.0, float("inf")]])
+    d = x.to("rbln")
+    monkeypatch.setenv("TORCH_RBLN_DEPLOY", "ON")
+    A.argmax.default(d, 1)
+    launches_forbidden()
+    registry.reset_fallback_report()
+    assert torch.equal(A.argmax.default(d, 1).cpu(), A.argmax.default(x, 1))
+    assert _row("aten::argmax") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_non_plain_calls_are_left_to_the_general_path():
+    x = _x(3, 5).to("rbln")
+    A.max.dim(x, 1)
+    A._softmax_backward_data.default(x, x, 1, torch.float32)
+    A.var.correction(x, [1])
+    A.cat.default([x, x])
+    A.index_select.default(x, 0, torch.tensor([2, 0]).to("rbln"))
+    indexed, softmax_bwd = _fast("max.dim"), _fast("_softmax_backward_data.default")
+    var, cat, gather = _fast("var.correction"), _fast("cat.default"), _fast("index_select.default")
+    assert indexed((x, 1), {}) is not None
+    assert indexed((x.t(), 1), {}) is None  # not contiguous
+    assert indexed((x, 0), {}) is None  # not the last dim: the middle-reduce kernel
+    assert indexed((x.half(), 1), {}) is None  # a specialisation the general path has not launched
+    assert indexed((x, 1), {"keepdim": True}) is None  # keywords: the general path binds them
+    assert softmax_bwd((x, x, 1, torch.float32), {}) is not None
+    assert softmax_bwd((x, x, 1, torch.float16), {}) is None  # mixed input dtype: declined there
+    assert softmax_bwd((x, x.cpu(), 1, torch.float32), {}) is None  # a CPU operand
+    assert softmax_bwd((x[:2], x, 1, torch.float32), {}) is None  # shapes differ
+    assert var((x, [1]), {"correction": 2}) is not None
+    assert var((x, [0, 1]), {}) is None  # several dims
+    assert var((x, [1]), {"correction": torch.tensor(1.0)}) is None
+    assert cat(([x, x],), {}) is not None
+    assert cat(([x, x.half()],), {}) is None  # mixed dtypes
+    assert cat(([x, x[:, :2]],), {}) is None  # shapes that do not line up
+    assert cat(([x, x.t().contiguous().t()],), {}) is None  # a non-contiguous input
+    index = torch.tensor([2, 0]).to("rbln")
+    assert gather((x, 0, index), {}) is not None
+    assert gather((x, 0, index.cpu()), {}) is None  # a CPU index
+    assert gather((x, 0, index.float()), {}) is None  # a float index
+    assert gather((x, 0, torch.tensor([5, 0]).to("rbln")), {}) is None  # out of range
+    out = torch.empty(3).to("rbln")
+    assert _fast("arange.start_out")((0, 4), {"out": out}) is None  # out= needs a resize
+
+
+def test_tensor_parallel_grids_are_left_to_the_general_launch(monkeypatch):
+    x = _x(3, 5).to("rbln")
+    A.max.dim(x, 1)
+    monkeypatch.setattr(_fast_rows, "_device_tp", lambda index: 2)
+    assert _fast("max.dim")((x, 1), {}) is None  # three rows: three programs

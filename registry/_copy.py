@@ -9,12 +9,17 @@ dtype on the way. Copies it cannot express take the host path, recorded with the
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch_rbln.dsl.jit import _device_tp
 
 from torch_rbln import fallback
 
-from . import _launch
+from . import _device_counts, _launch
+from ._finite_scan import is_dense_permutation
+from ._memo import PlanMemo
 from ._ops import _I32, InvalidCall, _block, _cdiv, _collapse, _expanded_strides, _k
 
 NAME = "aten::_copy_from"
@@ -51,51 +56,97 @@ def _overlap(src: torch.Tensor, dst: torch.Tensor) -> str | None:
     return "source and destination overlap"
 
 
-def _unsupported(src: torch.Tensor, dst: torch.Tensor) -> str | None:
+def _dtype_unsupported(src: torch.Tensor, dst: torch.Tensor) -> str | None:
     for tensor in (src, dst):
         if tensor.dtype not in _DTYPES:
             return f"dtype {str(tensor.dtype).replace('torch.', '')}"
-    return _overlap(src, dst)
+    return None
 
 
-def copy_on_device(src: torch.Tensor, dst: torch.Tensor) -> bool:
-    """Copy `src` (broadcastable to `dst`) into `dst`, both rbln; False when the host must do it."""
-    if dst.numel() == 0:
+def _unsupported(src: torch.Tensor, dst: torch.Tensor) -> str | None:
+    return _dtype_unsupported(src, dst) or _overlap(src, dst)
+
+
+def dense_copy(src: torch.Tensor, dst: torch.Tensor) -> bool:
+    """The commonest copy (`clone`, `copy_` between same-shape contiguous tensors in separate storages)
+    through the kept launch of the specialisation the general path below launches for it (one collapsed
+    dim of unit strides); False when this is not that copy or no launch is kept yet."""
+    n = dst.numel()
+    if not (0 < n < _I32 and src.is_contiguous() and dst.is_contiguous() and src.shape == dst.shape
+            and src.untyped_storage().data_ptr() != dst.untyped_storage().data_ptr()):
         return False
-    reason = _unsupported(src, dst)
-    if reason == "same":
-        return True  # copying a tensor onto itself changes nothing
-    if reason is None:
-        shape = list(dst.shape)
-        sizes, (src_strides, dst_strides) = _collapse(shape, [_expanded_strides(src, shape),
-                                                              list(dst.stride())])
-        if len(sizes) > 4:
-            reason = f"more than 4 non-mergeable dims ({len(sizes)})"
-    if reason is not None:
-        fallback.record(NAME, reason)
+    src_dtype, dst_dtype = src.dtype, dst.dtype
+    if src_dtype not in _DTYPES or dst_dtype not in _DTYPES:
         return False
+    block = _block(n)
+    programs = _cdiv(n, block)
+    run = _launch.unchecked(_k("elementwise").strided_copy_kernel, (src_dtype, dst_dtype, block))
+    if run is None or (programs > 1 and _device_tp(dst.get_device()) > 1):
+        return False
+    run(programs, 1, 1, src, dst, 0, n, 1, 1, n, 0, 0, 0, 1, 0, 0, 0, 1)  # sizes (1, 1, 1, n)
+    _device_counts[NAME] += 1
+    return True
+
+
+def _copy_geometry(geometry_key: tuple) -> tuple | str:
+    """The strided copy kernel's launch of a copy between tensors of these shapes and strides: (int
+    arguments after the two pointers, programs, block, whether every int fits in 32 bits, whether both
+    operands are dense), or why the kernel cannot express it."""
+    dst_shape, src_shape, src_strides, dst_strides = geometry_key
+    shape = list(dst_shape)
+    stand_in = torch.empty_strided(src_shape, src_strides, device="meta")
+    expanded = _expanded_strides(stand_in, shape)
+    sizes, (src_strides, dst_strides) = _collapse(shape, [expanded, list(dst_strides)])
+    if len(sizes) > 4:
+        return f"more than 4 non-mergeable dims ({len(sizes)})"
     if not sizes:  # a single element
         sizes, src_strides, dst_strides = [1], [0], [0]
     pad = 4 - len(sizes)
     sizes = [1] * pad + sizes
     src_strides, dst_strides = [0] * pad + src_strides, [0] * pad + dst_strides
-    n = dst.numel()
+    n = math.prod(dst_shape)
     block = _block(n)
+    ints = (0, n, *sizes[1:], *src_strides, *dst_strides)
+    # both operands cover exactly their numel elements (contiguous, or a permutation of a contiguous
+    # block such as a transpose): the kept launch may take them unchecked (`_launch.dense_unchecked`)
+    dense = all(math.prod(shape) == math.prod(size) and is_dense_permutation(size, strides)
+                for size, strides in ((src_shape, geometry_key[2]), (dst_shape, geometry_key[3])))
+    return ints, _cdiv(n, block), block, max(map(abs, ints)) < _I32, dense
+
+
+# (dst shape, src shape, src strides, dst strides) -> `_copy_geometry`'s launch or reason
+_geometries: dict[tuple, tuple | str] = PlanMemo(4096, _copy_geometry)
+
+
+def copy_on_device(src: torch.Tensor, dst: torch.Tensor, *, fresh: bool = False) -> bool:
+    """Copy `src` (broadcastable to `dst`) into `dst`, both rbln; False when the host must do it.
+    `fresh`: `dst` was just allocated for this copy (clone), so it cannot overlap `src`."""
+    if dense_copy(src, dst):
+        return True
+    if dst.numel() == 0:
+        return False
+    reason = _dtype_unsupported(src, dst) if fresh else _unsupported(src, dst)
+    if reason == "same":
+        return True  # copying a tensor onto itself changes nothing
+    if reason is None:
+        geometry = _geometries[(dst.shape, src.shape, src.stride(), dst.stride())]
+        if type(geometry) is str:
+            reason = geometry
+    if reason is not None:
+        fallback.record(NAME, reason)
+        return False
+    ints, programs, block, fits, dense = geometry
     kernel = _k("elementwise").strided_copy_kernel
-    args = (src, dst, 0, n, *sizes[1:], *src_strides, *dst_strides)
-    programs = _cdiv(n, block)
-    if max(n, *map(abs, src_strides), *map(abs, dst_strides)) < _I32:
+    if fits:
         # every int argument fits in 32 bits, so dtypes and block determine the specialisation: the
         # launch kept under that key skips the general launch's per-argument key (a clone's copy)
         key = (src.dtype, dst.dtype, block)
-        run = _launch.dense_unchecked(kernel, key, (src, dst), programs)
-        if run is not None:
-            run(programs, 1, 1, *args)  # `.contiguous()` of a transpose: a dense source, not contiguous
+        run = _launch.unchecked(kernel, key) if dense else None
+        if run is not None and (programs == 1 or _device_tp(dst.get_device()) == 1):
+            run(programs, 1, 1, src, dst, *ints)  # `.contiguous()` of a transpose: dense, not contiguous
         else:
-            _launch.launch(kernel, programs, key, args, {"BLOCK": block})
+            _launch.launch(kernel, programs, key, (src, dst, *ints), {"BLOCK": block})
     else:
-        kernel[(_cdiv(n, block),)](*args, BLOCK=block)
-    from . import _device_counts
-
+        kernel[(programs,)](src, dst, *ints, BLOCK=block)
     _device_counts[NAME] += 1
     return True

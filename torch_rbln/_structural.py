@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch._C import DispatchKey, DispatchKeySet
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from . import _dlpack, _memory, _runtime, config, fallback
 
@@ -81,6 +82,33 @@ def copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
             return dst
     _host(dst).copy_(_host(self))
     return dst
+
+
+def clone(self: torch.Tensor, *, memory_format=None) -> torch.Tensor:
+    """`aten::clone` for rbln, bound directly: torch's composite clone reaches a device as two Python
+    calls (`empty_strided`, then `copy_` -> `_copy_from`), three for `.contiguous()`. Here the result is
+    allocated as torch's composite would (the source's strides for a dense source and the preserve
+    format, else the asked format) and filled by one device copy."""
+    if self.is_neg() or self.is_conj() or self._is_zerotensor():
+        result = torch.empty_like(self, memory_format=memory_format or torch.preserve_format)
+        return result.zero_() if self._is_zerotensor() else result.copy_(self)
+    if memory_format is torch.contiguous_format:
+        result = _memory.empty(self.shape, self.dtype, self.get_device())
+    elif (memory_format is None or memory_format is torch.preserve_format) and \
+            (self.is_contiguous() or is_non_overlapping_and_dense_or_false(self)):
+        # row-major strides (the common case) take the plain allocation inside
+        result = _memory.empty_strided(self.shape, self.stride(), self.dtype, self.get_device())
+    else:
+        result = torch.empty_like(self, memory_format=memory_format or torch.preserve_format)
+    global _copy
+    if _copy is None:
+        from torch_rbln.registry import _copy
+    if not _copy.copy_on_device(self, result, fresh=True):
+        _host(result).copy_(_host(self))
+    return result
+
+
+_copy = None  # torch_rbln.registry._copy, imported on the first clone (the registry loads after this module)
 
 
 def copy_from_and_resize(self: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
@@ -174,6 +202,7 @@ def register(library: torch.library.Library) -> None:
     library.impl("empty_strided", empty_strided, "PrivateUse1")
     library.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
     library.impl("_copy_from", copy_from, "PrivateUse1")
+    library.impl("clone", clone, "PrivateUse1")
     library.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
     library.impl("resize_", resize_, "PrivateUse1")
     library.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")

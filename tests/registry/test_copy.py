@@ -81,3 +81,57 @@ def test_overlapping_copies_raise_like_cpu_and_disjoint_parts_of_one_storage_cop
     x[:3].copy_(x[3:])
     torch.testing.assert_close(d.cpu(), x)
     assert _device_copies() == 1 and not _host_copies()
+
+
+CLONES = {
+    "contiguous": (lambda t: t, {}),
+    "transpose, preserve": (lambda t: t.transpose(0, 2), {}),
+    "transpose, contiguous_format": (lambda t: t.transpose(0, 2), {"memory_format": torch.contiguous_format}),
+    "strided slice, preserve": (lambda t: t[:, ::2], {}),
+    "channels_last": (lambda t: t.unsqueeze(0), {"memory_format": torch.channels_last}),
+    "empty": (lambda t: t[:, :0], {}),
+    "int64": (lambda t: (t * 10).to(torch.int64), {}),
+}
+
+
+@pytest.mark.parametrize(("view", "kwargs"), CLONES.values(), ids=CLONES.keys())
+def test_clone_keeps_torch_layouts_and_copies_on_device(view, kwargs):
+    """aten::clone is bound directly for rbln: the result has the strides torch's composite clone gives
+    (preserve: a dense source's own strides, else row-major; or the asked format), its values, and the
+    copy ran on the device kernel."""
+    x = torch.randn(4, 6, 5)
+    expected = view(x).clone(**kwargs)
+    source = view(x.to("rbln"))
+    registry.reset_fallback_report()
+    actual = source.clone(**kwargs)
+    assert actual.device.type == "rbln" and actual.dtype == expected.dtype
+    assert actual.shape == expected.shape and actual.stride() == expected.stride()
+    assert actual.data_ptr() != source.data_ptr() or not expected.numel()
+    torch.testing.assert_close(actual.cpu(), expected, atol=0, rtol=0)
+    assert not _host_copies(), registry.format_report()
+    if expected.numel():
+        assert _device_copies() == 1
+
+
+def test_clone_keeps_autograd_and_repeated_dense_copies_take_the_kept_launch():
+    x = torch.randn(3, 4).to("rbln").requires_grad_()
+    y = x.clone()
+    y.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), torch.ones(3, 4))
+    a, b = torch.randn(3, 4).to("rbln"), torch.empty(3, 4).to("rbln")
+    b.copy_(a)  # the general path keeps the launch the dense branch then takes
+    registry.reset_fallback_report()
+    for _ in range(3):
+        b.copy_(a * 2)
+    torch.testing.assert_close(b.cpu(), a.cpu() * 2, atol=0, rtol=0)
+    assert _device_copies() == 3 and not _host_copies()
+
+
+def test_a_copy_within_one_storage_is_not_taken_as_a_dense_copy():
+    """Two halves of one buffer: separate elements, one storage; the dense branch leaves it to the
+    general path (which checks the overlap), with the same result as on the CPU."""
+    x = torch.arange(8.0)
+    d = x.to("rbln")
+    d[4:].copy_(d[:4])
+    x[4:].copy_(x[:4])
+    torch.testing.assert_close(d.cpu(), x, atol=0, rtol=0)

@@ -1,0 +1,256 @@
+"""The fast paths of registry/_fast_elementwise.py (out= forms, in-place comparisons, rounding divisions,
+backward ops, powers, tensor clamps, masked_fill with a value tensor, fills): the general path's results
+and accounting, and every call that is not plain left to the general path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_rbln.registry import _fast_elementwise, _ops
+
+import torch_rbln  # noqa: F401
+from torch_rbln import registry
+
+A = torch.ops.aten
+SHAPE = (7, 5)  # the shape of tests/registry/test_fastpath.py: the same kernel specialisations
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-3)}
+
+
+def _row(name: str) -> dict:
+    return registry.fallback_report().get(name, {"device": 0, "cpu": 0, "reasons": {}})
+
+
+def _entry(name: str) -> registry.Op:
+    return registry.TABLE[[op.name for op in registry.TABLE].index(name)]
+
+
+@pytest.fixture
+def general_path_forbidden(monkeypatch):
+    """Make the general implementations fail loudly: a call that reaches them did not take a fast path."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("general path reached")
+
+    def forbid() -> None:
+        for name in ("binary", "unary", "where", "masked_fill", "fill"):
+            monkeypatch.setattr(_ops, name, forbidden)
+
+    return forbid
+
+
+def _out(like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return torch.empty(like.shape, dtype=dtype or like.dtype, device=like.device)
+
+
+MASK = torch.rand(SHAPE) > 0.5
+# (aten op as the fallback report names it, call on (a, b, c): a any sign, b and c positive). Calls of an
+# in-place overload act on a clone; an out= call makes its own out tensor.
+CASES = [
+    ("aten::add", lambda a, b, c: torch.add(a, b, alpha=2, out=_out(a))),
+    ("aten::div", lambda a, b, c: torch.div(a, b, out=_out(a))),
+    ("aten::lt", lambda a, b, c: torch.lt(a, b, out=_out(a, torch.bool))),
+    ("aten::ge_", lambda a, b, c: a.clone().ge_(b)),
+    ("aten::le_", lambda a, b, c: a.clone().le_(0.25)),
+    ("aten::sqrt", lambda a, b, c: torch.sqrt(b, out=_out(b))),
+    ("aten::gelu", lambda a, b, c: A.gelu.out(a, approximate="tanh", out=_out(a))),
+    ("aten::gelu_", lambda a, b, c: A.gelu_(a.clone())),
+    ("aten::pow", lambda a, b, c: torch.pow(b, a)),
+    ("aten::pow", lambda a, b, c: torch.pow(b, c, out=_out(b))),
+    ("aten::pow", lambda a, b, c: a.pow(3)),
+    ("aten::pow", lambda a, b, c: b.pow(-0.5)),
+    ("aten::pow", lambda a, b, c: b.pow(2.5)),
+    ("aten::pow", lambda a, b, c: torch.pow(b, 0.5, out=_out(b))),
+    ("aten::pow", lambda a, b, c: torch.pow(a, 2, out=_out(a))),
+    ("aten::div", lambda a, b, c: torch.div(a * 4, b, rounding_mode="trunc")),
+    ("aten::div", lambda a, b, c: torch.div(a * 4, 0.3, rounding_mode="trunc")),
+    ("aten::div", lambda a, b, c: torch.div(a * 4, b, rounding_mode="floor", out=_out(a))),
+    ("aten::div_", lambda a, b, c: (a * 4).div_(-0.7, rounding_mode="floor")),
+    ("aten::floor_divide", lambda a, b, c: torch.floor_divide(a * 4, b)),
+    ("aten::gelu_backward", lambda a, b, c: A.gelu_backward(b, a, approximate="tanh")),
+    ("aten::threshold_backward", lambda a, b, c: A.threshold_backward(b, a, 0.1)),
+    ("aten::sigmoid_backward", lambda a, b, c: A.sigmoid_backward(a, b)),
+    ("aten::silu_backward", lambda a, b, c: A.silu_backward(a, b)),
+    ("aten::clamp_min", lambda a, b, c: torch.clamp_min(a, -0.2)),
+    ("aten::clamp_max_", lambda a, b, c: a.clone().clamp_max_(0.3)),
+    ("aten::clamp", lambda a, b, c: torch.clamp(a, -0.5, 0.5, out=_out(a))),
+    ("aten::clamp", lambda a, b, c: torch.clamp(a, -b, c)),
+    ("aten::clamp", lambda a, b, c: torch.clamp(a, max=c)),
+    ("aten::clamp_", lambda a, b, c: a.clone().clamp_(min=-b)),
+    ("aten::clamp", lambda a, b, c: torch.clamp(a, -b, c, out=_out(a))),
+    ("aten::where", lambda a, b, c: torch.where(MASK.to(a.device), a, b, out=_out(a))),
+    ("aten::masked_fill", lambda a, b, c: a.masked_fill(MASK.to(a.device), torch.tensor(0.75))),
+    ("aten::masked_fill_", lambda a, b, c: a.clone().masked_fill_(MASK.to(a.device),
+                                                                   torch.tensor(-2.0).to(a.device))),
+    ("aten::fill_", lambda a, b, c: a.clone().fill_(1.25)),
+]
+PARAMS = [(name, fn, torch.float32) for name, fn in CASES] + [(*CASES[0], torch.float16)]
+
+
+IDS = [f"{name}-{i}" for i, (name, _, _) in enumerate(PARAMS)]
+
+
+@pytest.mark.parametrize(("name", "fn", "dtype"), PARAMS, ids=IDS)
+def test_plain_calls_take_the_fast_path_with_the_general_results(name, fn, dtype, general_path_forbidden):
+    a = torch.randn(SHAPE, dtype=dtype)
+    b, c = torch.rand(SHAPE, dtype=dtype) + 0.5, torch.rand(SHAPE, dtype=dtype) + 0.5
+    da, db, dc = a.to("rbln"), b.to("rbln"), c.to("rbln")
+    da + db  # the elementwise kernels are loaded (fill_ stays on the host before)
+    first = fn(da, db, dc)  # the general path launches each specialisation once
+    general_path_forbidden()
+    registry.reset_fallback_report()
+    fast = fn(da, db, dc)
+    assert fast.shape == first.shape and fast.dtype == first.dtype
+    torch.testing.assert_close(fast.cpu(), first.cpu(), atol=0, rtol=0, equal_nan=True)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(fast.cpu(), fn(a, b, c), atol=atol, rtol=rtol, equal_nan=True)
+    assert _row(name)["device"] >= 1 and _row(name)["cpu"] == 0
+
+
+def test_zero_fills_a_tensor_holding_nan_without_scanning_it(general_path_forbidden):
+    x = torch.tensor([float("nan"), 1.0, float("inf"), 2.0]).to("rbln")
+    x + x  # kernels loaded (the NaN add runs on the CPU)
+    x.clone().zero_()
+    general_path_forbidden()
+    registry.reset_fallback_report()
+    for _ in range(2):  # the first fill of a size keeps its launch, the second runs it
+        torch.testing.assert_close(x.clone().zero_().cpu(), torch.zeros(4), atol=0, rtol=0)
+    assert _row("aten::zero_") == {"device": 2, "cpu": 0, "reasons": {}}
+
+
+def test_fills_stay_on_the_host_until_the_kernels_are_loaded(monkeypatch):
+    x = torch.randn(6).to("rbln")
+    x.fill_(1.0)
+    monkeypatch.delitem(_ops._modules, "elementwise")
+    assert _entry("fill_.Scalar").fast((x, 2.0), {}) is None
+    registry.reset_fallback_report()
+    torch.testing.assert_close(x.fill_(2.0).cpu(), torch.full((6,), 2.0))
+    assert _row("aten::fill_")["reasons"] == {"DSL not loaded yet": 1}
+
+
+def test_fill_leaves_tensor_parallel_grids_and_other_values_to_the_general_path(monkeypatch):
+    x = torch.empty(5000).to("rbln")  # two programs: nothing launches before the check
+    monkeypatch.setattr(_fast_elementwise, "_device_tp", lambda index: 2)
+    fill = _entry("fill_.Scalar").fast
+    assert fill((x, 1.0), {}) is None
+    assert fill((x, 1j), {}) is None
+    assert fill((x.view(50, 100).t(), 1.0), {}) is None
+    assert fill((x.long(), 1.0), {}) is None
+
+
+OUT_DECLINES = [
+    ("non-contiguous", lambda d: torch.empty(5, 7).to(d.device).t()),
+    ("needs a resize", lambda d: torch.empty(0).to(d.device)),
+    ("another dtype", lambda d: torch.empty(SHAPE, dtype=torch.float16).to(d.device)),
+    ("on the CPU", lambda d: torch.empty(SHAPE)),
+]
+
+
+@pytest.mark.parametrize(("what", "make_out"), OUT_DECLINES, ids=[w for w, _ in OUT_DECLINES])
+def test_an_out_the_fast_path_cannot_write_takes_the_general_path(what, make_out):
+    a, b = torch.randn(SHAPE), torch.rand(SHAPE) + 0.5
+    da, db = a.to("rbln"), b.to("rbln")
+    torch.add(da, db, out=_out(da))
+    torch.exp(da, out=_out(da))
+    out = make_out(da)
+    assert _entry("add.out").fast((da, db), {"out": out}) is None
+    assert _entry("exp.out").fast((da,), {"out": out}) is None
+    assert _entry("where.self_out").fast((MASK.to("rbln"), da, db), {"out": out}) is None
+    if what == "on the CPU":
+        with pytest.raises(RuntimeError, match="device"):
+            torch.add(da, db, out=out)  # torch's error, from the general path
+        return
+    result = torch.add(da, db, out=out)
+    expected = torch.add(a, b, out=make_out(a))
+    assert result.shape == expected.shape and result.dtype == expected.dtype
+    torch.testing.assert_close(result.cpu(), expected, atol=1e-3, rtol=1e-3)
+
+
+def test_out_aliasing_an_input_exactly_is_fast_and_partial_overlap_is_not():
+    base = torch.randn(12)
+    d = base.to("rbln")
+    a, b = d[:4], d[8:]
+    torch.mul(a, b, out=_out(a))
+    mul = _entry("mul.out").fast
+    assert mul((a, b), {"out": d[4:8]}) is not None  # one storage, disjoint memory
+    assert mul((a, b), {"out": d[2:6]}) is None  # partial overlap
+    exact = a.clone()
+    expected = exact.cpu() * b.cpu()
+    assert mul((exact, b), {"out": exact}) is exact  # the very same tensor: elementwise, read first
+    torch.testing.assert_close(exact.cpu(), expected, atol=0, rtol=0)
+    sq = _entry("sqrt.out").fast
+    y = d[:6].abs()
+    torch.sqrt(y, out=_out(y))
+    assert sq((y,), {"out": y}) is y
+
+
+def test_argument_forms_the_fast_paths_do_not_take():
+    a, b = torch.randn(SHAPE).to("rbln"), (torch.rand(SHAPE) + 0.5).to("rbln")
+    torch.div(a, b, rounding_mode="floor")
+    a.clone().lt_(b)
+    torch.clamp(a, -b, b)
+    div = _entry("div.Tensor_mode").fast
+    assert div((a, b), {"rounding_mode": "floor"}) is not None
+    assert div((a, b), {"rounding_mode": "round"}) is None  # the general path gives torch's error
+    with pytest.raises(RuntimeError, match="rounding_mode"):
+        torch.div(a, b, rounding_mode="round")
+    assert _entry("lt_.Tensor").fast((a[0], b), {}) is None  # self would need broadcasting
+    assert _entry("gelu_backward.default").fast((a, b), {"approximate": "cubic"}) is None
+    assert _entry("threshold_backward.default").fast((a, b, torch.tensor(0.1)), {}) is None
+    assert _entry("pow.Tensor_Scalar").fast((a, 1j), {}) is None
+    assert _entry("pow.Tensor_Scalar").fast((a, True), {}) is None
+    clamp = _entry("clamp.Tensor").fast
+    assert clamp((a, None, None), {}) is None
+    assert clamp((a, -b.half(), b), {}) is None  # promotion
+    assert _entry("clamp_min.default").fast((a, None), {}) is None
+    assert _entry("add.out").fast((a, b), {}) is None  # no out: not this overload's call
+
+
+def test_a_nan_input_of_an_out_form_goes_to_the_logged_cpu_fallback():
+    a = torch.randn(SHAPE)
+    da = a.to("rbln")
+    torch.exp(da, out=_out(da))
+    a[1, 2] = float("nan")
+    registry.reset_fallback_report()
+    out = _out(da)
+    torch.exp(a.to("rbln"), out=out)
+    torch.testing.assert_close(out.cpu(), torch.exp(a), equal_nan=True)
+    assert _row("aten::exp") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
+
+
+def test_masked_fill_value_tensors_the_fast_path_leaves_to_the_general_path():
+    x = torch.randn(SHAPE)
+    dx, mask = x.to("rbln"), MASK.to("rbln")
+    dx.masked_fill(mask, 0.5)
+    fast = _entry("masked_fill.Tensor").fast
+    assert fast((dx, mask, torch.tensor(0.5)), {}) is not None
+    assert fast((dx, mask, torch.tensor(0.5, dtype=torch.float64)), {}) is None  # no float64 kernels
+    assert fast((dx, mask, torch.tensor([0.5])), {}) is None  # not 0-d
+    assert fast((dx, mask, torch.tensor(float("nan"))), {}) is None
+    registry.reset_fallback_report()
+    result = dx.masked_fill(mask, torch.tensor(float("nan")))
+    torch.testing.assert_close(result.cpu(), x.masked_fill(MASK, float("nan")), equal_nan=True)
+    assert _row("aten::masked_fill") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
+
+
+def test_tensor_clamp_whose_upper_bound_is_not_plain_gives_the_general_result():
+    x, low, high = torch.randn(SHAPE), -torch.rand(SHAPE), torch.rand(SHAPE)
+    dx, dlow, dhigh = x.to("rbln"), low.to("rbln"), high.to("rbln")
+    torch.clamp(dx, dlow, dhigh)
+    high[0, 0] = float("nan")  # the second launch is declined after the first ran
+    dhigh = high.to("rbln")
+    registry.reset_fallback_report()
+    torch.testing.assert_close(torch.clamp(dx, dlow, dhigh).cpu(), torch.clamp(x, low, high), equal_nan=True)
+    inplace = dx.clone()
+    inplace.clamp_(dlow, dhigh)
+    torch.testing.assert_close(inplace.cpu(), torch.clamp(x, low, high), equal_nan=True)
+    torch.testing.assert_close(dx.cpu(), x, atol=0, rtol=0)
+    assert _row("aten::clamp")["reasons"] == {"nan_inf": 1}
+
+
+def test_relu_like_paths_still_use_the_functional_fast_paths():
+    """The out/in-place modes did not change the existing functional fast paths."""
+    a = torch.randn(SHAPE).to("rbln")
+    F.relu(a)
+    assert _entry("relu.default").fast((a,), {}) is not None
+    assert _entry("relu.default").fast((a,), {"out": a}) is None

@@ -12,6 +12,7 @@ storage, lives exactly as long as the memory, so a weak reference to it tells us
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import threading
 import weakref
@@ -310,6 +311,15 @@ def contiguous_strides(size: Sequence[int]) -> list[int]:
     return strides
 
 
+@functools.lru_cache(maxsize=4096)
+def _row_major(size: tuple) -> tuple | None:
+    """`contiguous_strides(size)` as a tuple, memoised (every `empty_like`/`clone` asks), or None for a
+    size with a negative extent (which `empty_strided` rejects with torch's error)."""
+    if any(extent < 0 for extent in size):
+        return None
+    return tuple(contiguous_strides(size))
+
+
 def storage_nbytes(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> int:
     if any(s == 0 for s in size):
         return 0
@@ -320,8 +330,7 @@ def storage_nbytes(size: Sequence[int], stride: Sequence[int], dtype: torch.dtyp
 def empty_strided(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
     """Allocate an uninitialised rbln:index tensor, accounted, raising OutOfMemoryError when full.
     Row-major strides (`empty_like`/`clone` of a contiguous tensor ask for them) take `empty`."""
-    if len(size) == len(stride) and all(extent >= 0 for extent in size) and \
-            list(stride) == contiguous_strides(size):
+    if tuple(stride) == _row_major(tuple(size)):
         return empty(size, dtype, index)
     nbytes = storage_nbytes(size, stride, dtype)
     _reserve(index, nbytes)

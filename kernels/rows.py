@@ -283,3 +283,43 @@ def norm_param_grad_kernel(
         tl.store(dw_ptr + cols, dw.to(dw_ptr.dtype.element_ty), mask=mask)
     if NEED_DB:
         tl.store(db_ptr + cols, db.to(db_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def norm_backward_small_kernel(
+    g_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, rows, n,
+    HAS_W: tl.constexpr, NEED_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """The whole layer-norm backward of a few short rows (n <= BLOCK) in one program (grid (1,)): dx row
+    by row as `norm_backward_kernel` computes it, and dw / db summed over the rows on the way, as
+    `norm_param_grad_kernel` does. For small inputs one launch replaces two; many rows take those two
+    (this one runs the rows one after another)."""
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    if HAS_W:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros((BLOCK,), dtype=tl.float32)
+    db = tl.zeros((BLOCK,), dtype=tl.float32)
+    for row in range(0, rows):
+        mean = tl.load(mean_ptr + row).to(tl.float32)
+        rstd = tl.load(rstd_ptr + row).to(tl.float32)
+        g0 = tl.load(g_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+        if NEED_DX:
+            g = g0
+            if HAS_W:
+                g = g0 * w
+            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+            c1 = tl.sum(g, axis=0) / n
+            c2 = tl.sum(g * xhat, axis=0) / n
+            dx = rstd * (g - c1 - ((x - mean) * rstd) * c2)
+            tl.store(dx_ptr + row * n + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        if NEED_DW:
+            dw += g0 * ((x - mean) * rstd)
+        if NEED_DB:
+            db += g0
+    if NEED_DW:
+        tl.store(dw_ptr + cols, dw.to(dw_ptr.dtype.element_ty), mask=mask)
+    if NEED_DB:
+        tl.store(db_ptr + cols, db.to(db_ptr.dtype.element_ty), mask=mask)

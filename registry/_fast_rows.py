@@ -25,7 +25,18 @@ from . import _loss
 from ._fastpath import _NOT_PLAIN, FastPath, _contiguous_rbln, _dim_token, _Plan, _reduce_plan
 from ._finite_scan import PARALLEL_MIN, all_finite
 from ._memo import PlanMemo
-from ._ops import _I32, FLOATS, _block, _cdiv, _collapse, _k, _row_block, unary_key
+from ._ops import (
+    _I32,
+    _NORM_BACKWARD_SMALL_ROWS,
+    _ONE_BLOCK,
+    FLOATS,
+    _block,
+    _cdiv,
+    _collapse,
+    _k,
+    _row_block,
+    unary_key,
+)
 from ._reduce import _CODES, row_key
 
 _INDICES = (torch.int64, torch.int32)
@@ -275,17 +286,11 @@ def std() -> FastPath:
 
 # ---------------------------------------------------------------- layer norm backward
 
-class _NormBackwardPlan(_Plan):
-    """A layer-norm backward's launches for one (dtype, shape, normalized shape, weight?, bias?, mask):
-    the dx row kernel (this plan, None when dx is not asked for) and the dw/db column kernel."""
-
-    __slots__ = ("rows", "params", "need")
-
-
 def layer_norm_backward() -> FastPath:
     """`native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask)`
     with everything contiguous of x's dtype on its device: the launches of `_ops.layer_norm_backward`
-    (the dx row kernel, the dw/db column kernel), same arguments."""
+    (a few short rows: the one-program kernel; else the dx row kernel and the dw/db column kernel),
+    same arguments."""
 
     def new_plan(plan_key: tuple) -> tuple | None:
         dtype, shape, normalized, has_w, has_b, mask = plan_key
@@ -300,16 +305,21 @@ def layer_norm_backward() -> FastPath:
         R = _k("rows")
         need_dx, need_dw, need_db = mask
         need_dw, need_db = need_dw and has_w, need_db and has_b
+        if not (need_dx or need_dw or need_db):
+            return None
+        if rows <= _NORM_BACKWARD_SMALL_ROWS and n <= _ONE_BLOCK:
+            key = (dtype,) * 8 + (has_w, need_dx, need_dw, need_db, _row_block(n), rows < _I32, n < _I32)
+            fused = _Plan(R.norm_backward_small_kernel, key, 0, dtype, dtype)
+            return fused, None, rows, n, need_dw, need_db, True
         dx_plan = params = None
         if need_dx:
-            block = _row_block(n)
-            key = (dtype, dtype, dtype, dtype, dtype, dtype, has_w, block, n < _I32)
+            key = (dtype,) * 6 + (has_w, _row_block(n), n < _I32)
             dx_plan = _Plan(R.norm_backward_kernel, key, 0, dtype, dtype, rows)
         if need_dw or need_db:
             block = 16 if n <= 16 else 128
             key = (dtype,) * 6 + (need_dw, need_db, block, rows < _I32, n < _I32)
             params = _Plan(R.norm_param_grad_kernel, key, 0, dtype, dtype, _cdiv(n, block))
-        return dx_plan, params, rows, n, need_dw, need_db
+        return dx_plan, params, rows, n, need_dw, need_db, False
 
     plans = PlanMemo(1024, new_plan)
 
@@ -325,37 +335,41 @@ def layer_norm_backward() -> FastPath:
             return None
         if type(normalized) not in (list, tuple) or type(mask) not in (list, tuple) or len(mask) != 3:
             return None
-        mask = tuple(mask)
-        if any(type(m) is not bool for m in mask):
+        need_dx, need_dw, need_db = mask
+        if type(need_dx) is not bool or type(need_dw) is not bool or type(need_db) is not bool:
             return None
-        plan = plans[(dtype, x.shape, tuple(normalized), weight is not None, bias is not None, mask)]
+        plan = plans[(dtype, x.shape, tuple(normalized), weight is not None, bias is not None,
+                      (need_dx, need_dw, need_db))]
         if plan is None:
             return None
-        dx_plan, params, rows, n, need_dw, need_db = plan
+        first, params, rows, n, need_dw, need_db, fused = plan
         if mean.numel() != rows or rstd.numel() != rows or (weight is not None and weight.numel() != n) \
                 or (bias is not None and bias.numel() != n):
             return None
-        run_dx = run_params = None
-        if dx_plan is not None:
-            run_dx = _ready(dx_plan, index)
-            if run_dx is None:
+        run = run_params = None
+        if first is not None:
+            run = _ready(first, index)
+            if run is None:
                 return None
         if params is not None:
             run_params = _ready(params, index)
             if run_params is None:
                 return None
-        scan = dx_plan or params
-        if scan is None or not _finite(scan, grad, x, mean, rstd, weight, bias):
-            return None  # (nothing asked for: the general path answers)
-        dx = dw = db = None
-        if run_dx is not None:
-            dx = _memory.empty(x.shape, dtype, index)
-            run_dx(rows, 1, 1, grad, x, x if weight is None else weight, mean, rstd, dx, dx, n)
+        if not _finite(first or params, grad, x, mean, rstd, weight, bias):
+            return None
+        w = x if weight is None else weight
+        dx = _memory.empty(x.shape, dtype, index) if need_dx else None
+        dw = _memory.empty(weight.shape, dtype, index) if need_dw else None
+        db = _memory.empty(bias.shape, dtype, index) if need_db else None
+        dw_t = grad if dw is None else dw  # an absent result is never written: grad stands in, as there
+        db_t = grad if db is None else db
+        if fused:  # the one-program kernel
+            run(1, 1, 1, grad, x, w, mean, rstd, grad if dx is None else dx, dw_t, db_t, rows, n)
+            return dx, dw, db
+        if run is not None:
+            run(rows, 1, 1, grad, x, w, mean, rstd, dx, dx, n)
         if run_params is not None:
-            dw = _memory.empty(weight.shape, dtype, index) if need_dw else None
-            db = _memory.empty(bias.shape, dtype, index) if need_db else None
-            run_params(params.programs, 1, 1, grad, x, mean, rstd, grad if dw is None else dw,
-                       grad if db is None else db, rows, n)
+            run_params(params.programs, 1, 1, grad, x, mean, rstd, dw_t, db_t, rows, n)
         return dx, dw, db
 
     return fast

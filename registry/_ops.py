@@ -617,9 +617,13 @@ def column_sum(t: torch.Tensor, rows: int, n: int, dtype: torch.dtype) -> torch.
     return out
 
 
+_NORM_BACKWARD_SMALL_ROWS = 16  # up to this many rows, one program does the whole layer-norm backward
+
+
 def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
     """(dx, dw, db), each None unless `output_mask` asks for it (and, for dw/db, a weight/bias exists):
-    dx by the row kernel, dw and db together by one column kernel that reads grad and x in place.
+    a few short rows in one launch (`norm_backward_small_kernel`); else dx by the row kernel and dw, db
+    together by one column kernel that reads grad and x in place.
     Both launch through the launches kept under their keys (dtypes, constexprs, int widths)."""
     R = _k("rows")
     n = math.prod(normalized_shape)
@@ -634,9 +638,25 @@ def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, out
     rows = x.numel() // n
     index = x.get_device()
     need_dx, need_dw, need_db = output_mask
+    need_dx = bool(need_dx)
     need_dw = bool(need_dw and weight is not None)
     need_db = bool(need_db and bias is not None)
     dx = dw = db = None
+    if rows <= _NORM_BACKWARD_SMALL_ROWS and n <= _ONE_BLOCK and (need_dx or need_dw or need_db):
+        # a few short rows: all of it in one launch
+        has_w = weight is not None
+        w = contiguous(weight) if has_w else x
+        dx = empty(x.shape, x.dtype, index) if need_dx else None
+        dw = empty(weight.shape, weight.dtype, index) if need_dw else None
+        db = empty(bias.shape, bias.dtype, index) if need_db else None
+        outs = tuple(grad if t is None else t for t in (dx, dw, db))  # an absent result: grad stands in
+        block = _row_block(n)
+        key = (grad.dtype, x.dtype, w.dtype, mean.dtype, rstd.dtype, *(t.dtype for t in outs), has_w, need_dx,
+               need_dw, need_db, block, rows < _I32, n < _I32)
+        _launch.launch(R.norm_backward_small_kernel, 1, key, (grad, x, w, mean, rstd, *outs, rows, n),
+                       {"HAS_W": has_w, "NEED_DX": need_dx, "NEED_DW": need_dw, "NEED_DB": need_db,
+                        "BLOCK": block})
+        return dx, dw, db
     if need_dx:
         dx = empty(x.shape, x.dtype, index)
         w = contiguous(weight) if weight is not None else x
@@ -658,6 +678,7 @@ def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, out
                        (grad, x, mean, rstd, dw_t, db_t, rows, n),
                        {"NEED_DW": need_dw, "NEED_DB": need_db, "BLOCK": block})
     return dx, dw, db
+
 
 def rms_norm_forward(x, weight, eps):
     """(y, rstd) of RMS norm over the last dim; rstd is float32 of shape (rows,)."""

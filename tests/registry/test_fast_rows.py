@@ -50,10 +50,10 @@ def _x(*shape):
     return torch.randn(*shape)
 
 
-def _layer_norm_case(mask):
-    x, w, b = _x(3, 5), _x(5), _x(5)
+def _layer_norm_case(mask, rows=3):
+    x, w, b = _x(rows, 5), _x(5), _x(5)
     _, mean, rstd = A.native_layer_norm.default(x, [5], w, b, 1e-5)
-    return (_x(3, 5), x, [5], mean, rstd, w, b, mask), {}
+    return (_x(rows, 5), x, [5], mean, rstd, w, b, mask), {}
 
 
 def _logp():
@@ -67,9 +67,15 @@ CASES = {
                                                                       torch.float32), {})),
     "log_softmax_backward": ("_log_softmax_backward_data.default",
                              lambda: ((_x(3, 5), torch.log_softmax(_x(3, 5), 1), -1, torch.float32), {})),
-    "layer_norm_backward": ("native_layer_norm_backward.default", lambda: _layer_norm_case([True, True, True])),
+    "layer_norm_backward": ("native_layer_norm_backward.default",
+                            lambda: _layer_norm_case([True, True, True])),
     "layer_norm_backward_dx": ("native_layer_norm_backward.default",
                                lambda: _layer_norm_case([True, False, False])),
+    # more rows than the one-program kernel takes: the dx row kernel and the dw/db column kernel
+    "layer_norm_backward_many_rows": ("native_layer_norm_backward.default",
+                                      lambda: _layer_norm_case([True, True, True], rows=20)),
+    "layer_norm_backward_many_rows_dx": ("native_layer_norm_backward.default",
+                                         lambda: _layer_norm_case([True, False, False], rows=20)),
     "max": ("max.dim", lambda: ((_x(3, 5), 1, True), {})),
     "min": ("min.dim", lambda: ((_x(3, 5), -1), {})),
     "argmax_all": ("argmax.default", lambda: ((_x(3, 5),), {})),
@@ -83,7 +89,8 @@ CASES = {
                      lambda: ((torch.tensor(1.5), _logp(), torch.tensor(TARGET), None, 1, -100,
                                torch.tensor(3.0)), {})),
     "nll_backward_none": ("nll_loss_backward.default",
-                          lambda: ((_x(4), _logp(), torch.tensor(TARGET), None, 0, -100, torch.tensor(0.0)), {})),
+                          lambda: ((_x(4), _logp(), torch.tensor(TARGET), None, 0, -100,
+                                    torch.tensor(0.0)), {})),
     "index_select_1d": ("index_select.default", lambda: ((_x(4), 0, torch.tensor([3, 0, 1, 2])), {})),
     "index_select_rows": ("index_select.default", lambda: ((_x(5, 3), 0, torch.tensor([4, 0, 4])), {})),
     "index_select_middle": ("index_select.default",

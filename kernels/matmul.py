@@ -66,14 +66,16 @@ def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[C
         # work (staging copies, the accumulator add, gemm's own packing). A tile whose K block spans
         # the whole (contiguous) K extent is passed to BLAS as a view, with no staging copy: at 1024^3
         # on one thread 512x512x1024 measured ~90% of torch's GFLOP/s for mm and linear alike,
-        # 256x256x512 ~60-70%, 128x128x128 ~50%. The 8 and 16 tiles are the product path's, for
-        # problems that fit them whole (2x2 mm: ~2.2 us per launch against ~8.5 us with a 32 tile).
-        Config({"BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 8}),
-        Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+        # 256x256x512 ~60-70%, 128x128x128 ~50%.
         Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}),
         Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128}),
         Config({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 512}),
         Config({"BLOCK_M": 512, "BLOCK_N": 512, "BLOCK_K": 1024}),
+        # The product path's tiles, only ever chosen alone, for problems that fit them whole (2x2 mm:
+        # ~2.2 us per launch against ~8.5 us with the 32 tile); last, so the first config stays the
+        # smallest `tl.dot` tile.
+        Config({"BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 8}),
+        Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
     ],
     key=["M", "N", "K"],
     prune_configs_by={"early_config_prune": _prune_tiles},

@@ -72,28 +72,38 @@ class _MatmulPlan:
             return self.scan(tensor.data_ptr(), numel, self.mask)
         return all_finite(tensor)
 
-    def resolve(self, index: int, args: tuple) -> bool:
-        """Fetch the kept launch of the general path's config for this shape, for a call with the
-        kernel arguments `args` on device `index`; False while there is none (the general path has not
-        launched this shape with the current backend and tensor-parallel size), or when the launch
-        needs the general path's tensor-parallel handling (a grid of several programs, or a config
-        that depends on the group size, on a device with tp > 1)."""
-        backend = requested_backend()
+    def resolve(self, index: int) -> dict | None:
+        """The kernel keywords of the general path's config for this shape on device `index`, with
+        `grid` and `needs_tp` set from it; None while there is none (the general path has not launched
+        this shape with the current backend and tensor-parallel size) or when the launch needs the
+        general path's tensor-parallel handling (a grid of several programs, or a config that depends
+        on the group size, on a device with tp > 1)."""
         tp = _device_tp(index)
-        found = _ops._matmul_plans.get((*self.shape_key, tp, backend))
+        found = _ops._matmul_plans.get((*self.shape_key, tp, requested_backend()))
         if found is None:
-            return False
+            return None
         grid, keywords = found
         product = max(keywords["BLOCK_M"], keywords["BLOCK_N"], keywords["BLOCK_K"]) <= \
             _ops._k("matmul").PRODUCT_BLOCK
         needs_tp = not (product and math.prod(grid) == 1)  # a product tile's choice ignores tp
         if needs_tp and tp != 1:
-            return False
+            return None
+        self.grid, self.needs_tp = grid, needs_tp
+        return keywords
+
+    def keep(self, args: tuple, keywords: dict) -> bool:
+        """Keep the direct launch of the specialisation for `args` and `keywords` (`run`). The
+        autotuner's launch of a new shape leaves none: then launch `args` through the checked launch,
+        as the general path's next call of this shape would, keep the one that leaves, and return True
+        (the result is written)."""
         launch = self.kernel.launcher(*args, **keywords)
-        if launch is None:
-            return False
-        self.run, self.backend, self.grid, self.needs_tp = launch.unchecked, backend, grid, needs_tp
-        return True
+        ran = launch is None
+        if ran:
+            self.kernel.run(*args, grid=self.grid, **keywords)
+            launch = self.kernel.launcher(*args, **keywords)
+        if launch is not None:
+            self.run, self.backend = launch.unchecked, requested_backend()
+        return ran
 
 
 def _out_of(kwargs: dict, names: tuple) -> tuple[bool, Tensor | None, dict]:
@@ -141,8 +151,11 @@ def _run(plan: _MatmulPlan | None, index: int, a: Tensor, b: Tensor, bias: Tenso
         c = _memory.empty(plan.shape, plan.dtype, index)
     args = (a, b, c, c if bias is None else bias, *plan.tail, alpha, beta)
     if fresh:
-        if not plan.resolve(index, args):
+        keywords = plan.resolve(index)
+        if keywords is None:
             return None
+        if plan.keep(args, keywords):
+            return c
         run = plan.run
     grid = plan.grid
     run(grid[0], grid[1], grid[2], *args)

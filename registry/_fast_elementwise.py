@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from torch import Tensor
-from torch_rbln.dsl.jit import _device_tp, requested_backend
+from torch_rbln.dsl.jit import _device_tp
 
 from torch_rbln import config
 
@@ -161,9 +161,7 @@ def fill(*, zero: bool) -> FastPath:
         plan = _unary_plans[("fill", x.dtype, n)]
         if plan is None or (plan.programs > 1 and _device_tp(index) > 1):
             return None
-        run = plan.run
-        if run is None or plan.backend != requested_backend():
-            run = plan.launcher()
+        run = plan.launcher()
         if run is None:
             _, keywords = unary_key(_k("elementwise"), "fill", (x.dtype, x.dtype), n)
             _launch.launch(plan.kernel, plan.programs, plan.key, (x, x, n, value), keywords)

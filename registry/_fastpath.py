@@ -142,6 +142,27 @@ def _reset_plans(kernel) -> None:
 on_clear_cache(_reset_plans)
 
 
+_ABSENT = object()  # `_keywords`: the optional keyword was not given
+
+
+def _keywords(kwargs: dict, out: bool, keyword: str | None) -> tuple | None:
+    """(the `out=` tensor or None, the value of `keyword` or _ABSENT) of a fast path's keyword arguments:
+    `out=` exactly when `out` (the `.out` overloads), `keyword` optionally; None for any other set of
+    keywords, which the general path then takes."""
+    count = len(kwargs)
+    target = None
+    if out:
+        target = kwargs.get("out")
+        if target is None:
+            return None
+        count -= 1
+    if not count:
+        return target, _ABSENT
+    if count != 1 or keyword is None or keyword not in kwargs:
+        return None
+    return target, kwargs[keyword]
+
+
 class _BinaryPlan(_Plan):
     """A binary op's launch for one (dtype, shapes): `binary_dense_kernel` over `rows` rows of `n`
     elements (operand modes as `_ops._dense_layout` chose them), the output shape and each operand's
@@ -204,23 +225,16 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False, out: b
             return None
         alpha = 1.0
         target = None
-        if kwargs:
-            count = len(kwargs)
-            if out:
-                target = kwargs.get("out")
-                if target is None:
-                    return None
-                count -= 1
-            if count:
-                if count != 1 or "alpha" not in kwargs:
-                    return None
-                alpha = kwargs["alpha"]
-                kind = type(alpha)
+        if kwargs or out:
+            given = _keywords(kwargs, out, "alpha")
+            if given is None:
+                return None
+            target, value = given
+            if value is not _ABSENT:
+                kind = type(value)
                 if kind is not int and kind is not float:
                     return None
-                alpha = float(alpha)
-        elif out:
-            return None
+                alpha = float(value)
         a, b = args
         index = _contiguous_rbln(a)
         if index < 0:
@@ -333,21 +347,15 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         op_name = name
         target = None
-        if kwargs:
-            count = len(kwargs)
-            if out:
-                target = kwargs.get("out")
-                if target is None:
-                    return None
-                count -= 1
-            if count:
-                if keyword is None or count != 1 or keyword not in kwargs:
-                    return None
-                op_name = values.get(kwargs[keyword])
+        if kwargs or out:
+            given = _keywords(kwargs, out, keyword)
+            if given is None:
+                return None
+            target, value = given
+            if value is not _ABSENT:
+                op_name = values.get(value)
                 if op_name is None:
                     return None
-        elif out:
-            return None
         if len(args) != 1:
             return None
         x = args[0]
@@ -371,14 +379,11 @@ def pow_scalar(mul: FastPath, *, out: bool = False) -> FastPath:
         if len(args) != 2:
             return None
         target = None
-        if out:
-            if len(kwargs) != 1:
+        if kwargs or out:
+            given = _keywords(kwargs, out, None)
+            if given is None:
                 return None
-            target = kwargs.get("out")
-            if target is None:
-                return None
-        elif kwargs:
-            return None
+            target = given[0]
         x, exponent = args
         kind = type(exponent)
         if kind is not int and kind is not float:

@@ -47,8 +47,8 @@ class _MatmulPlan:
     whether a call must check the device's tensor-parallel size (`needs_tp`). Listed in `_PLANS`, so
     `kernel.clear_cache()` resets `run` (`_fastpath._reset_plans`)."""
 
-    __slots__ = ("kernel", "dtype", "shape", "c_strides", "tail", "shape_key", "numels", "scan", "mask",
-                 "run", "backend", "grid", "needs_tp", "__weakref__")
+    __slots__ = ("kernel", "dtype", "shape", "c_strides", "tail", "shape_key", "numels", "small", "scan",
+                 "mask", "run", "backend", "grid", "needs_tp", "__weakref__")
 
     def __init__(self, dtype: torch.dtype, shape: tuple, M: int, N: int, K: int, sa: tuple, sb: tuple,
                  sbias: tuple | None, batch: int, numels: tuple) -> None:
@@ -61,6 +61,7 @@ class _MatmulPlan:
         self.tail = (M, N, K, *sa, *sb, *sc, *(sbias if bias else _NO_BIAS))
         self.shape_key = (dtype, dtype, dtype, dtype, M, N, K, bias, batch)
         self.numels = numels
+        self.small = max(numels) < PARALLEL_MIN  # every read operand is scanned in one compiled call
         self.scan, self.mask = contiguous_scan(dtype)
         self.run = self.backend = self.grid = None
         self.needs_tp = True
@@ -144,8 +145,13 @@ def _run(plan: _MatmulPlan | None, index: int, a: Tensor, b: Tensor, bias: Tenso
         return None  # the general launch splits the grid over the group (or re-tunes for it)
     if not config.deploy_mode():
         numels = plan.numels
-        if not (plan.finite(a, numels[0]) and plan.finite(b, numels[1])
-                and (bias is None or plan.finite(bias, numels[2]))):
+        if plan.small:  # the compiled scans, called directly (the usual case: one call each)
+            scan, mask = plan.scan, plan.mask
+            if not (scan(a.data_ptr(), numels[0], mask) and scan(b.data_ptr(), numels[1], mask)
+                    and (bias is None or scan(bias.data_ptr(), numels[2], mask))):
+                return None
+        elif not (plan.finite(a, numels[0]) and plan.finite(b, numels[1])
+                  and (bias is None or plan.finite(bias, numels[2]))):
             return None
     if out is None:
         c = _memory.empty(plan.shape, plan.dtype, index)

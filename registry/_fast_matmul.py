@@ -35,7 +35,8 @@ _NO_BIAS = (0, 0)  # bias strides of a launch without bias (as `_ops.mm`/`bmm` p
 
 def _dense(shape: tuple, strides: tuple) -> bool:
     """Whether a tensor of `shape` and `strides` (no zero size) covers the block of its numel elements
-    at its data pointer exactly once, as the kept launch and the NaN/Inf scan read it."""
+    at its data pointer exactly once, as the kept launch and the NaN/Inf scan read it (contiguous, or a
+    permutation of a contiguous block such as a transposed weight)."""
     return is_dense_permutation(shape, strides)
 
 
@@ -56,7 +57,7 @@ class _MatmulPlan:
         self.dtype = dtype
         self.shape = shape
         self.c_strides = tuple(_memory.contiguous_strides(list(shape)))
-        sc = self.c_strides if len(shape) == 3 else (0, *self.c_strides)  # bmm's, or mm's with batch 0
+        sc = self.c_strides if len(shape) == 3 else (0, *self.c_strides)  # mm: batch stride 0
         bias = sbias is not None
         self.tail = (M, N, K, *sa, *sb, *sc, *(sbias if bias else _NO_BIAS))
         self.shape_key = (dtype, dtype, dtype, dtype, M, N, K, bias, batch)
@@ -209,9 +210,10 @@ def _plan_bmm(dtype: torch.dtype, a_shape: tuple, a_strides: tuple, b_shape: tup
                        (B * M * K, B * K * N))
 
 
-def mm() -> FastPath:
-    """The fast path of `mm(a, b)` and `mm.out(a, b, out=)`."""
-    plans: dict[tuple, _MatmulPlan | None] = PlanMemo(1024, lambda key: _plan_2d(*key, None))
+def _without_bias(build) -> FastPath:
+    """The fast path of a product without bias, `op(a, b)` or `op.out(a, b, out=)`, whose plans
+    `build(dtype, a's shape, a's strides, b's shape, b's strides)` makes."""
+    plans: dict[tuple, _MatmulPlan | None] = PlanMemo(1024, lambda key: build(*key))
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 2:
@@ -232,6 +234,17 @@ def mm() -> FastPath:
         return _run(plan, index, a, b, None, out, 1.0, 0.0)
 
     return fast
+
+
+def mm() -> FastPath:
+    """The fast path of `mm(a, b)` and `mm.out(a, b, out=)` (`F.linear` without bias reaches it with
+    `b` the transposed weight)."""
+    return _without_bias(lambda *key: _plan_2d(*key, None))
+
+
+def bmm() -> FastPath:
+    """The fast path of `bmm(a, b)` and `bmm.out(a, b, out=)`."""
+    return _without_bias(_plan_bmm)
 
 
 def addmm() -> FastPath:
@@ -261,31 +274,6 @@ def addmm() -> FastPath:
             return None
         plan = plans[(dtype, bias.shape, bias.stride(), a.shape, a.stride(), b.shape, b.stride())]
         return _run(plan, index, a, b, bias, out, alpha, beta)
-
-    return fast
-
-
-def bmm() -> FastPath:
-    """The fast path of `bmm(a, b)` and `bmm.out(a, b, out=)`."""
-    plans: dict[tuple, _MatmulPlan | None] = PlanMemo(1024, lambda key: _plan_bmm(*key))
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        if len(args) != 2:
-            return None
-        out = None
-        if kwargs:
-            plain, out, _ = _out_of(kwargs, ())
-            if not plain:
-                return None
-        a, b = args
-        if not isinstance(a, Tensor) or not isinstance(b, Tensor):
-            return None
-        dtype = a.dtype
-        index = a.get_device()
-        if index < 0 or b.dtype is not dtype or b.get_device() != index:
-            return None
-        plan = plans[(dtype, a.shape, a.stride(), b.shape, b.stride())]
-        return _run(plan, index, a, b, None, out, 1.0, 0.0)
 
     return fast
 

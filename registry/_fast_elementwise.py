@@ -31,6 +31,9 @@ _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 _UNARY_OUT = ("abs", "exp", "log", "neg", "reciprocal", "rsqrt", "sigmoid", "sqrt", "tanh", "silu")
 
 
+_NO_KEYWORDS: dict = {}  # passed on, never written: the fast paths only read their kwargs
+
+
 def by_keyword(keyword: str, default, paths: dict) -> FastPath:
     """The fast path of an overload whose keyword argument `keyword` (`default` when absent) picks the
     kernel op: `paths[value]` on the call without that keyword; None for a value `paths` lacks (the
@@ -39,8 +42,9 @@ def by_keyword(keyword: str, default, paths: dict) -> FastPath:
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         value = default
         if keyword in kwargs:
-            kwargs = dict(kwargs)
-            value = kwargs.pop(keyword)
+            value = kwargs[keyword]
+            kwargs = {name: given for name, given in kwargs.items() if name != keyword} if len(kwargs) > 1 \
+                else _NO_KEYWORDS
         path = paths.get(value) if value is None or type(value) is str else None
         return None if path is None else path(args, kwargs)
 

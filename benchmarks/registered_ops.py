@@ -224,6 +224,14 @@ def _cases(only: set[str] | None) -> list[tuple[str, _Side, _Side]]:
     }
     a, b = torch.rand(4), torch.rand(4)
     da, db = a.to("rbln"), b.to("rbln")
+    custom = {  # our custom ops and attention (registered outside the aten table)
+        "rbln::rms_norm": lambda a, b: torch.ops.rbln.rms_norm(a, b, 1e-6),
+        "rbln::rotary_embedding": lambda a, b: torch.ops.rbln.rotary_embedding(a.view(1, 4), b.view(1, 4),
+                                                                                 b.view(1, 4)),
+        "scaled_dot_product_attention 1x1x2x2": lambda a, b: torch.nn.functional.scaled_dot_product_attention(
+            a.view(1, 1, 2, 2), b.view(1, 1, 2, 2), b.view(1, 1, 2, 2)),
+    }
+    extra.update(custom)
     for name, fn in extra.items():
         if only and name not in only:
             continue

@@ -30,14 +30,20 @@ from torch_rbln.autotune import Config, autotune
 
 # (BLOCK_M, BLOCK_N) tiles tried by the autotuner; `_prune_tiles` keeps the ones the sequence lengths
 # can fill, so short sequences compile a single specialisation.
-TILES = ((32, 32), (64, 64), (128, 64), (128, 128))
+TILES = ((16, 16), (32, 32), (64, 64), (128, 64), (128, 128))
+_TINY = 16  # sequences up to this long (both) take the 16x16 tile alone; longer ones never take it
 
 
 def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
-    """Drop tiles much larger than the sequences: a tile is kept when it is the smallest one, or when
-    both sequence lengths are at least its size."""
+    """Drop tiles much larger than the sequences: a tile is kept when both sequence lengths are at least
+    its size, or when it is the smallest tile the sequences are measured against (16x16 for sequences
+    of at most 16, where a 32x32 tile would be three quarters padding; 32x32 otherwise)."""
     M, N = nargs["M"], nargs["N"]
-    kept = [c for c in configs if c.kwargs["BLOCK_M"] <= max(M, 32) and c.kwargs["BLOCK_N"] <= max(N, 32)]
+    if M <= _TINY and N <= _TINY:
+        tiny = [c for c in configs if c.kwargs["BLOCK_M"] == c.kwargs["BLOCK_N"] == _TINY]
+        return tiny or list(configs)[:1]
+    kept = [c for c in configs if 2 * _TINY <= c.kwargs["BLOCK_M"] <= max(M, 2 * _TINY)
+            and 2 * _TINY <= c.kwargs["BLOCK_N"] <= max(N, 2 * _TINY)]
     return kept or list(configs)[:1]
 
 

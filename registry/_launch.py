@@ -59,6 +59,42 @@ def dense_unchecked(kernel, key: tuple, tensors: tuple, programs: int) -> Callab
     return run if programs == 1 or _device_tp(tensors[-1].get_device()) == 1 else None
 
 
+# (autotuner, launch shape) -> (grid, kernel keywords) of the config the tuner chose for that shape
+_tuned: dict[tuple, tuple] = BoundedMemo(1024)
+
+
+def tuned(tuner, shape_key: tuple, args: tuple, constexprs: dict, grid_of: Callable[[dict], tuple],
+          dtypes: tuple, tensors: tuple, fits_int32: bool) -> None:
+    """`tuner[grid_of](*args, **constexprs)` for an autotuned kernel, keeping its decision.
+
+    The first launch of a shape goes through the autotuner (which tunes it, or reads its decision from
+    the store). Later launches of that shape run the kernel with the kept config directly, since the
+    tuner's per-call key and grid callback cost more than a small launch computes: through the kept
+    unchecked launch when `tensors` (every tensor argument) are dense and one NPU runs the grid, else
+    through the kernel's own launch. `shape_key` must determine the tuner's decision (what its key reads,
+    dtypes, tensor-parallel size, requested backend); `dtypes` (of `tensors`) and the config's
+    constexprs key the kept launch when `fits_int32` (every int argument fits in 32 bits)."""
+    full = (tuner, shape_key)
+    plan = _tuned.get(full)
+    if plan is None:
+        tuner[grid_of](*args, **constexprs)
+        config = tuner.lookup(*args, **constexprs)
+        if config is not None and config.pre_hook is None and not tuner.reset_to_zero:
+            keywords = {**constexprs, **config.all_kwargs()}
+            _tuned[full] = (tuple(grid_of(keywords)) + (1, 1), keywords)
+        return
+    grid, keywords = plan
+    if fits_int32 and grid[2] == 1:
+        key = (*dtypes, *keywords.values())
+        run = dense_unchecked(tuner.fn, key, tensors, grid[0] * grid[1])
+        if run is not None:
+            run(grid[0], grid[1], 1, *args)
+        else:
+            launch(tuner.fn, grid[0], key, args, keywords, rows=grid[1])
+        return
+    tuner.fn.run(*args, grid=grid[:3], **keywords)
+
+
 def _forget(kernel) -> None:
     """Drop the launches kept for `kernel`: its `clear_cache()` ran, so they run code it has forgotten."""
     for full in [full for full in list(_plans) if full[0] is kernel]:

@@ -27,10 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch_rbln.dsl.jit import _device_tp, requested_backend
 
-from torch_rbln import _memory, fallback
+from torch_rbln import _dlpack, _memory, config, fallback
 
+from . import _device_counts, _launch
 from . import _ops as O
+from ._finite_scan import all_finite
+from ._memo import BoundedMemo
 
 SDPA = "aten::scaled_dot_product_attention"
 FORWARD = "aten::_scaled_dot_product_fused_attention_overrideable"
@@ -214,6 +218,24 @@ def _default_scale(scale: float | None, head_dim: int) -> float:
 
 # ---------------------------------------------------------------- the overrideable fused op
 
+def _forward_launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attn_bias: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor, g: Geometry,
+                    scale: float, is_causal: bool) -> None:
+    """One launch of the flash forward kernel, its tile config kept per launch shape (`_launch.tuned`)."""
+    mask = attn_bias if attn_bias is not None else query
+    strides = (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *out.stride())
+    sizes = (g.heads, g.q_len, g.kv_len, g.head_dim)
+    args = (query, key, value, mask, out, lse, *strides, *sizes, scale, g.group, int(is_causal),
+            int(g.has_mask))
+    tensors = (query, key, value, mask, out, lse)
+    dtypes = tuple(t.dtype for t in tensors)
+    rows = g.batch * g.heads
+    shape_key = (*dtypes, *sizes, g.bool_mask, rows, _device_tp(out.get_device()), requested_backend())
+    _launch.tuned(O._k("attention").attention_forward_kernel, shape_key, args,
+                  {"BOOL_MASK": g.bool_mask, "BLOCK_D": g.block_d}, _grid(g.q_len, rows), dtypes, tensors,
+                  max(max(map(abs, strides)), rows * g.q_len) <= _INT32_MAX)
+
+
 def fused_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                             attn_bias: torch.Tensor | None = None, dropout_p: float = 0.0,
                             is_causal: bool = False, return_debug_mask: bool = False, *,
@@ -223,25 +245,17 @@ def fused_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch
     `attn_bias` may be boolean (keep where True) or additive. The output has the query's memory layout
     (as PyTorch's meta function says): for the usual (B, L, H, D) -> transpose(1, 2) query of a model, the
     `out.transpose(1, 2).reshape(...)` that follows is free."""
-    from torch_rbln.kernels import attention as K
-
     if dropout_p > 0.0 or return_debug_mask:
         raise NotImplementedError("rbln flash attention has no dropout and no debug mask; call "
                                   "torch.nn.functional.scaled_dot_product_attention, which runs such calls "
                                   "on the CPU")
     g = geometry(query, key, attn_bias)
     index = query.get_device()
-    B, H, M, N, D = g.batch, g.heads, g.q_len, g.kv_len, g.head_dim
     out = empty_like_layout(query, query.shape, index)
-    lse = O.empty([B, H, M], torch.float32, index)
-    mask = attn_bias if attn_bias is not None else query
-    K.attention_forward_kernel[_grid(M, B * H)](
-        query, key, value, mask, out, lse, *query.stride(), *key.stride(), *value.stride(), *g.mask_strides,
-        *out.stride(), H, M, N, D, _default_scale(scale, D), g.group, int(is_causal),
-        int(g.has_mask), BOOL_MASK=g.bool_mask, BLOCK_D=g.block_d,
-    )
+    lse = O.empty([g.batch, g.heads, g.q_len], torch.float32, index)
+    _forward_launch(query, key, value, attn_bias, out, lse, g, _default_scale(scale, g.head_dim), is_causal)
     empty = O.empty([0], torch.float32, index)
-    return out, lse, empty, empty, M, N, empty, empty, empty
+    return out, lse, empty, empty, g.q_len, g.kv_len, empty, empty, empty
 
 
 def fused_attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
@@ -294,8 +308,22 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  is_causal: bool = False, *, scale: float | None = None,
                                  enable_gqa: bool = False) -> torch.Tensor:
     """rbln kernel (AutogradPrivateUse1 and PrivateUse1) of `aten::scaled_dot_product_attention`."""
+    plan_key = None
+    if type(query) is torch.Tensor and query.dim() == 4 and dropout_p == 0.0 and not _needs_grad(
+            query, key, value, attn_mask):
+        plan_key = (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
+                    query.dtype, key.dtype, value.dtype, None if attn_mask is None else
+                    (attn_mask.shape, attn_mask.stride(), attn_mask.dtype), is_causal, scale, enable_gqa)
+        plan = _inference_plans.get(plan_key)
+        if plan is not None:
+            out = _inference(plan, query, key, value, attn_mask, is_causal)
+            if out is not None:
+                return out
     traced = tracing(query, key, value, attn_mask)
     reason = unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, not traced)
+    if reason is None and plan_key is not None and not traced:
+        g = geometry(query, key, attn_mask)
+        _inference_plans[plan_key] = (g, _default_scale(scale, g.head_dim))
     if reason is not None:
         if traced:  # what PyTorch itself runs for PrivateUse1: the math decomposition (traceable)
             return torch.ops.aten._scaled_dot_product_attention_math(
@@ -310,6 +338,42 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     out = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
         query, key, value, attn_mask, 0.0, is_causal, False, scale=scale)[0]
     return out.squeeze(1) if three_d else out
+
+
+# (q/k/v shapes, strides and dtypes, mask's, is_causal, scale, enable_gqa) -> (geometry, scale) of a
+# call `unsupported` accepted once: later inference calls of that structure check only the values
+_inference_plans: dict[tuple, tuple] = BoundedMemo(1024)
+
+
+def _needs_grad(*tensors: torch.Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _inference(plan: tuple, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attn_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor | None:
+    """The forward launch of an inference call whose structure was accepted before (`plan`), without
+    the dispatch of the fused op and its structural checks: the result `fused_attention_forward` gives,
+    counted as it. None when the values or devices need the general path (NaN/Inf outside deploy mode,
+    a NaN in a float mask, operands on several devices, a dispatch mode or subclass tensors)."""
+    if torch._C._len_torch_dispatch_stack() or not (_is_plain(key) and _is_plain(value)
+                                                     and _is_plain(attn_mask)):
+        return None
+    index = query.get_device()
+    if index < 0 or key.get_device() != index or value.get_device() != index or (
+            attn_mask is not None and attn_mask.get_device() != index):
+        return None
+    if not config.deploy_mode():
+        if not (all_finite(query) and all_finite(key) and all_finite(value)):
+            return None
+        if attn_mask is not None and attn_mask.dtype != torch.bool and \
+                torch.isnan(_dlpack.to_host_view(attn_mask)).any():
+            return None
+    g, scale = plan
+    out = empty_like_layout(query, query.shape, index)
+    lse = O.empty([g.batch, g.heads, g.q_len], torch.float32, index)
+    _forward_launch(query, key, value, attn_mask, out, lse, g, scale, is_causal)
+    _device_counts[FORWARD] += 1
+    return out
 
 
 def _on_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,

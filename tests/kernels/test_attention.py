@@ -278,6 +278,8 @@ def test_autotune_prunes_tiles_to_the_sequence_lengths():
 
     tiles = lambda m, n: [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"])  # noqa: E731
                           for c in _prune_tiles(_configs(), {"M": m, "N": n})]
+    assert tiles(2, 16) == [(16, 16)]
+    assert tiles(17, 9) == [(32, 32)]
     assert tiles(37, 45) == [(32, 32)]
     assert tiles(512, 512) == [(32, 32), (64, 64), (128, 64), (128, 128)]
     assert tiles(100, 1000) == [(32, 32), (64, 64)]

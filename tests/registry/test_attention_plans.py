@@ -1,0 +1,84 @@
+"""Inference calls of scaled_dot_product_attention whose structure was accepted once skip the fused op's
+dispatch and structural checks (registry/attention.py `_inference`), with the same results and counts,
+and leave every call that needs more to the general path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_rbln.registry import attention as A
+
+import torch_rbln  # noqa: F401
+from torch_rbln import registry
+
+
+def _operands(mask: str | None = None):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8) for _ in range(3))
+    masks = {None: None, "bool": torch.rand(5, 5) > 0.3, "float": torch.randn(1, 1, 5, 5)}
+    cpu = (q, k, v, masks[mask])
+    return cpu, tuple(t.to("rbln") if t is not None else None for t in cpu)
+
+
+def _forward_count() -> int:
+    return registry.device_counts().get(A.FORWARD, 0)
+
+
+@pytest.fixture
+def structure_checks_forbidden(monkeypatch):
+    def forbid() -> None:
+        def forbidden(*args, **kwargs):
+            raise AssertionError("structural checks reached")
+
+        monkeypatch.setattr(A, "unsupported", forbidden)
+
+    return forbid
+
+
+@pytest.mark.parametrize("mask", [None, "bool", "float"])
+def test_repeated_inference_calls_skip_the_checks_with_the_same_results(mask, structure_checks_forbidden):
+    cpu, dev = _operands(mask)
+    q, k, v, m = dev
+    first = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    structure_checks_forbidden()
+    before = _forward_count()
+    again = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    assert _forward_count() == before + 1
+    torch.testing.assert_close(again.cpu(), first.cpu(), atol=0, rtol=0)
+    expected = F.scaled_dot_product_attention(*cpu[:3], attn_mask=cpu[3])
+    torch.testing.assert_close(again.cpu(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_causal_and_scale_are_part_of_the_plan(structure_checks_forbidden):
+    cpu, (q, k, v, _) = _operands()
+    F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.25)
+    structure_checks_forbidden()
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.25)
+    expected = F.scaled_dot_product_attention(*cpu[:3], is_causal=True, scale=0.25)
+    torch.testing.assert_close(out.cpu(), expected, atol=1e-5, rtol=1e-5)
+    with pytest.raises(AssertionError, match="structural checks reached"):
+        F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=0.25)  # another structure
+
+
+def test_a_nan_query_still_takes_the_logged_cpu_fallback():
+    cpu, (q, k, v, _) = _operands()
+    F.scaled_dot_product_attention(q, k, v)
+    bad = cpu[0].clone()
+    bad[0, 0, 0, 0] = float("nan")
+    registry.reset_fallback_report()
+    out = F.scaled_dot_product_attention(bad.to("rbln"), k, v)
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(bad, *cpu[1:3]), equal_nan=True)
+    assert registry.fallback_report()[A.SDPA]["reasons"] == {"nan_inf": 1}
+
+
+def test_calls_that_need_a_gradient_keep_the_autograd_node():
+    _, (q, k, v, _) = _operands()
+    F.scaled_dot_product_attention(q, k, v)
+    leaf = q.detach().requires_grad_()
+    out = F.scaled_dot_product_attention(leaf, k, v)
+    assert out.grad_fn is not None
+    out.sum().backward()
+    assert leaf.grad is not None and leaf.grad.shape == q.shape
+    with torch.no_grad():
+        assert F.scaled_dot_product_attention(leaf, k, v).grad_fn is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from . import _launch
 from . import _ops as O
 
 
@@ -49,7 +50,10 @@ def _rotary_device(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tor
     x, cos, sin = O.contiguous(x), O.contiguous(cos), O.contiguous(sin)
     out = O.empty(x.shape, x.dtype, x.get_device())
     block = max(16, 1 << (D // 2 - 1).bit_length())
-    O._k("rotary").rotary_kernel[(x.numel() // D,)](x, cos, sin, out, D, cos.numel() // D, BLOCK=block)
+    rows, cs_rows = x.numel() // D, cos.numel() // D
+    # the kept launch: dtypes and block determine the specialisation while the ints fit in 32 bits
+    key = (x.dtype, block) if x.numel() < O._I32 else (x.dtype, block, "int64")
+    _launch.launch(O._k("rotary").rotary_kernel, rows, key, (x, cos, sin, out, D, cs_rows), {"BLOCK": block})
     return out
 
 

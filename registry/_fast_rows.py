@@ -579,10 +579,11 @@ class _CatPlan:
     """cat's launches for one (dtype, shapes, dim): the result shape and, per input, the strided copy
     kernel's plan and int arguments (as `_ops.cat` computes them for contiguous inputs)."""
 
-    __slots__ = ("shape", "parts")
+    __slots__ = ("shape", "parts", "wide")
 
     def __init__(self, shape: tuple, parts: list) -> None:
         self.shape, self.parts = shape, parts
+        self.wide = any(plan.programs > 1 for plan, _ in parts)  # a grid a TP group would split
 
 
 def _cat_plan(dtype: torch.dtype, shapes: tuple, dim: int) -> _CatPlan | None:
@@ -639,15 +640,20 @@ def cat() -> FastPath:
         if index < 0:
             return None
         dtype = first.dtype
-        if not _same(index, dtype, *tensors):
+        shapes = []
+        for t in tensors:  # one flat loop: cat of two small tensors is mostly this function's own time
+            if not isinstance(t, Tensor) or t.dtype is not dtype or not t.is_contiguous() or \
+                    t.get_device() != index:
+                return None
+            shapes.append(t.shape)
+        plan = plans[(dtype, tuple(shapes), dim)]
+        if plan is None or (plan.wide and _device_tp(index) > 1):
             return None
-        plan = plans[(dtype, tuple(t.shape for t in tensors), dim)]
-        if plan is None:
-            return None
+        deploy = config.deploy_mode()
         runs = []
         for (part, _), t in zip(plan.parts, tensors, strict=True):
-            run = _ready(part, index)
-            if run is None or not _finite(part, t):
+            run = part.launcher()
+            if run is None or not (deploy or part.finite(t, part.n)):
                 return None
             runs.append(run)
         out = _memory.empty(plan.shape, dtype, index)

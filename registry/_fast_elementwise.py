@@ -132,7 +132,7 @@ def masked_fill_tensor(masked_fill: FastPath) -> FastPath:
         if not floating and (dtype.is_floating_point or dtype.is_complex):
             return None
         number = value.item()
-        if floating and not (config.deploy_mode() or math.isfinite(number)):
+        if floating and not math.isfinite(number) and not config.deploy_mode():
             return None
         return masked_fill((x, mask, float(number)), {})
 

@@ -92,9 +92,12 @@ def _launch(name: str, x: torch.Tensor, dims: list[int], values, indices, correc
             scratch = op in (_CODES["max"], _CODES["min"])
             indices = empty(list(values.shape), torch.int64, values.get_device()) if scratch else values
         block = _block(inner)
-        _k("reduce").middle_reduce_kernel[(outer, _cdiv(inner, block))](
-            x, values, indices, r, inner, correction, OP=op, BLOCK=block
-        )
+        # kept under its key (dtypes, constexprs, int widths): a bias gradient's sum(0) skips the general
+        # launch's per-argument key
+        key = ("middle", x.dtype, values.dtype, indices.dtype, op, block, r < _I32, inner < _I32)
+        launches.launch(_k("reduce").middle_reduce_kernel, outer, key,
+                        (x, values, indices, r, inner, correction), {"OP": op, "BLOCK": block},
+                        rows=_cdiv(inner, block))
 
 
 def row_key(dtype: torch.dtype, values_dtype: torch.dtype, indices_dtype: torch.dtype, op: int, r: int, *,

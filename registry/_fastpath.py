@@ -284,22 +284,6 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False, out: b
     return fast
 
 
-def square(mul: FastPath) -> FastPath:
-    """The fast path of `pow(x, 2)` (RMSNorm's `x.pow(2)`): `mul`'s fast path on `(x, x)`, the launch
-    the general `pow` makes (it computes the square as `x * x`)."""
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        if len(args) != 2 or kwargs:
-            return None
-        x, exponent = args
-        kind = type(exponent)
-        if (kind is not int and kind is not float) or exponent != 2:
-            return None
-        return mul((x, x), {})
-
-    return fast
-
-
 def _unary_plan(plan_key: tuple) -> _Plan | None:
     """The plan of `unary_kernel` op `op_name` over `n` contiguous elements of `dtype` (output of the
     same dtype), as `_ops.unary` and `_ops.fill` launch it; None where they would not launch."""
@@ -315,7 +299,7 @@ def _unary_plan(plan_key: tuple) -> _Plan | None:
 _unary_plans: dict[tuple, _Plan | None] = PlanMemo(1024, _unary_plan)
 
 
-def unary_into(op_name: str, x, p: float, target: Tensor | None) -> Tensor | None:
+def _unary_into(op_name: str, x, p: float, target: Tensor | None) -> Tensor | None:
     """`unary_kernel` op `op_name` (parameter `p`) on `x`, a contiguous rbln tensor of a floating dtype,
     into `target`: None for a new tensor, `x` itself (in place), or an `out=` tensor that `_writable`
     accepts; None for any other call, which the general path then takes."""
@@ -359,7 +343,7 @@ def unary(name: str, *, inplace: bool = False, keyword: str | None = None, value
         if len(args) != 1:
             return None
         x = args[0]
-        return unary_into(op_name, x, 0.0, x if inplace else target)
+        return _unary_into(op_name, x, 0.0, x if inplace else target)
 
     return fast
 
@@ -391,7 +375,7 @@ def pow_scalar(mul: FastPath, *, out: bool = False) -> FastPath:
         if exponent == 2:
             return mul((x, x), kwargs)
         op_name, p = _POW_UNARY.get(exponent) or ("pow", float(exponent))
-        return unary_into(op_name, x, p, target)
+        return _unary_into(op_name, x, p, target)
 
     return fast
 
@@ -577,6 +561,9 @@ def clamp(clamp_binary: FastPath, *, only: str | None = None) -> FastPath:
                             {**kwargs, "alpha": math.inf if high is None else high})
 
     return fast
+
+
+square = pow_scalar  # table.py's name of the pow.Tensor_Scalar fast path (`x.pow(2)`, RMSNorm's square)
 
 
 class _NormPlan(_Plan):

@@ -13,8 +13,10 @@ entries.
 
 from __future__ import annotations
 
+import ctypes
 import math
 
+import torch
 from torch import Tensor
 from torch_rbln.dsl.jit import _device_tp
 
@@ -31,6 +33,7 @@ _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 _UNARY_OUT = ("abs", "exp", "log", "neg", "reciprocal", "rsqrt", "sigmoid", "sqrt", "tanh", "silu")
 
 
+_c_float = ctypes.c_float  # a float32 at an address: an rbln tensor's memory is host memory
 _NO_KEYWORDS: dict = {}  # passed on, never written: the fast paths only read their kwargs
 
 
@@ -115,8 +118,10 @@ def clamp_tensor(*, inplace: bool = False, out: bool = False) -> FastPath:
 def masked_fill_tensor(masked_fill: FastPath) -> FastPath:
     """`masked_fill(x, mask, value)` with a 0-d value tensor (a wrapped CPU scalar, or a 0-d rbln
     tensor on x's device): `masked_fill`'s fast path with the number `value.item()`, as `_ops.masked_fill`
-    reads it. The dispatcher's checks of the value are made here: a floating value of another dtype
-    than float32/float16/bfloat16 or complex is declined, a NaN/Inf one too outside deploy mode."""
+    reads it (a float32 rbln value straight from its host memory: `.item()` costs a dispatch and a host
+    view, more than the rest of the call). The dispatcher's checks of the value are made here: a
+    floating value of another dtype than float32/float16/bfloat16 or complex is declined, a NaN/Inf
+    one too outside deploy mode."""
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 3 or kwargs:
@@ -131,7 +136,10 @@ def masked_fill_tensor(masked_fill: FastPath) -> FastPath:
         floating = dtype in FLOATS
         if not floating and (dtype.is_floating_point or dtype.is_complex):
             return None
-        number = value.item()
+        if dtype is torch.float32 and not value.is_cpu:
+            number = _c_float.from_address(value.data_ptr()).value  # the bits .item() reads, undispatched
+        else:
+            number = value.item()
         if floating and not math.isfinite(number) and not config.deploy_mode():
             return None
         return masked_fill((x, mask, float(number)), {})

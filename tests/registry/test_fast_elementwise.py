@@ -225,6 +225,12 @@ def test_masked_fill_value_tensors_the_fast_path_leaves_to_the_general_path():
     assert fast((dx, mask, torch.tensor(0.5, dtype=torch.float64)), {}) is None  # no float64 kernels
     assert fast((dx, mask, torch.tensor([0.5])), {}) is None  # not 0-d
     assert fast((dx, mask, torch.tensor(float("nan"))), {}) is None
+    assert fast((dx, mask, torch.tensor(float("inf")).to("rbln")), {}) is None
+    element = torch.tensor([1.0, 2.5]).to("rbln")[1]  # a 0-d rbln view at an offset into its storage
+    half = torch.tensor(-1.5, dtype=torch.float16).to("rbln")
+    for value, number in ((element, 2.5), (half, -1.5), (torch.tensor(3), 3.0)):
+        expected = x.masked_fill(MASK, number)
+        torch.testing.assert_close(fast((dx, mask, value), {}).cpu(), expected, atol=0, rtol=0)
     registry.reset_fallback_report()
     result = dx.masked_fill(mask, torch.tensor(float("nan")))
     torch.testing.assert_close(result.cpu(), x.masked_fill(MASK, float("nan")), equal_nan=True)

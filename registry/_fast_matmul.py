@@ -109,14 +109,12 @@ class _MatmulPlan:
 
 
 def _out_of(kwargs: dict, names: tuple) -> tuple[bool, Tensor | None, dict]:
-    """(plain, out, numbers): whether `kwargs` holds only `out` and the Python-number keywords `names`,
-    its `out=` (None without one) and those numbers."""
+    """(plain, out, numbers): whether `kwargs` holds only `out` (a tensor: the schema says so) and the
+    Python-number keywords `names`, its `out=` (None without one) and those numbers."""
     out = None
     numbers = {}
     for name, value in kwargs.items():
         if name == "out":
-            if not isinstance(value, Tensor):
-                return False, None, numbers
             out = value
         elif name in names:
             kind = type(value)
@@ -220,12 +218,12 @@ def _without_bias(build) -> FastPath:
             return None
         out = None
         if kwargs:
-            plain, out, _ = _out_of(kwargs, ())
-            if not plain:
+            if len(kwargs) != 1:
                 return None
-        a, b = args
-        if not isinstance(a, Tensor) or not isinstance(b, Tensor):
-            return None
+            out = kwargs.get("out")
+            if out is None:
+                return None
+        a, b = args  # tensors, as the schema says (the dispatcher checked them)
         dtype = a.dtype
         index = a.get_device()
         if index < 0 or b.dtype is not dtype or b.get_device() != index:
@@ -264,9 +262,7 @@ def addmm() -> FastPath:
                 return None
             alpha = float(numbers.get("alpha", 1.0))
             beta = float(numbers.get("beta", 1.0))
-        bias, a, b = args
-        if not isinstance(bias, Tensor) or not isinstance(a, Tensor) or not isinstance(b, Tensor):
-            return None
+        bias, a, b = args  # tensors, as the schema says (the dispatcher checked them)
         dtype = a.dtype
         index = a.get_device()
         if index < 0 or b.dtype is not dtype or b.get_device() != index or bias.dtype is not dtype or \

@@ -70,12 +70,15 @@ def _in_range(values, stop, ignore):
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def _in_range_64(address, n, stop, ignore):
+def in_range_64(address, n, stop, ignore):
+    """`indices_in_range` of the n int64 values at `address` (for a caller that checked the dtype and
+    contiguity, and that stop > 0)."""
     return _in_range(numba.carray(as_pointer(address, np.int64), n), stop, ignore)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def _in_range_32(address, n, stop, ignore):
+def in_range_32(address, n, stop, ignore):
+    """`in_range_64` for int32 values."""
     return _in_range(numba.carray(as_pointer(address, np.int32), n), stop, ignore)
 
 
@@ -84,7 +87,7 @@ def indices_in_range(indices: torch.Tensor, stop: int, ignore: int | None = None
     equals `ignore` (nll_loss's ignore_index; None: no exception)."""
     if stop <= 0:
         return ignore is not None and bool((_host(indices) == ignore).all())
-    scan = _in_range_64 if indices.dtype == torch.int64 else _in_range_32
+    scan = in_range_64 if indices.dtype == torch.int64 else in_range_32
     # without an exception, 0 stands in for it: 0 passes anyway once stop > 0
     return scan(indices.data_ptr(), indices.numel(), stop, 0 if ignore is None else ignore)
 

@@ -414,11 +414,11 @@ def nll_loss_forward() -> FastPath:
         run = _ready(plan, index)
         if run is None or (weight is not None and weight.numel() != plan.n) or not _finite(plan, x, weight):
             return None
-        if not _k("embedding").indices_in_range(target, plan.n, ignore_index):
+        rows = target.numel()
+        if not _k("embedding").in_range_64(target.data_ptr(), rows, plan.n, ignore_index):
             return None  # the general path declines: torch's error from the CPU kernel
         loss = _memory.empty((), dtype, index)
         total_weight = _memory.empty((), dtype, index)
-        rows = target.numel()
         run(1, 1, 1, x, target, x if weight is None else weight, loss, total_weight, rows, plan.n,
             ignore_index, reduction, int(weight is not None))
         return loss, total_weight
@@ -466,7 +466,7 @@ def nll_loss_backward() -> FastPath:
         if run is None or (weight is not None and weight.numel() != plan.n) or \
                 not _finite(plan, grad, x, weight, total_weight):
             return None
-        if not _k("embedding").indices_in_range(target, plan.n, ignore_index):
+        if not _k("embedding").in_range_64(target.data_ptr(), target.numel(), plan.n, ignore_index):
             return None
         dx = _memory.empty(x.shape, dtype, index)
         run(plan.programs, 1, 1, grad, target, grad if weight is None else weight, total_weight, dx, plan.n,
@@ -482,7 +482,7 @@ class _GatherPlan(_Plan):
     """index_select's launch for one (dtype, shape, dim, index dtype, index shape): grid (count, outer)
     over an (outer, size, inner) view, and the result shape."""
 
-    __slots__ = ("shape", "ints", "outer")
+    __slots__ = ("shape", "ints", "outer", "in_range")
 
 
 def index_select() -> FastPath:
@@ -508,6 +508,8 @@ def index_select() -> FastPath:
         plan.outer = outer
         plan.ints = (size, count, inner)
         plan.shape = shape[:dim] + (count,) + shape[dim + 1:]
+        Em = _k("embedding")
+        plan.in_range = Em.in_range_64 if index_dtype is torch.int64 else Em.in_range_32
         return plan
 
     plans: dict[tuple, _GatherPlan | None] = PlanMemo(1024, new_plan)
@@ -524,8 +526,10 @@ def index_select() -> FastPath:
             return None
         plan = plans[(x.dtype, x.shape, dim, index_dtype, indices.shape)]
         run = _ready(plan, index)
-        if run is None or not _finite(plan, x) or not _k("embedding").indices_in_range(indices, plan.n):
+        if run is None or not _finite(plan, x):
             return None
+        if not plan.in_range(indices.data_ptr(), plan.ints[1], plan.n, 0):
+            return None  # out of range: the general path declines (0 stands in for "none ignored")
         out = _memory.empty(plan.shape, plan.out_dtype, index)
         run(plan.programs // plan.outer, plan.outer, 1, x, indices, out, *plan.ints)
         return out

@@ -223,3 +223,21 @@ def test_tensor_parallel_grids_are_left_to_the_general_launch(monkeypatch):
     A.max.dim(x, 1)
     monkeypatch.setattr(_fast_rows, "_device_tp", lambda index: 2)
     assert _fast("max.dim")((x, 1), {}) is None  # three rows: three programs
+
+
+def test_a_half_precision_layer_norm_backward_takes_the_fast_path(launches_forbidden):
+    """The launch keys hold every operand's dtype: a float16 call keeps and finds its own launch."""
+    x, w, b, grad = (t.half() for t in (_x(3, 8), _x(8), _x(8), _x(3, 8)))
+    d = [t.to("rbln") for t in (grad, x)]
+    _, mean, rstd = A.native_layer_norm.default(d[1], [8], w.to("rbln"), b.to("rbln"), 1e-5)
+    args = (*d, [8], mean, rstd, w.to("rbln"), b.to("rbln"), [True, True, True])
+    first = A.native_layer_norm_backward.default(*args)
+    launches_forbidden()
+    registry.reset_fallback_report()
+    fast = A.native_layer_norm_backward.default(*args)
+    torch.testing.assert_close(_cpu(fast), _cpu(first), atol=0, rtol=0)
+    stats = (mean.cpu().float(), rstd.cpu().float())
+    expected = A.native_layer_norm_backward.default(grad.float(), x.float(), [8], *stats, w.float(),
+                                                    b.float(), [True, True, True])
+    torch.testing.assert_close([t.float() for t in _cpu(fast)], list(expected), atol=2e-2, rtol=2e-2)
+    assert _row("aten::native_layer_norm_backward") == {"device": 1, "cpu": 0, "reasons": {}}

@@ -242,8 +242,8 @@ def var() -> FastPath:
 
 
 def std() -> FastPath:
-    """`std.correction`: the var launch above, then the sqrt launch of `_ops.unary` on its result (into a
-    new tensor, as there), both kept launches."""
+    """`std.correction`: the var launch above, then the sqrt launch of `_ops.unary` on its result, both
+    kept launches (the sqrt in place: the same values as the general path's launch into a new tensor)."""
     op = _CODES["var"]
 
     def new_plan(plan_key: tuple) -> tuple | None:
@@ -277,9 +277,10 @@ def std() -> FastPath:
         shape, dtype = reduce_plan.shape, reduce_plan.out_dtype
         variance = _memory.empty(shape, dtype, index)
         run(reduce_plan.programs, 1, 1, x, variance, variance, reduce_plan.n, correction)
-        out = _memory.empty(shape, dtype, index)
-        root(sqrt_plan.programs, 1, 1, variance, out, variance.numel(), 0.0, sqrt_plan.op)
-        return out
+        # in place: each element is read before it is written (the general path's in-place unary does
+        # the same), and the values are those of its launch into a new tensor, one allocation fewer
+        root(sqrt_plan.programs, 1, 1, variance, variance, variance.numel(), 0.0, sqrt_plan.op)
+        return variance
 
     return fast
 

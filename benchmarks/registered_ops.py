@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ops import _timer_overhead_ns  # benchmarks/ops.py, next to this script
+
 TARGET_US = 15.0
 
 
@@ -41,15 +43,6 @@ class _Side:
     def reset(self) -> None:
         for tensor, saved in self._pairs:
             tensor.copy_(saved)
-
-
-def _timer_overhead_ns() -> float:
-    clock = time.perf_counter_ns
-    samples = []
-    for _ in range(20000):
-        start = clock()
-        samples.append(clock() - start)
-    return statistics.median(samples)
 
 
 def _per_call(cpu: _Side, dev: _Side, rounds: int, calls: int, overhead: float

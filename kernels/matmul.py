@@ -20,8 +20,11 @@ from torch_rbln.autotune import Config, autotune, launch_tp_size
 # Largest padded/real work ratio a tile may cost before `_prune_tiles` drops it.
 _MAX_PADDING = 4
 # Tiles up to this size per side take the elementwise-product path (see the module docstring); larger
-# ones call `tl.dot`. 16^3 products measured as fast as one 32^3 BLAS tile's staging alone.
+# ones call `tl.dot`.
 PRODUCT_BLOCK = 16
+# Largest M x N x K a product tile takes: its multiply-adds cost more than BLAS's once the tile is
+# mostly full (one launch, 12^3: product 4.7 us, 32 dot tile 7.5; 16^3: 9.6 against 7.7).
+_PRODUCT_MAX_VOLUME = 2048
 
 
 def _is_product(config: Config) -> bool:
@@ -31,17 +34,17 @@ def _is_product(config: Config) -> bool:
 
 def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
     """Keep the tiles the problem can use. A problem that fits one product tile (M, N, K all <=
-    PRODUCT_BLOCK) gets exactly the smallest product tile that covers it: one specialisation, no
-    benchmarking, and the same choice on any tensor-parallel size (one program). Otherwise, among the
-    `tl.dot` tiles: a tile whose padded M x N x K volume is more than `_MAX_PADDING` times the real one
-    would spend most of its work (and its copies) on padding, and one with fewer M x N tiles than the
-    launch's NPUs cannot be split over a tensor-parallel group (the launch refuses it). The smallest
-    `tl.dot` tile always stays, so thin problems (a column sum is M=1) compile one specialisation and
-    skip benchmarking."""
+    PRODUCT_BLOCK, M x N x K <= _PRODUCT_MAX_VOLUME) gets exactly the smallest product tile that covers
+    it: one specialisation, no benchmarking, and the same choice on any tensor-parallel size (one
+    program). Otherwise, among the `tl.dot` tiles: a tile whose padded M x N x K volume is more than
+    `_MAX_PADDING` times the real one would spend most of its work (and its copies) on padding, and one
+    with fewer M x N tiles than the launch's NPUs cannot be split over a tensor-parallel group (the
+    launch refuses it). The smallest `tl.dot` tile always stays, so thin problems (a column sum is
+    M=1) compile one specialisation and skip benchmarking."""
     M, N, K = nargs["M"], nargs["N"], nargs["K"]
     largest = max(M, N, K)
     products = sorted((c for c in configs if _is_product(c)), key=lambda c: c.kwargs["BLOCK_K"])
-    for config in products:
+    for config in products if M * N * K <= _PRODUCT_MAX_VOLUME else ():
         if largest <= min(config.kwargs[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")):
             return [config]
     configs = [c for c in configs if not _is_product(c)]

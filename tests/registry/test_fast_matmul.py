@@ -113,7 +113,8 @@ def test_product_tiles_are_chosen_alone_for_problems_that_fit_them():
     tiles = lambda m, n, k, **kw: [c.kwargs["BLOCK_K"] for c in matmul._prune_tiles(  # noqa: E731
         configs, {"M": m, "N": n, "K": k}, **kw)]
     assert tiles(2, 2, 2) == [8] and tiles(8, 1, 8) == [8]
-    assert tiles(9, 2, 2) == [16] and tiles(16, 16, 16) == [16]
+    assert tiles(9, 2, 2) == [16] and tiles(12, 12, 12) == [16]
+    assert tiles(16, 16, 16) == [32]  # a full 16 tile: BLAS is faster than its products
     assert tiles(2, 2, 2, tp=8) == [8]  # one program whatever the group: no dot tile instead
     assert tiles(17, 2, 2) == [32]  # past the product tiles: the smallest dot tile, as before
     assert 8 not in tiles(1024, 1024, 1024) and 16 not in tiles(1024, 1024, 1024)

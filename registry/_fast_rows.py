@@ -22,7 +22,7 @@ from torch_rbln.dsl.jit import _device_tp
 from torch_rbln import _memory, config
 
 from . import _loss
-from ._fastpath import _NOT_PLAIN, FastPath, _contiguous_rbln, _dim_token, _Plan, _reduce_plan
+from ._fastpath import _NOT_PLAIN, FastPath, _contiguous_rbln, _dim_token, _Plan, _reduce_plan, row_reduction
 from ._finite_scan import PARALLEL_MIN, all_finite
 from ._memo import PlanMemo
 from ._ops import (
@@ -131,20 +131,12 @@ def _indexed_plan(op: int, dtype: torch.dtype, shape: tuple, dim: int | None, ke
                   ) -> _IndexedPlan | None:
     """The plan of `_reduce.reduce` for an indexed reduction of a contiguous tensor over its last dim
     (`dim` an int naming it) or over all elements (`dim` None, argmax/argmin's flattened case)."""
-    nd = len(shape)
-    numel = math.prod(shape)
-    if dtype not in FLOATS or nd == 0 or numel == 0:
+    geometry = row_reduction(dtype, shape, dim, keepdim)
+    if geometry is None:
         return None
-    if dim is None:
-        n = numel
-        out_shape = (1,) * nd if keepdim else ()
-    elif dim == -1 or dim == nd - 1:
-        n = shape[-1]
-        out_shape = shape[:-1] + (1,) if keepdim else shape[:-1]
-    else:
-        return None
+    n, out_shape, rows = geometry
     key, _ = row_key(dtype, dtype, torch.int64, op, n, write_index=True)
-    plan = _IndexedPlan(_k("rows").reduce_kernel, key, op, dtype, dtype, numel // n)
+    plan = _IndexedPlan(_k("rows").reduce_kernel, key, op, dtype, dtype, rows)
     plan.n = n
     plan.shape = out_shape
     return plan

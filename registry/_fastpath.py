@@ -644,11 +644,12 @@ class _ReducePlan(_Plan):
         self.shape = shape
 
 
-def _reduce_plan(op: int, dtype: torch.dtype, shape: tuple, dim: int | None, keepdim: bool
-                 ) -> _ReducePlan | None:
-    """The plan of reducing a contiguous tensor of `dtype` and `shape` over its last dim (`dim` an int
-    naming it) or over all of it (`dim` None); None for any other call (another dim, a dim out of range,
-    a 0-d or empty tensor, a dtype the kernels do not take)."""
+def row_reduction(dtype: torch.dtype, shape: tuple, dim: int | None, keepdim: bool
+                  ) -> tuple[int, tuple, int] | None:
+    """(row length, result shape, rows) of reducing a contiguous tensor of `dtype` and `shape` with the
+    row kernel over its last dim (`dim` an int naming it) or over all of it (`dim` None); None for any
+    other call (another dim, a dim out of range, a 0-d or empty tensor, a dtype the kernels do not
+    take)."""
     if dtype not in FLOATS:
         return None
     shape = tuple(shape)
@@ -657,15 +658,22 @@ def _reduce_plan(op: int, dtype: torch.dtype, shape: tuple, dim: int | None, kee
     if nd == 0 or numel == 0:
         return None
     if dim is None:
-        n = numel
-        out_shape = (1,) * nd if keepdim else ()
-    elif dim == -1 or dim == nd - 1:
+        return numel, (1,) * nd if keepdim else (), 1
+    if dim == -1 or dim == nd - 1:
         n = shape[-1]
-        out_shape = shape[:-1] + (1,) if keepdim else shape[:-1]
-    else:
+        return n, shape[:-1] + (1,) if keepdim else shape[:-1], numel // n
+    return None
+
+
+def _reduce_plan(op: int, dtype: torch.dtype, shape: tuple, dim: int | None, keepdim: bool
+                 ) -> _ReducePlan | None:
+    """The plan of `row_reduction`'s launch of the reduction `op` (values only), or None."""
+    geometry = row_reduction(dtype, shape, dim, keepdim)
+    if geometry is None:
         return None
+    n, out_shape, rows = geometry
     key, _ = row_key(dtype, dtype, dtype, op, n, write_index=False)  # no indices: `out` is idx_ptr too
-    return _ReducePlan(key, op, dtype, out_shape, numel // n, n)
+    return _ReducePlan(key, op, dtype, out_shape, rows, n)
 
 
 _NOT_PLAIN = -2**63  # a `dim` token that no plan takes (several dims, a dim of another type)

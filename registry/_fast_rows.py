@@ -178,6 +178,93 @@ def indexed_reduction(name: str) -> FastPath:
     return fast
 
 
+# ---------------------------------------------------------------- sum/mean/amax/amin over other dims
+
+class _DimsPlan(_Plan):
+    """A reduction over a contiguous run of dims that `_fastpath.reduction` does not take (leading or
+    middle dims: a bias gradient's `sum(0)`; several trailing dims): the result shape and the launch's
+    grid and row/column counts."""
+
+    __slots__ = ("shape", "rows", "inner", "scratch")
+
+
+def _dims_plan(op: int, dtype: torch.dtype, shape: tuple, dims: tuple, keepdim: bool) -> _DimsPlan | None:
+    """The plan of `_reduce.reduce` over `dims` (ints) of a contiguous tensor when they are one run
+    [first, last): the middle-reduce kernel over an (outer, r, inner) view, or the row kernel when the
+    run is trailing (inner == 1); None otherwise (scattered dims: a transposing copy first)."""
+    nd = len(shape)
+    numel = math.prod(shape)
+    if dtype not in FLOATS or nd == 0 or numel == 0 or not dims:
+        return None
+    wrapped = set()
+    for d in dims:
+        if type(d) is not int or not -nd <= d < nd:
+            return None
+        wrapped.add(d % nd)
+    ordered = sorted(wrapped)
+    first, last = ordered[0], ordered[-1] + 1
+    if ordered != list(range(first, last)) or (first == nd - 1 and last == nd):
+        return None  # scattered dims, or the last dim alone: `_fastpath.reduction`'s call (or decline)
+    outer = math.prod(shape[:first])
+    r = math.prod(shape[first:last])
+    inner = math.prod(shape[last:])
+    out_shape = tuple(1 if i in wrapped else size for i, size in enumerate(shape)) if keepdim else \
+        tuple(size for i, size in enumerate(shape) if i not in wrapped)
+    if inner == 1:
+        key, _ = row_key(dtype, dtype, dtype, op, r, write_index=False)
+        plan = _DimsPlan(_k("rows").reduce_kernel, key, op, dtype, dtype, outer)
+        plan.rows, plan.scratch = 1, False
+    else:
+        block = _block(inner)
+        scratch = op == _CODES["max"] or op == _CODES["min"]  # amax/amin: the middle kernel stores indices
+        key = ("middle", dtype, dtype, torch.int64 if scratch else dtype, op, block, r < _I32, inner < _I32)
+        columns = _cdiv(inner, block)
+        plan = _DimsPlan(_k("reduce").middle_reduce_kernel, key, op, dtype, dtype, outer * columns)
+        plan.rows, plan.scratch = columns, scratch
+    plan.n, plan.inner, plan.shape = r, inner, out_shape
+    return plan
+
+
+def dims_reduction(name: str) -> FastPath:
+    """`sum.dim_IntList`, `mean.dim`, `amax`, `amin` (x, dims, keepdim): `_fastpath.reduction`'s fast path
+    for the last dim or all elements, else the launch `_reduce.reduce` makes over a contiguous run of
+    dims (same arguments; amax/amin over middle dims write scratch indices, as there)."""
+    from ._fastpath import reduction
+
+    last_dim = reduction(name, dims=True)
+    op = _CODES[name]
+    plans: dict[tuple, _DimsPlan | None] = PlanMemo(1024, lambda key: _dims_plan(op, *key))
+
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        result = last_dim(args, kwargs)
+        if result is not None:
+            return result
+        if kwargs and (len(kwargs) != 1 or kwargs.get("dtype", 0) is not None):
+            return None
+        if len(args) < 2 or len(args) > 3:
+            return None
+        x, dims = args[0], args[1]
+        keepdim = args[2] if len(args) == 3 else False
+        if type(dims) not in (list, tuple) or type(keepdim) is not bool:
+            return None
+        index = _contiguous_rbln(x)
+        if index < 0:
+            return None
+        plan = plans[(x.dtype, x.shape, tuple(dims), keepdim)]
+        run = _ready(plan, index)
+        if run is None or not _finite(plan, x):
+            return None
+        out = _memory.empty(plan.shape, plan.out_dtype, index)
+        if plan.inner == 1:
+            run(plan.programs, 1, 1, x, out, out, plan.n, 1.0)
+        else:
+            indices = _memory.empty(plan.shape, torch.int64, index) if plan.scratch else out
+            run(plan.programs // plan.rows, plan.rows, 1, x, out, indices, plan.n, plan.inner, 1.0)
+        return out
+
+    return fast
+
+
 # ---------------------------------------------------------------- var / std
 
 def _var_call(args: tuple, kwargs: dict) -> tuple | None:
@@ -713,6 +800,10 @@ FAST_PATHS: dict[str, FastPath] = {
     "min.dim": indexed_reduction("min"),
     "argmax.default": indexed_reduction("argmax"),
     "argmin.default": indexed_reduction("argmin"),
+    "sum.dim_IntList": dims_reduction("sum"),
+    "mean.dim": dims_reduction("mean"),
+    "amax.default": dims_reduction("amax"),
+    "amin.default": dims_reduction("amin"),
     "var.correction": var(),
     "std.correction": std(),
     "nll_loss_forward.default": nll_loss_forward(),

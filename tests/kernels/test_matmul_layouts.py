@@ -39,13 +39,15 @@ def _randn(*shape: int, dtype: torch.dtype) -> torch.Tensor:
 
 def test_tile_pruning() -> None:
     """The premise of this file's shapes: only the 32-tile survives pruning below ~4x its volume, while
-    1024^3 (the benchmark) keeps every tile for the autotuner, except on a tensor-parallel group with
+    1024^3 (the benchmark) keeps every tl.dot tile for the autotuner, except on a tensor-parallel group with
     more NPUs than a tile has M x N blocks (a launch of fewer programs than NPUs is refused)."""
     configs = matmul.matmul_kernel.configs
     kept = matmul._prune_tiles(configs, {"M": 64, "N": 96, "K": 32})
     assert [c.kwargs["BLOCK_K"] for c in kept] == [32]
     assert matmul._prune_tiles(configs, {"M": 1, "N": 4096, "K": 4096}) == configs[:1]
-    assert matmul._prune_tiles(configs, {"M": 1024, "N": 1024, "K": 1024}) == configs
+    dot_tiles = [c for c in configs if not matmul._is_product(c)]  # the product tiles are for tiny shapes
+    assert matmul._prune_tiles(configs, {"M": 1024, "N": 1024, "K": 1024}) == dot_tiles
+    assert [c.kwargs["BLOCK_K"] for c in matmul._prune_tiles(configs, {"M": 2, "N": 2, "K": 2})] == [8]
     kept = matmul._prune_tiles(configs, {"M": 1024, "N": 1024, "K": 1024}, tp=8)
     assert [c.kwargs["BLOCK_M"] for c in kept] == [32, 128, 256]
 

@@ -80,6 +80,9 @@ CASES = {
     "min": ("min.dim", lambda: ((_x(3, 5), -1), {})),
     "argmax_all": ("argmax.default", lambda: ((_x(3, 5),), {})),
     "argmin_dim": ("argmin.default", lambda: ((_x(3, 5), 1), {})),
+    "sum_leading_dim": ("sum.dim_IntList", lambda: ((_x(3, 5), [0]), {})),  # a bias gradient
+    "amax_middle_dim": ("amax.default", lambda: ((_x(2, 3, 4), [1], True), {})),
+    "mean_trailing_dims": ("mean.dim", lambda: ((_x(2, 3, 4), [-1, 1]), {})),
     "var": ("var.correction", lambda: ((_x(3, 5), [1]), {"correction": 0, "keepdim": True})),
     "std": ("std.correction", lambda: ((_x(3, 5),), {})),
     "nll_mean": ("nll_loss_forward.default", lambda: ((_logp(), torch.tensor(TARGET), None, 1, -100), {})),
@@ -205,6 +208,9 @@ def test_non_plain_calls_are_left_to_the_general_path():
     assert var((x, [1]), {"correction": 2}) is not None
     assert var((x, [0, 1]), {}) is None  # several dims
     assert var((x, [1]), {"correction": torch.tensor(1.0)}) is None
+    cube = _x(2, 3, 4).to("rbln")
+    A.sum.dim_IntList(cube, [0, 2])
+    assert _fast("sum.dim_IntList")((cube, [0, 2]), {}) is None  # scattered dims: a transposing copy first
     assert cat(([x, x],), {}) is not None
     assert cat(([x, x.half()],), {}) is None  # mixed dtypes
     assert cat(([x, x[:, :2]],), {}) is None  # shapes that do not line up

@@ -32,3 +32,15 @@ def all_finite_32(address, n, mask):
 def all_finite_16(address, n, mask):
     """As `all_finite_32` for 16-bit words (float16, bfloat16)."""
     return _no_word_has_mask(numba.carray(as_pointer(address, np.uint16), n), np.uint16(mask))
+
+
+def entry_points() -> tuple:
+    """The compiled (int64 address, int64 count, int64 mask) specialisations of the two scans, called
+    directly: numba's dispatcher types the arguments of every call first, which costs about as much as
+    scanning a small tensor, and the registry scans every input of every call."""
+    signature = (numba.types.int64,) * 3
+    entries = []
+    for scan in (all_finite_32, all_finite_16):
+        scan.compile(signature)
+        entries.append(scan.overloads[signature].entry_point)
+    return tuple(entries)

@@ -30,7 +30,7 @@ def _scan(width: int):
     if not _scans:
         from . import _finite_numba
 
-        _scans.extend((_finite_numba.all_finite_32, _finite_numba.all_finite_16))
+        _scans.extend(_finite_numba.entry_points())
     return _scans[0] if width == 32 else _scans[1]
 
 

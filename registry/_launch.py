@@ -95,6 +95,11 @@ def tuned(tuner, shape_key: tuple, args: tuple, constexprs: dict, grid_of: Calla
     tuner.fn.run(*args, grid=grid[:3], **keywords)
 
 
+def tuned_config(tuner, shape_key: tuple) -> tuple | None:
+    """(grid, kernel keywords) that `tuned` keeps for `shape_key`, or None before its first launch."""
+    return _tuned.get((tuner, shape_key))
+
+
 def _forget(kernel) -> None:
     """Drop the launches kept for `kernel`: its `clear_cache()` ran, so they run code it has forgotten."""
     for full in [full for full in list(_plans) if full[0] is kernel]:

@@ -33,7 +33,8 @@ from torch_rbln import _dlpack, _memory, config, fallback
 
 from . import _device_counts, _launch
 from . import _ops as O
-from ._finite_scan import all_finite
+from ._fastpath import _Plan
+from ._finite_scan import all_finite, is_dense_permutation
 from ._memo import BoundedMemo
 
 SDPA = "aten::scaled_dot_product_attention"
@@ -195,13 +196,18 @@ def geometry(query: torch.Tensor, key: torch.Tensor, attn_mask: torch.Tensor | N
 def empty_like_layout(t: torch.Tensor, shape: Sequence[int], index: int) -> torch.Tensor:
     """A dense rbln tensor of `shape` whose dims are ordered in memory like `t`'s (`empty_like`'s
     preserve_format; the same strides as `t` when `t` is dense)."""
-    order = sorted(range(len(shape)), key=lambda i: t.stride(i), reverse=True)
-    strides = [0] * len(shape)
+    return _memory.empty_strided(list(shape), layout_strides(t.stride(), shape), t.dtype, index)
+
+
+def layout_strides(strides: Sequence[int], shape: Sequence[int]) -> list[int]:
+    """Dense strides of `shape` with its dims ordered in memory as `strides` orders them."""
+    order = sorted(range(len(shape)), key=lambda i: strides[i], reverse=True)
+    dense = [0] * len(shape)
     step = 1
     for i in reversed(order):
-        strides[i] = step
+        dense[i] = step
         step *= max(shape[i], 1)
-    return _memory.empty_strided(list(shape), strides, t.dtype, index)
+    return dense
 
 
 def _grid(rows: int, programs: int):
@@ -218,22 +224,34 @@ def _default_scale(scale: float | None, head_dim: int) -> float:
 
 # ---------------------------------------------------------------- the overrideable fused op
 
+def _forward_arguments(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       attn_bias: torch.Tensor | None, out_strides: Sequence[int], out_dtype: torch.dtype,
+                       g: Geometry, scale: float, is_causal: bool, index: int) -> tuple:
+    """(int/float arguments after the six tensors, their dtypes, the tuner's shape key, constexprs, grid,
+    whether every int fits in 32 bits) of the flash forward launch: everything but the tensors, so an
+    inference plan can keep it."""
+    mask = attn_bias if attn_bias is not None else query
+    strides = (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *out_strides)
+    sizes = (g.heads, g.q_len, g.kv_len, g.head_dim)
+    tail = (*strides, *sizes, scale, g.group, int(is_causal), int(g.has_mask))
+    dtypes = (query.dtype, key.dtype, value.dtype, mask.dtype, out_dtype, torch.float32)
+    rows = g.batch * g.heads
+    shape_key = (*dtypes, *sizes, g.bool_mask, rows, _device_tp(index), requested_backend())
+    fits = max(max(map(abs, strides)), rows * g.q_len) <= _INT32_MAX
+    constexprs = {"BOOL_MASK": g.bool_mask, "BLOCK_D": g.block_d}
+    return tail, dtypes, shape_key, constexprs, _grid(g.q_len, rows), fits
+
+
 def _forward_launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attn_bias: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor, g: Geometry,
                     scale: float, is_causal: bool) -> None:
     """One launch of the flash forward kernel, its tile config kept per launch shape (`_launch.tuned`)."""
+    tail, dtypes, shape_key, constexprs, grid, fits = _forward_arguments(
+        query, key, value, attn_bias, out.stride(), out.dtype, g, scale, is_causal, out.get_device())
     mask = attn_bias if attn_bias is not None else query
-    strides = (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *out.stride())
-    sizes = (g.heads, g.q_len, g.kv_len, g.head_dim)
-    args = (query, key, value, mask, out, lse, *strides, *sizes, scale, g.group, int(is_causal),
-            int(g.has_mask))
     tensors = (query, key, value, mask, out, lse)
-    dtypes = tuple(t.dtype for t in tensors)
-    rows = g.batch * g.heads
-    shape_key = (*dtypes, *sizes, g.bool_mask, rows, _device_tp(out.get_device()), requested_backend())
-    _launch.tuned(O._k("attention").attention_forward_kernel, shape_key, args,
-                  {"BOOL_MASK": g.bool_mask, "BLOCK_D": g.block_d}, _grid(g.q_len, rows), dtypes, tensors,
-                  max(max(map(abs, strides)), rows * g.q_len) <= _INT32_MAX)
+    _launch.tuned(O._k("attention").attention_forward_kernel, shape_key, (*tensors, *tail), constexprs, grid,
+                  dtypes, tensors, fits)
 
 
 def fused_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -316,14 +334,15 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                     (attn_mask.shape, attn_mask.stride(), attn_mask.dtype), is_causal, scale, enable_gqa)
         plan = _inference_plans.get(plan_key)
         if plan is not None:
+            if not plan.grid[0]:  # accepted, but launched only once since: keep the tuner's tile now
+                plan = _inference_plans[plan_key] = _new_plan(query, key, value, attn_mask, is_causal, scale)
             out = _inference(plan, query, key, value, attn_mask, is_causal)
             if out is not None:
                 return out
     traced = tracing(query, key, value, attn_mask)
     reason = unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, not traced)
     if reason is None and plan_key is not None and not traced:
-        g = geometry(query, key, attn_mask)
-        _inference_plans[plan_key] = (g, _default_scale(scale, g.head_dim))
+        _inference_plans[plan_key] = _new_plan(query, key, value, attn_mask, is_causal, scale)
     if reason is not None:
         if traced:  # what PyTorch itself runs for PrivateUse1: the math decomposition (traceable)
             return torch.ops.aten._scaled_dot_product_attention_math(
@@ -342,14 +361,44 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
 
 # (q/k/v shapes, strides and dtypes, mask's, is_causal, scale, enable_gqa) -> (geometry, scale) of a
 # call `unsupported` accepted once: later inference calls of that structure check only the values
-_inference_plans: dict[tuple, tuple] = BoundedMemo(1024)
+_inference_plans: dict[tuple, _InferencePlan] = BoundedMemo(1024)
 
 
 def _needs_grad(*tensors: torch.Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _inference(plan: tuple, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+class _InferencePlan(_Plan):
+    """An accepted inference structure (`_inference_plans`): its geometry and scale, the output's
+    strides, and once the general path has launched it, the kept launch of the tile the autotuner chose
+    (`_Plan.launcher`, reset by `clear_cache`) with the arguments after the six tensors (`tail`) and the
+    grid. `dense`: every operand covers exactly its elements (what the kept launch may read unchecked)."""
+
+    __slots__ = ("g", "scale", "out_strides", "lse_shape", "tail", "grid", "dense")
+
+
+def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
+              is_causal: bool, scale: float | None) -> _InferencePlan:
+    g = geometry(query, key, attn_mask)
+    scale = _default_scale(scale, g.head_dim)
+    out_strides = layout_strides(query.stride(), query.shape)
+    tail, dtypes, shape_key, constexprs, grid_of, fits = _forward_arguments(
+        query, key, value, attn_mask, out_strides, query.dtype, g, scale, is_causal, query.get_device())
+    tuner = O._k("attention").attention_forward_kernel
+    kept = _launch.tuned_config(tuner, shape_key) if fits else None
+    # grid (0, 0): the tuner has not launched this shape yet, ask again next call; (-1, -1): 64-bit
+    # arguments, never a kept launch
+    grid, keywords = kept if kept is not None else (((0, 0) if fits else (-1, -1)), {})
+    plan = _InferencePlan(tuner.fn, (*dtypes, *keywords.values()), 0, query.dtype, query.dtype,
+                          grid[0] * grid[1])
+    plan.g, plan.scale, plan.out_strides, plan.tail, plan.grid = g, scale, out_strides, tail, grid
+    plan.lse_shape = (g.batch, g.heads, g.q_len)
+    operands = [query, key, value] + ([attn_mask] if attn_mask is not None else [])
+    plan.dense = kept is not None and all(is_dense_permutation(t.shape, t.stride()) for t in operands)
+    return plan
+
+
+def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                attn_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor | None:
     """The forward launch of an inference call whose structure was accepted before (`plan`), without
     the dispatch of the fused op and its structural checks: the result `fused_attention_forward` gives,
@@ -368,10 +417,18 @@ def _inference(plan: tuple, query: torch.Tensor, key: torch.Tensor, value: torch
         if attn_mask is not None and attn_mask.dtype != torch.bool and \
                 torch.isnan(_dlpack.to_host_view(attn_mask)).any():
             return None
-    g, scale = plan
-    out = empty_like_layout(query, query.shape, index)
-    lse = O.empty([g.batch, g.heads, g.q_len], torch.float32, index)
-    _forward_launch(query, key, value, attn_mask, out, lse, g, scale, is_causal)
+    out = _memory.empty_strided(query.shape, plan.out_strides, query.dtype, index)
+    lse = _memory.empty(plan.lse_shape, torch.float32, index)
+    run = None
+    if plan.dense and (plan.programs == 1 or _device_tp(index) == 1):
+        run = plan.run
+        if run is None or plan.backend != requested_backend():
+            run = plan.launcher()
+    if run is not None:
+        mask = attn_mask if attn_mask is not None else query
+        run(plan.grid[0], plan.grid[1], 1, query, key, value, mask, out, lse, *plan.tail)
+    else:
+        _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
     _device_counts[FORWARD] += 1
     return out
 

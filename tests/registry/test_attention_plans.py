@@ -82,3 +82,21 @@ def test_calls_that_need_a_gradient_keep_the_autograd_node():
     assert leaf.grad is not None and leaf.grad.shape == q.shape
     with torch.no_grad():
         assert F.scaled_dot_product_attention(leaf, k, v).grad_fn is None
+
+
+def test_repeated_calls_run_the_kept_launch_of_the_tuned_tile(monkeypatch):
+    """From the third call of a structure on (accepted, then tuned), the plan holds the kept launch of
+    the tile the autotuner chose and runs it directly, with the general launch's result."""
+    _, (q, k, v, _) = _operands()
+    first = F.scaled_dot_product_attention(q, k, v, scale=0.5)  # accepted, tuned
+    F.scaled_dot_product_attention(q, k, v, scale=0.5)  # the plan takes the tile; the launch is kept
+    F.scaled_dot_product_attention(q, k, v, scale=0.5)  # the plan takes the kept launch
+    plans = [plan for plan in A._inference_plans.values() if plan.run is not None and plan.scale == 0.5]
+    assert plans and all(plan.grid[0] > 0 for plan in plans)
+
+    def general_launch(*args, **kwargs):
+        raise AssertionError("general launch reached")
+
+    monkeypatch.setattr(A, "_forward_launch", general_launch)
+    again = F.scaled_dot_product_attention(q, k, v, scale=0.5)
+    torch.testing.assert_close(again.cpu(), first.cpu(), atol=0, rtol=0)

@@ -408,12 +408,11 @@ def layer_norm_backward() -> FastPath:
             return None
         grad, x, normalized, mean, rstd, weight, bias, mask = args
         index = _contiguous_rbln(x)
-        if index < 0:
+        if index < 0 or type(mask) not in (list, tuple) or len(mask) != 3 or \
+                type(normalized) not in (list, tuple):
             return None
         dtype = x.dtype
         if not _same(index, dtype, grad, mean, rstd, weight, bias) or grad.shape != x.shape:
-            return None
-        if type(normalized) not in (list, tuple) or type(mask) not in (list, tuple) or len(mask) != 3:
             return None
         need_dx, need_dw, need_db = mask
         if type(need_dx) is not bool or type(need_dw) is not bool or type(need_db) is not bool:
@@ -435,8 +434,18 @@ def layer_norm_backward() -> FastPath:
             run_params = _ready(params, index)
             if run_params is None:
                 return None
-        if not _finite(first or params, grad, x, mean, rstd, weight, bias):
-            return None
+        if not config.deploy_mode():  # the scans called directly: sizes known from the plan
+            numel = rows * n
+            scan_plan = first or params
+            if numel < PARALLEL_MIN:
+                scan, mask_word = scan_plan.scan, scan_plan.mask
+                if not (scan(grad.data_ptr(), numel, mask_word) and scan(x.data_ptr(), numel, mask_word)
+                        and scan(mean.data_ptr(), rows, mask_word) and scan(rstd.data_ptr(), rows, mask_word)
+                        and (weight is None or scan(weight.data_ptr(), n, mask_word))
+                        and (bias is None or scan(bias.data_ptr(), n, mask_word))):
+                    return None
+            elif not _finite(scan_plan, grad, x, mean, rstd, weight, bias):
+                return None
         w = x if weight is None else weight
         dx = _memory.empty(x.shape, dtype, index) if need_dx else None
         dw = _memory.empty(weight.shape, dtype, index) if need_dw else None

@@ -281,6 +281,7 @@ def binary(name: str, *, inplace: bool = False, comparison: bool = False, out: b
         run(programs, rows, 1, a, b, target, plan.n, alpha, plan.op)
         return target
 
+    fast.plans = plans  # type: ignore[attr-defined]  # for fast paths made of several such launches
     return fast
 
 
@@ -597,36 +598,54 @@ def layer_norm() -> FastPath:
     plans: dict[tuple, _NormPlan | None] = PlanMemo(1024, new_plan)
 
     def fast(args: tuple, kwargs: dict) -> tuple | None:
+        # written flat (one deploy-mode read, the scans called directly): on 4 elements each Python
+        # call on the way to the launch is a measurable share of the op
         if len(args) != 5 or kwargs:
             return None
         x, normalized, weight, bias, eps = args
         index = _contiguous_rbln(x)
-        if index < 0 or (type(eps) is not float and type(eps) is not int):
+        kind = type(eps)
+        if index < 0 or (kind is not float and kind is not int):
             return None
         dtype = x.dtype
-        for param in (weight, bias):
-            if param is not None and (_contiguous_rbln(param) != index or param.dtype is not dtype):
-                return None
-        if type(normalized) is not list and type(normalized) is not tuple:
+        kind = type(normalized)
+        if kind is not list and kind is not tuple:
             return None
-        plan = plans[(dtype, x.shape, tuple(normalized), weight is not None, bias is not None)]
+        has_w, has_b = weight is not None, bias is not None
+        if has_w and (not isinstance(weight, Tensor) or weight.dtype is not dtype
+                      or not weight.is_contiguous() or weight.get_device() != index):
+            return None
+        if has_b and (not isinstance(bias, Tensor) or bias.dtype is not dtype or not bias.is_contiguous()
+                      or bias.get_device() != index):
+            return None
+        plan = plans[(dtype, x.shape, tuple(normalized), has_w, has_b)]
         if plan is None:
             return None
         n = plan.n
-        if (weight is not None and weight.numel() != n) or (bias is not None and bias.numel() != n):
+        if (has_w and weight.numel() != n) or (has_b and bias.numel() != n):
             return None
-        run = plan.ready(x, index, plan.programs * n)
-        if run is None:
-            return None
-        if not config.deploy_mode() and not ((weight is None or plan.finite(weight, n))
-                                             and (bias is None or plan.finite(bias, n))):
-            return None
+        programs = plan.programs
+        if programs > 1 and _device_tp(index) > 1:
+            return None  # a grid split over a tensor-parallel group: the general launch
+        run = plan.run
+        if run is None or plan.backend != requested_backend():
+            run = plan.launcher()
+            if run is None:
+                return None
+        if not config.deploy_mode():
+            numel = programs * n
+            if numel < PARALLEL_MIN:
+                scan, mask = plan.scan, plan.mask
+                if not scan(x.data_ptr(), numel, mask) or (has_w and not scan(weight.data_ptr(), n, mask)) \
+                        or (has_b and not scan(bias.data_ptr(), n, mask)):
+                    return None
+            elif not (all_finite(x) and (not has_w or plan.finite(weight, n))
+                      and (not has_b or plan.finite(bias, n))):
+                return None
         out = _memory.empty(x.shape, dtype, index)
         mean = _memory.empty(plan.stats_shape, dtype, index)
         rstd = _memory.empty(plan.stats_shape, dtype, index)
-        w = x if weight is None else weight  # an absent operand is never read: x stands in, as there
-        b = x if bias is None else bias
-        run(plan.programs, 1, 1, x, w, b, out, mean, rstd, n, float(eps))
+        run(programs, 1, 1, x, weight if has_w else x, bias if has_b else x, out, mean, rstd, n, float(eps))
         return out, mean, rstd
 
     return fast

@@ -20,11 +20,11 @@ import torch
 from torch import Tensor
 from torch_rbln.dsl.jit import _device_tp
 
-from torch_rbln import config
+from torch_rbln import _memory, config
 
 from . import _fastpath as FP
 from . import _launch
-from ._fastpath import FastPath, _contiguous_rbln, _unary_plans
+from ._fastpath import FastPath, _contiguous_rbln, _unary_plans, _writable
 from ._ops import FLOATS, _k, _modules, unary_key
 
 _GELU_OPS = {"none": "gelu", "tanh": "gelu_tanh"}  # gelu's `approximate` -> kernel op, as `table._gelu`
@@ -91,13 +91,14 @@ def third_as_alpha(binary: FastPath) -> FastPath:
 def clamp_tensor(*, inplace: bool = False, out: bool = False) -> FastPath:
     """`clamp(x, min, max)` with tensor bounds (either may be None), functional, in place or into
     `out=`: the launches of `table._clamp_tensor`, maximum with `min` into the result, then minimum with
-    `max` in place on it. When the second launch is not plain after the first ran, the call goes to the
-    general path from the start, as a decline of the general path's second launch does: its first
-    launch wrote only the result (a new tensor, `out=`, or x in place), and clamping a clamped x again
-    gives the same values."""
+    `max` in place on it. With both bounds, every check of both launches is made before the first runs
+    (plans, kept launches, `out=`, NaN/Inf scans of x, min and max: the intermediate result is finite
+    when they are), so a call either makes both launches here or goes to the general path from the
+    start; written flat, as `_fastpath.binary`, since on 4 elements each Python call here counts."""
     maximum = FP.binary("maximum", inplace=inplace, out=out)
     minimum = FP.binary("minimum", inplace=inplace, out=out)
-    clip = FP.binary("minimum", inplace=True)
+    first_plans = maximum.plans  # type: ignore[attr-defined]
+    clip_plans = FP.binary("minimum", inplace=True).plans  # type: ignore[attr-defined]
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         count = len(args)
@@ -105,14 +106,52 @@ def clamp_tensor(*, inplace: bool = False, out: bool = False) -> FastPath:
             return None
         x, low = args[0], args[1]
         high = args[2] if count == 3 else None
-        if low is None:
-            return None if high is None else minimum((x, high), kwargs)
-        result = maximum((x, low), kwargs)
-        if result is None or high is None:
-            return result
-        return clip((result, high), {})
+        if low is None or high is None:
+            if low is None:
+                return None if high is None else minimum((x, high), kwargs)
+            return maximum((x, low), kwargs)
+        target = None
+        if kwargs or out:
+            if len(kwargs) != out or not out:
+                return None
+            target = kwargs.get("out")
+        index = _contiguous_rbln(x)
+        if index < 0 or _contiguous_rbln(low) != index or _contiguous_rbln(high) != index:
+            return None
+        dtype = x.dtype
+        if low.dtype is not dtype or high.dtype is not dtype:
+            return None
+        first = first_plans[(dtype, x.shape, low.shape)]
+        if first is None:
+            return None
+        clip = clip_plans[(dtype, first.shape, high.shape)]
+        if clip is None:
+            return None
+        if (first.programs * first.rows > 1 or clip.programs * clip.rows > 1) and _device_tp(index) > 1:
+            return None  # a grid split over a tensor-parallel group: the general launches
+        if out and (target is high or not _writable(target, index, dtype, first.shape, x, low, high)):
+            return None
+        if inplace and ((_storage(low) == _storage(x) and low is not x) or _storage(high) == _storage(x)):
+            return None  # the bounds overlap the result: the general path decides
+        run_first, run_clip = first.launcher(), clip.launcher()
+        if run_first is None or run_clip is None:
+            return None
+        if not config.deploy_mode() and not (first.finite(x, first.a_numel) and
+                                             first.finite(low, first.b_numel) and
+                                             clip.finite(high, clip.b_numel)):
+            return None
+        if target is None:
+            target = x if inplace else _memory.empty(first.shape, dtype, index)
+        run_first(first.programs, first.rows, 1, x, low, target, first.n, 1.0, first.op)
+        run_clip(clip.programs, clip.rows, 1, target, high, target, clip.n, 1.0, clip.op)
+        return target
 
     return fast
+
+
+def _storage(x: Tensor) -> int:
+    """The address of `x`'s storage (tensors of one storage may overlap)."""
+    return x.untyped_storage().data_ptr()
 
 
 def masked_fill_tensor(masked_fill: FastPath) -> FastPath:

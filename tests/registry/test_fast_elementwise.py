@@ -76,6 +76,7 @@ CASES = [
     ("aten::clamp", lambda a, b, c: torch.clamp(a, max=c)),
     ("aten::clamp_", lambda a, b, c: a.clone().clamp_(min=-b)),
     ("aten::clamp", lambda a, b, c: torch.clamp(a, -b, c, out=_out(a))),
+    ("aten::clamp_", lambda a, b, c: a.clone().clamp_(-b, c)),
     ("aten::where", lambda a, b, c: torch.where(MASK.to(a.device), a, b, out=_out(a))),
     ("aten::masked_fill", lambda a, b, c: a.masked_fill(MASK.to(a.device), torch.tensor(0.75))),
     ("aten::masked_fill_", lambda a, b, c: a.clone().masked_fill_(MASK.to(a.device),
@@ -250,6 +251,45 @@ def test_tensor_clamp_whose_upper_bound_is_not_plain_gives_the_general_result():
     torch.testing.assert_close(inplace.cpu(), torch.clamp(x, low, high), equal_nan=True)
     torch.testing.assert_close(dx.cpu(), x, atol=0, rtol=0)
     assert _row("aten::clamp")["reasons"] == {"nan_inf": 1}
+
+
+def test_deploy_mode_tensor_clamp_propagates_nan_of_x_and_either_bound_as_torch(monkeypatch,
+                                                                                general_path_forbidden):
+    """With the NaN/Inf scan off, NaN reaches both launches of the tensor clamp's fast path: a NaN in x,
+    min or max gives NaN there, as torch's clamp (and the general path's maximum/minimum) does."""
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([nan, 0.5, 0.5, -2.0, 3.0, inf, 0.5, nan])
+    low = torch.tensor([0.0, nan, 0.0, -1.0, nan, 0.0, 1.0, nan])
+    high = torch.tensor([1.0, 1.0, nan, 1.0, 2.0, 1.0, 0.0, nan])  # 6: min > max gives max
+    dx, dlow, dhigh = x.to("rbln"), low.to("rbln"), high.to("rbln")
+    monkeypatch.setenv("TORCH_RBLN_DEPLOY", "ON")
+    first = torch.clamp(dx, dlow, dhigh)
+    general_path_forbidden()
+    registry.reset_fallback_report()
+    fast = torch.clamp(dx, dlow, dhigh)
+    inplace = dx.clone().clamp_(dlow, dhigh)
+    expected = torch.clamp(x, low, high)
+    for result in (first, fast, inplace):
+        torch.testing.assert_close(result.cpu(), expected, atol=0, rtol=0, equal_nan=True)
+    assert _row("aten::clamp") == {"device": 1, "cpu": 0, "reasons": {}}
+    assert _row("aten::clamp_")["cpu"] == 0
+
+
+def test_tensor_clamp_fast_path_declines_bounds_overlapping_the_result():
+    x = torch.randn(8)
+    dx = x.to("rbln")
+    low, high = -torch.rand(8).to("rbln"), torch.rand(8).to("rbln")
+    torch.clamp(dx, low, high)
+    dx.clone().clamp_(low, high)
+    clamp_ = _entry("clamp_.Tensor").fast
+    assert clamp_((dx.clone(), low, high), {}) is not None
+    base = dx.clone()
+    assert clamp_((base, low, base), {}) is None  # max is the tensor written in place
+    out = torch.empty(8, device="rbln")
+    clamp_out = _entry("clamp.Tensor_out").fast
+    torch.clamp(dx, low, high, out=out)
+    assert clamp_out((dx, low, high), {"out": out}) is not None
+    assert clamp_out((dx, low, high), {"out": high}) is None  # out= is the upper bound
 
 
 def test_relu_like_paths_still_use_the_functional_fast_paths():

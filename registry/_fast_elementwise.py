@@ -157,10 +157,10 @@ def _storage(x: Tensor) -> int:
 def masked_fill_tensor(masked_fill: FastPath) -> FastPath:
     """`masked_fill(x, mask, value)` with a 0-d value tensor (a wrapped CPU scalar, or a 0-d rbln
     tensor on x's device): `masked_fill`'s fast path with the number `value.item()`, as `_ops.masked_fill`
-    reads it (a float32 rbln value straight from its host memory: `.item()` costs a dispatch and a host
-    view, more than the rest of the call). The dispatcher's checks of the value are made here: a
-    floating value of another dtype than float32/float16/bfloat16 or complex is declined, a NaN/Inf
-    one too outside deploy mode."""
+    reads it (a float32 value, on the CPU or rbln, straight from its memory: `.item()` costs a dispatch,
+    and an rbln one a host view, more than the rest of the call). The dispatcher's checks of the value
+    are made here: a floating value of another dtype than float32/float16/bfloat16 or complex is
+    declined, a NaN/Inf one too outside deploy mode."""
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 3 or kwargs:
@@ -168,20 +168,24 @@ def masked_fill_tensor(masked_fill: FastPath) -> FastPath:
         x, mask, value = args
         if not isinstance(value, Tensor) or value.dim():
             return None
+        dtype = value.dtype
+        if dtype is torch.float32:  # the common case first: read the bits .item() reads, undispatched
+            if not value.is_cpu and value.get_device() != x.get_device():
+                return None  # x's device is checked by `masked_fill` (a CPU x: -1 there)
+            number = _c_float.from_address(value.data_ptr()).value
+            if not config.deploy_mode() and not math.isfinite(number):
+                return None
+            return masked_fill((x, mask, number), _NO_KEYWORDS)
         index = _contiguous_rbln(x)
         if index < 0 or not (value.is_cpu or value.get_device() == index):
             return None
-        dtype = value.dtype
         floating = dtype in FLOATS
         if not floating and (dtype.is_floating_point or dtype.is_complex):
             return None
-        if dtype is torch.float32 and not value.is_cpu:
-            number = _c_float.from_address(value.data_ptr()).value  # the bits .item() reads, undispatched
-        else:
-            number = value.item()
+        number = value.item()
         if floating and not math.isfinite(number) and not config.deploy_mode():
             return None
-        return masked_fill((x, mask, float(number)), {})
+        return masked_fill((x, mask, float(number)), _NO_KEYWORDS)
 
     return fast
 

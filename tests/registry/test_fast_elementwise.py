@@ -229,7 +229,8 @@ def test_masked_fill_value_tensors_the_fast_path_leaves_to_the_general_path():
     assert fast((dx, mask, torch.tensor(float("inf")).to("rbln")), {}) is None
     element = torch.tensor([1.0, 2.5]).to("rbln")[1]  # a 0-d rbln view at an offset into its storage
     half = torch.tensor(-1.5, dtype=torch.float16).to("rbln")
-    for value, number in ((element, 2.5), (half, -1.5), (torch.tensor(3), 3.0)):
+    cpu_element = torch.tensor([1.0, -0.25])[1]  # a 0-d CPU float32 view at an offset, read from memory
+    for value, number in ((element, 2.5), (cpu_element, -0.25), (half, -1.5), (torch.tensor(3), 3.0)):
         expected = x.masked_fill(MASK, number)
         torch.testing.assert_close(fast((dx, mask, value), {}).cpu(), expected, atol=0, rtol=0)
     registry.reset_fallback_report()

@@ -323,3 +323,19 @@ def norm_backward_small_kernel(
         tl.store(dw_ptr + cols, dw.to(dw_ptr.dtype.element_ty), mask=mask)
     if NEED_DB:
         tl.store(db_ptr + cols, db.to(db_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def cat_pair_kernel(a_ptr, b_ptr, out_ptr, total, a_inner, b_inner, BLOCK: tl.constexpr):
+    """out (outer, a_inner + b_inner) = [a (outer, a_inner) | b (outer, b_inner)], all contiguous and of
+    one dtype: `cat` of two tensors along a dim in one launch (a row holds everything from that dim on;
+    one strided copy per input would be two launches). Element copies, so exact."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < total
+    width = a_inner + b_inner
+    row = offsets // width
+    col = offsets % width
+    in_a = col < a_inner
+    x = tl.load(a_ptr + row * a_inner + col, mask=mask & in_a, other=0.0)
+    y = tl.load(b_ptr + row * b_inner + (col - a_inner), mask=mask & (col >= a_inner), other=0.0)
+    tl.store(out_ptr + offsets, tl.where(in_a, x, y), mask=mask)

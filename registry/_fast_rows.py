@@ -670,12 +670,13 @@ def embedding_backward() -> FastPath:
 
 class _CatPlan:
     """cat's launches for one (dtype, shapes, dim): the result shape and, per input, the strided copy
-    kernel's plan and int arguments (as `_ops.cat` computes them for contiguous inputs)."""
+    kernel's plan and int arguments (as `_ops.cat` computes them for contiguous inputs); for two inputs
+    instead `pair`, the one launch of the pair kernel, and its int arguments."""
 
-    __slots__ = ("shape", "parts", "wide")
+    __slots__ = ("shape", "parts", "wide", "pair", "pair_ints")
 
-    def __init__(self, shape: tuple, parts: list) -> None:
-        self.shape, self.parts = shape, parts
+    def __init__(self, shape: tuple, parts: list, pair: _Plan | None = None, pair_ints: tuple = ()) -> None:
+        self.shape, self.parts, self.pair, self.pair_ints = shape, parts, pair, pair_ints
         self.wide = any(plan.programs > 1 for plan, _ in parts)  # a grid a TP group would split
 
 
@@ -692,6 +693,15 @@ def _cat_plan(dtype: torch.dtype, shapes: tuple, dim: int) -> _CatPlan | None:
             return None  # (empty inputs: the general path drops or rejects them)
     out_shape = list(shapes[0])
     out_shape[dim] = sum(shape[dim] for shape in shapes)
+    if len(shapes) == 2:  # `_ops.cat`'s pair kernel
+        total = math.prod(out_shape)
+        if total >= _I32:
+            return None
+        block = _block(total)
+        pair = _Plan(_k("rows").cat_pair_kernel, (dtype, block), 0, dtype, dtype, _cdiv(total, block))
+        pair.n = total
+        ints = (total, math.prod(shapes[0][dim:]), math.prod(shapes[1][dim:]))
+        return _CatPlan(tuple(out_shape), [], pair, ints)
     out_strides = _memory.contiguous_strides(out_shape)
     kernel = _k("elementwise").strided_copy_kernel
     parts = []
@@ -718,7 +728,7 @@ def _cat_plan(dtype: torch.dtype, shapes: tuple, dim: int) -> _CatPlan | None:
 
 def cat() -> FastPath:
     """`cat(tensors, dim=0)` of non-empty contiguous tensors of one floating dtype on one device: the
-    strided-copy launches of `_ops.cat`, one per input."""
+    launches of `_ops.cat` (two inputs: one pair-kernel launch; more: a strided copy per input)."""
     plans: dict[tuple, _CatPlan | None] = PlanMemo(1024, lambda key: _cat_plan(*key))
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
@@ -740,9 +750,20 @@ def cat() -> FastPath:
                 return None
             shapes.append(t.shape)
         plan = plans[(dtype, tuple(shapes), dim)]
-        if plan is None or (plan.wide and _device_tp(index) > 1):
+        if plan is None:
             return None
         deploy = config.deploy_mode()
+        pair = plan.pair
+        if pair is not None:  # two inputs: one launch
+            run = _ready(pair, index)
+            a, b = tensors
+            if run is None or not (deploy or (pair.finite(a, a.numel()) and pair.finite(b, b.numel()))):
+                return None
+            out = _memory.empty(plan.shape, dtype, index)
+            run(pair.programs, 1, 1, a, b, out, *plan.pair_ints)
+            return out
+        if plan.wide and _device_tp(index) > 1:
+            return None
         runs = []
         for (part, _), t in zip(plan.parts, tensors, strict=True):
             run = part.launcher()

@@ -102,6 +102,7 @@ CASES = {
                            lambda: ((_x(4, 3), torch.tensor([1, 0, 1, 3]), 5, 1, False), {})),
     "cat": ("cat.default", lambda: (([_x(2, 3), _x(1, 3)],), {})),
     "cat_dim1": ("cat.default", lambda: (([_x(2, 3), _x(2, 2)], 1), {})),
+    "cat_three": ("cat.default", lambda: (([_x(2, 3), _x(1, 3), _x(1, 3)],), {})),
 }
 
 
@@ -247,3 +248,25 @@ def test_a_half_precision_layer_norm_backward_takes_the_fast_path(launches_forbi
                                                     b.float(), [True, True, True])
     torch.testing.assert_close([t.float() for t in _cpu(fast)], list(expected), atol=2e-2, rtol=2e-2)
     assert _row("aten::native_layer_norm_backward") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_cat_of_two_contiguous_tensors_is_one_launch_of_the_pair_kernel(monkeypatch):
+    """The general path (`_ops.cat`, called directly: the fast path may hold this launch already)
+    launches the pair kernel once, the kernel the fast path keeps; a non-contiguous input still takes
+    one strided copy per input; both give torch's result exactly."""
+    from torch_rbln.kernels import rows
+    from torch_rbln.registry import _ops
+
+    launched = []
+    real = _launch.launch
+    monkeypatch.setattr(_launch, "launch",
+                        lambda kernel, *a, **k: (launched.append(kernel), real(kernel, *a, **k)))
+    a, b = _x(2, 3), _x(2, 2)
+    got = _ops.cat([a.to("rbln"), b.to("rbln")], 1)
+    assert launched == [rows.cat_pair_kernel]
+    assert torch.equal(got.cpu(), torch.cat([a, b], 1))
+    launched.clear()
+    t = _x(3, 2)
+    got = _ops.cat([a.to("rbln"), t.to("rbln").t()], 0)  # the transposed view: strided copies
+    assert len(launched) == 2 and rows.cat_pair_kernel not in launched
+    assert torch.equal(got.cpu(), torch.cat([a, t.t()], 0))

@@ -74,6 +74,22 @@ def _same(index: int, dtype: torch.dtype, *tensors: Tensor | None) -> bool:
     return True
 
 
+_range_entry: list = []  # [in_range_64's compiled entry point] once made
+
+
+def _in_range_64(address: int, n: int, stop: int, ignore: int) -> bool:
+    """`kernels.embedding.in_range_64` through its compiled int64 entry point (numba's per-call typing
+    of four arguments skipped, ~0.2 us a call: the losses range-check their targets on every call)."""
+    if not _range_entry:
+        import numba
+
+        scan = _k("embedding").in_range_64
+        signature = (numba.types.int64,) * 4
+        scan.compile(signature)
+        _range_entry.append(scan.overloads[signature].entry_point)
+    return _range_entry[0](address, n, stop, ignore)
+
+
 # ---------------------------------------------------------------- softmax / log_softmax backward
 
 def softmax_backward(*, log: bool) -> FastPath:
@@ -106,12 +122,21 @@ def softmax_backward(*, log: bool) -> FastPath:
             return None
         dtype = output.dtype
         shape = output.shape
-        if input_dtype is not dtype or not _same(index, dtype, grad) or grad.shape != shape:
+        if input_dtype is not dtype or not isinstance(grad, Tensor) or grad.dtype is not dtype or \
+                not grad.is_contiguous() or grad.get_device() != index or grad.shape != shape:
             return None
         plan = plans[(dtype, shape, dim)]
         run = _ready(plan, index)
-        if run is None or not _finite(plan, grad, output):
+        if run is None:
             return None
+        if not config.deploy_mode():  # written flat: on 4 elements each call is a share of the op
+            numel = plan.programs * plan.n
+            if numel < PARALLEL_MIN:
+                scan, mask = plan.scan, plan.mask
+                if not (scan(grad.data_ptr(), numel, mask) and scan(output.data_ptr(), numel, mask)):
+                    return None
+            elif not (all_finite(grad) and all_finite(output)):
+                return None
         out = _memory.empty(shape, dtype, index)
         run(plan.programs, 1, 1, grad, output, out, plan.n)
         return out
@@ -504,7 +529,7 @@ def nll_loss_forward() -> FastPath:
         if run is None or (weight is not None and weight.numel() != plan.n) or not _finite(plan, x, weight):
             return None
         rows = target.numel()
-        if not _k("embedding").in_range_64(target.data_ptr(), rows, plan.n, ignore_index):
+        if not _in_range_64(target.data_ptr(), rows, plan.n, ignore_index):
             return None  # the general path declines: torch's error from the CPU kernel
         loss = _memory.empty((), dtype, index)
         total_weight = _memory.empty((), dtype, index)
@@ -555,7 +580,7 @@ def nll_loss_backward() -> FastPath:
         if run is None or (weight is not None and weight.numel() != plan.n) or \
                 not _finite(plan, grad, x, weight, total_weight):
             return None
-        if not _k("embedding").in_range_64(target.data_ptr(), target.numel(), plan.n, ignore_index):
+        if not _in_range_64(target.data_ptr(), target.numel(), plan.n, ignore_index):
             return None
         dx = _memory.empty(x.shape, dtype, index)
         run(plan.programs, 1, 1, grad, target, grad if weight is None else weight, total_weight, dx, plan.n,

@@ -270,3 +270,20 @@ def test_cat_of_two_contiguous_tensors_is_one_launch_of_the_pair_kernel(monkeypa
     got = _ops.cat([a.to("rbln"), t.to("rbln").t()], 0)  # the transposed view: strided copies
     assert len(launched) == 2 and rows.cat_pair_kernel not in launched
     assert torch.equal(got.cpu(), torch.cat([a, t.t()], 0))
+
+
+def test_the_loss_fast_paths_decline_an_out_of_range_target():
+    """The compiled range check of the targets: an out-of-range class leaves the fast path (the general
+    path then raises torch's error); an ignored target (ignore_index) does not."""
+    x = _logp().to("rbln")
+    good, bad = torch.tensor([0, 2, 1, 1]).to("rbln"), torch.tensor([0, 3, 1, 1]).to("rbln")
+    ignored = torch.tensor([0, -100, 1, 1]).to("rbln")
+    loss, total = A.nll_loss_forward.default(x, good, None, 1, -100)
+    grad = torch.ones(()).to("rbln")
+    A.nll_loss_backward.default(grad, x, good, None, 1, -100, total)
+    forward, backward = _fast("nll_loss_forward.default"), _fast("nll_loss_backward.default")
+    assert forward((x, good, None, 1, -100), {}) is not None
+    assert forward((x, ignored, None, 1, -100), {}) is not None
+    assert forward((x, bad, None, 1, -100), {}) is None
+    assert backward((grad, x, good, None, 1, -100, total), {}) is not None
+    assert backward((grad, x, bad, None, 1, -100, total), {}) is None

@@ -439,6 +439,9 @@ def test_layer_norm_calls_the_fast_path_leaves_to_the_general_path():
     assert fast((x, [8], torch.randn(4).to("rbln"), None, 1e-5), {}) is None  # a weight of another size
     nan = torch.full((8,), float("nan")).to("rbln")
     assert fast((x, [8], nan, w, 1e-5), {}) is None  # a NaN weight: the general path reports it
+    assert fast((x, [8], w, nan, 1e-5), {}) is None  # a NaN bias
+    assert fast((torch.full((3, 8), float("inf")).to("rbln"), [8], w, w, 1e-5), {}) is None  # an Inf input
+    assert fast((x, [8], w, w, None), {}) is None  # an eps that is not a number
 
 
 WHERES = [

@@ -25,7 +25,8 @@ from torch_rbln import _memory, config
 from . import _fastpath as FP
 from . import _launch
 from ._fastpath import FastPath, _contiguous_rbln, _unary_plans, _writable
-from ._ops import FLOATS, _k, _modules, unary_key
+from ._memo import PlanMemo
+from ._ops import FLOATS, _k, _modules, _scalar_tensor, unary_key
 
 _GELU_OPS = {"none": "gelu", "tanh": "gelu_tanh"}  # gelu's `approximate` -> kernel op, as `table._gelu`
 _GELU_BACKWARD_OPS = {"none": "gelu_backward", "tanh": "gelu_tanh_backward"}
@@ -163,13 +164,22 @@ def _storage(x: Tensor) -> int:
     return x.untyped_storage().data_ptr()
 
 
-def masked_fill_tensor(masked_fill: FastPath) -> FastPath:
+def masked_fill_tensor(masked_fill: FastPath, *, inplace: bool) -> FastPath:
     """`masked_fill(x, mask, value)` with a 0-d value tensor (a wrapped CPU scalar, or a 0-d rbln
     tensor on x's device): `masked_fill`'s fast path with the number `value.item()`, as `_ops.masked_fill`
     reads it (a float32 value, on the CPU or rbln, straight from its memory: `.item()` costs a dispatch,
     and an rbln one a host view, more than the rest of the call). The dispatcher's checks of the value
     are made here: a floating value of another dtype than float32/float16/bfloat16 or complex is
-    declined, a NaN/Inf one too outside deploy mode."""
+    declined, a NaN/Inf one too outside deploy mode. A float32 value (the common case: a wrapped Python
+    number) makes `masked_fill`'s launch here, with plans of the same `_fastpath._where_plan` (so the
+    same kept launch, arguments and bits), saving a call level; `inplace` must match `masked_fill`'s."""
+
+    def new_plan(plan_key: tuple) -> FP._WherePlan | None:
+        dtype, x_shape, mask_shape = plan_key
+        return FP._where_plan(dtype, (mask_shape, (1,), x_shape), a_scalar=True,
+                              inplace_shape=x_shape if inplace else None)
+
+    plans: dict[tuple, FP._WherePlan | None] = PlanMemo(1024, new_plan)
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 3 or kwargs:
@@ -179,12 +189,24 @@ def masked_fill_tensor(masked_fill: FastPath) -> FastPath:
             return None
         dtype = value.dtype
         if dtype is torch.float32:  # the common case first: read the bits .item() reads, undispatched
-            if not value.is_cpu and value.get_device() != x.get_device():
-                return None  # x's device is checked by `masked_fill` (a CPU x: -1 there)
             number = _c_float.from_address(value.data_ptr()).value
-            if not config.deploy_mode() and not math.isfinite(number):
+            if not math.isfinite(number) and not config.deploy_mode():
                 return None
-            return masked_fill((x, mask, number), _NO_KEYWORDS)
+            device = value.get_device()  # -1 on the CPU (cheaper than .is_cpu)
+            index = _contiguous_rbln(x)
+            if index < 0 or (device >= 0 and device != index) or _contiguous_rbln(mask) != index or \
+                    mask.dtype is not torch.bool:
+                return None
+            dtype = x.dtype
+            plan = plans[(dtype, x.shape, mask.shape)]
+            if plan is None:
+                return None
+            run = plan.ready(x, index, x.numel())
+            if run is None:
+                return None
+            out = x if inplace else _memory.empty(plan.shape, dtype, index)
+            run(plan.programs, 1, 1, mask, _scalar_tensor(number, index), x, out, *plan.ints)
+            return out
         index = _contiguous_rbln(x)
         if index < 0 or not (value.is_cpu or value.get_device() == index):
             return None
@@ -276,8 +298,8 @@ FAST_PATHS: dict[str, FastPath] = {
     "clamp_.Tensor": clamp_tensor(inplace=True),
     "clamp.Tensor_out": clamp_tensor(out=True),
     "where.self_out": FP.where(out=True),
-    "masked_fill.Tensor": masked_fill_tensor(FP.masked_fill(inplace=False)),
-    "masked_fill_.Tensor": masked_fill_tensor(FP.masked_fill(inplace=True)),
+    "masked_fill.Tensor": masked_fill_tensor(FP.masked_fill(inplace=False), inplace=False),
+    "masked_fill_.Tensor": masked_fill_tensor(FP.masked_fill(inplace=True), inplace=True),
     "fill_.Scalar": fill(zero=False),
     "zero_.default": fill(zero=True),
 }

@@ -79,6 +79,7 @@ CASES = [
     ("aten::clamp_", lambda a, b, c: a.clone().clamp_(-b, c)),
     ("aten::where", lambda a, b, c: torch.where(MASK.to(a.device), a, b, out=_out(a))),
     ("aten::masked_fill", lambda a, b, c: a.masked_fill(MASK.to(a.device), torch.tensor(0.75))),
+    ("aten::masked_fill_", lambda a, b, c: a.clone().masked_fill_(MASK[0].to(a.device), torch.tensor(-0.5))),
     ("aten::masked_fill_", lambda a, b, c: a.clone().masked_fill_(MASK.to(a.device),
                                                                    torch.tensor(-2.0).to(a.device))),
     ("aten::fill_", lambda a, b, c: a.clone().fill_(1.25)),

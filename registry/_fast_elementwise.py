@@ -25,8 +25,7 @@ from torch_rbln import _memory, config
 from . import _fastpath as FP
 from . import _launch
 from ._fastpath import FastPath, _contiguous_rbln, _unary_plans, _writable
-from ._memo import PlanMemo
-from ._ops import FLOATS, _k, _modules, _scalar_tensor, unary_key
+from ._ops import FLOATS, _k, _modules, unary_key
 
 _GELU_OPS = {"none": "gelu", "tanh": "gelu_tanh"}  # gelu's `approximate` -> kernel op, as `table._gelu`
 _GELU_BACKWARD_OPS = {"none": "gelu_backward", "tanh": "gelu_tanh_backward"}
@@ -171,15 +170,10 @@ def masked_fill_tensor(masked_fill: FastPath, *, inplace: bool) -> FastPath:
     and an rbln one a host view, more than the rest of the call). The dispatcher's checks of the value
     are made here: a floating value of another dtype than float32/float16/bfloat16 or complex is
     declined, a NaN/Inf one too outside deploy mode. A float32 value (the common case: a wrapped Python
-    number) makes `masked_fill`'s launch here, with plans of the same `_fastpath._where_plan` (so the
-    same kept launch, arguments and bits), saving a call level; `inplace` must match `masked_fill`'s."""
+    number) goes straight to `masked_fill`'s launch (`fill_into`: the same plans, kept launch, arguments
+    and bits); `inplace` must match `masked_fill`'s."""
 
-    def new_plan(plan_key: tuple) -> FP._WherePlan | None:
-        dtype, x_shape, mask_shape = plan_key
-        return FP._where_plan(dtype, (mask_shape, (1,), x_shape), a_scalar=True,
-                              inplace_shape=x_shape if inplace else None)
-
-    plans: dict[tuple, FP._WherePlan | None] = PlanMemo(1024, new_plan)
+    fill_into = masked_fill.fill_into
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 3 or kwargs:
@@ -194,19 +188,9 @@ def masked_fill_tensor(masked_fill: FastPath, *, inplace: bool) -> FastPath:
                 return None
             device = value.get_device()  # -1 on the CPU (cheaper than .is_cpu)
             index = _contiguous_rbln(x)
-            if index < 0 or (device >= 0 and device != index) or _contiguous_rbln(mask) != index or \
-                    mask.dtype is not torch.bool:
+            if index < 0 or (device >= 0 and device != index):
                 return None
-            dtype = x.dtype
-            plan = plans[(dtype, x.shape, mask.shape)]
-            if plan is None:
-                return None
-            run = plan.ready(x, index, x.numel())
-            if run is None:
-                return None
-            out = x if inplace else _memory.empty(plan.shape, dtype, index)
-            run(plan.programs, 1, 1, mask, _scalar_tensor(number, index), x, out, *plan.ints)
-            return out
+            return fill_into(x, mask, number, index)
         index = _contiguous_rbln(x)
         if index < 0 or not (value.is_cpu or value.get_device() == index):
             return None

@@ -46,9 +46,7 @@ _NUMBER = (int, float)
 def _ready(plan: _Plan | None, index: int):
     """The plan's kept launch without a NaN/Inf scan (the caller scans what it reads), or None: no
     plan, no kept launch yet, or a grid of several programs on a tensor-parallel device."""
-    if plan is None or (plan.programs > 1 and _device_tp(index) > 1):
-        return None
-    return plan.launcher()
+    return None if plan is None else plan.kept(index)
 
 
 def _finite(plan: _Plan, *tensors: Tensor | None) -> bool:

@@ -83,15 +83,19 @@ class _Plan:
         """The kept launch for a call on input `x` (`numel` elements) on device `index`, or None when the
         general path must take it: a grid split over a tensor-parallel group (the general launch
         handles TP and its failover), no kept launch yet, or a NaN/Inf in `x` outside deploy mode."""
+        run = self.kept(index)
+        if run is None or (not config.deploy_mode() and not self.finite(x, numel)):
+            return None
+        return run
+
+    def kept(self, index: int) -> Callable | None:
+        """`ready` without the scan: the kept launch, or None for a grid split over a tensor-parallel
+        group or before one is kept (for fast paths that scan several inputs themselves)."""
         if self.programs > 1 and _device_tp(index) > 1:
             return None
         run = self.run
         if run is None or self.backend != requested_backend():
             run = self.launcher()
-            if run is None:
-                return None
-        if not config.deploy_mode() and not self.finite(x, numel):
-            return None
         return run
 
     def launcher(self) -> Callable | None:
@@ -498,7 +502,9 @@ def where(*, out: bool = False) -> FastPath:
 def masked_fill(*, inplace: bool) -> FastPath:
     """The fast path of `masked_fill(x, mask, value)` / `masked_fill_` with a Python-number value, a
     contiguous floating `x` and a contiguous bool `mask` that broadcasts to `x` (an attention mask):
-    the where launch of `_ops.masked_fill` (value as a float32 one-element tensor), same arguments."""
+    the where launch of `_ops.masked_fill` (value as a float32 one-element tensor), same arguments.
+    Its `fill_into(x, mask, number, index)` (x a contiguous rbln tensor on device `index`) is that
+    launch for a value read elsewhere (`_fast_elementwise`'s 0-d value tensors)."""
 
     def new_plan(plan_key: tuple) -> _WherePlan | None:
         dtype, x_shape, mask_shape = plan_key
@@ -507,15 +513,8 @@ def masked_fill(*, inplace: bool) -> FastPath:
 
     plans: dict[tuple, _WherePlan | None] = PlanMemo(1024, new_plan)
 
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        if len(args) != 3 or kwargs:
-            return None
-        x, mask, value = args
-        kind = type(value)
-        if kind is not float and kind is not int:
-            return None
-        index = _contiguous_rbln(x)
-        if index < 0 or _contiguous_rbln(mask) != index or mask.dtype is not torch.bool:
+    def fill_into(x: Tensor, mask, number: float, index: int) -> Tensor | None:
+        if _contiguous_rbln(mask) != index or mask.dtype is not torch.bool:
             return None
         dtype = x.dtype
         plan = plans[(dtype, x.shape, mask.shape)]
@@ -525,9 +524,20 @@ def masked_fill(*, inplace: bool) -> FastPath:
         if run is None:
             return None
         out = x if inplace else _memory.empty(plan.shape, dtype, index)
-        run(plan.programs, 1, 1, mask, _scalar_tensor(float(value), index), x, out, *plan.ints)
+        run(plan.programs, 1, 1, mask, _scalar_tensor(number, index), x, out, *plan.ints)
         return out
 
+    def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        if len(args) != 3 or kwargs:
+            return None
+        x, mask, value = args
+        kind = type(value)
+        if kind is not float and kind is not int:
+            return None
+        index = _contiguous_rbln(x)
+        return None if index < 0 else fill_into(x, mask, float(value), index)
+
+    fast.fill_into = fill_into
     return fast
 
 
@@ -624,14 +634,10 @@ def layer_norm() -> FastPath:
         n = plan.n
         if (has_w and weight.numel() != n) or (has_b and bias.numel() != n):
             return None
+        run = plan.kept(index)
+        if run is None:
+            return None  # no kept launch yet, or a grid split over a tensor-parallel group
         programs = plan.programs
-        if programs > 1 and _device_tp(index) > 1:
-            return None  # a grid split over a tensor-parallel group: the general launch
-        run = plan.run
-        if run is None or plan.backend != requested_backend():
-            run = plan.launcher()
-            if run is None:
-                return None
         if not config.deploy_mode():
             numel = programs * n
             if numel < PARALLEL_MIN:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch_rbln.registry import _fast_rows, _launch
+from torch_rbln.registry import _fast_rows, _fastpath, _launch
 
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
@@ -228,6 +228,7 @@ def test_non_plain_calls_are_left_to_the_general_path():
 def test_tensor_parallel_grids_are_left_to_the_general_launch(monkeypatch):
     x = _x(3, 5).to("rbln")
     A.max.dim(x, 1)
+    monkeypatch.setattr(_fastpath, "_device_tp", lambda index: 2)  # where `_Plan.kept` asks
     monkeypatch.setattr(_fast_rows, "_device_tp", lambda index: 2)
     assert _fast("max.dim")((x, 1), {}) is None  # three rows: three programs
 

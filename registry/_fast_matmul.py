@@ -11,7 +11,7 @@ transposed weight `w.t()`, which the kernel reads through its strides), a contig
 an `out=` of the result's exact shape, dtype and strides, finite values unless TORCH_RBLN_DEPLOY=ON,
 and a shape the general path has launched before. It then runs the launch the general path
 (`_ops._matmul_launch`) made for that shape: the tile config the autotuner chose (kept in
-`_ops._matmul_plans`), the same kernel specialisation, the same arguments. Anything else returns
+`_launch.tuned`), the same kernel specialisation, the same arguments. Anything else returns
 None and the general path decides (and logs any fallback).
 """
 
@@ -25,7 +25,7 @@ from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _memory, config
 
-from . import _ops
+from . import _launch, _ops
 from ._fastpath import _PLANS, FastPath
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan, is_dense_permutation
 from ._memo import PlanMemo
@@ -81,10 +81,11 @@ class _MatmulPlan:
         general path's tensor-parallel handling (a grid of several programs, or a config that depends
         on the group size, on a device with tp > 1)."""
         tp = _device_tp(index)
-        found = _ops._matmul_plans.get((*self.shape_key, tp, requested_backend()))
+        shape_key = _ops.matmul_shape_key(self.shape_key[:4], *self.shape_key[4:], index)
+        found = _launch.tuned_config(_ops._k("matmul").matmul_kernel, shape_key)
         if found is None:
             return None
-        grid, keywords = found
+        grid, keywords = found[0][:3], found[1]
         product = max(keywords["BLOCK_M"], keywords["BLOCK_N"], keywords["BLOCK_K"]) <= \
             _ops._k("matmul").PRODUCT_BLOCK
         needs_tp = not (product and math.prod(grid) == 1)  # a product tile's choice ignores tp

@@ -79,12 +79,9 @@ def _in_range_64(address: int, n: int, stop: int, ignore: int) -> bool:
     """`kernels.embedding.in_range_64` through its compiled int64 entry point (numba's per-call typing
     of four arguments skipped, ~0.2 us a call: the losses range-check their targets on every call)."""
     if not _range_entry:
-        import numba
+        from ._finite_numba import int64_entry
 
-        scan = _k("embedding").in_range_64
-        signature = (numba.types.int64,) * 4
-        scan.compile(signature)
-        _range_entry.append(scan.overloads[signature].entry_point)
+        _range_entry.append(int64_entry(_k("embedding").in_range_64, 4))
     return _range_entry[0](address, n, stop, ignore)
 
 

@@ -34,13 +34,15 @@ def all_finite_16(address, n, mask):
     return _no_word_has_mask(numba.carray(as_pointer(address, np.uint16), n), np.uint16(mask))
 
 
-def entry_points() -> tuple:
-    """The compiled (int64 address, int64 count, int64 mask) specialisations of the two scans, called
+def int64_entry(dispatcher, count: int):
+    """The entry point of `dispatcher` (an njit function) compiled for `count` int64 arguments, called
     directly: numba's dispatcher types the arguments of every call first, which costs about as much as
-    scanning a small tensor, and the registry scans every input of every call."""
-    signature = (numba.types.int64,) * 3
-    entries = []
-    for scan in (all_finite_32, all_finite_16):
-        scan.compile(signature)
-        entries.append(scan.overloads[signature].entry_point)
-    return tuple(entries)
+    scanning a small tensor, and the registry's checks run on every call."""
+    signature = (numba.types.int64,) * count
+    dispatcher.compile(signature)
+    return dispatcher.overloads[signature].entry_point
+
+
+def entry_points() -> tuple:
+    """The (address, count, mask) entry points of the two scans (`int64_entry`)."""
+    return int64_entry(all_finite_32, 3), int64_entry(all_finite_16, 3)

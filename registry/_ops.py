@@ -712,44 +712,27 @@ def rms_norm_backward(grad, x, weight, rstd):
 
 # ---------------------------------------------------------------- matmul
 
-# launch shape -> (grid, kernel keywords) of the config the autotuner chose for it
-_matmul_plans: dict[tuple, tuple] = BoundedMemo(1024)
+def matmul_shape_key(dtypes: tuple, M: int, N: int, K: int, has_bias: bool, batch: int, index: int) -> tuple:
+    """The launch shape `_matmul_launch` keeps the autotuner's tile under (`_launch.tuned`): the four
+    tensors' dtypes, M, N, K, bias, batch, the device's tensor-parallel size and the requested DSL
+    backend, everything the tuner's decision depends on."""
+    return (*dtypes, M, N, K, has_bias, batch, _device_tp(index), requested_backend())
 
 
 def _matmul_launch(a, b, c, bias, M, N, K, sa, sb, sc, sbias, alpha, beta, batch):
-    """One matmul_kernel launch. The autotuner picks the tile config on the first launch of a shape
-    (dtypes, M, N, K, bias, batch, tensor-parallel size, DSL backend: everything its decision depends
-    on); later launches of that shape run the kernel with that config directly, since the tuner's own
-    per-call key and grid callback cost more than a small matmul computes."""
-    Mk = _k("matmul")
-    tuner = Mk.matmul_kernel
+    """One matmul_kernel launch. The autotuner picks the tile config on the first launch of a shape;
+    later launches of that shape run the kernel with that config directly (`_launch.tuned`), since the
+    tuner's own per-call key and grid callback cost more than a small matmul computes. A transposed
+    weight is dense too: the kept unchecked launch takes it."""
     has_bias = bias is not None
     operand = bias if has_bias else c
-    args = (a, b, c, operand, M, N, K, *sa, *sb, *sc, *sbias, float(alpha), float(beta))
-    shape_key = (a.dtype, b.dtype, c.dtype, operand.dtype, M, N, K, has_bias, batch,
-                 _device_tp(c.get_device()), requested_backend())
-    plan = _matmul_plans.get(shape_key)
-    if plan is not None:
-        grid, keywords = plan
-        if batch == 1 and max(M, N, K, *map(abs, (*sa, *sb, *sc, *sbias))) < _I32:
-            # every int argument fits in 32 bits: dtypes and constexprs make the key of a kept launch
-            # (skips the general launch's per-argument key: twenty arguments)
-            key = (*shape_key[:4], has_bias, keywords["BLOCK_M"], keywords["BLOCK_N"], keywords["BLOCK_K"])
-            run = _launch.dense_unchecked(tuner.fn, key, args[:4], grid[0] * grid[1])
-            if run is not None:
-                run(grid[0], grid[1], 1, *args)  # a transposed weight is dense too
-            else:
-                _launch.launch(tuner.fn, grid[0], key, args, keywords, rows=grid[1])
-        else:
-            tuner.fn.run(*args, grid=grid, **keywords)
-        return
+    tensors = (a, b, c, operand)
+    dtypes = (a.dtype, b.dtype, c.dtype, operand.dtype)
+    args = (*tensors, M, N, K, *sa, *sb, *sc, *sbias, float(alpha), float(beta))
     tiles = lambda meta: (_cdiv(M, meta["BLOCK_M"]), _cdiv(N, meta["BLOCK_N"]), batch)  # noqa: E731
-    tuner[tiles](*args, HAS_BIAS=has_bias)
-    config = tuner.lookup(*args, HAS_BIAS=has_bias)
-    if config is not None and config.pre_hook is None and not tuner.reset_to_zero:
-        keywords = {"HAS_BIAS": has_bias, **config.all_kwargs()}
-        grid = (_cdiv(M, keywords["BLOCK_M"]), _cdiv(N, keywords["BLOCK_N"]), batch)
-        _matmul_plans[shape_key] = (grid, keywords)
+    shape_key = matmul_shape_key(dtypes, M, N, K, has_bias, batch, c.get_device())
+    _launch.tuned(_k("matmul").matmul_kernel, shape_key, args, {"HAS_BIAS": has_bias}, tiles, dtypes, tensors,
+                  max(M, N, K, *map(abs, (*sa, *sb, *sc, *sbias))) < _I32)
 
 
 def _mm_check(*tensors):

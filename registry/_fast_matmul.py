@@ -33,13 +33,6 @@ from ._memo import PlanMemo
 _NO_BIAS = (0, 0)  # bias strides of a launch without bias (as `_ops.mm`/`bmm` pass them)
 
 
-def _dense(shape: tuple, strides: tuple) -> bool:
-    """Whether a tensor of `shape` and `strides` (no zero size) covers the block of its numel elements
-    at its data pointer exactly once, as the kept launch and the NaN/Inf scan read it (contiguous, or a
-    permutation of a contiguous block such as a transposed weight)."""
-    return is_dense_permutation(shape, strides)
-
-
 class _MatmulPlan:
     """One matmul launch geometry (dtype, operand shapes and strides): the result shape and strides,
     the launch's int and float arguments after the four tensors (`_ops._matmul_launch`'s order), the
@@ -176,7 +169,9 @@ def _plan_2d(dtype: torch.dtype, a_shape: tuple, a_strides: tuple, b_shape: tupl
     if dtype not in _ops.FLOATS or len(a_shape) != 2 or len(b_shape) != 2 or a_shape[1] != b_shape[0]:
         return None
     (M, K), N = a_shape, b_shape[1]
-    if M == 0 or N == 0 or K == 0 or not (_dense(a_shape, a_strides) and _dense(b_shape, b_strides)):
+    # dense operands (contiguous, or a permutation of a contiguous block such as a transposed weight)
+    if M == 0 or N == 0 or K == 0 or not (is_dense_permutation(a_shape, a_strides) and
+                                          is_dense_permutation(b_shape, b_strides)):
         return None
     sbias = None
     numels = (M * K, K * N)
@@ -203,7 +198,8 @@ def _plan_bmm(dtype: torch.dtype, a_shape: tuple, a_strides: tuple, b_shape: tup
         return None
     B, M, K = a_shape
     N = b_shape[2]
-    if B * M * N * K == 0 or not (_dense(a_shape, a_strides) and _dense(b_shape, b_strides)):
+    if B * M * N * K == 0 or not (is_dense_permutation(a_shape, a_strides) and
+                                  is_dense_permutation(b_shape, b_strides)):
         return None
     return _MatmulPlan(dtype, (B, M, N), M, N, K, tuple(a_strides), tuple(b_strides), None, B,
                        (B * M * K, B * K * N))

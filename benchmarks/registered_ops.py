@@ -177,6 +177,12 @@ def _is_comparison(overload: Any) -> bool:
     return overload._schema.name.split("::")[1].rstrip("_") in ("eq", "ne", "lt", "le", "gt", "ge")
 
 
+def _on_device(tensor: Any) -> Any:
+    """`tensor` on rbln with the same sizes, strides and storage offset (a view stays a view)."""
+    base = tensor._base if tensor._base is not None else tensor
+    return _device_copy(base).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+
+
 def _device_copy(value: Any) -> Any:
     import torch
 
@@ -209,29 +215,30 @@ def _cases(only: set[str] | None) -> list[tuple[str, _Side, _Side]]:
         cases.append((entry.name,
                       _Side(lambda o=overload, a=args, k=kwargs: o(*a, **k), args[:1] if inplace else ()),
                       _Side(lambda o=overload, a=dargs, k=dkwargs: o(*a, **k), dargs[:1] if inplace else ())))
-    extra = {
-        "copy_ (device to device)": lambda a, b: a.copy_(b),
-        "clone": lambda a, b: a.clone(),
-        "t().contiguous() 2x2": lambda a, b: a.view(2, 2).t().contiguous(),
-        "zeros_like": lambda a, b: torch.zeros_like(a),
-        "empty_like": lambda a, b: torch.empty_like(a),
-        "view(2, 2)": lambda a, b: a.view(2, 2),
-        "x[1:]": lambda a, b: a[1:],
-    }
+    # Each row below times one call on operands built before the timing (the views a model would make
+    # are rows of their own: `view(2, 2)`, `x[1:]`), so a row is the cost of that op alone.
     a, b = torch.rand(4), torch.rand(4)
-    da, db = a.to("rbln"), b.to("rbln")
-    custom = {  # our custom ops and attention (registered outside the aten table)
-        "rbln::rms_norm": lambda a, b: torch.ops.rbln.rms_norm(a, b, 1e-6),
-        "rbln::rotary_embedding": lambda a, b: torch.ops.rbln.rotary_embedding(a.view(1, 4), b.view(1, 4),
-                                                                                 b.view(1, 4)),
-        "scaled_dot_product_attention 1x1x2x2": lambda a, b: torch.nn.functional.scaled_dot_product_attention(
-            a.view(1, 1, 2, 2), b.view(1, 1, 2, 2), b.view(1, 1, 2, 2)),
+    operands = {  # name -> (operands, call); the CPU side gets the same operands on the CPU
+        "copy_ (device to device)": ((a, b), lambda x, y: x.copy_(y)),
+        "clone": ((a,), lambda x: x.clone()),
+        ".contiguous() of a transposed 2x2": ((a.view(2, 2).t(),), lambda x: x.contiguous()),
+        "zeros_like": ((a,), lambda x: torch.zeros_like(x)),
+        "empty_like": ((a,), lambda x: torch.empty_like(x)),
+        "view(2, 2)": ((a,), lambda x: x.view(2, 2)),
+        "x[1:]": ((a,), lambda x: x[1:]),
+        # our custom ops and attention (registered outside the aten table)
+        "rbln::rms_norm": ((a, b), lambda x, w: torch.ops.rbln.rms_norm(x, w, 1e-6)),
+        "rbln::rotary_embedding": ((a.view(1, 4), b.view(1, 4), (b * 0.5).view(1, 4)),
+                                   torch.ops.rbln.rotary_embedding),
+        "scaled_dot_product_attention 1x1x2x2": ((a.view(1, 1, 2, 2), b.view(1, 1, 2, 2), b.view(1, 1, 2, 2)),
+                                                 torch.nn.functional.scaled_dot_product_attention),
     }
-    extra.update(custom)
-    for name, fn in extra.items():
+    for name, (cpu_args, call) in operands.items():
         if only and name not in only:
             continue
-        cases.append((name, _Side(lambda f=fn: f(a, b)), _Side(lambda f=fn: f(da, db))))
+        device_args = tuple(_on_device(t) for t in cpu_args)
+        cases.append((name, _Side(lambda c=call, xs=cpu_args: c(*xs)),
+                      _Side(lambda c=call, xs=device_args: c(*xs))))
     return cases
 
 

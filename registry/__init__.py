@@ -242,7 +242,9 @@ def _keys(name: str) -> tuple[str, ...]:
 
 
 def _register_custom(qualname: str, impl: Callable, accepts: Callable | None, reference: Callable | None,
-                     fake: Callable | None, mutates_args: tuple) -> Any:
+                     fake: Callable | None, mutates_args: tuple, fast: Callable | None = None) -> Any:
+    """`register_kernel` for a new custom op. `fast(*args, **kwargs)` (the op library's own custom ops)
+    is an optional shortcut for plain calls: the result `impl` gives, or None to take the checked path."""
     if reference is None:
         raise TypeError(f"register_kernel({qualname!r}): a new custom op needs reference= (its CPU "
                         "implementation, with type hints)")
@@ -266,7 +268,48 @@ def _register_custom(qualname: str, impl: Callable, accepts: Callable | None, re
         return fallback.run_on_cpu(overload, plan, args, kwargs, reason)
 
     custom.register_kernel("rbln", kernel)
+    if not mutates_args:
+        library = torch.library.Library(namespace, "IMPL")
+        _libraries.append(library)
+        library.impl(opname, _plain_call_shortcut(custom, overload, kernel, fast, plan.name),
+                     "AutogradPrivateUse1", with_keyset=True)
     return custom
+
+
+# The dispatch keys of a call on plain rbln tensors once it reaches the AutogradPrivateUse1 kernel: no
+# dispatch mode, subclass, fake or functional tensor, nothing but the backend below autograd.
+_PLAIN_CALL_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1).add(
+    torch._C.DispatchKey.AutogradPrivateUse1).raw_repr()
+
+
+def _plain_call_shortcut(custom: Any, overload: torch._ops.OpOverload, kernel: Callable,
+                         fast: Callable | None, name: str) -> Callable:
+    """The AutogradPrivateUse1 kernel of a functional custom op: a call on plain rbln tensors that records
+    no gradient runs `fast` (else `kernel`, the PrivateUse1 kernel) right here. `torch.library.custom_op`'s
+    own path to it (its Python autograd kernel, a redispatch, the backend wrapper that checks aliasing
+    and disables dynamo) costs about 30 us, twice a small op. Every other call (a gradient to record, a
+    dispatch mode, fake or functional tensors under tracing) takes custom_op's autograd kernel as before,
+    so autograd, torch.compile and the aliasing checks behave exactly as custom_op defines them."""
+    from torch._library.autograd import make_autograd_impl
+
+    general = make_autograd_impl(overload, custom)  # reads the backward/setup_context when it runs
+    grad_enabled = torch.is_grad_enabled
+    any_requires_grad = torch._C._any_requires_grad
+    plain = _PLAIN_CALL_KEYS
+    counts = _device_counts
+
+    def autograd_kernel(keyset: torch._C.DispatchKeySet, *args: Any, **kwargs: Any) -> Any:
+        if keyset.raw_repr() == plain and not (grad_enabled() and any_requires_grad(*args, **kwargs)):
+            if fast is not None:
+                result = fast(*args, **kwargs)
+                if result is not None:
+                    counts[name] += 1
+                    return result
+            return kernel(*args, **kwargs)
+        return general(keyset, *args, **kwargs)
+
+    autograd_kernel.__name__ = f"rbln_autograd_{overload._opname}"
+    return autograd_kernel
 
 
 # ---------------------------------------------------------------- reporting

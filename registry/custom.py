@@ -7,10 +7,18 @@ they also trace under torch.compile); on CPU tensors, and for declined calls, th
 
 from __future__ import annotations
 
+import math
+
 import torch
+from torch import Tensor
+
+from torch_rbln import _memory, config
 
 from . import _launch
 from . import _ops as O
+from ._fastpath import _contiguous_rbln, _Plan
+from ._finite_scan import PARALLEL_MIN, all_finite
+from ._memo import PlanMemo
 
 
 def _rms_norm_reference(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -25,6 +33,74 @@ def _rms_norm_device(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -
     if weight is not None and (weight.dtype != x.dtype or weight.shape != x.shape[-1:]):
         raise O.Decline("weight dtype/shape")
     return O.rms_norm_forward(x, weight, eps)[0]
+
+
+class _RmsNormPlan(_Plan):
+    """rms_norm's launch for a contiguous (dtype, shape) input with or without a weight of its dtype:
+    `programs` rows of `n` elements. The kernel also writes each row's rstd (float32), which a forward
+    call without autograd never reads: up to `_SCRATCH_ROWS` rows it goes to a buffer the plan keeps per
+    device (`scratch`) instead of a fresh allocation per call. Concurrent calls may write it at once:
+    nothing reads it, so that is harmless."""
+
+    __slots__ = ("scratch",)
+
+
+_SCRATCH_ROWS = 1 << 14  # at most 64 KiB of kept rstd scratch per plan and device
+
+
+def _new_rms_plan(plan_key: tuple) -> _RmsNormPlan | None:
+    """The plan of `rms_norm_forward`'s launch; None for a shape it would decline."""
+    dtype, shape, has_w = plan_key
+    if dtype not in O.FLOATS or not shape or shape[-1] == 0 or math.prod(shape) >= O._I32:
+        return None
+    n = shape[-1]
+    kernel, key, _ = O.norm_launch(dtype, dtype, dtype, dtype, torch.float32, n, rms=True, has_w=has_w,
+                                   has_b=False)
+    plan = _RmsNormPlan(kernel, key, 0, dtype, dtype, math.prod(shape) // n)
+    plan.n = n
+    plan.scratch = {}
+    return plan
+
+
+_rms_plans: dict[tuple, _RmsNormPlan | None] = PlanMemo(1024, _new_rms_plan)
+
+
+def _rms_norm_fast(x: Tensor, weight: Tensor | None, eps: float) -> Tensor | None:
+    """rms_norm's plain call (contiguous operands of one float dtype on one device, no NaN/Inf outside
+    deploy mode, the launch kept by an earlier call): the kernel launch `_rms_norm_device` makes, without
+    its checks and dispatch. None for anything else (the checked path decides)."""
+    index = _contiguous_rbln(x)
+    if index < 0 or type(eps) is not float:
+        return None
+    dtype = x.dtype
+    has_w = weight is not None
+    if has_w and (not isinstance(weight, Tensor) or weight.dtype is not dtype or not weight.is_contiguous()
+                  or weight.get_device() != index):
+        return None
+    plan = _rms_plans[(dtype, x.shape, has_w)]
+    if plan is None:
+        return None
+    n, rows = plan.n, plan.programs
+    if has_w and (weight.dim() != 1 or weight.shape[0] != n):
+        return None
+    run = plan.kept(index)
+    if run is None:
+        return None
+    if not config.deploy_mode():
+        scan, mask = plan.scan, plan.mask
+        if rows * n >= PARALLEL_MIN:
+            if not (all_finite(x) and (not has_w or all_finite(weight))):
+                return None
+        elif not scan(x.data_ptr(), rows * n, mask) or (has_w and not scan(weight.data_ptr(), n, mask)):
+            return None
+    rstd = plan.scratch.get(index)
+    if rstd is None:
+        rstd = _memory.empty((rows,), torch.float32, index)
+        if rows <= _SCRATCH_ROWS:
+            plan.scratch[index] = rstd
+    out = _memory.empty(x.shape, dtype, index)
+    run(rows, 1, 1, x, weight if has_w else x, x, out, rstd, rstd, n, eps)
+    return out
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -49,18 +125,79 @@ def _rotary_device(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tor
         raise O.Decline("cos/sin broadcast over other than the leading dims")
     x, cos, sin = O.contiguous(x), O.contiguous(cos), O.contiguous(sin)
     out = O.empty(x.shape, x.dtype, x.get_device())
-    block = max(16, 1 << (D // 2 - 1).bit_length())
+    block = _rotary_block(D)
     rows, cs_rows = x.numel() // D, cos.numel() // D
-    # the kept launch: dtypes and block determine the specialisation while the ints fit in 32 bits
-    key = (x.dtype, block) if x.numel() < O._I32 else (x.dtype, block, "int64")
-    _launch.launch(O._k("rotary").rotary_kernel, rows, key, (x, cos, sin, out, D, cs_rows), {"BLOCK": block})
+    _launch.launch(O._k("rotary").rotary_kernel, rows, _rotary_key(x.dtype, block, x.numel()),
+                   (x, cos, sin, out, D, cs_rows), {"BLOCK": block})
+    return out
+
+
+def _rotary_block(D: int) -> int:
+    return max(16, 1 << (D // 2 - 1).bit_length())
+
+
+def _rotary_key(dtype: torch.dtype, block: int, numel: int) -> tuple:
+    """The kept launch's key: dtypes and block determine the specialisation while the ints fit 32 bits."""
+    return (dtype, block) if numel < O._I32 else (dtype, block, "int64")
+
+
+class _RotaryPlan(_Plan):
+    """rotary_embedding's launch for contiguous (dtype, x shape, cos/sin shape): `programs` rows of `n`
+    (the head dim) and the rows of cos/sin (`cs_rows`)."""
+
+    __slots__ = ("cs_rows",)
+
+
+def _new_rotary_plan(plan_key: tuple) -> _RotaryPlan | None:
+    dtype, shape, cs_shape = plan_key
+    D = shape[-1] if shape else 0
+    numel = math.prod(shape)
+    if dtype not in O.FLOATS or D == 0 or D % 2 or numel >= O._I32 or not cs_shape or cs_shape[-1] != D:
+        return None
+    core = list(cs_shape)
+    while core and core[0] == 1:
+        core.pop(0)
+    if list(shape[len(shape) - len(core):]) != core:
+        return None
+    block = _rotary_block(D)
+    plan = _RotaryPlan(O._k("rotary").rotary_kernel, _rotary_key(dtype, block, numel), 0, dtype, dtype,
+                       numel // D)
+    plan.n, plan.cs_rows = D, math.prod(cs_shape) // D
+    return plan
+
+
+_rotary_plans: dict[tuple, _RotaryPlan | None] = PlanMemo(1024, _new_rotary_plan)
+
+
+def _rotary_fast(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor | None:
+    """rotary_embedding's plain call (as `_rms_norm_fast`): the launch `_rotary_device` makes."""
+    index = _contiguous_rbln(x)
+    if index < 0 or _contiguous_rbln(cos) != index or _contiguous_rbln(sin) != index:
+        return None
+    dtype = x.dtype
+    if cos.dtype is not dtype or sin.dtype is not dtype or cos.shape != sin.shape:
+        return None
+    plan = _rotary_plans[(dtype, x.shape, cos.shape)]
+    if plan is None:
+        return None
+    n, rows = plan.n, plan.programs
+    run = plan.ready(x, index, rows * n)
+    if run is None:
+        return None
+    if not config.deploy_mode():
+        cs_numel = plan.cs_rows * n
+        if not (plan.finite(cos, cs_numel) and plan.finite(sin, cs_numel)):
+            return None
+    out = _memory.empty(x.shape, dtype, index)
+    run(rows, 1, 1, x, cos, sin, out, n, plan.cs_rows)
     return out
 
 
 def register() -> None:
-    from . import register_kernel
+    from . import _register_custom
 
-    op = register_kernel("rbln::rms_norm", _rms_norm_device, reference=_rms_norm_reference)
+    op = _register_custom("rbln::rms_norm", _rms_norm_device, None, _rms_norm_reference, None, (),
+                          fast=_rms_norm_fast)
 
     def setup_context(ctx, inputs, output):
         x, weight, eps = inputs
@@ -83,7 +220,8 @@ def register() -> None:
 
     op.register_autograd(backward, setup_context=setup_context)
 
-    rotary = register_kernel("rbln::rotary_embedding", _rotary_device, reference=_rotary_reference)
+    rotary = _register_custom("rbln::rotary_embedding", _rotary_device, None, _rotary_reference, None, (),
+                              fast=_rotary_fast)
 
     def rotary_setup(ctx, inputs, output):
         ctx.save_for_backward(*inputs)

@@ -254,7 +254,7 @@ def _register_custom(qualname: str, impl: Callable, accepts: Callable | None, re
     overload = getattr(getattr(torch.ops, namespace), opname).default
     plan = fallback._plan_for(overload)
 
-    def kernel(*args: Any, **kwargs: Any) -> Any:
+    def checked(*args: Any, **kwargs: Any) -> Any:
         reason = check_inputs(args, kwargs, True)
         if reason is None and accepts is not None:
             verdict = accepts(*args, **kwargs)
@@ -267,11 +267,20 @@ def _register_custom(qualname: str, impl: Callable, accepts: Callable | None, re
                 reason = decline.reason
         return fallback.run_on_cpu(overload, plan, args, kwargs, reason)
 
+    kernel = checked
+    if fast is not None:
+        def kernel(*args: Any, **kwargs: Any) -> Any:  # also under inference_mode, which skips autograd
+            result = fast(*args, **kwargs)
+            if result is not None:
+                _device_counts[plan.name] += 1
+                return result
+            return checked(*args, **kwargs)
+
     custom.register_kernel("rbln", kernel)
     if not mutates_args:
         library = torch.library.Library(namespace, "IMPL")
         _libraries.append(library)
-        library.impl(opname, _plain_call_shortcut(custom, overload, kernel, fast, plan.name),
+        library.impl(opname, _plain_call_shortcut(custom, overload, checked, fast, plan.name),
                      "AutogradPrivateUse1", with_keyset=True)
     return custom
 
@@ -285,11 +294,12 @@ _PLAIN_CALL_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1).add
 def _plain_call_shortcut(custom: Any, overload: torch._ops.OpOverload, kernel: Callable,
                          fast: Callable | None, name: str) -> Callable:
     """The AutogradPrivateUse1 kernel of a functional custom op: a call on plain rbln tensors that records
-    no gradient runs `fast` (else `kernel`, the PrivateUse1 kernel) right here. `torch.library.custom_op`'s
-    own path to it (its Python autograd kernel, a redispatch, the backend wrapper that checks aliasing
-    and disables dynamo) costs about 30 us, twice a small op. Every other call (a gradient to record, a
-    dispatch mode, fake or functional tensors under tracing) takes custom_op's autograd kernel as before,
-    so autograd, torch.compile and the aliasing checks behave exactly as custom_op defines them."""
+    no gradient runs `fast` (else `kernel`, the checked PrivateUse1 kernel) right here.
+    `torch.library.custom_op`'s own path to it (its Python autograd kernel, a redispatch, the backend
+    wrapper that checks aliasing and disables dynamo) costs about 30 us, twice a small op. Every other
+    call (a gradient to record, a dispatch mode, fake or functional tensors under tracing) takes
+    custom_op's autograd kernel as before, so autograd, torch.compile and the aliasing checks behave
+    exactly as custom_op defines them."""
     from torch._library.autograd import make_autograd_impl
 
     general = make_autograd_impl(overload, custom)  # reads the backward/setup_context when it runs

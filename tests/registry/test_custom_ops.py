@@ -165,3 +165,13 @@ def test_user_custom_op_takes_the_shortcut_and_keeps_its_checks(caplog):
     assert calls == [torch.Size([4])]
     row = registry.fallback_report()["rbln_test::plus_one"]
     assert row == {"device": 1, "cpu": 1, "reasons": {"1-D only": 1}}
+
+
+def test_inference_mode_calls_take_the_kept_launch(general_path_forbidden):
+    x, w = torch.randn(2, 8), torch.randn(8)
+    xd, wd = x.to("rbln"), w.to("rbln")
+    first = torch.ops.rbln.rms_norm(xd, wd, 1e-6)
+    general_path_forbidden()
+    with torch.inference_mode():  # no autograd key: the PrivateUse1 kernel, which tries the shortcut first
+        second = torch.ops.rbln.rms_norm(xd, wd, 1e-6)
+    assert torch.equal(first.cpu(), second.cpu())

@@ -39,13 +39,18 @@ class _Side:
     in-place op overwrote, so every timed call sees the same values (repeated exp_ would reach inf,
     which then takes the NaN/Inf fallback and times something else)."""
 
-    def __init__(self, call: Callable[[], object], inputs: tuple = ()) -> None:
-        self.call = call
+    def __init__(self, call: Callable[..., object], inputs: tuple = (),
+                 fresh: Callable[[], tuple] | None = None) -> None:
         self._pairs = [(t, t.clone()) for t in inputs]
+        self._fresh = fresh  # makes the call's arguments anew before each call (an op that consumes them)
+        self._args: tuple = ()
+        self.call = call if fresh is None else (lambda: call(*self._args))
 
     def reset(self) -> None:
         for tensor, saved in self._pairs:
             tensor.copy_(saved)
+        if self._fresh is not None:
+            self._args = self._fresh()
 
 
 def _per_call(cpu: _Side, dev: _Side, rounds: int, calls: int, overhead: float
@@ -224,7 +229,12 @@ def _cases(only: set[str] | None) -> list[tuple[str, _Side, _Side]]:
         ".contiguous() of a transposed 2x2": ((a.view(2, 2).t(),), lambda x: x.contiguous()),
         "zeros_like": ((a,), lambda x: torch.zeros_like(x)),
         "empty_like": ((a,), lambda x: torch.empty_like(x)),
-        "view(2, 2)": ((a,), lambda x: x.view(2, 2)),
+        ".to(torch.float16)": ((a,), lambda x: x.to(torch.float16)),
+        "torch.empty(4)": ((a,), lambda x: torch.empty(4, device=x.device)),
+        "empty_strided (transposed strides)": ((a,), lambda x: torch.empty_strided((2, 2), (1, 2),
+                                                                                    device=x.device)),
+        ".item()": ((a[:1].clone(),), lambda x: x.item()),
+        "view as 2x2": ((a,), lambda x: x.view(2, 2)),
         "x[1:]": ((a,), lambda x: x[1:]),
         # our custom ops and attention (registered outside the aten table)
         "rbln::rms_norm": ((a, b), lambda x, w: torch.ops.rbln.rms_norm(x, w, 1e-6)),
@@ -239,14 +249,28 @@ def _cases(only: set[str] | None) -> list[tuple[str, _Side, _Side]]:
         device_args = tuple(_on_device(t) for t in cpu_args)
         cases.append((name, _Side(lambda c=call, xs=cpu_args: c(*xs)),
                       _Side(lambda c=call, xs=device_args: c(*xs))))
+    # host <-> device copies: the CPU side is the same copy within host memory
+    transfers = {
+        ".to('rbln') (host to device)": (lambda: a.to("rbln"), lambda: a.clone()),
+        ".cpu() (device to host)": (lambda: da.cpu(), lambda: a.clone()),
+    }
+    da = a.to("rbln")
+    for name, (device_call, cpu_call) in transfers.items():
+        if not only or name in only:
+            cases.append((name, _Side(cpu_call), _Side(device_call)))
+    name = "resize_ (grow an empty tensor)"  # a fresh empty tensor per call, made outside the timing
+    if not only or name in only:
+        cases.append((name, _Side(lambda t: t.resize_(4), fresh=lambda: (a.new_empty(0),)),
+                      _Side(lambda t: t.resize_(4), fresh=lambda: (da.new_empty(0),))))
     return cases
 
 
-def _fallbacks(fn: Callable[[], object]) -> int:
+def _fallbacks(side: _Side) -> int:
     from torch_rbln import registry
 
+    side.reset()
     registry.reset_fallback_report()
-    fn()
+    side.call()
     return sum(row["cpu"] for row in registry.fallback_report().values())
 
 
@@ -275,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     only = {name.strip() for name in args.only.split(",")} if args.only else None
     overhead = _timer_overhead_ns()
     cases = _cases(only)
-    fallbacks = {name: _fallbacks(dev.call) for name, _, dev in cases}
+    fallbacks = {name: _fallbacks(dev) for name, _, dev in cases}
     # The VM has minutes-long phases in which everything, torch included, runs up to ~3x slower: each
     # op is measured once per pass, passes spread over the run, and its row is its quietest pass.
     measured: dict[str, list] = {name: [] for name, _, _ in cases}

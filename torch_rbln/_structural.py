@@ -7,6 +7,8 @@ exactly as CUDA views do.
 
 from __future__ import annotations
 
+import ctypes
+import math
 import threading
 import warnings
 from typing import Any
@@ -80,8 +82,28 @@ def copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
 
         if _copy.copy_on_device(self, dst):
             return dst
+    elif _same_layout_transfer(self, dst):
+        return dst
     _host(dst).copy_(_host(self))
     return dst
+
+
+_memmove = ctypes.memmove
+
+
+def _same_layout_transfer(src: torch.Tensor, dst: torch.Tensor) -> bool:
+    """A host<->rbln copy between contiguous tensors of one dtype and shape as one memmove (the bytes
+    the host-view copy would move, without building two host views, ~2 us on a small tensor). False,
+    having done nothing, for any other copy (a cast, a broadcast, strides, conj/neg bits)."""
+    if src.dtype is not dst.dtype or src.shape != dst.shape or not src.is_contiguous() or \
+            not dst.is_contiguous():
+        return False
+    if src.is_neg() or src.is_conj() or dst.is_neg() or dst.is_conj() or src._is_zerotensor():
+        return False
+    nbytes = src.nbytes
+    if nbytes:
+        _memmove(dst.data_ptr(), src.data_ptr(), nbytes)
+    return True
 
 
 def clone(self: torch.Tensor, *, memory_format=None) -> torch.Tensor:
@@ -109,6 +131,56 @@ def clone(self: torch.Tensor, *, memory_format=None) -> torch.Tensor:
 
 
 _copy = None  # torch_rbln.registry._copy, imported on the first clone (the registry loads after this module)
+_to_copy_composite = aten._to_copy.default._handle.redispatch_boxed  # the CPU slot: torch's composite
+
+
+def to_copy(self: torch.Tensor, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None) -> torch.Tensor:
+    """`aten::_to_copy` (`.to(dtype)`, `.to("rbln")`, `.cpu()`, `.float()`) with an rbln source or target
+    (the device argument takes part in its dispatch), bound directly: torch's composite reaches a device
+    as two Python calls (`empty_strided`, then `_copy_from`). A contiguous source copied to a contiguous
+    result on its own device (the copy kernel casts), from the CPU to rbln or back (one memmove, or a
+    host cast) is one call here; every other case (another rbln device, a layout or memory format,
+    pinned memory, non_blocking, conj/neg bits, meta tensors) runs torch's composite unchanged."""
+    if layout in (None, torch.strided) and not pin_memory and not non_blocking and \
+            memory_format in (None, torch.preserve_format, torch.contiguous_format) and self.is_contiguous() \
+            and not (self.is_neg() or self.is_conj() or self._is_zerotensor() or self.is_meta):
+        dtype = self.dtype if dtype is None else dtype
+        source = self.get_device()  # -1: a CPU tensor with an rbln device argument
+        target = _target_device(device, source)
+        if target is not None and target >= 0:
+            result = _memory.empty(self.shape, dtype, target)
+            if source == target:
+                global _copy
+                if _copy is None:
+                    from torch_rbln.registry import _copy
+                if not _copy.copy_on_device(self, result, fresh=True):
+                    _host(result).copy_(_host(self))
+                return result
+            if source == -1:
+                if not _same_layout_transfer(self, result):
+                    _host(result).copy_(self)
+                return result
+        elif target == -1 and source >= 0:
+            result = torch.empty(self.shape, dtype=dtype)
+            if not _same_layout_transfer(self, result):
+                result.copy_(_host(self))
+            return result
+    return _to_copy_composite(_CPU_KEYS, self, dtype=dtype, layout=layout, device=device,
+                              pin_memory=pin_memory, non_blocking=non_blocking, memory_format=memory_format)
+
+
+def _target_device(device: Any, index: int) -> int | None:
+    """`_to_copy`'s target: an rbln device index, -1 (the CPU) or None (anything else); no `device`
+    means the source's own (`index`)."""
+    if device is None:
+        return index
+    device = torch.device(device)
+    if device.type == "cpu":
+        return -1
+    if device.type != "rbln":
+        return None
+    return _target_index(device)
 
 
 def copy_from_and_resize(self: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
@@ -118,25 +190,31 @@ def copy_from_and_resize(self: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     return dst
 
 
+_set_storage = aten.set_.source_Storage_storage_offset._handle.redispatch_boxed
+_resize_cpu = aten.resize_.default._handle.redispatch_boxed
+
+
 def resize_(self: torch.Tensor, size, memory_format=None) -> torch.Tensor:
-    """Resize in place; growing past the storage allocates a new rbln storage and keeps the old bytes."""
-    strides = _memory.contiguous_strides(size)
-    needed = _memory.storage_nbytes(size, strides, self.dtype) + self.storage_offset() * self.dtype.itemsize
+    """Resize in place; growing past the storage allocates a new rbln storage and keeps the old bytes.
+    Metadata changes are the CPU kernels' (`set_`, `resize_`), called below autograd as this kernel is."""
+    strides = _memory._row_major(tuple(size))
+    if strides is None:  # a negative size: the CPU kernel raises torch's error
+        return _resize_cpu(_CPU_KEYS, self, size, memory_format=memory_format)
+    offset = self.storage_offset()
+    needed = (math.prod(size) + offset) * self.dtype.itemsize
     storage = self.untyped_storage()
-    if needed > storage.nbytes():
-        grown = _memory.empty_strided([needed], [1], torch.uint8, self.get_device())
-        old = storage.nbytes()
+    old = storage.nbytes()
+    if needed > old:
+        grown = _memory.empty((needed,), torch.uint8, self.get_device())
         if old:
             old_bytes = torch.empty(0, dtype=torch.uint8, device=self.device).set_(storage)
             _dlpack.to_host_view(grown)[:old].copy_(_dlpack.to_host_view(old_bytes))
-        with torch.no_grad():
-            self.set_(grown.untyped_storage(), self.storage_offset(), size, strides)
+        _set_storage(_CPU_KEYS, self, grown.untyped_storage(), offset, size, strides)
     else:
-        aten.resize_.default.redispatch(_CPU_KEYS, self, size, memory_format=memory_format)
+        _resize_cpu(_CPU_KEYS, self, size, memory_format=memory_format)
     if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
-        with torch.no_grad():
-            self.set_(self.untyped_storage(), self.storage_offset(), size, strides)
+        _set_storage(_CPU_KEYS, self, self.untyped_storage(), offset, size, strides)
     return self
 
 
@@ -208,6 +286,7 @@ def register(library: torch.library.Library) -> None:
     library.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
     library.impl("_copy_from", copy_from, "PrivateUse1")
     library.impl("clone", clone, "PrivateUse1")
+    library.impl("_to_copy", to_copy, "PrivateUse1")
     library.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
     library.impl("resize_", resize_, "PrivateUse1")
     library.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")

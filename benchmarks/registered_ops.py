@@ -258,6 +258,30 @@ def _cases(only: set[str] | None) -> list[tuple[str, _Side, _Side]]:
     for name, (device_call, cpu_call) in transfers.items():
         if not only or name in only:
             cases.append((name, _Side(cpu_call), _Side(device_call)))
+    # the fused attention ops autograd records for SDPA (training: aten::_scaled_dot_product_fused_attention_
+    # overrideable and its _backward), called as autograd calls them; the
+    # CPU side is torch's own pair for the CPU
+    aten = torch.ops.aten
+    q, k, v = (t.view(1, 1, 2, 2) for t in (a, b, b * 0.5))
+    dq, dk, dv = (t.to("rbln") for t in (q, k, v))
+    cpu_forward = aten._scaled_dot_product_flash_attention_for_cpu.default
+    cpu_backward = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    forward = aten._scaled_dot_product_fused_attention_overrideable.default
+    backward = aten._scaled_dot_product_fused_attention_overrideable_backward.default
+    out, lse = cpu_forward(q, k, v)[:2]
+    r = forward(dq, dk, dv)
+    grad, dgrad = torch.ones_like(out), torch.ones_like(r[0])
+    attention = {
+        "fused attention forward 1x1x2x2": (
+            lambda: cpu_forward(q, k, v), lambda: forward(dq, dk, dv)),
+        "fused attention backward 1x1x2x2": (
+            lambda: cpu_backward(grad, q, k, v, out, lse, 0.0, False),
+            lambda: backward(dgrad, dq, dk, dv, None, [True, True, True, False], r[0], r[1], r[2], r[3], r[4],
+                             r[5], 0.0, False, r[6], r[7])),
+    }
+    for name, (cpu_call, device_call) in attention.items():
+        if not only or name in only:
+            cases.append((name, _Side(cpu_call), _Side(device_call)))
     name = "resize_ (grow an empty tensor)"  # a fresh empty tensor per call, made outside the timing
     if not only or name in only:
         cases.append((name, _Side(lambda t: t.resize_(4), fresh=lambda: (a.new_empty(0),)),

@@ -467,9 +467,12 @@ def layer_norm_backward() -> FastPath:
             elif not _finite(scan_plan, grad, x, mean, rstd, weight, bias):
                 return None
         w = x if weight is None else weight
-        dx = _memory.empty(x.shape, dtype, index) if need_dx else None
-        dw = _memory.empty(weight.shape, dtype, index) if need_dw else None
-        db = _memory.empty(bias.shape, dtype, index) if need_db else None
+        if need_dx and need_dw and need_db:  # training's usual call: the three in one allocation
+            dx, dw, db = _memory.empty_triple(x.shape, weight.shape, bias.shape, dtype, index)
+        else:
+            dx = _memory.empty(x.shape, dtype, index) if need_dx else None
+            dw = _memory.empty(weight.shape, dtype, index) if need_dw else None
+            db = _memory.empty(bias.shape, dtype, index) if need_db else None
         dw_t = grad if dw is None else dw  # an absent result is never written: grad stands in, as there
         db_t = grad if db is None else db
         if fused:  # the one-program kernel
@@ -526,8 +529,7 @@ def nll_loss_forward() -> FastPath:
         rows = target.numel()
         if not _in_range_64(target.data_ptr(), rows, plan.n, ignore_index):
             return None  # the general path declines: torch's error from the CPU kernel
-        loss = _memory.empty((), dtype, index)
-        total_weight = _memory.empty((), dtype, index)
+        loss, total_weight = _memory.empty_pair((), (), dtype, index)
         run(1, 1, 1, x, target, x if weight is None else weight, loss, total_weight, rows, plan.n,
             ignore_index, reduction, int(weight is not None))
         return loss, total_weight

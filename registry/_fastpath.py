@@ -648,9 +648,8 @@ def layer_norm() -> FastPath:
             elif not (all_finite(x) and (not has_w or plan.finite(weight, n))
                       and (not has_b or plan.finite(bias, n))):
                 return None
-        out = _memory.empty(x.shape, dtype, index)
-        mean = _memory.empty(plan.stats_shape, dtype, index)
-        rstd = _memory.empty(plan.stats_shape, dtype, index)
+        stats_shape = plan.stats_shape
+        out, mean, rstd = _memory.empty_triple(x.shape, stats_shape, stats_shape, dtype, index)
         run(programs, 1, 1, x, weight if has_w else x, bias if has_b else x, out, mean, rstd, n, float(eps))
         return out, mean, rstd
 

@@ -1,13 +1,20 @@
-"""The compiled rbln allocator: one numba call allocates an output and builds its DLPack tensor.
+"""The compiled rbln allocator: one numba call allocates an output and hands Python its DLPack capsule.
 
 Why: an rbln tensor used to be a fresh CPU tensor re-tagged through a DLPack round trip, watched by a
 weak reference whose callback queued its free for Python to count. On a 4-element op that allocation
 and free cost more than the kernel (~8 us of a ~18 us call). Here `allocate_contiguous` reserves the
 bytes in the device's counters (atomically), takes one 64-byte aligned block from the C heap that
-holds a `DLManagedTensor` header followed by the data, and returns the block; PyTorch imports it as a
-PrivateUse1 tensor (`_memory`). When PyTorch frees that storage it calls `release`, a C callback that
-un-counts the bytes (atomically: it may run on any thread, without the GIL) and frees the block. No
-Python object watches the tensor, so no Python code runs when it dies.
+holds a `DLManagedTensor` header followed by the data, and returns the block already wrapped in a
+"dltensor" capsule (boxed by numba's return path: a ctypes `PyCapsule_New` per output cost ~0.4 us);
+PyTorch imports it as a PrivateUse1 tensor (`_memory`). When PyTorch frees that storage it calls
+`release`, a C callback that un-counts the bytes (atomically: it may run on any thread, without the
+GIL) and frees the block. No Python object watches the tensor, so no Python code runs when it dies.
+A capsule that PyTorch never imported (an exception in between) releases its block when it dies
+(`release_unused_capsule`, its destructor), so no path leaks a block or its count.
+
+`allocate_pair`/`allocate_triple` make the outputs of a multi-output op (mean and rstd with a layer
+norm's output, a loss and its total weight) in one call: all or none, with the counters ending exactly
+as after that many `allocate_contiguous` calls.
 
 Counters are one int64 row per device (`FIELDS`, shared with `_memory`, which reads them for
 statistics). Every update from compiled code is an atomic read-modify-write; `_memory` routes its own
@@ -24,6 +31,8 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
+from numba.core.datamodel import models
+from numba.extending import box, intrinsic, register_model
 
 from torch_rbln.dsl.backends.numba_backend.support import as_pointer
 
@@ -33,11 +42,13 @@ FIELDS = ("current", "peak", "allocated_total", "freed_total", "count_current", 
 CURRENT, PEAK, ALLOCATED, FREED, COUNT, COUNT_PEAK, COUNT_ALLOCATED, COUNT_FREED, LARGEST, OOMS = range(10)
 
 # Layout of a block: the DLManagedTensor (DLPack's C ABI: data, device (type, id), ndim, dtype, shape,
-# strides, byte_offset, manager_ctx, deleter), then the accounted byte count, then shape and strides,
-# then the data at the next 64-byte boundary (the alignment PyTorch's CPU allocator gives).
+# strides, byte_offset, manager_ctx, deleter), then the accounted byte count, then the destructor of
+# its capsule, then shape and strides, then the data at the next 64-byte boundary (the alignment
+# PyTorch's CPU allocator gives).
 _MANAGER_CTX = 48
 _DELETER = 56
 _NBYTES = 64
+_DESTRUCTOR = 72
 _DIMS = 80
 ALIGNMENT = 64
 DL_EXT_DEV = 12  # kDLExtDev: what PyTorch maps PrivateUse1 to
@@ -46,12 +57,13 @@ DL_EXT_DEV = 12  # kDLExtDev: what PyTorch maps PrivateUse1 to
 OVER_CAPACITY = -1
 HEAP_EXHAUSTED = 0
 TOO_LARGE = -2  # at least `pool_min` bytes: the caller takes its recycled-buffer path instead
+NOT_MADE = -3  # of a group: another output of it failed, so this one was not made (or was undone)
 
 _i64 = ir.IntType(64)
 _bytes_ptr = ir.IntType(8).as_pointer()
 
 
-@numba.extending.intrinsic
+@intrinsic
 def _aligned_alloc(typingctx, alignment, size):
     """C11 aligned_alloc(alignment, size) as an address (0 when the heap is exhausted)."""
     def codegen(context, builder, sig, args):
@@ -62,7 +74,7 @@ def _aligned_alloc(typingctx, alignment, size):
     return types.int64(types.int64, types.int64), codegen
 
 
-@numba.extending.intrinsic
+@intrinsic
 def _free(typingctx, address):
     """C free() of a block from `_aligned_alloc`."""
     def codegen(context, builder, sig, args):
@@ -75,7 +87,7 @@ def _free(typingctx, address):
 
 
 def _atomic(operation: str):
-    @numba.extending.intrinsic
+    @intrinsic
     def atomic(typingctx, address, value):
         def codegen(context, builder, sig, args):
             pointer = builder.inttoptr(args[0], _i64.as_pointer())
@@ -130,27 +142,115 @@ def unreserve(row, nbytes):
     _atomic_add(row + 8 * COUNT_FREED, 1)
 
 
-@numba.cfunc(types.void(types.int64), cache=True, nogil=True)
-def release(block):
-    """The DLPack deleter of every block: un-count its bytes in its device's row, free the block. Also
-    what undoes an allocation PyTorch did not take (`release.ctypes(block)`)."""
+@numba.njit(cache=True)
+def _release_block(block):
     words = numba.carray(as_pointer(block, np.int64), _DIMS // 8)
     unreserve(words[_MANAGER_CTX // 8], words[_NBYTES // 8])
     _free(block)
 
 
+@numba.cfunc(types.void(types.int64), cache=True, nogil=True)
+def release(block):
+    """The DLPack deleter of every block: un-count its bytes in its device's row, free the block."""
+    _release_block(block)
+
+
+@intrinsic
+def _unconsumed_block(typingctx, capsule):
+    """The block of a capsule that is still named "dltensor" (PyTorch renames the capsules it imports),
+    else 0."""
+    def codegen(context, builder, sig, args):
+        module = builder.module
+        name = context.insert_const_string(module, "dltensor")
+        pointer = builder.inttoptr(args[0], _bytes_ptr)
+        is_valid = cgutils.get_or_insert_function(
+            module, ir.FunctionType(ir.IntType(32), [_bytes_ptr, _bytes_ptr]), "PyCapsule_IsValid")
+        get_pointer = cgutils.get_or_insert_function(
+            module, ir.FunctionType(_bytes_ptr, [_bytes_ptr, _bytes_ptr]), "PyCapsule_GetPointer")
+        block = cgutils.alloca_once_value(builder, ir.Constant(_i64, 0))
+        valid = builder.icmp_signed("!=", builder.call(is_valid, [pointer, name]),
+                                    ir.Constant(ir.IntType(32), 0))
+        with builder.if_then(valid):
+            builder.store(builder.ptrtoint(builder.call(get_pointer, [pointer, name]), _i64), block)
+        return builder.load(block)
+
+    return types.int64(types.int64), codegen
+
+
+@numba.cfunc(types.void(types.int64), cache=True)
+def release_unused_capsule(capsule):
+    """The destructor of every capsule `allocate_*` returns: releases the block when PyTorch did not
+    import it (an exception between allocation and import), does nothing when it did."""
+    block = _unconsumed_block(capsule)
+    if block != 0:
+        _release_block(block)
+
+
+class Block(types.Type):
+    """What an allocation returns to Python: a "dltensor" capsule of the block when it is an address
+    (> 0), else the int result code (OVER_CAPACITY, HEAP_EXHAUSTED, TOO_LARGE, NOT_MADE)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="rbln_block")
+
+
+block_type = Block()
+
+
+@register_model(Block)
+class _BlockModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type) -> None:
+        super().__init__(dmm, fe_type, _i64)
+
+
+@intrinsic
+def _as_block(typingctx, value):
+    """An int64 address or result code as a `Block` (boxed to a capsule or an int on return)."""
+    def codegen(context, builder, sig, args):
+        return args[0]
+
+    return block_type(types.int64), codegen
+
+
+@box(Block)
+def _box_block(typ, val, c):
+    """A block address becomes a capsule whose destructor is the one stored in the block; a result code
+    becomes an int. Should the capsule itself fail to allocate, the block is released first."""
+    builder, pyapi = c.builder, c.pyapi
+    result = cgutils.alloca_once(builder, pyapi.pyobj)
+    with builder.if_else(builder.icmp_signed(">", val, ir.Constant(_i64, 0))) as (is_block, is_code):
+        with is_block:
+            words = builder.inttoptr(val, _i64.as_pointer())
+            destructor = builder.load(builder.gep(words, [ir.Constant(_i64, _DESTRUCTOR // 8)]))
+            new_capsule = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(pyapi.pyobj, [_bytes_ptr, _bytes_ptr, _bytes_ptr]),
+                "PyCapsule_New")
+            name = c.context.insert_const_string(builder.module, "dltensor")
+            capsule = builder.call(new_capsule, [builder.inttoptr(val, _bytes_ptr), name,
+                                                 builder.inttoptr(destructor, _bytes_ptr)])
+            with builder.if_then(cgutils.is_null(builder, capsule), likely=False):
+                deleter = builder.load(builder.gep(words, [ir.Constant(_i64, _DELETER // 8)]))
+                deleter_type = ir.FunctionType(ir.VoidType(), [_i64])
+                builder.call(builder.inttoptr(deleter, deleter_type.as_pointer()), [val])
+            builder.store(capsule, result)
+        with is_code:
+            builder.store(pyapi.long_from_longlong(val), result)
+    return builder.load(result)
+
+
 @numba.njit(cache=True)
-def allocate_contiguous(size, ndim, dtype_word, itemsize, device_id, row, capacity, pool_min, deleter):
-    """A block for a row-major tensor of the first `ndim` extents of `size` (a non-empty tuple: numba
-    cannot type an empty one, so a 0-d tensor passes `(1,)` and ndim 0) whose DLPack dtype is
-    `dtype_word`, counted on the row at address `row`: its address, or OVER_CAPACITY, HEAP_EXHAUSTED or
-    TOO_LARGE. `deleter` is `release.address`, passed in because a cached compilation must not keep one
-    process's address."""
+def _nbytes(size, start, ndim, itemsize):
     nbytes = itemsize
-    for dim in range(ndim):
+    for dim in range(start, start + ndim):
         nbytes *= size[dim]
-    if nbytes >= pool_min:
-        return TOO_LARGE
+    return nbytes
+
+
+@numba.njit(cache=True)
+def _allocate(size, start, ndim, nbytes, dtype_word, device_id, row, capacity, deleter, destructor):
+    """Reserve `nbytes` and build the block of a row-major tensor of extents size[start:start + ndim]:
+    its address, or OVER_CAPACITY / HEAP_EXHAUSTED (nothing left reserved, one OOM counted for the
+    former)."""
     header = (_DIMS + 16 * ndim + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
     if not reserve(row, nbytes, capacity):
         return OVER_CAPACITY
@@ -171,9 +271,76 @@ def allocate_contiguous(size, ndim, dtype_word, itemsize, device_id, row, capaci
     words[_MANAGER_CTX // 8] = row
     words[_DELETER // 8] = deleter
     words[_NBYTES // 8] = nbytes
+    words[_DESTRUCTOR // 8] = destructor
     stride = 1
     for dim in range(ndim - 1, -1, -1):
-        words[_DIMS // 8 + dim] = size[dim]
+        words[_DIMS // 8 + dim] = size[start + dim]
         words[_DIMS // 8 + ndim + dim] = stride
-        stride *= max(size[dim], 1)
+        stride *= max(size[start + dim], 1)
     return block
+
+
+@numba.njit(cache=True)
+def allocate_contiguous(size, ndim, dtype_word, itemsize, device_id, row, capacity, pool_min, deleter,
+                        destructor):
+    """A row-major tensor of the first `ndim` extents of `size` (a non-empty tuple: numba cannot type an
+    empty one, so a 0-d tensor passes `(1,)` and ndim 0) whose DLPack dtype is `dtype_word`, counted on
+    the row at address `row`: its capsule (a `Block`), or OVER_CAPACITY, HEAP_EXHAUSTED or TOO_LARGE.
+    `deleter` and `destructor` are `release.address` and `release_unused_capsule.address`, passed in
+    because a cached compilation must not keep one process's addresses."""
+    nbytes = _nbytes(size, 0, ndim, itemsize)
+    if nbytes >= pool_min:
+        return _as_block(TOO_LARGE)
+    return _as_block(_allocate(size, 0, ndim, nbytes, dtype_word, device_id, row, capacity, deleter,
+                               destructor))
+
+
+@numba.njit(cache=True)
+def allocate_pair(sizes, ndims, dtype_word, itemsize, device_id, row, capacity, pool_min, deleter,
+                  destructor):
+    """Two row-major tensors of one dtype on one device in one call: the extents of the first are
+    sizes[:ndims[0]], those of the second follow (`(1,)` stands for no extents at all). Both capsules,
+    or the failing one's code (TOO_LARGE: either is large, nothing reserved; OVER_CAPACITY or
+    HEAP_EXHAUSTED: the other is NOT_MADE, and released if it had been made)."""
+    first = _nbytes(sizes, 0, ndims[0], itemsize)
+    second = _nbytes(sizes, ndims[0], ndims[1], itemsize)
+    if first >= pool_min or second >= pool_min:
+        return _as_block(TOO_LARGE), _as_block(TOO_LARGE)
+    a = _allocate(sizes, 0, ndims[0], first, dtype_word, device_id, row, capacity, deleter, destructor)
+    if a <= 0:
+        return _as_block(a), _as_block(NOT_MADE)
+    b = _allocate(sizes, ndims[0], ndims[1], second, dtype_word, device_id, row, capacity, deleter,
+                  destructor)
+    if b <= 0:
+        _release_block(a)
+        return _as_block(NOT_MADE), _as_block(b)
+    return _as_block(a), _as_block(b)
+
+
+@numba.njit(cache=True)
+def allocate_triple(sizes, ndims, dtype_word, itemsize, device_id, row, capacity, pool_min, deleter,
+                    destructor):
+    """`allocate_pair` for three tensors: all three capsules, or the failing one's code and NOT_MADE
+    for the others (each made one released)."""
+    second_at = ndims[0]
+    third_at = second_at + ndims[1]
+    first = _nbytes(sizes, 0, ndims[0], itemsize)
+    second = _nbytes(sizes, second_at, ndims[1], itemsize)
+    third = _nbytes(sizes, third_at, ndims[2], itemsize)
+    if first >= pool_min or second >= pool_min or third >= pool_min:
+        return _as_block(TOO_LARGE), _as_block(TOO_LARGE), _as_block(TOO_LARGE)
+    a = _allocate(sizes, 0, ndims[0], first, dtype_word, device_id, row, capacity, deleter, destructor)
+    if a <= 0:
+        return _as_block(a), _as_block(NOT_MADE), _as_block(NOT_MADE)
+    b = _allocate(sizes, second_at, ndims[1], second, dtype_word, device_id, row, capacity, deleter,
+                  destructor)
+    if b <= 0:
+        _release_block(a)
+        return _as_block(NOT_MADE), _as_block(b), _as_block(NOT_MADE)
+    c = _allocate(sizes, third_at, ndims[2], third, dtype_word, device_id, row, capacity, deleter,
+                  destructor)
+    if c <= 0:
+        _release_block(a)
+        _release_block(b)
+        return _as_block(NOT_MADE), _as_block(NOT_MADE), _as_block(c)
+    return _as_block(a), _as_block(b), _as_block(c)

@@ -128,10 +128,8 @@ _reset_peak: Callable[[_DeviceCounters], None] = _reset_peak_portable
 
 _compiled = None  # the _allocator_numba module once enabled
 _release_address = 0
+_destructor_address = 0  # of the capsules the compiled allocator returns (`release_unused_capsule`)
 _dtype_words: dict[torch.dtype, int] = {}  # DLPack dtype (code, bits, lanes) as one int32, per dtype
-_new_capsule = ctypes.pythonapi.PyCapsule_New
-_new_capsule.restype = ctypes.py_object
-_new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _from_dlpack = torch._C._from_dlpack
 _SCALAR_DIMS = (1,)  # what a 0-d tensor passes as its sizes (numba cannot type an empty tuple)
 _DTYPE_OFFSET = 20  # of DLTensor.dtype: data pointer (8), device (8), ndim (4)
@@ -152,7 +150,7 @@ def enable_compiled_allocator() -> bool:
     """Allocate kernel outputs with `_allocator_numba` from now on, once it produces tensors exactly as
     the portable path does here (device, sizes, strides, dtype, data address, accounting); called once
     the op library has loaded numba anyway. Returns whether the compiled allocator is in use."""
-    global _compiled, _release_address, _count, _uncount, _reset_peak
+    global _compiled, _release_address, _destructor_address, _count, _uncount, _reset_peak
     if _compiled is not None:
         return True
     try:
@@ -175,25 +173,33 @@ def enable_compiled_allocator() -> bool:
         _uncount = _uncount_compiled
         _reset_peak = _reset_peak_compiled
         _release_address = compiled.release.address
+        _destructor_address = compiled.release_unused_capsule.address
         _compiled = compiled
     return True
 
 
 def _probe(compiled, words: dict[torch.dtype, int]) -> bool:
-    """Whether a block from the compiled allocator imports as the rbln tensor it describes and its
-    deleter un-counts it (on a private counters row, so no device's statistics change)."""
+    """Whether a capsule from the compiled allocator imports as the rbln tensor it describes, PyTorch's
+    free of it un-counts it, and a capsule never imported releases its block when dropped (on a private
+    counters row, so no device's statistics change)."""
     probe_row = _DeviceCounters()
     probe_row.capacity = 1 << 20
-    block = compiled.allocate_contiguous((2, 3), 2, words[torch.float32], 4, 0, probe_row.address, 1 << 20,
-                                         1 << 20, compiled.release.address)
-    if block <= 0:
+    addresses = (compiled.release.address, compiled.release_unused_capsule.address)
+    capsule = compiled.allocate_contiguous((2, 3), 2, words[torch.float32], 4, 0, probe_row.address, 1 << 20,
+                                           1 << 20, *addresses)
+    if type(capsule) is int:
         return False
-    tensor = _from_dlpack(_new_capsule(block, b"dltensor", None))
+    tensor = _from_dlpack(capsule)
     ok = (tensor.device == torch.device("rbln:0") and tensor.shape == (2, 3) and tensor.stride() == (3, 1)
           and tensor.dtype == torch.float32 and tensor.data_ptr() % compiled.ALIGNMENT == 0
           and probe_row.row[_CURRENT] == 24)
-    del tensor
-    return ok and probe_row.row[_CURRENT] == 0 and probe_row.row[_FREED] == 24
+    del tensor, capsule
+    ok = ok and probe_row.row[_CURRENT] == 0 and probe_row.row[_FREED] == 24
+    unused = compiled.allocate_contiguous((2,), 1, words[torch.float32], 4, 0, probe_row.address, 1 << 20,
+                                          1 << 20, *addresses)
+    ok = ok and type(unused) is not int and probe_row.row[_CURRENT] == 8
+    del unused
+    return ok and probe_row.row[_CURRENT] == 0 and probe_row.row[_FREED] == 32
 
 
 def _count_compiled(counters: _DeviceCounters, nbytes: int) -> bool:
@@ -350,41 +356,121 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
     if _compiled is not None:
         word = _dtype_words.get(dtype)
         if word is not None:
-            counters = _counters_for(index)
+            counters = _counters.get(index)
+            if counters is None or counters.topology is not topology._topology:
+                counters = _counters_for(index)
             if _pending_frees:
                 _apply_pending_frees()
             dims = tuple(size)
             ndim = len(dims)
             allocate = _allocators.get(ndim) or _allocator_for(ndim)
-            block = allocate(dims or _SCALAR_DIMS, ndim, word, dtype.itemsize, index, counters.address,
-                             counters.capacity, _POOL_MIN, _release_address)
-            if block > 0:
-                capsule = _new_capsule(block, b"dltensor", None)
-                try:
-                    return _from_dlpack(capsule)
-                except BaseException:
-                    _compiled.release.ctypes(block)  # the deleter PyTorch would have called
-                    raise
-            if block == _compiled.OVER_CAPACITY:
-                raise _out_of_memory(index, math.prod(dims) * dtype.itemsize, counters)
-            if block == _compiled.HEAP_EXHAUSTED:
-                raise _host_out_of_memory(index, math.prod(dims) * dtype.itemsize)
+            capsule = allocate(dims or _SCALAR_DIMS, ndim, word, dtype.itemsize, index, counters.address,
+                               counters.capacity, _POOL_MIN, _release_address, _destructor_address)
+            # a capsule PyTorch fails to import releases its block when it dies (its destructor)
+            if type(capsule) is not int:
+                return _from_dlpack(capsule)
+            _raise_if_full(capsule, index, dims, dtype, counters)
     return _empty_retagged(size, dtype, index)
 
 
+def _raise_if_full(code: int, index: int, dims: tuple, dtype: torch.dtype, counters: _DeviceCounters) -> None:
+    """Raise the OutOfMemoryError of an allocation of `dims` that the compiled allocator refused with
+    `code`; return for TOO_LARGE (the caller takes the recycled-buffer path)."""
+    if code == _compiled.OVER_CAPACITY:
+        raise _out_of_memory(index, math.prod(dims) * dtype.itemsize, counters)
+    if code == _compiled.HEAP_EXHAUSTED:
+        raise _host_out_of_memory(index, math.prod(dims) * dtype.itemsize)
+
+
+def empty_pair(first: Sequence[int], second: Sequence[int], dtype: torch.dtype, index: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(empty(first, ...), empty(second, ...))` in one compiled call: the outputs of a two-output op
+    (a loss and its total weight, values and indices of one dtype). Same tensors and statistics."""
+    if _compiled is not None:
+        word = _dtype_words.get(dtype)
+        if word is not None:
+            counters = _counters.get(index)
+            if counters is None or counters.topology is not topology._topology:
+                counters = _counters_for(index)
+            if _pending_frees:
+                _apply_pending_frees()
+            sizes = (*first, *second)
+            allocate = _pairs.get(len(sizes)) or _group_allocator_for(2, len(sizes))
+            a, b = allocate(sizes or _SCALAR_DIMS, (len(first), len(second)), word, dtype.itemsize, index,
+                            counters.address, counters.capacity, _POOL_MIN, _release_address,
+                            _destructor_address)
+            if type(a) is not int:  # the first is a capsule only when both are
+                return _from_dlpack(a), _from_dlpack(b)
+            _group_refused((a, b), (first, second), index, dtype, counters)
+    return empty(first, dtype, index), empty(second, dtype, index)
+
+
+def empty_triple(first: Sequence[int], second: Sequence[int], third: Sequence[int], dtype: torch.dtype,
+                 index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`empty_pair` for three outputs (a layer norm's output, mean and rstd; its three gradients)."""
+    if _compiled is not None:
+        word = _dtype_words.get(dtype)
+        if word is not None:
+            counters = _counters.get(index)
+            if counters is None or counters.topology is not topology._topology:
+                counters = _counters_for(index)
+            if _pending_frees:
+                _apply_pending_frees()
+            sizes = (*first, *second, *third)
+            allocate = _triples.get(len(sizes)) or _group_allocator_for(3, len(sizes))
+            a, b, c = allocate(sizes or _SCALAR_DIMS, (len(first), len(second), len(third)), word,
+                               dtype.itemsize, index, counters.address, counters.capacity, _POOL_MIN,
+                               _release_address, _destructor_address)
+            if type(a) is not int:  # the first is a capsule only when all are
+                return _from_dlpack(a), _from_dlpack(b), _from_dlpack(c)
+            _group_refused((a, b, c), (first, second, third), index, dtype, counters)
+    return empty(first, dtype, index), empty(second, dtype, index), empty(third, dtype, index)
+
+
+def _group_refused(codes: tuple, shapes: tuple, index: int, dtype: torch.dtype,
+                   counters: _DeviceCounters) -> None:
+    """Raise the OutOfMemoryError of the output a group allocation failed on (the others were undone:
+    counted as allocated and freed, as separate allocations would end once the made ones die); return
+    when it refused for size (TOO_LARGE, nothing reserved: the caller allocates each on its own)."""
+    for code, shape in zip(codes, shapes, strict=True):
+        if code != _compiled.NOT_MADE and code != _compiled.TOO_LARGE:
+            _raise_if_full(code, index, tuple(shape), dtype, counters)
+
+
 _allocators: dict[int, Callable] = {}  # ndim -> the compiled allocate_contiguous's entry for it
+_pairs: dict[int, Callable] = {}  # number of extents in all -> allocate_pair's entry for it
+_triples: dict[int, Callable] = {}  # the same for allocate_triple
+
+
+def _entry(dispatcher, signature: tuple) -> Callable:
+    """The entry point of `dispatcher` compiled for `signature`: calling it skips numba's per-call
+    typing of the arguments (a third of the call)."""
+    dispatcher.compile(signature)
+    return dispatcher.overloads[signature].entry_point
 
 
 def _allocator_for(ndim: int) -> Callable:
-    """The entry point of `allocate_contiguous` compiled for `ndim` sizes: calling it skips numba's
-    per-call typing of its nine arguments (a third of the call)."""
+    """The entry point of `allocate_contiguous` compiled for `ndim` sizes."""
     import numba
 
     int64 = numba.types.int64
-    signature = (numba.types.UniTuple(int64, max(ndim, 1)),) + (int64,) * 8
-    dispatcher = _compiled.allocate_contiguous
-    dispatcher.compile(signature)
-    entry = _allocators[ndim] = dispatcher.overloads[signature].entry_point
+    signature = (numba.types.UniTuple(int64, max(ndim, 1)),) + (int64,) * 9
+    entry = _allocators[ndim] = _entry(_compiled.allocate_contiguous, signature)
+    return entry
+
+
+def _group_allocator_for(count: int, extents: int) -> Callable:
+    """The entry point of `allocate_pair` (count 2) or `allocate_triple` (3) for `extents` extents."""
+    import numba
+
+    int64 = numba.types.int64
+    signature = (numba.types.UniTuple(int64, max(extents, 1)), numba.types.UniTuple(int64, count)) + \
+        (int64,) * 8
+    if count == 2:
+        entries, dispatcher = _pairs, _compiled.allocate_pair
+    else:
+        entries, dispatcher = _triples, _compiled.allocate_triple
+    entry = entries[extents] = _entry(dispatcher, signature)
     return entry
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 
 import pytest
 import torch
@@ -305,3 +306,139 @@ def test_out_of_memory_is_judged_after_queued_frees() -> None:
         del kept
     finally:
         counters.capacity = saved
+
+
+# -- several outputs in one allocation (`empty_pair`/`empty_triple`: multi-output ops' fast paths)
+
+
+_COUNTS = ("allocated_bytes.all.current", "allocated_bytes.all.allocated", "allocated_bytes.all.freed",
+           "allocation.all.current", "allocation.all.allocated", "allocation.all.freed", "num_ooms")
+
+
+def _counts(index: int) -> dict[str, int]:
+    gc.collect()
+    stats = torch.rbln.memory_stats(index)
+    return {key: stats[key] for key in _COUNTS}
+
+
+@pytest.mark.parametrize(("shapes", "dtype"), [
+    (((4,), (1,), (1,)), torch.float32),  # a layer norm's out, mean, rstd
+    (((2, 3), (2, 1), (3,)), torch.bfloat16),
+    (((), ()), torch.float32),  # a loss and its total weight
+    (((0, 5), (7,)), torch.int64),
+])
+def test_grouped_outputs_are_the_tensors_and_counts_of_separate_ones(shapes: tuple, dtype: torch.dtype
+                                                                     ) -> None:
+    """Each output of a group is the row-major rbln tensor `empty` makes, counted as its own allocation,
+    and freed on its own when it dies."""
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    before = _counts(5)
+    group = (_memory.empty_pair if len(shapes) == 2 else _memory.empty_triple)(*shapes, dtype, 5)
+    nbytes = [math.prod(shape) * dtype.itemsize for shape in shapes]
+    assert len(group) == len(shapes)
+    for tensor, shape in zip(group, shapes, strict=True):
+        alone = _memory.empty(shape, dtype, 5)
+        assert tensor.device == torch.device("rbln:5") and tensor.dtype == dtype
+        assert tensor.shape == shape and tensor.stride() == alone.stride() and tensor.is_contiguous()
+        assert tensor.untyped_storage().nbytes() == alone.untyped_storage().nbytes()
+        assert tensor.numel() == 0 or tensor.data_ptr() % 64 == 0
+        del alone, tensor
+    after = _counts(5)
+    assert after["allocated_bytes.all.current"] - before["allocated_bytes.all.current"] == sum(nbytes)
+    assert after["allocation.all.current"] - before["allocation.all.current"] == len(shapes)
+    first, *rest = group
+    del group
+    del first  # the others live on
+    alive = _counts(5)["allocated_bytes.all.current"] - before["allocated_bytes.all.current"]
+    assert alive == sum(nbytes[1:])
+    del rest
+    final = _counts(5)
+    assert final["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    # every output counted as one allocation (the `empty` calls above add one each) and one free
+    assert final["allocation.all.allocated"] - before["allocation.all.allocated"] == 2 * len(shapes)
+    assert final["allocated_bytes.all.freed"] - before["allocated_bytes.all.freed"] == 2 * sum(nbytes)
+
+
+@pytest.mark.parametrize("failing", [0, 1, 2])
+def test_grouped_outputs_over_capacity_raise_for_the_output_that_does_not_fit(failing: int) -> None:
+    """A group that does not fit raises torch's OutOfMemoryError naming the output that failed; the
+    outputs made before it are undone (allocated and freed), nothing stays counted, one OOM."""
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    shapes = [(25,), (25,), (25,)]
+    shapes[failing] = (50,)  # 200 bytes: fits only when nothing else was made
+    before = _counts(7)
+    counters = _memory._counters_for(7)
+    saved = counters.capacity
+    counters.capacity = before["allocated_bytes.all.current"] + 100 * failing + 150
+    try:
+        with pytest.raises(torch.OutOfMemoryError, match=r"rbln:7: tried to allocate 200 bytes.*free of"):
+            _memory.empty_triple(*shapes, torch.float32, 7)
+    finally:
+        counters.capacity = saved
+    after = _counts(7)
+    assert after["num_ooms"] == before["num_ooms"] + 1
+    assert after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    assert after["allocation.all.allocated"] - before["allocation.all.allocated"] == failing
+    assert after["allocated_bytes.all.freed"] - before["allocated_bytes.all.freed"] == 100 * failing
+
+
+def test_grouped_outputs_with_a_large_one_take_the_separate_paths() -> None:
+    """A group holding an output of the recycled-buffer size is made output by output (the large one
+    re-tagged and watched), with the same exact accounting."""
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    before = _counts(6)
+    watched = len(_memory._watched)
+    small, large = _memory.empty_pair((3,), (_memory._POOL_MIN // 4,), torch.float32, 6)
+    assert len(_memory._watched) == watched + 1 and large.shape == (_memory._POOL_MIN // 4,)
+    assert _counts(6)["allocated_bytes.all.current"] - before["allocated_bytes.all.current"] == \
+        _memory._POOL_MIN + 12
+    del small, large
+    after = _counts(6)
+    assert after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    assert after["allocation.all.allocated"] - before["allocation.all.allocated"] == 2
+
+
+def test_grouped_outputs_pytorch_did_not_take_are_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When importing one output of a group fails, every capsule of it, imported or not, releases its
+    block: nothing stays counted."""
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    before = _counts(6)
+    imports = []
+    real = _memory._from_dlpack
+
+    def second_refused(capsule: object) -> torch.Tensor:
+        imports.append(capsule)
+        if len(imports) == 2:
+            raise RuntimeError("from_dlpack refused")
+        return real(capsule)
+
+    monkeypatch.setattr(_memory, "_from_dlpack", second_refused)
+    with pytest.raises(RuntimeError, match="refused"):
+        _memory.empty_triple((4,), (1,), (1,), torch.float32, 6)
+    imports.clear()
+    after = _counts(6)
+    assert after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    assert after["allocation.all.allocated"] - before["allocation.all.allocated"] == 3
+    assert after["allocation.all.freed"] - before["allocation.all.freed"] == 3
+
+
+def test_grouped_outputs_of_an_unknown_dtype_take_the_retagged_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    monkeypatch.delitem(_memory._dtype_words, torch.float16)
+    before = _counts(6)
+    a, b, c = _memory.empty_triple((2,), (), (1, 3), torch.float16, 6)
+    assert (a.shape, b.shape, c.shape) == ((2,), (), (1, 3))
+    assert a.dtype == b.dtype == c.dtype == torch.float16 and a.device == torch.device("rbln:6")
+    assert _counts(6)["allocated_bytes.all.current"] - before["allocated_bytes.all.current"] == 12
+    del a, b, c
+    assert _counts(6)["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]

@@ -10,7 +10,13 @@ are given (HAS_W) are runtime arguments: each dtype compiles one kernel that ser
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numba
 import torch_rbln.dsl as tl
+
+from .embedding import in_range_64
+from .rows import inputs_finite
 
 
 @tl.jit
@@ -77,3 +83,29 @@ def nll_loss_backward_kernel(
         c = start + cols
         value = tl.where(c == target, grad, 0.0)
         tl.store(dx_ptr + row * classes + c, value.to(dx_ptr.dtype.element_ty), mask=c < classes)
+
+
+# ---------------------------------------------------------------- host-side input check of the fast paths
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def inputs_plain(target, rows, classes, ignore_index, addresses, counts, mask, wide):
+    """Every one of the `rows` int64 targets at `target` is a class in [0, classes) or `ignore_index`,
+    and the float inputs (`kernels.rows.inputs_finite` of `addresses`, `counts`, `mask`, `wide`) hold no
+    NaN/Inf: the per-call checks of an nll_loss fast path in one compiled call. False sends the call
+    to the general path (a bad target then raises torch's own error from the CPU kernel)."""
+    return in_range_64(target, rows, classes, ignore_index) and inputs_finite(addresses, counts, mask, wide)
+
+
+_plain_entries: dict[int, Callable] = {}
+
+
+def inputs_plain_entry(count: int) -> Callable:
+    """`inputs_plain`'s compiled entry for `count` float inputs (numba's per-call typing skipped)."""
+    entry = _plain_entries.get(count)
+    if entry is None:
+        int64 = numba.types.int64
+        signature = (int64,) * 4 + (numba.types.UniTuple(int64, count),) * 2 + (int64, int64)
+        inputs_plain.compile(signature)
+        entry = _plain_entries[count] = inputs_plain.overloads[signature].entry_point
+    return entry

@@ -4,8 +4,13 @@ BLOCK are processed in chunks, accumulating in float32."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numba
+import numpy as np
 import torch_rbln.dsl as tl
 from torch_rbln.autotune import Config, autotune
+from torch_rbln.dsl.backends.numba_backend.support import as_pointer
 
 # Reduction op codes.
 R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_VAR = range(7)
@@ -339,3 +344,49 @@ def cat_pair_kernel(a_ptr, b_ptr, out_ptr, total, a_inner, b_inner, BLOCK: tl.co
     x = tl.load(a_ptr + row * a_inner + col, mask=mask & in_a, other=0.0)
     y = tl.load(b_ptr + row * b_inner + (col - a_inner), mask=mask & (col >= a_inner), other=0.0)
     tl.store(out_ptr + offsets, tl.where(in_a, x, y), mask=mask)
+
+
+# ---------------------------------------------------------------- host-side input scan of the row fast paths
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def inputs_finite(addresses, counts, mask, wide):
+    """No NaN/Inf among `counts[i]` contiguous floats at each `addresses[i]`: the per-call input scan of
+    a fast path that reads several tensors (a layer norm's x, weight and bias; its backward's six), as
+    one compiled call instead of one per tensor. `mask` is the exponent mask of the dtype, `wide` 1 for
+    32-bit words (float32), 0 for 16-bit ones (float16, bfloat16): the same test as `_finite_numba`."""
+    for i in range(len(addresses)):
+        if wide:
+            words32 = numba.carray(as_pointer(addresses[i], np.uint32), counts[i])
+            if not _no_word_has_mask(words32, np.uint32(mask)):
+                return False
+        else:
+            words16 = numba.carray(as_pointer(addresses[i], np.uint16), counts[i])
+            if not _no_word_has_mask(words16, np.uint16(mask)):
+                return False
+    return True
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _no_word_has_mask(words, m):
+    """No word of `words` has all the bits of `m` set (a word-by-word `_finite_numba` scan: the fast
+    paths take tensors far below its chunk size)."""
+    hits = 0
+    for i in range(words.shape[0]):
+        hits += (words[i] & m) == m
+    return hits == 0
+
+
+_finite_entries: dict[int, Callable] = {}
+
+
+def inputs_finite_entry(count: int) -> Callable:
+    """`inputs_finite`'s compiled entry for `count` tensors (numba's per-call typing skipped):
+    `entry(addresses, counts, mask, wide)` with two int tuples of length `count`."""
+    entry = _finite_entries.get(count)
+    if entry is None:
+        int64 = numba.types.int64
+        signature = (numba.types.UniTuple(int64, count),) * 2 + (int64, int64)
+        inputs_finite.compile(signature)
+        entry = _finite_entries[count] = inputs_finite.overloads[signature].entry_point
+    return entry

@@ -407,10 +407,13 @@ def layer_norm_backward() -> FastPath:
         need_dw, need_db = need_dw and has_w, need_db and has_b
         if not (need_dx or need_dw or need_db):
             return None
+        # the input scan: grad, x, mean, rstd, weight, bias (an absent one scans 0 elements)
+        scan = (R.inputs_finite_entry(6) if numel < PARALLEL_MIN else None,
+                (numel, numel, rows, rows, n if has_w else 0, n if has_b else 0), int(dtype == torch.float32))
         if rows <= _NORM_BACKWARD_SMALL_ROWS and n <= _ONE_BLOCK:
             key = (dtype,) * 8 + (has_w, need_dx, need_dw, need_db, _row_block(n), rows < _I32, n < _I32)
             fused = _Plan(R.norm_backward_small_kernel, key, 0, dtype, dtype)
-            return fused, None, rows, n, need_dw, need_db, True
+            return fused, None, rows, n, need_dw, need_db, True, scan
         dx_plan = params = None
         if need_dx:
             key = (dtype,) * 6 + (has_w, _row_block(n), n < _I32)
@@ -419,7 +422,7 @@ def layer_norm_backward() -> FastPath:
             block = 16 if n <= 16 else 128
             key = (dtype,) * 6 + (need_dw, need_db, block, rows < _I32, n < _I32)
             params = _Plan(R.norm_param_grad_kernel, key, 0, dtype, dtype, _cdiv(n, block))
-        return dx_plan, params, rows, n, need_dw, need_db, False
+        return dx_plan, params, rows, n, need_dw, need_db, False, scan
 
     plans = PlanMemo(1024, new_plan)
 
@@ -428,8 +431,11 @@ def layer_norm_backward() -> FastPath:
             return None
         grad, x, normalized, mean, rstd, weight, bias, mask = args
         index = _contiguous_rbln(x)
-        if index < 0 or type(mask) not in (list, tuple) or len(mask) != 3 or \
-                type(normalized) not in (list, tuple):
+        kind = type(mask)
+        if index < 0 or (kind is not list and kind is not tuple) or len(mask) != 3:
+            return None
+        kind = type(normalized)
+        if kind is not list and kind is not tuple:
             return None
         dtype = x.dtype
         if not _same(index, dtype, grad, mean, rstd, weight, bias) or grad.shape != x.shape:
@@ -441,7 +447,7 @@ def layer_norm_backward() -> FastPath:
                       (need_dx, need_dw, need_db))]
         if plan is None:
             return None
-        first, params, rows, n, need_dw, need_db, fused = plan
+        first, params, rows, n, need_dw, need_db, fused, (scan_all, counts, wide) = plan
         if mean.numel() != rows or rstd.numel() != rows or (weight is not None and weight.numel() != n) \
                 or (bias is not None and bias.numel() != n):
             return None
@@ -454,19 +460,18 @@ def layer_norm_backward() -> FastPath:
             run_params = _ready(params, index)
             if run_params is None:
                 return None
-        if not config.deploy_mode():  # the scans called directly: sizes known from the plan
-            numel = rows * n
+        w = x if weight is None else weight  # an absent weight/bias is not read: x stands in
+        if not config.deploy_mode():
             scan_plan = first or params
-            if numel < PARALLEL_MIN:
-                scan, mask_word = scan_plan.scan, scan_plan.mask
-                if not (scan(grad.data_ptr(), numel, mask_word) and scan(x.data_ptr(), numel, mask_word)
-                        and scan(mean.data_ptr(), rows, mask_word) and scan(rstd.data_ptr(), rows, mask_word)
-                        and (weight is None or scan(weight.data_ptr(), n, mask_word))
-                        and (bias is None or scan(bias.data_ptr(), n, mask_word))):
+            if scan_all is not None:  # one compiled call scans the six inputs
+                x_address = x.data_ptr()
+                addresses = (grad.data_ptr(), x_address, mean.data_ptr(), rstd.data_ptr(),
+                             x_address if weight is None else weight.data_ptr(),
+                             x_address if bias is None else bias.data_ptr())
+                if not scan_all(addresses, counts, scan_plan.mask, wide):
                     return None
             elif not _finite(scan_plan, grad, x, mean, rstd, weight, bias):
                 return None
-        w = x if weight is None else weight
         if need_dx and need_dw and need_db:  # training's usual call: the three in one allocation
             dx, dw, db = _memory.empty_triple(x.shape, weight.shape, bias.shape, dtype, index)
         else:
@@ -489,12 +494,28 @@ def layer_norm_backward() -> FastPath:
 
 # ---------------------------------------------------------------- nll loss
 
+class _LossPlan(_Plan):
+    """An nll_loss launch with its per-call check (`kernels.loss.inputs_plain`: targets in range, float
+    inputs finite) as one compiled entry, `check`, and the element counts it scans of each float input
+    (`counts`: 0 for an absent weight; `unscanned`, all 0, in deploy mode), or `check` None when the
+    inputs are large enough for the tensor-parallel scan."""
+
+    __slots__ = ("check", "counts", "unscanned", "wide")
+
+    def prepare_check(self, counts: tuple, dtype: torch.dtype) -> None:
+        numel = max(counts)
+        self.check = _k("loss").inputs_plain_entry(len(counts)) if numel < PARALLEL_MIN else None
+        self.counts = counts
+        self.unscanned = (0,) * len(counts)
+        self.wide = int(dtype == torch.float32)
+
+
 def nll_loss_forward() -> FastPath:
     """`nll_loss_forward(x, target, weight, reduction, ignore_index)` with reduction mean or sum (none
     also fills total_weight: the general path), targets range-checked by the compiled scan as there:
     the one launch of `_loss.nll_loss_forward`."""
 
-    def new_plan(plan_key: tuple) -> _Plan | None:
+    def new_plan(plan_key: tuple) -> _LossPlan | None:
         dtype, shape, target_shape, reduction, ignore_index, has_w = plan_key
         if dtype not in FLOATS or len(shape) not in (1, 2) or len(target_shape) != len(shape) - 1:
             return None
@@ -505,11 +526,12 @@ def nll_loss_forward() -> FastPath:
         block = _block(rows)
         ints = (rows, classes, ignore_index, reduction, int(has_w))
         key = _loss.forward_key(dtype, dtype, block, ints)
-        plan = _Plan(_k("loss").nll_loss_kernel, key, 0, dtype, dtype)
+        plan = _LossPlan(_k("loss").nll_loss_kernel, key, 0, dtype, dtype)
         plan.n = classes
+        plan.prepare_check((rows * classes, classes if has_w else 0), dtype)  # x, weight
         return plan
 
-    plans: dict[tuple, _Plan | None] = PlanMemo(1024, new_plan)
+    plans: dict[tuple, _LossPlan | None] = PlanMemo(1024, new_plan)
 
     def fast(args: tuple, kwargs: dict) -> tuple | None:
         if len(args) != 5 or kwargs:
@@ -522,16 +544,26 @@ def nll_loss_forward() -> FastPath:
         if _contiguous_rbln(target) != index or target.dtype is not torch.int64 or \
                 not _same(index, dtype, weight):
             return None
-        plan = plans[(dtype, x.shape, target.shape, reduction, ignore_index, weight is not None)]
+        has_w = weight is not None
+        plan = plans[(dtype, x.shape, target.shape, reduction, ignore_index, has_w)]
         run = _ready(plan, index)
-        if run is None or (weight is not None and weight.numel() != plan.n) or not _finite(plan, x, weight):
+        if run is None or (has_w and weight.numel() != plan.n):
             return None
-        rows = target.numel()
-        if not _in_range_64(target.data_ptr(), rows, plan.n, ignore_index):
-            return None  # the general path declines: torch's error from the CPU kernel
+        classes = plan.n
+        w = weight if has_w else x  # not read without HAS_W: x stands in
+        check = plan.check
+        if check is not None:  # targets in range and x, weight finite: one compiled call
+            x_address = x.data_ptr()
+            if not check(target.data_ptr(), target.numel(), classes, ignore_index,
+                         (x_address, w.data_ptr()), plan.unscanned if config.deploy_mode() else plan.counts,
+                         plan.mask, plan.wide):
+                return None  # a bad target: the general path declines, torch's error from the CPU kernel
+        elif not _finite(plan, x, weight) or \
+                not _in_range_64(target.data_ptr(), target.numel(), classes, ignore_index):
+            return None
         loss, total_weight = _memory.empty_pair((), (), dtype, index)
-        run(1, 1, 1, x, target, x if weight is None else weight, loss, total_weight, rows, plan.n,
-            ignore_index, reduction, int(weight is not None))
+        run(1, 1, 1, x, target, w, loss, total_weight, target.numel(), classes, ignore_index, reduction,
+            int(has_w))
         return loss, total_weight
 
     return fast
@@ -541,7 +573,7 @@ def nll_loss_backward() -> FastPath:
     """`nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight)`: the one
     launch of `_loss.nll_loss_backward` (it writes whole rows of dx, so no zero fill)."""
 
-    def new_plan(plan_key: tuple) -> _Plan | None:
+    def new_plan(plan_key: tuple) -> _LossPlan | None:
         dtype, shape, target_shape, grad_numel, reduction, ignore_index, has_w = plan_key
         if dtype not in FLOATS or len(shape) not in (1, 2) or len(target_shape) != len(shape) - 1:
             return None
@@ -554,11 +586,12 @@ def nll_loss_backward() -> FastPath:
         block = _row_block(classes)
         ints = (classes, ignore_index, reduction, int(has_w))
         key = _loss.backward_key(dtype, dtype, dtype, dtype, block, ints)
-        plan = _Plan(_k("loss").nll_loss_backward_kernel, key, 0, dtype, dtype, rows)
+        plan = _LossPlan(_k("loss").nll_loss_backward_kernel, key, 0, dtype, dtype, rows)
         plan.n = classes
+        plan.prepare_check((grad_numel, rows * classes, classes if has_w else 0, 1), dtype)  # grad, x, w, tw
         return plan
 
-    plans: dict[tuple, _Plan | None] = PlanMemo(1024, new_plan)
+    plans: dict[tuple, _LossPlan | None] = PlanMemo(1024, new_plan)
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
         if len(args) != 7 or kwargs:
@@ -574,14 +607,22 @@ def nll_loss_backward() -> FastPath:
         has_w = weight is not None
         plan = plans[(dtype, x.shape, target.shape, grad.numel(), reduction, ignore_index, has_w)]
         run = _ready(plan, index)
-        if run is None or (weight is not None and weight.numel() != plan.n) or \
-                not _finite(plan, grad, x, weight, total_weight):
+        if run is None or (has_w and weight.numel() != plan.n):
             return None
-        if not _in_range_64(target.data_ptr(), target.numel(), plan.n, ignore_index):
+        classes = plan.n
+        w = weight if has_w else grad  # not read without HAS_W: grad stands in
+        check = plan.check
+        if check is not None:  # targets in range and grad, x, weight, total_weight finite: one call
+            if not check(target.data_ptr(), target.numel(), classes, ignore_index,
+                         (grad.data_ptr(), x.data_ptr(), w.data_ptr(), total_weight.data_ptr()),
+                         plan.unscanned if config.deploy_mode() else plan.counts, plan.mask, plan.wide):
+                return None
+        elif not _finite(plan, grad, x, weight, total_weight) or \
+                not _in_range_64(target.data_ptr(), target.numel(), classes, ignore_index):
             return None
         dx = _memory.empty(x.shape, dtype, index)
-        run(plan.programs, 1, 1, grad, target, grad if weight is None else weight, total_weight, dx, plan.n,
-            ignore_index, reduction, int(weight is not None))
+        run(plan.programs, 1, 1, grad, target, w, total_weight, dx, classes, ignore_index, reduction,
+            int(has_w))
         return dx
 
     return fast

@@ -579,9 +579,11 @@ square = pow_scalar  # table.py's name of the pow.Tensor_Scalar fast path (`x.po
 
 class _NormPlan(_Plan):
     """A layer norm's launch for one (dtype, shape, normalized shape, weight?, bias?): `programs` rows
-    of `n` elements, and the shape of its mean/rstd outputs."""
+    of `n` elements, the shape of its mean/rstd outputs, and its input scan: `scan_all` (one compiled
+    call over x, weight and bias, `kernels.rows.inputs_finite`) with the element `counts` it scans of
+    each (0 for an absent weight or bias) and whether the words are 32-bit (`wide`)."""
 
-    __slots__ = ("stats_shape",)
+    __slots__ = ("stats_shape", "scan_all", "counts", "wide")
 
 
 def layer_norm() -> FastPath:
@@ -603,17 +605,22 @@ def layer_norm() -> FastPath:
         plan = _NormPlan(kernel, key, 0, dtype, dtype, numel // n)
         plan.n = n
         plan.stats_shape = tuple(shape[:-tail]) + (1,) * tail
+        plan.scan_all = _k("rows").inputs_finite_entry(3) if numel < PARALLEL_MIN else None
+        plan.counts = (numel, n if has_w else 0, n if has_b else 0)
+        plan.wide = int(dtype == torch.float32)
         return plan
 
     plans: dict[tuple, _NormPlan | None] = PlanMemo(1024, new_plan)
 
     def fast(args: tuple, kwargs: dict) -> tuple | None:
-        # written flat (one deploy-mode read, the scans called directly): on 4 elements each Python
-        # call on the way to the launch is a measurable share of the op
+        # written flat (one deploy-mode read, one compiled scan of the three inputs, the kept launch
+        # read inline): on 4 elements each Python call on the way to the launch is a measurable share
         if len(args) != 5 or kwargs:
             return None
         x, normalized, weight, bias, eps = args
-        index = _contiguous_rbln(x)
+        if not isinstance(x, Tensor) or not x.is_contiguous():
+            return None
+        index = x.get_device()
         kind = type(eps)
         if index < 0 or (kind is not float and kind is not int):
             return None
@@ -634,23 +641,28 @@ def layer_norm() -> FastPath:
         n = plan.n
         if (has_w and weight.numel() != n) or (has_b and bias.numel() != n):
             return None
-        run = plan.kept(index)
-        if run is None:
-            return None  # no kept launch yet, or a grid split over a tensor-parallel group
         programs = plan.programs
+        run = plan.run  # `plan.kept(index)`, inline
+        if run is None or plan.backend != requested_backend():
+            run = plan.launcher()
+            if run is None:
+                return None  # no kept launch yet
+        if programs > 1 and _device_tp(index) > 1:
+            return None  # a grid split over a tensor-parallel group: the general launch's
+        w = weight if has_w else x  # an absent weight/bias is not read (HAS_W/HAS_B): x stands in
+        b = bias if has_b else x
         if not config.deploy_mode():
-            numel = programs * n
-            if numel < PARALLEL_MIN:
-                scan, mask = plan.scan, plan.mask
-                if not scan(x.data_ptr(), numel, mask) or (has_w and not scan(weight.data_ptr(), n, mask)) \
-                        or (has_b and not scan(bias.data_ptr(), n, mask)):
+            scan_all = plan.scan_all
+            if scan_all is not None:
+                if not scan_all((x.data_ptr(), w.data_ptr(), b.data_ptr()), plan.counts, plan.mask,
+                                plan.wide):
                     return None
             elif not (all_finite(x) and (not has_w or plan.finite(weight, n))
                       and (not has_b or plan.finite(bias, n))):
                 return None
         stats_shape = plan.stats_shape
         out, mean, rstd = _memory.empty_triple(x.shape, stats_shape, stats_shape, dtype, index)
-        run(programs, 1, 1, x, weight if has_w else x, bias if has_b else x, out, mean, rstd, n, float(eps))
+        run(programs, 1, 1, x, w, b, out, mean, rstd, n, float(eps))
         return out, mean, rstd
 
     return fast

@@ -59,3 +59,37 @@ def test_out_of_range_target_raises_torch_error_from_cpu():
     with pytest.raises(IndexError, match="Target 7 is out of bounds"):
         F.nll_loss(x, torch.tensor([0, 1, 7]).to("rbln"))
     assert registry.fallback_report()["aten::nll_loss_forward"]["reasons"] == {"target out of bounds": 1}
+
+
+def test_the_fast_paths_one_call_check_of_targets_and_inputs():
+    """`kernels.loss.inputs_plain` (the nll_loss fast paths' per-call check): targets in [0, classes)
+    or ignore_index, and no NaN/Inf among the counted floats of each input (32- and 16-bit words);
+    a count of 0 scans nothing (an absent weight, deploy mode)."""
+    from torch_rbln.registry._ops import _k
+
+    loss = _k("loss")
+    check = loss.inputs_plain_entry(2)
+    x = torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, -3.0]])
+    weight = torch.tensor([1.0, float("nan"), 2.0])
+    f32 = 0x7F800000
+
+    def plain(targets, counts, tensors=(x, weight), mask=f32, wide=1, ignore=-100):
+        t = torch.tensor(targets)
+        return check(t.data_ptr(), t.numel(), 3, ignore, tuple(v.data_ptr() for v in tensors), counts, mask,
+                     wide)
+
+    assert plain([0, 2], (6, 0))
+    assert not plain([0, 3], (6, 0))  # a class past the end
+    assert not plain([-1, 2], (6, 0))  # a negative class
+    assert plain([-100, 2], (6, 0))  # ignore_index
+    assert plain([5, 2], (6, 0), ignore=5)
+    assert not plain([0, 2], (6, 3))  # the NaN weight, now counted
+    assert not plain([0, 3], (0, 0))  # deploy mode: nothing scanned, targets still checked
+    half = x.to(torch.float16)
+    half[1, 2] = float("inf")
+    assert plain([0, 1], (5, 0), (half, half), 0x7C00, 0)  # the Inf is past the counted elements
+    assert not plain([0, 1], (6, 0), (half, half), 0x7C00, 0)
+    bf16 = x.to(torch.bfloat16)
+    assert plain([0, 1], (6, 6), (bf16, bf16), 0x7F80, 0)
+    bf16[0, 0] = float("nan")
+    assert not plain([0, 1], (0, 6), (bf16, bf16), 0x7F80, 0)

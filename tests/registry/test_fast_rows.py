@@ -288,3 +288,50 @@ def test_the_loss_fast_paths_decline_an_out_of_range_target():
     assert forward((x, bad, None, 1, -100), {}) is None
     assert backward((grad, x, good, None, 1, -100, total), {}) is not None
     assert backward((grad, x, bad, None, 1, -100, total), {}) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_layer_norm_backward_declines_a_nan_or_inf_in_any_of_its_six_inputs(dtype):
+    """The one compiled scan of grad, x, mean, rstd, weight and bias (32- and 16-bit words): a NaN/Inf
+    in any of them leaves the fast path (the general path's logged CPU fallback reports it)."""
+    case, _ = _layer_norm_case([True, True, True])
+    args = [_dev(a.to(dtype)) if isinstance(a, torch.Tensor) else a for a in case]
+    A.native_layer_norm_backward.default(*args)
+    backward = _fast("native_layer_norm_backward.default")
+    assert backward(tuple(args), {}) is not None
+    for position in (0, 1, 3, 4, 5, 6):
+        for bad in (float("nan"), float("-inf")):
+            spoiled = list(args)
+            host = args[position].cpu().clone()
+            host.view(-1)[-1] = bad
+            spoiled[position] = host.to("rbln")
+            assert backward(tuple(spoiled), {}) is None, (position, bad)
+
+
+def test_the_loss_fast_paths_decline_a_nan_input_and_check_targets_in_deploy_mode(monkeypatch):
+    """nll_loss's one compiled check: a NaN in x (forward), in grad or total_weight (backward) leaves
+    the fast path; in deploy mode the NaN runs on it, but an out-of-range target never does."""
+    x = _logp().to("rbln")
+    good, bad = torch.tensor([0, 2, 1, 1]).to("rbln"), torch.tensor([0, 3, 1, 1]).to("rbln")
+    weight = torch.rand(3).to("rbln")
+    loss, total = A.nll_loss_forward.default(x, good, weight, 2, -100)
+    grad = torch.ones(()).to("rbln")
+    A.nll_loss_backward.default(grad, x, good, weight, 2, -100, total)
+    forward, backward = _fast("nll_loss_forward.default"), _fast("nll_loss_backward.default")
+    nan_x = x.cpu().clone()
+    nan_x[3, 1] = float("nan")
+    nan_x = nan_x.to("rbln")
+    nan_scalar = torch.tensor(float("nan")).to("rbln")
+    nan_weight = torch.tensor([1.0, float("inf"), 1.0]).to("rbln")
+    assert forward((x, good, weight, 2, -100), {}) is not None
+    assert forward((nan_x, good, weight, 2, -100), {}) is None
+    assert forward((x, good, nan_weight, 2, -100), {}) is None
+    assert backward((grad, x, good, weight, 2, -100, total), {}) is not None
+    assert backward((grad, nan_x, good, weight, 2, -100, total), {}) is None
+    assert backward((nan_scalar, x, good, weight, 2, -100, total), {}) is None
+    assert backward((grad, x, good, weight, 2, -100, nan_scalar), {}) is None
+    monkeypatch.setenv("TORCH_RBLN_DEPLOY", "ON")
+    assert forward((nan_x, good, weight, 2, -100), {}) is not None
+    assert backward((grad, nan_x, good, weight, 2, -100, total), {}) is not None
+    assert forward((x, bad, weight, 2, -100), {}) is None
+    assert backward((grad, x, bad, weight, 2, -100, total), {}) is None

@@ -40,6 +40,13 @@ from torch_rbln.dsl.backends.numba_backend.support import as_pointer
 FIELDS = ("current", "peak", "allocated_total", "freed_total", "count_current", "count_peak",
           "count_allocated", "count_freed", "largest_request", "num_ooms")
 CURRENT, PEAK, ALLOCATED, FREED, COUNT, COUNT_PEAK, COUNT_ALLOCATED, COUNT_FREED, LARGEST, OOMS = range(10)
+CAPACITY = 10  # the row's last word: the device's capacity in bytes (set by `_memory`, read here)
+ROW_WORDS = 11
+
+# An allocation context: int64 words describing what every allocation of one dtype on one device
+# passes (one address instead of seven arguments: each costs the entry ~15 ns to unbox).
+DTYPE_WORD, ITEMSIZE, DEVICE_ID, ROW, POOL_MIN, DELETER, DESTRUCTOR = range(7)
+CONTEXT_WORDS = 7
 
 # Layout of a block: the DLManagedTensor (DLPack's C ABI: data, device (type, id), ndim, dtype, shape,
 # strides, byte_offset, manager_ctx, deleter), then the accounted byte count, then the destructor of
@@ -247,10 +254,13 @@ def _nbytes(size, start, ndim, itemsize):
 
 
 @numba.njit(cache=True)
-def _allocate(size, start, ndim, nbytes, dtype_word, device_id, row, capacity, deleter, destructor):
-    """Reserve `nbytes` and build the block of a row-major tensor of extents size[start:start + ndim]:
-    its address, or OVER_CAPACITY / HEAP_EXHAUSTED (nothing left reserved, one OOM counted for the
-    former)."""
+def _allocate(size, start, ndim, nbytes, context):
+    """Reserve `nbytes` and build the block of a row-major tensor of extents size[start:start + ndim]
+    described by the words at `context` (see CONTEXT_WORDS): its address, or OVER_CAPACITY /
+    HEAP_EXHAUSTED (nothing left reserved, one OOM counted for the former)."""
+    words_in = numba.carray(as_pointer(context, np.int64), CONTEXT_WORDS)
+    row = words_in[ROW]
+    capacity = numba.carray(as_pointer(row, np.int64), ROW_WORDS)[CAPACITY]
     header = (_DIMS + 16 * ndim + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
     if not reserve(row, nbytes, capacity):
         return OVER_CAPACITY
@@ -262,16 +272,16 @@ def _allocate(size, start, ndim, nbytes, dtype_word, device_id, row, capacity, d
     halves = numba.carray(as_pointer(block + 8, np.int32), 4)
     words[0] = block + header if nbytes else 0  # data (NULL when empty, as PyTorch's allocator gives)
     halves[0] = DL_EXT_DEV
-    halves[1] = device_id
+    halves[1] = words_in[DEVICE_ID]
     halves[2] = ndim
-    halves[3] = dtype_word  # code, bits, lanes packed as DLPack lays them out
+    halves[3] = words_in[DTYPE_WORD]  # code, bits, lanes packed as DLPack lays them out
     words[3] = block + _DIMS  # shape
     words[4] = block + _DIMS + 8 * ndim  # strides
     words[5] = 0  # byte_offset
     words[_MANAGER_CTX // 8] = row
-    words[_DELETER // 8] = deleter
+    words[_DELETER // 8] = words_in[DELETER]
     words[_NBYTES // 8] = nbytes
-    words[_DESTRUCTOR // 8] = destructor
+    words[_DESTRUCTOR // 8] = words_in[DESTRUCTOR]
     stride = 1
     for dim in range(ndim - 1, -1, -1):
         words[_DIMS // 8 + dim] = size[start + dim]
@@ -281,36 +291,42 @@ def _allocate(size, start, ndim, nbytes, dtype_word, device_id, row, capacity, d
 
 
 @numba.njit(cache=True)
-def allocate_contiguous(size, ndim, dtype_word, itemsize, device_id, row, capacity, pool_min, deleter,
-                        destructor):
-    """A row-major tensor of the first `ndim` extents of `size` (a non-empty tuple: numba cannot type an
-    empty one, so a 0-d tensor passes `(1,)` and ndim 0) whose DLPack dtype is `dtype_word`, counted on
-    the row at address `row`: its capsule (a `Block`), or OVER_CAPACITY, HEAP_EXHAUSTED or TOO_LARGE.
-    `deleter` and `destructor` are `release.address` and `release_unused_capsule.address`, passed in
-    because a cached compilation must not keep one process's addresses."""
-    nbytes = _nbytes(size, 0, ndim, itemsize)
-    if nbytes >= pool_min:
-        return _as_block(TOO_LARGE)
-    return _as_block(_allocate(size, 0, ndim, nbytes, dtype_word, device_id, row, capacity, deleter,
-                               destructor))
+def _sizes(context):
+    """(itemsize, pool_min) of an allocation context."""
+    words = numba.carray(as_pointer(context, np.int64), CONTEXT_WORDS)
+    return words[ITEMSIZE], words[POOL_MIN]
 
 
 @numba.njit(cache=True)
-def allocate_pair(sizes, ndims, dtype_word, itemsize, device_id, row, capacity, pool_min, deleter,
-                  destructor):
-    """Two row-major tensors of one dtype on one device in one call: the extents of the first are
+def allocate_contiguous(size, ndim, context):
+    """A row-major tensor of the first `ndim` extents of `size` (a non-empty tuple: numba cannot type an
+    empty one, so a 0-d tensor passes `(1,)` and ndim 0) of the dtype and device of the allocation
+    context at address `context` (its words: the DLPack dtype word, item size, device id, counters row
+    address, `pool_min`, then `release.address` and `release_unused_capsule.address`, kept there
+    because a cached compilation must not keep one process's addresses): its capsule (a `Block`), or
+    OVER_CAPACITY, HEAP_EXHAUSTED or TOO_LARGE (at least pool_min bytes)."""
+    itemsize, pool_min = _sizes(context)
+    nbytes = _nbytes(size, 0, ndim, itemsize)
+    if nbytes >= pool_min:
+        return _as_block(TOO_LARGE)
+    return _as_block(_allocate(size, 0, ndim, nbytes, context))
+
+
+@numba.njit(cache=True)
+def allocate_pair(sizes, ndims, context):
+    """Two row-major tensors of one allocation context in one call: the extents of the first are
     sizes[:ndims[0]], those of the second follow (`(1,)` stands for no extents at all). Both capsules,
     or the failing one's code (TOO_LARGE: either is large, nothing reserved; OVER_CAPACITY or
     HEAP_EXHAUSTED: the other is NOT_MADE, and released if it had been made)."""
+    itemsize, pool_min = _sizes(context)
     first = _nbytes(sizes, 0, ndims[0], itemsize)
     second = _nbytes(sizes, ndims[0], ndims[1], itemsize)
     if first >= pool_min or second >= pool_min:
         return _as_block(TOO_LARGE), _as_block(TOO_LARGE)
-    a = _allocate(sizes, 0, ndims[0], first, dtype_word, device_id, row, capacity, deleter, destructor)
+    a = _allocate(sizes, 0, ndims[0], first, context)
     if a <= 0:
         return _as_block(a), _as_block(NOT_MADE)
-    b = _allocate(sizes, ndims[0], ndims[1], second, dtype_word, device_id, row, capacity, deleter,
-                  destructor)
+    b = _allocate(sizes, ndims[0], ndims[1], second, context)
     if b <= 0:
         _release_block(a)
         return _as_block(NOT_MADE), _as_block(b)
@@ -318,10 +334,10 @@ def allocate_pair(sizes, ndims, dtype_word, itemsize, device_id, row, capacity, 
 
 
 @numba.njit(cache=True)
-def allocate_triple(sizes, ndims, dtype_word, itemsize, device_id, row, capacity, pool_min, deleter,
-                    destructor):
+def allocate_triple(sizes, ndims, context):
     """`allocate_pair` for three tensors: all three capsules, or the failing one's code and NOT_MADE
     for the others (each made one released)."""
+    itemsize, pool_min = _sizes(context)
     second_at = ndims[0]
     third_at = second_at + ndims[1]
     first = _nbytes(sizes, 0, ndims[0], itemsize)
@@ -329,16 +345,14 @@ def allocate_triple(sizes, ndims, dtype_word, itemsize, device_id, row, capacity
     third = _nbytes(sizes, third_at, ndims[2], itemsize)
     if first >= pool_min or second >= pool_min or third >= pool_min:
         return _as_block(TOO_LARGE), _as_block(TOO_LARGE), _as_block(TOO_LARGE)
-    a = _allocate(sizes, 0, ndims[0], first, dtype_word, device_id, row, capacity, deleter, destructor)
+    a = _allocate(sizes, 0, ndims[0], first, context)
     if a <= 0:
         return _as_block(a), _as_block(NOT_MADE), _as_block(NOT_MADE)
-    b = _allocate(sizes, second_at, ndims[1], second, dtype_word, device_id, row, capacity, deleter,
-                  destructor)
+    b = _allocate(sizes, second_at, ndims[1], second, context)
     if b <= 0:
         _release_block(a)
         return _as_block(NOT_MADE), _as_block(b), _as_block(NOT_MADE)
-    c = _allocate(sizes, third_at, ndims[2], third, dtype_word, device_id, row, capacity, deleter,
-                  destructor)
+    c = _allocate(sizes, third_at, ndims[2], third, context)
     if c <= 0:
         _release_block(a)
         _release_block(b)

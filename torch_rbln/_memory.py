@@ -25,24 +25,34 @@ from . import _dlpack, _runtime, log, topology
 
 _GiB = 1 << 30
 
-# Columns of a device's counters row (the order `_allocator_numba.FIELDS` uses).
+# Columns of a device's counters row (the order `_allocator_numba.FIELDS` uses), then its capacity.
 (_CURRENT, _PEAK, _ALLOCATED, _FREED, _COUNT, _COUNT_PEAK, _COUNT_ALLOCATED, _COUNT_FREED, _LARGEST,
- _OOMS) = range(10)
-_Row = ctypes.c_int64 * 10
+ _OOMS, _CAPACITY) = range(11)
+_Row = ctypes.c_int64 * 11
+_Context = ctypes.c_int64 * 7  # an allocation context of the compiled allocator (its CONTEXT_WORDS)
 
 
 class _DeviceCounters:
     """PyTorch-style allocator statistics of one logical device: a row of int64 counters at a fixed
-    address (the compiled allocator and its deleter update it in place), the device's capacity and the
-    topology that capacity was derived from."""
+    address (the compiled allocator and its deleter update it in place) whose last word is the device's
+    capacity (the compiled allocator reads it there), the topology that capacity was derived from, and
+    the compiled allocator's context per dtype (`_context_for`)."""
 
-    __slots__ = ("row", "address", "capacity", "topology")
+    __slots__ = ("row", "address", "topology", "contexts")
 
     def __init__(self) -> None:
         self.row = _Row()  # never freed: deleters of live blocks point at it
         self.address = ctypes.addressof(self.row)
-        self.capacity = 0
         self.topology: object = None
+        self.contexts: dict[torch.dtype, int] = {}  # dtype -> address of its allocation context
+
+    @property
+    def capacity(self) -> int:
+        return self.row[_CAPACITY]
+
+    @capacity.setter
+    def capacity(self, nbytes: int) -> None:
+        self.row[_CAPACITY] = nbytes
 
 
 _lock = threading.Lock()  # counters updates of the portable path; the recycled-buffer pool
@@ -127,8 +137,7 @@ _reset_peak: Callable[[_DeviceCounters], None] = _reset_peak_portable
 
 
 _compiled = None  # the _allocator_numba module once enabled
-_release_address = 0
-_destructor_address = 0  # of the capsules the compiled allocator returns (`release_unused_capsule`)
+_context_blocks: list = []  # every allocation context made (never freed: small, one per dtype and device)
 _dtype_words: dict[torch.dtype, int] = {}  # DLPack dtype (code, bits, lanes) as one int32, per dtype
 _from_dlpack = torch._C._from_dlpack
 _SCALAR_DIMS = (1,)  # what a 0-d tensor passes as its sizes (numba cannot type an empty tuple)
@@ -150,7 +159,7 @@ def enable_compiled_allocator() -> bool:
     """Allocate kernel outputs with `_allocator_numba` from now on, once it produces tensors exactly as
     the portable path does here (device, sizes, strides, dtype, data address, accounting); called once
     the op library has loaded numba anyway. Returns whether the compiled allocator is in use."""
-    global _compiled, _release_address, _destructor_address, _count, _uncount, _reset_peak
+    global _compiled, _count, _uncount, _reset_peak
     if _compiled is not None:
         return True
     try:
@@ -172,10 +181,29 @@ def enable_compiled_allocator() -> bool:
         _count = _count_compiled
         _uncount = _uncount_compiled
         _reset_peak = _reset_peak_compiled
-        _release_address = compiled.release.address
-        _destructor_address = compiled.release_unused_capsule.address
         _compiled = compiled
     return True
+
+
+def _new_context(compiled, word: int, itemsize: int, index: int, row: int) -> int:
+    """The address of a new allocation context of the compiled allocator (its CONTEXT_WORDS)."""
+    context = _Context(word, itemsize, index, row, _POOL_MIN, compiled.release.address,
+                       compiled.release_unused_capsule.address)
+    _context_blocks.append(context)
+    return ctypes.addressof(context)
+
+
+def _context_for(counters: _DeviceCounters, dtype: torch.dtype, index: int) -> int:
+    """The compiled allocator's context for `dtype` on device `index` (made once), or 0 when the
+    compiled allocator is not in use or does not know `dtype` (the re-tagging path then)."""
+    if _compiled is None:
+        return 0
+    word = _dtype_words.get(dtype)
+    if word is None:
+        return 0
+    context = _new_context(_compiled, word, dtype.itemsize, index, counters.address)
+    counters.contexts[dtype] = context
+    return context
 
 
 def _probe(compiled, words: dict[torch.dtype, int]) -> bool:
@@ -184,9 +212,8 @@ def _probe(compiled, words: dict[torch.dtype, int]) -> bool:
     counters row, so no device's statistics change)."""
     probe_row = _DeviceCounters()
     probe_row.capacity = 1 << 20
-    addresses = (compiled.release.address, compiled.release_unused_capsule.address)
-    capsule = compiled.allocate_contiguous((2, 3), 2, words[torch.float32], 4, 0, probe_row.address, 1 << 20,
-                                           1 << 20, *addresses)
+    context = _new_context(compiled, words[torch.float32], 4, 0, probe_row.address)
+    capsule = compiled.allocate_contiguous((2, 3), 2, context)
     if type(capsule) is int:
         return False
     tensor = _from_dlpack(capsule)
@@ -195,8 +222,7 @@ def _probe(compiled, words: dict[torch.dtype, int]) -> bool:
           and probe_row.row[_CURRENT] == 24)
     del tensor, capsule
     ok = ok and probe_row.row[_CURRENT] == 0 and probe_row.row[_FREED] == 24
-    unused = compiled.allocate_contiguous((2,), 1, words[torch.float32], 4, 0, probe_row.address, 1 << 20,
-                                          1 << 20, *addresses)
+    unused = compiled.allocate_contiguous((2,), 1, context)
     ok = ok and type(unused) is not int and probe_row.row[_CURRENT] == 8
     del unused
     return ok and probe_row.row[_CURRENT] == 0 and probe_row.row[_FREED] == 32
@@ -353,23 +379,21 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
     """A row-major rbln:index tensor of `size`: what every kernel output is, so this is the hot path
     of an op. The compiled allocator builds it in one call when it is in use; large outputs (which
     recycle host buffers) and dtypes it does not know take the re-tagging path."""
-    if _compiled is not None:
-        word = _dtype_words.get(dtype)
-        if word is not None:
-            counters = _counters.get(index)
-            if counters is None or counters.topology is not topology._topology:
-                counters = _counters_for(index)
-            if _pending_frees:
-                _apply_pending_frees()
-            dims = tuple(size)
-            ndim = len(dims)
-            allocate = _allocators.get(ndim) or _allocator_for(ndim)
-            capsule = allocate(dims or _SCALAR_DIMS, ndim, word, dtype.itemsize, index, counters.address,
-                               counters.capacity, _POOL_MIN, _release_address, _destructor_address)
-            # a capsule PyTorch fails to import releases its block when it dies (its destructor)
-            if type(capsule) is not int:
-                return _from_dlpack(capsule)
-            _raise_if_full(capsule, index, dims, dtype, counters)
+    counters = _counters.get(index)
+    if counters is None or counters.topology is not topology._topology:
+        counters = _counters_for(index)
+    context = counters.contexts.get(dtype) or _context_for(counters, dtype, index)
+    if context:
+        if _pending_frees:
+            _apply_pending_frees()
+        dims = tuple(size)
+        ndim = len(dims)
+        allocate = _allocators.get(ndim) or _allocator_for(ndim)
+        capsule = allocate(dims or _SCALAR_DIMS, ndim, context)
+        # a capsule PyTorch fails to import releases its block when it dies (its destructor)
+        if type(capsule) is not int:
+            return _from_dlpack(capsule)
+        _raise_if_full(capsule, index, dims, dtype, counters)
     return _empty_retagged(size, dtype, index)
 
 
@@ -386,44 +410,38 @@ def empty_pair(first: Sequence[int], second: Sequence[int], dtype: torch.dtype, 
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """`(empty(first, ...), empty(second, ...))` in one compiled call: the outputs of a two-output op
     (a loss and its total weight, values and indices of one dtype). Same tensors and statistics."""
-    if _compiled is not None:
-        word = _dtype_words.get(dtype)
-        if word is not None:
-            counters = _counters.get(index)
-            if counters is None or counters.topology is not topology._topology:
-                counters = _counters_for(index)
-            if _pending_frees:
-                _apply_pending_frees()
-            sizes = (*first, *second)
-            allocate = _pairs.get(len(sizes)) or _group_allocator_for(2, len(sizes))
-            a, b = allocate(sizes or _SCALAR_DIMS, (len(first), len(second)), word, dtype.itemsize, index,
-                            counters.address, counters.capacity, _POOL_MIN, _release_address,
-                            _destructor_address)
-            if type(a) is not int:  # the first is a capsule only when both are
-                return _from_dlpack(a), _from_dlpack(b)
-            _group_refused((a, b), (first, second), index, dtype, counters)
+    counters = _counters.get(index)
+    if counters is None or counters.topology is not topology._topology:
+        counters = _counters_for(index)
+    context = counters.contexts.get(dtype) or _context_for(counters, dtype, index)
+    if context:
+        if _pending_frees:
+            _apply_pending_frees()
+        sizes = (*first, *second)
+        allocate = _pairs.get(len(sizes)) or _group_allocator_for(2, len(sizes))
+        a, b = allocate(sizes or _SCALAR_DIMS, (len(first), len(second)), context)
+        if type(a) is not int:  # the first is a capsule only when both are
+            return _from_dlpack(a), _from_dlpack(b)
+        _group_refused((a, b), (first, second), index, dtype, counters)
     return empty(first, dtype, index), empty(second, dtype, index)
 
 
 def empty_triple(first: Sequence[int], second: Sequence[int], third: Sequence[int], dtype: torch.dtype,
                  index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`empty_pair` for three outputs (a layer norm's output, mean and rstd; its three gradients)."""
-    if _compiled is not None:
-        word = _dtype_words.get(dtype)
-        if word is not None:
-            counters = _counters.get(index)
-            if counters is None or counters.topology is not topology._topology:
-                counters = _counters_for(index)
-            if _pending_frees:
-                _apply_pending_frees()
-            sizes = (*first, *second, *third)
-            allocate = _triples.get(len(sizes)) or _group_allocator_for(3, len(sizes))
-            a, b, c = allocate(sizes or _SCALAR_DIMS, (len(first), len(second), len(third)), word,
-                               dtype.itemsize, index, counters.address, counters.capacity, _POOL_MIN,
-                               _release_address, _destructor_address)
-            if type(a) is not int:  # the first is a capsule only when all are
-                return _from_dlpack(a), _from_dlpack(b), _from_dlpack(c)
-            _group_refused((a, b, c), (first, second, third), index, dtype, counters)
+    counters = _counters.get(index)
+    if counters is None or counters.topology is not topology._topology:
+        counters = _counters_for(index)
+    context = counters.contexts.get(dtype) or _context_for(counters, dtype, index)
+    if context:
+        if _pending_frees:
+            _apply_pending_frees()
+        sizes = (*first, *second, *third)
+        allocate = _triples.get(len(sizes)) or _group_allocator_for(3, len(sizes))
+        a, b, c = allocate(sizes or _SCALAR_DIMS, (len(first), len(second), len(third)), context)
+        if type(a) is not int:  # the first is a capsule only when all are
+            return _from_dlpack(a), _from_dlpack(b), _from_dlpack(c)
+        _group_refused((a, b, c), (first, second, third), index, dtype, counters)
     return empty(first, dtype, index), empty(second, dtype, index), empty(third, dtype, index)
 
 
@@ -454,7 +472,7 @@ def _allocator_for(ndim: int) -> Callable:
     import numba
 
     int64 = numba.types.int64
-    signature = (numba.types.UniTuple(int64, max(ndim, 1)),) + (int64,) * 9
+    signature = (numba.types.UniTuple(int64, max(ndim, 1)), int64, int64)
     entry = _allocators[ndim] = _entry(_compiled.allocate_contiguous, signature)
     return entry
 
@@ -464,8 +482,7 @@ def _group_allocator_for(count: int, extents: int) -> Callable:
     import numba
 
     int64 = numba.types.int64
-    signature = (numba.types.UniTuple(int64, max(extents, 1)), numba.types.UniTuple(int64, count)) + \
-        (int64,) * 8
+    signature = (numba.types.UniTuple(int64, max(extents, 1)), numba.types.UniTuple(int64, count), int64)
     if count == 2:
         entries, dispatcher = _pairs, _compiled.allocate_pair
     else:

@@ -276,6 +276,7 @@ def test_large_outputs_and_unknown_dtypes_take_the_retagged_path(monkeypatch: py
 
     assert _memory.enable_compiled_allocator()
     monkeypatch.delitem(_memory._dtype_words, torch.float16)
+    monkeypatch.setattr(_memory._counters_for(6), "contexts", {})  # drop a float16 context made before
     gc.collect()
     before = torch.rbln.memory_allocated(6)
     watched = len(_memory._watched)
@@ -435,6 +436,7 @@ def test_grouped_outputs_of_an_unknown_dtype_take_the_retagged_path(monkeypatch:
 
     assert _memory.enable_compiled_allocator()
     monkeypatch.delitem(_memory._dtype_words, torch.float16)
+    monkeypatch.setattr(_memory._counters_for(6), "contexts", {})  # drop a float16 context made before
     before = _counts(6)
     a, b, c = _memory.empty_triple((2,), (), (1, 3), torch.float16, 6)
     assert (a.shape, b.shape, c.shape) == ((2,), (), (1, 3))
@@ -442,3 +444,25 @@ def test_grouped_outputs_of_an_unknown_dtype_take_the_retagged_path(monkeypatch:
     assert _counts(6)["allocated_bytes.all.current"] - before["allocated_bytes.all.current"] == 12
     del a, b, c
     assert _counts(6)["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+
+
+def test_the_compiled_allocator_reads_capacity_from_the_counters_row() -> None:
+    """A device's capacity lives in its counters row (the compiled allocator reads it there), so a
+    change of it (a rebuilt topology, a test) applies to the next allocation at once."""
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    counters = _memory._counters_for(7)
+    saved = counters.capacity
+    assert counters.row[_memory._CAPACITY] == saved == _memory.capacity(7) > 0
+    gc.collect()
+    counters.capacity = torch.rbln.memory_allocated(7) + 64
+    try:
+        kept = _memory.empty((16,), torch.float32, 7)
+        with pytest.raises(torch.OutOfMemoryError, match="rbln:7"):
+            _memory.empty((1,), torch.float32, 7)
+        counters.capacity = saved
+        assert _memory.empty((1,), torch.float32, 7).shape == (1,)
+        del kept
+    finally:
+        counters.capacity = saved

@@ -17,7 +17,7 @@ import math
 
 import torch
 from torch import Tensor
-from torch_rbln.dsl.jit import _device_tp
+from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _memory, config
 
@@ -534,36 +534,40 @@ def nll_loss_forward() -> FastPath:
     plans: dict[tuple, _LossPlan | None] = PlanMemo(1024, new_plan)
 
     def fast(args: tuple, kwargs: dict) -> tuple | None:
-        if len(args) != 5 or kwargs:
+        if len(args) != 5 or kwargs:  # written flat, as nll_loss_backward's
             return None
         x, target, weight, reduction, ignore_index = args
         index = _contiguous_rbln(x)
         if index < 0 or (reduction != 1 and reduction != 2) or type(ignore_index) is not int:
             return None
         dtype = x.dtype
-        if _contiguous_rbln(target) != index or target.dtype is not torch.int64 or \
-                not _same(index, dtype, weight):
+        if _contiguous_rbln(target) != index or target.dtype is not torch.int64:
             return None
         has_w = weight is not None
+        if has_w and not _same(index, dtype, weight):
+            return None
         plan = plans[(dtype, x.shape, target.shape, reduction, ignore_index, has_w)]
-        run = _ready(plan, index)
-        if run is None or (has_w and weight.numel() != plan.n):
+        if plan is None:
             return None
         classes = plan.n
+        if has_w and weight.numel() != classes:
+            return None
+        run = plan.run  # `plan.kept(index)`, inline (one program)
+        if run is None or plan.backend != requested_backend():
+            run = plan.launcher()
+            if run is None:
+                return None  # no kept launch yet
         w = weight if has_w else x  # not read without HAS_W: x stands in
+        rows = target.numel()
         check = plan.check
         if check is not None:  # targets in range and x, weight finite: one compiled call
-            x_address = x.data_ptr()
-            if not check(target.data_ptr(), target.numel(), classes, ignore_index,
-                         (x_address, w.data_ptr()), plan.unscanned if config.deploy_mode() else plan.counts,
-                         plan.mask, plan.wide):
+            if not check(target.data_ptr(), rows, classes, ignore_index, (x.data_ptr(), w.data_ptr()),
+                         plan.unscanned if config.deploy_mode() else plan.counts, plan.mask, plan.wide):
                 return None  # a bad target: the general path declines, torch's error from the CPU kernel
-        elif not _finite(plan, x, weight) or \
-                not _in_range_64(target.data_ptr(), target.numel(), classes, ignore_index):
+        elif not _finite(plan, x, weight) or not _in_range_64(target.data_ptr(), rows, classes, ignore_index):
             return None
         loss, total_weight = _memory.empty_pair((), (), dtype, index)
-        run(1, 1, 1, x, target, w, loss, total_weight, target.numel(), classes, ignore_index, reduction,
-            int(has_w))
+        run(1, 1, 1, x, target, w, loss, total_weight, rows, classes, ignore_index, reduction, int(has_w))
         return loss, total_weight
 
     return fast
@@ -594,6 +598,8 @@ def nll_loss_backward() -> FastPath:
     plans: dict[tuple, _LossPlan | None] = PlanMemo(1024, new_plan)
 
     def fast(args: tuple, kwargs: dict) -> Tensor | None:
+        # written flat (type and layout checks inline, the kept launch read inline, one compiled check):
+        # on 4 elements each Python call on the way to the launch is a measurable share of the op
         if len(args) != 7 or kwargs:
             return None
         grad, x, target, weight, reduction, ignore_index, total_weight = args
@@ -601,15 +607,31 @@ def nll_loss_backward() -> FastPath:
         if index < 0 or type(reduction) is not int or type(ignore_index) is not int:
             return None
         dtype = x.dtype
-        if _contiguous_rbln(target) != index or target.dtype is not torch.int64 or \
-                not _same(index, dtype, grad, weight, total_weight) or total_weight.numel() != 1:
+        if _contiguous_rbln(target) != index or target.dtype is not torch.int64:
             return None
+        if not isinstance(grad, Tensor) or grad.dtype is not dtype or not grad.is_contiguous() or \
+                grad.get_device() != index:
+            return None
+        if not isinstance(total_weight, Tensor) or total_weight.dtype is not dtype or \
+                total_weight.numel() != 1 or total_weight.get_device() != index:
+            return None  # (one element: contiguous)
         has_w = weight is not None
+        if has_w and not _same(index, dtype, weight):
+            return None
         plan = plans[(dtype, x.shape, target.shape, grad.numel(), reduction, ignore_index, has_w)]
-        run = _ready(plan, index)
-        if run is None or (has_w and weight.numel() != plan.n):
+        if plan is None:
             return None
         classes = plan.n
+        if has_w and weight.numel() != classes:
+            return None
+        run = plan.run  # `plan.kept(index)`, inline
+        if run is None or plan.backend != requested_backend():
+            run = plan.launcher()
+            if run is None:
+                return None  # no kept launch yet
+        programs = plan.programs
+        if programs > 1 and _device_tp(index) > 1:
+            return None  # a grid split over a tensor-parallel group: the general launch's
         w = weight if has_w else grad  # not read without HAS_W: grad stands in
         check = plan.check
         if check is not None:  # targets in range and grad, x, weight, total_weight finite: one call
@@ -621,8 +643,7 @@ def nll_loss_backward() -> FastPath:
                 not _in_range_64(target.data_ptr(), target.numel(), classes, ignore_index):
             return None
         dx = _memory.empty(x.shape, dtype, index)
-        run(plan.programs, 1, 1, grad, target, w, total_weight, dx, classes, ignore_index, reduction,
-            int(has_w))
+        run(programs, 1, 1, grad, target, w, total_weight, dx, classes, ignore_index, reduction, int(has_w))
         return dx
 
     return fast

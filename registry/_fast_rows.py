@@ -438,24 +438,36 @@ def layer_norm_backward() -> FastPath:
         if kind is not list and kind is not tuple:
             return None
         dtype = x.dtype
-        if not _same(index, dtype, grad, mean, rstd, weight, bias) or grad.shape != x.shape:
+        if not (isinstance(grad, Tensor) and grad.dtype is dtype and grad.is_contiguous()
+                and grad.get_device() == index and isinstance(mean, Tensor) and mean.dtype is dtype
+                and mean.is_contiguous() and mean.get_device() == index and isinstance(rstd, Tensor)
+                and rstd.dtype is dtype and rstd.is_contiguous() and rstd.get_device() == index):
+            return None
+        has_w, has_b = weight is not None, bias is not None
+        if (has_w or has_b) and not _same(index, dtype, weight, bias):
+            return None
+        shape = x.shape
+        if grad.shape != shape:
             return None
         need_dx, need_dw, need_db = mask
         if type(need_dx) is not bool or type(need_dw) is not bool or type(need_db) is not bool:
             return None
-        plan = plans[(dtype, x.shape, tuple(normalized), weight is not None, bias is not None,
-                      (need_dx, need_dw, need_db))]
+        plan = plans[(dtype, shape, tuple(normalized), has_w, has_b, (need_dx, need_dw, need_db))]
         if plan is None:
             return None
         first, params, rows, n, need_dw, need_db, fused, (scan_all, counts, wide) = plan
-        if mean.numel() != rows or rstd.numel() != rows or (weight is not None and weight.numel() != n) \
-                or (bias is not None and bias.numel() != n):
+        if mean.numel() != rows or rstd.numel() != rows or (has_w and weight.numel() != n) \
+                or (has_b and bias.numel() != n):
             return None
         run = run_params = None
         if first is not None:
-            run = _ready(first, index)
-            if run is None:
-                return None
+            run = first.run  # `first.kept(index)`, inline
+            if run is None or first.backend != requested_backend():
+                run = first.launcher()
+                if run is None:
+                    return None  # no kept launch yet
+            if first.programs > 1 and _device_tp(index) > 1:
+                return None  # a grid split over a tensor-parallel group: the general launch's
         if params is not None:
             run_params = _ready(params, index)
             if run_params is None:
@@ -473,9 +485,9 @@ def layer_norm_backward() -> FastPath:
             elif not _finite(scan_plan, grad, x, mean, rstd, weight, bias):
                 return None
         if need_dx and need_dw and need_db:  # training's usual call: the three in one allocation
-            dx, dw, db = _memory.empty_triple(x.shape, weight.shape, bias.shape, dtype, index)
+            dx, dw, db = _memory.empty_triple(shape, weight.shape, bias.shape, dtype, index)
         else:
-            dx = _memory.empty(x.shape, dtype, index) if need_dx else None
+            dx = _memory.empty(shape, dtype, index) if need_dx else None
             dw = _memory.empty(weight.shape, dtype, index) if need_dw else None
             db = _memory.empty(bias.shape, dtype, index) if need_db else None
         dw_t = grad if dw is None else dw  # an absent result is never written: grad stands in, as there

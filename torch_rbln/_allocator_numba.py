@@ -313,20 +313,22 @@ def allocate_contiguous(size, ndim, context):
 
 
 @numba.njit(cache=True)
-def allocate_pair(sizes, ndims, context):
-    """Two row-major tensors of one allocation context in one call: the extents of the first are
-    sizes[:ndims[0]], those of the second follow (`(1,)` stands for no extents at all). Both capsules,
-    or the failing one's code (TOO_LARGE: either is large, nothing reserved; OVER_CAPACITY or
-    HEAP_EXHAUSTED: the other is NOT_MADE, and released if it had been made)."""
-    itemsize, pool_min = _sizes(context)
+def allocate_pair(sizes, ndims, first_context, second_context):
+    """Two row-major tensors in one call, each of its allocation context (of one device: the dtypes
+    may differ, as a max's values and indices): the extents of the first are sizes[:ndims[0]], those
+    of the second follow (`(1,)` stands for no extents at all). Both capsules, or the failing one's
+    code (TOO_LARGE: either is large, nothing reserved; OVER_CAPACITY or HEAP_EXHAUSTED: the other is
+    NOT_MADE, and released if it had been made)."""
+    itemsize, pool_min = _sizes(first_context)
     first = _nbytes(sizes, 0, ndims[0], itemsize)
+    itemsize, pool_min = _sizes(second_context)
     second = _nbytes(sizes, ndims[0], ndims[1], itemsize)
     if first >= pool_min or second >= pool_min:
         return _as_block(TOO_LARGE), _as_block(TOO_LARGE)
-    a = _allocate(sizes, 0, ndims[0], first, context)
+    a = _allocate(sizes, 0, ndims[0], first, first_context)
     if a <= 0:
         return _as_block(a), _as_block(NOT_MADE)
-    b = _allocate(sizes, ndims[0], ndims[1], second, context)
+    b = _allocate(sizes, ndims[0], ndims[1], second, second_context)
     if b <= 0:
         _release_block(a)
         return _as_block(NOT_MADE), _as_block(b)

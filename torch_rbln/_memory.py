@@ -406,24 +406,30 @@ def _raise_if_full(code: int, index: int, dims: tuple, dtype: torch.dtype, count
         raise _host_out_of_memory(index, math.prod(dims) * dtype.itemsize)
 
 
-def empty_pair(first: Sequence[int], second: Sequence[int], dtype: torch.dtype, index: int
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(empty(first, ...), empty(second, ...))` in one compiled call: the outputs of a two-output op
-    (a loss and its total weight, values and indices of one dtype). Same tensors and statistics."""
+def empty_pair(first: Sequence[int], second: Sequence[int], dtype: torch.dtype, index: int,
+               second_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(empty(first, dtype, ...), empty(second, second_dtype or dtype, ...))` in one compiled call: the
+    outputs of a two-output op (a loss and its total weight; a max's values and int64 indices). Same
+    tensors and statistics as the two calls."""
     counters = _counters.get(index)
     if counters is None or counters.topology is not topology._topology:
         counters = _counters_for(index)
-    context = counters.contexts.get(dtype) or _context_for(counters, dtype, index)
-    if context:
+    contexts = counters.contexts
+    context = contexts.get(dtype) or _context_for(counters, dtype, index)
+    if second_dtype is None:
+        second_dtype, second_context = dtype, context
+    else:
+        second_context = contexts.get(second_dtype) or _context_for(counters, second_dtype, index)
+    if context and second_context:
         if _pending_frees:
             _apply_pending_frees()
         sizes = (*first, *second)
         allocate = _pairs.get(len(sizes)) or _group_allocator_for(2, len(sizes))
-        a, b = allocate(sizes or _SCALAR_DIMS, (len(first), len(second)), context)
+        a, b = allocate(sizes or _SCALAR_DIMS, (len(first), len(second)), context, second_context)
         if type(a) is not int:  # the first is a capsule only when both are
             return _from_dlpack(a), _from_dlpack(b)
-        _group_refused((a, b), (first, second), index, dtype, counters)
-    return empty(first, dtype, index), empty(second, dtype, index)
+        _group_refused((a, b), (first, second), index, (dtype, second_dtype), counters)
+    return empty(first, dtype, index), empty(second, second_dtype, index)
 
 
 def empty_triple(first: Sequence[int], second: Sequence[int], third: Sequence[int], dtype: torch.dtype,
@@ -441,16 +447,15 @@ def empty_triple(first: Sequence[int], second: Sequence[int], third: Sequence[in
         a, b, c = allocate(sizes or _SCALAR_DIMS, (len(first), len(second), len(third)), context)
         if type(a) is not int:  # the first is a capsule only when all are
             return _from_dlpack(a), _from_dlpack(b), _from_dlpack(c)
-        _group_refused((a, b, c), (first, second, third), index, dtype, counters)
+        _group_refused((a, b, c), (first, second, third), index, (dtype,) * 3, counters)
     return empty(first, dtype, index), empty(second, dtype, index), empty(third, dtype, index)
 
 
-def _group_refused(codes: tuple, shapes: tuple, index: int, dtype: torch.dtype,
-                   counters: _DeviceCounters) -> None:
+def _group_refused(codes: tuple, shapes: tuple, index: int, dtypes: tuple, counters: _DeviceCounters) -> None:
     """Raise the OutOfMemoryError of the output a group allocation failed on (the others were undone:
     counted as allocated and freed, as separate allocations would end once the made ones die); return
     when it refused for size (TOO_LARGE, nothing reserved: the caller allocates each on its own)."""
-    for code, shape in zip(codes, shapes, strict=True):
+    for code, shape, dtype in zip(codes, shapes, dtypes, strict=True):
         if code != _compiled.NOT_MADE and code != _compiled.TOO_LARGE:
             _raise_if_full(code, index, tuple(shape), dtype, counters)
 
@@ -482,11 +487,11 @@ def _group_allocator_for(count: int, extents: int) -> Callable:
     import numba
 
     int64 = numba.types.int64
-    signature = (numba.types.UniTuple(int64, max(extents, 1)), numba.types.UniTuple(int64, count), int64)
-    if count == 2:
-        entries, dispatcher = _pairs, _compiled.allocate_pair
-    else:
-        entries, dispatcher = _triples, _compiled.allocate_triple
+    sizes = (numba.types.UniTuple(int64, max(extents, 1)), numba.types.UniTuple(int64, count))
+    if count == 2:  # a context per output
+        entries, dispatcher, signature = _pairs, _compiled.allocate_pair, sizes + (int64, int64)
+    else:  # one context for all three
+        entries, dispatcher, signature = _triples, _compiled.allocate_triple, sizes + (int64,)
     entry = entries[extents] = _entry(dispatcher, signature)
     return entry
 

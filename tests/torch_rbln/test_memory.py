@@ -466,3 +466,27 @@ def test_the_compiled_allocator_reads_capacity_from_the_counters_row() -> None:
         del kept
     finally:
         counters.capacity = saved
+
+
+def test_a_pair_of_two_dtypes_is_a_values_and_indices_pair() -> None:
+    """`empty_pair` with a second dtype (a max's float values and int64 indices): each output of its
+    dtype, counted as its own allocation; an over-capacity second output names its own byte size."""
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    before = _counts(5)
+    values, indices = _memory.empty_pair((3, 1), (3, 1), torch.float16, 5, torch.int64)
+    assert values.dtype == torch.float16 and indices.dtype == torch.int64
+    assert values.shape == indices.shape == (3, 1) and indices.device == torch.device("rbln:5")
+    assert _counts(5)["allocated_bytes.all.current"] - before["allocated_bytes.all.current"] == 6 + 24
+    del values, indices
+    assert _counts(5)["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    counters = _memory._counters_for(5)
+    saved = counters.capacity
+    counters.capacity = torch.rbln.memory_allocated(5) + 100
+    try:
+        with pytest.raises(torch.OutOfMemoryError, match=r"rbln:5: tried to allocate 160 bytes"):
+            _memory.empty_pair((20,), (20,), torch.float32, 5, torch.int64)  # 80 bytes fit, 160 do not
+    finally:
+        counters.capacity = saved
+    assert _counts(5)["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]

@@ -579,11 +579,12 @@ square = pow_scalar  # table.py's name of the pow.Tensor_Scalar fast path (`x.po
 
 class _NormPlan(_Plan):
     """A layer norm's launch for one (dtype, shape, normalized shape, weight?, bias?): `programs` rows
-    of `n` elements, the shape of its mean/rstd outputs, and its input scan: `scan_all` (one compiled
-    call over x, weight and bias, `kernels.rows.inputs_finite`) with the element `counts` it scans of
-    each (0 for an absent weight or bias) and whether the words are 32-bit (`wide`)."""
+    of `n` elements, the `_memory.triple_layout` of its outputs (out, mean, rstd), and its input scan:
+    `scan_all` (one compiled call over x, weight and bias, `kernels.rows.inputs_finite`) with the
+    element `counts` it scans of each (0 for an absent weight or bias) and whether the words are 32-bit
+    (`wide`)."""
 
-    __slots__ = ("stats_shape", "scan_all", "counts", "wide")
+    __slots__ = ("layout", "scan_all", "counts", "wide")
 
 
 def layer_norm() -> FastPath:
@@ -604,7 +605,8 @@ def layer_norm() -> FastPath:
                                      has_b=has_b)
         plan = _NormPlan(kernel, key, 0, dtype, dtype, numel // n)
         plan.n = n
-        plan.stats_shape = tuple(shape[:-tail]) + (1,) * tail
+        stats_shape = tuple(shape[:-tail]) + (1,) * tail
+        plan.layout = _memory.triple_layout(shape, stats_shape, stats_shape)
         plan.scan_all = _k("rows").inputs_finite_entry(3) if numel < PARALLEL_MIN else None
         plan.counts = (numel, n if has_w else 0, n if has_b else 0)
         plan.wide = int(dtype == torch.float32)
@@ -660,8 +662,7 @@ def layer_norm() -> FastPath:
             elif not (all_finite(x) and (not has_w or plan.finite(weight, n))
                       and (not has_b or plan.finite(bias, n))):
                 return None
-        stats_shape = plan.stats_shape
-        out, mean, rstd = _memory.empty_triple(x.shape, stats_shape, stats_shape, dtype, index)
+        out, mean, rstd = _memory.empty_triple_of(plan.layout, dtype, index)
         run(programs, 1, 1, x, w, b, out, mean, rstd, n, float(eps))
         return out, mean, rstd
 

@@ -434,21 +434,38 @@ def empty_pair(first: Sequence[int], second: Sequence[int], dtype: torch.dtype, 
 
 def empty_triple(first: Sequence[int], second: Sequence[int], third: Sequence[int], dtype: torch.dtype,
                  index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`empty_pair` for three outputs (a layer norm's output, mean and rstd; its three gradients)."""
+    """`empty_pair` for three outputs of one dtype (a layer norm's output, mean and rstd; its three
+    gradients)."""
+    return empty_triple_of(triple_layout(first, second, third), dtype, index)
+
+
+def triple_layout(first: Sequence[int], second: Sequence[int], third: Sequence[int]) -> tuple:
+    """What `empty_triple_of` takes for outputs of these sizes: all extents in one tuple (`(1,)` when
+    there are none) and the number of each. A caller whose sizes repeat (a fast path's plan) keeps
+    it, saving the per-call flattening."""
+    sizes = (*first, *second, *third)
+    return sizes or _SCALAR_DIMS, (len(first), len(second), len(third)), len(sizes)
+
+
+def empty_triple_of(layout: tuple, dtype: torch.dtype, index: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`empty_triple` of the sizes a `triple_layout` describes."""
     counters = _counters.get(index)
     if counters is None or counters.topology is not topology._topology:
         counters = _counters_for(index)
     context = counters.contexts.get(dtype) or _context_for(counters, dtype, index)
+    sizes, ndims, extents = layout
     if context:
         if _pending_frees:
             _apply_pending_frees()
-        sizes = (*first, *second, *third)
-        allocate = _triples.get(len(sizes)) or _group_allocator_for(3, len(sizes))
-        a, b, c = allocate(sizes or _SCALAR_DIMS, (len(first), len(second), len(third)), context)
+        allocate = _triples.get(extents) or _group_allocator_for(3, extents)
+        a, b, c = allocate(sizes, ndims, context)
         if type(a) is not int:  # the first is a capsule only when all are
             return _from_dlpack(a), _from_dlpack(b), _from_dlpack(c)
-        _group_refused((a, b, c), (first, second, third), index, (dtype,) * 3, counters)
-    return empty(first, dtype, index), empty(second, dtype, index), empty(third, dtype, index)
+    shapes = (sizes[:ndims[0]], sizes[ndims[0]:ndims[0] + ndims[1]], sizes[ndims[0] + ndims[1]:extents])
+    if context:
+        _group_refused((a, b, c), shapes, index, (dtype,) * 3, counters)
+    return empty(shapes[0], dtype, index), empty(shapes[1], dtype, index), empty(shapes[2], dtype, index)
 
 
 def _group_refused(codes: tuple, shapes: tuple, index: int, dtypes: tuple, counters: _DeviceCounters) -> None:

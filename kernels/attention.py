@@ -21,6 +21,9 @@ its rows (saved for the second kernel) and `dQ = scale * dS k` with `P = exp(S -
 keys of one key/value head, looping over the `group` query heads that share it, so no atomics are
 needed) accumulates `dV = P^T dO` and `dK = dS^T (scale q)`. Both recompute P from the saved lse
 instead of storing the (L, S) probabilities.
+
+Tiles: `tl.dot` tiles of 16 and more; an inference forward of a tiny problem (sequences and head dim
+<= PRODUCT_BLOCK) takes a 4x4 or 8x8 product tile instead (`_mm`, `block_d`, `_prune_tiles`).
 """
 
 from __future__ import annotations
@@ -32,13 +35,51 @@ from torch_rbln.autotune import Config, autotune
 # can fill, so short sequences compile a single specialisation.
 TILES = ((16, 16), (32, 32), (64, 64), (128, 64), (128, 128))
 _TINY = 16  # sequences up to this long (both) take the 16x16 tile alone; longer ones never take it
+# Square tiles of the elementwise-product path, for inference: a launch whose BLOCK_D fits
+# PRODUCT_BLOCK (`block_d` of a call without autograd) and whose sequences and head dim all fit it takes
+# the smallest of them that covers it, alone. Their matmuls (`_mm`) are `tl.sum`s of broadcast products
+# instead of `tl.dot`: on the numba backend a `tl.dot` tile is a BLAS call plus the staging of both
+# operands (a 16x16x16 dot for a 2x2x2 problem), and Triton front ends (the rebel backend) want `tl.dot`
+# operand sides of at least 16, which these tiles do not have. A forward whose logsumexp a backward will
+# read keeps BLOCK_D >= 16 and so the `tl.dot` tiles, as the backward kernels do: the backward recomputes
+# P = exp(S - lse), and S rounded one way there and another in the forward shifts the gradients.
+PRODUCT_TILES = (4, 8)
+PRODUCT_BLOCK = PRODUCT_TILES[-1]
+_MIN_BLOCK_D = 16  # the head-dim block of `tl.dot` tiles (its smallest operand side on Triton)
+
+
+def block_d(head_dim: int, q_len: int | None = None, kv_len: int | None = None) -> int:
+    """BLOCK_D of a launch: the power of two covering `head_dim`, at least 16 for the `tl.dot` tiles.
+    Given the sequence lengths (`q_len`, `kv_len`: an inference forward), a problem whose sequences and
+    head dim all fit a product tile gets a BLOCK_D that need only cover the head dim (at least the
+    smallest tile side), which lets `_prune_tiles` choose that tile."""
+    covering = 1 << (head_dim - 1).bit_length()
+    if q_len is not None and kv_len is not None and _fits_product(q_len, kv_len, head_dim):
+        return max(PRODUCT_TILES[0], covering)
+    return max(_MIN_BLOCK_D, covering)
+
+
+def _fits_product(q_len: int, kv_len: int, head_dim: int) -> bool:
+    return max(q_len, kv_len, head_dim) <= PRODUCT_BLOCK
+
+
+def _is_product(config: Config) -> bool:
+    return max(config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]) <= PRODUCT_BLOCK
 
 
 def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
-    """Drop tiles much larger than the sequences: a tile is kept when both sequence lengths are at least
-    its size, or when it is the smallest tile the sequences are measured against (16x16 for sequences
-    of at most 16, where a 32x32 tile would be three quarters padding; 32x32 otherwise)."""
+    """Drop tiles much larger than the problem. A launch with a product-sized BLOCK_D (`block_d`) whose
+    sequences and head dim fit a product tile takes the smallest product tile covering both sequences,
+    alone. Otherwise a `tl.dot` tile is kept when both sequence lengths are at
+    least its size, or when it is the smallest tile the sequences are measured against (16x16 for
+    sequences of at most 16, where a 32x32 tile would be three quarters padding; 32x32 otherwise)."""
     M, N = nargs["M"], nargs["N"]
+    products = sorted((c for c in configs if _is_product(c)), key=lambda c: c.kwargs["BLOCK_M"])
+    if nargs.get("BLOCK_D", _MIN_BLOCK_D) <= PRODUCT_BLOCK and _fits_product(M, N, nargs["D"]):
+        for config in products:
+            if max(M, N) <= min(config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]):
+                return [config]
+    configs = [c for c in configs if not _is_product(c)]
     if M <= _TINY and N <= _TINY:
         tiny = [c for c in configs if c.kwargs["BLOCK_M"] == c.kwargs["BLOCK_N"] == _TINY]
         return tiny or list(configs)[:1]
@@ -48,10 +89,14 @@ def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[C
 
 
 def _configs() -> list[Config]:
-    return [Config({"BLOCK_M": m, "BLOCK_N": n}) for m, n in TILES]
+    """The tuner's configs: the `tl.dot` tiles, then the product tiles (last, so that the first config
+    stays the smallest `tl.dot` tile)."""
+    tiles = list(TILES) + [(t, t) for t in PRODUCT_TILES]
+    return [Config({"BLOCK_M": m, "BLOCK_N": n}) for m, n in tiles]
 
 
-_TUNING = {"configs": _configs(), "key": ["M", "N", "D"],
+# BLOCK_D is part of the key: it decides whether the product tiles may be taken (`_prune_tiles`)
+_TUNING = {"configs": _configs(), "key": ["M", "N", "D", "BLOCK_D"],
            "prune_configs_by": {"early_config_prune": _prune_tiles}}
 
 
@@ -65,6 +110,19 @@ def _masked_scores(s, keep, mask_ptrs, has_mask, BOOL_MASK: tl.constexpr):
         else:
             s = s + tl.load(mask_ptrs, mask=keep, other=0.0).to(tl.float32)
     return tl.where(keep, s, -float("inf"))
+
+
+@tl.jit
+def _mm(a, b, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """`a @ b` in float32: `tl.dot`, or on a product tile (every block <= PRODUCT_BLOCK) a `tl.sum` of
+    broadcast products, formed and summed in float64 and rounded once (like BLAS's fused multiply-adds;
+    a float32 sum of rounded products measured about twice CPU's output error). The backward kernels
+    multiply through it too, so a launch given a product BLOCK_D rounds S as the forward did."""
+    if BLOCK_M <= PRODUCT_BLOCK and BLOCK_N <= PRODUCT_BLOCK and BLOCK_D <= PRODUCT_BLOCK:
+        c = tl.sum(a.to(tl.float64)[:, :, None] * b.to(tl.float64)[None, :, :], axis=1).to(tl.float32)
+    else:
+        c = tl.dot(a, b)
+    return c
 
 
 @autotune(**_TUNING)
@@ -106,7 +164,8 @@ def attention_forward_kernel(
         kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
                      mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
         keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
-        s = _masked_scores(tl.dot(q, kt), keep, mask_rows + rn[None, :] * smn, has_mask, BOOL_MASK)
+        s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
+                           has_mask, BOOL_MASK)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
         alpha = tl.exp(m_i - m_safe)
@@ -114,7 +173,7 @@ def attention_forward_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_base + rn[:, None] * svn + rd[None, :] * svd,
                     mask=col_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
+        acc = acc * alpha[:, None] + _mm(p, v, BLOCK_M, BLOCK_N, BLOCK_D)
         m_i = m_new
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -170,10 +229,11 @@ def attention_backward_dq_kernel(
             kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
                          mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
             keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
-            s = _masked_scores(tl.dot(q, kt), keep, mask_rows + rn[None, :] * smn, has_mask, BOOL_MASK)
+            s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
+                           has_mask, BOOL_MASK)
             v = tl.load(v_base + rn[:, None] * svn + rd[None, :] * svd,
                         mask=col_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
-            o += tl.dot(tl.exp(s - lse[:, None]), v)
+            o += _mm(tl.exp(s - lse[:, None]), v, BLOCK_M, BLOCK_N, BLOCK_D)
     else:
         o = tl.load(out_ptr + b * sob + h * soh + rm[:, None] * som + rd[None, :] * sod,
                     mask=tile_ok, other=0.0).to(tl.float32)
@@ -186,12 +246,13 @@ def attention_backward_dq_kernel(
         kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
                      mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
         keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
-        s = _masked_scores(tl.dot(q, kt), keep, mask_rows + rn[None, :] * smn, has_mask, BOOL_MASK)
+        s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
+                           has_mask, BOOL_MASK)
         p = tl.exp(s - lse[:, None])
         vt = tl.load(v_base + rn[None, :] * svn + rd[:, None] * svd,
                      mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        ds = p * (tl.dot(do, vt) - delta[:, None])
-        dq += tl.dot(ds, tl.trans(kt))
+        ds = p * (_mm(do, vt, BLOCK_M, BLOCK_N, BLOCK_D) - delta[:, None])
+        dq += _mm(ds, tl.trans(kt), BLOCK_M, BLOCK_N, BLOCK_D)
     dq = dq * scale
     tl.store(dq_ptr + b * sdqb + h * sdqh + rm[:, None] * sdqm + rd[None, :] * sdqd,
              dq.to(dq_ptr.dtype.element_ty), mask=tile_ok)
@@ -241,16 +302,17 @@ def attention_backward_dkdv_kernel(
                          mask=d_ok[:, None] & row_ok[None, :], other=0.0).to(tl.float32)
             qt = qt * scale
             keep = col_ok[:, None] & row_ok[None, :] & ((rn[:, None] <= rm[None, :]) | (causal == 0))
-            st = _masked_scores(tl.dot(k, qt), keep, mask_cols + rm[None, :] * smm, has_mask, BOOL_MASK)
+            st = _masked_scores(_mm(k, qt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_cols + rm[None, :] * smm,
+                                has_mask, BOOL_MASK)
             lse = tl.load(lse_ptr + bh * M + rm, mask=row_ok, other=0.0)
             lse = tl.where(lse == -float("inf"), float("inf"), lse)
             pt = tl.exp(st - lse[None, :])
             do = tl.load(dout_ptr + b * sgb + h * sgh + rm[:, None] * sgm + rd[None, :] * sgd,
                          mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
-            dv += tl.dot(pt, do)
+            dv += _mm(pt, do, BLOCK_M, BLOCK_N, BLOCK_D)
             delta = tl.load(delta_ptr + bh * M + rm, mask=row_ok, other=0.0)
-            dst = pt * (tl.dot(v, tl.trans(do)) - delta[None, :])
-            dk += tl.dot(dst, tl.trans(qt))
+            dst = pt * (_mm(v, tl.trans(do), BLOCK_M, BLOCK_N, BLOCK_D) - delta[None, :])
+            dk += _mm(dst, tl.trans(qt), BLOCK_M, BLOCK_N, BLOCK_D)
     tl.store(dk_ptr + b * sdkb + hk * sdkh + rn[:, None] * sdkn + rd[None, :] * sdkd,
              dk.to(dk_ptr.dtype.element_ty), mask=kv_ok)
     tl.store(dv_ptr + b * sdvb + hk * sdvh + rn[:, None] * sdvn + rd[None, :] * sdvd,

@@ -34,7 +34,7 @@ from torch_rbln import _dlpack, _memory, config, fallback
 from . import _device_counts, _launch
 from . import _ops as O
 from ._fastpath import _Plan
-from ._finite_scan import all_finite, is_dense_permutation
+from ._finite_scan import PARALLEL_MIN, all_finite, is_dense_permutation
 from ._memo import BoundedMemo
 
 SDPA = "aten::scaled_dot_product_attention"
@@ -62,7 +62,14 @@ class Geometry:
 
     @property
     def block_d(self) -> int:
-        return max(16, 1 << (self.head_dim - 1).bit_length())
+        """BLOCK_D of the backward kernels and of a forward whose logsumexp a backward reads (the
+        `tl.dot` tiles)."""
+        return O._k("attention").block_d(self.head_dim)
+
+    @property
+    def inference_block_d(self) -> int:
+        """BLOCK_D of a forward no backward follows: smaller for problems that fit a product tile."""
+        return O._k("attention").block_d(self.head_dim, self.q_len, self.kv_len)
 
 
 def _is_plain(t: Any) -> bool:
@@ -226,9 +233,10 @@ def _default_scale(scale: float | None, head_dim: int) -> float:
 
 def _forward_arguments(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                        attn_bias: torch.Tensor | None, out_strides: Sequence[int], out_dtype: torch.dtype,
-                       g: Geometry, scale: float, is_causal: bool, index: int) -> tuple:
+                       g: Geometry, scale: float, is_causal: bool, index: int, block_d: int) -> tuple:
     """(int/float arguments after the six tensors, their dtypes, the tuner's shape key, constexprs, grid,
-    whether every int fits in 32 bits) of the flash forward launch: everything but the tensors, so an
+    whether every int fits in 32 bits) of the flash forward launch with `block_d` (`g.block_d`, or
+    `g.inference_block_d` when no backward will read the logsumexp): everything but the tensors, so an
     inference plan can keep it."""
     mask = attn_bias if attn_bias is not None else query
     strides = (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *out_strides)
@@ -236,18 +244,19 @@ def _forward_arguments(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     tail = (*strides, *sizes, scale, g.group, int(is_causal), int(g.has_mask))
     dtypes = (query.dtype, key.dtype, value.dtype, mask.dtype, out_dtype, torch.float32)
     rows = g.batch * g.heads
-    shape_key = (*dtypes, *sizes, g.bool_mask, rows, _device_tp(index), requested_backend())
+    shape_key = (*dtypes, *sizes, g.bool_mask, block_d, rows, _device_tp(index), requested_backend())
     fits = max(max(map(abs, strides)), rows * g.q_len) <= _INT32_MAX
-    constexprs = {"BOOL_MASK": g.bool_mask, "BLOCK_D": g.block_d}
+    constexprs = {"BOOL_MASK": g.bool_mask, "BLOCK_D": block_d}
     return tail, dtypes, shape_key, constexprs, _grid(g.q_len, rows), fits
 
 
 def _forward_launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attn_bias: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor, g: Geometry,
-                    scale: float, is_causal: bool) -> None:
+                    scale: float, is_causal: bool, block_d: int) -> None:
     """One launch of the flash forward kernel, its tile config kept per launch shape (`_launch.tuned`)."""
     tail, dtypes, shape_key, constexprs, grid, fits = _forward_arguments(
-        query, key, value, attn_bias, out.stride(), out.dtype, g, scale, is_causal, out.get_device())
+        query, key, value, attn_bias, out.stride(), out.dtype, g, scale, is_causal, out.get_device(),
+        block_d)
     mask = attn_bias if attn_bias is not None else query
     tensors = (query, key, value, mask, out, lse)
     _launch.tuned(O._k("attention").attention_forward_kernel, shape_key, (*tensors, *tail), constexprs, grid,
@@ -271,7 +280,10 @@ def fused_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch
     index = query.get_device()
     out = empty_like_layout(query, query.shape, index)
     lse = O.empty([g.batch, g.heads, g.q_len], torch.float32, index)
-    _forward_launch(query, key, value, attn_bias, out, lse, g, _default_scale(scale, g.head_dim), is_causal)
+    # without autograd no backward reads lse: the product tiles may take a small problem
+    training = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    _forward_launch(query, key, value, attn_bias, out, lse, g, _default_scale(scale, g.head_dim), is_causal,
+                    g.block_d if training else g.inference_block_d)
     empty = O.empty([0], torch.float32, index)
     return out, lse, empty, empty, g.q_len, g.kv_len, empty, empty, empty
 
@@ -327,11 +339,15 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  enable_gqa: bool = False) -> torch.Tensor:
     """rbln kernel (AutogradPrivateUse1 and PrivateUse1) of `aten::scaled_dot_product_attention`."""
     plan_key = None
-    if type(query) is torch.Tensor and query.dim() == 4 and dropout_p == 0.0 and not _needs_grad(
-            query, key, value, attn_mask):
+    # an inference call (no gradient needed; written inline: on a few elements each call counts)
+    if type(query) is torch.Tensor and query.dim() == 4 and dropout_p == 0.0 and not (
+            torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad
+                                         or (attn_mask is not None and attn_mask.requires_grad))):
         plan_key = (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
-                    query.dtype, key.dtype, value.dtype, None if attn_mask is None else
-                    (attn_mask.shape, attn_mask.stride(), attn_mask.dtype), is_causal, scale, enable_gqa)
+                    query.dtype, key.dtype, value.dtype, is_causal, scale, enable_gqa) if attn_mask is None \
+            else (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
+                  query.dtype, key.dtype, value.dtype, is_causal, scale, enable_gqa, attn_mask.shape,
+                  attn_mask.stride(), attn_mask.dtype)
         plan = _inference_plans.get(plan_key)
         if plan is not None:
             if not plan.grid[0]:  # accepted, but launched only once since: keep the tuner's tile now
@@ -359,22 +375,26 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     return out.squeeze(1) if three_d else out
 
 
-# (q/k/v shapes, strides and dtypes, mask's, is_causal, scale, enable_gqa) -> (geometry, scale) of a
+# (q/k/v shapes, strides and dtypes, is_causal, scale, enable_gqa, mask's) -> (geometry, scale) of a
 # call `unsupported` accepted once: later inference calls of that structure check only the values
 _inference_plans: dict[tuple, _InferencePlan] = BoundedMemo(1024)
-
-
-def _needs_grad(*tensors: torch.Tensor | None) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 class _InferencePlan(_Plan):
     """An accepted inference structure (`_inference_plans`): its geometry and scale, the output's
     strides, and once the general path has launched it, the kept launch of the tile the autotuner chose
     (`_Plan.launcher`, reset by `clear_cache`) with the arguments after the six tensors (`tail`) and the
-    grid. `dense`: every operand covers exactly its elements (what the kept launch may read unchecked)."""
+    grid. `dense`: every operand covers exactly its elements (what the kept launch may read unchecked,
+    and what `scan_all` scans as one block each). The kernel also writes each row's logsumexp, which an
+    inference call never reads: up to `_SCRATCH_ROWS` rows it goes to a buffer the plan keeps per device
+    (`scratch`) instead of a fresh allocation per call. Concurrent calls may write it at once: nothing
+    reads it, so that is harmless."""
 
-    __slots__ = ("g", "scale", "out_strides", "lse_shape", "tail", "grid", "dense")
+    __slots__ = ("g", "scale", "out_strides", "contiguous_out", "lse_shape", "tail", "grid", "dense",
+                 "scratch", "scan_all", "counts", "wide")
+
+
+_SCRATCH_ROWS = 1 << 14  # at most 64 KiB of kept logsumexp scratch per plan and device
 
 
 def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -383,7 +403,8 @@ def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     scale = _default_scale(scale, g.head_dim)
     out_strides = layout_strides(query.stride(), query.shape)
     tail, dtypes, shape_key, constexprs, grid_of, fits = _forward_arguments(
-        query, key, value, attn_mask, out_strides, query.dtype, g, scale, is_causal, query.get_device())
+        query, key, value, attn_mask, out_strides, query.dtype, g, scale, is_causal, query.get_device(),
+        g.inference_block_d)
     tuner = O._k("attention").attention_forward_kernel
     kept = _launch.tuned_config(tuner, shape_key) if fits else None
     # grid (0, 0): the tuner has not launched this shape yet, ask again next call; (-1, -1): 64-bit
@@ -392,9 +413,15 @@ def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     plan = _InferencePlan(tuner.fn, (*dtypes, *keywords.values()), 0, query.dtype, query.dtype,
                           grid[0] * grid[1])
     plan.g, plan.scale, plan.out_strides, plan.tail, plan.grid = g, scale, out_strides, tail, grid
+    plan.contiguous_out = out_strides == _memory.contiguous_strides(query.shape)
     plan.lse_shape = (g.batch, g.heads, g.q_len)
+    plan.scratch = {}
     operands = [query, key, value] + ([attn_mask] if attn_mask is not None else [])
     plan.dense = kept is not None and all(is_dense_permutation(t.shape, t.stride()) for t in operands)
+    plan.counts = (query.numel(), key.numel(), value.numel())
+    plan.scan_all = (O._k("rows").inputs_finite_entry(3)
+                     if plan.dense and sum(plan.counts) < PARALLEL_MIN else None)
+    plan.wide = int(query.dtype == torch.float32)
     return plan
 
 
@@ -403,32 +430,46 @@ def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, val
     """The forward launch of an inference call whose structure was accepted before (`plan`), without
     the dispatch of the fused op and its structural checks: the result `fused_attention_forward` gives,
     counted as it. None when the values or devices need the general path (NaN/Inf outside deploy mode,
-    a NaN in a float mask, operands on several devices, a dispatch mode or subclass tensors)."""
-    if torch._C._len_torch_dispatch_stack() or not (_is_plain(key) and _is_plain(value)
-                                                     and _is_plain(attn_mask)):
+    a NaN in a float mask, operands on several devices, a dispatch mode or subclass tensors). Written
+    flat: on a few elements each Python call on the way to the launch is a measurable share."""
+    if torch._C._len_torch_dispatch_stack() or type(key) is not torch.Tensor or \
+            type(value) is not torch.Tensor or not (attn_mask is None or type(attn_mask) is torch.Tensor):
         return None
     index = query.get_device()
     if index < 0 or key.get_device() != index or value.get_device() != index or (
             attn_mask is not None and attn_mask.get_device() != index):
         return None
     if not config.deploy_mode():
-        if not (all_finite(query) and all_finite(key) and all_finite(value)):
+        scan_all = plan.scan_all
+        if scan_all is not None:  # dense operands: one compiled scan of the three blocks
+            if not scan_all((query.data_ptr(), key.data_ptr(), value.data_ptr()), plan.counts, plan.mask,
+                            plan.wide):
+                return None
+        elif not (all_finite(query) and all_finite(key) and all_finite(value)):
             return None
         if attn_mask is not None and attn_mask.dtype != torch.bool and \
                 torch.isnan(_dlpack.to_host_view(attn_mask)).any():
             return None
-    out = _memory.empty_strided(query.shape, plan.out_strides, query.dtype, index)
-    lse = _memory.empty(plan.lse_shape, torch.float32, index)
+    if plan.contiguous_out:
+        out = _memory.empty(query.shape, query.dtype, index)
+    else:
+        out = _memory.empty_strided(query.shape, plan.out_strides, query.dtype, index)
+    lse = plan.scratch.get(index)
+    if lse is None:
+        lse = _memory.empty(plan.lse_shape, torch.float32, index)
+        if lse.numel() <= _SCRATCH_ROWS:
+            plan.scratch[index] = lse
     run = None
     if plan.dense and (plan.programs == 1 or _device_tp(index) == 1):
         run = plan.run
         if run is None or plan.backend != requested_backend():
             run = plan.launcher()
     if run is not None:
-        mask = attn_mask if attn_mask is not None else query
-        run(plan.grid[0], plan.grid[1], 1, query, key, value, mask, out, lse, *plan.tail)
+        run(plan.grid[0], plan.grid[1], 1, query, key, value, query if attn_mask is None else attn_mask,
+            out, lse, *plan.tail)
     else:
-        _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
+        _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal,
+                        plan.g.inference_block_d)
     _device_counts[FORWARD] += 1
     return out
 

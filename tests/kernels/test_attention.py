@@ -276,13 +276,96 @@ def test_inference_mode_and_unsupported_reasons():
 def test_autotune_prunes_tiles_to_the_sequence_lengths():
     from torch_rbln.kernels.attention import _configs, _prune_tiles
 
-    tiles = lambda m, n: [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"])  # noqa: E731
-                          for c in _prune_tiles(_configs(), {"M": m, "N": n})]
+    def tiles(m, n, d=16, block_d=16):
+        return [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"])
+                for c in _prune_tiles(_configs(), {"M": m, "N": n, "D": d, "BLOCK_D": block_d})]
+
     assert tiles(2, 16) == [(16, 16)]
     assert tiles(17, 9) == [(32, 32)]
     assert tiles(37, 45) == [(32, 32)]
     assert tiles(512, 512) == [(32, 32), (64, 64), (128, 64), (128, 128)]
     assert tiles(100, 1000) == [(32, 32), (64, 64)]
+    # product tiles: only with a product BLOCK_D (an inference forward) and for sequences and head dims
+    # that fit them, the smallest alone
+    assert tiles(2, 2, 2, 4) == [(4, 4)]
+    assert tiles(1, 4, 8, 8) == [(4, 4)]
+    assert tiles(5, 3, 8, 8) == [(8, 8)]
+    assert tiles(5, 3, 9, 16) == [(16, 16)]
+    assert tiles(2, 9, 4, 4) == [(16, 16)]
+    assert tiles(2, 2, 2, 16) == [(16, 16)]  # BLOCK_D of the tl.dot tiles (a backward will follow)
+    assert tiles(512, 512, 64, 64) == [(32, 32), (64, 64), (128, 64), (128, 128)]
+
+
+def test_block_d_is_small_only_for_product_tiles():
+    from torch_rbln.kernels.attention import block_d
+
+    assert [block_d(d) for d in (1, 2, 16, 17, 80)] == [16, 16, 16, 32, 128]  # tl.dot tiles (backward)
+    assert [block_d(d, 2, 2) for d in (1, 2, 5, 8, 9)] == [4, 4, 8, 8, 16]
+    assert block_d(2, 2, 9) == 16
+
+
+def _forward_tile(q, k, v, mask=None, is_causal=False, scale=None, *,
+                  inference: bool = True) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D) the (inference or training) forward launch of these rbln operands
+    kept (after such a launch)."""
+    from torch_rbln.registry import _launch
+
+    g = A.geometry(q, k, mask)
+    strides = A.layout_strides(q.stride(), q.shape)
+    _, _, shape_key, _, _, _ = A._forward_arguments(q, k, v, mask, strides, q.dtype, g,
+                                                    A._default_scale(scale, g.head_dim), is_causal,
+                                                    q.get_device(),
+                                                    g.inference_block_d if inference else g.block_d)
+    tuner = A.O._k("attention").attention_forward_kernel
+    _, keywords = _launch.tuned_config(tuner, shape_key)
+    return keywords["BLOCK_M"], keywords["BLOCK_N"], keywords["BLOCK_D"]
+
+
+PRODUCT_CASES = {
+    # name: ((b, h, m, n, d), hk, mask maker or None, sdpa kwargs, expected (BLOCK_M, BLOCK_N, BLOCK_D))
+    "one_by_two": ((1, 1, 2, 2, 2), None, None, {}, (4, 4, 4)),
+    "causal": ((2, 3, 5, 7, 8), None, None, {"is_causal": True}, (8, 8, 8)),
+    "causal_q_longer_gqa": ((1, 4, 6, 3, 4), 2, None, {"is_causal": True, "enable_gqa": True}, (8, 8, 4)),
+    "bool_mask_masked_row": ((2, 2, 4, 5, 8), None, "bool", {}, (8, 8, 8)),
+    "additive_mask_scale": ((1, 2, 3, 4, 3), None, "float", {"scale": 0.7}, (4, 4, 4)),
+}
+
+
+def _product_mask(kind: str | None, m: int, n: int) -> torch.Tensor | None:
+    generator = torch.Generator().manual_seed(3)
+    if kind == "bool":
+        mask = torch.rand(m, n, generator=generator) > 0.4
+        mask[1] = False  # a query that sees no key
+        mask[0, 0] = True
+        return mask
+    if kind == "float":
+        bias = torch.randn(1, 1, m, n, generator=generator)
+        bias[..., 1] = -math.inf
+        return bias
+    return None
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCT_CASES))
+def test_product_tiles_match_cpu(name):
+    """Tiny inference calls take the forward's product tiles (no tl.dot); the same call with autograd
+    keeps the tl.dot tiles its backward recomputes the scores with."""
+    (b, h, m, n, d), hk, kind, kwargs, tile = PRODUCT_CASES[name]
+    q, k, v = _qkv(b, h, m, n, d, hk=hk, seed=len(name))
+    mask = _product_mask(kind, m, n)
+    check_sdpa(q, k, v, mask, grad=False, **kwargs)
+    dev = [t.to("rbln") for t in (q, k, v)]
+    dev_mask = None if mask is None else mask.to("rbln")
+    where = (dev_mask, kwargs.get("is_causal", False), kwargs.get("scale"))
+    assert _forward_tile(*dev, *where) == tile
+    check_sdpa(q, k, v, mask, **kwargs)
+    assert _forward_tile(*dev, *where, inference=False) == (16, 16, 16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_product_tiles_half_precision_forward(dtype):
+    q, k, v = _qkv(1, 2, 3, 4, 4, dtype=dtype, seed=7)
+    check_sdpa(q, k, v, grad=False, is_causal=True)
+    assert _forward_tile(*(t.to("rbln") for t in (q, k, v)), None, True) == (4, 4, 4)
 
 
 def _hf_models():

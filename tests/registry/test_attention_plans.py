@@ -100,3 +100,65 @@ def test_repeated_calls_run_the_kept_launch_of_the_tuned_tile(monkeypatch):
     monkeypatch.setattr(A, "_forward_launch", general_launch)
     again = F.scaled_dot_product_attention(q, k, v, scale=0.5)
     torch.testing.assert_close(again.cpu(), first.cpu(), atol=0, rtol=0)
+
+
+def _tiny(seed: int = 1):
+    generator = torch.Generator().manual_seed(seed)
+    cpu = tuple(torch.randn(1, 1, 2, 2, generator=generator) for _ in range(3))
+    return cpu, tuple(t.to("rbln") for t in cpu)
+
+
+def test_inference_calls_write_no_fresh_logsumexp_and_a_later_backward_is_still_right(monkeypatch):
+    """Kept-launch inference calls write the logsumexp nobody reads into the plan's per-device scratch
+    (no allocation per call); a call that needs a gradient still gets its own logsumexp, so inference
+    calls between its forward and its backward cannot disturb the gradients."""
+    cpu, (q, k, v) = _tiny()
+    for _ in range(3):  # accepted and tuned, the tile taken, the kept launch taken
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    (plan,) = [p for p in A._inference_plans.values() if p.run is not None and p.lse_shape == (1, 1, 2)
+               and p.tail[-2] == 1]
+    scratch = plan.scratch[q.get_device()]
+    allocated: list[tuple] = []
+    real_empty = A._memory.empty
+
+    def counting_empty(shape, dtype, index):
+        allocated.append((tuple(shape), dtype))
+        return real_empty(shape, dtype, index)
+
+    monkeypatch.setattr(A._memory, "empty", counting_empty)
+    before = _forward_count()
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert _forward_count() == before + 1
+    assert allocated == [((1, 1, 2, 2), torch.float32)]  # the output only
+    assert plan.scratch[q.get_device()] is scratch
+    expected = F.scaled_dot_product_attention(*cpu, is_causal=True)
+    torch.testing.assert_close(out.cpu(), expected, atol=1e-6, rtol=1e-6)
+
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    cpu_leaves = [t.clone().requires_grad_() for t in cpu]
+    trained = F.scaled_dot_product_attention(*leaves, is_causal=True)
+    reference = F.scaled_dot_product_attention(*cpu_leaves, is_causal=True)
+    other = (q * 3.0, k * -2.0, v)
+    for _ in range(2):  # inference calls of the same structure in between: they write the scratch
+        F.scaled_dot_product_attention(*other, is_causal=True)
+    grad = torch.tensor([[[[1.0, -2.0], [0.5, 3.0]]]])
+    trained.backward(grad.to("rbln"))
+    reference.backward(grad)
+    for ours, theirs in zip(leaves, cpu_leaves, strict=True):
+        torch.testing.assert_close(ours.grad.cpu(), theirs.grad, atol=2e-5, rtol=2e-5)
+
+
+def test_kept_inference_launch_scans_every_operand_for_nan():
+    """The one compiled scan of q, k and v in the kept inference launch finds a NaN in any of them."""
+    cpu, dev = _tiny(2)
+    for _ in range(3):
+        F.scaled_dot_product_attention(*dev, scale=0.3)
+    for position in range(3):
+        bad = list(cpu)
+        bad[position] = bad[position].clone()
+        bad[position][0, 0, 1, 1] = float("nan")
+        registry.reset_fallback_report()
+        out = F.scaled_dot_product_attention(*(t.to("rbln") for t in bad), scale=0.3)
+        expected = F.scaled_dot_product_attention(*bad, scale=0.3)
+        torch.testing.assert_close(out.cpu(), expected, equal_nan=True)
+        assert registry.fallback_report()[A.SDPA]["reasons"] == {"nan_inf": 1}

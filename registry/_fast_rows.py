@@ -187,11 +187,11 @@ def indexed_reduction(name: str) -> FastPath:
         run = _ready(plan, index)
         if run is None or not _finite(plan, x):
             return None
-        if values_too:  # values and int64 indices in one allocation
-            values, indices = _memory.empty_pair(plan.shape, plan.shape, plan.out_dtype, index, torch.int64)
+        indices = _memory.empty(plan.shape, torch.int64, index)
+        if values_too:
+            values = _memory.empty(plan.shape, plan.out_dtype, index)
             run(plan.programs, 1, 1, x, values, indices, plan.n, 1.0)
             return values, indices
-        indices = _memory.empty(plan.shape, torch.int64, index)
         run(plan.programs, 1, 1, x, x, indices, plan.n, 1.0)
         return indices
 

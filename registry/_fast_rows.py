@@ -549,12 +549,14 @@ def nll_loss_forward() -> FastPath:
         if len(args) != 5 or kwargs:  # written flat, as nll_loss_backward's
             return None
         x, target, weight, reduction, ignore_index = args
-        index = _contiguous_rbln(x)
-        if index < 0 or (reduction != 1 and reduction != 2) or type(ignore_index) is not int:
+        if not isinstance(x, Tensor) or not x.is_contiguous() or (reduction != 1 and reduction != 2) or \
+                type(ignore_index) is not int:
+            return None
+        index = x.get_device()
+        if index < 0 or not isinstance(target, Tensor) or target.dtype is not torch.int64 or \
+                not target.is_contiguous() or target.get_device() != index:
             return None
         dtype = x.dtype
-        if _contiguous_rbln(target) != index or target.dtype is not torch.int64:
-            return None
         has_w = weight is not None
         if has_w and not _same(index, dtype, weight):
             return None
@@ -615,12 +617,14 @@ def nll_loss_backward() -> FastPath:
         if len(args) != 7 or kwargs:
             return None
         grad, x, target, weight, reduction, ignore_index, total_weight = args
-        index = _contiguous_rbln(x)
-        if index < 0 or type(reduction) is not int or type(ignore_index) is not int:
+        if not isinstance(x, Tensor) or not x.is_contiguous() or type(reduction) is not int or \
+                type(ignore_index) is not int:
+            return None
+        index = x.get_device()
+        if index < 0 or not isinstance(target, Tensor) or target.dtype is not torch.int64 or \
+                not target.is_contiguous() or target.get_device() != index:
             return None
         dtype = x.dtype
-        if _contiguous_rbln(target) != index or target.dtype is not torch.int64:
-            return None
         if not isinstance(grad, Tensor) or grad.dtype is not dtype or not grad.is_contiguous() or \
                 grad.get_device() != index:
             return None
@@ -630,7 +634,8 @@ def nll_loss_backward() -> FastPath:
         has_w = weight is not None
         if has_w and not _same(index, dtype, weight):
             return None
-        plan = plans[(dtype, x.shape, target.shape, grad.numel(), reduction, ignore_index, has_w)]
+        shape = x.shape
+        plan = plans[(dtype, shape, target.shape, grad.numel(), reduction, ignore_index, has_w)]
         if plan is None:
             return None
         classes = plan.n
@@ -654,7 +659,7 @@ def nll_loss_backward() -> FastPath:
         elif not _finite(plan, grad, x, weight, total_weight) or \
                 not _in_range_64(target.data_ptr(), target.numel(), classes, ignore_index):
             return None
-        dx = _memory.empty(x.shape, dtype, index)
+        dx = _memory.empty(shape, dtype, index)
         run(programs, 1, 1, grad, target, w, total_weight, dx, classes, ignore_index, reduction, int(has_w))
         return dx
 

@@ -1,6 +1,6 @@
 """Scaled dot-product attention on rbln (the flash kernels) vs torch CPU SDPA at equal threads, one process.
 
-Run: python benchmarks/attention.py [--threads 1] [--repeats 5] [--lengths 512 1024] [--quick]
+Run: python benchmarks/attention.py [--threads 1] [--repeats 5] [--lengths 512 1024] [--quick] [--small]
 
 For each (B, H, L, D) shape, float32, causal and not: the forward alone and forward + backward
 (`out.backward(grad)` with q, k, v requiring grad), timed as the median wall time of `--repeats` runs
@@ -9,6 +9,11 @@ sizes happen there; reported separately). ratio = rbln time / CPU time (below 1:
 torch runs on `--threads` threads; rbln kernels on one simulated NPU (one thread), or on `--threads`
 NPUs of one logical device (`TORCH_RBLN_USE_DEVICE_TP=ON`, `RBLN_NPUS_PER_DEVICE`) when `--threads`
 > 1. Every rbln measurement is checked to have run on the device kernels (no CPU fallback).
+
+`--small`: instead, per-call latency of inference calls (no autograd) on tiny pre-built (B, H, L, D)
+operands (`--small-shapes`), where dispatch, checks and the launch dominate: the median us per call
+of each of `--rounds` rounds of `--calls` calls, rbln and CPU alternating by round; the table shows
+the median over rounds and the quietest round (the shared VM has slow phases).
 """
 
 from __future__ import annotations
@@ -30,7 +35,63 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024])
     parser.add_argument("--quick", action="store_true", help="one length (256), 3 repeats")
+    parser.add_argument("--small", action="store_true", help="per-call latency of tiny inference calls")
+    parser.add_argument("--small-shapes", nargs="+", default=["1,1,2,2", "1,2,8,8", "2,4,16,16"],
+                        help="B,H,L,D shapes of --small")
+    parser.add_argument("--calls", type=int, default=2000, help="calls per round of --small")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of --small")
     return parser.parse_args(argv)
+
+
+def _per_call_us(fn: Callable[[], object], calls: int) -> float:
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e6
+
+
+def small(args: argparse.Namespace) -> int:
+    """Per-call latency of tiny inference SDPA calls, rbln vs CPU (see the module docstring)."""
+    import torch
+    import torch.nn.functional as F
+    from torch_rbln.registry.attention import FORWARD
+
+    import torch_rbln  # noqa: F401
+    from torch_rbln import registry
+
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}: inference SDPA, float32, us per call: median of {args.rounds} rounds "
+          f"(quietest round) of {args.calls} calls")
+    header = f"{'B,H,L,D':<12} {'causal':<6} {'cpu us':>14} {'rbln us':>14} {'ratio':>6}"
+    print(header)
+    print("-" * len(header))
+    for text in args.small_shapes:
+        shape = tuple(int(x) for x in text.split(","))
+        generator = torch.Generator().manual_seed(0)
+        cpu = [torch.randn(*shape, generator=generator) for _ in range(3)]
+        dev = [t.to("rbln") for t in cpu]
+        for causal in (False, True):
+            with torch.no_grad():
+                registry.reset_fallback_report()
+                before = registry.device_counts().get(FORWARD, 0)
+                for _ in range(3):  # accepted, tuned, the kept launch taken
+                    F.scaled_dot_product_attention(*dev, is_causal=causal)
+                if any(row["cpu"] for row in registry.fallback_report().values()) or \
+                        registry.device_counts().get(FORWARD, 0) != before + 3:
+                    print(f"  note: not all on device kernels:\n{registry.format_report()}")
+                rounds: tuple[list[float], list[float]] = ([], [])
+                for _ in range(args.rounds):
+                    for inputs, times in zip((cpu, dev), rounds, strict=True):
+                        times.append(_per_call_us(
+                            lambda i=inputs, c=causal: F.scaled_dot_product_attention(*i, is_causal=c),
+                            args.calls))
+            c, d = (statistics.median(times) for times in rounds)
+            quiet_c, quiet_d = min(rounds[0]), min(rounds[1])
+            print(f"{text:<12} {str(causal):<6} {c:7.1f} ({quiet_c:5.1f}) {d:7.1f} ({quiet_d:5.1f}) "
+                  f"{d / c:5.2f}x")
+    return 0
 
 
 def _medians_s(first: Callable[[], object], second: Callable[[], object],
@@ -47,6 +108,8 @@ def _medians_s(first: Callable[[], object], second: Callable[[], object],
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.small:
+        return small(args)
     if args.quick:
         args.lengths, args.repeats = [256], 3
     if args.threads > 1:  # before torch_rbln is imported (it is loaded by `import torch`)

@@ -394,7 +394,8 @@ class _InferencePlan(_Plan):
                  "scratch", "scan_all", "counts", "wide")
 
 
-_SCRATCH_ROWS = 1 << 14  # at most 64 KiB of kept logsumexp scratch per plan and device
+_SCRATCH_ROWS = 1 << 12  # at most 16 KiB of kept logsumexp scratch per plan and device (larger: the
+# kernel outweighs an allocation)
 
 
 def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,

@@ -317,18 +317,32 @@ def fused_attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: t
     mask = attn_bias if attn_bias is not None else query
     scale = _default_scale(scale, D)
     shared = (H, M, N, D, scale, g.group, int(is_causal), int(g.has_mask))
-    K.attention_backward_dq_kernel[_grid(M, B * H)](
-        query, key, value, mask, out, grad_out, logsumexp, delta, grad_query,
-        *query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *out.stride(), *grad_out.stride(),
-        *grad_query.stride(), *shared, BOOL_MASK=g.bool_mask, EXACT_DELTA=query.dtype != torch.float32,
-        BLOCK_D=g.block_d,
-    )
-    K.attention_backward_dkdv_kernel[_kv_grid(N, B * (H // g.group))](
-        query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value,
-        *query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *grad_out.stride(),
-        *grad_key.stride(), *grad_value.stride(), *shared, BOOL_MASK=g.bool_mask, BLOCK_D=g.block_d,
-    )
+    _backward_launch(K.attention_backward_dq_kernel, _grid(M, B * H), g, index,
+                     (query, key, value, mask, out, grad_out, logsumexp, delta, grad_query),
+                     (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *out.stride(),
+                      *grad_out.stride(), *grad_query.stride(), *shared),
+                     {"BOOL_MASK": g.bool_mask, "EXACT_DELTA": query.dtype != torch.float32,
+                      "BLOCK_D": g.block_d})
+    _backward_launch(K.attention_backward_dkdv_kernel, _kv_grid(N, B * (H // g.group)), g, index,
+                     (query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value),
+                     (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *grad_out.stride(),
+                      *grad_key.stride(), *grad_value.stride(), *shared),
+                     {"BOOL_MASK": g.bool_mask, "BLOCK_D": g.block_d})
     return grad_query, grad_key, grad_value, None
+
+
+def _backward_launch(tuner, grid_of, g: Geometry, index: int, tensors: tuple, scalars: tuple,
+                     constexprs: dict) -> None:
+    """One launch of a backward kernel with its tile config kept per launch shape (`_launch.tuned`, as
+    the forward): the tuner's per-call key and grid callback cost more than a small backward computes.
+    The shape key holds what the tuner's decision depends on (dtypes, sizes, constexprs, rows, the
+    device's tensor-parallel size, the requested backend)."""
+    dtypes = tuple(t.dtype for t in tensors)
+    rows = g.batch * g.heads
+    shape_key = (*dtypes, g.heads, g.q_len, g.kv_len, g.head_dim, *constexprs.values(), rows,
+                 _device_tp(index), requested_backend())
+    fits = max(max(abs(v) for v in scalars if type(v) is int), rows * g.q_len) <= _INT32_MAX
+    _launch.tuned(tuner, shape_key, (*tensors, *scalars), constexprs, grid_of, dtypes, tensors, fits)
 
 
 # ---------------------------------------------------------------- aten::scaled_dot_product_attention

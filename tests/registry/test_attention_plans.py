@@ -162,3 +162,29 @@ def test_kept_inference_launch_scans_every_operand_for_nan():
         expected = F.scaled_dot_product_attention(*bad, scale=0.3)
         torch.testing.assert_close(out.cpu(), expected, equal_nan=True)
         assert registry.fallback_report()[A.SDPA]["reasons"] == {"nan_inf": 1}
+
+
+@pytest.mark.parametrize("mask", [None, "bool"])
+def test_repeated_backward_calls_keep_the_tuned_tiles_with_the_same_gradients(mask, monkeypatch):
+    """The second backward of a shape runs the tiles the tuner chose for the first (`_launch.tuned`), not
+    the tuner: same gradients bit for bit, close to the CPU's; a broadcast mask takes the checked launch."""
+    cpu, device = _operands(mask)
+    grads = []
+    for attempt in range(2):
+        if attempt:
+            def tuner_called(*args, **kwargs):
+                raise AssertionError("the autotuner ran again for a kept shape")
+
+            from torch_rbln.kernels import attention as K
+
+            for kernel in (K.attention_backward_dq_kernel, K.attention_backward_dkdv_kernel):
+                monkeypatch.setattr(kernel, "run", tuner_called)  # what kernel[grid](...) calls
+        leaves = [t.detach().requires_grad_() for t in device[:3]]
+        F.scaled_dot_product_attention(*leaves, attn_mask=device[3]).square().sum().backward()
+        grads.append([t.grad.cpu() for t in leaves])
+    for first, second in zip(*grads, strict=True):
+        assert torch.equal(first, second)
+    reference = [t.detach().requires_grad_() for t in cpu[:3]]
+    F.scaled_dot_product_attention(*reference, attn_mask=cpu[3]).square().sum().backward()
+    for got, expected in zip(grads[1], reference, strict=True):
+        torch.testing.assert_close(got, expected.grad, atol=2e-5, rtol=2e-5)

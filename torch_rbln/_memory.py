@@ -359,11 +359,33 @@ def storage_nbytes(size: Sequence[int], stride: Sequence[int], dtype: torch.dtyp
     return span * dtype.itemsize
 
 
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_set_storage = torch.ops.aten.set_.source_Storage_storage_offset._handle.redispatch_boxed
+
+
 def empty_strided(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
     """Allocate an uninitialised rbln:index tensor, accounted, raising OutOfMemoryError when full.
     Row-major strides (`empty_like`/`clone` of a contiguous tensor ask for them) take `empty`."""
-    if tuple(stride) == _row_major(tuple(size)):
+    size, stride = tuple(size), tuple(stride)
+    if stride == _row_major(size):
         return empty(size, dtype, index)
+    if len(stride) == len(size):
+        # another layout (a transpose's empty_like, a permuted clone): the elements it spans, allocated
+        # as every output is, then given these sizes and strides by the CPU set_ kernel (metadata only,
+        # the dispatcher is not re-entered): ~3 us less than re-tagging a CPU tensor. Negative sizes or
+        # strides take the re-tagging path, whose empty_strided raises torch's error.
+        span = 1
+        for extent, step in zip(size, stride, strict=True):
+            if extent < 0 or step < 0:
+                span = -1
+                break
+            if extent == 0:
+                span = 0
+            elif span:
+                span += (extent - 1) * step
+        if span >= 0:
+            flat = empty((span,), dtype, index)
+            return _set_storage(_CPU_KEYS, flat, flat.untyped_storage(), 0, size, stride)
     nbytes = storage_nbytes(size, stride, dtype)
     _reserve(index, nbytes)
     try:

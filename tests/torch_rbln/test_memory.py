@@ -253,7 +253,8 @@ def test_compiled_allocator_undoes_a_block_pytorch_did_not_take(monkeypatch: pyt
 
 def test_row_major_empty_strided_takes_the_compiled_allocator() -> None:
     """`empty_like`/`clone` of a contiguous tensor ask for row-major strides: no watched object; other
-    strides keep their layout on the re-tagging path."""
+    strides get the block they span from the compiled allocator too, re-strided; negative sizes raise
+    torch's error."""
     from torch_rbln import _memory
 
     assert _memory.enable_compiled_allocator()
@@ -261,8 +262,14 @@ def test_row_major_empty_strided_takes_the_compiled_allocator() -> None:
     watched = len(_memory._watched)
     row_major = _memory.empty_strided([2, 3], [3, 1], torch.float32, 6)
     assert len(_memory._watched) == watched and row_major.stride() == (3, 1)
-    column_major = _memory.empty_strided([2, 3], [1, 2], torch.float32, 6)
-    assert len(_memory._watched) == watched + 1 and column_major.stride() == (1, 2)
+    before = torch.rbln.memory_allocated(6)
+    column_major = _memory.empty_strided([2, 3], [1, 2], torch.float32, 6)  # the same block, re-strided
+    assert len(_memory._watched) == watched and column_major.stride() == (1, 2)
+    assert column_major.shape == (2, 3) and column_major.device == torch.device("rbln:6")
+    assert torch.rbln.memory_allocated(6) - before == column_major.untyped_storage().nbytes() == 24
+    gapped = _memory.empty_strided([2, 2], [4, 1], torch.float16, 6)  # rows 4 apart: spans 6 elements
+    assert gapped.stride() == (4, 1) and gapped.untyped_storage().nbytes() == 12
+    assert _memory.empty_strided([0, 3], [1, 2], torch.float32, 6).untyped_storage().nbytes() == 0
     clone = torch.arange(6.0).reshape(2, 3).to("rbln:6").clone()
     assert clone.stride() == (3, 1) and clone.cpu().tolist() == [[0, 1, 2], [3, 4, 5]]
     with pytest.raises(RuntimeError, match="negative"):

@@ -405,7 +405,7 @@ class _InferencePlan(_Plan):
     reads it, so that is harmless."""
 
     __slots__ = ("g", "scale", "out_strides", "contiguous_out", "lse_shape", "tail", "grid", "dense",
-                 "scratch", "scan_all", "counts", "wide")
+                 "scratch", "scan_all", "counts", "wide", "block_d")
 
 
 _SCRATCH_ROWS = 1 << 12  # at most 16 KiB of kept logsumexp scratch per plan and device (larger: the
@@ -413,13 +413,16 @@ _SCRATCH_ROWS = 1 << 12  # at most 16 KiB of kept logsumexp scratch per plan and
 
 
 def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
-              is_causal: bool, scale: float | None) -> _InferencePlan:
+              is_causal: bool, scale: float | None, training: bool = False) -> _InferencePlan:
+    """The plan of an accepted structure; `training`: a forward whose logsumexp a backward reads (the
+    backward's BLOCK_D, `g.block_d`), else the inference one."""
     g = geometry(query, key, attn_mask)
     scale = _default_scale(scale, g.head_dim)
     out_strides = layout_strides(query.stride(), query.shape)
+    block_d = g.block_d if training else g.inference_block_d
     tail, dtypes, shape_key, constexprs, grid_of, fits = _forward_arguments(
         query, key, value, attn_mask, out_strides, query.dtype, g, scale, is_causal, query.get_device(),
-        g.inference_block_d)
+        block_d)
     tuner = O._k("attention").attention_forward_kernel
     kept = _launch.tuned_config(tuner, shape_key) if fits else None
     # grid (0, 0): the tuner has not launched this shape yet, ask again next call; (-1, -1): 64-bit
@@ -428,6 +431,7 @@ def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     plan = _InferencePlan(tuner.fn, (*dtypes, *keywords.values()), 0, query.dtype, query.dtype,
                           grid[0] * grid[1])
     plan.g, plan.scale, plan.out_strides, plan.tail, plan.grid = g, scale, out_strides, tail, grid
+    plan.block_d = block_d
     plan.contiguous_out = out_strides == _memory.contiguous_strides(query.shape)
     plan.lse_shape = (g.batch, g.heads, g.q_len)
     plan.scratch = {}
@@ -441,12 +445,15 @@ def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
 
 
 def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attn_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor | None:
+               attn_mask: torch.Tensor | None, is_causal: bool, lse_out: list | None = None
+               ) -> torch.Tensor | None:
     """The forward launch of an inference call whose structure was accepted before (`plan`), without
     the dispatch of the fused op and its structural checks: the result `fused_attention_forward` gives,
     counted as it. None when the values or devices need the general path (NaN/Inf outside deploy mode,
     a NaN in a float mask, operands on several devices, a dispatch mode or subclass tensors). Written
-    flat: on a few elements each Python call on the way to the launch is a measurable share."""
+    flat: on a few elements each Python call on the way to the launch is a measurable share. With
+    `lse_out` (the fused op's own calls, whose logsumexp a backward may read) the logsumexp is a fresh
+    tensor, appended to it."""
     if torch._C._len_torch_dispatch_stack() or type(key) is not torch.Tensor or \
             type(value) is not torch.Tensor or not (attn_mask is None or type(attn_mask) is torch.Tensor):
         return None
@@ -469,11 +476,15 @@ def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, val
         out = _memory.empty(query.shape, query.dtype, index)
     else:
         out = _memory.empty_strided(query.shape, plan.out_strides, query.dtype, index)
-    lse = plan.scratch.get(index)
-    if lse is None:
+    if lse_out is not None:
         lse = _memory.empty(plan.lse_shape, torch.float32, index)
-        if lse.numel() <= _SCRATCH_ROWS:
-            plan.scratch[index] = lse
+        lse_out.append(lse)
+    else:
+        lse = plan.scratch.get(index)
+        if lse is None:
+            lse = _memory.empty(plan.lse_shape, torch.float32, index)
+            if lse.numel() <= _SCRATCH_ROWS:
+                plan.scratch[index] = lse
     run = None
     if plan.dense and (plan.programs == 1 or _device_tp(index) == 1):
         run = plan.run
@@ -483,8 +494,7 @@ def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, val
         run(plan.grid[0], plan.grid[1], 1, query, key, value, query if attn_mask is None else attn_mask,
             out, lse, *plan.tail)
     else:
-        _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal,
-                        plan.g.inference_block_d)
+        _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal, plan.block_d)
     _device_counts[FORWARD] += 1
     return out
 
@@ -514,6 +524,47 @@ def _on_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_ma
 
 # ---------------------------------------------------------------- registration
 
+# (q/k/v shapes, strides and dtypes, is_causal, scale, training, mask's) -> the plan of a fused-op call
+# (autograd's SDPA forward) that ran on the device once: later calls of that structure take its launch
+_fused_plans: dict[tuple, _InferencePlan] = BoundedMemo(1024)
+
+
+def fused_attention_forward_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                   attn_bias: torch.Tensor | None = None, dropout_p: float = 0.0,
+                                   is_causal: bool = False, return_debug_mask: bool = False, *,
+                                   scale: float | None = None) -> tuple:
+    """The PrivateUse1 kernel of the fused op: a call whose structure ran on the device before takes
+    that structure's plan (`_inference` with a fresh logsumexp: the same launch, without the geometry,
+    layout and tuner work of `fused_attention_forward`); any other call runs `fused_attention_forward`."""
+    plan_key = None
+    if dropout_p == 0.0 and not return_debug_mask and type(query) is torch.Tensor and query.dim() == 4:
+        training = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad
+                                                or value.requires_grad)
+        plan_key = (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
+                    query.dtype, key.dtype, value.dtype, is_causal, scale, training) if attn_bias is None \
+            else (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
+                  query.dtype, key.dtype, value.dtype, is_causal, scale, training, attn_bias.shape,
+                  attn_bias.stride(), attn_bias.dtype)
+        plan = _fused_plans.get(plan_key)
+        if plan is not None:
+            if not plan.grid[0]:  # accepted, but launched only once since: keep the tuner's tile now
+                plan = _fused_plans[plan_key] = _new_plan(query, key, value, attn_bias, is_causal, scale,
+                                                          training)
+            lse_out: list = []
+            out = _inference(plan, query, key, value, attn_bias, is_causal, lse_out)
+            if out is not None:
+                empty = _memory.empty((0,), torch.float32, query.get_device())
+                g = plan.g
+                return out, lse_out[0], empty, empty, g.q_len, g.kv_len, empty, empty, empty
+    from . import _run_device
+
+    arguments = (query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask)
+    result = _run_device(FORWARD, fused_attention_forward, arguments, {"scale": scale})
+    if plan_key is not None and not tracing(query, key, value, attn_bias):
+        _fused_plans[plan_key] = _new_plan(query, key, value, attn_bias, is_causal, scale, training)
+    return result
+
+
 def _counted(name: str, impl):
     def kernel(*args: Any, **kwargs: Any) -> Any:
         from . import _run_device
@@ -532,7 +583,7 @@ def register() -> None:
     _libraries.append(library)
     library.impl("scaled_dot_product_attention", scaled_dot_product_attention, "AutogradPrivateUse1")
     library.impl("scaled_dot_product_attention", scaled_dot_product_attention, "PrivateUse1")
-    library.impl("_scaled_dot_product_fused_attention_overrideable",
-                 _counted(FORWARD, fused_attention_forward), "PrivateUse1")
+    library.impl("_scaled_dot_product_fused_attention_overrideable", fused_attention_forward_kernel,
+                 "PrivateUse1")
     library.impl("_scaled_dot_product_fused_attention_overrideable_backward",
                  _counted(BACKWARD, fused_attention_backward), "PrivateUse1")

@@ -188,3 +188,25 @@ def test_repeated_backward_calls_keep_the_tuned_tiles_with_the_same_gradients(ma
     F.scaled_dot_product_attention(*reference, attn_mask=cpu[3]).square().sum().backward()
     for got, expected in zip(grads[1], reference, strict=True):
         torch.testing.assert_close(got, expected.grad, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_repeated_fused_op_calls_take_the_plan(training, monkeypatch):
+    """The fused op (what autograd's SDPA records) keeps a plan per structure and grad mode: the second
+    call skips `fused_attention_forward` and gives the same output and logsumexp bit for bit; a training
+    plan keeps the backward's BLOCK_D, so its logsumexp is what the backward recomputes against."""
+    _, device = _operands("bool")
+    fused = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    operands = [t.detach().requires_grad_(training) for t in device[:3]]
+    first = fused(*operands, device[3])
+    monkeypatch.setattr(A, "fused_attention_forward", lambda *a, **k: pytest.fail("general path ran"))
+    before = _forward_count()
+    second = fused(*operands, device[3])
+    assert _forward_count() == before + 1
+    assert torch.equal(first[0].detach().cpu(), second[0].detach().cpu())
+    assert torch.equal(first[1].cpu(), second[1].cpu())
+    assert second[1].data_ptr() != first[1].data_ptr()  # a fresh logsumexp per call, never the scratch
+    assert (second[4], second[5]) == (5, 5) and second[2].numel() == 0
+    key = next(k for k in A._fused_plans if k[11] is training and k[-1] == torch.bool)
+    g = A._fused_plans[key].g
+    assert A._fused_plans[key].block_d == (g.block_d if training else g.inference_block_d)

@@ -203,6 +203,8 @@ def geometry(query: torch.Tensor, key: torch.Tensor, attn_mask: torch.Tensor | N
 def empty_like_layout(t: torch.Tensor, shape: Sequence[int], index: int) -> torch.Tensor:
     """A dense rbln tensor of `shape` whose dims are ordered in memory like `t`'s (`empty_like`'s
     preserve_format; the same strides as `t` when `t` is dense)."""
+    if t.is_contiguous() and t.shape == shape:
+        return _memory.empty(shape, t.dtype, index)
     return _memory.empty_strided(list(shape), layout_strides(t.stride(), shape), t.dtype, index)
 
 
@@ -341,7 +343,7 @@ def _backward_launch(tuner, grid_of, g: Geometry, index: int, tensors: tuple, sc
     rows = g.batch * g.heads
     shape_key = (*dtypes, g.heads, g.q_len, g.kv_len, g.head_dim, *constexprs.values(), rows,
                  _device_tp(index), requested_backend())
-    fits = max(max(abs(v) for v in scalars if type(v) is int), rows * g.q_len) <= _INT32_MAX
+    fits = max(max(map(abs, scalars)), rows * g.q_len) <= _INT32_MAX  # (the float scale too: harmless)
     _launch.tuned(tuner, shape_key, (*tensors, *scalars), constexprs, grid_of, dtypes, tensors, fits)
 
 

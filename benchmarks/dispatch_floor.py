@@ -77,14 +77,30 @@ def _probe(library: Any, overload: Any, args: tuple) -> Callable[[], object]:
     library.define(signature)
     result = overload(*args)
     outputs = result if isinstance(result, tuple) else (result,)
-    layouts = [(tuple(o.shape), o.dtype, o.get_device()) if isinstance(o, torch.Tensor) else o
-               for o in outputs]
+    # per output: a tensor to allocate (shape, dtype, device), the position of an earlier output it is
+    # (the fused attention forward returns one empty tensor five times), or a non-tensor value
+    layouts: list[Any] = []
+    for position, output in enumerate(outputs):
+        same = next((j for j in range(position) if outputs[j] is output), None)
+        if same is not None:
+            layouts.append(same)
+        elif isinstance(output, torch.Tensor):
+            layouts.append((tuple(output.shape), output.dtype, output.get_device()))
+        else:
+            layouts.append(("value", output))
     empty = _memory.empty
     single = not isinstance(result, tuple)
 
     def kernel(*call_args: Any, **call_kwargs: Any) -> Any:
-        made = tuple(empty(*layout) if type(layout) is tuple else layout for layout in layouts)
-        return made[0] if single else made
+        made: list[Any] = []
+        for layout in layouts:
+            if type(layout) is int:
+                made.append(made[layout])
+            elif layout[0] == "value":
+                made.append(layout[1])
+            else:
+                made.append(empty(*layout))
+        return made[0] if single else tuple(made)
 
     library.impl(name, kernel, "PrivateUse1")
     probe = getattr(torch.ops.rbln_floor, name).default

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ops import _timer_overhead_ns  # benchmarks/ops.py, next to this script
-from registered_ops import TARGET_US, _per_call, _Side
+from registered_ops import TARGET_US, _per_call, _Side, add_timing_arguments
 
 
 def _cases() -> dict[str, tuple[Any, tuple, tuple]]:
@@ -110,10 +110,7 @@ def _probe(library: Any, overload: Any, args: tuple) -> Callable[[], object]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=200, help="calls per side and round")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per side and pass")
-    parser.add_argument("--passes", type=int, default=4, help="each row is its quietest pass")
-    parser.add_argument("--json", help="also write the rows to this JSON file")
+    add_timing_arguments(parser)
     options = parser.parse_args(argv)
 
     import torch

@@ -304,15 +304,20 @@ def _quietest(passes: list[tuple[float, float, float]]) -> tuple[float, float, f
     return dev_us, p10_us, cpu_us, dev_us / cpu_us
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
+    """--calls, --rounds, --passes and --json (shared with dispatch_floor.py)."""
     parser.add_argument("--calls", type=int, default=200, help="calls per side and round")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per side and pass")
     parser.add_argument("--passes", type=int, default=4,
                         help="sweeps over every op; each op's row is its quietest pass")
-    parser.add_argument("--only", help="comma-separated overloads or op names")
     parser.add_argument("--json", help="also write the rows to this JSON file")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_timing_arguments(parser)
+    parser.add_argument("--only", help="comma-separated overloads or op names")
     args = parser.parse_args(argv)
 
     import torch

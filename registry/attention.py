@@ -359,11 +359,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     if type(query) is torch.Tensor and query.dim() == 4 and dropout_p == 0.0 and not (
             torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad
                                          or (attn_mask is not None and attn_mask.requires_grad))):
-        plan_key = (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
-                    query.dtype, key.dtype, value.dtype, is_causal, scale, enable_gqa) if attn_mask is None \
-            else (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
-                  query.dtype, key.dtype, value.dtype, is_causal, scale, enable_gqa, attn_mask.shape,
-                  attn_mask.stride(), attn_mask.dtype)
+        plan_key = _structure(query, key, value, attn_mask, is_causal, scale, enable_gqa)
         plan = _inference_plans.get(plan_key)
         if plan is not None:
             if not plan.grid[0]:  # accepted, but launched only once since: keep the tuner's tile now
@@ -389,6 +385,15 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     out = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
         query, key, value, attn_mask, 0.0, is_causal, False, scale=scale)[0]
     return out.squeeze(1) if three_d else out
+
+
+def _structure(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+               is_causal: bool, scale: float | None, flag: bool) -> tuple:
+    """A plan key: q/k/v shapes, strides and dtypes, is_causal, scale, `flag` (enable_gqa for SDPA,
+    training for the fused op) and the mask's shape, strides and dtype."""
+    operands = (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
+                query.dtype, key.dtype, value.dtype, is_causal, scale, flag)
+    return operands if mask is None else (*operands, mask.shape, mask.stride(), mask.dtype)
 
 
 # (q/k/v shapes, strides and dtypes, is_causal, scale, enable_gqa, mask's) -> (geometry, scale) of a
@@ -542,11 +547,7 @@ def fused_attention_forward_kernel(query: torch.Tensor, key: torch.Tensor, value
     if dropout_p == 0.0 and not return_debug_mask and type(query) is torch.Tensor and query.dim() == 4:
         training = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad
                                                 or value.requires_grad)
-        plan_key = (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
-                    query.dtype, key.dtype, value.dtype, is_causal, scale, training) if attn_bias is None \
-            else (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
-                  query.dtype, key.dtype, value.dtype, is_causal, scale, training, attn_bias.shape,
-                  attn_bias.stride(), attn_bias.dtype)
+        plan_key = _structure(query, key, value, attn_bias, is_causal, scale, training)
         plan = _fused_plans.get(plan_key)
         if plan is not None:
             if not plan.grid[0]:  # accepted, but launched only once since: keep the tuner's tile now

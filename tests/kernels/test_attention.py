@@ -348,7 +348,7 @@ def _product_mask(kind: str | None, m: int, n: int) -> torch.Tensor | None:
 @pytest.mark.parametrize("name", sorted(PRODUCT_CASES))
 def test_product_tiles_match_cpu(name):
     """Tiny inference calls take the forward's product tiles (no tl.dot); the same call with autograd
-    keeps the tl.dot tiles its backward recomputes the scores with."""
+    (unmasked cases) keeps the tl.dot tiles its backward recomputes the scores with."""
     (b, h, m, n, d), hk, kind, kwargs, tile = PRODUCT_CASES[name]
     q, k, v = _qkv(b, h, m, n, d, hk=hk, seed=len(name))
     mask = _product_mask(kind, m, n)
@@ -357,8 +357,9 @@ def test_product_tiles_match_cpu(name):
     dev_mask = None if mask is None else mask.to("rbln")
     where = (dev_mask, kwargs.get("is_causal", False), kwargs.get("scale"))
     assert _forward_tile(*dev, *where) == tile
-    check_sdpa(q, k, v, mask, **kwargs)
-    assert _forward_tile(*dev, *where, inference=False) == (16, 16, 16)
+    if kind is None:  # the training tiles with a mask are other tests' (a cold compile each)
+        check_sdpa(q, k, v, mask, **kwargs)
+        assert _forward_tile(*dev, *where, inference=False) == (16, 16, 16)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -329,11 +329,9 @@ def _counts(index: int) -> dict[str, int]:
     return {key: stats[key] for key in _COUNTS}
 
 
-@pytest.mark.parametrize(("shapes", "dtype"), [
+@pytest.mark.parametrize(("shapes", "dtype"), [  # few cases: each new group arity is a numba compile
     (((4,), (1,), (1,)), torch.float32),  # a layer norm's out, mean, rstd
-    (((2, 3), (2, 1), (3,)), torch.bfloat16),
     (((), ()), torch.float32),  # a loss and its total weight
-    (((), (), ()), torch.float32),
     (((0, 5), (7,)), torch.int64),
 ])
 def test_grouped_outputs_are_the_tensors_and_counts_of_separate_ones(shapes: tuple, dtype: torch.dtype

@@ -362,7 +362,7 @@ def test_product_tiles_match_cpu(name):
         assert _forward_tile(*dev, *where, inference=False) == (16, 16, 16)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.slow)])
 def test_product_tiles_half_precision_forward(dtype):
     q, k, v = _qkv(1, 2, 3, 4, 4, dtype=dtype, seed=7)
     check_sdpa(q, k, v, grad=False, is_causal=True)

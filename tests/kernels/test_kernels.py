@@ -34,11 +34,13 @@ def test_rows_up_to_one_block_take_the_single_load_kernels():
     """Rows of n <= 4096 run softmax_row_kernel / norm_row_kernel: each element loaded once; the
     padding lanes of a block (n=129 in a 1024 block, 4096 exactly full) must not leak into results."""
     registry.reset_fallback_report()
+    generator = torch.Generator().manual_seed(0)
     for n in (129, 4096):
-        x = torch.randn(5, n) * 4
-        w, b = torch.randn(n), torch.randn(n)
+        x = torch.randn(5, n, generator=generator) * 4
+        w, b = torch.randn(n, generator=generator), torch.randn(n, generator=generator)
         d, dw, db = x.to("rbln"), w.to("rbln"), b.to("rbln")
-        torch.testing.assert_close(torch.softmax(d, -1).cpu(), torch.softmax(x, -1))
+        # float32 exp/sum rounding: a probability near 1 may differ from the CPU's by ~1.3e-5
+        torch.testing.assert_close(torch.softmax(d, -1).cpu(), torch.softmax(x, -1), atol=3e-5, rtol=3e-5)
         torch.testing.assert_close(F.layer_norm(d, (n,), dw, db).cpu(), F.layer_norm(x, (n,), w, b),
                                    atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(torch.log_softmax(d, -1).cpu(), torch.log_softmax(x, -1), atol=1e-4, rtol=1e-5)

@@ -108,6 +108,19 @@ class _Plan:
         return self.run
 
 
+def write_only_buffer(buffers: dict, index: int, shape: tuple, limit: int) -> Tensor:
+    """A float32 rbln:index buffer of `shape` for a kernel output no caller reads (a forward's rstd or
+    logsumexp without autograd): kept in `buffers` (a plan's, per device) when it has at most `limit`
+    elements, so later calls skip the allocation. Concurrent calls may write it at once: nothing reads
+    it, so that is harmless."""
+    buffer = buffers.get(index)
+    if buffer is None:
+        buffer = _memory.empty(shape, torch.float32, index)
+        if buffer.numel() <= limit:
+            buffers[index] = buffer
+    return buffer
+
+
 def _row_launch(plan: _Plan | None, x: Tensor, index: int) -> Callable | None:
     """`plan.ready` for a row kernel's plan (`programs` rows of `n` elements), None without a plan."""
     return None if plan is None else plan.ready(x, index, plan.programs * plan.n)

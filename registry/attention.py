@@ -33,7 +33,7 @@ from torch_rbln import _dlpack, _memory, config, fallback
 
 from . import _device_counts, _launch
 from . import _ops as O
-from ._fastpath import _Plan
+from ._fastpath import _Plan, write_only_buffer
 from ._finite_scan import PARALLEL_MIN, all_finite, is_dense_permutation
 from ._memo import BoundedMemo
 
@@ -487,11 +487,7 @@ def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, val
         lse = _memory.empty(plan.lse_shape, torch.float32, index)
         lse_out.append(lse)
     else:
-        lse = plan.scratch.get(index)
-        if lse is None:
-            lse = _memory.empty(plan.lse_shape, torch.float32, index)
-            if lse.numel() <= _SCRATCH_ROWS:
-                plan.scratch[index] = lse
+        lse = write_only_buffer(plan.scratch, index, plan.lse_shape, _SCRATCH_ROWS)
     run = None
     if plan.dense and (plan.programs == 1 or _device_tp(index) == 1):
         run = plan.run

@@ -16,8 +16,7 @@ from torch_rbln import _memory, config
 
 from . import _launch
 from . import _ops as O
-from ._fastpath import _contiguous_rbln, _Plan
-from ._finite_scan import PARALLEL_MIN, all_finite
+from ._fastpath import _contiguous_rbln, _Plan, write_only_buffer
 from ._memo import PlanMemo
 
 
@@ -86,18 +85,9 @@ def _rms_norm_fast(x: Tensor, weight: Tensor | None, eps: float) -> Tensor | Non
     run = plan.kept(index)
     if run is None:
         return None
-    if not config.deploy_mode():
-        scan, mask = plan.scan, plan.mask
-        if rows * n >= PARALLEL_MIN:
-            if not (all_finite(x) and (not has_w or all_finite(weight))):
-                return None
-        elif not scan(x.data_ptr(), rows * n, mask) or (has_w and not scan(weight.data_ptr(), n, mask)):
-            return None
-    rstd = plan.scratch.get(index)
-    if rstd is None:
-        rstd = _memory.empty((rows,), torch.float32, index)
-        if rows <= _SCRATCH_ROWS:
-            plan.scratch[index] = rstd
+    if not config.deploy_mode() and not (plan.finite(x, rows * n) and (not has_w or plan.finite(weight, n))):
+        return None
+    rstd = write_only_buffer(plan.scratch, index, (rows,), _SCRATCH_ROWS)
     out = _memory.empty(x.shape, dtype, index)
     run(rows, 1, 1, x, weight if has_w else x, x, out, rstd, rstd, n, eps)
     return out

@@ -413,7 +413,11 @@ def layer_norm_backward() -> FastPath:
         if rows <= _NORM_BACKWARD_SMALL_ROWS and n <= _ONE_BLOCK:
             key = (dtype,) * 8 + (has_w, need_dx, need_dw, need_db, _row_block(n), rows < _I32, n < _I32)
             fused = _Plan(R.norm_backward_small_kernel, key, 0, dtype, dtype)
-            return fused, None, rows, n, need_dw, need_db, True, scan
+            # the element counts its launch by address passes after grad's and x's (numel each): weight
+            # (x stands in for an absent one), mean, rstd, dx, dw, db (grad stands in for an absent result)
+            spans = (n if has_w else numel, rows, rows, numel, n if need_dw else numel,
+                     n if need_db else numel)
+            return fused, None, rows, n, need_dw, need_db, True, scan, spans
         dx_plan = params = None
         if need_dx:
             key = (dtype,) * 6 + (has_w, _row_block(n), n < _I32)
@@ -422,7 +426,7 @@ def layer_norm_backward() -> FastPath:
             block = 16 if n <= 16 else 128
             key = (dtype,) * 6 + (need_dw, need_db, block, rows < _I32, n < _I32)
             params = _Plan(R.norm_param_grad_kernel, key, 0, dtype, dtype, _cdiv(n, block))
-        return dx_plan, params, rows, n, need_dw, need_db, False, scan
+        return dx_plan, params, rows, n, need_dw, need_db, False, scan, None
 
     plans = PlanMemo(1024, new_plan)
 
@@ -455,7 +459,7 @@ def layer_norm_backward() -> FastPath:
         plan = plans[(dtype, shape, tuple(normalized), has_w, has_b, (need_dx, need_dw, need_db))]
         if plan is None:
             return None
-        first, params, rows, n, need_dw, need_db, fused, (scan_all, counts, wide) = plan
+        first, params, rows, n, need_dw, need_db, fused, (scan_all, counts, wide), spans = plan
         if mean.numel() != rows or rstd.numel() != rows or (has_w and weight.numel() != n) \
                 or (has_b and bias.numel() != n):
             return None
@@ -473,6 +477,7 @@ def layer_norm_backward() -> FastPath:
             if run_params is None:
                 return None
         w = x if weight is None else weight  # an absent weight/bias is not read: x stands in
+        addresses = None
         if not config.deploy_mode():
             scan_plan = first or params
             if scan_all is not None:  # one compiled call scans the six inputs
@@ -493,7 +498,18 @@ def layer_norm_backward() -> FastPath:
         dw_t = grad if dw is None else dw  # an absent result is never written: grad stands in, as there
         db_t = grad if db is None else db
         if fused:  # the one-program kernel
-            run(1, 1, 1, grad, x, w, mean, rstd, grad if dx is None else dx, dw_t, db_t, rows, n)
+            by_address = first.by_address
+            if by_address is None or addresses is None:
+                run(1, 1, 1, grad, x, w, mean, rstd, grad if dx is None else dx, dw_t, db_t, rows, n)
+                return dx, dw, db
+            # the launch by address reuses the scan's addresses (grad, x, mean, rstd, weight)
+            ga, xa, ma, ra, wa, _ = addresses
+            numel = counts[0]
+            sw, sm, sr, sdx, sdw, sdb = spans
+            if not by_address(1, 1, 1, ga, numel, xa, numel, wa, sw, ma, sm, ra, sr,
+                              ga if dx is None else dx.data_ptr(), sdx, dw_t.data_ptr(), sdw, db_t.data_ptr(),
+                              sdb, rows, n):
+                return None  # a kernel fault: the general path re-runs the call and reports it
             return dx, dw, db
         if run is not None:
             run(rows, 1, 1, grad, x, w, mean, rstd, dx, dx, n)

@@ -62,8 +62,8 @@ class _Plan:
     NaN/Inf scan of its inputs (`contiguous_scan` of their dtype). Every plan is listed in `_PLANS` so
     that `kernel.clear_cache()` can reset its kept launch (`_reset_plans`) at no cost to the calls."""
 
-    __slots__ = ("kernel", "key", "op", "out_dtype", "run", "backend", "scan", "mask", "programs", "n",
-                 "__weakref__")
+    __slots__ = ("kernel", "key", "op", "out_dtype", "run", "by_address", "backend", "scan", "mask",
+                 "programs", "n", "__weakref__")
 
     def __init__(self, kernel, key: tuple, op: int, out_dtype: torch.dtype, in_dtype: torch.dtype,
                  programs: int = 1) -> None:
@@ -71,6 +71,7 @@ class _Plan:
         self.programs = programs  # of an elementwise launch (its grid depends on the size only)
         self.n = 0  # the row length of a row kernel's launch
         self.run: Callable | None = None
+        self.by_address: Callable | None = None  # `run.by_address` where the backend has it
         self.backend: str | None = None
         self.scan, self.mask = contiguous_scan(in_dtype)
         _PLANS.add(self)
@@ -104,6 +105,7 @@ class _Plan:
         backend = requested_backend()
         if self.run is None or backend != self.backend:
             self.run = _launch.unchecked(self.kernel, self.key)
+            self.by_address = getattr(self.run, "by_address", None)
             self.backend = backend
         return self.run
 
@@ -597,7 +599,7 @@ class _NormPlan(_Plan):
     element `counts` it scans of each (0 for an absent weight or bias) and whether the words are 32-bit
     (`wide`)."""
 
-    __slots__ = ("layout", "scan_all", "counts", "wide")
+    __slots__ = ("layout", "scan_all", "counts", "wide", "spans")
 
 
 def layer_norm() -> FastPath:
@@ -623,6 +625,10 @@ def layer_norm() -> FastPath:
         plan.scan_all = _k("rows").inputs_finite_entry(3) if numel < PARALLEL_MIN else None
         plan.counts = (numel, n if has_w else 0, n if has_b else 0)
         plan.wide = int(dtype == torch.float32)
+        rows = numel // n
+        # the element counts `by_address` passes: x, weight, bias (x stands in for an absent one), out,
+        # mean, rstd
+        plan.spans = (numel, n if has_w else numel, n if has_b else numel, numel, rows, rows)
         return plan
 
     plans: dict[tuple, _NormPlan | None] = PlanMemo(1024, new_plan)
@@ -666,17 +672,27 @@ def layer_norm() -> FastPath:
             return None  # a grid split over a tensor-parallel group: the general launch's
         w = weight if has_w else x  # an absent weight/bias is not read (HAS_W/HAS_B): x stands in
         b = bias if has_b else x
+        # the input addresses serve the scan and the launch by address alike
+        xa = x.data_ptr()
+        wa = w.data_ptr() if has_w else xa
+        ba = b.data_ptr() if has_b else xa
         if not config.deploy_mode():
             scan_all = plan.scan_all
             if scan_all is not None:
-                if not scan_all((x.data_ptr(), w.data_ptr(), b.data_ptr()), plan.counts, plan.mask,
-                                plan.wide):
+                if not scan_all((xa, wa, ba), plan.counts, plan.mask, plan.wide):
                     return None
             elif not (all_finite(x) and (not has_w or plan.finite(weight, n))
                       and (not has_b or plan.finite(bias, n))):
                 return None
         out, mean, rstd = _memory.empty_triple_of(plan.layout, dtype, index)
-        run(programs, 1, 1, x, w, b, out, mean, rstd, n, float(eps))
+        by_address = plan.by_address
+        if by_address is None:
+            run(programs, 1, 1, x, w, b, out, mean, rstd, n, float(eps))
+            return out, mean, rstd
+        sx, sw, sb, so, sm, sr = plan.spans
+        if not by_address(programs, 1, 1, xa, sx, wa, sw, ba, sb, out.data_ptr(), so, mean.data_ptr(), sm,
+                          rstd.data_ptr(), sr, n, float(eps)):
+            return None  # a kernel fault: the general path re-runs the call and reports it
         return out, mean, rstd
 
     return fast

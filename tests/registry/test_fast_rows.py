@@ -335,3 +335,47 @@ def test_the_loss_fast_paths_decline_a_nan_input_and_check_targets_in_deploy_mod
     assert backward((grad, nan_x, good, weight, 2, -100, total), {}) is not None
     assert forward((x, bad, weight, 2, -100), {}) is None
     assert backward((grad, x, bad, weight, 2, -100, total), {}) is None
+
+
+def _small_backward_plans(monkeypatch) -> list:
+    """The kept plans of the one-program layer-norm backward, their launch by tensors made to fail (a
+    call must launch by address, from the addresses its input scan read)."""
+    from torch_rbln.kernels import rows
+
+    plans = [plan for plan in _fastpath._PLANS
+             if plan.kernel is rows.norm_backward_small_kernel and plan.launcher()]
+    assert plans and all(plan.by_address for plan in plans)
+    for plan in plans:
+        monkeypatch.setattr(plan, "run", lambda *a: (_ for _ in ()).throw(AssertionError("by tensors")))
+    return plans
+
+
+@pytest.mark.parametrize("mask", [[True, True, True], [True, False, False]])
+def test_small_layer_norm_backward_launches_by_address(mask, monkeypatch, launches_forbidden):
+    case, _ = _layer_norm_case(mask)
+    args = [_dev(a) for a in case]
+    first = A.native_layer_norm_backward.default(*args)
+    _small_backward_plans(monkeypatch)
+    launches_forbidden()
+    registry.reset_fallback_report()
+    fast = A.native_layer_norm_backward.default(*args)
+    for got, want in zip(fast, first, strict=True):
+        assert (got is None) == (want is None)
+        if got is not None:
+            torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
+    assert _row("aten::native_layer_norm_backward") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_a_fault_in_the_layer_norm_backward_launch_by_address_takes_the_general_path(monkeypatch):
+    case, _ = _layer_norm_case([True, True, True])
+    args = [_dev(a) for a in case]
+    first = A.native_layer_norm_backward.default(*args)
+    faulted = []
+    for plan in _small_backward_plans(monkeypatch):  # a kernel that reports a fault returns False
+        monkeypatch.setattr(plan, "by_address", lambda *a: faulted.append(a) or False)
+    registry.reset_fallback_report()
+    again = A.native_layer_norm_backward.default(*args)
+    assert faulted
+    for got, want in zip(again, first, strict=True):
+        torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
+    assert _row("aten::native_layer_norm_backward") == {"device": 1, "cpu": 0, "reasons": {}}

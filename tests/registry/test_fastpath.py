@@ -414,6 +414,7 @@ def test_layer_norm_takes_the_fast_path_with_the_general_results(shape, normaliz
     call = torch.ops.aten.native_layer_norm.default
     first = call(dx, list(normalized), dw, db, 1e-5)  # the general path launches once
     monkeypatch.setattr(_ops, "layer_norm", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
+    _forbid_launch_by_tensors(monkeypatch)
     registry.reset_fallback_report()
     fast = call(dx, list(normalized), dw, db, 1e-5)
     for got, want in zip(fast, first, strict=True):
@@ -423,6 +424,33 @@ def test_layer_norm_takes_the_fast_path_with_the_general_results(shape, normaliz
     expected = F.layer_norm(x.float(), normalized, None if w is None else w.float(),
                             None if b is None else b.float(), 1e-5).to(dtype)
     torch.testing.assert_close(fast[0].cpu(), expected, atol=max(atol, 1e-5), rtol=max(rtol, 1e-5))
+    assert _row("aten::native_layer_norm") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def _forbid_launch_by_tensors(monkeypatch) -> list:
+    """Make the layer-norm plans' launch by tensors fail: a call must launch by address (from the
+    addresses its input scan read). Returns those plans."""
+    plans = [plan for plan in _fastpath._PLANS if isinstance(plan, _fastpath._NormPlan) and plan.launcher()]
+    assert plans and all(plan.by_address for plan in plans)
+    for plan in plans:
+        monkeypatch.setattr(plan, "run", lambda *a: (_ for _ in ()).throw(AssertionError("by tensors")))
+    return plans
+
+
+def test_a_fault_in_the_layer_norm_launch_by_address_leaves_the_call_to_the_general_path(monkeypatch):
+    x = torch.randn(3, 8)
+    w, b = torch.randn(8), torch.randn(8)
+    args = (x.to("rbln"), [8], w.to("rbln"), b.to("rbln"), 1e-5)
+    call = torch.ops.aten.native_layer_norm.default
+    first = call(*args)
+    faulted = []
+    for plan in _forbid_launch_by_tensors(monkeypatch):  # a kernel that reports a fault returns False
+        monkeypatch.setattr(plan, "by_address", lambda *a: faulted.append(a) or False)
+    registry.reset_fallback_report()
+    again = call(*args)  # the general path re-runs it: the same results, on the device
+    assert faulted
+    for got, want in zip(again, first, strict=True):
+        torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
     assert _row("aten::native_layer_norm") == {"device": 1, "cpu": 0, "reasons": {}}
 
 

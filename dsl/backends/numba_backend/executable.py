@@ -226,7 +226,11 @@ class Executable:
         False, having done nothing, when the general launch must take the call (a tensor that is not
         contiguous or not in host memory, a grid split over a tensor-parallel group). Its attribute
         `unchecked(g0, g1, g2, *values)` takes the runtime params' values in param order and skips those
-        checks: for callers that made them already."""
+        checks: for callers that made them already. `unchecked.by_address(g0, g1, g2, *addressed)` takes
+        each tensor param as two ints (its data address and element count), then the scalars, and returns
+        False, having reset the fault record, when the kernel reported a fault: for fast paths that hold
+        the addresses already (from their input scan) and know the counts from their plan; the caller
+        lets its general path re-run such a call, which raises the fault with its full report."""
         runtime = sorted((*self._ptr_params, *self._scalar_params))
         if any(gather[index] is None for index in runtime):
             return None
@@ -240,6 +244,11 @@ class Executable:
         values = ", ".join(names.get(i, "None") for i in range(len(self.fn.params)))
         signature = ", ".join(names[i] for i in runtime)
         spans = "".join(f"{t}.numel(), " for t in tensors)
+        # by_address: each tensor as (address, element count), the scalars as in `unchecked`
+        address_arguments = [f"a{i}, n{i}" for i in self._ptr_params]
+        address_arguments += arguments[len(tensors):]
+        address_signature = ", ".join([*(f"a{i}, n{i}" for i in self._ptr_params),
+                                       *(names[i] for i in self._scalar_params)])
         lines = [
             f"def unchecked(g0, g1, g2, {signature}):",
             "    error = errors.get(get_ident())",  # this thread's fault record: all zero between launches
@@ -250,6 +259,16 @@ class Executable:
             "        fault = error.copy()",
             "        error[:] = 0",
             f"        failed(fault, (g0, g1, g2), ({spans}), [{values}])",
+            "",
+            f"def by_address(g0, g1, g2, {address_signature}):",
+            "    error = errors.get(get_ident())",
+            "    if error is None:",
+            "        error = errors[get_ident()] = zeros(4, int64)",
+            f"    kernel(0, g0 * g1 * g2, g0, g1, g2, {', '.join(address_arguments)}, error)",
+            "    if error[0]:",
+            "        error[:] = 0",
+            "        return False",
+            "    return True",
             "",
             "def launch(args, kwargs, g0, g1, g2):",
         ]
@@ -276,6 +295,7 @@ class Executable:
         exec(code, namespace)  # noqa: S102 - generated from this kernel's own parameter list
         launch = namespace["launch"]
         launch.unchecked = namespace["unchecked"]
+        launch.unchecked.by_address = namespace["by_address"]
         return launch
 
     def _entry_point(self) -> Callable | None:

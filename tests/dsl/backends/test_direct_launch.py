@@ -73,3 +73,25 @@ def test_a_fault_in_a_direct_launch_is_reported_like_any_launch():
         unmasked_kernel[(1,)](short, BLOCK=16)
     assert torch.equal(short, torch.zeros(10))  # the bounds check runs before any store
     assert torch.equal(good, torch.full((16,), 2.0))
+
+
+def test_a_launch_by_address_runs_the_kernel_on_the_given_addresses():
+    x, y, out = torch.randn(40), torch.randn(40), torch.empty(40)
+    _launch_once(x, y, out)
+    _launch_once(x, y, out)
+    by_address = axpy_kernel.launcher(x, y, out, 40, 2.0, BLOCK=16).unchecked.by_address
+    x2, y2, out2 = torch.randn(40), torch.randn(40), torch.full((40,), float("nan"))
+    assert by_address(3, 1, 1, x2.data_ptr(), 40, y2.data_ptr(), 40, out2.data_ptr(), 40, 40, 0.25) is True
+    torch.testing.assert_close(out2, 0.25 * x2 + y2, atol=1e-6, rtol=1e-6)
+
+
+def test_a_fault_in_a_launch_by_address_returns_false_and_clears_the_fault_record():
+    good = torch.zeros(16)
+    unmasked_kernel[(1,)](good, BLOCK=16)
+    unmasked_kernel[(1,)](good, BLOCK=16)
+    by_address = unmasked_kernel.launcher(good, BLOCK=16).unchecked.by_address
+    short = torch.zeros(10)
+    assert by_address(1, 1, 1, short.data_ptr(), 10) is False  # a 10-element span: the load of 16 faults
+    assert torch.equal(short, torch.zeros(10))
+    assert by_address(1, 1, 1, good.data_ptr(), 16) is True  # the record was reset: the next launch runs
+    assert torch.equal(good, torch.full((16,), 3.0))

@@ -682,16 +682,23 @@ def launch_tp(values, explicit_tp: int | None = None) -> tuple[int, int | None, 
 
 
 _group_sizes: dict[int, tuple[object, int]] = {}  # device index -> (topology, group size)
+_topology_module = None  # torch_rbln.topology once `_device_tp` has imported it (it imports torch)
 
 
 def _device_tp(device_index: int) -> int:
     """`torch_rbln.tp.tp_size_for(device_index)` without its per-call parsing: the group size is
     remembered per (device, topology object), and TORCH_RBLN_USE_DEVICE_TP is only read for groups of
     several NPUs (a one-NPU device launches with tp=1 whatever it says). Tests that rebuild the topology
-    or change the variable get fresh answers."""
-    from torch_rbln import topology
+    or change the variable get fresh answers. (Fast paths ask on every call of a grid of several
+    programs: the topology module is kept after the first import, and the built topology read
+    directly.)"""
+    global _topology_module
+    if _topology_module is None:
+        from torch_rbln import topology as module
 
-    current = topology.get_topology()
+        _topology_module = module
+    topology = _topology_module
+    current = topology._topology or topology.get_topology()
     entry = _group_sizes.get(device_index)
     if entry is not None and entry[0] is current:
         size = entry[1]

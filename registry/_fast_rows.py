@@ -386,13 +386,25 @@ def std() -> FastPath:
 
 # ---------------------------------------------------------------- layer norm backward
 
+class _NormBackwardPlan:
+    """A layer-norm backward's launches for one (dtype, shape, normalized shape, weight?, bias?, output
+    mask): the one-program kernel's plan (`fused`: a few short rows) or the dx row kernel's (`first`)
+    and the dw/db column kernel's (`params`); the input scan (`scan_all` over grad, x, mean, rstd,
+    weight, bias with their element `counts`, `wide` for 32-bit words); the element counts the fused
+    launch by address passes (`spans`); and the `_memory.triple_layout` of (dx, dw, db) when all three
+    are asked for over one normalized dim (`layout`; other calls build theirs per call)."""
+
+    __slots__ = ("first", "params", "fused", "rows", "n", "need_dw", "need_db", "scan_all",
+                 "counts", "wide", "spans", "layout")
+
+
 def layer_norm_backward() -> FastPath:
     """`native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask)`
     with everything contiguous of x's dtype on its device: the launches of `_ops.layer_norm_backward`
     (a few short rows: the one-program kernel; else the dx row kernel and the dw/db column kernel),
     same arguments."""
 
-    def new_plan(plan_key: tuple) -> tuple | None:
+    def new_plan(plan_key: tuple) -> _NormBackwardPlan | None:
         dtype, shape, normalized, has_w, has_b, mask = plan_key
         tail = len(normalized)
         if dtype not in FLOATS or tail == 0 or tail > len(shape) or tuple(shape[-tail:]) != normalized:
@@ -407,26 +419,33 @@ def layer_norm_backward() -> FastPath:
         need_dw, need_db = need_dw and has_w, need_db and has_b
         if not (need_dx or need_dw or need_db):
             return None
+        plan = _NormBackwardPlan()
+        plan.rows, plan.n, plan.need_dw, plan.need_db = rows, n, need_dw, need_db
         # the input scan: grad, x, mean, rstd, weight, bias (an absent one scans 0 elements)
-        scan = (R.inputs_finite_entry(6) if numel < PARALLEL_MIN else None,
-                (numel, numel, rows, rows, n if has_w else 0, n if has_b else 0), int(dtype == torch.float32))
-        if rows <= _NORM_BACKWARD_SMALL_ROWS and n <= _ONE_BLOCK:
+        plan.scan_all = R.inputs_finite_entry(6) if numel < PARALLEL_MIN else None
+        plan.counts = (numel, numel, rows, rows, n if has_w else 0, n if has_b else 0)
+        plan.wide = int(dtype == torch.float32)
+        # one normalized dim: a weight and bias of one dim and n elements have exactly that shape
+        kept = need_dx and need_dw and need_db and tail == 1
+        plan.layout = _memory.triple_layout(shape, normalized, normalized) if kept else None
+        plan.first = plan.params = plan.spans = None
+        plan.fused = rows <= _NORM_BACKWARD_SMALL_ROWS and n <= _ONE_BLOCK
+        if plan.fused:
             key = (dtype,) * 8 + (has_w, need_dx, need_dw, need_db, _row_block(n), rows < _I32, n < _I32)
-            fused = _Plan(R.norm_backward_small_kernel, key, 0, dtype, dtype)
-            # the element counts its launch by address passes after grad's and x's (numel each): weight
-            # (x stands in for an absent one), mean, rstd, dx, dw, db (grad stands in for an absent result)
-            spans = (n if has_w else numel, rows, rows, numel, n if need_dw else numel,
-                     n if need_db else numel)
-            return fused, None, rows, n, need_dw, need_db, True, scan, spans
-        dx_plan = params = None
+            plan.first = _Plan(R.norm_backward_small_kernel, key, 0, dtype, dtype)
+            # the element counts of its launch by address: grad, x, weight (x stands in for an absent
+            # one), mean, rstd, dx, dw, db (grad stands in for an absent result)
+            plan.spans = (numel, numel, n if has_w else numel, rows, rows, numel, n if need_dw else numel,
+                          n if need_db else numel)
+            return plan
         if need_dx:
             key = (dtype,) * 6 + (has_w, _row_block(n), n < _I32)
-            dx_plan = _Plan(R.norm_backward_kernel, key, 0, dtype, dtype, rows)
+            plan.first = _Plan(R.norm_backward_kernel, key, 0, dtype, dtype, rows)
         if need_dw or need_db:
             block = 16 if n <= 16 else 128
             key = (dtype,) * 6 + (need_dw, need_db, block, rows < _I32, n < _I32)
-            params = _Plan(R.norm_param_grad_kernel, key, 0, dtype, dtype, _cdiv(n, block))
-        return dx_plan, params, rows, n, need_dw, need_db, False, scan, None
+            plan.params = _Plan(R.norm_param_grad_kernel, key, 0, dtype, dtype, _cdiv(n, block))
+        return plan
 
     plans = PlanMemo(1024, new_plan)
 
@@ -459,10 +478,11 @@ def layer_norm_backward() -> FastPath:
         plan = plans[(dtype, shape, tuple(normalized), has_w, has_b, (need_dx, need_dw, need_db))]
         if plan is None:
             return None
-        first, params, rows, n, need_dw, need_db, fused, (scan_all, counts, wide), spans = plan
+        rows, n = plan.rows, plan.n
         if mean.numel() != rows or rstd.numel() != rows or (has_w and weight.numel() != n) \
                 or (has_b and bias.numel() != n):
             return None
+        first, params = plan.first, plan.params
         run = run_params = None
         if first is not None:
             run = first.run  # `first.kept(index)`, inline
@@ -479,34 +499,37 @@ def layer_norm_backward() -> FastPath:
         w = x if weight is None else weight  # an absent weight/bias is not read: x stands in
         addresses = None
         if not config.deploy_mode():
-            scan_plan = first or params
+            scan_all = plan.scan_all
             if scan_all is not None:  # one compiled call scans the six inputs
                 x_address = x.data_ptr()
                 addresses = (grad.data_ptr(), x_address, mean.data_ptr(), rstd.data_ptr(),
                              x_address if weight is None else weight.data_ptr(),
                              x_address if bias is None else bias.data_ptr())
-                if not scan_all(addresses, counts, scan_plan.mask, wide):
+                if not scan_all(addresses, plan.counts, (first or params).mask, plan.wide):
                     return None
-            elif not _finite(scan_plan, grad, x, mean, rstd, weight, bias):
+            elif not _finite(first or params, grad, x, mean, rstd, weight, bias):
                 return None
-        if need_dx and need_dw and need_db:  # training's usual call: the three in one allocation
+        layout = plan.layout
+        if layout is not None and weight.dim() == 1 and bias.dim() == 1:
+            # training's usual call: the three in one allocation, weight and bias of the normalized shape
+            dx, dw, db = _memory.empty_triple_of(layout, dtype, index)
+        elif need_dx and plan.need_dw and plan.need_db:
             dx, dw, db = _memory.empty_triple(shape, weight.shape, bias.shape, dtype, index)
         else:
             dx = _memory.empty(shape, dtype, index) if need_dx else None
-            dw = _memory.empty(weight.shape, dtype, index) if need_dw else None
-            db = _memory.empty(bias.shape, dtype, index) if need_db else None
+            dw = _memory.empty(weight.shape, dtype, index) if plan.need_dw else None
+            db = _memory.empty(bias.shape, dtype, index) if plan.need_db else None
         dw_t = grad if dw is None else dw  # an absent result is never written: grad stands in, as there
         db_t = grad if db is None else db
-        if fused:  # the one-program kernel
+        if plan.fused:  # the one-program kernel
             by_address = first.by_address
             if by_address is None or addresses is None:
                 run(1, 1, 1, grad, x, w, mean, rstd, grad if dx is None else dx, dw_t, db_t, rows, n)
                 return dx, dw, db
             # the launch by address reuses the scan's addresses (grad, x, mean, rstd, weight)
             ga, xa, ma, ra, wa, _ = addresses
-            numel = counts[0]
-            sw, sm, sr, sdx, sdw, sdb = spans
-            if not by_address(1, 1, 1, ga, numel, xa, numel, wa, sw, ma, sm, ra, sr,
+            sg, sx, sw, sm, sr, sdx, sdw, sdb = plan.spans
+            if not by_address(1, 1, 1, ga, sg, xa, sx, wa, sw, ma, sm, ra, sr,
                               ga if dx is None else dx.data_ptr(), sdx, dw_t.data_ptr(), sdw, db_t.data_ptr(),
                               sdb, rows, n):
                 return None  # a kernel fault: the general path re-runs the call and reports it

@@ -22,8 +22,9 @@ keys of one key/value head, looping over the `group` query heads that share it, 
 needed) accumulates `dV = P^T dO` and `dK = dS^T (scale q)`. Both recompute P from the saved lse
 instead of storing the (L, S) probabilities.
 
-Tiles: `tl.dot` tiles of 16 and more; an inference forward of a tiny problem (sequences and head dim
-<= PRODUCT_BLOCK) takes a 4x4 or 8x8 product tile instead (`_mm`, `block_d`, `_prune_tiles`).
+Tiles: `tl.dot` tiles of 16 and more; a tiny problem (sequences and head dim <= PRODUCT_BLOCK) takes a
+4x4 or 8x8 product tile instead (`_mm`, `block_d`, `_prune_tiles`), in the forward and both backward
+kernels alike.
 """
 
 from __future__ import annotations
@@ -35,26 +36,26 @@ from torch_rbln.autotune import Config, autotune
 # can fill, so short sequences compile a single specialisation.
 TILES = ((16, 16), (32, 32), (64, 64), (128, 64), (128, 128))
 _TINY = 16  # sequences up to this long (both) take the 16x16 tile alone; longer ones never take it
-# Square tiles of the elementwise-product path, for inference: a launch whose BLOCK_D fits
-# PRODUCT_BLOCK (`block_d` of a call without autograd) and whose sequences and head dim all fit it takes
-# the smallest of them that covers it, alone. Their matmuls (`_mm`) are `tl.sum`s of broadcast products
-# instead of `tl.dot`: on the numba backend a `tl.dot` tile is a BLAS call plus the staging of both
-# operands (a 16x16x16 dot for a 2x2x2 problem), and Triton front ends (the rebel backend) want `tl.dot`
-# operand sides of at least 16, which these tiles do not have. A forward whose logsumexp a backward will
-# read keeps BLOCK_D >= 16 and so the `tl.dot` tiles, as the backward kernels do: the backward recomputes
-# P = exp(S - lse), and S rounded one way there and another in the forward shifts the gradients.
+# Square tiles of the elementwise-product path: a launch whose BLOCK_D fits PRODUCT_BLOCK (`block_d`)
+# and whose sequences and head dim all fit it takes the smallest of them that covers it, alone. Their
+# matmuls (`_mm`) are `tl.sum`s of broadcast products instead of `tl.dot`: on the numba backend a `tl.dot`
+# tile is a BLAS call plus the staging of both operands (a 16x16x16 dot for a 2x2x2 problem), and Triton
+# front ends (the rebel backend) want `tl.dot` operand sides of at least 16, which these tiles do not
+# have. `block_d` gives the forward and the backward kernels of one problem the same BLOCK_D, so they take
+# the same kind of tile: the backward recomputes P = exp(S - lse) from the forward's logsumexp, and S
+# rounded one way there and another in the forward would shift the gradients.
 PRODUCT_TILES = (4, 8)
 PRODUCT_BLOCK = PRODUCT_TILES[-1]
 _MIN_BLOCK_D = 16  # the head-dim block of `tl.dot` tiles (its smallest operand side on Triton)
 
 
-def block_d(head_dim: int, q_len: int | None = None, kv_len: int | None = None) -> int:
-    """BLOCK_D of a launch: the power of two covering `head_dim`, at least 16 for the `tl.dot` tiles.
-    Given the sequence lengths (`q_len`, `kv_len`: an inference forward), a problem whose sequences and
-    head dim all fit a product tile gets a BLOCK_D that need only cover the head dim (at least the
-    smallest tile side), which lets `_prune_tiles` choose that tile."""
+def block_d(head_dim: int, q_len: int, kv_len: int) -> int:
+    """BLOCK_D of a launch (forward or backward, the same for both): a problem whose sequences and head
+    dim all fit a product tile gets a BLOCK_D that need only cover the head dim (at least the smallest
+    tile side), which lets `_prune_tiles` choose that tile; any other gets the power of two covering the
+    head dim, at least 16 for the `tl.dot` tiles."""
     covering = 1 << (head_dim - 1).bit_length()
-    if q_len is not None and kv_len is not None and _fits_product(q_len, kv_len, head_dim):
+    if _fits_product(q_len, kv_len, head_dim):
         return max(PRODUCT_TILES[0], covering)
     return max(_MIN_BLOCK_D, covering)
 
@@ -117,7 +118,7 @@ def _mm(a, b, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexp
     """`a @ b` in float32: `tl.dot`, or on a product tile (every block <= PRODUCT_BLOCK) a `tl.sum` of
     broadcast products, formed and summed in float64 and rounded once (like BLAS's fused multiply-adds;
     a float32 sum of rounded products measured about twice CPU's output error). The backward kernels
-    multiply through it too, so a launch given a product BLOCK_D rounds S as the forward did."""
+    multiply through it too, so a backward of a product-tile forward rounds S as that forward did."""
     if BLOCK_M <= PRODUCT_BLOCK and BLOCK_N <= PRODUCT_BLOCK and BLOCK_D <= PRODUCT_BLOCK:
         c = tl.sum(a.to(tl.float64)[:, :, None] * b.to(tl.float64)[None, :, :], axis=1).to(tl.float32)
     else:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from threading import get_ident
 from typing import Any
 
 import torch
@@ -62,13 +63,8 @@ class Geometry:
 
     @property
     def block_d(self) -> int:
-        """BLOCK_D of the backward kernels and of a forward whose logsumexp a backward reads (the
-        `tl.dot` tiles)."""
-        return O._k("attention").block_d(self.head_dim)
-
-    @property
-    def inference_block_d(self) -> int:
-        """BLOCK_D of a forward no backward follows: smaller for problems that fit a product tile."""
+        """BLOCK_D of this problem's forward and backward launches (`kernels.attention.block_d`): product
+        tiles for problems that fit one, `tl.dot` tiles otherwise."""
         return O._k("attention").block_d(self.head_dim, self.q_len, self.kv_len)
 
 
@@ -235,14 +231,14 @@ def _default_scale(scale: float | None, head_dim: int) -> float:
 
 def _forward_arguments(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                        attn_bias: torch.Tensor | None, out_strides: Sequence[int], out_dtype: torch.dtype,
-                       g: Geometry, scale: float, is_causal: bool, index: int, block_d: int) -> tuple:
+                       g: Geometry, scale: float, is_causal: bool, index: int) -> tuple:
     """(int/float arguments after the six tensors, their dtypes, the tuner's shape key, constexprs, grid,
-    whether every int fits in 32 bits) of the flash forward launch with `block_d` (`g.block_d`, or
-    `g.inference_block_d` when no backward will read the logsumexp): everything but the tensors, so an
-    inference plan can keep it."""
+    whether every int fits in 32 bits) of the flash forward launch: everything but the tensors, so a
+    plan can keep it."""
     mask = attn_bias if attn_bias is not None else query
     strides = (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *out_strides)
     sizes = (g.heads, g.q_len, g.kv_len, g.head_dim)
+    block_d = g.block_d
     tail = (*strides, *sizes, scale, g.group, int(is_causal), int(g.has_mask))
     dtypes = (query.dtype, key.dtype, value.dtype, mask.dtype, out_dtype, torch.float32)
     rows = g.batch * g.heads
@@ -254,11 +250,10 @@ def _forward_arguments(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
 
 def _forward_launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attn_bias: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor, g: Geometry,
-                    scale: float, is_causal: bool, block_d: int) -> None:
+                    scale: float, is_causal: bool) -> None:
     """One launch of the flash forward kernel, its tile config kept per launch shape (`_launch.tuned`)."""
     tail, dtypes, shape_key, constexprs, grid, fits = _forward_arguments(
-        query, key, value, attn_bias, out.stride(), out.dtype, g, scale, is_causal, out.get_device(),
-        block_d)
+        query, key, value, attn_bias, out.stride(), out.dtype, g, scale, is_causal, out.get_device())
     mask = attn_bias if attn_bias is not None else query
     tensors = (query, key, value, mask, out, lse)
     _launch.tuned(O._k("attention").attention_forward_kernel, shape_key, (*tensors, *tail), constexprs, grid,
@@ -282,11 +277,8 @@ def fused_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch
     index = query.get_device()
     out = empty_like_layout(query, query.shape, index)
     lse = O.empty([g.batch, g.heads, g.q_len], torch.float32, index)
-    # without autograd no backward reads lse: the product tiles may take a small problem
-    training = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
-    _forward_launch(query, key, value, attn_bias, out, lse, g, _default_scale(scale, g.head_dim), is_causal,
-                    g.block_d if training else g.inference_block_d)
-    empty = O.empty([0], torch.float32, index)
+    _forward_launch(query, key, value, attn_bias, out, lse, g, _default_scale(scale, g.head_dim), is_causal)
+    empty = _unused_output(index)
     return out, lse, empty, empty, g.q_len, g.kv_len, empty, empty, empty
 
 
@@ -298,53 +290,63 @@ def fused_attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: t
                              philox_seed: torch.Tensor, philox_offset: torch.Tensor, *,
                              scale: float | None = None) -> tuple:
     """rbln kernel of `..._overrideable_backward`: (grad_query, grad_key, grad_value, grad_attn_bias)."""
-    from torch_rbln.kernels import attention as K
-
     if dropout_p > 0.0:
         raise NotImplementedError("rbln flash attention backward has no dropout")
     if len(grad_input_mask) > 3 and grad_input_mask[3]:
         raise NotImplementedError("rbln flash attention does not compute the gradient of attn_bias; "
                                   "scaled_dot_product_attention runs such calls on the CPU")
     g = geometry(query, key, attn_bias)
-    B, H, M, N, D = g.batch, g.heads, g.q_len, g.kv_len, g.head_dim
+    B, H, M = g.batch, g.heads, g.q_len
     if (logsumexp.dtype != torch.float32 or tuple(logsumexp.shape) != (B, H, M)
             or not logsumexp.is_contiguous()):
         raise ValueError("rbln flash attention backward needs the float32 (B, H, L) logsumexp saved by its "
                          f"forward, got {logsumexp.dtype} {tuple(logsumexp.shape)}")
     index = query.get_device()
-    grad_query = empty_like_layout(query, query.shape, index)
-    grad_key = empty_like_layout(key, key.shape, index)
-    grad_value = empty_like_layout(value, value.shape, index)
+    grads = (empty_like_layout(query, query.shape, index), empty_like_layout(key, key.shape, index),
+             empty_like_layout(value, value.shape, index))
     delta = O.empty([B, H, M], torch.float32, index)
+    for tuner, grid_of, tensors, scalars, constexprs in _backward_calls(
+            grad_out, query, key, value, attn_bias, out, logsumexp, delta, grads, g, scale, is_causal):
+        shape_key, dtypes, fits = _backward_key(g, index, tensors, scalars, constexprs)
+        _launch.tuned(tuner, shape_key, (*tensors, *scalars), constexprs, grid_of, dtypes, tensors, fits)
+    return (*grads, None)
+
+
+def _backward_calls(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attn_bias: torch.Tensor | None, out: torch.Tensor, logsumexp: torch.Tensor,
+                    delta: torch.Tensor, grads: Sequence[torch.Tensor], g: Geometry, scale: float | None,
+                    is_causal: bool) -> tuple[tuple, tuple]:
+    """The two backward launches, dQ (which writes `delta`) then dK/dV, each as (autotuner, grid
+    callback, tensor arguments, int/float arguments, constexprs): what the general path launches and a
+    backward plan keeps."""
+    K = O._k("attention")
+    grad_query, grad_key, grad_value = grads
     mask = attn_bias if attn_bias is not None else query
-    scale = _default_scale(scale, D)
-    shared = (H, M, N, D, scale, g.group, int(is_causal), int(g.has_mask))
-    _backward_launch(K.attention_backward_dq_kernel, _grid(M, B * H), g, index,
-                     (query, key, value, mask, out, grad_out, logsumexp, delta, grad_query),
-                     (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *out.stride(),
-                      *grad_out.stride(), *grad_query.stride(), *shared),
-                     {"BOOL_MASK": g.bool_mask, "EXACT_DELTA": query.dtype != torch.float32,
-                      "BLOCK_D": g.block_d})
-    _backward_launch(K.attention_backward_dkdv_kernel, _kv_grid(N, B * (H // g.group)), g, index,
-                     (query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value),
-                     (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *grad_out.stride(),
-                      *grad_key.stride(), *grad_value.stride(), *shared),
-                     {"BOOL_MASK": g.bool_mask, "BLOCK_D": g.block_d})
-    return grad_query, grad_key, grad_value, None
+    shared = (g.heads, g.q_len, g.kv_len, g.head_dim, _default_scale(scale, g.head_dim), g.group,
+              int(is_causal), int(g.has_mask))
+    inputs = (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides)
+    dq = (K.attention_backward_dq_kernel, _grid(g.q_len, g.batch * g.heads),
+          (query, key, value, mask, out, grad_out, logsumexp, delta, grad_query),
+          (*inputs, *out.stride(), *grad_out.stride(), *grad_query.stride(), *shared),
+          {"BOOL_MASK": g.bool_mask, "EXACT_DELTA": query.dtype != torch.float32, "BLOCK_D": g.block_d})
+    dkdv = (K.attention_backward_dkdv_kernel, _kv_grid(g.kv_len, g.batch * (g.heads // g.group)),
+            (query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value),
+            (*inputs, *grad_out.stride(), *grad_key.stride(), *grad_value.stride(), *shared),
+            {"BOOL_MASK": g.bool_mask, "BLOCK_D": g.block_d})
+    return dq, dkdv
 
 
-def _backward_launch(tuner, grid_of, g: Geometry, index: int, tensors: tuple, scalars: tuple,
-                     constexprs: dict) -> None:
-    """One launch of a backward kernel with its tile config kept per launch shape (`_launch.tuned`, as
-    the forward): the tuner's per-call key and grid callback cost more than a small backward computes.
-    The shape key holds what the tuner's decision depends on (dtypes, sizes, constexprs, rows, the
-    device's tensor-parallel size, the requested backend)."""
+def _backward_key(g: Geometry, index: int, tensors: tuple, scalars: tuple, constexprs: dict) -> tuple:
+    """(shape key, tensor dtypes, whether every int fits in 32 bits) of a backward launch kept by
+    `_launch.tuned` (as the forward's): the tuner's per-call key and grid callback cost more than a small
+    backward computes. The shape key holds what the tuner's decision depends on (dtypes, sizes,
+    constexprs, rows, the device's tensor-parallel size, the requested backend)."""
     dtypes = tuple(t.dtype for t in tensors)
     rows = g.batch * g.heads
     shape_key = (*dtypes, g.heads, g.q_len, g.kv_len, g.head_dim, *constexprs.values(), rows,
                  _device_tp(index), requested_backend())
     fits = max(max(map(abs, scalars)), rows * g.q_len) <= _INT32_MAX  # (the float scale too: harmless)
-    _launch.tuned(tuner, shape_key, (*tensors, *scalars), constexprs, grid_of, dtypes, tensors, fits)
+    return shape_key, dtypes, fits
 
 
 # ---------------------------------------------------------------- aten::scaled_dot_product_attention
@@ -390,7 +392,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
 def _structure(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
                is_causal: bool, scale: float | None, flag: bool) -> tuple:
     """A plan key: q/k/v shapes, strides and dtypes, is_causal, scale, `flag` (enable_gqa for SDPA,
-    training for the fused op) and the mask's shape, strides and dtype."""
+    False for the fused op) and the mask's shape, strides and dtype."""
     operands = (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
                 query.dtype, key.dtype, value.dtype, is_causal, scale, flag)
     return operands if mask is None else (*operands, mask.shape, mask.stride(), mask.dtype)
@@ -402,17 +404,17 @@ _inference_plans: dict[tuple, _InferencePlan] = BoundedMemo(1024)
 
 
 class _InferencePlan(_Plan):
-    """An accepted inference structure (`_inference_plans`): its geometry and scale, the output's
-    strides, and once the general path has launched it, the kept launch of the tile the autotuner chose
-    (`_Plan.launcher`, reset by `clear_cache`) with the arguments after the six tensors (`tail`) and the
-    grid. `dense`: every operand covers exactly its elements (what the kept launch may read unchecked,
-    and what `scan_all` scans as one block each). The kernel also writes each row's logsumexp, which an
-    inference call never reads: up to `_SCRATCH_ROWS` rows it goes to a buffer the plan keeps per device
-    (`scratch`) instead of a fresh allocation per call. Concurrent calls may write it at once: nothing
-    reads it, so that is harmless."""
+    """An accepted forward structure (`_inference_plans`, `_fused_plans`): its geometry and scale, the
+    output's strides, and once the general path has launched it, the kept launch of the tile the
+    autotuner chose (`_Plan.launcher`, reset by `clear_cache`) with the arguments after the six tensors
+    (`tail`) and the grid. `dense`: every operand covers exactly its elements (what the kept launch may
+    read unchecked, and what `scan_all` scans as one block each). The kernel also writes each row's
+    logsumexp, which an inference call never reads: up to `_SCRATCH_ROWS` rows it goes to a buffer the
+    plan keeps per device (`scratch`) instead of a fresh allocation per call. Concurrent calls may write
+    it at once: nothing reads it, so that is harmless."""
 
     __slots__ = ("g", "scale", "out_strides", "contiguous_out", "lse_shape", "tail", "grid", "dense",
-                 "scratch", "scan_all", "counts", "wide", "block_d")
+                 "scratch", "scan_all", "counts", "wide")
 
 
 _SCRATCH_ROWS = 1 << 12  # at most 16 KiB of kept logsumexp scratch per plan and device (larger: the
@@ -420,16 +422,13 @@ _SCRATCH_ROWS = 1 << 12  # at most 16 KiB of kept logsumexp scratch per plan and
 
 
 def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
-              is_causal: bool, scale: float | None, training: bool = False) -> _InferencePlan:
-    """The plan of an accepted structure; `training`: a forward whose logsumexp a backward reads (the
-    backward's BLOCK_D, `g.block_d`), else the inference one."""
+              is_causal: bool, scale: float | None) -> _InferencePlan:
+    """The plan of an accepted structure."""
     g = geometry(query, key, attn_mask)
     scale = _default_scale(scale, g.head_dim)
     out_strides = layout_strides(query.stride(), query.shape)
-    block_d = g.block_d if training else g.inference_block_d
     tail, dtypes, shape_key, constexprs, grid_of, fits = _forward_arguments(
-        query, key, value, attn_mask, out_strides, query.dtype, g, scale, is_causal, query.get_device(),
-        block_d)
+        query, key, value, attn_mask, out_strides, query.dtype, g, scale, is_causal, query.get_device())
     tuner = O._k("attention").attention_forward_kernel
     kept = _launch.tuned_config(tuner, shape_key) if fits else None
     # grid (0, 0): the tuner has not launched this shape yet, ask again next call; (-1, -1): 64-bit
@@ -438,7 +437,6 @@ def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     plan = _InferencePlan(tuner.fn, (*dtypes, *keywords.values()), 0, query.dtype, query.dtype,
                           grid[0] * grid[1])
     plan.g, plan.scale, plan.out_strides, plan.tail, plan.grid = g, scale, out_strides, tail, grid
-    plan.block_d = block_d
     plan.contiguous_out = out_strides == _memory.contiguous_strides(query.shape)
     plan.lse_shape = (g.batch, g.heads, g.q_len)
     plan.scratch = {}
@@ -452,15 +450,12 @@ def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
 
 
 def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attn_mask: torch.Tensor | None, is_causal: bool, lse_out: list | None = None
-               ) -> torch.Tensor | None:
+               attn_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor | None:
     """The forward launch of an inference call whose structure was accepted before (`plan`), without
     the dispatch of the fused op and its structural checks: the result `fused_attention_forward` gives,
     counted as it. None when the values or devices need the general path (NaN/Inf outside deploy mode,
     a NaN in a float mask, operands on several devices, a dispatch mode or subclass tensors). Written
-    flat: on a few elements each Python call on the way to the launch is a measurable share. With
-    `lse_out` (the fused op's own calls, whose logsumexp a backward may read) the logsumexp is a fresh
-    tensor, appended to it."""
+    flat: on a few elements each Python call on the way to the launch is a measurable share."""
     if torch._C._len_torch_dispatch_stack() or type(key) is not torch.Tensor or \
             type(value) is not torch.Tensor or not (attn_mask is None or type(attn_mask) is torch.Tensor):
         return None
@@ -483,11 +478,17 @@ def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, val
         out = _memory.empty(query.shape, query.dtype, index)
     else:
         out = _memory.empty_strided(query.shape, plan.out_strides, query.dtype, index)
-    if lse_out is not None:
-        lse = _memory.empty(plan.lse_shape, torch.float32, index)
-        lse_out.append(lse)
-    else:
-        lse = write_only_buffer(plan.scratch, index, plan.lse_shape, _SCRATCH_ROWS)
+    _planned_forward(plan, index, query, key, value, attn_mask, out,
+                     write_only_buffer(plan.scratch, index, plan.lse_shape, _SCRATCH_ROWS), is_causal)
+    _device_counts[FORWARD] += 1
+    return out
+
+
+def _planned_forward(plan: _InferencePlan, index: int, query: torch.Tensor, key: torch.Tensor,
+                     value: torch.Tensor, attn_mask: torch.Tensor | None, out: torch.Tensor,
+                     lse: torch.Tensor, is_causal: bool) -> None:
+    """The forward launch of `plan` into `out` and `lse`: its kept launch when it has one and one NPU
+    runs the grid, else the general (tuned) launch."""
     run = None
     if plan.dense and (plan.programs == 1 or _device_tp(index) == 1):
         run = plan.run
@@ -497,9 +498,7 @@ def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, val
         run(plan.grid[0], plan.grid[1], 1, query, key, value, query if attn_mask is None else attn_mask,
             out, lse, *plan.tail)
     else:
-        _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal, plan.block_d)
-    _device_counts[FORWARD] += 1
-    return out
+        _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
 
 
 def _on_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -527,8 +526,8 @@ def _on_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_ma
 
 # ---------------------------------------------------------------- registration
 
-# (q/k/v shapes, strides and dtypes, is_causal, scale, training, mask's) -> the plan of a fused-op call
-# (autograd's SDPA forward) that ran on the device once: later calls of that structure take its launch
+# (q/k/v shapes, strides and dtypes, is_causal, scale, mask's) -> the plan of a fused-op call (autograd's
+# SDPA forward) that ran on the device once: later calls of that structure take its launch
 _fused_plans: dict[tuple, _InferencePlan] = BoundedMemo(1024)
 
 
@@ -537,41 +536,204 @@ def fused_attention_forward_kernel(query: torch.Tensor, key: torch.Tensor, value
                                    is_causal: bool = False, return_debug_mask: bool = False, *,
                                    scale: float | None = None) -> tuple:
     """The PrivateUse1 kernel of the fused op: a call whose structure ran on the device before takes
-    that structure's plan (`_inference` with a fresh logsumexp: the same launch, without the geometry,
-    layout and tuner work of `fused_attention_forward`); any other call runs `fused_attention_forward`."""
+    that structure's plan (`_fused_forward`: the same launch, without the geometry, layout and tuner
+    work of `fused_attention_forward`); any other call runs `fused_attention_forward`."""
     plan_key = None
     if dropout_p == 0.0 and not return_debug_mask and type(query) is torch.Tensor and query.dim() == 4:
-        training = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad
-                                                or value.requires_grad)
-        plan_key = _structure(query, key, value, attn_bias, is_causal, scale, training)
+        plan_key = _structure(query, key, value, attn_bias, is_causal, scale, False)
         plan = _fused_plans.get(plan_key)
         if plan is not None:
             if not plan.grid[0]:  # accepted, but launched only once since: keep the tuner's tile now
-                plan = _fused_plans[plan_key] = _new_plan(query, key, value, attn_bias, is_causal, scale,
-                                                          training)
-            lse_out: list = []
-            out = _inference(plan, query, key, value, attn_bias, is_causal, lse_out)
-            if out is not None:
-                empty = _memory.empty((0,), torch.float32, query.get_device())
-                g = plan.g
-                return out, lse_out[0], empty, empty, g.q_len, g.kv_len, empty, empty, empty
+                plan = _fused_plans[plan_key] = _new_plan(query, key, value, attn_bias, is_causal, scale)
+            result = _fused_forward(plan, query, key, value, attn_bias, is_causal)
+            if result is not None:
+                return result
     from . import _run_device
 
     arguments = (query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask)
     result = _run_device(FORWARD, fused_attention_forward, arguments, {"scale": scale})
     if plan_key is not None and not tracing(query, key, value, attn_bias):
-        _fused_plans[plan_key] = _new_plan(query, key, value, attn_bias, is_causal, scale, training)
+        _fused_plans[plan_key] = _new_plan(query, key, value, attn_bias, is_causal, scale)
     return result
 
 
-def _counted(name: str, impl):
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        from . import _run_device
+def _fused_forward(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   attn_bias: torch.Tensor | None, is_causal: bool) -> tuple | None:
+    """`fused_attention_forward`'s result for a call of `plan`'s structure, counted as it; None when the
+    call needs the general path (operands on several devices, a dispatch mode or subclass tensors).
+    Unlike `_inference` it scans no value: the fused op's general path runs NaN/Inf operands on the
+    device too (only `scaled_dot_product_attention` sends them to the CPU, before calling this op)."""
+    if torch._C._len_torch_dispatch_stack() or type(key) is not torch.Tensor or \
+            type(value) is not torch.Tensor or not (attn_bias is None or type(attn_bias) is torch.Tensor):
+        return None
+    index = query.get_device()
+    if index < 0 or key.get_device() != index or value.get_device() != index or (
+            attn_bias is not None and attn_bias.get_device() != index):
+        return None
+    if plan.contiguous_out:  # the output and the logsumexp in one allocating call
+        out, lse = _memory.empty_pair(query.shape, plan.lse_shape, query.dtype, index, torch.float32)
+    else:
+        out = _memory.empty_strided(query.shape, plan.out_strides, query.dtype, index)
+        lse = _memory.empty(plan.lse_shape, torch.float32, index)
+    _planned_forward(plan, index, query, key, value, attn_bias, out, lse, is_causal)
+    _device_counts[FORWARD] += 1
+    empty = _unused_output(index)
+    g = plan.g
+    return out, lse, empty, empty, g.q_len, g.kv_len, empty, empty, empty
 
-        return _run_device(name, impl, args, kwargs)
 
-    kernel.__name__ = f"rbln_{name.partition('::')[2]}"
-    return kernel
+# device index -> the zero-size float32 tensor the fused forward returns for the outputs rbln does not
+# produce (cum_seq_q/k, philox seed/offset, debug mask)
+_unused_outputs: dict[int, torch.Tensor] = {}
+
+
+def _unused_output(index: int) -> torch.Tensor:
+    """The zero-size tensor every fused forward on device `index` returns for its unused outputs: one
+    per device instead of an allocation per call. Nothing reads them (the backward ignores them) and a
+    zero-size tensor has no element to write. Autograd saves them for the backward, so one that someone
+    changed in place or resized (its version moved) or made require grad is replaced for later calls.
+    (A backward whose forward saved it before such a change would then report the in-place change, as
+    for any saved tensor changed in place.)"""
+    empty = _unused_outputs.get(index)
+    if empty is None or empty._version or empty.requires_grad or empty.numel() or empty.dim() != 1:
+        empty = _unused_outputs[index] = _memory.empty((0,), torch.float32, index)
+    return empty
+
+
+# (grad_out, q, k, v, out and logsumexp shapes, strides and dtypes, is_causal, scale, mask's) -> the kept
+# launches of a fused backward that ran on the device once (`_BackwardPlan`); later calls of that
+# structure run them directly
+_backward_plans: dict[tuple, _BackwardPlan] = BoundedMemo(1024)
+_DELTA_ROWS = 1 << 12  # delta scratch kept per plan, device and thread up to this many rows (16 KiB)
+_DELTA_THREADS = 8  # threads per plan that get a kept delta scratch (the rest allocate per call)
+
+
+class _BackwardPlan:
+    """A fused backward structure whose two launches (dQ, then dK/dV) the general path has made: the
+    kept launches of the tiles the tuner chose (`dq`, `dkdv`: `_Plan`s, so `clear_cache` resets them),
+    their grids and arguments after the tensors (`dq_tail`, `dkdv_tail`), and the gradients' layouts
+    (`triple`: `_memory.triple_layout` when all three are contiguous, else their strides in `strides`).
+    The dQ kernel writes each row's delta = rowsum(dO * O) for the dK/dV kernel of the same call: it
+    goes to a buffer kept per device and thread (`scratch`), since a thread's two launches run one after
+    the other and no other call writes that buffer in between."""
+
+    __slots__ = ("dq", "dkdv", "dq_grid", "dkdv_grid", "dq_tail", "dkdv_tail", "triple", "strides",
+                 "delta_shape", "scratch")
+
+
+def fused_attention_backward_kernel(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                                    value: torch.Tensor, attn_bias: torch.Tensor | None,
+                                    grad_input_mask: list[bool], out: torch.Tensor, logsumexp: torch.Tensor,
+                                    cum_seq_q: torch.Tensor, cum_seq_k: torch.Tensor, max_q: int, max_k: int,
+                                    dropout_p: float, is_causal: bool, philox_seed: torch.Tensor,
+                                    philox_offset: torch.Tensor, *, scale: float | None = None) -> tuple:
+    """The PrivateUse1 kernel of the fused backward: a call whose structure ran on the device before
+    runs that structure's kept launches (`_BackwardPlan`); any other call runs
+    `fused_attention_backward` (which raises for what it cannot compute), after which its launches are
+    kept for the next call of that structure."""
+    plan_key = None
+    plain = type(grad_out) is torch.Tensor and type(query) is torch.Tensor and type(key) is torch.Tensor \
+        and type(value) is torch.Tensor and type(out) is torch.Tensor and type(logsumexp) is torch.Tensor \
+        and (attn_bias is None or type(attn_bias) is torch.Tensor)
+    if plain and dropout_p == 0.0 and not (len(grad_input_mask) > 3 and grad_input_mask[3]) and \
+            not torch._C._len_torch_dispatch_stack():
+        plan_key = (grad_out.shape, grad_out.stride(), grad_out.dtype, query.shape, query.stride(),
+                    query.dtype, key.shape, key.stride(), key.dtype, value.shape, value.stride(), value.dtype,
+                    out.shape, out.stride(), out.dtype, logsumexp.shape, logsumexp.stride(),
+                    logsumexp.dtype, is_causal, scale)
+        if attn_bias is not None:
+            plan_key = (*plan_key, attn_bias.shape, attn_bias.stride(), attn_bias.dtype)
+        plan = _backward_plans.get(plan_key)
+        if plan is not None:
+            grads = _planned_backward(plan, grad_out, query, key, value, attn_bias, out, logsumexp)
+            if grads is not None:
+                _device_counts[BACKWARD] += 1
+                return grads
+    from . import _run_device
+
+    arguments = (grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
+                 cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset)
+    result = _run_device(BACKWARD, fused_attention_backward, arguments, {"scale": scale})
+    if plan_key is not None:
+        plan = _new_backward_plan(grad_out, query, key, value, attn_bias, out, logsumexp, result[:3],
+                                  is_causal, scale)
+        if plan is not None:
+            _backward_plans[plan_key] = plan
+    return result
+
+
+def _new_backward_plan(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       attn_bias: torch.Tensor | None, out: torch.Tensor, logsumexp: torch.Tensor,
+                       grads: Sequence[torch.Tensor], is_causal: bool, scale: float | None
+                       ) -> _BackwardPlan | None:
+    """The plan of a backward structure the general path just ran (its gradients `grads`), or None when
+    its launches cannot be kept: 64-bit arguments, operands that do not each cover exactly their
+    elements, or a tuner config that `_launch.tuned` does not keep."""
+    g = geometry(query, key, attn_bias)
+    index = query.get_device()
+    operands = (grad_out, query, key, value, out, logsumexp, *grads) + ((attn_bias,) if attn_bias is not None
+                                                                        else ())
+    if not all(is_dense_permutation(t.shape, t.stride()) for t in operands):
+        return None
+    # the delta buffer has the logsumexp's dtype, shape and strides: it stands in for it here
+    kept = []
+    for tuner, _, tensors, scalars, constexprs in _backward_calls(
+            grad_out, query, key, value, attn_bias, out, logsumexp, logsumexp, grads, g, scale, is_causal):
+        shape_key, dtypes, fits = _backward_key(g, index, tensors, scalars, constexprs)
+        config = _launch.tuned_config(tuner, shape_key)
+        if not fits or config is None or config[0][2] != 1:
+            return None
+        grid, keywords = config
+        launch = _Plan(tuner.fn, (*dtypes, *keywords.values()), 0, query.dtype, query.dtype,
+                       grid[0] * grid[1])
+        kept.append((launch, grid[:2], scalars))
+    plan = _BackwardPlan()
+    (plan.dq, plan.dq_grid, plan.dq_tail), (plan.dkdv, plan.dkdv_grid, plan.dkdv_tail) = kept
+    if all(t.is_contiguous() for t in (query, key, value)):
+        plan.triple, plan.strides = _memory.triple_layout(query.shape, key.shape, value.shape), None
+    else:
+        plan.triple, plan.strides = None, tuple(t.stride() for t in grads)
+    plan.delta_shape = tuple(logsumexp.shape)
+    plan.scratch = {}
+    return plan
+
+
+def _planned_backward(plan: _BackwardPlan, grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                      value: torch.Tensor, attn_bias: torch.Tensor | None, out: torch.Tensor,
+                      logsumexp: torch.Tensor) -> tuple | None:
+    """`fused_attention_backward`'s result through `plan`'s kept launches, or None when the general path
+    must take the call (operands on several devices, a grid split over a tensor-parallel group, no kept
+    launch for the requested backend yet). Written flat, like `_inference`."""
+    index = query.get_device()
+    if index < 0 or key.get_device() != index or value.get_device() != index or \
+            grad_out.get_device() != index or out.get_device() != index or \
+            logsumexp.get_device() != index or (attn_bias is not None and attn_bias.get_device() != index):
+        return None
+    dq, dkdv = plan.dq.kept(index), plan.dkdv.kept(index)
+    if dq is None or dkdv is None:
+        return None
+    dtype = query.dtype
+    if plan.triple is not None:
+        grad_query, grad_key, grad_value = _memory.empty_triple_of(plan.triple, dtype, index)
+    else:
+        strides = plan.strides
+        grad_query = _memory.empty_strided(query.shape, strides[0], dtype, index)
+        grad_key = _memory.empty_strided(key.shape, strides[1], dtype, index)
+        grad_value = _memory.empty_strided(value.shape, strides[2], dtype, index)
+    slot = (index, get_ident())
+    delta = plan.scratch.get(slot)
+    if delta is None:
+        delta = _memory.empty(plan.delta_shape, torch.float32, index)
+        if len(plan.scratch) < _DELTA_THREADS and delta.numel() <= _DELTA_ROWS:
+            plan.scratch[slot] = delta
+    mask = query if attn_bias is None else attn_bias
+    grid = plan.dq_grid
+    dq(grid[0], grid[1], 1, query, key, value, mask, out, grad_out, logsumexp, delta, grad_query,
+       *plan.dq_tail)
+    grid = plan.dkdv_grid
+    dkdv(grid[0], grid[1], 1, query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value,
+         *plan.dkdv_tail)
+    return grad_query, grad_key, grad_value, None
 
 
 def register() -> None:
@@ -585,4 +747,4 @@ def register() -> None:
     library.impl("_scaled_dot_product_fused_attention_overrideable", fused_attention_forward_kernel,
                  "PrivateUse1")
     library.impl("_scaled_dot_product_fused_attention_overrideable_backward",
-                 _counted(BACKWARD, fused_attention_backward), "PrivateUse1")
+                 fused_attention_backward_kernel, "PrivateUse1")

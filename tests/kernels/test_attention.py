@@ -26,18 +26,30 @@ BACKWARD = A.BACKWARD
 # twice CPU's plus this floor (the two round differently; neither is "the" answer).
 F32_TOL = 2e-5
 HALF_FLOOR = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+# float32 gradients of the OpInfo samples: there CPU's own float32 gradients are up to 1.4e-4 from the
+# float64 ones (values up to ~50; sample 24), beyond F32_TOL, so a direct comparison with CPU measures
+# CPU's rounding as much as ours. They are compared with a float64 reference instead, with F32_TOL plus
+# CPU's largest error from it as the absolute tolerance (what |rbln - CPU| <= F32_TOL gives by the
+# triangle inequality, without charging CPU's error to rbln).
 
 
 def assert_like_cpu(actual: torch.Tensor, cpu: torch.Tensor, reference: torch.Tensor | None,
                     what: str) -> None:
+    """float32 against CPU with F32_TOL; half precision (or float32 given a float64 `reference`) by the
+    error from the float64 reference, against CPU's (half: at most twice CPU's plus HALF_FLOOR;
+    float32: F32_TOL plus CPU's largest error)."""
     actual = actual.detach().cpu()
-    if actual.dtype == torch.float32 or reference is None:
+    if reference is None:
         torch.testing.assert_close(actual, cpu.detach(), atol=F32_TOL, rtol=F32_TOL, equal_nan=True,
                                    msg=lambda m: f"{what}: {m}")
         return
     assert actual.dtype == cpu.dtype
-    ours = (actual.double() - reference).abs().max().item()
     theirs = (cpu.detach().double() - reference).abs().max().item()
+    if actual.dtype == torch.float32:
+        torch.testing.assert_close(actual.double(), reference, atol=F32_TOL + theirs, rtol=F32_TOL,
+                                   equal_nan=True, msg=lambda m: f"{what} (CPU's error {theirs:.3g}): {m}")
+        return
+    ours = (actual.double() - reference).abs().max().item()
     bound = 2 * theirs + HALF_FLOOR[actual.dtype]
     assert ours <= bound, f"{what}: rbln error {ours:.3g} vs float64, CPU {theirs:.3g} (bound {bound:.3g})"
 
@@ -72,11 +84,12 @@ def _leaf(t: torch.Tensor | None, grad: bool) -> torch.Tensor | None:
     return t.detach().clone().requires_grad_(grad and t.is_floating_point())
 
 
-def run_both(args: list, mask: torch.Tensor | None, grad: bool, seed: int = 0, **kwargs) -> tuple:
-    """SDPA on CPU, on rbln (and in float64 for half inputs), forward and (with `grad`) backward with the
-    same output gradient. Returns (outputs, grads) as [cpu, rbln, float64 or None] lists; the fallback
-    report afterwards covers the rbln call only."""
-    half = args[0].dtype in HALF_FLOOR
+def run_both(args: list, mask: torch.Tensor | None, grad: bool, seed: int = 0, float64: bool = False,
+             **kwargs) -> tuple:
+    """SDPA on CPU, on rbln (and in float64 for half inputs, or with `float64`), forward and (with
+    `grad`) backward with the same output gradient. Returns (outputs, grads) as [cpu, rbln, float64 or
+    None] lists; the fallback report afterwards covers the rbln call only."""
+    half = args[0].dtype in HALF_FLOOR or float64
     mask64 = mask if mask is None or mask.dtype == torch.bool else mask.double()
     runs = [([_leaf(t, grad) for t in args], mask), ([_device(t, grad) for t in args], _device(mask, False))]
     if half:
@@ -180,19 +193,21 @@ def test_opinfo_samples_match_cpu(dtype, backward):
     """The OpInfo samples of nn.functional.scaled_dot_product_attention, forward and backward (half
     precision backward is `slow`: two more kernel compilations per dtype). Samples the kernels decline
     (dropout, 3-D queries with 4-D keys) run on the CPU and must carry a reason; with the same seed,
-    dropout samples equal the CPU run."""
+    dropout samples equal the CPU run. float32 outputs are compared with CPU's directly, float32
+    gradients through the float64 reference (see F32_TOL)."""
     op_db = pytest.importorskip("torch.testing._internal.common_methods_invocations").op_db
     info = next(i for i in op_db if i.name == "nn.functional.scaled_dot_product_attention")
     on_device = declined = 0
     for number, sample in enumerate(info.sample_inputs("cpu", dtype, requires_grad=backward)):
         kwargs = dict(sample.kwargs)
         mask = kwargs.pop("attn_mask", None)
-        outputs, grads = run_both([sample.input, *sample.args], mask, backward, **kwargs)
+        outputs, grads = run_both([sample.input, *sample.args], mask, backward, float64=backward, **kwargs)
         counts = registry.device_counts()
         if counts.get(FORWARD):
             assert counts.get(BACKWARD) == (1 if backward else None)
             on_device += 1
-            assert_like_cpu(outputs[1], outputs[0], outputs[2], f"sample {number}")
+            assert_like_cpu(outputs[1], outputs[0], outputs[2] if dtype != torch.float32 else None,
+                            f"sample {number}")
             for i in range(3 if backward else 0):
                 assert_like_cpu(grads[1][i], grads[0][i], grads[2][i] if grads[2] else None,
                                 f"sample {number}, grad {i}")
@@ -292,33 +307,47 @@ def test_autotune_prunes_tiles_to_the_sequence_lengths():
     assert tiles(5, 3, 8, 8) == [(8, 8)]
     assert tiles(5, 3, 9, 16) == [(16, 16)]
     assert tiles(2, 9, 4, 4) == [(16, 16)]
-    assert tiles(2, 2, 2, 16) == [(16, 16)]  # BLOCK_D of the tl.dot tiles (a backward will follow)
+    assert tiles(2, 2, 2, 16) == [(16, 16)]  # a tl.dot BLOCK_D never takes a product tile
     assert tiles(512, 512, 64, 64) == [(32, 32), (64, 64), (128, 64), (128, 128)]
 
 
 def test_block_d_is_small_only_for_product_tiles():
     from torch_rbln.kernels.attention import block_d
 
-    assert [block_d(d) for d in (1, 2, 16, 17, 80)] == [16, 16, 16, 32, 128]  # tl.dot tiles (backward)
+    assert [block_d(d, 9, 20) for d in (1, 2, 16, 17, 80)] == [16, 16, 16, 32, 128]  # tl.dot tiles
     assert [block_d(d, 2, 2) for d in (1, 2, 5, 8, 9)] == [4, 4, 8, 8, 16]
     assert block_d(2, 2, 9) == 16
 
 
-def _forward_tile(q, k, v, mask=None, is_causal=False, scale=None, *,
-                  inference: bool = True) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_D) the (inference or training) forward launch of these rbln operands
-    kept (after such a launch)."""
+def _kept_tile(tuner, shape_key: tuple) -> tuple[int, int, int]:
     from torch_rbln.registry import _launch
 
+    _, keywords = _launch.tuned_config(tuner, shape_key)
+    return keywords["BLOCK_M"], keywords["BLOCK_N"], keywords["BLOCK_D"]
+
+
+def _forward_tile(q, k, v, mask=None, is_causal=False, scale=None) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D) the forward launch of these rbln operands kept (after such a
+    launch)."""
     g = A.geometry(q, k, mask)
     strides = A.layout_strides(q.stride(), q.shape)
     _, _, shape_key, _, _, _ = A._forward_arguments(q, k, v, mask, strides, q.dtype, g,
                                                     A._default_scale(scale, g.head_dim), is_causal,
-                                                    q.get_device(),
-                                                    g.inference_block_d if inference else g.block_d)
-    tuner = A.O._k("attention").attention_forward_kernel
-    _, keywords = _launch.tuned_config(tuner, shape_key)
-    return keywords["BLOCK_M"], keywords["BLOCK_N"], keywords["BLOCK_D"]
+                                                    q.get_device())
+    return _kept_tile(A.O._k("attention").attention_forward_kernel, shape_key)
+
+
+def _backward_tiles(q, k, v, mask=None, is_causal=False, scale=None) -> list[tuple[int, int, int]]:
+    """The tiles the two backward launches of these rbln operands kept (after such a backward)."""
+    g = A.geometry(q, k, mask)
+    index = q.get_device()
+    lse = torch.empty(g.batch, g.heads, g.q_len, device=q.device)
+    tiles = []
+    calls = A._backward_calls(q, q, k, v, mask, q, lse, lse, (q, k, v), g, scale, is_causal)
+    for tuner, _, tensors, scalars, constexprs in calls:
+        shape_key, _, _ = A._backward_key(g, index, tensors, scalars, constexprs)
+        tiles.append(_kept_tile(tuner, shape_key))
+    return tiles
 
 
 PRODUCT_CASES = {
@@ -347,19 +376,17 @@ def _product_mask(kind: str | None, m: int, n: int) -> torch.Tensor | None:
 
 @pytest.mark.parametrize("name", sorted(PRODUCT_CASES))
 def test_product_tiles_match_cpu(name):
-    """Tiny inference calls take the forward's product tiles (no tl.dot); the same call with autograd
-    (unmasked cases) keeps the tl.dot tiles its backward recomputes the scores with."""
+    """Tiny calls take product tiles (no tl.dot) in the forward and in both backward kernels, so the
+    backward recomputes the scores rounded as the forward rounded them."""
     (b, h, m, n, d), hk, kind, kwargs, tile = PRODUCT_CASES[name]
     q, k, v = _qkv(b, h, m, n, d, hk=hk, seed=len(name))
     mask = _product_mask(kind, m, n)
-    check_sdpa(q, k, v, mask, grad=False, **kwargs)
+    check_sdpa(q, k, v, mask, **kwargs)
     dev = [t.to("rbln") for t in (q, k, v)]
     dev_mask = None if mask is None else mask.to("rbln")
     where = (dev_mask, kwargs.get("is_causal", False), kwargs.get("scale"))
     assert _forward_tile(*dev, *where) == tile
-    if kind is None:  # the training tiles with a mask are other tests' (a cold compile each)
-        check_sdpa(q, k, v, mask, **kwargs)
-        assert _forward_tile(*dev, *where, inference=False) == (16, 16, 16)
+    assert _backward_tiles(*dev, *where) == [tile, tile]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.slow)])

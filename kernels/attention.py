@@ -20,7 +20,9 @@ its rows (saved for the second kernel) and `dQ = scale * dS k` with `P = exp(S -
 `dP = dO v^T`, `dS = P * (dP - delta)`. `attention_backward_dkdv_kernel` (one program per BLOCK_N
 keys of one key/value head, looping over the `group` query heads that share it, so no atomics are
 needed) accumulates `dV = P^T dO` and `dK = dS^T (scale q)`. Both recompute P from the saved lse
-instead of storing the (L, S) probabilities.
+instead of storing the (L, S) probabilities. A problem that fits one product tile takes
+`attention_backward_tiny_kernel` instead: the same formulas in one launch (one program per key/value
+head, P computed once per query head).
 
 Tiles: `tl.dot` tiles of 16 and more; a tiny problem (sequences and head dim <= PRODUCT_BLOCK) takes a
 4x4 or 8x8 product tile instead (`_mm`, `block_d`, `_prune_tiles`), in the forward and both backward
@@ -314,6 +316,74 @@ def attention_backward_dkdv_kernel(
             delta = tl.load(delta_ptr + bh * M + rm, mask=row_ok, other=0.0)
             dst = pt * (_mm(v, tl.trans(do), BLOCK_M, BLOCK_N, BLOCK_D) - delta[None, :])
             dk += _mm(dst, tl.trans(qt), BLOCK_M, BLOCK_N, BLOCK_D)
+    tl.store(dk_ptr + b * sdkb + hk * sdkh + rn[:, None] * sdkn + rd[None, :] * sdkd,
+             dk.to(dk_ptr.dtype.element_ty), mask=kv_ok)
+    tl.store(dv_ptr + b * sdvb + hk * sdvh + rn[:, None] * sdvn + rd[None, :] * sdvd,
+             dv.to(dv_ptr.dtype.element_ty), mask=kv_ok)
+
+
+@autotune(**_TUNING)
+@tl.jit
+def attention_backward_tiny_kernel(
+    q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, dout_ptr, lse_ptr, dq_ptr, dk_ptr, dv_ptr,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+    smb, smh, smm, smn, sob, soh, som, sod, sgb, sgh, sgm, sgd,
+    sdqb, sdqh, sdqm, sdqd, sdkb, sdkh, sdkn, sdkd, sdvb, sdvh, sdvn, sdvd,
+    H, M, N, D, scale, group, causal, has_mask,
+    BOOL_MASK: tl.constexpr, EXACT_DELTA: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """The whole backward of a problem that fits one product tile (every query and key of a head in one
+    BLOCK_M x BLOCK_N tile): one program per key/value head computes P once per query head of its group
+    and from it dQ, and dK, dV summed over the group, in one launch instead of the dQ and dK/dV kernels'
+    two (and without their delta buffer). Same formulas and `_mm` products as those kernels."""
+    bhk = tl.program_id(1)
+    HK = H // group
+    b = bhk // HK
+    hk = bhk % HK
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    rd = tl.arange(0, BLOCK_D)
+    row_ok = rm < M
+    col_ok = rn < N
+    d_ok = rd < D
+    q_ok = row_ok[:, None] & d_ok[None, :]
+    kv_ok = col_ok[:, None] & d_ok[None, :]
+    k = tl.load(k_ptr + b * skb + hk * skh + rn[:, None] * skn + rd[None, :] * skd,
+                mask=kv_ok, other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + b * svb + hk * svh + rn[:, None] * svn + rd[None, :] * svd,
+                mask=kv_ok, other=0.0).to(tl.float32)
+    kt = tl.trans(k)
+    vt = tl.trans(v)
+    keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
+    dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    for g in range(0, group):
+        h = hk * group + g
+        bh = b * H + h
+        q = tl.load(q_ptr + b * sqb + h * sqh + rm[:, None] * sqm + rd[None, :] * sqd,
+                    mask=q_ok, other=0.0).to(tl.float32)
+        q = q * scale
+        do = tl.load(dout_ptr + b * sgb + h * sgh + rm[:, None] * sgm + rd[None, :] * sgd,
+                     mask=q_ok, other=0.0).to(tl.float32)
+        lse = tl.load(lse_ptr + bh * M + rm, mask=row_ok, other=0.0)
+        lse = tl.where(lse == -float("inf"), float("inf"), lse)  # rows that saw no key: P = 0
+        s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep,
+                           mask_ptr + b * smb + h * smh + rm[:, None] * smm + rn[None, :] * smn,
+                           has_mask, BOOL_MASK)
+        p = tl.exp(s - lse[:, None])
+        if EXACT_DELTA:
+            o = _mm(p, v, BLOCK_M, BLOCK_N, BLOCK_D)
+        else:
+            o = tl.load(out_ptr + b * sob + h * soh + rm[:, None] * som + rd[None, :] * sod,
+                        mask=q_ok, other=0.0).to(tl.float32)
+        delta = tl.sum(do * o, axis=1)
+        ds = p * (_mm(do, vt, BLOCK_M, BLOCK_N, BLOCK_D) - delta[:, None])
+        dq = _mm(ds, k, BLOCK_M, BLOCK_N, BLOCK_D) * scale
+        tl.store(dq_ptr + b * sdqb + h * sdqh + rm[:, None] * sdqm + rd[None, :] * sdqd,
+                 dq.to(dq_ptr.dtype.element_ty), mask=q_ok)
+        dv += _mm(tl.trans(p), do, BLOCK_M, BLOCK_N, BLOCK_D)
+        dk += _mm(tl.trans(ds), q, BLOCK_M, BLOCK_N, BLOCK_D)
     tl.store(dk_ptr + b * sdkb + hk * sdkh + rn[:, None] * sdkn + rd[None, :] * sdkd,
              dk.to(dk_ptr.dtype.element_ty), mask=kv_ok)
     tl.store(dv_ptr + b * sdvb + hk * sdvh + rn[:, None] * sdvn + rd[None, :] * sdvd,

@@ -304,7 +304,7 @@ def fused_attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: t
     index = query.get_device()
     grads = (empty_like_layout(query, query.shape, index), empty_like_layout(key, key.shape, index),
              empty_like_layout(value, value.shape, index))
-    delta = O.empty([B, H, M], torch.float32, index)
+    delta = None if _one_tile(g) else O.empty([B, H, M], torch.float32, index)
     for tuner, grid_of, tensors, scalars, constexprs in _backward_calls(
             grad_out, query, key, value, attn_bias, out, logsumexp, delta, grads, g, scale, is_causal):
         shape_key, dtypes, fits = _backward_key(g, index, tensors, scalars, constexprs)
@@ -312,24 +312,39 @@ def fused_attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: t
     return (*grads, None)
 
 
+def _one_tile(g: Geometry) -> bool:
+    """Whether the problem fits one product tile: its backward is one launch of
+    `attention_backward_tiny_kernel` (no delta buffer)."""
+    return g.block_d <= O._k("attention").PRODUCT_BLOCK
+
+
 def _backward_calls(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attn_bias: torch.Tensor | None, out: torch.Tensor, logsumexp: torch.Tensor,
-                    delta: torch.Tensor, grads: Sequence[torch.Tensor], g: Geometry, scale: float | None,
-                    is_causal: bool) -> tuple[tuple, tuple]:
-    """The two backward launches, dQ (which writes `delta`) then dK/dV, each as (autotuner, grid
-    callback, tensor arguments, int/float arguments, constexprs): what the general path launches and a
-    backward plan keeps."""
+                    delta: torch.Tensor | None, grads: Sequence[torch.Tensor], g: Geometry,
+                    scale: float | None, is_causal: bool) -> tuple[tuple, ...]:
+    """The backward's launches, each as (autotuner, grid callback, tensor arguments, int/float
+    arguments, constexprs): what the general path launches and a backward plan keeps. A problem that
+    fits one product tile (`_one_tile`) is one launch of the tiny kernel; any other is the dQ kernel
+    (which writes `delta`) then the dK/dV kernel."""
     K = O._k("attention")
     grad_query, grad_key, grad_value = grads
     mask = attn_bias if attn_bias is not None else query
     shared = (g.heads, g.q_len, g.kv_len, g.head_dim, _default_scale(scale, g.head_dim), g.group,
               int(is_causal), int(g.has_mask))
     inputs = (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides)
+    exact = query.dtype != torch.float32
+    kv_programs = g.batch * (g.heads // g.group)
+    if _one_tile(g):
+        return ((K.attention_backward_tiny_kernel, lambda meta: (1, kv_programs),
+                 (query, key, value, mask, out, grad_out, logsumexp, grad_query, grad_key, grad_value),
+                 (*inputs, *out.stride(), *grad_out.stride(), *grad_query.stride(), *grad_key.stride(),
+                  *grad_value.stride(), *shared),
+                 {"BOOL_MASK": g.bool_mask, "EXACT_DELTA": exact, "BLOCK_D": g.block_d}),)
     dq = (K.attention_backward_dq_kernel, _grid(g.q_len, g.batch * g.heads),
           (query, key, value, mask, out, grad_out, logsumexp, delta, grad_query),
           (*inputs, *out.stride(), *grad_out.stride(), *grad_query.stride(), *shared),
-          {"BOOL_MASK": g.bool_mask, "EXACT_DELTA": query.dtype != torch.float32, "BLOCK_D": g.block_d})
-    dkdv = (K.attention_backward_dkdv_kernel, _kv_grid(g.kv_len, g.batch * (g.heads // g.group)),
+          {"BOOL_MASK": g.bool_mask, "EXACT_DELTA": exact, "BLOCK_D": g.block_d})
+    dkdv = (K.attention_backward_dkdv_kernel, _kv_grid(g.kv_len, kv_programs),
             (query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value),
             (*inputs, *grad_out.stride(), *grad_key.stride(), *grad_value.stride(), *shared),
             {"BOOL_MASK": g.bool_mask, "BLOCK_D": g.block_d})
@@ -478,18 +493,8 @@ def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, val
         out = _memory.empty(query.shape, query.dtype, index)
     else:
         out = _memory.empty_strided(query.shape, plan.out_strides, query.dtype, index)
-    _planned_forward(plan, index, query, key, value, attn_mask, out,
-                     write_only_buffer(plan.scratch, index, plan.lse_shape, _SCRATCH_ROWS), is_causal)
-    _device_counts[FORWARD] += 1
-    return out
-
-
-def _planned_forward(plan: _InferencePlan, index: int, query: torch.Tensor, key: torch.Tensor,
-                     value: torch.Tensor, attn_mask: torch.Tensor | None, out: torch.Tensor,
-                     lse: torch.Tensor, is_causal: bool) -> None:
-    """The forward launch of `plan` into `out` and `lse`: its kept launch when it has one and one NPU
-    runs the grid, else the general (tuned) launch."""
-    run = None
+    lse = write_only_buffer(plan.scratch, index, plan.lse_shape, _SCRATCH_ROWS)
+    run = None  # the kept launch when there is one (inline: this is SDPA's inference hot path)
     if plan.dense and (plan.programs == 1 or _device_tp(index) == 1):
         run = plan.run
         if run is None or plan.backend != requested_backend():
@@ -499,6 +504,8 @@ def _planned_forward(plan: _InferencePlan, index: int, query: torch.Tensor, key:
             out, lse, *plan.tail)
     else:
         _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
+    _device_counts[FORWARD] += 1
+    return out
 
 
 def _on_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -575,7 +582,16 @@ def _fused_forward(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor,
     else:
         out = _memory.empty_strided(query.shape, plan.out_strides, query.dtype, index)
         lse = _memory.empty(plan.lse_shape, torch.float32, index)
-    _planned_forward(plan, index, query, key, value, attn_bias, out, lse, is_causal)
+    run = None  # the launch of `_inference`, inline as there
+    if plan.dense and (plan.programs == 1 or _device_tp(index) == 1):
+        run = plan.run
+        if run is None or plan.backend != requested_backend():
+            run = plan.launcher()
+    if run is not None:
+        run(plan.grid[0], plan.grid[1], 1, query, key, value, query if attn_bias is None else attn_bias,
+            out, lse, *plan.tail)
+    else:
+        _forward_launch(query, key, value, attn_bias, out, lse, plan.g, plan.scale, is_causal)
     _device_counts[FORWARD] += 1
     empty = _unused_output(index)
     g = plan.g
@@ -609,16 +625,17 @@ _DELTA_THREADS = 8  # threads per plan that get a kept delta scratch (the rest a
 
 
 class _BackwardPlan:
-    """A fused backward structure whose two launches (dQ, then dK/dV) the general path has made: the
-    kept launches of the tiles the tuner chose (`dq`, `dkdv`: `_Plan`s, so `clear_cache` resets them),
-    their grids and arguments after the tensors (`dq_tail`, `dkdv_tail`), and the gradients' layouts
-    (`triple`: `_memory.triple_layout` when all three are contiguous, else their strides in `strides`).
-    The dQ kernel writes each row's delta = rowsum(dO * O) for the dK/dV kernel of the same call: it
-    goes to a buffer kept per device and thread (`scratch`), since a thread's two launches run one after
-    the other and no other call writes that buffer in between."""
+    """A fused backward structure whose launches the general path has made (`_backward_calls`: the tiny
+    kernel alone, or dQ then dK/dV): the kept launches of the tiles the tuner chose (`first`, `second`
+    (None for the tiny kernel): `_Plan`s, so `clear_cache` resets them), their grids and arguments after
+    the tensors (`*_grid`, `*_tail`), and the gradients' layouts (`triple`: `_memory.triple_layout` when
+    all three are contiguous, else their strides in `strides`). The dQ kernel writes each row's
+    delta = rowsum(dO * O) for the dK/dV kernel of the same call: it goes to a buffer kept per device
+    and thread (`scratch`), since a thread's two launches run one after the other and no other call
+    writes that buffer in between."""
 
-    __slots__ = ("dq", "dkdv", "dq_grid", "dkdv_grid", "dq_tail", "dkdv_tail", "triple", "strides",
-                 "delta_shape", "scratch")
+    __slots__ = ("first", "second", "first_grid", "second_grid", "first_tail", "second_tail", "triple",
+                 "strides", "delta_shape", "scratch")
 
 
 def fused_attention_backward_kernel(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
@@ -688,7 +705,8 @@ def _new_backward_plan(grad_out: torch.Tensor, query: torch.Tensor, key: torch.T
                        grid[0] * grid[1])
         kept.append((launch, grid[:2], scalars))
     plan = _BackwardPlan()
-    (plan.dq, plan.dq_grid, plan.dq_tail), (plan.dkdv, plan.dkdv_grid, plan.dkdv_tail) = kept
+    plan.first, plan.first_grid, plan.first_tail = kept[0]
+    plan.second, plan.second_grid, plan.second_tail = kept[1] if len(kept) > 1 else (None, None, None)
     if all(t.is_contiguous() for t in (query, key, value)):
         plan.triple, plan.strides = _memory.triple_layout(query.shape, key.shape, value.shape), None
     else:
@@ -709,8 +727,9 @@ def _planned_backward(plan: _BackwardPlan, grad_out: torch.Tensor, query: torch.
             grad_out.get_device() != index or out.get_device() != index or \
             logsumexp.get_device() != index or (attn_bias is not None and attn_bias.get_device() != index):
         return None
-    dq, dkdv = plan.dq.kept(index), plan.dkdv.kept(index)
-    if dq is None or dkdv is None:
+    first = plan.first.kept(index)
+    second = None if plan.second is None else plan.second.kept(index)
+    if first is None or (second is None and plan.second is not None):
         return None
     dtype = query.dtype
     if plan.triple is not None:
@@ -720,19 +739,23 @@ def _planned_backward(plan: _BackwardPlan, grad_out: torch.Tensor, query: torch.
         grad_query = _memory.empty_strided(query.shape, strides[0], dtype, index)
         grad_key = _memory.empty_strided(key.shape, strides[1], dtype, index)
         grad_value = _memory.empty_strided(value.shape, strides[2], dtype, index)
+    mask = query if attn_bias is None else attn_bias
+    grid = plan.first_grid
+    if second is None:  # the tiny kernel
+        first(grid[0], grid[1], 1, query, key, value, mask, out, grad_out, logsumexp, grad_query, grad_key,
+              grad_value, *plan.first_tail)
+        return grad_query, grad_key, grad_value, None
     slot = (index, get_ident())
     delta = plan.scratch.get(slot)
     if delta is None:
         delta = _memory.empty(plan.delta_shape, torch.float32, index)
         if len(plan.scratch) < _DELTA_THREADS and delta.numel() <= _DELTA_ROWS:
             plan.scratch[slot] = delta
-    mask = query if attn_bias is None else attn_bias
-    grid = plan.dq_grid
-    dq(grid[0], grid[1], 1, query, key, value, mask, out, grad_out, logsumexp, delta, grad_query,
-       *plan.dq_tail)
-    grid = plan.dkdv_grid
-    dkdv(grid[0], grid[1], 1, query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value,
-         *plan.dkdv_tail)
+    first(grid[0], grid[1], 1, query, key, value, mask, out, grad_out, logsumexp, delta, grad_query,
+          *plan.first_tail)
+    grid = plan.second_grid
+    second(grid[0], grid[1], 1, query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value,
+           *plan.second_tail)
     return grad_query, grad_key, grad_value, None
 
 

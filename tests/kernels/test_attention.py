@@ -386,7 +386,7 @@ def test_product_tiles_match_cpu(name):
     dev_mask = None if mask is None else mask.to("rbln")
     where = (dev_mask, kwargs.get("is_causal", False), kwargs.get("scale"))
     assert _forward_tile(*dev, *where) == tile
-    assert _backward_tiles(*dev, *where) == [tile, tile]
+    assert _backward_tiles(*dev, *where) == [tile]  # the tiny kernel, one launch
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.slow)])

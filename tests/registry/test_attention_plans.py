@@ -164,29 +164,122 @@ def test_kept_inference_launch_scans_every_operand_for_nan():
         assert registry.fallback_report()[A.SDPA]["reasons"] == {"nan_inf": 1}
 
 
-def test_repeated_backward_calls_keep_the_tuned_tiles_with_the_same_gradients(monkeypatch):
-    """The second backward of a shape runs the tiles the tuner chose for the first (`_launch.tuned`), not
-    the tuner: same gradients bit for bit, close to the CPU's."""
-    cpu, device = _operands(None)
-    grads = []
-    for attempt in range(2):
-        if attempt:
-            def tuner_called(*args, **kwargs):
-                raise AssertionError("the autotuner ran again for a kept shape")
+def _backward_count() -> int:
+    return registry.device_counts().get(A.BACKWARD, 0)
 
-            from torch_rbln.kernels import attention as K
 
-            for kernel in (K.attention_backward_dq_kernel, K.attention_backward_dkdv_kernel):
-                monkeypatch.setattr(kernel, "run", tuner_called)  # what kernel[grid](...) calls
-        leaves = [t.detach().requires_grad_() for t in device[:3]]
-        F.scaled_dot_product_attention(*leaves, attn_mask=device[3]).square().sum().backward()
-        grads.append([t.grad.cpu() for t in leaves])
-    for first, second in zip(*grads, strict=True):
-        assert torch.equal(first, second)
-    reference = [t.detach().requires_grad_() for t in cpu[:3]]
-    F.scaled_dot_product_attention(*reference, attn_mask=cpu[3]).square().sum().backward()
-    for got, expected in zip(grads[1], reference, strict=True):
-        torch.testing.assert_close(got, expected.grad, atol=2e-5, rtol=2e-5)
+def _train(q, k, v, mask=None, grad=None, **kwargs) -> list[torch.Tensor]:
+    """Gradients of q, k, v (CPU copies) of one SDPA training step on these operands."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = F.scaled_dot_product_attention(*leaves, attn_mask=mask, **kwargs)
+    out.backward(torch.ones_like(out) if grad is None else grad.to(out.device))
+    return [t.grad.cpu() for t in leaves]
+
+
+def _transposed(t: torch.Tensor) -> torch.Tensor:
+    """The (B, H, L, D) view of a (B, L, H, D) tensor, as models hand SDPA its operands."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _randn(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+BACKWARD_PLANS = {
+    # name: (q/k/v on the CPU, mask, sdpa kwargs); tiles the kernel tests compile anyway
+    "one_tile": (_operands()[0][:3], None, {}),
+    "one_tile_bool_mask": (_operands("bool")[0][:3], _operands("bool")[0][3], {}),
+    "one_tile_float_mask_scale": (_operands("float")[0][:3], _operands("float")[0][3], {"scale": 0.3}),
+    "one_tile_strided_gqa_causal": (tuple(_transposed(_randn(i, 1, h, m, 4)) for i, h, m in
+                                          ((1, 4, 6), (2, 2, 3), (3, 2, 3))),
+                                    None, {"is_causal": True, "enable_gqa": True}),
+    "two_launches_causal": (tuple(_randn(i, 1, 2, 19, 16) for i in range(3)), None, {"is_causal": True}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BACKWARD_PLANS))
+def test_repeated_backward_calls_take_the_plan_with_the_same_gradients(name, monkeypatch):
+    """From the third backward of a structure on (the first tunes, the second keeps the launches), its
+    plan runs the kept launches without `fused_attention_backward` or the tuner: the same gradients bit
+    for bit, close to the CPU's, with
+    strided operands (the gradients keep their layouts), masks, causal and grouped-query heads; one
+    launch when the problem fits one product tile, dQ and dK/dV otherwise."""
+    cpu, mask, kwargs = BACKWARD_PLANS[name]
+    dev = [t.to("rbln") for t in cpu]
+    dev_mask = None if mask is None else mask.to("rbln")
+    grad = torch.randn(cpu[0].shape, generator=torch.Generator().manual_seed(5))
+    first = _train(*dev, dev_mask, grad, **kwargs)
+    _train(*dev, dev_mask, grad, **kwargs)
+    monkeypatch.setattr(A, "fused_attention_backward", lambda *a, **k: pytest.fail("general path ran"))
+    from torch_rbln.kernels import attention as K
+
+    for kernel in (K.attention_backward_tiny_kernel, K.attention_backward_dq_kernel,
+                   K.attention_backward_dkdv_kernel):
+        monkeypatch.setattr(kernel, "run", lambda *a, **k: pytest.fail("the autotuner ran"))
+    before = _backward_count()
+    again = [t.detach().clone().requires_grad_() for t in dev]
+    out = F.scaled_dot_product_attention(*again, attn_mask=dev_mask, **kwargs)
+    out.backward(grad.to("rbln"))
+    assert _backward_count() == before + 1
+    for ours, theirs, operand in zip(again, first, dev, strict=True):
+        assert ours.grad.stride() == operand.stride()
+        assert torch.equal(ours.grad.cpu(), theirs)
+    expected = _train(*cpu, mask, grad, **kwargs)
+    for ours, theirs in zip(first, expected, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=2e-5)
+    (plan,) = [p for key, p in A._backward_plans.items() if key[3] == dev[0].shape and
+               key[4] == dev[0].stride() and key[19] == kwargs.get("scale")
+               and (len(key) > 20) == (mask is not None)]
+    assert (plan.second is None) == name.startswith("one_tile")
+
+
+def test_backward_plans_leave_tensor_parallel_grids_to_the_general_path(monkeypatch):
+    """A kept backward launch of several programs runs on one NPU only: on a tensor-parallel device the
+    general path (which splits the grid over the group) takes the call."""
+    from torch_rbln.registry import _fastpath
+
+    _, (q, k, v, _) = _operands()  # 2 x 3 heads: six programs
+    expected = _train(q, k, v)
+    _train(q, k, v)  # the plan's kept launch exists
+    general = []
+    real = A.fused_attention_backward
+    monkeypatch.setattr(A, "fused_attention_backward", lambda *a, **k: general.append(1) or real(*a, **k))
+    monkeypatch.setattr(_fastpath, "_device_tp", lambda index: 2)
+    grads = _train(q, k, v)
+    assert general == [1]
+    for ours, theirs in zip(grads, expected, strict=True):
+        assert torch.equal(ours, theirs)
+
+
+def test_fused_forward_shares_one_unused_output_until_it_is_changed():
+    """The fused forward's five unused outputs are one zero-size tensor per device, shared by its calls;
+    once someone changes it in place, later calls get a fresh one."""
+    _, (q, k, v) = _tiny(3)
+    fused = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    first, second = fused(q, k, v), fused(q, k, v)
+    assert first[2] is second[2] is second[3] is second[6] is second[7] is second[8]
+    assert second[2].shape == (0,) and second[2].device == q.device
+    second[2].add_(1.0)  # nothing to write, but the version moves
+    third = fused(q, k, v)
+    assert third[2] is not second[2] and third[2]._version == 0 and third[2].numel() == 0
+    assert torch.equal(third[0].cpu(), first[0].cpu())
+
+
+def test_fused_op_plan_runs_nan_operands_on_the_device_as_its_general_path_does(monkeypatch):
+    """The fused op itself never declines NaN/Inf operands (SDPA does, before calling it): its plan
+    skips the scan and gives what the general path gives."""
+    cpu, _ = _tiny(4)
+    bad = cpu[0].clone()
+    bad[0, 0, 1, 0] = float("nan")
+    q, k, v = bad.to("rbln"), cpu[1].to("rbln"), cpu[2].to("rbln")
+    fused = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    first = fused(q, k, v, scale=0.7)
+    monkeypatch.setattr(A, "fused_attention_forward", lambda *a, **k: pytest.fail("general path ran"))
+    registry.reset_fallback_report()
+    second = fused(q, k, v, scale=0.7)
+    torch.testing.assert_close(second[0].cpu(), first[0].cpu(), atol=0, rtol=0, equal_nan=True)
+    assert second[0].cpu()[0, 0, 1].isnan().all() and not second[0].cpu()[0, 0, 0].isnan().any()
+    assert A.SDPA not in registry.fallback_report()
 
 
 @pytest.mark.parametrize("training", [False, True])

@@ -464,19 +464,30 @@ def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     return plan
 
 
+def _planned_device(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attn_mask: torch.Tensor | None) -> int:
+    """The rbln device index of a planned forward call, or -1 when the general path must take it: a
+    dispatch mode, subclass tensors, or operands on several devices (or on the CPU)."""
+    if torch._C._len_torch_dispatch_stack() or type(key) is not torch.Tensor or \
+            type(value) is not torch.Tensor or not (attn_mask is None or type(attn_mask) is torch.Tensor):
+        return -1
+    index = query.get_device()
+    if index < 0 or key.get_device() != index or value.get_device() != index or (
+            attn_mask is not None and attn_mask.get_device() != index):
+        return -1
+    return index
+
+
 def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                attn_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor | None:
     """The forward launch of an inference call whose structure was accepted before (`plan`), without
     the dispatch of the fused op and its structural checks: the result `fused_attention_forward` gives,
     counted as it. None when the values or devices need the general path (NaN/Inf outside deploy mode,
-    a NaN in a float mask, operands on several devices, a dispatch mode or subclass tensors). Written
-    flat: on a few elements each Python call on the way to the launch is a measurable share."""
-    if torch._C._len_torch_dispatch_stack() or type(key) is not torch.Tensor or \
-            type(value) is not torch.Tensor or not (attn_mask is None or type(attn_mask) is torch.Tensor):
-        return None
-    index = query.get_device()
-    if index < 0 or key.get_device() != index or value.get_device() != index or (
-            attn_mask is not None and attn_mask.get_device() != index):
+    a NaN in a float mask, operands on several devices, a dispatch mode or subclass tensors). It shares
+    its device check and launch with the fused op's planned forward (`_planned_device`,
+    `_planned_launch`)."""
+    index = _planned_device(query, key, value, attn_mask)
+    if index < 0:
         return None
     if not config.deploy_mode():
         scan_all = plan.scan_all
@@ -493,8 +504,17 @@ def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, val
         out = _memory.empty(query.shape, query.dtype, index)
     else:
         out = _memory.empty_strided(query.shape, plan.out_strides, query.dtype, index)
-    lse = write_only_buffer(plan.scratch, index, plan.lse_shape, _SCRATCH_ROWS)
-    run = None  # the kept launch when there is one (inline: this is SDPA's inference hot path)
+    _planned_launch(plan, index, query, key, value, attn_mask, out,
+                    write_only_buffer(plan.scratch, index, plan.lse_shape, _SCRATCH_ROWS), is_causal)
+    return out
+
+
+def _planned_launch(plan: _InferencePlan, index: int, query: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor, attn_mask: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor,
+                    is_causal: bool) -> None:
+    """The forward launch of `plan` into `out` and `lse`, counted as the fused op's: its kept launch when
+    there is one and one NPU runs the grid (dense operands), else the general (tuned) launch."""
+    run = None
     if plan.dense and (plan.programs == 1 or _device_tp(index) == 1):
         run = plan.run
         if run is None or plan.backend != requested_backend():
@@ -505,7 +525,6 @@ def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, val
     else:
         _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
     _device_counts[FORWARD] += 1
-    return out
 
 
 def _on_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -570,29 +589,15 @@ def _fused_forward(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor,
     call needs the general path (operands on several devices, a dispatch mode or subclass tensors).
     Unlike `_inference` it scans no value: the fused op's general path runs NaN/Inf operands on the
     device too (only `scaled_dot_product_attention` sends them to the CPU, before calling this op)."""
-    if torch._C._len_torch_dispatch_stack() or type(key) is not torch.Tensor or \
-            type(value) is not torch.Tensor or not (attn_bias is None or type(attn_bias) is torch.Tensor):
-        return None
-    index = query.get_device()
-    if index < 0 or key.get_device() != index or value.get_device() != index or (
-            attn_bias is not None and attn_bias.get_device() != index):
+    index = _planned_device(query, key, value, attn_bias)
+    if index < 0:
         return None
     if plan.contiguous_out:  # the output and the logsumexp in one allocating call
         out, lse = _memory.empty_pair(query.shape, plan.lse_shape, query.dtype, index, torch.float32)
     else:
         out = _memory.empty_strided(query.shape, plan.out_strides, query.dtype, index)
         lse = _memory.empty(plan.lse_shape, torch.float32, index)
-    run = None  # the launch of `_inference`, inline as there
-    if plan.dense and (plan.programs == 1 or _device_tp(index) == 1):
-        run = plan.run
-        if run is None or plan.backend != requested_backend():
-            run = plan.launcher()
-    if run is not None:
-        run(plan.grid[0], plan.grid[1], 1, query, key, value, query if attn_bias is None else attn_bias,
-            out, lse, *plan.tail)
-    else:
-        _forward_launch(query, key, value, attn_bias, out, lse, plan.g, plan.scale, is_causal)
-    _device_counts[FORWARD] += 1
+    _planned_launch(plan, index, query, key, value, attn_bias, out, lse, is_causal)
     empty = _unused_output(index)
     g = plan.g
     return out, lse, empty, empty, g.q_len, g.kv_len, empty, empty, empty
@@ -721,7 +726,8 @@ def _planned_backward(plan: _BackwardPlan, grad_out: torch.Tensor, query: torch.
                       logsumexp: torch.Tensor) -> tuple | None:
     """`fused_attention_backward`'s result through `plan`'s kept launches, or None when the general path
     must take the call (operands on several devices, a grid split over a tensor-parallel group, no kept
-    launch for the requested backend yet). Written flat, like `_inference`."""
+    launch for the requested backend yet). Written flat: on a few elements each Python call on the way
+    to the launches is a measurable share."""
     index = query.get_device()
     if index < 0 or key.get_device() != index or value.get_device() != index or \
             grad_out.get_device() != index or out.get_device() != index or \

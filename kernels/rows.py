@@ -90,13 +90,15 @@ def softmax_backward_kernel(g_ptr, y_ptr, out_ptr, n, LOG: tl.constexpr, BLOCK: 
 @tl.jit
 def norm_row_kernel(
     x_ptr, w_ptr, b_ptr, out_ptr, mean_ptr, rstd_ptr, n, eps,
-    RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr,
+    RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, CHECK: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """`norm_kernel` for a row that fits one block (n <= BLOCK): one load of the row instead of three."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n
     x = tl.load(x_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+    if CHECK:
+        tl.device_assert(x - x == 0.0, "NaN or Inf in the input")
     if RMS:
         centered = x
     else:
@@ -107,24 +109,35 @@ def norm_row_kernel(
     tl.store(rstd_ptr + row, rstd.to(rstd_ptr.dtype.element_ty))
     y = centered * rstd
     if HAS_W:
-        y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        if CHECK:
+            tl.device_assert(w - w == 0.0, "NaN or Inf in the weight")
+        y = y * w
     if HAS_B:
-        y = y + tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        if CHECK:
+            tl.device_assert(b - b == 0.0, "NaN or Inf in the bias")
+        y = y + b
     tl.store(out_ptr + row * n + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @tl.jit
 def norm_kernel(
     x_ptr, w_ptr, b_ptr, out_ptr, mean_ptr, rstd_ptr, n, eps,
-    RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr,
+    RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, CHECK: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    """Layer norm (RMS=False) or RMS norm of one row; saves mean (layer norm) and rstd in float32."""
+    """Layer norm (RMS=False) or RMS norm of one row; saves mean (layer norm) and rstd in float32.
+    CHECK: fault (`device_assert`) on a NaN/Inf in x, the weight or the bias, as the kernel reads them:
+    the input check outside deploy mode without a pass of its own (a fast path that sees the fault
+    hands the call to the general path, which scans and takes the CPU for such inputs)."""
     row = tl.program_id(0)
     base = row * n
     cols = tl.arange(0, BLOCK)
     s = tl.zeros((BLOCK,), dtype=tl.float32)
     for start in range(0, n, BLOCK):
         x = tl.load(x_ptr + base + start + cols, mask=start + cols < n, other=0.0).to(tl.float32)
+        if CHECK:
+            tl.device_assert(x - x == 0.0, "NaN or Inf in the input")
         if RMS:
             s += x * x
         else:
@@ -148,9 +161,15 @@ def norm_kernel(
         x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
         y = (x - mean) * rstd
         if HAS_W:
-            y = y * tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+            if CHECK:
+                tl.device_assert(w - w == 0.0, "NaN or Inf in the weight")
+            y = y * w
         if HAS_B:
-            y = y + tl.load(b_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+            b = tl.load(b_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+            if CHECK:
+                tl.device_assert(b - b == 0.0, "NaN or Inf in the bias")
+            y = y + b
         tl.store(out_ptr + base + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

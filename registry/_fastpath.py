@@ -593,11 +593,13 @@ square = pow_scalar  # table.py's name of the pow.Tensor_Scalar fast path (`x.po
 
 
 class _NormPlan(_Plan):
-    """A layer norm's launch for one (dtype, shape, normalized shape, weight?, bias?): `programs` rows
-    of `n` elements, the `_memory.triple_layout` of its outputs (out, mean, rstd), and its input scan:
-    `scan_all` (one compiled call over x, weight and bias, `kernels.rows.inputs_finite`) with the
-    element `counts` it scans of each (0 for an absent weight or bias) and whether the words are 32-bit
-    (`wide`)."""
+    """A layer norm's launch for one (dtype, shape, normalized shape, weight?, bias?, deploy mode):
+    `programs` rows of `n` elements, the `_memory.triple_layout` of its outputs (out, mean, rstd), and
+    its input scan: `scan_all` (one compiled call over x, weight and bias,
+    `kernels.rows.inputs_finite`) with the element `counts` it scans of each (0 for an absent weight or
+    bias) and whether the words are 32-bit (`wide`). Outside deploy mode the kernel checks its inputs
+    itself (`norm_launch`'s check), so the launch by address needs no scan: the scan serves backends
+    without one."""
 
     __slots__ = ("layout", "scan_all", "counts", "wide", "spans")
 
@@ -608,7 +610,7 @@ def layer_norm() -> FastPath:
     `_ops.layer_norm`, with the same arguments and outputs (out, mean, rstd)."""
 
     def new_plan(plan_key: tuple) -> _NormPlan | None:
-        dtype, shape, normalized, has_w, has_b = plan_key
+        dtype, shape, normalized, has_w, has_b, deploy = plan_key
         tail = len(normalized)
         if dtype not in FLOATS or tail == 0 or tail > len(shape) or tuple(shape[-tail:]) != normalized:
             return None
@@ -617,7 +619,7 @@ def layer_norm() -> FastPath:
         if n == 0 or numel == 0:
             return None
         kernel, key, _ = norm_launch(dtype, dtype, dtype, dtype, dtype, n, rms=False, has_w=has_w,
-                                     has_b=has_b)
+                                     has_b=has_b, check=not deploy)
         plan = _NormPlan(kernel, key, 0, dtype, dtype, numel // n)
         plan.n = n
         stats_shape = tuple(shape[:-tail]) + (1,) * tail
@@ -634,8 +636,9 @@ def layer_norm() -> FastPath:
     plans: dict[tuple, _NormPlan | None] = PlanMemo(1024, new_plan)
 
     def fast(args: tuple, kwargs: dict) -> tuple | None:
-        # written flat (one deploy-mode read, one compiled scan of the three inputs, the kept launch
-        # read inline): on 4 elements each Python call on the way to the launch is a measurable share
+        # written flat (one deploy-mode read, the kept launch read inline, no input scan where the
+        # checking kernel launches by address): on 4 elements each Python call on the way to the launch
+        # is a measurable share
         if len(args) != 5 or kwargs:
             return None
         x, normalized, weight, bias, eps = args
@@ -656,7 +659,8 @@ def layer_norm() -> FastPath:
         if has_b and (not isinstance(bias, Tensor) or bias.dtype is not dtype or not bias.is_contiguous()
                       or bias.get_device() != index):
             return None
-        plan = plans[(dtype, x.shape, tuple(normalized), has_w, has_b)]
+        deploy = config.deploy_mode()
+        plan = plans[(dtype, x.shape, tuple(normalized), has_w, has_b, deploy)]
         if plan is None:
             return None
         n = plan.n
@@ -672,27 +676,30 @@ def layer_norm() -> FastPath:
             return None  # a grid split over a tensor-parallel group: the general launch's
         w = weight if has_w else x  # an absent weight/bias is not read (HAS_W/HAS_B): x stands in
         b = bias if has_b else x
-        # the input addresses serve the scan and the launch by address alike
-        xa = x.data_ptr()
-        wa = w.data_ptr() if has_w else xa
-        ba = b.data_ptr() if has_b else xa
-        if not config.deploy_mode():
-            scan_all = plan.scan_all
-            if scan_all is not None:
-                if not scan_all((xa, wa, ba), plan.counts, plan.mask, plan.wide):
-                    return None
-            elif not (all_finite(x) and (not has_w or plan.finite(weight, n))
-                      and (not has_b or plan.finite(bias, n))):
-                return None
-        out, mean, rstd = _memory.empty_triple_of(plan.layout, dtype, index)
         by_address = plan.by_address
-        if by_address is None:
+        if by_address is None:  # a launch that raises its faults: scan first, as the general path does
+            if not deploy:
+                scan_all = plan.scan_all
+                if scan_all is not None:
+                    xa = x.data_ptr()
+                    addresses = (xa, w.data_ptr() if has_w else xa, b.data_ptr() if has_b else xa)
+                    if not scan_all(addresses, plan.counts, plan.mask, plan.wide):
+                        return None
+                elif not (all_finite(x) and (not has_w or plan.finite(weight, n))
+                          and (not has_b or plan.finite(bias, n))):
+                    return None
+            out, mean, rstd = _memory.empty_triple_of(plan.layout, dtype, index)
             run(programs, 1, 1, x, w, b, out, mean, rstd, n, float(eps))
             return out, mean, rstd
+        out, mean, rstd = _memory.empty_triple_of(plan.layout, dtype, index)
+        xa = x.data_ptr()
         sx, sw, sb, so, sm, sr = plan.spans
-        if not by_address(programs, 1, 1, xa, sx, wa, sw, ba, sb, out.data_ptr(), so, mean.data_ptr(), sm,
+        if not by_address(programs, 1, 1, xa, sx, w.data_ptr() if has_w else xa, sw,
+                          b.data_ptr() if has_b else xa, sb, out.data_ptr(), so, mean.data_ptr(), sm,
                           rstd.data_ptr(), sr, n, float(eps)):
-            return None  # a kernel fault: the general path re-runs the call and reports it
+            # a fault: outside deploy mode most likely the kernel's NaN/Inf check; the general path
+            # re-runs the call, which scans (and takes the CPU for such inputs) or reports the fault
+            return None
         return out, mean, rstd
 
     return fast

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch_rbln.dsl.jit import _device_tp, requested_backend
 
-from torch_rbln import _memory
+from torch_rbln import _memory, config
 
 from . import _launch
 from ._memo import BoundedMemo
@@ -591,26 +591,30 @@ def layer_norm(x, normalized_shape, weight, bias, eps):
     rstd = empty(stat_shape, x.dtype, index)
     w = contiguous(weight) if weight is not None else x
     b = contiguous(bias) if bias is not None else x
-    _norm(x, w, b, out, mean, rstd, rows, n, eps, rms=False, has_w=weight is not None, has_b=bias is not None)
+    # outside deploy mode the kernel checks its inputs too (`norm_kernel`'s CHECK): the registry has
+    # scanned them already, but the layer-norm fast path keeps this launch and relies on that check
+    _norm(x, w, b, out, mean, rstd, rows, n, eps, rms=False, has_w=weight is not None, has_b=bias is not None,
+          check=not config.deploy_mode())
     return out, mean, rstd
 
 
-def _norm(x, w, b, out, mean, rstd, rows, n, eps, *, rms, has_w, has_b) -> None:
+def _norm(x, w, b, out, mean, rstd, rows, n, eps, *, rms, has_w, has_b, check=False) -> None:
     """Layer/RMS norm rows: one load per row when it fits one block, else the chunked kernel."""
     kernel, key, keywords = norm_launch(x.dtype, w.dtype, b.dtype, out.dtype, mean.dtype, n, rms=rms,
-                                        has_w=has_w, has_b=has_b)
+                                        has_w=has_w, has_b=has_b, check=check)
     _launch.launch(kernel, rows, key, (x, w, b, out, mean, rstd, n, float(eps)), keywords)
 
 
 def norm_launch(x_dtype, w_dtype, b_dtype, out_dtype, stats_dtype, n: int, *, rms: bool, has_w: bool,
-                has_b: bool) -> tuple:
+                has_b: bool, check: bool = False) -> tuple:
     """(kernel, launch key, constexprs) of a layer/RMS norm launch over rows of `n` elements (`mean`
-    and `rstd` both of `stats_dtype`). n is the launch's only int argument, so the dtypes, the
-    constexprs and n's width make the key."""
+    and `rstd` both of `stats_dtype`; `check`: the kernel faults on a NaN/Inf input). n is the launch's
+    only int argument, so the dtypes, the constexprs and n's width make the key."""
     R = _k("rows")
     kernel, block = (R.norm_row_kernel, _row_block(n)) if n <= _ONE_BLOCK else (R.norm_kernel, _CHUNK)
-    key = (x_dtype, w_dtype, b_dtype, out_dtype, stats_dtype, stats_dtype, rms, has_w, has_b, block, n < _I32)
-    return kernel, key, {"RMS": rms, "HAS_W": has_w, "HAS_B": has_b, "BLOCK": block}
+    key = (x_dtype, w_dtype, b_dtype, out_dtype, stats_dtype, stats_dtype, rms, has_w, has_b, check, block,
+           n < _I32)
+    return kernel, key, {"RMS": rms, "HAS_W": has_w, "HAS_B": has_b, "CHECK": check, "BLOCK": block}
 
 
 def column_sum(t: torch.Tensor, rows: int, n: int, dtype: torch.dtype) -> torch.Tensor:

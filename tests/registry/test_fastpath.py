@@ -454,6 +454,60 @@ def test_a_fault_in_the_layer_norm_launch_by_address_leaves_the_call_to_the_gene
     assert _row("aten::native_layer_norm") == {"device": 1, "cpu": 0, "reasons": {}}
 
 
+NON_FINITE_NORMS = [  # (rows, n, dtype, where the NaN/Inf goes)
+    (3, 8, torch.float32, "x"),
+    (3, 8, torch.float32, "weight"),
+    (2, 8, torch.bfloat16, "bias"),
+    (2, 5000, torch.float32, "x"),  # rows longer than one block: the chunked kernel checks too
+    (2, 5000, torch.float16, "bias"),
+]
+
+
+@pytest.mark.parametrize(("rows", "n", "dtype", "where"), NON_FINITE_NORMS,
+                         ids=[f"{r}x{n}-{d}-{w}" for r, n, d, w in NON_FINITE_NORMS])
+def test_the_layer_norm_kernel_checks_its_inputs_instead_of_a_scan(rows, n, dtype, where, monkeypatch):
+    """Outside deploy mode the fast path's launch by address scans nothing: the kernel's own check
+    faults on a NaN/Inf, and the general path then scans and takes the logged CPU fallback."""
+    tensors = {"x": torch.randn(rows, n, dtype=dtype), "weight": torch.randn(n, dtype=dtype),
+               "bias": torch.randn(n, dtype=dtype)}
+    call = torch.ops.aten.native_layer_norm.default
+    device = {name: t.to("rbln") for name, t in tensors.items()}
+    call(device["x"], [n], device["weight"], device["bias"], 1e-5)  # the general path keeps the launch
+    for plan in _forbid_launch_by_tensors(monkeypatch):
+        monkeypatch.setattr(plan, "scan_all", lambda *a: (_ for _ in ()).throw(AssertionError("scanned")))
+    monkeypatch.setattr(_fastpath, "all_finite", lambda *a: (_ for _ in ()).throw(AssertionError("scanned")))
+    registry.reset_fallback_report()
+    clean = call(device["x"], [n], device["weight"], device["bias"], 1e-5)
+    assert _row("aten::native_layer_norm") == {"device": 1, "cpu": 0, "reasons": {}}
+    x, w, b = (tensors[name].float() for name in ("x", "weight", "bias"))
+    atol = 2e-2 if dtype != torch.float32 else 1e-5
+    expected = F.layer_norm(x, (n,), w, b, 1e-5).to(dtype)
+    torch.testing.assert_close(clean[0].cpu(), expected, atol=atol, rtol=1e-2)
+    tensors[where].view(-1)[n // 2] = float("nan") if where != "weight" else float("-inf")
+    device[where] = tensors[where].to("rbln")
+    registry.reset_fallback_report()
+    got = call(device["x"], [n], device["weight"], device["bias"], 1e-5)
+    assert _row("aten::native_layer_norm") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
+    want = call(tensors["x"], [n], tensors["weight"], tensors["bias"], 1e-5)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True, atol=0, rtol=0)
+
+
+def test_deploy_mode_runs_a_nan_layer_norm_on_the_fast_path_without_the_kernel_check(monkeypatch):
+    x = torch.tensor([[1.0, float("nan"), 2.0, 3.0], [0.5, 1.5, -1.0, 2.0]])
+    w, b = torch.randn(4), torch.randn(4)
+    monkeypatch.setenv("TORCH_RBLN_DEPLOY", "ON")
+    call = torch.ops.aten.native_layer_norm.default
+    args = (x.to("rbln"), [4], w.to("rbln"), b.to("rbln"), 1e-5)
+    call(*args)
+    monkeypatch.setattr(_ops, "layer_norm", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
+    registry.reset_fallback_report()
+    out, mean, rstd = call(*args)
+    assert _row("aten::native_layer_norm") == {"device": 1, "cpu": 0, "reasons": {}}
+    assert out[0].isnan().all() and not out[1].isnan().any()  # the NaN row propagates, the other is exact
+    torch.testing.assert_close(out[1].cpu(), F.layer_norm(x[1:], (4,), w, b, 1e-5)[0], atol=1e-5, rtol=1e-5)
+
+
 def test_layer_norm_calls_the_fast_path_leaves_to_the_general_path():
     x = torch.randn(3, 8).to("rbln")
     w = torch.randn(8).to("rbln")

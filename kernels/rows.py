@@ -311,18 +311,25 @@ def norm_param_grad_kernel(
 
 @tl.jit
 def norm_backward_small_kernel(
-    g_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, rows, n,
-    HAS_W: tl.constexpr, NEED_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    BLOCK: tl.constexpr,
+    g_ptr, x_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, rows, n,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, NEED_DX: tl.constexpr, NEED_DW: tl.constexpr,
+    NEED_DB: tl.constexpr, CHECK: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """The whole layer-norm backward of a few short rows (n <= BLOCK) in one program (grid (1,)): dx row
     by row as `norm_backward_kernel` computes it, and dw / db summed over the rows on the way, as
     `norm_param_grad_kernel` does. For small inputs one launch replaces two; many rows take those two
-    (this one runs the rows one after another)."""
+    (this one runs the rows one after another).
+    CHECK: fault (`device_assert`) on a NaN/Inf in any input (grad, x, mean, rstd, weight, and the bias,
+    which only this check reads), as `norm_kernel`'s CHECK does for the forward."""
     cols = tl.arange(0, BLOCK)
     mask = cols < n
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        if CHECK:
+            tl.device_assert(w - w == 0.0, "NaN or Inf in the weight")
+    if CHECK and HAS_B:
+        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.device_assert(b - b == 0.0, "NaN or Inf in the bias")
     dw = tl.zeros((BLOCK,), dtype=tl.float32)
     db = tl.zeros((BLOCK,), dtype=tl.float32)
     for row in range(0, rows):
@@ -330,6 +337,9 @@ def norm_backward_small_kernel(
         rstd = tl.load(rstd_ptr + row).to(tl.float32)
         g0 = tl.load(g_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
         x = tl.load(x_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+        if CHECK:
+            tl.device_assert((g0 - g0 == 0.0) & (x - x == 0.0), "NaN or Inf in grad or x")
+            tl.device_assert((mean - mean == 0.0) & (rstd - rstd == 0.0), "NaN or Inf in mean or rstd")
         if NEED_DX:
             g = g0
             if HAS_W:

@@ -388,11 +388,13 @@ def std() -> FastPath:
 
 class _NormBackwardPlan:
     """A layer-norm backward's launches for one (dtype, shape, normalized shape, weight?, bias?, output
-    mask): the one-program kernel's plan (`fused`: a few short rows) or the dx row kernel's (`first`)
-    and the dw/db column kernel's (`params`); the input scan (`scan_all` over grad, x, mean, rstd,
-    weight, bias with their element `counts`, `wide` for 32-bit words); the element counts the fused
-    launch by address passes (`spans`); and the `_memory.triple_layout` of (dx, dw, db) when all three
-    are asked for over one normalized dim (`layout`; other calls build theirs per call)."""
+    mask, deploy mode): the one-program kernel's plan (`fused`: a few short rows) or the dx row
+    kernel's (`first`) and the dw/db column kernel's (`params`); the input scan (`scan_all` over grad,
+    x, mean, rstd, weight, bias with their element `counts`, `wide` for 32-bit words); the element
+    counts the fused launch by address passes (`spans`); and the `_memory.triple_layout` of (dx, dw, db)
+    when all three are asked for over one normalized dim (`layout`; other calls build theirs per
+    call). Outside deploy mode the one-program kernel checks its inputs itself (CHECK), so its launch
+    by address needs no scan."""
 
     __slots__ = ("first", "params", "fused", "rows", "n", "need_dw", "need_db", "scan_all",
                  "counts", "wide", "spans", "layout")
@@ -405,7 +407,7 @@ def layer_norm_backward() -> FastPath:
     same arguments."""
 
     def new_plan(plan_key: tuple) -> _NormBackwardPlan | None:
-        dtype, shape, normalized, has_w, has_b, mask = plan_key
+        dtype, shape, normalized, has_w, has_b, mask, deploy = plan_key
         tail = len(normalized)
         if dtype not in FLOATS or tail == 0 or tail > len(shape) or tuple(shape[-tail:]) != normalized:
             return None
@@ -431,12 +433,13 @@ def layer_norm_backward() -> FastPath:
         plan.first = plan.params = plan.spans = None
         plan.fused = rows <= _NORM_BACKWARD_SMALL_ROWS and n <= _ONE_BLOCK
         if plan.fused:
-            key = (dtype,) * 8 + (has_w, need_dx, need_dw, need_db, _row_block(n), rows < _I32, n < _I32)
+            key = (dtype,) * 9 + (has_w, has_b, need_dx, need_dw, need_db, not deploy, _row_block(n),
+                                  rows < _I32, n < _I32)
             plan.first = _Plan(R.norm_backward_small_kernel, key, 0, dtype, dtype)
-            # the element counts of its launch by address: grad, x, weight (x stands in for an absent
-            # one), mean, rstd, dx, dw, db (grad stands in for an absent result)
-            plan.spans = (numel, numel, n if has_w else numel, rows, rows, numel, n if need_dw else numel,
-                          n if need_db else numel)
+            # the element counts of its launch by address: grad, x, weight, bias (x stands in for an
+            # absent one), mean, rstd, dx, dw, db (grad stands in for an absent result)
+            plan.spans = (numel, numel, n if has_w else numel, n if has_b else numel, rows, rows, numel,
+                          n if need_dw else numel, n if need_db else numel)
             return plan
         if need_dx:
             key = (dtype,) * 6 + (has_w, _row_block(n), n < _I32)
@@ -475,7 +478,8 @@ def layer_norm_backward() -> FastPath:
         need_dx, need_dw, need_db = mask
         if type(need_dx) is not bool or type(need_dw) is not bool or type(need_db) is not bool:
             return None
-        plan = plans[(dtype, shape, tuple(normalized), has_w, has_b, (need_dx, need_dw, need_db))]
+        deploy = config.deploy_mode()
+        plan = plans[(dtype, shape, tuple(normalized), has_w, has_b, (need_dx, need_dw, need_db), deploy)]
         if plan is None:
             return None
         rows, n = plan.rows, plan.n
@@ -497,8 +501,9 @@ def layer_norm_backward() -> FastPath:
             if run_params is None:
                 return None
         w = x if weight is None else weight  # an absent weight/bias is not read: x stands in
-        addresses = None
-        if not config.deploy_mode():
+        # the one-program kernel launched by address checks its inputs itself: no scan
+        checked = plan.fused and first.by_address is not None
+        if not deploy and not checked:
             scan_all = plan.scan_all
             if scan_all is not None:  # one compiled call scans the six inputs
                 x_address = x.data_ptr()
@@ -522,17 +527,19 @@ def layer_norm_backward() -> FastPath:
         dw_t = grad if dw is None else dw  # an absent result is never written: grad stands in, as there
         db_t = grad if db is None else db
         if plan.fused:  # the one-program kernel
-            by_address = first.by_address
-            if by_address is None or addresses is None:
-                run(1, 1, 1, grad, x, w, mean, rstd, grad if dx is None else dx, dw_t, db_t, rows, n)
+            if not checked:
+                run(1, 1, 1, grad, x, w, x if bias is None else bias, mean, rstd, grad if dx is None else dx,
+                    dw_t, db_t, rows, n)
                 return dx, dw, db
-            # the launch by address reuses the scan's addresses (grad, x, mean, rstd, weight)
-            ga, xa, ma, ra, wa, _ = addresses
-            sg, sx, sw, sm, sr, sdx, sdw, sdb = plan.spans
-            if not by_address(1, 1, 1, ga, sg, xa, sx, wa, sw, ma, sm, ra, sr,
-                              ga if dx is None else dx.data_ptr(), sdx, dw_t.data_ptr(), sdw, db_t.data_ptr(),
-                              sdb, rows, n):
-                return None  # a kernel fault: the general path re-runs the call and reports it
+            ga, xa = grad.data_ptr(), x.data_ptr()
+            sg, sx, sw, sb, sm, sr, sdx, sdw, sdb = plan.spans
+            if not first.by_address(1, 1, 1, ga, sg, xa, sx, xa if weight is None else weight.data_ptr(), sw,
+                                    xa if bias is None else bias.data_ptr(), sb, mean.data_ptr(), sm,
+                                    rstd.data_ptr(), sr, ga if dx is None else dx.data_ptr(), sdx,
+                                    dw_t.data_ptr(), sdw, db_t.data_ptr(), sdb, rows, n):
+                # a fault: outside deploy mode most likely the kernel's NaN/Inf check; the general
+                # path re-runs the call, which scans (and takes the CPU for such inputs) or reports it
+                return None
             return dx, dw, db
         if run is not None:
             run(rows, 1, 1, grad, x, w, mean, rstd, dx, dx, n)
@@ -540,6 +547,7 @@ def layer_norm_backward() -> FastPath:
             run_params(params.programs, 1, 1, grad, x, mean, rstd, dw_t, db_t, rows, n)
         return dx, dw, db
 
+    fast.plans = plans  # type: ignore[attr-defined]  # for tests that inspect the plans
     return fast
 
 

@@ -653,19 +653,22 @@ def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, out
     need_db = bool(need_db and bias is not None)
     dx = dw = db = None
     if rows <= _NORM_BACKWARD_SMALL_ROWS and n <= _ONE_BLOCK and (need_dx or need_dw or need_db):
-        # a few short rows: all of it in one launch
-        has_w = weight is not None
+        # a few short rows: all of it in one launch. Outside deploy mode the kernel checks its inputs
+        # too (CHECK): the registry has scanned them already, but the fast path relies on that check
+        has_w, has_b = weight is not None, bias is not None
         w = contiguous(weight) if has_w else x
+        b = contiguous(bias) if has_b else x
         dx = empty(x.shape, x.dtype, index) if need_dx else None
         dw = empty(weight.shape, weight.dtype, index) if need_dw else None
         db = empty(bias.shape, bias.dtype, index) if need_db else None
         outs = tuple(grad if t is None else t for t in (dx, dw, db))  # an absent result: grad stands in
         block = _row_block(n)
-        key = (grad.dtype, x.dtype, w.dtype, mean.dtype, rstd.dtype, *(t.dtype for t in outs), has_w, need_dx,
-               need_dw, need_db, block, rows < _I32, n < _I32)
-        _launch.launch(R.norm_backward_small_kernel, 1, key, (grad, x, w, mean, rstd, *outs, rows, n),
-                       {"HAS_W": has_w, "NEED_DX": need_dx, "NEED_DW": need_dw, "NEED_DB": need_db,
-                        "BLOCK": block})
+        check = not config.deploy_mode()
+        key = (grad.dtype, x.dtype, w.dtype, b.dtype, mean.dtype, rstd.dtype, *(t.dtype for t in outs), has_w,
+               has_b, need_dx, need_dw, need_db, check, block, rows < _I32, n < _I32)
+        _launch.launch(R.norm_backward_small_kernel, 1, key, (grad, x, w, b, mean, rstd, *outs, rows, n),
+                       {"HAS_W": has_w, "HAS_B": has_b, "NEED_DX": need_dx, "NEED_DW": need_dw,
+                        "NEED_DB": need_db, "CHECK": check, "BLOCK": block})
         return dx, dw, db
     if need_dx:
         dx = empty(x.shape, x.dtype, index)

@@ -290,15 +290,22 @@ def test_the_loss_fast_paths_decline_an_out_of_range_target():
     assert backward((grad, x, bad, None, 1, -100, total), {}) is None
 
 
+@pytest.mark.parametrize("rows", [3, 20], ids=["one-program kernel", "two kernels"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_layer_norm_backward_declines_a_nan_or_inf_in_any_of_its_six_inputs(dtype):
-    """The one compiled scan of grad, x, mean, rstd, weight and bias (32- and 16-bit words): a NaN/Inf
-    in any of them leaves the fast path (the general path's logged CPU fallback reports it)."""
-    case, _ = _layer_norm_case([True, True, True])
+def test_layer_norm_backward_declines_a_nan_or_inf_in_any_of_its_six_inputs(dtype, rows, monkeypatch):
+    """A NaN/Inf in grad, x, mean, rstd, weight or bias (32- and 16-bit words) leaves the fast path,
+    and the general path's logged CPU fallback gives CPU's results. The one-program kernel launched
+    by address finds it itself (its CHECK: no scan runs); the two-kernel launch scans first."""
+    case, _ = _layer_norm_case([True, True, True], rows)
     args = [_dev(a.to(dtype)) if isinstance(a, torch.Tensor) else a for a in case]
     A.native_layer_norm_backward.default(*args)
     backward = _fast("native_layer_norm_backward.default")
     assert backward(tuple(args), {}) is not None
+    plans = [plan for plan in backward.plans.values() if plan is not None]
+    if rows == 3:
+        for plan in plans:
+            monkeypatch.setattr(plan, "scan_all", lambda *a: (_ for _ in ()).throw(AssertionError("scanned")))
+        assert backward(tuple(args), {}) is not None
     for position in (0, 1, 3, 4, 5, 6):
         for bad in (float("nan"), float("-inf")):
             spoiled = list(args)
@@ -306,6 +313,14 @@ def test_layer_norm_backward_declines_a_nan_or_inf_in_any_of_its_six_inputs(dtyp
             host.view(-1)[-1] = bad
             spoiled[position] = host.to("rbln")
             assert backward(tuple(spoiled), {}) is None, (position, bad)
+    monkeypatch.undo()
+    registry.reset_fallback_report()
+    got = A.native_layer_norm_backward.default(*spoiled)  # a -Inf bias, which the backward does not read
+    assert _row("aten::native_layer_norm_backward") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
+    want = A.native_layer_norm_backward.default(*[a.cpu() if isinstance(a, torch.Tensor) else a
+                                                  for a in spoiled])
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.cpu(), w, atol=0, rtol=0)
 
 
 def test_the_loss_fast_paths_decline_a_nan_input_and_check_targets_in_deploy_mode(monkeypatch):

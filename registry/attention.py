@@ -429,7 +429,7 @@ class _InferencePlan(_Plan):
     it at once: nothing reads it, so that is harmless."""
 
     __slots__ = ("g", "scale", "out_strides", "contiguous_out", "lse_shape", "tail", "grid", "dense",
-                 "scratch", "scan_all", "counts", "wide")
+                 "scratch", "scan_all", "counts", "wide", "spans")
 
 
 _SCRATCH_ROWS = 1 << 12  # at most 16 KiB of kept logsumexp scratch per plan and device (larger: the
@@ -458,6 +458,9 @@ def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     operands = [query, key, value] + ([attn_mask] if attn_mask is not None else [])
     plan.dense = kept is not None and all(is_dense_permutation(t.shape, t.stride()) for t in operands)
     plan.counts = (query.numel(), key.numel(), value.numel())
+    # the element counts of the launch by address: q, k, v, the mask (q stands in for none), out, lse
+    plan.spans = (*plan.counts, query.numel() if attn_mask is None else attn_mask.numel(), query.numel(),
+                  g.batch * g.heads * g.q_len)
     plan.scan_all = (O._k("rows").inputs_finite_entry(3)
                      if plan.dense and sum(plan.counts) < PARALLEL_MIN else None)
     plan.wide = int(query.dtype == torch.float32)
@@ -513,17 +516,28 @@ def _planned_launch(plan: _InferencePlan, index: int, query: torch.Tensor, key: 
                     value: torch.Tensor, attn_mask: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor,
                     is_causal: bool) -> None:
     """The forward launch of `plan` into `out` and `lse`, counted as the fused op's: its kept launch when
-    there is one and one NPU runs the grid (dense operands), else the general (tuned) launch."""
+    there is one and one NPU runs the grid (dense operands: each covers exactly its elements, so the
+    launch by address takes the plan's element counts), else the general (tuned) launch. A kept launch
+    by address that reports a fault leaves the call to the general launch, which raises it with its
+    full report."""
     run = None
     if plan.dense and (plan.programs == 1 or _device_tp(index) == 1):
         run = plan.run
         if run is None or plan.backend != requested_backend():
             run = plan.launcher()
-    if run is not None:
-        run(plan.grid[0], plan.grid[1], 1, query, key, value, query if attn_mask is None else attn_mask,
-            out, lse, *plan.tail)
-    else:
+    grid = plan.grid
+    if run is None:
         _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
+    elif plan.by_address is None:
+        run(grid[0], grid[1], 1, query, key, value, query if attn_mask is None else attn_mask, out, lse,
+            *plan.tail)
+    else:
+        sq, sk, sv, sm, so, sl = plan.spans
+        mask = query if attn_mask is None else attn_mask
+        if not plan.by_address(grid[0], grid[1], 1, query.data_ptr(), sq, key.data_ptr(), sk,
+                               value.data_ptr(), sv, mask.data_ptr(), sm, out.data_ptr(), so, lse.data_ptr(),
+                               sl, *plan.tail):
+            _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
     _device_counts[FORWARD] += 1
 
 
@@ -637,10 +651,11 @@ class _BackwardPlan:
     all three are contiguous, else their strides in `strides`). The dQ kernel writes each row's
     delta = rowsum(dO * O) for the dK/dV kernel of the same call: it goes to a buffer kept per device
     and thread (`scratch`), since a thread's two launches run one after the other and no other call
-    writes that buffer in between."""
+    writes that buffer in between. The tiny kernel launches by address, with the element counts in
+    `spans`."""
 
     __slots__ = ("first", "second", "first_grid", "second_grid", "first_tail", "second_tail", "triple",
-                 "strides", "delta_shape", "scratch")
+                 "strides", "delta_shape", "scratch", "spans")
 
 
 def fused_attention_backward_kernel(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
@@ -718,6 +733,11 @@ def _new_backward_plan(grad_out: torch.Tensor, query: torch.Tensor, key: torch.T
         plan.triple, plan.strides = None, tuple(t.stride() for t in grads)
     plan.delta_shape = tuple(logsumexp.shape)
     plan.scratch = {}
+    # the element counts of the tiny kernel's launch by address (every operand is dense: its count is its
+    # span), in its tensor order: q, k, v, the mask (q's without one), out, dO, lse, dQ, dK, dV
+    q, k, v = query.numel(), key.numel(), value.numel()
+    plan.spans = (q, k, v, q if attn_bias is None else attn_bias.numel(), out.numel(), grad_out.numel(),
+                  logsumexp.numel(), q, k, v)
     return plan
 
 
@@ -748,8 +768,17 @@ def _planned_backward(plan: _BackwardPlan, grad_out: torch.Tensor, query: torch.
     mask = query if attn_bias is None else attn_bias
     grid = plan.first_grid
     if second is None:  # the tiny kernel
-        first(grid[0], grid[1], 1, query, key, value, mask, out, grad_out, logsumexp, grad_query, grad_key,
-              grad_value, *plan.first_tail)
+        by_address = plan.first.by_address
+        if by_address is None:
+            first(grid[0], grid[1], 1, query, key, value, mask, out, grad_out, logsumexp, grad_query,
+                  grad_key, grad_value, *plan.first_tail)
+            return grad_query, grad_key, grad_value, None
+        sq, sk, sv, sm, so, sg, sl, sdq, sdk, sdv = plan.spans
+        if not by_address(grid[0], grid[1], 1, query.data_ptr(), sq, key.data_ptr(), sk, value.data_ptr(), sv,
+                          mask.data_ptr(), sm, out.data_ptr(), so, grad_out.data_ptr(), sg,
+                          logsumexp.data_ptr(), sl, grad_query.data_ptr(), sdq, grad_key.data_ptr(), sdk,
+                          grad_value.data_ptr(), sdv, *plan.first_tail):
+            return None  # a fault: the general path re-runs the call and reports it
         return grad_query, grad_key, grad_value, None
     slot = (index, get_ident())
     delta = plan.scratch.get(slot)

@@ -102,6 +102,41 @@ def test_repeated_calls_run_the_kept_launch_of_the_tuned_tile(monkeypatch):
     torch.testing.assert_close(again.cpu(), first.cpu(), atol=0, rtol=0)
 
 
+def _kept_forward_plans(scale: float) -> list:
+    _, (q, k, v, _) = _operands()
+    first = F.scaled_dot_product_attention(q, k, v, scale=scale)
+    for _ in range(2):  # accepted and tuned, then the plan keeps the launch
+        F.scaled_dot_product_attention(q, k, v, scale=scale)
+    plans = [plan for plan in A._inference_plans.values() if plan.run is not None and plan.scale == scale]
+    assert plans and all(plan.by_address is not None for plan in plans)
+    return plans, (q, k, v), first
+
+
+def test_kept_forward_launches_by_address(monkeypatch):
+    """The kept launch takes the operands' addresses and the plan's element counts: the launch by
+    tensors (which reads each tensor's address and size) is not used."""
+    plans, (q, k, v), first = _kept_forward_plans(0.25)
+    for plan in plans:
+        monkeypatch.setattr(plan, "run", lambda *a: (_ for _ in ()).throw(AssertionError("by tensors")))
+    monkeypatch.setattr(A, "_forward_launch", lambda *a, **k: pytest.fail("general launch reached"))
+    again = F.scaled_dot_product_attention(q, k, v, scale=0.25)
+    torch.testing.assert_close(again.cpu(), first.cpu(), atol=0, rtol=0)
+
+
+def test_a_fault_in_the_kept_forward_launch_by_address_takes_the_general_launch(monkeypatch):
+    """A kernel that reports a fault makes the launch by address return False: the general launch then
+    runs the call (and would raise the fault with its report)."""
+    plans, (q, k, v), first = _kept_forward_plans(0.375)
+    faulted, general = [], []
+    for plan in plans:
+        monkeypatch.setattr(plan, "by_address", lambda *a: faulted.append(a) or False)
+    launch = A._forward_launch
+    monkeypatch.setattr(A, "_forward_launch", lambda *a, **k: general.append(a) or launch(*a, **k))
+    again = F.scaled_dot_product_attention(q, k, v, scale=0.375)
+    assert faulted and len(general) == 1
+    torch.testing.assert_close(again.cpu(), first.cpu(), atol=0, rtol=0)
+
+
 def _tiny(seed: int = 1):
     generator = torch.Generator().manual_seed(seed)
     cpu = tuple(torch.randn(1, 1, 2, 2, generator=generator) for _ in range(3))
@@ -216,6 +251,10 @@ def test_repeated_backward_calls_take_the_plan_with_the_same_gradients(name, mon
     for kernel in (K.attention_backward_tiny_kernel, K.attention_backward_dq_kernel,
                    K.attention_backward_dkdv_kernel):
         monkeypatch.setattr(kernel, "run", lambda *a, **k: pytest.fail("the autotuner ran"))
+    for kept in A._backward_plans.values():  # the tiny kernel launches by address, never by tensors
+        if kept.second is None and kept.first.launcher() is not None:
+            assert kept.first.by_address is not None
+            monkeypatch.setattr(kept.first, "run", lambda *a: pytest.fail("launched by tensors"))
     before = _backward_count()
     again = [t.detach().clone().requires_grad_() for t in dev]
     out = F.scaled_dot_product_attention(*again, attn_mask=dev_mask, **kwargs)
@@ -231,6 +270,26 @@ def test_repeated_backward_calls_take_the_plan_with_the_same_gradients(name, mon
                key[4] == dev[0].stride() and key[19] == kwargs.get("scale")
                and (len(key) > 20) == (mask is not None)]
     assert (plan.second is None) == name.startswith("one_tile")
+
+
+def test_a_fault_in_the_tiny_backward_launch_by_address_takes_the_general_path(monkeypatch):
+    """A kernel that reports a fault makes the launch by address return False: the general path
+    (`fused_attention_backward`) then runs the call, which raises such a fault with its report."""
+    cpu, mask, kwargs = BACKWARD_PLANS["one_tile"]
+    dev = [t.to("rbln") for t in cpu]
+    grad = torch.randn(cpu[0].shape, generator=torch.Generator().manual_seed(7))
+    first = _train(*dev, None, grad, **kwargs)
+    _train(*dev, None, grad, **kwargs)
+    faulted, general = [], []
+    for kept in A._backward_plans.values():
+        if kept.second is None and kept.first.launcher() is not None:
+            monkeypatch.setattr(kept.first, "by_address", lambda *a: faulted.append(a) or False)
+    backward = A.fused_attention_backward
+    monkeypatch.setattr(A, "fused_attention_backward", lambda *a, **k: general.append(a) or backward(*a, **k))
+    again = _train(*dev, None, grad, **kwargs)
+    assert faulted and len(general) == 1
+    for ours, theirs in zip(again, first, strict=True):
+        assert torch.equal(ours, theirs)
 
 
 def test_backward_plans_leave_tensor_parallel_grids_to_the_general_path(monkeypatch):

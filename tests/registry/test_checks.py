@@ -44,7 +44,9 @@ def test_the_finite_scan_finds_every_nan_and_inf(dtype):
     base = torch.linspace(-1e3, 1e3, 3 * _finite_scan.CHUNK + 5).to(dtype)
     assert all_finite(base) and all_finite(base.to("rbln")) and all_finite(base[:0])
     for bad in (float("nan"), float("inf"), -float("inf")):
-        for where in (0, _finite_scan.CHUNK - 1, _finite_scan.CHUNK, base.numel() - 1):
+        # the first and last word of a chunk, the last of the whole chunks and the first of the tail
+        for where in (0, _finite_scan.CHUNK - 1, _finite_scan.CHUNK, 3 * _finite_scan.CHUNK - 1,
+                      3 * _finite_scan.CHUNK, base.numel() - 1):
             x = base.clone()
             x[where] = bad
             assert not all_finite(x), (bad, where)

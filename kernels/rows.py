@@ -88,6 +88,14 @@ def softmax_backward_kernel(g_ptr, y_ptr, out_ptr, n, LOG: tl.constexpr, BLOCK: 
 
 
 @tl.jit
+def _finite(v):
+    """No NaN/Inf in the block `v` (float32): v - v is 0 for every finite element and NaN otherwise, so
+    its sum is exactly 0 unless one is not finite. One vectorised sum and one scalar test per block, where
+    an elementwise assert tested and branched on every element (it doubled a 4096x4096 layer norm)."""
+    return tl.sum(v - v, axis=0) == 0.0
+
+
+@tl.jit
 def norm_row_kernel(
     x_ptr, w_ptr, b_ptr, out_ptr, mean_ptr, rstd_ptr, n, eps,
     RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, CHECK: tl.constexpr, BLOCK: tl.constexpr,
@@ -98,7 +106,7 @@ def norm_row_kernel(
     mask = cols < n
     x = tl.load(x_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
     if CHECK:
-        tl.device_assert(x - x == 0.0, "NaN or Inf in the input")
+        tl.device_assert(_finite(x), "NaN or Inf in the input")
     if RMS:
         centered = x
     else:
@@ -111,12 +119,12 @@ def norm_row_kernel(
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         if CHECK:
-            tl.device_assert(w - w == 0.0, "NaN or Inf in the weight")
+            tl.device_assert(_finite(w), "NaN or Inf in the weight")
         y = y * w
     if HAS_B:
         b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         if CHECK:
-            tl.device_assert(b - b == 0.0, "NaN or Inf in the bias")
+            tl.device_assert(_finite(b), "NaN or Inf in the bias")
         y = y + b
     tl.store(out_ptr + row * n + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -137,7 +145,7 @@ def norm_kernel(
     for start in range(0, n, BLOCK):
         x = tl.load(x_ptr + base + start + cols, mask=start + cols < n, other=0.0).to(tl.float32)
         if CHECK:
-            tl.device_assert(x - x == 0.0, "NaN or Inf in the input")
+            tl.device_assert(_finite(x), "NaN or Inf in the input")
         if RMS:
             s += x * x
         else:
@@ -163,12 +171,12 @@ def norm_kernel(
         if HAS_W:
             w = tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
             if CHECK:
-                tl.device_assert(w - w == 0.0, "NaN or Inf in the weight")
+                tl.device_assert(_finite(w), "NaN or Inf in the weight")
             y = y * w
         if HAS_B:
             b = tl.load(b_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
             if CHECK:
-                tl.device_assert(b - b == 0.0, "NaN or Inf in the bias")
+                tl.device_assert(_finite(b), "NaN or Inf in the bias")
             y = y + b
         tl.store(out_ptr + base + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -326,10 +334,10 @@ def norm_backward_small_kernel(
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         if CHECK:
-            tl.device_assert(w - w == 0.0, "NaN or Inf in the weight")
+            tl.device_assert(_finite(w), "NaN or Inf in the weight")
     if CHECK and HAS_B:
         b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.device_assert(b - b == 0.0, "NaN or Inf in the bias")
+        tl.device_assert(_finite(b), "NaN or Inf in the bias")
     dw = tl.zeros((BLOCK,), dtype=tl.float32)
     db = tl.zeros((BLOCK,), dtype=tl.float32)
     for row in range(0, rows):
@@ -338,7 +346,7 @@ def norm_backward_small_kernel(
         g0 = tl.load(g_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
         x = tl.load(x_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
         if CHECK:
-            tl.device_assert((g0 - g0 == 0.0) & (x - x == 0.0), "NaN or Inf in grad or x")
+            tl.device_assert(_finite(g0) & _finite(x), "NaN or Inf in grad or x")
             tl.device_assert((mean - mean == 0.0) & (rstd - rstd == 0.0), "NaN or Inf in mean or rstd")
         if NEED_DX:
             g = g0

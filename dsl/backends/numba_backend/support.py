@@ -249,7 +249,9 @@ def as_pointer(typingctx, address, dtype):
 
 # Reductions over one contiguous row. The kernels themselves are compiled without fast-math, so
 # elementwise results round exactly as the IR says; only these helpers may reassociate, which is
-# what lets LLVM vectorise a sum (the order of a float sum is unspecified in Triton too).
+# what lets LLVM vectorise a sum (the order of a float sum is unspecified in Triton too). The loops
+# index the row: numba 0.68 no longer vectorises `for value in row` (a 4096-element row sum took 3.2x
+# as long as the indexed loop, which made every row kernel's reductions the slowest part of it).
 _reassociating = numba.njit(cache=True, error_model="numpy", fastmath={"reassoc"})
 _no_nans = numba.njit(cache=True, error_model="numpy", fastmath={"reassoc", "nnan", "nsz"})
 
@@ -257,32 +259,58 @@ _no_nans = numba.njit(cache=True, error_model="numpy", fastmath={"reassoc", "nna
 @_reassociating
 def row_sum(row):
     total = row.dtype.type(0)
-    for value in row:
-        total += value
+    for i in range(row.shape[0]):
+        total += row[i]
     return total
 
 
 @_inline
 def row_has_nan(row):
     seen = False
-    for value in row:
-        seen |= value != value
+    for i in range(row.shape[0]):
+        seen |= row[i] != row[i]
     return seen
 
 
+# max/min: LLVM vectorises neither loop form here, so eight independent running values (one dependency
+# chain each instead of one in all) make up for it: a 4096-element row max takes about half the time.
 @_no_nans
 def _row_max_no_nan(row):
-    best = row.dtype.type(-np.inf)
-    for value in row:
-        best = max(best, value)
+    n = row.shape[0]
+    b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = row.dtype.type(-np.inf)
+    whole = n - n % 8
+    for s in range(0, whole, 8):
+        b0 = max(b0, row[s])
+        b1 = max(b1, row[s + 1])
+        b2 = max(b2, row[s + 2])
+        b3 = max(b3, row[s + 3])
+        b4 = max(b4, row[s + 4])
+        b5 = max(b5, row[s + 5])
+        b6 = max(b6, row[s + 6])
+        b7 = max(b7, row[s + 7])
+    best = max(max(max(b0, b1), max(b2, b3)), max(max(b4, b5), max(b6, b7)))
+    for i in range(whole, n):
+        best = max(best, row[i])
     return best
 
 
 @_no_nans
 def _row_min_no_nan(row):
-    best = row.dtype.type(np.inf)
-    for value in row:
-        best = min(best, value)
+    n = row.shape[0]
+    b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = row.dtype.type(np.inf)
+    whole = n - n % 8
+    for s in range(0, whole, 8):
+        b0 = min(b0, row[s])
+        b1 = min(b1, row[s + 1])
+        b2 = min(b2, row[s + 2])
+        b3 = min(b3, row[s + 3])
+        b4 = min(b4, row[s + 4])
+        b5 = min(b5, row[s + 5])
+        b6 = min(b6, row[s + 6])
+        b7 = min(b7, row[s + 7])
+    best = min(min(min(b0, b1), min(b2, b3)), min(min(b4, b5), min(b6, b7)))
+    for i in range(whole, n):
+        best = min(best, row[i])
     return best
 
 

@@ -250,8 +250,8 @@ def as_pointer(typingctx, address, dtype):
 # Reductions over one contiguous row. The kernels themselves are compiled without fast-math, so
 # elementwise results round exactly as the IR says; only these helpers may reassociate, which is
 # what lets LLVM vectorise a sum (the order of a float sum is unspecified in Triton too). The loops
-# index the row: numba 0.68 no longer vectorises `for value in row` (a 4096-element row sum took 3.2x
-# as long as the indexed loop, which made every row kernel's reductions the slowest part of it).
+# index the row: with numba 0.68 `for value in row` compiled to code that took 3.2x as long on a
+# 4096-element row sum, which made every row kernel's reductions the slowest part of it.
 _reassociating = numba.njit(cache=True, error_model="numpy", fastmath={"reassoc"})
 _no_nans = numba.njit(cache=True, error_model="numpy", fastmath={"reassoc", "nnan", "nsz"})
 
@@ -272,8 +272,8 @@ def row_has_nan(row):
     return seen
 
 
-# max/min: LLVM vectorises neither loop form here, so eight independent running values (one dependency
-# chain each instead of one in all) make up for it: a 4096-element row max takes about half the time.
+# max/min: neither loop form ran faster than one compare per element in turn here, so eight independent
+# running values (one dependency chain each instead of one for all) halve a 4096-element row max.
 @_no_nans
 def _row_max_no_nan(row):
     n = row.shape[0]

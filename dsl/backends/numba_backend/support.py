@@ -273,45 +273,37 @@ def row_has_nan(row):
 
 
 # max/min: neither loop form ran faster than one compare per element in turn here, so eight independent
-# running values (one dependency chain each instead of one for all) halve a 4096-element row max.
+# running values (one dependency chain each instead of one for all) halve a 4096-element row max. The
+# min is the max of the negated row, negated back (negation is exact).
 @_no_nans
-def _row_max_no_nan(row):
+def _row_max_of_signed(row, sign):
+    """max(sign * row) (-inf for an empty row), in eight running values."""
     n = row.shape[0]
     b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = row.dtype.type(-np.inf)
     whole = n - n % 8
     for s in range(0, whole, 8):
-        b0 = max(b0, row[s])
-        b1 = max(b1, row[s + 1])
-        b2 = max(b2, row[s + 2])
-        b3 = max(b3, row[s + 3])
-        b4 = max(b4, row[s + 4])
-        b5 = max(b5, row[s + 5])
-        b6 = max(b6, row[s + 6])
-        b7 = max(b7, row[s + 7])
+        b0 = max(b0, sign * row[s])
+        b1 = max(b1, sign * row[s + 1])
+        b2 = max(b2, sign * row[s + 2])
+        b3 = max(b3, sign * row[s + 3])
+        b4 = max(b4, sign * row[s + 4])
+        b5 = max(b5, sign * row[s + 5])
+        b6 = max(b6, sign * row[s + 6])
+        b7 = max(b7, sign * row[s + 7])
     best = max(max(max(b0, b1), max(b2, b3)), max(max(b4, b5), max(b6, b7)))
     for i in range(whole, n):
-        best = max(best, row[i])
+        best = max(best, sign * row[i])
     return best
 
 
 @_no_nans
+def _row_max_no_nan(row):
+    return _row_max_of_signed(row, row.dtype.type(1))
+
+
+@_no_nans
 def _row_min_no_nan(row):
-    n = row.shape[0]
-    b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = row.dtype.type(np.inf)
-    whole = n - n % 8
-    for s in range(0, whole, 8):
-        b0 = min(b0, row[s])
-        b1 = min(b1, row[s + 1])
-        b2 = min(b2, row[s + 2])
-        b3 = min(b3, row[s + 3])
-        b4 = min(b4, row[s + 4])
-        b5 = min(b5, row[s + 5])
-        b6 = min(b6, row[s + 6])
-        b7 = min(b7, row[s + 7])
-    best = min(min(min(b0, b1), min(b2, b3)), min(min(b4, b5), min(b6, b7)))
-    for i in range(whole, n):
-        best = min(best, row[i])
-    return best
+    return -_row_max_of_signed(row, row.dtype.type(-1))
 
 
 @_inline

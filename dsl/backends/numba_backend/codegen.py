@@ -21,6 +21,7 @@ from ...ir import BlockPtrType, Function, Op, Value
 ERR_OUT_OF_BOUNDS = 1
 ERR_ASSERT = 2
 ERR_DYN_SLICE = 3
+_I32_MAX = 2**31 - 1  # a bound past any block
 
 _TRANSCENDENTAL = {
     "exp",
@@ -144,14 +145,36 @@ def _load_value(dt: D.dtype, element: str) -> str:
     return element
 
 
+def _sole_argument(expression: str, function: str) -> str | None:
+    """`x` when `expression` is exactly the call `function(x)`, else None."""
+    if not (expression.startswith(function + "(") and expression.endswith(")")):
+        return None
+    depth = 0
+    for position in range(len(function), len(expression)):
+        depth += {"(": 1, ")": -1}.get(expression[position], 0)
+        if depth == 0:
+            return expression[len(function) + 1:-1] if position == len(expression) - 1 else None
+    return None
+
+
 def _store_value(dt: D.dtype, value: str) -> str:
-    if dt.name == "bf16":
-        return f"f32_to_bf16_bits({value})"
-    if dt.name == "fp16":
-        return f"f32_to_f16_bits({value})"
+    if dt.name in ("bf16", "fp16"):
+        # a value already rounded to the memory's dtype (`x.to(tl.float16)` before the store) converts
+        # to the same bits unrounded: one rounding per element instead of two
+        rounding, conversion = ("round_bf16", "f32_to_bf16_bits") if dt.name == "bf16" else \
+            ("round_f16", "f32_to_f16_bits")
+        return f"{conversion}({_sole_argument(value, rounding) or value})"
     if dt.name == "int1":
         return f"({value} != 0)"
     return f"{compute_type(dt)}({value})"
+
+
+def _memory(root: int, offset: str) -> str:
+    """Element `offset` of pointer argument `root`'s memory. Every offset reaching here has passed a
+    bounds check (`_address`, `_check_box`), so it is indexed as unsigned: numba wraps a signed index
+    that may be negative (`a[-1]` is the last element), and that per-element test kept LLVM from
+    vectorising any loop whose base offset is a runtime value (a 4096x4096 row sum took 5x as long)."""
+    return f"m{root}[np.uint64({offset})]"
 
 
 # -- value representations --------------------------------------------------------------------------
@@ -371,7 +394,10 @@ class _Lowering:
             build = affine.render
         lazy = Lazy(shape, build, cost, transcendental, affine, interval)
         self.values[value.id] = lazy
-        if self.uses.get(value.id, 0) >= 2 and (transcendental or cost >= 6):
+        # a value used twice is computed once into a buffer when it is costly, except an index or a
+        # mask whose affine or interval form lets a load or store check and address a whole box at once
+        if self.uses.get(value.id, 0) >= 2 and (transcendental or cost >= 6) and affine is None \
+                and interval is None:
             self.materialize(value)
 
     def affine_of(self, value: Value) -> Affine | None:
@@ -850,7 +876,7 @@ class _Lowering:
             self.emit(f"if {rm.render(index)}:")
             self.depth += 1
         offset = self._address(op, root, rp.render(index), None, "load")
-        self.emit(f"{target} = {_load_value(dt, f'm{root}[{offset}]')}")
+        self.emit(f"{target} = {_load_value(dt, _memory(root, offset))}")
         if rm is not None:
             self.depth -= 1
             self.emit("else:")
@@ -874,7 +900,7 @@ class _Lowering:
             partial = [(d, c) for d, c in enumerate(counts) if not c.isdigit()]
 
             def build(index: list[str]) -> str:
-                value = _load_value(dt, f"m{root}[{affine.render(index)}]")
+                value = _load_value(dt, _memory(root, affine.render(index)))
                 # a consumer looping to the same count needs no test: every lane it visits is active
                 tests = [f"{index[d]} < {c}" for d, c in partial if self.loop_bounds.get(index[d]) != c]
                 if not tests:
@@ -903,7 +929,7 @@ class _Lowering:
 
         def copy(unit: Affine) -> None:
             index = self.open_loops_to(counts)
-            self.emit(f"{name}[{', '.join(index)}] = {_load_value(dt, f'm{root}[{unit.render(index)}]')}")
+            self.emit(f"{name}[{', '.join(index)}] = {_load_value(dt, _memory(root, unit.render(index)))}")
             self.close_loops(tuple(counts))
 
         self._with_unit_stride(affine, copy)
@@ -948,7 +974,7 @@ class _Lowering:
             def write(unit: Affine) -> None:
                 index = self.open_loops_to(counts)
                 stored = _store_value(value.type.dtype, representation.render(index))
-                self.emit(f"m{root}[{unit.render(index)}] = {stored}")
+                self.emit(f"{_memory(root, unit.render(index))} = {stored}")
                 self.close_loops(tuple(counts))
 
             self._with_unit_stride(affine, write)
@@ -962,7 +988,7 @@ class _Lowering:
             self.emit(f"if {rm.render(index)}:")
             self.depth += 1
         offset = self._address(op, root, rp.render(index), None, "store")
-        self.emit(f"m{root}[{offset}] = {_store_value(dt, rv.render(index))}")
+        self.emit(f"{_memory(root, offset)} = {_store_value(dt, rv.render(index))}")
         if rm is not None:
             self.depth -= 1
         self.close_loops(shape)
@@ -987,7 +1013,7 @@ class _Lowering:
         offset = self._address(op, root, rp.render(index), None, "atomic")
         old = self.fresh("old")
         new = rv.render(index)
-        self.emit(f"{old} = {_load_value(dt, f'm{root}[{offset}]')}")
+        self.emit(f"{old} = {_load_value(dt, _memory(root, offset))}")
         combined = {
             "add": _typed(dt, f"{old} + {new}"),
             "max": _typed(dt, f"max({old}, {new})"),
@@ -999,7 +1025,7 @@ class _Lowering:
         }.get(kind)
         if combined is None:
             raise UnsupportedByNumba(f"atomic {kind}")
-        self.emit(f"m{root}[{offset}] = {_store_value(dt, combined)}")
+        self.emit(f"{_memory(root, offset)} = {_store_value(dt, combined)}")
         self.emit(f"{target} = {old}")
         if rm is not None:
             self.depth -= 1
@@ -1018,9 +1044,9 @@ class _Lowering:
         index = self.open_loops(shape)
         target = f"{name}[{', '.join(index)}]" if shape else name
         offset = self._address(op, root, rp.render(index), None, "atomic_cas")
-        self.emit(f"{target} = {_load_value(dt, f'm{root}[{offset}]')}")
+        self.emit(f"{target} = {_load_value(dt, _memory(root, offset))}")
         self.emit(f"if {target} == {rc.render(index)}:")
-        self.emit(f"    m{root}[{offset}] = {_store_value(dt, rv.render(index))}")
+        self.emit(f"    {_memory(root, offset)} = {_store_value(dt, rv.render(index))}")
         self.close_loops(shape)
         self.values[op.result.id] = Buffer(name, shape) if shape else Scalar(name)
 
@@ -1310,7 +1336,7 @@ class _Lowering:
         self.emit(f"if {inside}:")
         self.depth += 1
         offset = self._address(op, pointer.root, address, None, "block_load")
-        self.emit(f"{target} = {_load_value(dt, f'm{pointer.root}[{offset}]')}")
+        self.emit(f"{target} = {_load_value(dt, _memory(pointer.root, offset))}")
         self.depth -= 1
         self.emit("else:")
         self.emit(f"    {target} = {pad}")
@@ -1330,7 +1356,7 @@ class _Lowering:
         self.emit(f"if {inside}:")
         self.depth += 1
         offset = self._address(op, pointer.root, address, None, "block_store")
-        self.emit(f"m{pointer.root}[{offset}] = {_store_value(dt, representation.render(index))}")
+        self.emit(f"{_memory(pointer.root, offset)} = {_store_value(dt, representation.render(index))}")
         self.depth -= 1
         self.close_loops(shape)
 
@@ -1592,6 +1618,12 @@ def _interval_from_compare(kind: str, a: Affine | None, b: Affine | None) -> Int
     if kind not in ("lt", "le") or not _is_uniform(b):
         return None
     live = [d for d, c in enumerate(a.coefficients) if c != 0]
+    if not live and a.coefficients:
+        # the same test for every lane (`rows[:, None] < n` with a block of one row): all lanes or
+        # none, i.e. `index[0] <` a bound past the block or 0
+        symbol = "<" if kind == "lt" else "<="
+        upper = f"({_I32_MAX} if {a.base} {symbol} {b.base} else 0)"
+        return Interval((upper,) + (None,) * (len(a.coefficients) - 1))
     if len(live) != 1 or a.coefficients[live[0]] != 1:
         return None
     upper = f"({b.base} - {a.base}{' + 1' if kind == 'le' else ''})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -45,6 +46,58 @@ def test_generated_source_is_readable_python_from_the_template():
     compile(source, "generated", "exec")  # valid Python
     # masked contiguous access: one bounds check per program, one loop, no per-lane test
     assert source.count("err[0] = 1") == 2 and "for program in range(program_start, program_stop)" in source
+
+
+@triton.jit
+def tile_scale_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)  # used twice: by the load and the store
+    offsets = rows[:, None] * n_cols + cols[None, :]
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2, mask=mask)
+
+
+@triton.jit
+def to_half_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask).to(tl.float16), mask=mask)
+
+
+def test_memory_is_indexed_unsigned_after_its_bounds_checks():
+    """Numba wraps a negative signed index around (a[-1] is the last element) with a test per access,
+    which kept LLVM from vectorising loops over a runtime base offset; every offset is bounds-checked
+    first, so every access indexes memory as unsigned."""
+    values, bins = torch.zeros(100, dtype=torch.int32), torch.zeros(4, dtype=torch.int32)
+    for kernel, args in ((scale_kernel, (torch.randn(100), torch.empty(100), 100, 2.0)),
+                         (histogram_kernel, (values, bins, 100))):
+        source = codegen.lower(kernel.warmup(*args, BLOCK=32, grid=(4,)).ir).source
+        accesses = re.findall(r"\bm\d+\[[^\]]{0,11}", source)
+        assert accesses and all(a.split("[", 1)[1].startswith("np.uint64(") for a in accesses), accesses
+
+
+@pytest.mark.parametrize("block_m", [1, 4])
+def test_a_two_dim_mask_used_twice_stays_one_box_check_per_access(block_m):
+    """A mask used by a load and a store is not computed into a buffer (that would cost a per-lane test
+    and check), including a block of one row, whose row test is the same for every lane."""
+    x = torch.randn(5, 24)
+    out = torch.zeros(5, 24)
+    grid = (triton.cdiv(7, block_m),)  # programs past the last row: their masks are all false
+    tile_scale_kernel[grid](x, out, 5, 24, BLOCK_M=block_m, BLOCK_N=32)
+    torch.testing.assert_close(out, x * 2, atol=0, rtol=0)
+    ck = tile_scale_kernel.warmup(x, out, 5, 24, BLOCK_M=block_m, BLOCK_N=32, grid=grid)
+    source = codegen.lower(ck.ir).source
+    assert source.count("err[0] = 1") == 2 and "np.bool_" not in source
+
+
+def test_a_value_cast_to_the_stored_half_dtype_is_rounded_once():
+    x = torch.tensor([65519.0, 65520.0, 1e-7, 2.9802322e-08, 5.9604645e-08, -0.0, 1.0009765625, 1.00048828125,
+                      float("inf"), -3e38] * 4)
+    out = torch.empty(x.numel(), dtype=torch.float16)
+    to_half_kernel[(1,)](x, out, x.numel(), BLOCK=64)
+    assert torch.equal(out, x.half())
+    source = codegen.lower(to_half_kernel.warmup(x, out, x.numel(), BLOCK=64, grid=(1,)).ir).source
+    assert "f32_to_f16_bits(" in source and "round_f16(" not in source
 
 
 def test_dump_writes_source_and_ir(monkeypatch, tmp_path):

@@ -301,15 +301,6 @@ def where_kernel(
 
 
 @tl.jit
-def copy_kernel(src_ptr, dst_ptr, n, s1, s2, s3, t0, t1, t2, t3, BLOCK: tl.constexpr):
-    """dst (contiguous) = src viewed through sizes (., s1, s2, s3) and strides t0..t3, dtype cast."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = tl.load(src_ptr + _offsets4(offsets, s1, s2, s3, t0, t1, t2, t3), mask=mask, other=0.0)
-    tl.store(dst_ptr + offsets, x.to(dst_ptr.dtype.element_ty), mask=mask)
-
-
-@tl.jit
 def strided_copy_kernel(
     src_ptr, dst_ptr, dst_offset, n, s1, s2, s3, t0, t1, t2, t3, d0, d1, d2, d3, BLOCK: tl.constexpr,
 ):
@@ -319,6 +310,37 @@ def strided_copy_kernel(
     x = tl.load(src_ptr + _offsets4(offsets, s1, s2, s3, t0, t1, t2, t3), mask=mask, other=0.0)
     tl.store(dst_ptr + dst_offset + _offsets4(offsets, s1, s2, s3, d0, d1, d2, d3),
              x.to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def tiled_copy_kernel(
+    src_ptr, dst_ptr, dst_offset, s1, s2, s3, t0, t1, t2, t3, d0, d1, d2, d3,
+    UNIT_INNER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """dst (from element dst_offset, strides d0..d3) = src (strides t0..t3) over sizes (., s1, s2, s3),
+    dtype cast, one BLOCK_M x BLOCK_N tile of dims 2 and 3 per program (grid axis 0: the tiles, axis 1:
+    the index of dims 0 and 1, whose offsets each program computes once).
+
+    The registry orders the dims so that the destination is written along dim 3 and, for a transpose,
+    the source read along dim 2: a tile's rows and columns then stay in cache between the read and the
+    write. UNIT_INNER: both move along dim 3 with stride 1 (t3 and d3 are ignored), so every tile row is
+    a contiguous run on both sides, which the backend copies in vector instructions."""
+    tiles_n = tl.cdiv(s3, BLOCK_N)
+    tile = tl.program_id(0)
+    outer = tl.program_id(1)
+    rows = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < s2) & (cols[None, :] < s3)
+    i0 = outer // s1
+    i1 = outer % s1
+    source = src_ptr + i0 * t0 + i1 * t1 + rows[:, None] * t2
+    target = dst_ptr + dst_offset + i0 * d0 + i1 * d1 + rows[:, None] * d2
+    if UNIT_INNER:
+        x = tl.load(source + cols[None, :], mask=mask, other=0)
+        tl.store(target + cols[None, :], x.to(dst_ptr.dtype.element_ty), mask=mask)
+    else:
+        x = tl.load(source + cols[None, :] * t3, mask=mask, other=0)
+        tl.store(target + cols[None, :] * d3, x.to(dst_ptr.dtype.element_ty), mask=mask)
 
 
 @tl.jit

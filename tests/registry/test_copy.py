@@ -1,4 +1,4 @@
-"""Device-to-device copies run on the strided copy kernel and are counted; host transfers are not ops."""
+"""Device-to-device copies run on the copy kernels and are counted; host transfers are not ops."""
 
 from __future__ import annotations
 
@@ -135,3 +135,59 @@ def test_a_copy_within_one_storage_is_not_taken_as_a_dense_copy():
     d[4:].copy_(d[:4])
     x[4:].copy_(x[:4])
     torch.testing.assert_close(d.cpu(), x, atol=0, rtol=0)
+
+
+LARGE_CASES = {
+    "transpose of a matrix": (lambda t: t.reshape(96, 80).t().contiguous()),
+    "heads first: (b, s, h, d) -> (b, h, s, d)":
+        (lambda t: t.reshape(2, 24, 4, 40).transpose(1, 2).contiguous()),
+    "3-d permute moving the last dim first": (lambda t: t.reshape(12, 16, 40).permute(2, 0, 1).contiguous()),
+    "clone": (lambda t: t.clone()),
+    "slice of columns": (lambda t: t.reshape(96, 80)[:, 3:70].contiguous()),
+    "a slice of a transpose": (lambda t: t.reshape(96, 80).t()[1:, 2:].contiguous()),
+    "to float16 (ties, subnormals, overflow)": (lambda t: t.to(torch.float16)),
+    "to bfloat16 of a transpose": (lambda t: t.reshape(96, 80).t().to(torch.bfloat16)),
+    "a broadcast row": (lambda t: t[:80].expand(96, 80).contiguous()),
+    "to int64 of a transpose": (lambda t: (t * 100).reshape(96, 80).t().to(torch.int64)),
+}
+
+
+@pytest.mark.parametrize("convert", LARGE_CASES.values(), ids=LARGE_CASES.keys())
+def test_large_copies_run_in_tiles_and_match_cpu(convert):
+    """Copies of 4096 or more elements run `tiled_copy_kernel` (a transpose in square tiles, the rest in
+    rows): the same values as the CPU's, bit for bit, including float16's rounding edge cases."""
+    x = torch.randn(7680, generator=torch.Generator().manual_seed(0)) * 1000
+    x[:6] = torch.tensor([65519.0, 65520.0, 1e-7, 2.9802322e-08, 5.9604645e-08, -0.0])
+    expected = convert(x)
+    registry.reset_fallback_report()
+    from torch_rbln.registry import _copy
+
+    launched = []
+    run = _copy._run
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_copy, "_run", lambda launch, *a: (launched.append(launch.kernel), run(launch, *a)))
+        actual = convert(x.to("rbln"))
+    assert actual.dtype == expected.dtype and actual.stride() == expected.stride()
+    assert torch.equal(actual.cpu(), expected)
+    assert launched and set(launched) == {"tiled_copy_kernel"}, launched
+    assert _device_copies() >= 1 and not _host_copies(), registry.format_report()
+
+
+@pytest.mark.parametrize(("view", "tile"), [
+    (lambda t: t.reshape(4096, 8).t(), (128, 128)),  # a transpose: read along dim 2, written along 3
+    (lambda t: t.reshape(8, 4096)[:, :1000], (4, 1024)),  # rows of 1000: several rows per tile
+    (lambda t: t.reshape(64, 16, 32).permute(0, 2, 1), (128, 128)),
+    (lambda t: t.reshape(64, 512)[:, ::2], (1, 1024)),  # one merged dim, read with stride 2
+])
+def test_the_copy_geometry_puts_the_written_dim_last_and_the_read_dim_next(view, tile):
+    from torch_rbln.registry import _copy
+
+    source = view(torch.empty(32768, device="meta"))
+    target = torch.empty(source.shape, device="meta")
+    launch = _copy._copy_geometry((target.shape, source.shape, source.stride(), target.stride()))
+    assert launch.kernel == "tiled_copy_kernel"
+    assert (launch.constexprs["BLOCK_M"], launch.constexprs["BLOCK_N"]) == tile
+    sizes, src_strides, dst_strides = launch.ints[1:4], launch.ints[4:8], launch.ints[8:12]
+    assert dst_strides[3] == 1  # the destination is written along the tile's columns
+    assert launch.constexprs["UNIT_INNER"] == (src_strides[3] == 1)
+    assert launch.rows * sizes[1] * sizes[2] == source.numel()

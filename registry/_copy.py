@@ -25,7 +25,7 @@ from torch_rbln import fallback
 from . import _device_counts, _launch
 from ._finite_scan import is_dense_permutation
 from ._memo import PlanMemo
-from ._ops import _I32, Decline, InvalidCall, _block, _cdiv, _collapse, _expanded_strides, _k
+from ._ops import _I32, _TILED_MIN, Decline, InvalidCall, _block, _cdiv, _collapse, _expanded_strides, _k
 
 NAME = "aten::_copy_from"
 _DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool})
@@ -109,10 +109,6 @@ class _CopyLaunch(NamedTuple):
     dense: bool
 
 
-# Copies of at least this many elements run in tiles of two dims (`tiled_copy_kernel`); below it one
-# flat launch (`strided_copy_kernel`, which finds each element's place by dividing its index by the
-# sizes) costs less than the tiles' setup. Above it the divisions cost ~30 ns per element.
-_TILED_MIN = 4096
 _TRANSPOSE_TILE = 128  # measured on a 4096x4096 transpose: 16: 37 ms, 64: 41, 128: 29, 256: 32
 _TILE_ELEMENTS = 4096  # elements per tile of a copy whose two sides move along the same dim
 

@@ -29,6 +29,7 @@ from ._ops import (
     _I32,
     _NORM_BACKWARD_SMALL_ROWS,
     _ONE_BLOCK,
+    _TILED_MIN,
     FLOATS,
     _block,
     _cdiv,
@@ -841,10 +842,10 @@ def _cat_plan(dtype: torch.dtype, shapes: tuple, dim: int) -> _CatPlan | None:
             return None  # (empty inputs: the general path drops or rejects them)
     out_shape = list(shapes[0])
     out_shape[dim] = sum(shape[dim] for shape in shapes)
+    if math.prod(out_shape) >= _TILED_MIN:
+        return None  # the general path copies large inputs in tiles
     if len(shapes) == 2:  # `_ops.cat`'s pair kernel
         total = math.prod(out_shape)
-        if total >= _I32:
-            return None
         block = _block(total)
         pair = _Plan(_k("rows").cat_pair_kernel, (dtype, block), 0, dtype, dtype, _cdiv(total, block))
         pair.n = total

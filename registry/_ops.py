@@ -70,6 +70,9 @@ def _block(n: int) -> int:
 
 
 _ONE_BLOCK = 4096  # rows up to this long are processed in one block (one load per element)
+# From this many elements on, copies (and cat's parts) run tiled (`_copy.tiled_copy_kernel`): the flat
+# kernels find each element's place by dividing its index by the sizes, ~30 ns per element.
+_TILED_MIN = 4096
 _CHUNK = 1024  # block of the chunked row kernels for longer rows (measured faster than 4096 there)
 
 
@@ -842,10 +845,8 @@ def index_select(x, dim, index_tensor):
     return out
 
 def cat(tensors, dim=0):
-    """Two contiguous inputs: one launch of the row module's pair kernel. Otherwise each input copied
-    into its slice of the result by the strided copy kernel, one launch each, through the launch kept
-    under its key when every int argument fits in 32 bits."""
-    E = _k("elementwise")
+    """Two small contiguous inputs: one launch of the row module's pair kernel. Otherwise each input is
+    copied into its slice of the result by the copy kernels (`_copy.copy_into`: tiled when large)."""
     tensors = [t for t in tensors if not (t.dim() == 1 and t.numel() == 0)]
     if not tensors:
         raise Decline("only empty tensors")
@@ -868,32 +869,19 @@ def cat(tensors, dim=0):
     index = _device_index(*tensors)
     out = empty(shape, ref.dtype, index)
     total = out.numel()
-    if len(tensors) == 2 and 0 < total < _I32 and tensors[0].is_contiguous() and tensors[1].is_contiguous():
+    if len(tensors) == 2 and 0 < total < _TILED_MIN and all(t.is_contiguous() for t in tensors):
         a, b = tensors  # one launch reading both (cat of two is the common case: a KV cache, a residual)
         block = _block(total)
         ints = (total, math.prod(a.shape[dim:]), math.prod(b.shape[dim:]))
         _launch.launch(_k("rows").cat_pair_kernel, _cdiv(total, block), (ref.dtype, block),
                        (a, b, out, *ints), {"BLOCK": block})
         return out
-    out_strides = out.stride()
+    from ._copy import copy_into  # _copy builds on this module
+
     offset = 0
-    for t in tensors:
-        n = t.numel()
-        if n:
-            sizes, (src, dst) = _collapse(list(t.shape), [list(t.stride()), list(out_strides)])
-            if len(sizes) > 4:
-                raise Decline("more than 4 non-mergeable dims")
-            if not sizes:
-                sizes, src, dst = [1], [0], [0]
-            pad = 4 - len(sizes)
-            sizes, src, dst = [1] * pad + sizes, [0] * pad + src, [0] * pad + dst
-            block = _block(n)
-            ints = (offset * out_strides[dim], n, *sizes[1:], *src, *dst)
-            if max(map(abs, ints)) < _I32:
-                _launch.launch(E.strided_copy_kernel, _cdiv(n, block), (t.dtype, out.dtype, block),
-                               (t, out, *ints), {"BLOCK": block})
-            else:
-                E.strided_copy_kernel[(_cdiv(n, block),)](t, out, *ints, BLOCK=block)
+    for t in tensors:  # each part is a copy into its slice of the output (tiled when large)
+        if t.numel():
+            copy_into(t, out.narrow(dim, offset, t.shape[dim]))
         offset += t.shape[dim]
     return out
 

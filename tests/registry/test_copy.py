@@ -191,3 +191,33 @@ def test_the_copy_geometry_puts_the_written_dim_last_and_the_read_dim_next(view,
     assert dst_strides[3] == 1  # the destination is written along the tile's columns
     assert launch.constexprs["UNIT_INNER"] == (src_strides[3] == 1)
     assert launch.rows * sizes[1] * sizes[2] == source.numel()
+
+
+@pytest.mark.parametrize(("dim", "count", "transposed"),
+                         [(0, 2, False), (1, 2, False), (1, 3, False), (0, 3, True)])
+def test_large_cats_copy_each_input_into_its_slice_in_tiles(dim, count, transposed):
+    """cat of inputs totalling 4096+ elements copies each into its slice of the result (tiled), whatever
+    their layout; small pairs keep the one-launch pair kernel (the OpInfo tests cover those)."""
+    parts = [torch.randn(48, 40 + 8 * i, generator=torch.Generator().manual_seed(i)) for i in range(count)]
+    if dim == 0:
+        parts = [p[:, :40] for p in parts]
+    if transposed:
+        parts = [p.t().contiguous().t() for p in parts]
+    expected = torch.cat(parts, dim)
+    devices = [p.to("rbln") for p in parts]
+    registry.reset_fallback_report()
+    actual = torch.cat(devices, dim)
+    assert torch.equal(actual.cpu(), expected)
+    entry = registry.fallback_report()["aten::cat"]
+    assert entry["device"] == 1 and not entry.get("reasons"), registry.format_report()
+
+
+def test_a_reduction_over_leading_dims_of_a_large_tensor_matches_cpu():
+    """Reductions over dims other than the last copy the input into a permuted contiguous block first
+    (the op's own copy, tiled when large, not a `_copy_from` call)."""
+    x = torch.randn(24, 40, 36, generator=torch.Generator().manual_seed(3))
+    registry.reset_fallback_report()
+    actual = x.to("rbln").sum((0, 2))
+    torch.testing.assert_close(actual.cpu(), x.sum((0, 2)), atol=1e-4, rtol=1e-5)
+    report = registry.fallback_report()
+    assert not any(entry.get("cpu") for entry in report.values()), registry.format_report()

@@ -301,6 +301,30 @@ def where_kernel(
 
 
 @tl.jit
+def where_tiled_kernel(
+    c_ptr, a_ptr, b_ptr, out_ptr, s1, s2, s3,
+    c0, c1, c2, c3, a0, a1, a2, a3, b0, b1, b2, b3,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """`where_kernel` over large outputs, one BLOCK_M x BLOCK_N tile of dims 2 and 3 per program (grid
+    axis 0: the tiles, axis 1: the index of dims 0 and 1), as `tiled_copy_kernel`: each operand's
+    offsets are affine in the tile, where the flat kernel divided every lane's index by the sizes."""
+    tiles_n = tl.cdiv(s3, BLOCK_N)
+    tile = tl.program_id(0)
+    outer = tl.program_id(1)
+    rows = ((tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
+    cols = ((tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
+    mask = (rows < s2) & (cols < s3)
+    i0 = outer // s1
+    i1 = outer % s1
+    c = tl.load(c_ptr + i0 * c0 + i1 * c1 + rows * c2 + cols * c3, mask=mask, other=0)
+    a = tl.load(a_ptr + i0 * a0 + i1 * a1 + rows * a2 + cols * a3, mask=mask, other=0.0)
+    b = tl.load(b_ptr + i0 * b0 + i1 * b1 + rows * b2 + cols * b3, mask=mask, other=0.0)
+    y = tl.where(c != 0, a.to(tl.float32), b.to(tl.float32))
+    tl.store(out_ptr + (outer * s2 + rows) * s3 + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
 def strided_copy_kernel(
     src_ptr, dst_ptr, dst_offset, n, s1, s2, s3, t0, t1, t2, t3, d0, d1, d2, d3, BLOCK: tl.constexpr,
 ):

@@ -17,7 +17,6 @@ from typing import NamedTuple
 
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
-from torch_rbln.dsl import next_power_of_2
 from torch_rbln.dsl.jit import _device_tp
 
 from torch_rbln import fallback
@@ -25,7 +24,18 @@ from torch_rbln import fallback
 from . import _device_counts, _launch
 from ._finite_scan import is_dense_permutation
 from ._memo import PlanMemo
-from ._ops import _I32, _TILED_MIN, Decline, InvalidCall, _block, _cdiv, _collapse, _expanded_strides, _k
+from ._ops import (
+    _I32,
+    _TILED_MIN,
+    Decline,
+    InvalidCall,
+    _block,
+    _cdiv,
+    _collapse,
+    _expanded_strides,
+    _k,
+    tile_shape,
+)
 
 NAME = "aten::_copy_from"
 _DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool})
@@ -110,7 +120,6 @@ class _CopyLaunch(NamedTuple):
 
 
 _TRANSPOSE_TILE = 128  # measured on a 4096x4096 transpose: 16: 37 ms, 64: 41, 128: 29, 256: 32
-_TILE_ELEMENTS = 4096  # elements per tile of a copy whose two sides move along the same dim
 
 
 def _innermost(sizes: list[int], strides: list[int]) -> int | None:
@@ -136,8 +145,7 @@ def _tiled(sizes: list[int], src_strides: list[int], dst_strides: list[int]) -> 
         unit, block_m, block_n = False, _TRANSPOSE_TILE, _TRANSPOSE_TILE
     else:
         unit = src_strides[3] == 1 and dst_strides[3] == 1
-        block_n = min(1024, next_power_of_2(sizes[3]))
-        block_m = max(1, min(next_power_of_2(sizes[2]), _TILE_ELEMENTS // block_n))
+        block_m, block_n = tile_shape(sizes[2], sizes[3])
     ints = (0, *sizes[1:], *src_strides, *dst_strides)
     tiles = _cdiv(sizes[2], block_m) * _cdiv(sizes[3], block_n)
     return _CopyLaunch("tiled_copy_kernel", ints, tiles, sizes[0] * sizes[1],

@@ -28,6 +28,7 @@ from ._memo import PlanMemo
 from ._ops import (
     _I32,
     _ONE_BLOCK,
+    _TILED_MIN,
     FLOATS,
     Decline,
     _block,
@@ -460,8 +461,8 @@ def _where_plan(dtype: torch.dtype, shapes: tuple, *, a_scalar: bool, inplace_sh
         if inplace_shape is not None and shape != list(inplace_shape):
             return None  # the general path declines: self would need broadcasting
         n = math.prod(shape)
-        if n == 0:
-            return None
+        if n == 0 or n >= _TILED_MIN:
+            return None  # (large: the general path launches the tiled kernel)
         stand_ins = [torch.empty(s, device="meta") for s in shapes]
         sizes, sc, sa, sb = where_geometry(shape, stand_ins, a_scalar=a_scalar)
     except Decline:

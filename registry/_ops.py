@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+from torch_rbln.dsl import next_power_of_2
 from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _memory, config
@@ -73,6 +74,16 @@ _ONE_BLOCK = 4096  # rows up to this long are processed in one block (one load p
 # From this many elements on, copies (and cat's parts) run tiled (`_copy.tiled_copy_kernel`): the flat
 # kernels find each element's place by dividing its index by the sizes, ~30 ns per element.
 _TILED_MIN = 4096
+_TILE_ELEMENTS = 4096  # elements per tile of a tiled kernel over rows
+
+
+def tile_shape(rows: int, columns: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) of a tiled kernel over `rows` x `columns`: runs of up to 1024 elements of a
+    row, and several rows per tile when they are short, so a tile holds up to 4096 elements."""
+    block_n = min(1024, next_power_of_2(columns))
+    return max(1, min(next_power_of_2(rows), _TILE_ELEMENTS // block_n)), block_n
+
+
 _CHUNK = 1024  # block of the chunked row kernels for longer rows (measured faster than 4096 there)
 
 
@@ -514,6 +525,18 @@ def _where_launch(condition, a, b, out, n: int, sizes, sc, sa, sb) -> None:
     dtypes and the block determine its specialisation, so it runs through the launch kept under them
     (a masked_fill on attention scores skips the general launch's per-argument key: 17 arguments)."""
     E = _k("elementwise")
+    if n >= _TILED_MIN:
+        s1, s2, s3 = sizes
+        block_m, block_n = tile_shape(s2, s3)
+        args = (condition, a, b, out, *sizes, *sc, *sa, *sb)
+        grid = (_cdiv(s2, block_m) * _cdiv(s3, block_n), n // (s2 * s3))
+        keywords = {"BLOCK_M": block_m, "BLOCK_N": block_n}
+        if max(n, *map(abs, sc), *map(abs, sa), *map(abs, sb)) < _I32:
+            key = (condition.dtype, a.dtype, b.dtype, out.dtype, block_m, block_n)
+            _launch.launch(E.where_tiled_kernel, grid[0], key, args, keywords, grid[1])
+        else:
+            E.where_tiled_kernel[grid](*args, **keywords)
+        return
     block = _block(n)
     args = (condition, a, b, out, n, *sizes, *sc, *sa, *sb)
     if max(n, *map(abs, sc), *map(abs, sa), *map(abs, sb)) < _I32:
@@ -525,9 +548,16 @@ def _where_launch(condition, a, b, out, n: int, sizes, sc, sa, sb) -> None:
 
 # ---------------------------------------------------------------- rows: softmax, norms, reductions
 
-def _last_dim(x: torch.Tensor, dim: int) -> None:
-    if x.dim() and dim % x.dim() != x.dim() - 1:
-        raise Decline("softmax over a non-last dim")
+def _moved_last(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, int | None]:
+    """(`x` with `dim` moved last, contiguous; the dim to move back afterwards, None when it was last).
+    The row kernels reduce along the last dim; another dim costs a copy there and one back."""
+    if not x.dim() or dim % x.dim() == x.dim() - 1:
+        return contiguous(x), None
+    return cast_copy(x.movedim(dim, -1), x.dtype), dim % x.dim()
+
+
+def _moved_back(out: torch.Tensor, dim: int | None) -> torch.Tensor:
+    return out if dim is None else cast_copy(out.movedim(-1, dim), out.dtype)
 
 
 def softmax_row_key(dtype: torch.dtype, n: int, log: bool) -> tuple[tuple, dict]:
@@ -540,40 +570,39 @@ def softmax(x: torch.Tensor, dim: int, half_to_float: bool, *, log: bool):
     R = _k("rows")
     if half_to_float:
         raise Decline("half_to_float")
-    _last_dim(x, dim)
-    x = contiguous(x)
+    x, moved = _moved_last(x, dim)
     out = empty(x.shape, x.dtype, x.get_device())
     n = x.shape[-1] if x.dim() else 1
     if x.numel() == 0:
-        return out
+        return _moved_back(out, moved)
     if n <= _ONE_BLOCK:
         key, keywords = softmax_row_key(x.dtype, n, log)
         _launch.launch(R.softmax_row_kernel, x.numel() // n, key, (x, out, n), keywords)
     else:
         R.softmax_kernel[(x.numel() // n,)](x, out, n, LOG=log)
-    return out
+    return _moved_back(out, moved)
 
 
 def softmax_backward(grad: torch.Tensor, output: torch.Tensor, dim: int, input_dtype, *, log: bool):
-    """dx of softmax / log_softmax over the last dim: one row-kernel launch, through the launch kept
-    under its key (the dtypes, constexprs and n's width determine the specialisation), so that a call
-    that arrives here costs no per-argument key and `_fast_rows` can launch the same one."""
+    """dx of softmax / log_softmax: one row-kernel launch over the last dim (another dim is moved
+    there and back), through the launch kept under its key (the dtypes, constexprs and n's width
+    determine the specialisation), so that a call that arrives here costs no per-argument key and
+    `_fast_rows` can launch the same one."""
     if input_dtype != grad.dtype:
         raise Decline("mixed input dtype")
     if grad.shape != output.shape:
         raise Decline("grad and output shapes differ")
-    _last_dim(output, dim)
-    grad = contiguous(grad)
-    output = contiguous(output)
+    grad, _ = _moved_last(grad, dim)
+    output, moved = _moved_last(output, dim)
     out = empty(output.shape, output.dtype, output.get_device())
     n = output.shape[-1] if output.dim() else 1
     if output.numel() == 0:
-        return out
+        return _moved_back(out, moved)
     block = _row_block(n)
     _launch.launch(_k("rows").softmax_backward_kernel, output.numel() // n,
                    (grad.dtype, output.dtype, log, block, n < _I32), (grad, output, out, n),
                    {"LOG": log, "BLOCK": block})
-    return out
+    return _moved_back(out, moved)
 
 def layer_norm(x, normalized_shape, weight, bias, eps):
     n = math.prod(normalized_shape)

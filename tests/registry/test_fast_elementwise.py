@@ -300,3 +300,40 @@ def test_relu_like_paths_still_use_the_functional_fast_paths():
     F.relu(a)
     assert _entry("relu.default").fast((a,), {}) is not None
     assert _entry("relu.default").fast((a,), {"out": a}) is None
+
+
+@pytest.mark.parametrize("case", ["dense", "row mask", "column value", "transposed", "in place"])
+def test_large_where_and_masked_fill_run_the_tiled_kernel_and_match_cpu(case):
+    """From 4096 output elements on, where / masked_fill run `where_tiled_kernel` (affine tiles, no
+    division per lane) with broadcast and strided operands, in place too: CPU's values exactly."""
+    from torch_rbln.kernels import elementwise
+
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(96, 80, generator=g), torch.randn(96, 80, generator=g)
+    mask = torch.rand(96, 80, generator=g) > 0.5
+    if case == "row mask":
+        mask = mask[:1]
+    if case == "column value":
+        y = y[:, :1]
+    if case == "transposed":
+        x = torch.randn(80, 96, generator=g).t()
+    launched = []
+    original = type(elementwise.where_tiled_kernel).__getitem__
+
+    def spy(kernel, grid):
+        launched.append(kernel.fn.__name__)
+        return original(kernel, grid)
+
+    with pytest.MonkeyPatch.context() as patch:
+        from torch_rbln.registry import _launch
+
+        patch.setattr(_launch, "_plans", {})  # no kept launch: every launch goes through the kernel
+        patch.setattr(type(elementwise.where_tiled_kernel), "__getitem__", spy)
+        if case == "in place":
+            expected = x.clone().masked_fill_(mask, -2.5)
+            actual = x.to("rbln").masked_fill_(mask.to("rbln"), -2.5)
+        else:
+            expected = torch.where(mask, x, y)
+            actual = torch.where(mask.to("rbln"), x.to("rbln"), y.to("rbln"))
+    assert torch.equal(actual.cpu(), expected)
+    assert "where_tiled_kernel" in launched and "where_kernel" not in launched, launched

@@ -254,14 +254,16 @@ def test_a_half_precision_layer_norm_backward_takes_the_fast_path(launches_forbi
 def test_cat_of_two_contiguous_tensors_is_one_launch_of_the_pair_kernel(monkeypatch):
     """The general path (`_ops.cat`, called directly: the fast path may hold this launch already)
     launches the pair kernel once, the kernel the fast path keeps; a non-contiguous input still takes
-    one strided copy per input; both give torch's result exactly."""
+    one copy per input (`_copy.copy_into`); both give torch's result exactly."""
     from torch_rbln.kernels import rows
-    from torch_rbln.registry import _ops
+    from torch_rbln.registry import _copy, _ops
 
     launched = []
     real = _launch.launch
     monkeypatch.setattr(_launch, "launch",
                         lambda kernel, *a, **k: (launched.append(kernel), real(kernel, *a, **k)))
+    copy = _copy._run
+    monkeypatch.setattr(_copy, "_run", lambda launch, *a: (launched.append(launch.kernel), copy(launch, *a)))
     a, b = _x(2, 3), _x(2, 2)
     got = _ops.cat([a.to("rbln"), b.to("rbln")], 1)
     assert launched == [rows.cat_pair_kernel]
@@ -269,7 +271,7 @@ def test_cat_of_two_contiguous_tensors_is_one_launch_of_the_pair_kernel(monkeypa
     launched.clear()
     t = _x(3, 2)
     got = _ops.cat([a.to("rbln"), t.to("rbln").t()], 0)  # the transposed view: strided copies
-    assert len(launched) == 2 and rows.cat_pair_kernel not in launched
+    assert launched.count("strided_copy_kernel") == 2 and rows.cat_pair_kernel not in launched
     assert torch.equal(got.cpu(), torch.cat([a, t.t()], 0))
 
 
@@ -394,3 +396,25 @@ def test_a_fault_in_the_layer_norm_backward_launch_by_address_takes_the_general_
     for got, want in zip(again, first, strict=True):
         torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
     assert _row("aten::native_layer_norm_backward") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_softmax_over_a_leading_dim_moves_it_last_on_device(dim, log):
+    """softmax / log_softmax (and their backward) over a dim other than the last run the row kernels on
+    a copy with that dim moved last, and move the result back: same values as the CPU, no fallback."""
+    x = torch.randn(6, 5, 7, generator=torch.Generator().manual_seed(dim))
+    function = torch.log_softmax if log else torch.softmax
+    expected_x = x.clone().requires_grad_()
+    expected = function(expected_x, dim)
+    grad = torch.randn(expected.shape, generator=torch.Generator().manual_seed(9))
+    expected.backward(grad)
+    device_x = x.to("rbln").requires_grad_()
+    registry.reset_fallback_report()
+    actual = function(device_x, dim)
+    actual.backward(grad.to("rbln"))
+    assert actual.is_contiguous()
+    torch.testing.assert_close(actual.cpu(), expected.detach(), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(device_x.grad.cpu(), expected_x.grad, atol=1e-6, rtol=1e-5)
+    report = registry.fallback_report()
+    assert not any(entry.get("cpu") for entry in report.values()), registry.format_report()

@@ -128,7 +128,7 @@ def _innermost(sizes: list[int], strides: list[int]) -> int | None:
     return min(moving, key=lambda d: abs(strides[d]), default=None)
 
 
-def _tiled(sizes: list[int], src_strides: list[int], dst_strides: list[int]) -> _CopyLaunch:
+def _tiled(sizes: list[int], src_strides: list[int], dst_strides: list[int], dense: bool) -> _CopyLaunch:
     """`tiled_copy_kernel`'s launch: the destination's innermost dim goes last and, when the source
     moves along another one (a transpose), that one next to it, in square tiles; otherwise the tiles are
     rows of up to 1024 elements of the last dim, several rows of the one before when they are short."""
@@ -150,7 +150,7 @@ def _tiled(sizes: list[int], src_strides: list[int], dst_strides: list[int]) -> 
     tiles = _cdiv(sizes[2], block_m) * _cdiv(sizes[3], block_n)
     return _CopyLaunch("tiled_copy_kernel", ints, tiles, sizes[0] * sizes[1],
                        {"UNIT_INNER": unit, "BLOCK_M": block_m, "BLOCK_N": block_n},
-                       max(map(abs, ints)) < _I32, False)
+                       max(map(abs, ints)) < _I32, dense)
 
 
 def _copy_geometry(geometry_key: tuple) -> _CopyLaunch | str:
@@ -173,7 +173,7 @@ def _copy_geometry(geometry_key: tuple) -> _CopyLaunch | str:
     dense = all(math.prod(shape) == math.prod(size) and is_dense_permutation(size, strides)
                 for size, strides in ((src_shape, geometry_key[2]), (dst_shape, geometry_key[3])))
     if n >= _TILED_MIN:
-        return _tiled(sizes, src_strides, dst_strides)._replace(dense=dense)
+        return _tiled(sizes, src_strides, dst_strides, dense)
     block = _block(n)
     ints = (0, n, *sizes[1:], *src_strides, *dst_strides)
     return _CopyLaunch("strided_copy_kernel", ints, _cdiv(n, block), 1, {"BLOCK": block},

@@ -71,8 +71,9 @@ def _block(n: int) -> int:
 
 
 _ONE_BLOCK = 4096  # rows up to this long are processed in one block (one load per element)
-# From this many elements on, copies (and cat's parts) run tiled (`_copy.tiled_copy_kernel`): the flat
-# kernels find each element's place by dividing its index by the sizes, ~30 ns per element.
+# From this many elements on, copies (cat's parts too) and where/masked_fill run tiled kernels
+# (`tiled_copy_kernel`, `where_tiled_kernel`): the flat kernels find each element's place by dividing
+# its index by the sizes, ~30 ns per element.
 _TILED_MIN = 4096
 _TILE_ELEMENTS = 4096  # elements per tile of a tiled kernel over rows
 
@@ -521,29 +522,28 @@ def where_geometry(shape: list[int], operands: list, *, a_scalar: bool) -> tuple
 
 
 def _where_launch(condition, a, b, out, n: int, sizes, sc, sa, sb) -> None:
-    """`where_kernel` over the `n` elements of `out`. When every int argument fits in 32 bits, the
-    dtypes and the block determine its specialisation, so it runs through the launch kept under them
-    (a masked_fill on attention scores skips the general launch's per-argument key: 17 arguments)."""
+    """`where_kernel` over the `n` elements of `out` (`where_tiled_kernel` from `_TILED_MIN` on). When
+    every int argument fits in 32 bits, the dtypes and the block(s) determine the specialisation, so it
+    runs through the launch kept under them (a masked_fill on attention scores skips the general
+    launch's per-argument key: 17 arguments)."""
     E = _k("elementwise")
+    fits = max(n, *map(abs, sc), *map(abs, sa), *map(abs, sb)) < _I32
     if n >= _TILED_MIN:
-        s1, s2, s3 = sizes
+        _, s2, s3 = sizes
         block_m, block_n = tile_shape(s2, s3)
-        args = (condition, a, b, out, *sizes, *sc, *sa, *sb)
-        grid = (_cdiv(s2, block_m) * _cdiv(s3, block_n), n // (s2 * s3))
+        kernel, args = E.where_tiled_kernel, (condition, a, b, out, *sizes, *sc, *sa, *sb)
+        programs, rows = _cdiv(s2, block_m) * _cdiv(s3, block_n), n // (s2 * s3)
         keywords = {"BLOCK_M": block_m, "BLOCK_N": block_n}
-        if max(n, *map(abs, sc), *map(abs, sa), *map(abs, sb)) < _I32:
-            key = (condition.dtype, a.dtype, b.dtype, out.dtype, block_m, block_n)
-            _launch.launch(E.where_tiled_kernel, grid[0], key, args, keywords, grid[1])
-        else:
-            E.where_tiled_kernel[grid](*args, **keywords)
-        return
-    block = _block(n)
-    args = (condition, a, b, out, n, *sizes, *sc, *sa, *sb)
-    if max(n, *map(abs, sc), *map(abs, sa), *map(abs, sb)) < _I32:
-        key = (condition.dtype, a.dtype, b.dtype, out.dtype, block)
-        _launch.launch(E.where_kernel, _cdiv(n, block), key, args, {"BLOCK": block})
     else:
-        E.where_kernel[(_cdiv(n, block),)](*args, BLOCK=block)
+        block = _block(n)
+        kernel, args = E.where_kernel, (condition, a, b, out, n, *sizes, *sc, *sa, *sb)
+        programs, rows = _cdiv(n, block), 1
+        keywords = {"BLOCK": block}
+    if fits:
+        key = (condition.dtype, a.dtype, b.dtype, out.dtype, *keywords.values())
+        _launch.launch(kernel, programs, key, args, keywords, rows)
+    else:
+        kernel[(programs, rows)](*args, **keywords)
 
 
 # ---------------------------------------------------------------- rows: softmax, norms, reductions

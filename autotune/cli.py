@@ -33,6 +33,8 @@ __all__ = ["main", "build_parser"]
 
 
 class CLIError(Exception):
+    """A user-facing failure: printed as one line, exit status `code` (2: bad input file or argument)."""
+
     def __init__(self, msg: str, code: int = 1):
         super().__init__(msg)
         self.code = code
@@ -127,21 +129,31 @@ def _positive_float(text: str) -> float:
 
 # ----------------------------------------------------------------------------------------- store access
 def _store(args, *, write: bool = False):
-    from .store import Store
+    """The store named by --db / TORCH_RBLN_AUTOTUNE_DB; read-only unless the command writes, so that
+    list/show/stats/export never create, repair or rename anything."""
+    from .store import Store, StoreError, describe_foreign, inspect_file
 
     path = args.db
     if path is None:
         from torch_rbln import config
 
         path = config.get("TORCH_RBLN_AUTOTUNE_DB")
-    s = Store(path)
+    s = Store(path, read_only=not write)
     if write:
+        kind = inspect_file(path) if path != ":memory:" and not os.path.isdir(path) else "ours"
+        if kind in ("foreign", "sqlite"):
+            raise CLIError(describe_foreign(path, kind), 2)
         try:
             s._run(lambda conn: None, write=True)
         except Exception as e:
             raise CLIError(f"cannot open {path} for writing: {e}") from None
         if s.degraded:
             raise CLIError(f"cannot write {path}: {s.degraded}")
+    else:
+        try:
+            s._open()
+        except StoreError as e:
+            raise CLIError(str(e), 2) from None
     return s
 
 
@@ -497,6 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .store import StoreError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "db"):
@@ -506,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as e:
         print(f"rbln-autotune {args.command}: error: {e}", file=sys.stderr)
         return e.code
+    except StoreError as e:
+        print(f"rbln-autotune {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

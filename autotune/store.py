@@ -22,10 +22,17 @@ Tables (schema version 2)::
 canonical JSON of `Config.to_dict()`; `status` is ``ok``, ``compile_error`` or ``runtime_error``;
 `bucket` records the bucket policy of each key argument and `launch` the exact values that were tuned.
 
-Failure handling: a file SQLite cannot read as a database is moved aside to
-``<path>.corrupt-<UTC timestamp>`` (kept, with a WARNING) and a fresh one is created; a location that
-cannot be written (missing permissions, read-only file, parent is not a directory) degrades to an
-in-memory database, seeded with what could be read, with a WARNING.
+Failure handling (nothing a user owns is ever renamed or overwritten): every database this module creates
+carries ``PRAGMA application_id`` = `APPLICATION_ID`.  Before opening an existing file, its 100-byte
+header is read (`inspect_file`): a file that is not an SQLite database (a checkpoint, a JSON export
+given by mistake) or an SQLite database of another application is refused with `ForeignFileError`;
+inside a program the tuner then keeps its results in memory with a WARNING that names the file.  Only a
+database we created (our application id, or a pre-id schema version) that SQLite finds corrupt is moved
+aside to ``<path>.corrupt-<UTC timestamp>`` (kept, with a WARNING) and replaced by a fresh one.  A
+location that cannot be written (missing permissions, read-only file, parent is not a directory)
+degrades to an in-memory database, seeded with what could be read, with a WARNING.  A store opened with
+``read_only=True`` (the CLI's list/show/stats/export) opens the file with SQLite's ``mode=ro``, creates
+nothing, and reports a corrupt database as a `StoreError` instead of repairing it.
 
 The lookup path (`lookup`) uses only the standard `sqlite3` module; sqlite-utils is imported on the first
 write or migration.
@@ -41,9 +48,15 @@ import threading
 import time
 from contextlib import contextmanager
 
-__all__ = ["Store", "get_store", "reset_stores", "SCHEMA_VERSION", "MIGRATIONS", "StoreError"]
+__all__ = [
+    "Store", "get_store", "reset_stores", "SCHEMA_VERSION", "MIGRATIONS", "StoreError", "ForeignFileError",
+    "APPLICATION_ID", "inspect_file",
+]
 
 SCHEMA_VERSION = 2
+# PRAGMA application_id of our databases ("RBLN" in ASCII): how a file is recognised as ours.
+APPLICATION_ID = 0x52424C4E
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_S = 5.0
 RETRIES = 10
 
@@ -69,6 +82,69 @@ KERNEL_COLUMNS = {"name": str, "source_hash": str, "source_file": str, "first_se
 
 class StoreError(RuntimeError):
     """The database cannot be used (e.g. written by a newer torch-rbln)."""
+
+
+class ForeignFileError(StoreError):
+    """The path names a file that is not a torch-rbln autotune database; it is left untouched."""
+
+
+def inspect_file(path: str) -> str:
+    """What the file at `path` is, from its header only (nothing is opened for writing):
+
+    ``"absent"``, ``"empty"`` (0 bytes: SQLite makes it a new database), ``"ours"`` (an SQLite database
+    with our application id, or one of our schema versions written before the id existed),
+    ``"sqlite"`` (an SQLite database of another application), ``"foreign"`` (not SQLite at all) or
+    ``"unreadable"`` (no permission to read it).
+    """
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except (FileNotFoundError, NotADirectoryError):
+        return "absent"
+    except OSError:
+        return "unreadable"
+    if not header:
+        return "empty"
+    if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+        return "foreign"
+    user_version = int.from_bytes(header[60:64], "big")
+    application_id = int.from_bytes(header[68:72], "big")
+    if application_id == APPLICATION_ID:
+        return "ours"
+    if application_id == 0 and 1 <= user_version <= SCHEMA_VERSION:
+        return "ours"  # written before application_id was set
+    if application_id == 0 and user_version == 0 and _has_no_tables(path):
+        return "empty"  # a blank database (e.g. created by `sqlite3 FILE` or an interrupted first open)
+    return "sqlite"
+
+
+def _has_no_tables(path: str) -> bool:
+    from urllib.parse import quote
+
+    try:
+        conn = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+
+
+def describe_foreign(path: str, kind: str) -> str:
+    """Why `path` is refused and what to do instead (for messages)."""
+    if kind == "sqlite":
+        what = "is an SQLite database of another application (not a torch-rbln autotune database)"
+    else:
+        with open(path, "rb") as f:
+            head = f.read(64).lstrip()
+        if head[:1] in (b"{", b"["):
+            what = ("looks like a JSON file (an `rbln-autotune export`?), not an autotune database; "
+                    "merge an export with `rbln-autotune import FILE`")
+        else:
+            what = f"is not an SQLite database (it starts with {head[:16]!r})"
+    return (f"{path} {what}; it was left untouched. Point TORCH_RBLN_AUTOTUNE_DB (or --db) at an "
+            "autotune database or at a new file name")
 
 
 def _log():
@@ -116,7 +192,7 @@ def _is_corrupt(e: Exception) -> bool:
 class Store:
     """One autotune database.  Thread-safe; cheap to create (the file is opened on first use)."""
 
-    def __init__(self, path: str | None = None):
+    def __init__(self, path: str | None = None, *, read_only: bool = False):
         if path is None:
             from torch_rbln import config
 
@@ -129,6 +205,7 @@ class Store:
         self._ready = False  # schema at SCHEMA_VERSION
         self._lock = threading.RLock()
         self._recovered = False
+        self.read_only = read_only
 
     def __repr__(self):
         where = ":memory:" if self.memory else self.path
@@ -147,13 +224,20 @@ class Store:
         if self.memory:
             self._conn = self._connect(":memory:")
             return self._conn
+        if os.path.isdir(self.path):
+            return self._degrade(f"{self.path} is a directory")
+        kind = inspect_file(self.path)
+        if kind in ("foreign", "sqlite"):
+            if self.read_only:
+                raise ForeignFileError(describe_foreign(self.path, kind))
+            return self._degrade(describe_foreign(self.path, kind))
+        if self.read_only:
+            return self._open_read_only(kind)
         parent = os.path.dirname(os.path.abspath(self.path))
         try:
             os.makedirs(parent, exist_ok=True)
         except OSError as e:
             return self._degrade(f"cannot create directory {parent}: {e.strerror or e}")
-        if os.path.isdir(self.path):
-            return self._degrade(f"{self.path} is a directory")
         exists = os.path.exists(self.path)
         if exists and not os.access(self.path, os.W_OK):
             return self._degrade("the file is read-only", seed_from_file=True)
@@ -161,9 +245,12 @@ class Store:
             return self._degrade(f"directory {parent} is not writable")
         try:
             conn = self._connect(self.path)
+            if kind in ("absent", "empty"):
+                # mark the file as ours in its first write, before anything else can see it
+                conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.DatabaseError as e:
-            if _is_corrupt(e):
+            if _is_corrupt(e) and kind == "ours":
                 self._move_aside(str(e))
                 conn = self._connect(self.path)
                 version = 0
@@ -175,6 +262,31 @@ class Store:
             conn.close()
             return self._degrade(f"schema version {version} is newer than this torch-rbln supports "
                                  f"({SCHEMA_VERSION})", seed_from_file=False)
+        self._conn = conn
+        self._ready = version == SCHEMA_VERSION
+        return conn
+
+    def _open_read_only(self, kind: str) -> sqlite3.Connection:
+        """Open for reading only: SQLite's ``mode=ro``; an absent or empty file reads as an empty
+        database without creating anything."""
+        if kind in ("absent", "empty"):
+            self._conn = self._connect(":memory:")
+            self._ready = False
+            return self._conn
+        from urllib.parse import quote
+
+        try:
+            conn = self._connect(f"file:{quote(os.path.abspath(self.path))}?mode=ro", uri=True)
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as e:
+            if _is_corrupt(e):
+                raise StoreError(f"autotune database {self.path} is corrupt ({e}); it was left untouched "
+                                 "(the next tuning run moves it aside and starts a fresh one)") from None
+            raise StoreError(f"cannot read autotune database {self.path}: {e}") from None
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise StoreError(f"autotune database {self.path} has schema version {version}, newer than this "
+                             f"torch-rbln supports ({SCHEMA_VERSION})")
         self._conn = conn
         self._ready = version == SCHEMA_VERSION
         return conn
@@ -238,6 +350,8 @@ class Store:
     def _ensure_schema(self) -> None:
         """Create or migrate the schema (first write).  Concurrent processes: the version is re-read
         inside the write transaction, so each migration runs once."""
+        if self.read_only:
+            raise StoreError(f"autotune store {self.path} was opened read-only")
         if self._ready and self._db is not None:
             return
         conn = self._open()
@@ -262,6 +376,7 @@ class Store:
             for v in range(version + 1, SCHEMA_VERSION + 1):
                 MIGRATIONS[v](db)
                 conn.execute(f"PRAGMA user_version={v}")
+            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -298,7 +413,11 @@ class Store:
                         return None
                     raise
                 except sqlite3.DatabaseError as e:
-                    if _is_corrupt(e) and not self.memory and not self._recovered:
+                    if self.read_only and _is_corrupt(e):
+                        raise StoreError(f"autotune database {self.path} is corrupt ({e}); it was left "
+                                         "untouched") from None
+                    if (_is_corrupt(e) and not self.memory and not self._recovered
+                            and inspect_file(self.path) == "ours"):
                         self._recovered = True
                         self.close()
                         self._move_aside(str(e))

@@ -329,3 +329,47 @@ def test_kernel_filters(tmp_path, db, capsys):
     code, out, err = run(capsys, "export", "--db", db, "--kernel", "other:kernel")
     data = json.loads(out)
     assert {d["kernel"] for d in data["decisions"]} == {"other:kernel"} and len(data["kernels"]) == 1
+
+
+@pytest.mark.parametrize("command", ["list", "show", "stats", "export", "prune", "clear"])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"PK\x03\x04" + b"\x00" * 200, "is not an SQLite database"),  # a torch.save checkpoint is a zip
+        (b'{"decisions": [], "trials": []}\n', "looks like a JSON file"),
+    ],
+)
+def test_commands_never_touch_a_file_that_is_not_ours(tmp_path, capsys, command, content, message):
+    target = tmp_path / "ckpt.pt"
+    target.write_bytes(content)
+    argv = [command, "--db", target] + (["some_kernel"] if command == "show" else [])
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and message in err and str(target) in err and "left untouched" in err
+    assert target.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+
+
+def test_read_only_commands_create_nothing(tmp_path, capsys):
+    target = tmp_path / "new.db"
+    for command in ("list", "stats", "export"):
+        code, out, err = run(capsys, command, "--db", target)
+        assert code == 0, err
+    assert not any(tmp_path.iterdir())
+
+
+def test_read_only_commands_report_a_corrupt_database_and_leave_it(db, capsys):
+    _tune_two_keys()
+    clear_caches()
+    from torch_rbln.autotune.store import reset_stores
+
+    reset_stores()
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(db + suffix):
+            os.remove(db + suffix)
+    data = bytearray(open(db, "rb").read())
+    data[4096:] = b"\xa5" * (len(data) - 4096)
+    open(db, "wb").write(bytes(data))
+    code, out, err = run(capsys, "list", "--db", db)
+    assert code == 2 and "corrupt" in err and "left untouched" in err
+    assert open(db, "rb").read() == bytes(data)
+    assert not [p for p in os.listdir(os.path.dirname(db)) if ".corrupt-" in p]

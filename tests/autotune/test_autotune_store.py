@@ -42,8 +42,9 @@ def test_migrates_an_old_schema(autotune_env):
 
 
 def test_newer_schema_is_left_alone(autotune_env, capfd):
-    with sqlite3.connect(autotune_env) as c:
+    with sqlite3.connect(autotune_env) as c:  # what a newer torch-rbln writes
         c.execute("PRAGMA user_version=99")
+        c.execute(f"PRAGMA application_id={store_mod.APPLICATION_ID}")
     launch_add(make_add(), 100)
     err = capfd.readouterr().err
     assert "[TORCH-RBLN][WARNING]" in err and "newer than this torch-rbln supports" in err
@@ -52,14 +53,55 @@ def test_newer_schema_is_left_alone(autotune_env, capfd):
         assert c.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0
 
 
-def test_corrupt_file_is_moved_aside(autotune_env, capfd):
+def _corrupt_pages(path):
+    """Damage the b-tree of our database while keeping its 100-byte header (so it is still ours)."""
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(str(path) + suffix):
+            os.remove(str(path) + suffix)
+    data = bytearray(path.read_bytes())
+    data[4096:] = b"\xa5" * (len(data) - 4096)  # page 1 (header and schema) stays intact
+    path.write_bytes(bytes(data))
+
+
+def test_foreign_file_is_left_untouched(autotune_env, capfd):
+    """A file that is not ours (a checkpoint at the DB path) is never renamed: tuning goes to memory."""
     garbage = b"this is not a database" * 100
     autotune_env.write_bytes(garbage)
     launch_add(make_add(), 100)
     err = capfd.readouterr().err
+    assert "[TORCH-RBLN][WARNING]" in err and "is not an SQLite database" in err
+    assert str(autotune_env) in err and "TORCH_RBLN_AUTOTUNE_DB" in err
+    assert autotune_env.read_bytes() == garbage
+    assert not glob.glob(str(autotune_env) + ".corrupt-*")
+    assert len(get_store().decisions()) == 1  # in memory
+
+
+def test_foreign_sqlite_database_is_left_untouched(autotune_env, capfd):
+    with sqlite3.connect(autotune_env) as c:
+        c.execute("CREATE TABLE photos(id INTEGER)")
+        c.execute("INSERT INTO photos VALUES (1)")
+    before = autotune_env.read_bytes()
+    launch_add(make_add(), 100)
+    assert "another application" in capfd.readouterr().err
+    assert autotune_env.read_bytes() == before
+
+
+def test_our_corrupt_database_is_moved_aside(autotune_env, capfd):
+    launch_add(make_add(), 100)
+    c = sqlite3.connect(autotune_env)
+    assert c.execute("PRAGMA application_id").fetchone()[0] == store_mod.APPLICATION_ID
+    c.close()
+    clear_caches()
+    store_mod.reset_stores()
+    _corrupt_pages(autotune_env)
+    damaged = autotune_env.read_bytes()
+    reset_counters()
+    launch_add(make_add(), 100)
+    err = capfd.readouterr().err
     assert "[TORCH-RBLN][WARNING]" in err and "corrupt" in err
     (aside,) = glob.glob(str(autotune_env) + ".corrupt-*")
-    assert open(aside, "rb").read() == garbage
+    assert open(aside, "rb").read() == damaged
+    assert counters["benchmarks"] == 3
     assert len(get_store().decisions()) == 1
     clear_caches()
     reset_counters()
@@ -70,17 +112,25 @@ def test_corrupt_file_is_moved_aside(autotune_env, capfd):
 def test_corruption_found_later_is_recovered(autotune_env, capfd):
     launch_add(make_add(), 100)
     clear_caches()
-    for suffix in ("-wal", "-shm"):
-        if os.path.exists(str(autotune_env) + suffix):
-            os.remove(str(autotune_env) + suffix)
-    data = bytearray(autotune_env.read_bytes())
-    data[:16] = b"garbage garbage!"  # header destroyed
-    autotune_env.write_bytes(bytes(data))
+    _corrupt_pages(autotune_env)
     reset_counters()
     launch_add(make_add(), 100)
     assert counters["benchmarks"] == 3
     assert "corrupt" in capfd.readouterr().err
     assert glob.glob(str(autotune_env) + ".corrupt-*")
+
+
+def test_inspect_file(tmp_path):
+    assert store_mod.inspect_file(str(tmp_path / "missing")) == "absent"
+    (tmp_path / "empty").write_bytes(b"")
+    assert store_mod.inspect_file(str(tmp_path / "empty")) == "empty"
+    (tmp_path / "short").write_bytes(b"SQLite format 3\x00")
+    assert store_mod.inspect_file(str(tmp_path / "short")) == "foreign"
+    legacy = tmp_path / "legacy.db"
+    with sqlite3.connect(legacy) as c:
+        c.execute("CREATE TABLE decisions(x)")
+        c.execute("PRAGMA user_version=2")
+    assert store_mod.inspect_file(str(legacy)) == "ours"  # written before application_id existed
 
 
 def _pretend_read_only(monkeypatch, path):

@@ -114,8 +114,55 @@ def _positive_number(name: str, value: str) -> float:
     return f
 
 
+def _bounded_int(low: int, high: int) -> Callable[[str, str], int]:
+    """An integer in [low, high]; the bound keeps a 40-digit value from becoming a MemoryError later."""
+    expected = f"an integer from {low} to {high}"
+
+    def parse(name: str, value: str) -> int:
+        v = value.strip()
+        if not _PLAIN_INT.fullmatch(v) or len(v) > 12 or not low <= int(v) <= high:
+            raise _invalid(name, value, expected)
+        return int(v)
+
+    return parse
+
+
+# Simulated NPU memory in GiB: at least one KiB, at most 1 PiB (so the byte count stays far inside int64).
+MIN_SIM_MEMORY_GB = 2.0**-20
+MAX_SIM_MEMORY_GB = 2.0**20
+SIM_MEMORY_ACCEPTED = "a number of GiB from 0.00000095367431640625 (1 KiB) to 1048576 (1 PiB)"
+
+
+def _sim_memory_gb(name: str, value: str) -> float:
+    expected = SIM_MEMORY_ACCEPTED
+    try:
+        f = float(value.strip())
+    except ValueError:
+        f = math.nan
+    if not math.isfinite(f) or not MIN_SIM_MEMORY_GB <= f <= MAX_SIM_MEMORY_GB:
+        raise _invalid(name, value, expected)
+    return f
+
+
 def _path(name: str, value: str) -> str:
     return os.path.expanduser(value)
+
+
+def _directory(name: str, value: str) -> str:
+    """A directory path (`~` expanded); an existing non-directory there is refused up front instead of
+    failing later with a raw OSError deep inside a kernel launch."""
+    path = os.path.expanduser(value)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise _invalid(name, value, "a directory", "it names an existing file")
+    return path
+
+
+def _file_path(name: str, value: str) -> str:
+    """A file path (`~` expanded); an existing directory there is refused."""
+    path = os.path.expanduser(value)
+    if os.path.isdir(path):
+        raise _invalid(name, value, "a file path", "it names an existing directory")
+    return path
 
 
 def _device_ids(name: str, value: str) -> tuple[int, ...]:
@@ -192,7 +239,7 @@ SPECS: tuple[VarSpec, ...] = (
     VarSpec("TORCH_RBLN_LOG_LEVEL", "log_level", "WARNING", "WARNING", "one of: " + ", ".join(LOG_LEVELS),
             _choice(LOG_LEVELS), "Log verbosity of the torch_rbln logger (any case)."),
     VarSpec("TORCH_RBLN_LOG_PATH", "log_path", "./torch_rbln.log", "./torch_rbln.log", "a file path",
-            _path, "Log file, written in debug mode (RBLN_BUILD_TYPE=Debug) only."),
+            _file_path, "Log file, written in debug mode (RBLN_BUILD_TYPE=Debug) only."),
     VarSpec("RBLN_BUILD_TYPE", "build_type", "Release", "Release", "one of: " + ", ".join(BUILD_TYPES),
             _choice(BUILD_TYPES), "Debug enables DEBUG logs and the log file with source locations "
             "and thread ids."),
@@ -213,18 +260,18 @@ SPECS: tuple[VarSpec, ...] = (
     VarSpec("TORCH_RBLN_DISABLE_FALLBACK", "disable_fallback", frozenset(), "none",
             "a comma-separated list of: " + ", ".join(FALLBACK_CATEGORIES), _fallback_tokens,
             "CPU fallback categories that raise instead of falling back."),
-    VarSpec("TORCH_RBLN_SIM_NPUS", "sim_npus", 8, "8", "a positive integer", _positive_int,
-            "Number of simulated physical NPUs when the Rebellions runtime is not installed."),
-    VarSpec("TORCH_RBLN_SIM_MEMORY_GB", "sim_memory_gb", 16.0, "16", "a positive number", _positive_number,
-            "Memory of each simulated NPU, in GiB."),
+    VarSpec("TORCH_RBLN_SIM_NPUS", "sim_npus", 8, "8", "an integer from 1 to 1024",
+            _bounded_int(1, 1024), "Number of simulated physical NPUs when the Rebellions runtime is not installed."),
+    VarSpec("TORCH_RBLN_SIM_MEMORY_GB", "sim_memory_gb", 16.0, "16", SIM_MEMORY_ACCEPTED,
+            _sim_memory_gb, "Memory of each simulated NPU, in GiB."),
     VarSpec("TORCH_RBLN_DSL_BACKEND", "dsl_backend", "numba", "numba", "one of: " + ", ".join(DSL_BACKENDS),
             _choice(DSL_BACKENDS), "How DSL kernels execute."),
     VarSpec("TORCH_RBLN_CACHE_DIR", "cache_dir", _default_cache_dir, "~/.cache/torch_rbln", "a directory",
-            _path, "Cache directory (compiled kernels, autotune database)."),
-    VarSpec("TORCH_RBLN_DUMP_KERNELS", "dump_kernels", None, "unset (no dump)", "a directory", _path,
+            _directory, "Cache directory (compiled kernels, autotune database)."),
+    VarSpec("TORCH_RBLN_DUMP_KERNELS", "dump_kernels", None, "unset (no dump)", "a directory", _directory,
             "When set, generated kernel sources are written to this directory."),
     VarSpec("TORCH_RBLN_AUTOTUNE_DB", "autotune_db", _default_autotune_db,
-            "<TORCH_RBLN_CACHE_DIR>/autotune.db", "a file path", _path,
+            "<TORCH_RBLN_CACHE_DIR>/autotune.db", "a file path", _file_path,
             "SQLite database of autotuning results."),
 )
 

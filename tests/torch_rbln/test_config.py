@@ -188,20 +188,49 @@ INVALID = [
     ("RBLN_DEVICES", "0,,1", ["'' is not a non-negative integer"]),
     ("RBLN_DEVICES", "1,1", ["duplicate NPU id 1", "distinct"]),
     ("RBLN_DEVICES", "1.5", ["'1.5' is not a non-negative integer"]),
-    ("TORCH_RBLN_SIM_NPUS", "0", ["expected a positive integer"]),
-    ("TORCH_RBLN_SIM_NPUS", "-2", ["expected a positive integer"]),
-    ("TORCH_RBLN_SIM_NPUS", "two", ["expected a positive integer"]),
-    ("TORCH_RBLN_SIM_NPUS", "2.0", ["expected a positive integer"]),
-    ("TORCH_RBLN_SIM_MEMORY_GB", "0", ["expected a positive number"]),
-    ("TORCH_RBLN_SIM_MEMORY_GB", "-1", ["expected a positive number"]),
-    ("TORCH_RBLN_SIM_MEMORY_GB", "lots", ["expected a positive number"]),
-    ("TORCH_RBLN_SIM_MEMORY_GB", "nan", ["expected a positive number"]),
-    ("TORCH_RBLN_SIM_MEMORY_GB", "inf", ["expected a positive number"]),
+    ("TORCH_RBLN_SIM_NPUS", "0", ["expected an integer from 1 to 1024"]),
+    ("TORCH_RBLN_SIM_NPUS", "-2", ["expected an integer from 1 to 1024"]),
+    ("TORCH_RBLN_SIM_NPUS", "two", ["expected an integer from 1 to 1024"]),
+    ("TORCH_RBLN_SIM_NPUS", "2.0", ["expected an integer from 1 to 1024"]),
+    ("TORCH_RBLN_SIM_NPUS", "1025", ["expected an integer from 1 to 1024"]),
+    ("TORCH_RBLN_SIM_NPUS", "1" * 40, ["expected an integer from 1 to 1024"]),
+    ("TORCH_RBLN_SIM_MEMORY_GB", "0", ["expected a number of GiB from", "(1 PiB)"]),
+    ("TORCH_RBLN_SIM_MEMORY_GB", "-1", ["expected a number of GiB from", "(1 PiB)"]),
+    ("TORCH_RBLN_SIM_MEMORY_GB", "lots", ["expected a number of GiB from", "(1 PiB)"]),
+    ("TORCH_RBLN_SIM_MEMORY_GB", "nan", ["expected a number of GiB from", "(1 PiB)"]),
+    ("TORCH_RBLN_SIM_MEMORY_GB", "inf", ["expected a number of GiB from", "(1 PiB)"]),
+    ("TORCH_RBLN_SIM_MEMORY_GB", "1e300", ["expected a number of GiB from", "(1 PiB)"]),
+    ("TORCH_RBLN_SIM_MEMORY_GB", "8589934592", ["expected a number of GiB from", "(1 PiB)"]),
+    ("TORCH_RBLN_SIM_MEMORY_GB", "1e-300", ["expected a number of GiB from", "(1 KiB)"]),
     ("TORCH_RBLN_DSL_BACKEND", "triton", ["expected one of: numba, interpret, rebel"]),
     ("TORCH_RBLN_DISABLE_FALLBACK", "all,nope", ["unknown token 'nope'",
                                                  "all, compile_error, unsupported_op, non_blocking_copy"]),
     ("TORCH_RBLN_DISABLE_FALLBACK", "compile-error", ["unknown token 'compile-error'"]),
 ]
+
+
+@pytest.mark.parametrize(
+    ("name", "expect_dir"),
+    [("TORCH_RBLN_CACHE_DIR", True), ("TORCH_RBLN_DUMP_KERNELS", True), ("TORCH_RBLN_LOG_PATH", False),
+     ("TORCH_RBLN_AUTOTUNE_DB", False)],
+)
+def test_paths_of_the_wrong_kind_are_refused_up_front(env, tmp_path, name, expect_dir):
+    """A file where a directory is expected (or the reverse) is a ConfigError naming the variable, not
+    a raw OSError at the first kernel launch."""
+    wrong = tmp_path / "a_file"
+    wrong.write_text("x")
+    value = str(wrong) if expect_dir else str(tmp_path)
+    env(**{name: value})
+    with pytest.raises(ConfigError) as e:
+        config.get(name)
+    msg = str(e.value)
+    assert msg.startswith(f"Invalid {name} '{value}'")
+    assert ("expected a directory" if expect_dir else "expected a file path") in msg
+
+
+def test_sim_memory_at_its_bounds_gives_the_exact_capacity(env):
+    env(TORCH_RBLN_SIM_MEMORY_GB="1048576")
+    assert config.get("TORCH_RBLN_SIM_MEMORY_GB") * 2**30 == 2**50
 
 
 @pytest.mark.parametrize(("name", "value", "phrases"), INVALID)

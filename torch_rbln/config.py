@@ -97,23 +97,6 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
 _PLAIN_INT = re.compile(r"[0-9]+")
 
 
-def _positive_int(name: str, value: str) -> int:
-    v = value.strip()
-    if not _PLAIN_INT.fullmatch(v) or int(v) <= 0:
-        raise _invalid(name, value, "a positive integer")
-    return int(v)
-
-
-def _positive_number(name: str, value: str) -> float:
-    try:
-        f = float(value.strip())
-    except ValueError:
-        f = math.nan
-    if not math.isfinite(f) or f <= 0:
-        raise _invalid(name, value, "a positive number")
-    return f
-
-
 def _bounded_int(low: int, high: int) -> Callable[[str, str], int]:
     """An integer in [low, high]; the bound keeps a 40-digit value from becoming a MemoryError later."""
     expected = f"an integer from {low} to {high}"

@@ -136,8 +136,8 @@ def _dispatcher(overload: torch._ops.OpOverload, entry: Op) -> Callable:
                 return result
             except Decline as decline:
                 reason = decline.reason
-            except InvalidCall:
-                raise
+            except (InvalidCall, config.ConfigError):
+                raise  # the user's call or environment is wrong: the CPU would not make it right
             except Exception as error:  # noqa: BLE001 - a kernel bug must not change results: run on CPU
                 reason = f"kernel error: {type(error).__name__}"
                 _log.warning("rbln kernel for %s failed (%s: %s); running it on the CPU", name,

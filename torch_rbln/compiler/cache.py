@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.fx as fx
 
-from torch_rbln import config
+from torch_rbln import cachedir
 from torch_rbln.log import get_logger
 
 from .codegen import KernelSpec, template_digest
@@ -39,7 +39,7 @@ _memory: dict[str, list[KernelSpec]] = {}
 
 
 def graphs_dir() -> Path:
-    return Path(config.get("TORCH_RBLN_CACHE_DIR")) / "graphs"
+    return Path(cachedir.cache_path("graphs"))
 
 
 @functools.lru_cache(maxsize=1)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from torch_rbln import config
+from torch_rbln import cachedir
 
 from .lowering import Unsupported, literal, pointwise_rule, reduction_rule
 from .partition import Group, static_shape, trailing_stride
@@ -63,7 +63,7 @@ class KernelSpec:
 
 
 def kernels_dir() -> Path:
-    return Path(config.get("TORCH_RBLN_CACHE_DIR")) / "graphs" / "kernels"
+    return Path(cachedir.cache_path("graphs", "kernels"))
 
 
 @functools.lru_cache(maxsize=1)

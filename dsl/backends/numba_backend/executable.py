@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import glob
 import importlib.util
 import os
+import pickle
 import sys
 import tempfile
 import threading
@@ -33,9 +35,21 @@ def _log():
 
 
 def _cache_root() -> str:
-    from torch_rbln import config
+    from torch_rbln import cachedir
 
-    return os.path.join(config.get("TORCH_RBLN_CACHE_DIR"), "kernels", f"numba-v{BACKEND_VERSION}")
+    return cachedir.cache_path("kernels", f"numba-v{BACKEND_VERSION}")
+
+
+# What numba raises when its index (.nbi) or data (.nbc) file does not unpickle.
+_CORRUPT_CACHE_ERRORS = (pickle.UnpicklingError, EOFError)
+
+
+def _numba_cache_files(module_file: str) -> list[str]:
+    """numba's cache files (index and data) of the kernels of one generated module."""
+    directory, name = os.path.split(module_file)
+    stem = os.path.splitext(name)[0]
+    pattern = os.path.join(glob.escape(directory), "__pycache__", glob.escape(stem) + ".*.nb[ic]")
+    return sorted(glob.glob(pattern))
 
 
 def _atomic_write(path: str, text: str) -> None:
@@ -333,8 +347,28 @@ class Executable:
 
     def compile_now(self, values: list) -> None:
         """Compile for these argument types without running any program."""
+        arguments = self._flat(values, _tensor_memory)
         with _compile_lock(self.module.__file__):
-            self.kernel(0, 0, 1, 1, 1, *self._flat(values, _tensor_memory), np.zeros(4, np.int64))
+            self._first_call(lambda: self.kernel(0, 0, 1, 1, 1, *arguments, np.zeros(4, np.int64)))
+
+    def _first_call(self, call: Callable[[], None]) -> None:
+        """Run `call`, the first call of the kernel, which makes numba load its on-disk cache. Cache files
+        that do not unpickle (random bytes, truncated or empty: a crash mid-write, a full disk) are
+        deleted with a WARNING and the call is retried, so numba compiles afresh and rewrites them."""
+        try:
+            call()
+        except _CORRUPT_CACHE_ERRORS as error:
+            stale = _numba_cache_files(self.module.__file__)
+            if not stale:
+                raise
+            for path in stale:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+            _log().warning(
+                "numba cache of kernel '%s' is corrupt (%s: %s); removed %s and recompiling",
+                self.fn.name, type(error).__name__, error, ", ".join(stale),
+            )
+            call()
 
     def launch(self, grid, values: list, tp: int = 1) -> None:
         """Run with `values[i]` per Function param: a tensor (ptr), a number (scalar) or None."""
@@ -381,7 +415,7 @@ class Executable:
             self._run_programs(grid, arguments, tp)
             return
         with _compile_lock(self.module.__file__):  # the first launch compiles (or loads) the code
-            self._run_programs(grid, arguments, tp)
+            self._first_call(lambda: self._run_programs(grid, arguments, tp))
         self._compiled = True
 
     def _run_programs(self, grid, arguments: list, tp: int) -> None:

@@ -430,7 +430,22 @@ class JITFunction:
         if entry is None:
             return None
         ck, exe, gather, direct = entry
-        g = grid + (1,) * (3 - len(grid)) if len(grid) < 3 else grid
+        # the grid is checked here as `_normalize_grid` would; anything unusual takes the general path,
+        # which raises the precise error
+        count = len(grid)
+        if count == 1:
+            g = (grid[0], 1, 1)
+        elif count == 2:
+            g = (grid[0], grid[1], 1)
+        elif count == 3:
+            g = grid
+        else:
+            return None
+        g0, g1, g2 = g
+        if (type(g0) is not int or type(g1) is not int or type(g2) is not int
+                or not (0 <= g0 <= _MAX_X and 0 <= g1 <= 65535 and 0 <= g2 <= 65535)
+                or g0 * g1 * g2 > MAX_PROGRAMS):
+            return None
         if direct is None:
             direct = self._direct(entry)
         if direct and direct(args, kwargs, *g):
@@ -533,6 +548,7 @@ class JITFunction:
                 exe.compile_now(values)
             return ck
         g = _normalize_grid(self, grid, arguments)
+        _check_one_device(self, ck.ir, arguments)
         if g[0] * g[1] * g[2] == 0:
             return ck
         if not takes_tensors:
@@ -590,22 +606,70 @@ def _is_constexpr_annotation(a) -> bool:
     return False
 
 
+# Largest grid per axis (Triton's, from CUDA's launch limits) and in total: a program id is an int32,
+# and a simulated launch of more programs than this would run for hours.
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_PROGRAMS = 2**31 - 1
+_MAX_X = MAX_GRID[0]
+
+
 def _normalize_grid(jf, grid, arguments):
+    """The launch grid as three ints, or a LaunchError saying what is wrong with it: entries must be
+    integers (a float or a string is refused, not truncated or parsed), non-negative, within `MAX_GRID`,
+    and 1 to 3 of them."""
     if callable(grid):
         meta = dict(arguments)
         meta = {k: unwrap(v) for k, v in meta.items()}
         grid = grid(meta)
     if isinstance(grid, int) or hasattr(grid, "__index__"):
         grid = (grid,)
-    try:
-        g = [int(x) for x in grid]
-    except TypeError:
+    if not isinstance(grid, (tuple, list)):
         raise jf.launch_error(
             None, f"grid must be a tuple of 1 to 3 ints or a callable returning one, got {grid!r}"
-        ) from None
-    if not 1 <= len(g) <= 3 or any(x < 0 for x in g):
-        raise jf.launch_error(None, f"grid must have 1 to 3 non-negative entries, got {tuple(g)}")
-    return tuple(g + [1] * (3 - len(g)))
+        )
+    if not 1 <= len(grid) <= 3:
+        raise jf.launch_error(None, f"grid must have 1 to 3 dimensions, got {len(grid)}: {tuple(grid)!r}")
+    g = []
+    for axis, entry in enumerate(grid):
+        if isinstance(entry, bool) or not hasattr(entry, "__index__"):
+            raise jf.launch_error(
+                None,
+                f"grid[{axis}] must be an int, got {type(entry).__name__} {entry!r} (grid {tuple(grid)!r})",
+            )
+        value = entry.__index__()
+        if not 0 <= value <= MAX_GRID[axis]:
+            raise jf.launch_error(
+                None, f"grid[{axis}] = {value} is out of range: it must be between 0 and {MAX_GRID[axis]}"
+            )
+        g.append(value)
+    g += [1] * (3 - len(g))
+    if g[0] * g[1] * g[2] > MAX_PROGRAMS:
+        raise jf.launch_error(
+            None, f"grid {tuple(grid)!r} has {g[0] * g[1] * g[2]} programs, more than {MAX_PROGRAMS}"
+        )
+    return tuple(g)
+
+
+def _check_one_device(jf, ir, arguments) -> None:
+    """All tensor arguments of a launch must live on one device (the CPU, or one rbln:i), as a Triton
+    launch refuses a CPU tensor among CUDA ones: a kernel runs on one device's NPUs."""
+    first = None
+    for param in ir.params:
+        if param.kind != "ptr":
+            continue
+        value = arguments[param.name]
+        is_cpu = getattr(value, "is_cpu", None)
+        if is_cpu is None:
+            continue
+        device = "cpu" if is_cpu else str(value.device)
+        if first is None:
+            first = (param.name, device)
+        elif device != first[1]:
+            raise jf.launch_error(
+                param.name,
+                f"pointer argument '{param.name}' is on {device} but '{first[0]}' is on {first[1]}: "
+                "all tensors of one launch must be on the same device (move them with .to(device))",
+            )
 
 
 # run with the kernel by `JITFunction.clear_cache`
@@ -649,7 +713,11 @@ def _value_token(value):
     if kind is float or value is None:
         return kind
     dtype = getattr(value, "dtype", None)
-    return dtype if dtype is not None else value
+    if dtype is None:
+        return value
+    # the device is part of a tensor's token, so a launch mixing devices never reaches a cached launch
+    # that was checked with other devices (`_check_one_device`)
+    return dtype if getattr(value, "is_cpu", True) else (dtype, value.get_device())
 
 
 def launch_device(tensors) -> int | None:

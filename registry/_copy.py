@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
-from torch_rbln.dsl.jit import _device_tp
+from torch_rbln.dsl.jit import _device_tp, peer_access
 
 from torch_rbln import fallback
 
@@ -185,7 +185,15 @@ _geometries: dict[tuple, _CopyLaunch | str] = PlanMemo(4096, _copy_geometry)
 
 
 def _run(geometry: _CopyLaunch, src: torch.Tensor, dst: torch.Tensor) -> None:
-    """Launch `geometry`'s kernel copying `src` into `dst`."""
+    """Launch `geometry`'s kernel copying `src` into `dst` (across devices: a peer copy)."""
+    if src.get_device() != dst.get_device():
+        with peer_access():
+            _run_on_one_device(geometry, src, dst)
+        return
+    _run_on_one_device(geometry, src, dst)
+
+
+def _run_on_one_device(geometry: _CopyLaunch, src: torch.Tensor, dst: torch.Tensor) -> None:
     kernel = getattr(_k("elementwise"), geometry.kernel)
     ints, programs, rows = geometry.ints, geometry.programs, geometry.rows
     if geometry.fits:

@@ -66,12 +66,62 @@ def install() -> None:
     @functools.wraps(original_apply)
     def _apply(self: torch.nn.Module, fn: Callable, recurse: bool = True) -> torch.nn.Module:
         if not torch.__future__.get_swap_module_params_on_conversion() and _holds_rbln(self):
-            return _swapping(lambda: original_apply(self, fn, recurse))
+            try:
+                return _swapping(lambda: original_apply(self, fn, recurse))
+            except RuntimeError as error:
+                if "Couldn't swap" not in str(error):
+                    raise
+                return _apply_with_new_parameters(self, fn, recurse, error)
         return original_apply(self, fn, recurse)
 
     torch.nn.Module.to = to
     torch.nn.Module._apply = _apply
     _installed = True
+
+
+def _apply_with_new_parameters(module: torch.nn.Module, fn: Callable, recurse: bool,
+                               error: RuntimeError) -> torch.nn.Module:
+    """Convert when swap mode cannot: a parameter referenced by a live autograd graph (an output of the
+    module still alive) cannot be swapped, and a pure-Python device cannot change a tensor's device in
+    place either (CUDA's `param.data = ...`). The module gets new Parameter objects, one per original
+    (a parameter shared by several modules stays shared), with their gradients converted too; a WARNING
+    says that references held elsewhere (an optimizer) still see the old tensors. A swap may have
+    happened before the failure: those parameters are converted already and are left as they are."""
+    from .log import get_logger
+
+    converted: dict[int, torch.Tensor] = {}
+    target = None
+    modules = list(module.modules()) if recurse else [module]
+    for owner in modules:
+        for key, param in owner._parameters.items():
+            if param is None:
+                continue
+            new = converted.get(id(param))
+            if new is None:
+                with torch.no_grad():
+                    applied = fn(param)
+                if applied is param:
+                    new = param
+                else:
+                    new = torch.nn.Parameter(applied, param.requires_grad)
+                    if param.grad is not None:
+                        new.grad = fn(param.grad)
+                converted[id(param)] = new
+                target = target or new.device
+            owner._parameters[key] = new
+        for key, buffer in owner._buffers.items():
+            if buffer is not None:
+                new = converted.get(id(buffer))
+                if new is None:
+                    new = converted[id(buffer)] = fn(buffer)
+                owner._buffers[key] = new
+    get_logger("device").warning(
+        "%s: %s (its parameters are used by a live autograd graph, e.g. an output that is still alive); "
+        "converted it to %s with new Parameter objects instead (parameters shared between modules stay "
+        "shared). An optimizer built before this conversion still holds the old tensors: rebuild it.",
+        type(module).__name__, error, target,
+    )
+    return module
 
 
 def swap_for_rbln(method: Callable[..., torch.nn.Module]) -> Callable[..., torch.nn.Module]:

@@ -10,7 +10,16 @@ import threading
 
 import torch
 
-from . import _autocast, _autograd, _module_conversion, _serialization, _structural, device_module, fallback
+from . import (
+    _accelerator,
+    _autocast,
+    _autograd,
+    _module_conversion,
+    _serialization,
+    _structural,
+    device_module,
+    fallback,
+)
 
 BACKEND = "rbln"
 _lock = threading.Lock()
@@ -87,6 +96,7 @@ def register() -> None:
             torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
             torch.nn.Module.rbln = _module_conversion.swap_for_rbln(torch.nn.Module.rbln)
         _module_conversion.install()
+        _accelerator.install()
         module = sys.modules.get("torch.rbln")
         if module is None:
             torch._register_device_module(BACKEND, device_module)

@@ -1,18 +1,21 @@
 """`torch.rbln`: the device module, shaped like `torch.cuda` where it makes sense for an NPU.
 
-Limits of a pure-Python device (no C++ current-device slot): `x.to("rbln")` without an index lands
-on the Python current device for factories and copies we allocate, while `torch.accelerator`'s own
-index setter is a no-op. Explicit indices work everywhere.
+A pure-Python device has no C++ current-device slot: PyTorch's C++ `Tensor.to` fills a missing index
+from the device guard, whose Python stub always says 0. So once a thread makes another device current
+(`set_device(1)`, `with torch.rbln.device(1)`), `Tensor.to` is wrapped to add the current index to an
+unindexed rbln target itself (`_current_device.install`), and `x.to("rbln")`, `Module.to("rbln")` land
+on the current device as with CUDA. `torch.accelerator`'s index functions are routed here too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
 import torch
 
-from . import _dlpack, _memory, _runtime
+from . import _current_device, _dlpack, _memory, _runtime
 from . import topology as _topology
 
 _state = threading.local()
@@ -69,7 +72,10 @@ def current_device() -> int:
 
 def set_device(device: DeviceLike) -> None:
     """Set the calling thread's current logical device."""
-    _state.index = _index_of(device)
+    index = _index_of(device)
+    if index:
+        _current_device.install()
+    _state.index = index
 
 
 class device:
@@ -108,10 +114,59 @@ def get_device_name(device: DeviceLike = None) -> str:
     return f"RBLN NPU (simulated, {len(npus)} NPU{'s' if len(npus) > 1 else ''})"
 
 
-def get_device_properties(device: DeviceLike = None) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class DeviceProperties:
+    """What `torch.rbln.get_device_properties` says about a logical device, read like
+    `torch.cuda.get_device_properties(i)`'s result (`.name`, `.total_memory`); `props["name"]` also
+    works, for code written against the earlier dict."""
+
+    name: str
+    npus: tuple[int, ...]
+    total_memory: int
+    index: int
+
+    @property
+    def npu_count(self) -> int:
+        return len(self.npus)
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def __repr__(self) -> str:
+        return (f"_RblnDeviceProperties(name='{self.name}', total_memory={self.total_memory // 2**20}MB, "
+                f"npus={list(self.npus)})")
+
+
+def get_device_properties(device: DeviceLike = None) -> DeviceProperties:
     index = _index_of(device)
-    npus = _runtime.npus_of(index)
-    return {"name": get_device_name(index), "npus": npus, "total_memory": _memory.capacity(index)}
+    npus = tuple(_runtime.npus_of(index))
+    return DeviceProperties(get_device_name(index), npus, _memory.capacity(index), index)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 kernels exist for every op family (float32 accumulation)."""
+    return True
+
+
+def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
+    """A readable table of the device's memory counters, like `torch.cuda.memory_summary`."""
+    index = _index_of(device)
+    stats = _memory.memory_stats(index)
+    free, total = _memory.mem_get_info(index)
+    rows = [
+        ("allocated now", stats.get("allocated_bytes.all.current", 0)),
+        ("allocated peak", stats.get("allocated_bytes.all.peak", 0)),
+        ("allocated in total", stats.get("allocated_bytes.all.allocated", 0)),
+        ("freed in total", stats.get("allocated_bytes.all.freed", 0)),
+        ("free", free),
+        ("capacity", total),
+    ]
+    if abbreviated:
+        rows = rows[:2] + rows[-2:]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"rbln:{index} memory summary ({get_device_name(index)})"]
+    lines += [f"  {label:<{width}}  {_memory._fmt(value):>12}" for label, value in rows]
+    return "\n".join(lines)
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
@@ -223,3 +278,8 @@ def device_summary() -> str:
 def topology() -> _topology.Topology:
     """The device mapping: logical devices (index, physical NPU ids, aggregated flag) and unused NPUs."""
     return _topology.get_topology()
+
+
+# -- streams and events (a synchronous device: see torch_rbln._streams) ---------------------------
+
+from ._streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: E402, F401

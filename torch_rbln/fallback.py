@@ -86,13 +86,23 @@ def _plan_for(op: torch._ops.OpOverload) -> _OpPlan:
     return plan
 
 
+# Reason recorded for an op that has no rbln kernel at all (the others name why a kernel declined).
+NO_KERNEL = "no rbln kernel"
+
+
 def record(name: str, reason: str | None = None) -> None:
-    """Count one CPU fallback of `name` and log it at INFO."""
+    """Count one CPU fallback of `name` and log it at INFO the first time this op falls back for this
+    reason (a training loop would otherwise log a line per call); every call is counted, and
+    `torch_rbln.registry.fallback_report()` gives the totals."""
+    reason = reason or NO_KERNEL
     with _count_lock:
         _counts[name] += 1
-        if reason is not None:
-            _reasons.setdefault(name, Counter())[reason] += 1
-    if _log.isEnabledFor(logging.INFO):
+        reasons = _reasons.get(name)
+        if reasons is None:
+            reasons = _reasons[name] = Counter()
+        first = reason not in reasons
+        reasons[reason] += 1
+    if first and _log.isEnabledFor(logging.INFO):
         log.log_fallback(name, reason)
 
 

@@ -67,6 +67,10 @@ def configure() -> logging.Logger:
         level_name = config.get("TORCH_RBLN_LOG_LEVEL")
         debug = config.get("RBLN_BUILD_TYPE") == "Debug"
         level = getattr(logging, level_name)
+        if logger.level != logging.NOTSET:
+            # the program chose a level (`logging.getLogger("torch_rbln").setLevel(...)`) before our
+            # first log call: its choice is more specific than the environment's, so it stays
+            level = logger.level
         if not debug:
             level = max(level, logging.INFO)  # release mode: DEBUG acts as INFO
         handlers: list[logging.Handler] = []
@@ -101,9 +105,14 @@ def get_logger(part: str | None = None) -> logging.Logger:
 
 
 def log_fallback(op_name: str, reason: str | None = None) -> None:
-    """INFO ``\\`aten::cos\\` op ran on CPU instead of RBLN`` plus `` (reason)`` when given."""
+    """INFO ``\\`aten::cos\\` op ran on CPU instead of RBLN (reason)``; logged once per op and reason
+    (see `torch_rbln.fallback.record`), so it says where the later calls are counted. The record's
+    file:line (debug log) is the code that took the fallback, not this helper."""
     suffix = f" ({reason})" if reason else ""
-    get_logger("fallback").info("`%s` op ran on CPU instead of RBLN%s", op_name, suffix)
+    get_logger("fallback").info(
+        "`%s` op ran on CPU instead of RBLN%s; later calls for this reason are counted, not logged "
+        "(torch_rbln.registry.fallback_report())", op_name, suffix, stacklevel=3,
+    )
 
 
 def reset_for_tests() -> None:

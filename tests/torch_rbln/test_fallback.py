@@ -39,7 +39,8 @@ def test_fallback_is_counted_and_logged(info_logs: list[logging.LogRecord]) -> N
     x.cos()
     assert torch_rbln.fallback_counts()["aten::cos"] == 2
     messages = [r.getMessage() for r in info_logs]
-    assert "`aten::cos` op ran on CPU instead of RBLN" in messages
+    assert len(messages) == 1  # once per op and reason; both calls are counted
+    assert messages[0].startswith("`aten::cos` op ran on CPU instead of RBLN (no rbln kernel)")
     torch_rbln.reset_fallback_counts()
     assert torch_rbln.fallback_counts() == {}
 

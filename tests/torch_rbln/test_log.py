@@ -217,14 +217,63 @@ def test_configuration_is_idempotent_and_lazy(env, monkeypatch, capsys):
 
 def test_log_fallback(env, capsys):
     env(TORCH_RBLN_LOG_LEVEL="INFO")
-    log.log_fallback("aten::cos", None)
+    log.log_fallback("aten::cos", "no rbln kernel")
     log.log_fallback("aten::add.Tensor", "dtype float64")
     log.log_fallback("aten::max", "nan_inf")
+    later = "; later calls for this reason are counted, not logged (torch_rbln.registry.fallback_report())"
     assert capsys.readouterr().err == (
-        "[TORCH-RBLN][INFO] `aten::cos` op ran on CPU instead of RBLN\n"
-        "[TORCH-RBLN][INFO] `aten::add.Tensor` op ran on CPU instead of RBLN (dtype float64)\n"
-        "[TORCH-RBLN][INFO] `aten::max` op ran on CPU instead of RBLN (nan_inf)\n"
+        f"[TORCH-RBLN][INFO] `aten::cos` op ran on CPU instead of RBLN (no rbln kernel){later}\n"
+        f"[TORCH-RBLN][INFO] `aten::add.Tensor` op ran on CPU instead of RBLN (dtype float64){later}\n"
+        f"[TORCH-RBLN][INFO] `aten::max` op ran on CPU instead of RBLN (nan_inf){later}\n"
     )
+
+
+def test_fallbacks_are_logged_once_per_op_and_reason_and_all_counted(env, capsys):
+    from torch_rbln import fallback
+
+    env(TORCH_RBLN_LOG_LEVEL="INFO")
+    log.get_logger()  # configured from the environment, as the first fallback of a program does
+    fallback.reset_fallback_counts()
+    for _ in range(50):
+        fallback.record("aten::cos")
+        fallback.record("aten::add.Tensor", "dtype float64")
+    fallback.record("aten::add.Tensor", "nan_inf")
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3
+    assert "`aten::cos` op ran on CPU instead of RBLN (no rbln kernel)" in lines[0]
+    assert fallback.fallback_counts() == {"aten::cos": 50, "aten::add.Tensor": 51}
+    assert fallback.fallback_reasons()["aten::add.Tensor"] == {"dtype float64": 50, "nan_inf": 1}
+    fallback.reset_fallback_counts()  # a reset starts the log over too
+    fallback.record("aten::cos")
+    assert "aten::cos" in capsys.readouterr().err
+    fallback.reset_fallback_counts()
+
+
+def test_a_level_the_program_set_wins_over_the_environment(env, capsys):
+    import logging
+
+    env(TORCH_RBLN_LOG_LEVEL="ERROR")
+    logging.getLogger(log.LOGGER_NAME).setLevel(logging.INFO)
+    log.get_logger("x").info("program-chose-info")
+    assert "program-chose-info" in capsys.readouterr().err
+
+
+def test_debug_log_names_the_code_that_fell_back(env, tmp_path):
+    from torch_rbln import fallback
+
+    path = tmp_path / "debug.log"
+    env(TORCH_RBLN_LOG_LEVEL="INFO", RBLN_BUILD_TYPE="Debug", TORCH_RBLN_LOG_PATH=str(path))
+    log.get_logger()
+    fallback.reset_fallback_counts()
+
+    def caller_of_record():
+        fallback.record("aten::sinh", "test reason")
+
+    caller_of_record()
+    log.reset_for_tests()  # closes the file
+    text = path.read_text()
+    assert "[test_log.py:" in text and "[log.py:" not in text and "[fallback.py:" not in text
+    fallback.reset_fallback_counts()
 
 
 def test_log_fallback_hidden_at_default_level(env, capsys):

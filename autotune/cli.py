@@ -306,8 +306,13 @@ def cmd_import(args) -> int:
             data = json.load(f)
     except OSError as e:
         raise CLIError(f"cannot read {args.file}: {e.strerror or e}", 2) from None
+    except UnicodeDecodeError as e:
+        raise CLIError(f"{args.file}: not UTF-8 text (invalid byte at offset {e.start}); an export is "
+                       "the JSON that `rbln-autotune export` writes", 2) from None
     except json.JSONDecodeError as e:
         raise CLIError(f"{args.file}:{e.lineno}: invalid JSON (column {e.colno}): {e.msg}", 2) from None
+    except RecursionError:
+        raise CLIError(f"{args.file}: JSON nested too deeply to be an autotune export", 2) from None
     from .store import validate_export
 
     try:

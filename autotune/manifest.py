@@ -175,8 +175,7 @@ class Launch:
         spec = self.grid
         if isinstance(spec, str):
             spec = [spec]
-        exprs = [compile(ast.Expression(_parse_grid_expr(e)), "<grid>", "eval") if isinstance(e, str) else e
-                 for e in spec]
+        exprs = [_parse_grid_expr(e) if isinstance(e, str) else e for e in spec]
 
         def grid(meta):
             from torch_rbln import dsl
@@ -187,7 +186,7 @@ class Launch:
                         for k, v in meta.items()})
             out = []
             for e in exprs:
-                v = eval(e, {"__builtins__": {}}, env) if not isinstance(e, int) else e  # noqa: S307
+                v = _evaluate(e, env) if not isinstance(e, int) else e
                 if isinstance(v, tuple):
                     out.extend(int(x) for x in v)
                 else:
@@ -204,16 +203,103 @@ class Manifest:
         self.launches = launches
 
 
+_MAX_DEPTH = 32  # JSON nesting of a manifest (kernels -> launches -> args are a handful of levels)
+_MAX_GRID_TEXT = 1000  # characters of one grid expression
+_MAX_BITS = 64  # every intermediate value of a grid expression fits in 64 bits
+
+
+def _depth(value, limit: int = _MAX_DEPTH + 1) -> int:
+    """Nesting depth of a JSON value, counting no further than `limit`."""
+    if limit <= 0 or not isinstance(value, (dict, list)):
+        return 0
+    items = value.values() if isinstance(value, dict) else value
+    return 1 + max((_depth(item, limit - 1) for item in items), default=0)
+
+
 def _parse_grid_expr(text: str):
+    """The checked AST of a grid expression: numbers, the kernel's argument names, arithmetic,
+    comparisons, conditionals and the `_GRID_FUNCS`; no strings, attributes or other calls."""
+    if len(text) > _MAX_GRID_TEXT:
+        raise ValueError(f"grid expression longer than {_MAX_GRID_TEXT} characters")
     tree = ast.parse(text, mode="eval").body
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in _GRID_FUNCS:
+            if not isinstance(node.func, ast.Name) or node.func.id not in _GRID_FUNCS or node.keywords:
                 raise ValueError(f"only {', '.join(sorted(_GRID_FUNCS))} may be called")
-        elif not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Load,
+        elif isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+                raise ValueError(f"{node.value!r}: only numbers are allowed in a grid expression")
+        elif not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load,
                                    ast.operator, ast.unaryop, ast.Tuple, ast.IfExp, ast.Compare, ast.cmpop)):
             raise ValueError(f"{type(node).__name__} is not allowed in a grid expression")
     return tree
+
+
+_BINARY = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b, ast.Div: lambda a, b: a / b, ast.Mod: lambda a, b: a % b,
+    ast.BitAnd: lambda a, b: a & b, ast.BitOr: lambda a, b: a | b, ast.BitXor: lambda a, b: a ^ b,
+}
+_COMPARE = {
+    ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b, ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
+}
+
+
+def _bounded(value):
+    """`value`, or a ValueError when it is an int wider than 64 bits (so `9**9**9**9` or a shift by
+    10**10 stops at once instead of running for hours)."""
+    if isinstance(value, int) and value.bit_length() > _MAX_BITS:
+        raise ValueError(f"grid expression value needs more than {_MAX_BITS} bits")
+    return value
+
+
+def _evaluate(node, env: dict):
+    """Evaluate a checked grid-expression AST with every intermediate value bounded."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in env:
+            raise ValueError(f"unknown name {node.id!r} in grid expression")
+        return env[node.id]
+    if isinstance(node, ast.Tuple):
+        return tuple(_evaluate(e, env) for e in node.elts)
+    if isinstance(node, ast.UnaryOp):
+        value = _evaluate(node.operand, env)
+        if isinstance(node.op, ast.USub):
+            return _bounded(-value)
+        if isinstance(node.op, ast.UAdd):
+            return value
+        if isinstance(node.op, ast.Not):
+            return not value
+        return _bounded(~value)
+    if isinstance(node, ast.BinOp):
+        left, right = _evaluate(node.left, env), _evaluate(node.right, env)
+        if isinstance(node.op, ast.Pow):
+            if isinstance(right, int) and right > _MAX_BITS and abs(left) > 1:
+                raise ValueError(f"grid expression value needs more than {_MAX_BITS} bits")
+            return _bounded(left**right)
+        if isinstance(node.op, (ast.LShift, ast.RShift)):
+            if not 0 <= right <= _MAX_BITS:
+                raise ValueError(f"shift by {right} in grid expression (0..{_MAX_BITS} allowed)")
+            return _bounded(left << right if isinstance(node.op, ast.LShift) else left >> right)
+        operation = _BINARY.get(type(node.op))
+        if operation is None:
+            raise ValueError(f"operator {type(node.op).__name__} is not allowed in a grid expression")
+        return _bounded(operation(left, right))
+    if isinstance(node, ast.Compare):
+        left = _evaluate(node.left, env)
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
+            right = _evaluate(comparator, env)
+            if op.__class__ not in _COMPARE or not _COMPARE[op.__class__](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.IfExp):
+        return _evaluate(node.body if _evaluate(node.test, env) else node.orelse, env)
+    if isinstance(node, ast.Call):
+        return _bounded(env[node.func.id](*(_evaluate(a, env) for a in node.args)))
+    raise ValueError(f"{type(node).__name__} is not allowed in a grid expression")
 
 
 def resolve_kernel(ref: str):
@@ -246,10 +332,17 @@ def load_manifest(path: str, *, import_kernels: bool = True) -> Manifest:
             text = f.read()
     except OSError as e:
         raise ManifestError(path, None, None, f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ManifestError(path, None, None, f"not UTF-8 text (invalid byte at offset {e.start})") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ManifestError(path, e.lineno, None, f"invalid JSON (column {e.colno}): {e.msg}") from None
+    except RecursionError:
+        raise ManifestError(path, None, None, "JSON nested too deeply for a manifest") from None
+    if _depth(doc) > _MAX_DEPTH:
+        raise ManifestError(path, None, None, f"JSON nested more than {_MAX_DEPTH} levels deep; a manifest "
+                            "is kernels -> launches -> arguments") from None
     pos = _positions(text)
 
     def err(p, msg):
@@ -352,11 +445,13 @@ def _launches(spec, lp, ref, ki, li, arg_names, err, expect):
             err(gp, f"expected an int or an expression string, got {_describe(g)}")
         if isinstance(g, str):
             try:
-                _parse_grid_expr(g)
+                tree = _parse_grid_expr(g)
+                if not any(isinstance(node, ast.Name) for node in ast.walk(tree)):
+                    _evaluate(tree, {})  # a constant: its value is checked now, not at tuning time
             except SyntaxError as e:
                 err(gp, f"invalid expression {g!r}: {e.msg}")
-            except ValueError as e:
-                err(gp, f"invalid expression {g!r}: {e}")
+            except (ValueError, ArithmeticError, RecursionError, MemoryError) as e:
+                err(gp, f"invalid expression {g[:80]!r}: {e or type(e).__name__}")
     sizes = spec.get("sizes", {})
     expect(lp + ("sizes",), sizes, dict, "an object of name -> list of values")
     for name, values in sizes.items():

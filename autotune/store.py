@@ -744,6 +744,26 @@ def validate_export(data) -> None:
                 raise ValueError(f"{table}[{i}] lacks {', '.join(missing)}")
             if table == "decisions" and not isinstance(r.get("config"), str):
                 raise ValueError(f"{table}[{i}].config must be a string")
+            columns = _EXPORT_COLUMNS[table]
+            for column, value in r.items():
+                expected = columns.get(column)
+                if expected is None or value is None:
+                    continue  # unknown columns are dropped on import; NULLs are allowed
+                if not _has_type(value, expected):
+                    raise ValueError(f"{table}[{i}].{column} must be {_TYPE_NAMES[expected]}, got "
+                                     f"{type(value).__name__} {str(value)[:40]!r}")
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number"}
+_EXPORT_COLUMNS = {"kernels": KERNEL_COLUMNS, "trials": TRIAL_COLUMNS, "decisions": DECISION_COLUMNS}
+
+
+def _has_type(value, expected: type) -> bool:
+    if isinstance(value, bool):
+        return False
+    if expected is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, expected)
 
 
 _stores: dict[str, Store] = {}

@@ -373,3 +373,65 @@ def test_read_only_commands_report_a_corrupt_database_and_leave_it(db, capsys):
     assert code == 2 and "corrupt" in err and "left untouched" in err
     assert open(db, "rb").read() == bytes(data)
     assert not [p for p in os.listdir(os.path.dirname(db)) if ".corrupt-" in p]
+
+
+GRID_BOMBS = ["9**9**9**9", "'a'*10**10", "1 << 10**10", "2**64 * 2**64", "(" * 300 + "1" + ")" * 300]
+
+
+@pytest.mark.parametrize("grid", GRID_BOMBS)
+def test_grid_expressions_are_bounded(tmp_path, db, capsys, grid):
+    """Expressions that would run for hours or exhaust memory are refused at once, naming the field."""
+    import time as _time
+
+    path = tmp_path / "bomb.json"
+    path.write_text(json.dumps({"kernels": [{"kernel": "atutil:add_tuned",
+                                             "launches": [{"args": [], "grid": [grid]}]}]}))
+    start = _time.perf_counter()
+    code, out, err = run(capsys, "warm", path, "--db", db)
+    assert _time.perf_counter() - start < 10
+    assert code == 2 and "kernels[0].launches[0].grid[0]" in err and "invalid expression" in err
+
+
+def test_grid_expressions_evaluate_bounded_arithmetic():
+    from torch_rbln.autotune.manifest import _evaluate, _parse_grid_expr
+
+    env = {"n": 1000, "BLOCK": 128, "cdiv": lambda a, b: -(-a // b)}
+    assert _evaluate(_parse_grid_expr("cdiv(n, BLOCK) * 2 if n > 10 else 1"), env) == 16
+    assert _evaluate(_parse_grid_expr("(n // BLOCK, 2**3, 1 << 4)"), env) == (7, 8, 16)
+    with pytest.raises(ValueError, match="more than 64 bits"):
+        _evaluate(_parse_grid_expr("n ** 100"), env)
+
+
+def test_deeply_nested_manifest_is_refused(tmp_path, db, capsys):
+    path = tmp_path / "deep.json"
+    path.write_text('{"kernels": ' + "[" * 100000 + "]" * 100000 + "}")
+    code, out, err = run(capsys, "warm", path, "--db", db)
+    assert code == 2 and "nested" in err and str(path) in err
+
+
+def test_manifest_that_is_not_utf8_is_refused(tmp_path, db, capsys):
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"kernels": ["\xff\xfe"]}')
+    code, out, err = run(capsys, "warm", path, "--db", db)
+    assert code == 2 and "not UTF-8" in err and str(path) in err
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+        (b'{"format": "torch-rbln-autotune", "schema_version": 2, "decisions": ["\xff"]}', "not UTF-8"),
+        (json.dumps({"format": "torch-rbln-autotune", "schema_version": 2, "decisions": [
+            {"kernel": 7, "source_hash": "h", "key": "k", "backend": "numba", "device_kind": "cpu",
+             "config": "{}"}]}).encode(), "decisions[0].kernel must be a string, got int"),
+        (json.dumps({"format": "torch-rbln-autotune", "schema_version": 2, "trials": [
+            {"kernel": "k", "source_hash": "h", "key": "k", "backend": "numba", "device_kind": "cpu",
+             "config": "{}", "median_us": "fast"}]}).encode(), "trials[0].median_us must be a number"),
+    ],
+)
+def test_import_of_malformed_files_exits_2_naming_the_problem(tmp_path, db, capsys, content, message):
+    path = tmp_path / "export.json"
+    path.write_bytes(content)
+    code, out, err = run(capsys, "import", path, "--db", db)
+    assert code == 2 and message in err and str(path) in err
+    assert "Traceback" not in err

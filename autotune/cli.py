@@ -276,6 +276,14 @@ def cmd_prune(args) -> int:
 def cmd_clear(args) -> int:
     store = _store(args, write=True)
     kernel = _match_kernel(store, args.kernel) if args.kernel else None
+    if not args.yes:
+        what = f"every entry of kernel {kernel}" if kernel else "every tuning result"
+        if not sys.stdin.isatty():
+            raise CLIError(f"refusing to remove {what} from {store.path} without confirmation: pass --yes", 2)
+        answer = input(f"remove {what} from {store.path}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return 1
     counts = store.clear(kernel)
     print(f"removed: {counts['decisions']} decisions, {counts['trials']} trials, {counts['kernels']} kernel "
           f"source hashes{' of ' + kernel if kernel else ''}")
@@ -398,6 +406,11 @@ def cmd_warm(args) -> int:
                     if x.kernel_ref == args.kernel or x.kernel_ref.endswith(":" + args.kernel)]
         if not launches:
             raise CLIError(f"no launch of kernel {args.kernel!r} in {args.manifest}")
+    on_cpu = sum(1 for launch in launches if launch.device == "cpu")
+    if on_cpu:
+        print(f"rbln-autotune warm: warning: {on_cpu} of {len(launches)} launches run on the CPU (their "
+              "\"device\" is \"cpu\" or not given); decisions are per device kind, so add \"device\": "
+              "\"rbln\" to a launch to tune it for the NPU", file=sys.stderr)
     store = _store(args, write=True)
     db = store.path
     store.close()
@@ -456,15 +469,33 @@ def cmd_warm(args) -> int:
 
 
 # ----------------------------------------------------------------------------------------- parser
+def _version() -> str:
+    from torch_rbln import __version__
+
+    return __version__
+
+
+def _manifest_format(module) -> str:
+    """The manifest format section of the manifest module's docstring, for `warm --help`."""
+    doc = module.__doc__ or ""
+    start = doc.find("A manifest is a JSON file")
+    return "\n\n" + doc[start:].strip() if start >= 0 else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH",
                         help="autotune database (default: $TORCH_RBLN_AUTOTUNE_DB)")
     p = argparse.ArgumentParser(prog="rbln-autotune", description="Warm, inspect and merge the torch-rbln "
                                 "autotune database.", parents=[common])
+    p.add_argument("--version", action="version", version=f"%(prog)s (torch-rbln {_version()})")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    w = sub.add_parser("warm", parents=[common], help="tune every launch of a manifest")
+    from . import manifest as manifest_module
+
+    w = sub.add_parser("warm", parents=[common], help="tune every launch of a manifest",
+                       description="Tune every launch of a manifest." + _manifest_format(manifest_module),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     w.add_argument("manifest", help="JSON manifest (see torch_rbln.autotune.manifest)")
     w.add_argument("--jobs", "-j", type=_positive_int, default=1, help="worker processes (default 1)")
     w.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS",
@@ -509,6 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("clear", parents=[common], help="remove everything (or one kernel)")
     cl.add_argument("--kernel")
+    cl.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     cl.set_defaults(func=cmd_clear)
     return p
 
@@ -531,6 +563,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`rbln-autotune list | head`): stop quietly, as Unix tools do
+        try:  # Python flushes stdout at exit: point it at /dev/null so that flush cannot fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 141
 
 
 if __name__ == "__main__":

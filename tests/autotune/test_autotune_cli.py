@@ -288,9 +288,11 @@ def test_clear(db, capsys):
     _tune_two_keys()
     _decision(get_store(db), '{"kwargs":{}}', 1.0, kernel="other:kernel")
     clear_caches()
-    code, out, err = run(capsys, "clear", "--db", db, "--kernel", "other:kernel")
+    code, out, err = run(capsys, "clear", "--db", db, "--kernel", "other:kernel", "--yes")
     assert code == 0 and "removed: 1 decisions" in out
-    code, out, err = run(capsys, "clear", "--db", db)
+    code, out, err = run(capsys, "clear", "--db", db)  # stdin is not a terminal: refuses without --yes
+    assert code == 2 and "pass --yes" in err
+    code, out, err = run(capsys, "clear", "--db", db, "-y")
     assert code == 0 and "removed: 2 decisions, 6 trials" in out
     assert run(capsys, "list", "--db", db)[1].startswith("no tuned keys")
 
@@ -298,7 +300,7 @@ def test_clear(db, capsys):
 def test_write_commands_fail_on_unwritable_db(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    code, out, err = run(capsys, "clear", "--db", blocker / "x.db")
+    code, out, err = run(capsys, "clear", "--db", blocker / "x.db", "--yes")
     assert code == 1 and "cannot write" in err
 
 
@@ -435,3 +437,40 @@ def test_import_of_malformed_files_exits_2_naming_the_problem(tmp_path, db, caps
     code, out, err = run(capsys, "import", path, "--db", db)
     assert code == 2 and message in err and str(path) in err
     assert "Traceback" not in err
+
+
+def test_version_and_manifest_help(capsys):
+    from torch_rbln import __version__
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and __version__ in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["warm", "--help"])
+    out = capsys.readouterr().out
+    assert "A manifest is a JSON file" in out and '"launches"' in out and '"grid"' in out
+
+
+def test_warm_warns_about_launches_tuned_for_the_cpu(tmp_path, db, capsys):
+    launches = [add_launch(sizes=(100,))]
+    path = manifest(tmp_path / "m.json", [{"kernel": "atutil:add_tuned", "launches": launches}])
+    code, out, err = run(capsys, "warm", path, "--db", db, "-q")
+    assert code == 0 and "1 of 1 launches run on the CPU" in err and '"device": "rbln"' in err
+
+
+def test_closed_pipe_ends_quietly(db, monkeypatch):
+    """`rbln-autotune list | head`: the reader goes away; the command stops with 141, no traceback."""
+    _tune_two_keys()
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self):
+            raise ValueError("no descriptor")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["list", "--db", db, "--json"]) == 141

@@ -368,8 +368,21 @@ def tiled_copy_kernel(
 
 
 @tl.jit
-def arange_kernel(out_ptr, n, start, step, BLOCK: tl.constexpr):
+def arange_kernel(out_ptr, n, n_vec, start_hi, start_mid, start_lo, step_hi, step_mid, step_lo,
+                  BLOCK: tl.constexpr, LANES: tl.constexpr):
+    """PyTorch's CPU arange, bit for bit: elements below `n_vec` as its vectorised loop makes them (a
+    vector of LANES elements from its first one rounded to the output dtype: `base + lane * step`),
+    the others as its scalar loop (`start + i * step`), all in float64 and rounded to the output dtype.
+    Float scalars reach a kernel as float32, so the host splits each double into three float32 parts
+    (`_ops.split_double`) whose float64 sum is the double exactly."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    y = start + offsets.to(tl.float64) * step
-    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+    start = start_hi.to(tl.float64) + start_mid.to(tl.float64) + start_lo.to(tl.float64)
+    step = step_hi.to(tl.float64) + step_mid.to(tl.float64) + step_lo.to(tl.float64)
+    dtype = out_ptr.dtype.element_ty
+    lane = offsets % LANES
+    base = (start + (offsets - lane).to(tl.float64) * step).to(dtype).to(tl.float64)
+    vectorised = base + lane.to(tl.float64) * step
+    scalar = start + offsets.to(tl.float64) * step
+    y = tl.where(offsets < n_vec, vectorised, scalar)
+    tl.store(out_ptr + offsets, y.to(dtype), mask=mask)

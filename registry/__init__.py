@@ -99,6 +99,34 @@ def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False, overwrites
     return "scalar-only inputs" if device is None else None
 
 
+def _partial_overlap(a: Tensor, b: Tensor) -> bool:
+    """Whether `a` and `b` share memory without being the same view (PyTorch's "partial overlap", which
+    its CPU kernels refuse for an output and an input: the result would depend on the order of writes)."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or not a.numel() or not b.numel():
+        return False
+    if a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride():
+        return False  # the same elements: an in-place style call, which is allowed
+    spans = []
+    for t in (a, b):
+        extent = 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
+        low = t.data_ptr() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True)
+                                 if stride < 0) * t.element_size()
+        spans.append((low, low + extent * t.element_size()))
+    return spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
+
+
+def _out_overlaps_an_input(out: Any, args: tuple) -> bool:
+    outs = out if isinstance(out, (list, tuple)) else (out,)
+    for value in args:
+        group = value if isinstance(value, (list, tuple)) else (value,)
+        for tensor in group:
+            if isinstance(tensor, Tensor) and not tensor.is_cpu:
+                for written in outs:
+                    if isinstance(written, Tensor) and _partial_overlap(written, tensor):
+                        return True
+    return False
+
+
 def _run_device(name: str, impl: Callable, args: tuple, kwargs: dict) -> Any:
     result = impl(*args, **kwargs)
     _device_counts[name] += 1
@@ -118,6 +146,9 @@ def _dispatcher(overload: torch._ops.OpOverload, entry: Op) -> Callable:
     fast = entry.fast
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
+        if kwargs and "out" in kwargs and _out_overlaps_an_input(kwargs["out"], args):
+            fallback.refuse_aliasing_as_cpu(overload, args, kwargs)  # raises PyTorch's error
+            return fallback.run_on_cpu(overload, plan, args, kwargs, "out= overlaps an input")
         if fast is not None and (not _user or short not in _user):
             result = fast(args, kwargs)
             if result is not None:

@@ -75,7 +75,29 @@ def _dtype_unsupported(src: torch.Tensor, dst: torch.Tensor) -> str | None:
     for tensor in (src, dst):
         if tensor.dtype not in _DTYPES:
             return f"dtype {str(tensor.dtype).replace('torch.', '')}"
+    if src.dtype.is_floating_point and not dst.dtype.is_floating_point and dst.dtype is not torch.bool:
+        return _float_to_int_outside_range(src, dst.dtype)
     return None
+
+
+# Float values a cast to each integer dtype takes exactly (truncation toward zero) on every backend.
+_INT_RANGES = {torch.int64: (-2.0**63, 2.0**63), torch.int32: (-2.0**31, 2.0**31),
+               torch.int16: (-2.0**15, 2.0**15), torch.int8: (-128.0, 128.0), torch.uint8: (0.0, 256.0)}
+
+
+def _float_to_int_outside_range(src: torch.Tensor, dtype: torch.dtype) -> str | None:
+    """Why a float -> `dtype` cast must run on the CPU, or None. NaN, Inf and values the integer type
+    cannot hold convert by the CPU's instruction set on the CPU (x86 gives INT64_MIN / INT32_MIN for all
+    of them) but saturate or give 0 in a kernel, so such inputs take the CPU path to match PyTorch."""
+    if src.numel() == 0:
+        return None
+    low, high = _INT_RANGES.get(dtype, (0.0, 0.0))
+    from torch_rbln._dlpack import to_host_view
+
+    smallest, largest = torch.aminmax(to_host_view(src).detach())
+    if bool(smallest >= low) and bool(largest < high):  # both False for NaN
+        return None
+    return f"float -> {str(dtype).replace('torch.', '')} cast of NaN, Inf or out-of-range values"
 
 
 def _unsupported(src: torch.Tensor, dst: torch.Tensor) -> str | None:
@@ -93,6 +115,8 @@ def dense_copy(src: torch.Tensor, dst: torch.Tensor) -> bool:
     src_dtype, dst_dtype = src.dtype, dst.dtype
     if src_dtype not in _DTYPES or dst_dtype not in _DTYPES:
         return False
+    if src_dtype.is_floating_point and not dst_dtype.is_floating_point:
+        return False  # float -> int: the general path checks the values' range first
     block = _block(n)
     programs = _cdiv(n, block)
     run = _launch.unchecked(_k("elementwise").strided_copy_kernel, (src_dtype, dst_dtype, block))

@@ -30,12 +30,16 @@ from ._ops import (
     _NORM_BACKWARD_SMALL_ROWS,
     _ONE_BLOCK,
     _TILED_MIN,
+    ARANGE_ONE_CHUNK,
     FLOATS,
     _block,
     _cdiv,
     _collapse,
     _k,
     _row_block,
+    arange_vector_layout,
+    split_double,
+    splits_exactly,
     unary_key,
 )
 from ._reduce import _CODES, row_key
@@ -936,10 +940,14 @@ def arange() -> FastPath:
         dtype, n = plan_key
         if dtype not in (*_INDICES, *FLOATS) or n <= 0:
             return None
+        if dtype.is_floating_point and n > ARANGE_ONE_CHUNK:
+            return None
         block = _block(n)
-        plan = _Plan(_k("elementwise").arange_kernel, (dtype, block, n < _I32), 0, dtype, torch.float32,
-                     _cdiv(n, block))
+        lanes, n_vec = arange_vector_layout(dtype, n)
+        plan = _Plan(_k("elementwise").arange_kernel, (dtype, block, n < _I32, lanes), 0, dtype,
+                     torch.float32, _cdiv(n, block))
         plan.n = n
+        plan.n_vec = n_vec
         return plan
 
     plans: dict[tuple, _Plan | None] = PlanMemo(1024, new_plan)
@@ -953,7 +961,7 @@ def arange() -> FastPath:
         step = args[2] if count == 3 else 1
         if type(start) not in _NUMBER or type(end) not in _NUMBER or type(step) not in _NUMBER or step == 0:
             return None
-        if abs(start) > 2 ** 24 or abs(end) > 2 ** 24:
+        if abs(start) > 2 ** 24 or abs(end) > 2 ** 24 or not (splits_exactly(start) and splits_exactly(step)):
             return None
         index = _contiguous_rbln(out)
         if index < 0 or out.dim() != 1:
@@ -965,7 +973,7 @@ def arange() -> FastPath:
         run = _ready(plan, index)
         if run is None:
             return None
-        run(plan.programs, 1, 1, out, n, float(start), float(step))
+        run(plan.programs, 1, 1, out, n, plan.n_vec, *split_double(start), *split_double(step))
         return out
 
     return fast

@@ -64,7 +64,7 @@ class _Plan:
     that `kernel.clear_cache()` can reset its kept launch (`_reset_plans`) at no cost to the calls."""
 
     __slots__ = ("kernel", "key", "op", "out_dtype", "run", "by_address", "backend", "scan", "mask",
-                 "programs", "n", "__weakref__")
+                 "programs", "n", "n_vec", "__weakref__")
 
     def __init__(self, kernel, key: tuple, op: int, out_dtype: torch.dtype, in_dtype: torch.dtype,
                  programs: int = 1) -> None:

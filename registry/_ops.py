@@ -929,15 +929,54 @@ def arange(start, end, step=1, out=None):
     n = max(0, math.ceil((end - start) / step))
     if abs(start) > 2 ** 24 or abs(end) > 2 ** 24:
         raise Decline("values beyond exact float range")
+    if not (splits_exactly(start) and splits_exactly(step)):
+        raise Decline("bounds too small for an exact float32 split")
+    if out.dtype.is_floating_point and n > ARANGE_ONE_CHUNK:
+        raise Decline("float arange longer than one CPU chunk (its rounding depends on the CPU threads)")
     if list(out.shape) != [n]:
         out.resize_([n])
     if n:
         if not out.is_contiguous():
             raise Decline("non-contiguous output")
         block = _block(n)
-        _launch.launch(E.arange_kernel, _cdiv(n, block), (out.dtype, block, n < _I32),
-                       (out, n, float(start), float(step)), {"BLOCK": block})
+        lanes, n_vec = arange_vector_layout(out.dtype, n)
+        _launch.launch(E.arange_kernel, _cdiv(n, block), (out.dtype, block, n < _I32, lanes),
+                       (out, n, n_vec, *split_double(start), *split_double(step)),
+                       {"BLOCK": block, "LANES": lanes})
     return out
+
+
+# PyTorch's CPU arange runs one serial kernel up to this many elements (at::internal::GRAIN_SIZE);
+# beyond, its threads' chunk boundaries (which depend on the thread count) decide the rounding.
+ARANGE_ONE_CHUNK = 32768
+
+
+def arange_vector_layout(dtype: torch.dtype, n: int) -> tuple[int, int]:
+    """(LANES, n_vec) of `arange_kernel`: PyTorch's CPU kernel makes floating values in vectors of 32 bytes
+    (its AVX2 kernel, also used on AVX512 hosts), two vectors per loop step, and the remaining elements
+    one by one; integers are exact either way."""
+    if not dtype.is_floating_point:
+        return 1, 0
+    lanes = 32 // dtype.itemsize
+    return lanes, n // (2 * lanes) * (2 * lanes)
+
+
+def split_double(value: float) -> tuple[float, float, float]:
+    """Three float32 values whose float64 sum is `value` exactly (24 + 24 + 5 of a double's 53 bits), for
+    kernels that need a double but receive float scalars as float32 (`arange_kernel`)."""
+    import numpy as np
+
+    value = float(value)
+    hi = float(np.float32(value))
+    mid = float(np.float32(value - hi))
+    lo = float(np.float32(value - hi - mid))
+    return hi, mid, lo
+
+
+def splits_exactly(value: float) -> bool:
+    """Whether `split_double(value)` sums back to `value`: true unless a part would be a float32
+    subnormal (|value| far below 1e-30) or overflow (beyond 3e38)."""
+    return sum(split_double(value)) == float(value) if value else True
 
 def embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
     """The embedding weight's gradient: one program per weight row sums the grad rows whose index is

@@ -213,9 +213,55 @@ def cpu_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
 
 def run_on_cpu(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason: str | None) -> Any:
     """Run `op` on host views and bring results back to the arguments' rbln device (counted, logged)."""
+    if kwargs and "out" in kwargs and out_shares_memory(kwargs["out"], args):
+        refuse_aliasing_as_cpu(op, args, kwargs)
     if plan.simple:
         return _run_simple(op, plan, args, kwargs, reason)
     return _run_general(op, plan, args, kwargs, reason)
+
+
+def out_shares_memory(out: Any, args: tuple) -> bool:
+    """Whether an rbln `out=` tensor shares a storage with an rbln input (cheap: storage addresses)."""
+    outs = out if isinstance(out, (list, tuple)) else (out,)
+    storages = {t.untyped_storage().data_ptr() for t in outs if isinstance(t, torch.Tensor) and not t.is_cpu}
+    if not storages:
+        return False
+    for value in args:
+        for tensor in value if isinstance(value, (list, tuple)) else (value,):
+            if (isinstance(tensor, torch.Tensor) and not tensor.is_cpu
+                    and tensor.untyped_storage().data_ptr() in storages):
+                return True
+    return False
+
+
+def refuse_aliasing_as_cpu(op: Callable, args: tuple, kwargs: dict) -> None:
+    """Raise the error PyTorch's CPU kernel raises for this call's aliasing, if it raises one.
+
+    Host views of one rbln storage are separate CPU storages, so the CPU kernel's own overlap checks
+    (an output overlapping an input: "unsupported operation: ...") cannot see that they alias. The call
+    is replayed on CPU copies that alias exactly as the rbln tensors do (one CPU copy per rbln storage,
+    each tensor a view of it at its offset and strides); whatever that replay raises is what a CPU call
+    raises. Nothing is written to the rbln tensors."""
+    copies: dict[int, torch.Tensor] = {}
+
+    def replay(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return type(value)(replay(v) for v in value)
+        if not isinstance(value, torch.Tensor) or value.is_cpu:
+            return value
+        storage = value.untyped_storage()
+        key = storage.data_ptr()
+        if key not in copies:
+            copies[key] = torch.empty(storage.nbytes(), dtype=torch.uint8)
+        flat = copies[key]
+        usable = flat[: flat.numel() - flat.numel() % value.element_size()].view(value.dtype)
+        return usable.as_strided(value.shape, value.stride(), value.storage_offset())
+
+    try:
+        op(*replay(args), **{k: replay(v) for k, v in kwargs.items()})
+    except RuntimeError as error:
+        if "unsupported operation" in str(error):
+            raise RuntimeError(str(error)) from None
 
 
 def _run_simple(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason: str | None) -> Any:

@@ -62,7 +62,8 @@ def test_output_aliasing_an_input_behaves_as_on_cpu(fn):
     _same_as_cpu(fn)
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+                                   torch.bool])
 @pytest.mark.parametrize("source", [torch.float32, torch.float16, torch.bfloat16])
 def test_float_to_int_casts_of_special_values_match_cpu(source, dtype):
     values = [float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 300.0, -129.5, 2.7, -2.7, 0.0]

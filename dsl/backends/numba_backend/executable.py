@@ -12,6 +12,7 @@ import pickle
 import sys
 import tempfile
 import threading
+import time
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -164,6 +165,10 @@ _pool_size = 0
 # what an elementwise kernel takes for 64K elements (the demo model's 2-NPU forward was twice as slow
 # as its 1-NPU one when every tiny launch was handed out).
 INLINE_SHARES_BELOW = 1 << 16
+# A launch of more programs than FIRST_CHUNK runs in ranges of about CHUNK_SECONDS each, so that a Ctrl-C
+# interrupts it within that time (`Executable._run_in_chunks`).
+FIRST_CHUNK = 256
+CHUNK_SECONDS = 0.1
 _pool_lock = threading.Lock()
 
 
@@ -423,7 +428,10 @@ class Executable:
         total = g0 * g1 * g2
         if tp <= 1:
             error = np.zeros(4, np.int64)
-            self.kernel(0, total, g0, g1, g2, *arguments, error)
+            if total <= FIRST_CHUNK:
+                self.kernel(0, total, g0, g1, g2, *arguments, error)
+            else:
+                self._run_in_chunks(total, g0, g1, g2, arguments, error)
             if error[0]:
                 self._raise_if_failed(error)
             return
@@ -466,6 +474,23 @@ class Executable:
         for error in errors:
             if error[0]:
                 self._raise_if_failed(error)
+
+    def _run_in_chunks(self, total: int, g0: int, g1: int, g2: int, arguments: list,
+                       error: np.ndarray) -> None:
+        """Run the programs in consecutive ranges, each sized from the speed of the ones before to take
+        about `CHUNK_SECONDS`, so that Python sees a Ctrl-C (KeyboardInterrupt) within that time instead
+        of after the whole launch (numba's machine code does not check for signals). A launch of a few
+        milliseconds runs in two calls; a program that faults stops the launch at its chunk."""
+        kernel = self.kernel
+        start, size = 0, FIRST_CHUNK
+        while start < total and not error[0]:
+            end = min(total, start + size)
+            began = time.perf_counter()
+            kernel(start, end, g0, g1, g2, *arguments, error)
+            elapsed = time.perf_counter() - began
+            per_program = elapsed / (end - start)
+            size = max(1, int(CHUNK_SECONDS / per_program)) if per_program > 0 else total
+            start = end
 
     def _raise_if_failed(self, error: np.ndarray) -> None:
         code = int(error[0])

@@ -21,6 +21,8 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from torch_rbln import profiling as _profiling
+
 from . import backends as _backends
 from . import dtypes as D
 from .errors import CompilationError, LaunchError
@@ -316,7 +318,11 @@ class JITFunction:
         if ck is None:
             from .frontend import compile_kernel
 
-            ck = CompiledKernel(self, spec, compile_kernel(self, spec))
+            if _profiling.active():
+                with _profiling.region("compile", self.__name__, stage="frontend"):
+                    ck = CompiledKernel(self, spec, compile_kernel(self, spec))
+            else:
+                ck = CompiledKernel(self, spec, compile_kernel(self, spec))
             self.cache[spec.key] = ck
             _dump_ir(ck)
         return ck
@@ -533,6 +539,13 @@ class JITFunction:
             pass
 
     def run(self, *args, grid, warmup=False, **kwargs):
+        if _profiling.active():
+            with _profiling.region("kernel", self.__name__, grid=grid, backend=kwargs.get("backend")
+                                   or requested_backend() or self.backend):
+                return self._run(args, grid, warmup, kwargs)
+        return self._run(args, grid, warmup, kwargs)
+
+    def _run(self, args, grid, warmup, kwargs):
         if not warmup and self._fast:
             ck = self._try_fast_launch(args, kwargs, grid)
             if ck is not None:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from . import _dlpack, _memory, _runtime, config, log
+from . import profiling as _profiling
 
 # The same logger object log.get_logger("fallback") returns; log.configure() runs at first device use.
 _log = logging.getLogger("torch_rbln.fallback")
@@ -215,6 +216,10 @@ def run_on_cpu(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason: s
     """Run `op` on host views and bring results back to the arguments' rbln device (counted, logged)."""
     if kwargs and "out" in kwargs and out_shares_memory(kwargs["out"], args):
         refuse_aliasing_as_cpu(op, args, kwargs)
+    if _profiling.active():
+        with _profiling.region("cpu_fallback", plan.name, reason=reason or NO_KERNEL):
+            return _run_simple(op, plan, args, kwargs, reason) if plan.simple else \
+                _run_general(op, plan, args, kwargs, reason)
     if plan.simple:
         return _run_simple(op, plan, args, kwargs, reason)
     return _run_general(op, plan, args, kwargs, reason)

@@ -29,6 +29,7 @@ import torch
 import torch.fx as fx
 
 from torch_rbln import config
+from torch_rbln import profiling as _profiling
 from torch_rbln.log import get_logger
 
 from . import _stats, cache
@@ -206,6 +207,12 @@ class CompiledGraph:
 
     # ---------------------------------------------------------------- run
     def __call__(self, *args: Any) -> Any:
+        if _profiling.active():
+            with _profiling.region("graph", self.name, phase=self.phase, tp=self.tp):
+                return self._call(args)
+        return self._call(args)
+
+    def _call(self, args: tuple) -> Any:
         if self.tp == 1 or self.device_index is None:
             return self.variant(self.tp)(*args)
         from torch_rbln.tp import run_with_tp_failover

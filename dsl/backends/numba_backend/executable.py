@@ -419,8 +419,14 @@ class Executable:
         if self._compiled:
             self._run_programs(grid, arguments, tp)
             return
+        from torch_rbln import profiling
+
         with _compile_lock(self.module.__file__):  # the first launch compiles (or loads) the code
-            self._first_call(lambda: self._run_programs(grid, arguments, tp))
+            if profiling.active():
+                with profiling.region("compile", self.fn.name, stage="numba (or its disk cache)"):
+                    self._first_call(lambda: self._run_programs(grid, arguments, tp))
+            else:
+                self._first_call(lambda: self._run_programs(grid, arguments, tp))
         self._compiled = True
 
     def _run_programs(self, grid, arguments: list, tp: int) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch_rbln import profiling as _profiling
+from torch_rbln.profiling import state as _profiler_state
 
 from . import backends as _backends
 from . import dtypes as D
@@ -539,7 +540,7 @@ class JITFunction:
             pass
 
     def run(self, *args, grid, warmup=False, **kwargs):
-        if _profiling.active():
+        if _profiler_state._is_profiler_enabled:
             with _profiling.region("kernel", self.__name__, grid=grid, backend=kwargs.get("backend")
                                    or requested_backend() or self.backend):
                 return self._run(args, grid, warmup, kwargs)
@@ -748,9 +749,10 @@ def _value_token(value):
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         return value
-    # the device is part of a tensor's token, so a launch mixing devices never reaches a cached launch
-    # that was checked with other devices (`_check_one_device`)
-    return dtype if getattr(value, "is_cpu", True) else (dtype, value.get_device())
+    # a tensor's device (get_device: -1 on the CPU) is part of its token, so a launch mixing devices
+    # never reaches a cached launch that was checked with other devices (`_check_one_device`)
+    get_device = getattr(value, "get_device", None)
+    return dtype if get_device is None else (dtype, get_device())
 
 
 def launch_device(tensors) -> int | None:

@@ -14,17 +14,15 @@ from typing import Any
 
 __all__ = ["active", "region"]
 
-_enabled = None  # torch.autograd._profiler_enabled, bound on first use (imported while `import torch` runs)
+import torch.autograd.profiler as state  # noqa: E402  (loaded by `import torch` before it autoloads us)
+
+# `state._is_profiler_enabled` is the flag PyTorch's profilers set on start and clear on stop for
+# "fast python checks": hot paths read it directly (one attribute read); others call `active()`.
 
 
 def active() -> bool:
     """Whether a torch.profiler session is recording."""
-    global _enabled
-    if _enabled is None:
-        import torch
-
-        _enabled = torch.autograd._profiler_enabled
-    return _enabled()
+    return state._is_profiler_enabled
 
 
 def region(what: str, name: str, **details: Any) -> contextlib.AbstractContextManager:

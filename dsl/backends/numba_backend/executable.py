@@ -41,6 +41,29 @@ def _cache_root() -> str:
     return cachedir.cache_path("kernels", f"numba-v{BACKEND_VERSION}")
 
 
+# A first launch that compiles for longer than this is reported (`_report_compile`).
+SLOW_COMPILE_SECONDS = 1.0
+_slow_compiles = [0, 0.0]  # this process: how many, and their seconds
+
+
+def _report_compile(name: str, seconds: float) -> None:
+    """Say that a launch waited for numba: the first slow compile of a process at WARNING (a new user's
+    first minute is otherwise silent), later ones at INFO with the running total."""
+    if seconds < SLOW_COMPILE_SECONDS:
+        return
+    _slow_compiles[0] += 1
+    _slow_compiles[1] += seconds
+    if _slow_compiles[0] == 1:
+        _log().warning(
+            "compiling DSL kernels with numba: the first launch of '%s' waited %.1f s. Each new kernel "
+            "specialisation compiles once like this, then loads from the cache in %s (later runs start "
+            "fast); TORCH_RBLN_LOG_LEVEL=INFO lists each compile", name, seconds, _cache_root(),
+        )
+    else:
+        _log().info("compiled '%s' with numba in %.1f s (%d slow compiles, %.1f s in all this run)", name,
+                    seconds, _slow_compiles[0], _slow_compiles[1])
+
+
 # What numba raises when its index (.nbi) or data (.nbc) file does not unpickle.
 _CORRUPT_CACHE_ERRORS = (pickle.UnpicklingError, EOFError)
 
@@ -422,11 +445,15 @@ class Executable:
         from torch_rbln import profiling
 
         with _compile_lock(self.module.__file__):  # the first launch compiles (or loads) the code
+            misses = sum(self.kernel._cache_misses.values())
+            began = time.perf_counter()
             if profiling.active():
                 with profiling.region("compile", self.fn.name, stage="numba (or its disk cache)"):
                     self._first_call(lambda: self._run_programs(grid, arguments, tp))
             else:
                 self._first_call(lambda: self._run_programs(grid, arguments, tp))
+            if sum(self.kernel._cache_misses.values()) > misses:
+                _report_compile(self.fn.name, time.perf_counter() - began)
         self._compiled = True
 
     def _run_programs(self, grid, arguments: list, tp: int) -> None:

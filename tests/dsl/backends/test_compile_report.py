@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch_rbln.dsl as tl
+from torch_rbln.dsl.backends.numba_backend import executable
 
 from torch_rbln import cachedir, config
 from torch_rbln import dsl as triton
-from torch_rbln.dsl.backends.numba_backend import executable
 
 
 @triton.jit

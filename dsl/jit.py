@@ -606,7 +606,9 @@ def _dump_ir(ck: CompiledKernel) -> None:
     """With $TORCH_RBLN_DUMP_KERNELS=<dir>, write each compiled kernel's IR to <dir>/<name>-<key>.ir."""
     import os
 
-    d = os.environ.get("TORCH_RBLN_DUMP_KERNELS")
+    from torch_rbln import config
+
+    d = config.get("TORCH_RBLN_DUMP_KERNELS")  # `~` expanded, a file there refused
     if not d:
         return
     os.makedirs(d, exist_ok=True)

@@ -16,7 +16,6 @@ is imported lazily, so adding `numba` or `rebel` later is one line in `_BACKENDS
 from __future__ import annotations
 
 import importlib
-import os
 
 ENV_VAR = "TORCH_RBLN_DSL_BACKEND"
 DEFAULT = "numba"
@@ -41,14 +40,16 @@ def available() -> list[str]:
 
 def requested() -> str | None:
     """The raw $TORCH_RBLN_DSL_BACKEND (None when unset), cheaply: part of every launch's cache key."""
-    return os.environ.get(ENV_VAR)
+    from torch_rbln import config
+
+    return config.raw(ENV_VAR)
 
 
 def resolve(name: str | None) -> str:
     """The backend name to use: `name`, else $TORCH_RBLN_DSL_BACKEND, else the default."""
     source = "backend="
     if name is None:
-        name = os.environ.get(ENV_VAR) or None
+        name = requested()
         source = ENV_VAR + "="
     if name is None:
         return DEFAULT

@@ -50,6 +50,10 @@ class KernelSpec:
     scalars: list[int] = field(default_factory=list)  # runtime scalar arguments after the pointers
     grid: int = 1
     block: int = 1024
+    # the strides the traced graph records for each output (its fake tensors'); the kernel writes
+    # row-major, and an output recorded with other strides is handed on in the recorded layout, since
+    # later nodes (views) were traced against it. None: row-major (entries cached before this field)
+    output_strides: list[list[int]] | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -439,6 +443,7 @@ def generate(group: Group, tp: int = 1) -> KernelSpec:
         outputs=[node.name for node in gen.outputs],
         output_shapes=[list(static_shape(node)) for node in gen.outputs],
         output_dtypes=[str(node.meta["val"].dtype).replace("torch.", "") for node in gen.outputs],
+        output_strides=[list(node.meta["val"].stride()) for node in gen.outputs],
         scalars=gen.scalars,
         grid=context["grid"],
         block=context["block"],

@@ -55,6 +55,11 @@ class FusedKernel:
         self._outputs = [(tuple(shape), getattr(torch, dtype))
                          for shape, dtype in zip(spec.output_shapes, spec.output_dtypes, strict=True)]
         self._scalars = list(spec.scalars)
+        # outputs whose recorded strides are not row-major: (index, shape, strides)
+        recorded = spec.output_strides or [None] * len(self._outputs)
+        self._relayout = [(i, shape, tuple(stride)) for i, ((shape, _), stride) in
+                          enumerate(zip(self._outputs, recorded, strict=True))
+                          if stride is not None and _differs(shape, stride)]
         self._grid = (spec.grid,)
         # a kernel with fewer programs than NPUs runs on as many NPUs as it has programs
         self.launch_tp = max(1, min(tp, spec.grid))
@@ -129,10 +134,18 @@ class FusedKernel:
         if not self._compiled and not self._compile(args, options):
             return self._run_eager(inputs, "compile error")
         self.launch(args, options)
+        for i, shape, stride in self._relayout:
+            outputs[i] = torch.empty_strided(shape, stride, dtype=outputs[i].dtype,
+                                             device=outputs[i].device).copy_(outputs[i])
         _stats.count("fused_launches")
         _stats.count(f"fused_launches_tp{self.tp}")
         _stats.count_kernel(self.spec.name)
         return outputs
+
+
+def _differs(shape: tuple[int, ...], stride: Sequence[int]) -> bool:
+    """Whether `stride` is another layout than row-major for `shape` (size-1 dims' strides don't count)."""
+    return any(size != 1 and a != b for size, a, b in zip(shape, stride, _contiguous(shape), strict=True))
 
 
 def _contiguous(shape: tuple[int, ...]) -> list[int]:

@@ -102,6 +102,21 @@ def test_broadcast_and_strided_operands(fresh_compiler):
     assert fresh_compiler.stats()["fused_launches"] == 1
 
 
+def test_fused_outputs_keep_the_strides_the_graph_recorded(fresh_compiler):
+    """A pointwise group over a permuted operand has a permuted output in the traced graph; a later view
+    that is valid only for that layout (as in Llama's attention after RoPE) must work on the compiled
+    graph too (the fused kernel writes row-major and hands the output on in the recorded layout)."""
+    (q,), (qr,) = inputs((2, 3, 4, 5), seed=3)
+
+    def f(q):
+        rotated = q.transpose(1, 2) * 2.0 + 1.0  # torch keeps the transposed layout
+        return rotated.transpose(1, 2).view(2, 3, 20).sin()
+
+    out = torch.compile(f, backend="rbln")(qr)
+    torch.testing.assert_close(out.cpu(), f(q), atol=ATOL, rtol=RTOL)
+    assert fresh_compiler.stats()["fused_launches"] >= 1
+
+
 def test_softmax_fuses_with_its_producers(fresh_compiler):
     (x, w, b), (xr, wr, br) = inputs(SHAPE, SHAPE[-1:], SHAPE[-1:], seed=2)
     out = torch.compile(softmax_of_affine, backend="rbln")(xr, wr, br)

@@ -26,6 +26,42 @@ def _rms_norm_reference(x: torch.Tensor, weight: torch.Tensor | None, eps: float
     return y * weight if weight is not None else y
 
 
+def _rms_norm_backward_reference(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
+                                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dweight) of `_rms_norm_reference`, in float32 from its closed form (a custom op's kernel runs
+    below autograd, so it cannot differentiate the forward): with ``r = rsqrt(mean(x^2) + eps)``,
+    ``xhat = x * r`` and ``g = grad * weight``, ``dx = r * (g - xhat * mean(g * xhat))`` and ``dweight``
+    sums ``grad * xhat`` over the rows. dweight is an empty tensor when there is no weight (a custom op
+    cannot return None)."""
+    xf, gf = x.float(), grad.float()
+    r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    xhat = xf * r
+    g = gf * weight.float() if weight is not None else gf
+    dx = (r * (g - xhat * (g * xhat).mean(-1, keepdim=True))).to(x.dtype)
+    if weight is None:
+        return dx, x.new_empty(0)
+    dw = (gf * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype).reshape(weight.shape)
+    return dx, dw
+
+
+def _rms_norm_backward_fake(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
+                            eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), (torch.empty_like(weight) if weight is not None else x.new_empty(0))
+
+
+def _rms_norm_backward_device(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
+                              eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.dim() == 0 or x.numel() == 0 or grad.shape != x.shape:
+        raise O.Decline("empty tensor or grad shape")
+    if grad.dtype != x.dtype or x.dtype not in O.FLOATS:
+        raise O.Decline("dtypes")
+    if weight is not None and (weight.dtype != x.dtype or weight.shape != x.shape[-1:]):
+        raise O.Decline("weight dtype/shape")
+    _, rstd = O.rms_norm_forward(x, weight, eps)
+    dx, dw = O.rms_norm_backward(grad, x, weight, rstd)
+    return dx, (dw.view(weight.shape) if weight is not None else x.new_empty(0))
+
+
 def _rms_norm_device(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     if x.dim() == 0 or x.numel() == 0:
         raise O.Decline("empty tensor")
@@ -195,20 +231,15 @@ def register() -> None:
         ctx.eps = eps
 
     def backward(ctx, grad):
+        # through an opaque custom op, so that torch.compile traces the backward (fake tensors reach
+        # the op's fake implementation, never a kernel launch)
         x, weight = ctx.saved_tensors
-        if x.device.type == "rbln" and x.dtype in O.FLOATS and (weight is None or weight.dtype == x.dtype):
-            _, rstd = O.rms_norm_forward(x, weight, ctx.eps)
-            dx, dw = O.rms_norm_backward(grad, x, weight, rstd)
-            return dx, (dw.view(weight.shape) if weight is not None else None), None
-        with torch.enable_grad():
-            xr = x.detach().requires_grad_()
-            wr = weight.detach().requires_grad_() if weight is not None else None
-            out = _rms_norm_reference(xr, wr, ctx.eps)
-            inputs = [xr] + ([wr] if wr is not None else [])
-            grads = torch.autograd.grad(out, inputs, grad)
-        return grads[0], (grads[1] if weight is not None else None), None
+        dx, dw = torch.ops.rbln.rms_norm_backward(grad, x, weight, ctx.eps)
+        return dx, (dw if weight is not None else None), None
 
     op.register_autograd(backward, setup_context=setup_context)
+    _register_custom("rbln::rms_norm_backward", _rms_norm_backward_device, None, _rms_norm_backward_reference,
+                     _rms_norm_backward_fake, ())
 
     rotary = _register_custom("rbln::rotary_embedding", _rotary_device, None, _rotary_reference, None, (),
                               fast=_rotary_fast)

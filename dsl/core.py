@@ -11,8 +11,13 @@ import builtins as _py
 
 from . import dtypes as _dtypes
 from . import semantic as S
-from .dtypes import (  # noqa: F401  (re-exported)
+from .dtypes import (  # noqa: F401  (re-exported)  # noqa: F401
     bfloat16,
+    float8e4b8,
+    float8e4b15,
+    float8e4nv,
+    float8e5,
+    float8e5b16,
     float16,
     float32,
     float64,
@@ -32,6 +37,7 @@ from .errors import DSLError
 from .semantic import constexpr, tensor  # noqa: F401
 
 bool_ = int1
+pi32_t = pointer_type(int32)  # Triton's name for a pointer to int32
 
 
 def builtin(fn):
@@ -223,20 +229,57 @@ def where(condition, x, y):
     return S.where(condition, x, y)
 
 
+class PropagateNan:
+    """How `minimum`/`maximum`/`clamp` treat NaN (Triton's enum): `ALL` gives NaN when an operand is NaN;
+    `NONE` gives the other operand (NaN only when both are)."""
+
+    NONE = 0x0000
+    ALL = 0xFFFF
+
+
+def _nan_mode(propagate_nan):
+    mode = _u(propagate_nan)
+    if mode is None:
+        return None
+    if mode not in (PropagateNan.NONE, PropagateNan.ALL):
+        raise DSLError(f"propagate_nan must be tl.PropagateNan.NONE or tl.PropagateNan.ALL, got {mode!r}")
+    return mode
+
+
+def _minmax(op, x, y, propagate_nan):
+    """`op` ("minimum"/"maximum") of x and y.  The backends' min/max give NaN when either operand is NaN
+    (PropagateNan.ALL, also what an unspecified mode gives here); PropagateNan.NONE selects the other
+    operand where exactly one is NaN."""
+    mode = _nan_mode(propagate_nan)
+    r = S.minmax(op, x, y)
+    if mode != PropagateNan.NONE or not isinstance(r, tensor) or not r.dtype.is_floating():
+        return r
+    x_nan, y_nan = S.unary("isnan", S.cast(x, r.dtype)), S.unary("isnan", S.cast(y, r.dtype))
+    return S.where(x_nan, y, S.where(y_nan, x, r))
+
+
 @builtin
 def maximum(x, y, propagate_nan=None):
-    return S.minmax("maximum", x, y)
+    """Elementwise maximum; `propagate_nan` is a `tl.PropagateNan` (see there)."""
+    return _minmax("maximum", x, y, propagate_nan)
 
 
 @builtin
 def minimum(x, y, propagate_nan=None):
-    return S.minmax("minimum", x, y)
+    """Elementwise minimum; `propagate_nan` is a `tl.PropagateNan` (see there)."""
+    return _minmax("minimum", x, y, propagate_nan)
 
 
 @builtin
 def clamp(x, min, max, propagate_nan=None):
-    """`minimum(maximum(x, min), max)`."""
-    return S.minmax("minimum", S.minmax("maximum", x, min), max)
+    """`x` limited to [min, max].  A NaN `x` gives NaN with PropagateNan.ALL (and unspecified), and
+    `min` with PropagateNan.NONE (Triton's clampf keeps the bound)."""
+    mode = _nan_mode(propagate_nan)
+    r = S.minmax("minimum", S.minmax("maximum", x, min), max)
+    if mode != PropagateNan.NONE or not isinstance(r, tensor) or not r.dtype.is_floating():
+        return r
+    return S.where(S.unary("isnan", S.cast(x, r.dtype)), S.cast(min, r.dtype) if isinstance(min, tensor)
+                   else min, r)
 
 
 @builtin
@@ -462,6 +505,8 @@ def split(a):
 def interleave(a, b):
     """Interleave two tensors along their last axis: [a0, b0, a1, b1, ...]."""
     j = join(a, b)
+    if len(j.shape) == 1:  # two scalars: the joined pair is already interleaved
+        return j
     return S.reshape(j, j.shape[:-2] + (j.shape[-2] * 2,))
 
 
@@ -567,7 +612,10 @@ def _combine(fn, a, b):
 @builtin
 def reduce(input, axis, combine_fn, keep_dims=False):
     """Reduce along `axis` (all axes when None) with `combine_fn(a, b)` (a @jit function), combining
-    halves pairwise (tree order).  Single-tensor inputs only."""
+    halves pairwise (tree order).  A tuple `input` reduces its tensors together: `combine_fn` takes the
+    two halves' elements (`a0, a1, ..., b0, b1, ...`) and returns a tuple; the result is a tuple."""
+    if isinstance(_u(input), (tuple, list)):
+        return _reduce_tuple(_u(input), _u(axis), combine_fn, _u(keep_dims))
     x = S.to_tensor(input)
     axis = _u(axis)
     if axis is None:
@@ -596,8 +644,10 @@ def reduce(input, axis, combine_fn, keep_dims=False):
 
 @builtin
 def associative_scan(input, axis, combine_fn, reverse=False):
-    """Inclusive scan along `axis` with `combine_fn(a, b)` (Hillis-Steele doubling steps).  Single-tensor
-    inputs only."""
+    """Inclusive scan along `axis` with `combine_fn(a, b)` (Hillis-Steele doubling steps).  A tuple
+    `input` scans its tensors together (`combine_fn(a0, a1, ..., b0, b1, ...)` returns a tuple)."""
+    if isinstance(_u(input), (tuple, list)):
+        return _scan_tuple(_u(input), _u(axis), combine_fn, _u(reverse))
     x = S.to_tensor(input)
     ax = S._norm_axis(axis, len(x.shape), "tl.associative_scan")
     n = x.shape[ax]
@@ -617,6 +667,74 @@ def associative_scan(input, axis, combine_fn, reverse=False):
             x = S.where(S.compare("ge", pos, d), comb, x)
         d *= 2
     return x
+
+
+def _combine_tuple(fn, a: tuple, b: tuple) -> tuple:
+    comp = getattr(S.current(), "compiler", None)
+    out = fn(*a, *b) if comp is None else comp.call(fn, (*a, *b))
+    out = _u(out)
+    if not isinstance(out, (tuple, list)) or len(out) != len(a):
+        raise DSLError(f"the combine_fn of a reduction or scan over {len(a)} tensors must return a tuple of "
+                       f"{len(a)} values")
+    return tuple(S.to_tensor(v) for v in out)
+
+
+def _tuple_operands(xs, what):
+    ts = [S.to_tensor(v) for v in xs]
+    if not ts or any(t.shape != ts[0].shape for t in ts):
+        shapes = [list(t.shape) for t in ts]
+        raise DSLError(f"the tensors of a tuple {what} must have one shape, got {shapes}")
+    return ts
+
+
+def _reduce_tuple(xs, axis, combine_fn, keep_dims):
+    """`reduce` over several tensors at once, in the same tree order as the single-tensor reduce."""
+    ts = _tuple_operands(xs, "tl.reduce")
+    if axis is None:
+        rank = len(ts[0].shape)
+        ts = [S.reshape(t, (t.numel,)) for t in ts]
+        ax = 0
+    else:
+        ax = S._norm_axis(axis, len(ts[0].shape), "tl.reduce")
+    n = ts[0].shape[ax]
+    while n > 1:
+        h = n // 2
+        ys = _combine_tuple(combine_fn, tuple(S.dyn_slice(t, 0, h, ax) for t in ts),
+                            tuple(S.dyn_slice(t, h, h, ax) for t in ts))
+        if n % 2:
+            tail = _combine_tuple(combine_fn, tuple(S.dyn_slice(y, 0, 1, ax) for y in ys),
+                                  tuple(S.dyn_slice(t, n - 1, 1, ax) for t in ts))
+            ys = tuple(S.dyn_update(y, v, 0, ax) for y, v in zip(ys, tail, strict=True))
+        ts, n = list(ys), h
+    if axis is None:
+        shape = (1,) * rank if keep_dims else ()
+        return tuple(S.reshape(t, shape) for t in ts)
+    if not keep_dims:
+        ts = [S.reshape(t, t.shape[:ax] + t.shape[ax + 1 :]) for t in ts]
+    return tuple(ts)
+
+
+def _scan_tuple(xs, axis, combine_fn, reverse):
+    """`associative_scan` over several tensors at once; `reverse` scans the flipped tensors forward and
+    flips the results back, so element i combines (everything after i) with element i, as Triton."""
+    ts = _tuple_operands(xs, "tl.associative_scan")
+    ax = S._norm_axis(axis, len(ts[0].shape), "tl.associative_scan")
+    if reverse:
+        ts = [flip(t, ax) for t in ts]
+    n = ts[0].shape[ax]
+    pos = S.reshape(S.iota(n), tuple(n if d == ax else 1 for d in _py.range(len(ts[0].shape))))
+    d = 1
+    while d < n:
+        pads = [(0, 0)] * len(ts[0].shape)
+        pads[ax] = (d, 0)
+        earlier = tuple(S.pad(S.dyn_slice(t, 0, n - d, ax), pads, 0) for t in ts)
+        comb = _combine_tuple(combine_fn, earlier, tuple(ts))
+        keep = S.compare("ge", pos, d)
+        ts = [S.where(keep, c, t) for c, t in zip(comb, ts, strict=True)]
+        d *= 2
+    if reverse:
+        ts = [flip(t, ax) for t in ts]
+    return tuple(ts)
 
 
 @builtin

@@ -117,6 +117,21 @@ def _is_py_scalar(x) -> bool:
 # ---------------------------------------------------------------------------------------------------
 # tensor
 # ---------------------------------------------------------------------------------------------------
+class _Shape(tuple):
+    """A tensor's shape: a tuple that also equals the list of the same sizes, because Triton's
+    `tensor.shape` is a list and kernels write `tl.static_assert(x.shape == [BLOCK])`."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        return tuple.__eq__(self, tuple(other) if isinstance(other, list) else other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = tuple.__hash__
+
+
 class tensor:
     """A value inside a kernel: a block (or scalar) with static `shape` and `dtype`.
 
@@ -137,7 +152,7 @@ class tensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.type.shape)
+        return _Shape(self.type.shape)
 
     @property
     def numel(self) -> int:
@@ -406,6 +421,8 @@ def computation_type(a: dtype, a_scalar: bool, b: dtype, b_scalar: bool, div_or_
         if div_or_mod:
             return D.float32
         return D.bfloat16 if a is b else D.float32
+    if a.is_fp8() and b.is_fp8():  # Triton: one fp8 type stays, two different ones meet in fp16
+        return a if a is b else D.float16
     if not a.is_int() or not b.is_int():
         raise DSLError(f"unexpected operand types {a} and {b}")
     if div_or_mod and a.is_int_signed() != b.is_int_signed() and D.int1 not in (a, b):
@@ -473,7 +490,16 @@ def binary(op: str, a, b) -> tensor:
             raise DSLError("** is only supported on floating point tensors")
     else:
         a, b = _prepare(a, b)
+    if a.dtype.is_fp8():
+        return _via_f32(a.dtype, lambda x, y: binary(op, x, y), a, b)
     return current().emit1("binary", [a.handle, b.handle], a.type, {"op": op})
+
+
+def _via_f32(dt: dtype, fn, *xs):
+    """`fn` of fp8 operands computed in fp32 (every fp8 value is exact there) and rounded back to `dt`
+    once: fp8 arithmetic as Triton lowers it (upcast, compute, round to nearest even)."""
+    r = fn(*[cast(x, D.float32) for x in xs])
+    return cast(r, dt) if isinstance(r, tensor) and r.dtype is D.float32 else r
 
 
 def _fold(op, a, b):
@@ -551,6 +577,8 @@ def compare(op, a, b) -> tensor:
             raise DSLError("pointers can only be compared with pointers")
     else:
         a, b = _prepare(a, b)
+        if a.dtype.is_fp8():
+            a, b = cast(a, D.float32), cast(b, D.float32)
     return current().emit1("cmp", [a.handle, b.handle], TensorType(D.int1, a.shape), {"op": op})
 
 
@@ -640,6 +668,8 @@ def unary(op: str, x) -> tensor:
         if op in ("floor", "ceil", "rint", "trunc"):
             return x
         raise DSLError(f"{op} expects a floating point tensor (fp16, bf16, fp32, fp64), got {dt}")
+    if dt.is_fp8():
+        return _via_f32(dt, lambda v: unary(op, v), x)
     out = TensorType(D.int1, x.shape) if op in ("isnan", "isinf", "signbit") else x.type
     return current().emit1("unary", [x.handle], out, {"op": op})
 
@@ -649,6 +679,8 @@ def fma(a, b, c) -> tensor:
     a, b = _prepare(a, b)
     a, c = _prepare(a, c)
     a, b = _prepare(a, b)
+    if a.dtype.is_fp8():
+        return _via_f32(a.dtype, fma, a, b, c)
     return current().emit1("fma", [a.handle, b.handle, c.handle], a.type)
 
 
@@ -684,6 +716,8 @@ def minmax(op, a, b, propagate_nan=None):
     if not isinstance(a, tensor) and not isinstance(b, tensor):
         return max(a, b) if op == "maximum" else min(a, b)
     a, b = _prepare(a, b)
+    if a.dtype.is_fp8():
+        return _via_f32(a.dtype, lambda x, y: minmax(op, x, y), a, b)
     return current().emit1("binary", [a.handle, b.handle], a.type, {"op": op})
 
 
@@ -711,6 +745,8 @@ def cast(x, dt, bitcast=False, fp_downcast_rounding=None) -> tensor:
         return x
     if dt.is_ptr() or x.dtype.is_ptr():
         raise DSLError(f"casting between pointers and values ({x.dtype} -> {dt}) is not supported")
+    if D.float8e4b15 in (x.dtype, dt):
+        D.numpy_dtype(D.float8e4b15)  # raises: no values of this format (see dtypes)
     if bitcast and x.dtype.primitive_bitwidth != dt.primitive_bitwidth:
         raise DSLError(f"bitcast needs equal bit widths: {x.dtype} -> {dt}")
     return current().emit1("cast", [x.handle], TensorType(dt, x.shape), {"bitcast": bool(bitcast)})
@@ -1049,6 +1085,10 @@ def dot(a, b, acc=None, input_precision=None, out_dtype=D.float32) -> tensor:
             f"tl.dot shape mismatch: the inner dimensions of {list(sa)} and {list(sb)} differ "
             f"({sa[-1]} != {sb[-2]})"
         )
+    if a.dtype.is_fp8() or b.dtype.is_fp8():
+        # fp8 operands (of any fp8 formats) are exact in fp16; the products accumulate in fp32 as for fp16
+        a = cast(a, D.float16) if a.dtype.is_fp8() else a
+        b = cast(b, D.float16) if b.dtype.is_fp8() else b
     if a.dtype is not b.dtype:
         ct = computation_type(a.dtype, False, b.dtype, False, False)
         a, b = cast(a, ct), cast(b, ct)
@@ -1098,6 +1138,8 @@ def pick_sum_dtype(dt: dtype, requested=None) -> dtype:
 def reduce(kind, x, axis=None, keep_dims=False, out_dtype=None) -> tensor:
     x = to_tensor(x)
     _check_tensor(x)
+    if x.dtype.is_fp8():
+        return _via_f32(x.dtype, lambda v: reduce(kind, v, axis, keep_dims, out_dtype), x)
     rank = len(x.shape)
     ax = _norm_axis(axis, rank, f"tl.{kind}")
     keep = bool(unwrap(keep_dims))
@@ -1126,6 +1168,8 @@ def scan(kind, x, axis=0, reverse=False, out_dtype=None) -> tensor:
     if rank == 0:
         raise DSLError(f"tl.cum{kind} needs a block, got a scalar")
     ax = _norm_axis(axis, rank, f"tl.cum{kind}")
+    if x.dtype.is_fp8():
+        return _via_f32(x.dtype, lambda v: scan(kind, v, axis, reverse, out_dtype), x)
     dt = pick_sum_dtype(x.dtype, out_dtype)
     x = cast(x, dt)
     return current().emit1(

@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
-
 import torch_rbln.dsl as tl
+
 from torch_rbln import dsl as triton
 
 
@@ -77,11 +77,11 @@ def _argmax_combine(a0, a1, b0, b1):
 
 
 @triton.jit
-def k_tuple_reduce(X, O, I, N: tl.constexpr):
+def k_tuple_reduce(X, Out, Idx, N: tl.constexpr):
     x = tl.load(X + tl.arange(0, N))
     v, i = tl.reduce((x, tl.arange(0, N)), 0, _argmax_combine)
-    tl.store(O, v)
-    tl.store(I, i)
+    tl.store(Out, v)
+    tl.store(Idx, i)
 
 
 @triton.jit

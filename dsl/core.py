@@ -754,6 +754,103 @@ def sort(x, dim=None, descending=False):
 
 
 @builtin
+def topk(x, k, dim=None):
+    """The `k` largest values of `x` along `dim` (the last dim when None), in descending order."""
+    x = S.to_tensor(x)
+    ax = S._norm_axis(len(x.shape) - 1 if _u(dim) is None else _u(dim), len(x.shape), "tl.topk")
+    k = int(_u(k))
+    if not 0 < k <= x.shape[ax]:
+        raise DSLError(f"tl.topk: k={k} must be in [1, {x.shape[ax]}]")
+    return S.dyn_slice(sort(x, ax, descending=True), 0, k, ax)
+
+
+_BITS_OF = {1: int8, 8: int8, 16: int16, 32: int32, 64: int64}
+
+
+@builtin
+def gather(src, index, axis):
+    """`out[..., i, ...] = src[..., index[..., i, ...], ...]` along `axis` (Triton's tl.gather): `index`
+    has src's rank and src's sizes on the other axes.  Built as a one-hot selection of the element's bits
+    summed over `axis` (exactly one term is non-zero, so every value, NaN and -0.0 included, is kept
+    exactly); an index outside [0, src.shape[axis]) gives zero bits."""
+    src, index = S.to_tensor(src), S.to_tensor(index)
+    rank = len(src.shape)
+    if len(index.shape) != rank or not index.dtype.is_int():
+        raise DSLError(f"tl.gather: index must be an integer tensor of src's rank {rank}, got {index.type}")
+    ax = S._norm_axis(axis, rank, "tl.gather")
+    for d in _py.range(rank):
+        if d != ax and index.shape[d] != src.shape[d]:
+            raise DSLError(f"tl.gather: index shape {list(index.shape)} and src shape {list(src.shape)} "
+                           f"differ on axis {d}")
+    n = src.shape[ax]
+    bits_dt = _BITS_OF[src.dtype.primitive_bitwidth]
+    bits = S.cast(src, bits_dt, bitcast=True) if src.dtype is not bits_dt else src
+    if src.dtype.is_bool():
+        bits = S.cast(src, int8)
+    # index gets a new axis (size 1) after `ax`; src a new axis (size 1) at `ax`, its own axis after it
+    idx = S.expand_dims(index, ax + 1)
+    positions = S.reshape(S.iota(n), tuple(n if d == ax + 1 else 1 for d in _py.range(rank + 1)))
+    hit = S.compare("eq", S.cast(idx, int64), S.cast(positions, int64))
+    picked = S.where(hit, S.expand_dims(bits, ax), 0)
+    out = S.reduce("sum", S.cast(picked, int64), ax + 1)
+    out = S.cast(out, bits_dt)
+    if src.dtype.is_bool():
+        return S.cast(out, int1)
+    return S.cast(out, src.dtype, bitcast=True) if src.dtype is not bits_dt else out
+
+
+@builtin
+def map_elementwise(scalar_fn, *args, pack=1):
+    """Apply the @jit function `scalar_fn` to the elements of `args` (broadcast together).  The function is
+    inlined on whole blocks, so it must be elementwise: branching on a value inside it is refused with a
+    located error (`if` needs a scalar condition; use tl.where)."""
+    if _u(pack) != 1:
+        raise DSLError("tl.map_elementwise: pack > 1 is not supported (it only groups elements for a GPU)")
+    ts = [S.to_tensor(a) for a in args]
+    shape = ()
+    for t in ts:
+        shape = S.broadcast_shapes(shape, t.shape)
+    ts = [S.broadcast_to_shape(t, shape) for t in ts]
+    comp = getattr(S.current(), "compiler", None)
+    return scalar_fn(*ts) if comp is None else comp.call(scalar_fn, tuple(ts))
+
+
+@builtin
+def swizzle2d(i, j, size_i, size_j, size_g):
+    """Triton's grouped ordering of a (size_i, size_j) grid: maps (i, j) in row-major order to the
+    (row, column) visited when rows are taken in groups of `size_g` (column-major inside a group)."""
+    ij = i * size_j + j
+    size_gj = size_g * size_j
+    group_id = ij // size_gj
+    off_i = group_id * size_g
+    size_g = minimum(size_i - off_i, size_g)
+    ij = ij % size_gj
+    return off_i + ij % size_g, ij // size_g
+
+
+@builtin
+def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack):
+    """Refused: the assembly is PTX/AMDGCN text, which the DSL's host backends cannot execute."""
+    raise DSLError(
+        "tl.inline_asm_elementwise is not supported: its PTX/AMDGCN assembly cannot run on the DSL's "
+        "backends; write the operation with tl functions instead"
+    )
+
+
+@builtin
+def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None, fast_math=False,
+               lhs_k_pack=True, rhs_k_pack=True, out_dtype=float32):
+    """Refused: microscaled (MX) operand formats are not implemented."""
+    raise DSLError(
+        "tl.dot_scaled is not supported: microscaled (MX fp4/fp6/fp8 with e8m0 scales) operands are not "
+        "implemented; dequantize with tl.cast and multiply by the scales, then use tl.dot"
+    )
+
+
+TRITON_MAX_TENSOR_NUMEL = 1048576  # Triton's limit on the elements of one block
+
+
+@builtin
 def softmax(x, dim=None, keep_dims=False, ieee_rounding=False):
     """Softmax along `dim` (the last dim when None)."""
     x = S.to_tensor(x)

@@ -456,6 +456,12 @@ def _materialize(x, dt: dtype, shape) -> tensor:
     if not isinstance(x, tensor):
         if dt.is_int_unsigned() and x < 0:
             raise DSLError(f"cannot mix negative constant {x} with unsigned {dt}")
+        if dt.is_int() and not dt.is_bool() and not isinstance(x, bool):
+            bits = dt.primitive_bitwidth
+            low = 0 if dt.is_int_unsigned() else -(2 ** (bits - 1))
+            high = 2**bits - 1 if dt.is_int_unsigned() else 2 ** (bits - 1) - 1
+            if isinstance(x, int) and not low <= x <= high:
+                raise DSLError(f"integer constant {x} is out of range for {dt} (Triton does not wrap it)")
         return constant(x, dt, shape)
     return broadcast_to_shape(cast(x, dt), shape)
 

@@ -350,3 +350,124 @@ def test_autotune_accepts_tritons_keywords():
     x, y = torch.arange(10, dtype=torch.float32), torch.zeros(10)
     tuned[lambda m: (triton.cdiv(10, m["BLOCK"]),)](x, y, 10)
     assert y.tolist() == [v + 1 for v in range(10)]
+
+
+# ------------------------------------------------------------------ gather, topk, map_elementwise, swizzle2d
+@triton.jit
+def k_gather(Src, Idx, Out, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    r, c, k = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    src = tl.load(Src + r[:, None] * N + c[None, :])
+    idx = tl.load(Idx + r[:, None] * K + k[None, :])
+    tl.store(Out + r[:, None] * K + k[None, :], tl.gather(src, idx, 1))
+
+
+def test_gather_keeps_every_value_exactly():
+    src = torch.randn(4, 8)
+    src[0, 3], src[1, 2] = float("nan"), -0.0
+    idx = torch.randint(0, 8, (4, 4), dtype=torch.int32)
+    idx[0, 0], idx[1, 1] = 3, 2
+    out = torch.zeros(4, 4)
+    k_gather[(1,)](src, idx, out, M=4, N=8, K=4)
+    assert torch.equal(out.view(torch.int32), torch.gather(src, 1, idx.long()).view(torch.int32))
+
+
+@triton.jit
+def _square_plus(x, y):
+    return x * x + y
+
+
+@triton.jit
+def k_topk_map(X, T, Out, N: tl.constexpr, K: tl.constexpr):
+    x = tl.load(X + tl.arange(0, N))
+    tl.store(T + tl.arange(0, K), tl.topk(x, K))
+    tl.store(Out + tl.arange(0, N), tl.map_elementwise(_square_plus, x, 1.0))
+
+
+def test_topk_and_map_elementwise():
+    x, t, o = torch.randn(16), torch.zeros(4), torch.zeros(16)
+    k_topk_map[(1,)](x, t, o, N=16, K=4)
+    assert torch.equal(t, x.topk(4).values)
+    torch.testing.assert_close(o, x * x + 1, rtol=1e-6, atol=0)
+
+
+@triton.jit
+def k_swizzle(Out, SI: tl.constexpr, SJ: tl.constexpr, G: tl.constexpr):
+    i = tl.arange(0, SI)[:, None]
+    j = tl.arange(0, SJ)[None, :]
+    ni, nj = tl.swizzle2d(i, j, SI, SJ, G)
+    tl.store(Out + i * SJ + j, ni * 100 + nj)
+
+
+def _swizzle_ref(i, j, si, sj, g):
+    ij = i * sj + j
+    off = ij // (g * sj) * g
+    rows = min(si - off, g)
+    ij %= g * sj
+    return off + ij % rows, ij // rows
+
+
+def test_swizzle2d():
+    o = torch.zeros(8, 4, dtype=torch.int32)
+    k_swizzle[(1,)](o, SI=8, SJ=4, G=3)
+    want = [[_swizzle_ref(i, j, 8, 4, 3)[0] * 100 + _swizzle_ref(i, j, 8, 4, 3)[1] for j in range(4)]
+            for i in range(8)]
+    assert o.tolist() == want
+
+
+# ------------------------------------------------------------------ compile-time checks and refusals
+@triton.jit
+def k_no_arguments(XBLOCK: tl.constexpr):
+    data = tl.arange(0, XBLOCK)
+    tl.static_assert(data[None, :, None].shape == [1, XBLOCK, 1])
+    scalar = tl.full([], 1, tl.int32)
+    tl.static_assert(scalar[None, None].shape == [1, 1])
+    tl.static_assert(tl.expand_dims(XBLOCK, -1).shape == [1])
+
+
+def test_kernel_without_runtime_arguments():
+    k_no_arguments[(1,)](XBLOCK=32)
+
+
+@triton.jit
+def k_scalar_overflow():
+    huge: tl.constexpr = 0xFFFFFFFFFFFFFF
+    x = tl.full((), 32, dtype=tl.int32)
+    y = x + huge  # noqa: F841
+
+
+def test_constant_out_of_range_refused():
+    with pytest.raises(tl.CompilationError, match="out of range for tl.int32") as ei:
+        k_scalar_overflow[(1,)]()
+    assert "x + huge" in str(ei.value)
+
+
+@triton.jit
+def k_slice_with_bounds(X):
+    X[10:]
+
+
+def test_tensor_slice_with_bounds_refused():
+    with pytest.raises(tl.CompilationError, match="unsupported tensor index"):
+        k_slice_with_bounds[(1,)](torch.zeros(16))
+
+
+@triton.jit
+def k_inline_asm(X):
+    x = tl.load(X)
+    tl.store(X, tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                          pack=1))
+
+
+@triton.jit
+def k_dot_scaled(A, B, C):
+    r = tl.arange(0, 16)
+    a = tl.load(A + r[:, None] * 16 + r[None, :])
+    tl.store(C + r[:, None] * 16 + r[None, :], tl.dot_scaled(a, None, "e4m3", a, None, "e4m3"))
+
+
+@pytest.mark.parametrize("kernel,construct", [(k_inline_asm, "tl.inline_asm_elementwise"),
+                                              (k_dot_scaled, "tl.dot_scaled")])
+def test_gpu_only_constructs_refused(kernel, construct):
+    args = (torch.zeros(256),) * (3 if kernel is k_dot_scaled else 1)
+    with pytest.raises(tl.CompilationError, match=f"{construct} is not supported"):
+        kernel[(1,)](*args)

@@ -703,7 +703,10 @@ def where(cond, x, y) -> tensor:
             and x.type.dtype == y.type.dtype
             and x.type.root == y.type.root
         ):
-            raise DSLError("tl.where on pointers requires two pointers into the same argument")
+            raise DSLError(
+                "tl.where choosing between pointers into different arguments is not supported (a pointer "
+                "value points into one kernel argument); use a runtime `if` and load through each pointer"
+            )
         shape = broadcast_shapes(broadcast_shapes(x.shape, y.shape), cond_t.shape)
         xt, yt = broadcast_to_shape(x, shape), broadcast_to_shape(y, shape)
     else:
@@ -750,7 +753,10 @@ def cast(x, dt, bitcast=False, fp_downcast_rounding=None) -> tensor:
     if x.dtype is dt:
         return x
     if dt.is_ptr() or x.dtype.is_ptr():
-        raise DSLError(f"casting between pointers and values ({x.dtype} -> {dt}) is not supported")
+        raise DSLError(
+            f"casting between pointers and values ({x.dtype} -> {dt}) is not supported: a pointer is an "
+            "offset into one kernel argument, not an address"
+        )
     if D.float8e4b15 in (x.dtype, dt):
         D.numpy_dtype(D.float8e4b15)  # raises: no values of this format (see dtypes)
     if bitcast and x.dtype.primitive_bitwidth != dt.primitive_bitwidth:

@@ -221,8 +221,20 @@ def k_where_two_args(A, B, Y, c):
 
 
 def test_where_between_pointers_into_different_arguments_refused():
-    with pytest.raises(tl.CompilationError, match="tl.where on pointers requires two pointers into the same"):
+    with pytest.raises(tl.CompilationError, match="tl.where choosing between pointers into different") as ei:
         k_where_two_args[(1,)](torch.zeros(1), torch.zeros(1), torch.zeros(1), 1)
+    assert "tl.where(c > 0, A, B)" in str(ei.value)
+
+
+@triton.jit
+def k_int_to_pointer(X, Y):
+    p = tl.load(X).to(tl.pi32_t)
+    tl.store(Y, tl.load(p))
+
+
+def test_integer_to_pointer_cast_refused():
+    with pytest.raises(tl.CompilationError, match="casting between pointers and values"):
+        k_int_to_pointer[(1,)](torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int32))
 
 
 # ------------------------------------------------------------------ fp8

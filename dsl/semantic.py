@@ -471,6 +471,10 @@ def _materialize(x, dt: dtype, shape) -> tensor:
 # ---------------------------------------------------------------------------------------------------
 def binary(op: str, a, b) -> tensor:
     a, b = unwrap(a), unwrap(b)
+    if isinstance(b, PointerChoice) and not isinstance(a, PointerChoice):
+        return b._offset(op, a, reflected=True) if op in ("add", "sub") else _no_choice_op(op)
+    if isinstance(a, PointerChoice):
+        return a._offset(op, b) if op in ("add", "sub") else _no_choice_op(op)
     if not isinstance(a, tensor) and not isinstance(b, tensor):
         return _fold(op, a, b)
     # pointer arithmetic
@@ -506,6 +510,10 @@ def _via_f32(dt: dtype, fn, *xs):
     once: fp8 arithmetic as Triton lowers it (upcast, compute, round to nearest even)."""
     r = fn(*[cast(x, D.float32) for x in xs])
     return cast(r, dt) if isinstance(r, tensor) and r.dtype is D.float32 else r
+
+
+def _no_choice_op(op):
+    raise DSLError(f"unsupported pointer arithmetic: {op}")
 
 
 def _fold(op, a, b):
@@ -690,6 +698,70 @@ def fma(a, b, c) -> tensor:
     return current().emit1("fma", [a.handle, b.handle, c.handle], a.type)
 
 
+class PointerChoice:
+    """`tl.where(c, a, b)` of pointers into two different kernel arguments.
+
+    An IR pointer points into one argument, so the choice stays symbolic: offsets apply to both pointers,
+    and a load reads through `a` where `c` holds and through `b` elsewhere (each load masked to its own
+    lanes, so no lane reads the memory it did not choose); a store writes the same way."""
+
+    def __init__(self, cond: tensor, a: tensor, b: tensor):
+        shape = broadcast_shapes(broadcast_shapes(a.shape, b.shape), cond.shape)
+        self.cond = broadcast_to_shape(cond, shape)
+        self.a, self.b = broadcast_to_shape(a, shape), broadcast_to_shape(b, shape)
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+    @property
+    def shape(self):
+        return self.a.shape
+
+    def _offset(self, op, off, reflected=False):
+        if isinstance(off, PointerChoice) or (isinstance(off, tensor) and off.dtype.is_ptr()):
+            raise DSLError(f"unsupported pointer arithmetic {op} between two pointers")
+        if reflected and op == "sub":
+            raise DSLError("unsupported pointer arithmetic: an integer minus a pointer")
+        return PointerChoice(self.cond, binary(op, self.a, off), binary(op, self.b, off))
+
+    def __add__(self, o):
+        return self._offset("add", o)
+
+    def __radd__(self, o):
+        return self._offset("add", o, True)
+
+    def __sub__(self, o):
+        return self._offset("sub", o)
+
+    def __rsub__(self, o):
+        return self._offset("sub", o, True)
+
+    def __getitem__(self, idx):
+        return PointerChoice(subscript(self.cond, idx), subscript(self.a, idx), subscript(self.b, idx))
+
+    def __bool__(self):
+        raise DSLError("the truth value of a pointer chosen at runtime is not known at compile time")
+
+    def _masks(self, mask):
+        take_a, take_b = self.cond, logical_not(self.cond)
+        if mask is not None:
+            m = to_int1(to_tensor(mask))
+            take_a, take_b = logical("and", take_a, m), logical("and", take_b, m)
+        return take_a, take_b
+
+    def load(self, mask, other, volatile):
+        take_a, take_b = self._masks(mask)
+        va = load(self.a, take_a, other, volatile=volatile)
+        vb = load(self.b, take_b, other, volatile=volatile)
+        return where(self.cond, va, vb)
+
+    def store(self, value, mask):
+        take_a, take_b = self._masks(mask)
+        store(self.a, value, take_a)
+        store(self.b, value, take_b)
+
+
 def where(cond, x, y) -> tensor:
     cond, x, y = unwrap(cond), unwrap(x), unwrap(y)
     if not isinstance(cond, tensor):
@@ -703,9 +775,11 @@ def where(cond, x, y) -> tensor:
             and x.type.dtype == y.type.dtype
             and x.type.root == y.type.root
         ):
+            if isinstance(x, tensor) and isinstance(y, tensor) and x.dtype == y.dtype:
+                return PointerChoice(cond_t, x, y)
             raise DSLError(
-                "tl.where choosing between pointers into different arguments is not supported (a pointer "
-                "value points into one kernel argument); use a runtime `if` and load through each pointer"
+                "tl.where choosing between pointers of different element types (or a pointer and a value) "
+                f"is not supported: {_operand_dtype(x)} and {_operand_dtype(y)}"
             )
         shape = broadcast_shapes(broadcast_shapes(x.shape, y.shape), cond_t.shape)
         xt, yt = broadcast_to_shape(x, shape), broadcast_to_shape(y, shape)
@@ -907,6 +981,8 @@ def _ptr_check(p, what):
 
 def load(ptr, mask=None, other=None, boundary_check=(), padding_option="", volatile=False) -> tensor:
     ptr = unwrap(ptr)
+    if isinstance(ptr, PointerChoice):
+        return ptr.load(unwrap(mask), unwrap(other), volatile)
     if isinstance(ptr, tensor) and ptr.is_block_ptr():
         if mask is not None or other is not None:
             raise DSLError("mask and other are not allowed with block pointers; use boundary_check")
@@ -936,6 +1012,8 @@ def load(ptr, mask=None, other=None, boundary_check=(), padding_option="", volat
 
 def store(ptr, value, mask=None, boundary_check=()) -> None:
     ptr = unwrap(ptr)
+    if isinstance(ptr, PointerChoice):
+        return ptr.store(value, unwrap(mask))
     if isinstance(ptr, tensor) and ptr.is_block_ptr():
         if mask is not None:
             raise DSLError("mask is not allowed with block pointers; use boundary_check")

@@ -215,15 +215,46 @@ def test_helper_constexpr_parameter_takes_runtime_value():
 
 
 @triton.jit
-def k_where_two_args(A, B, Y, c):
-    p = tl.where(c > 0, A, B)
+def k_where_scalar_pointer(C, A, B, Y, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    ptr = tl.where(tl.load(C) != 0, A, B)  # one of two arguments, chosen at run time
+    tl.store(Y + offs, tl.load(ptr + offs, mask=offs < n, other=-1.0))
+
+
+@triton.jit
+def k_where_block_pointer(C, A, B, Y, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    ptr = offs + tl.where(tl.load(C + offs) != 0, A, B)  # per lane
+    tl.store(Y + offs, tl.load(ptr))
+    tl.store(ptr, tl.load(Y + offs) * 10)  # writes back through the chosen pointers
+
+
+def test_where_between_pointers_into_different_arguments():
+    a, b = torch.arange(8, dtype=torch.float32), 100 + torch.arange(8, dtype=torch.float32)
+    for flag, src in ((1, a), (0, b)):
+        y = torch.zeros(8)
+        k_where_scalar_pointer[(1,)](torch.tensor([flag], dtype=torch.int32), a, b, y, 6, BLOCK=8)
+        assert y.tolist() == src[:6].tolist() + [-1.0, -1.0]
+    c = torch.tensor([1, 0, 0, 1, 1, 0, 1, 0], dtype=torch.int32)
+    y = torch.zeros(8)
+    a0, b0 = a.clone(), b.clone()
+    k_where_block_pointer[(1,)](c, a, b, y, BLOCK=8)
+    want = torch.where(c != 0, a0, b0)
+    assert y.tolist() == want.tolist()
+    assert a.tolist() == torch.where(c != 0, a0 * 10, a0).tolist()
+    assert b.tolist() == torch.where(c == 0, b0 * 10, b0).tolist()
+
+
+@triton.jit
+def k_where_pointer_and_value(A, Y, c):
+    p = tl.where(c > 0, A, 1.0)
     tl.store(Y, tl.load(p))
 
 
-def test_where_between_pointers_into_different_arguments_refused():
-    with pytest.raises(tl.CompilationError, match="tl.where choosing between pointers into different") as ei:
-        k_where_two_args[(1,)](torch.zeros(1), torch.zeros(1), torch.zeros(1), 1)
-    assert "tl.where(c > 0, A, B)" in str(ei.value)
+def test_where_between_a_pointer_and_a_value_refused():
+    with pytest.raises(tl.CompilationError, match="tl.where choosing between pointers of different") as ei:
+        k_where_pointer_and_value[(1,)](torch.zeros(1), torch.zeros(1), 1)
+    assert "tl.where(c > 0, A, 1.0)" in str(ei.value)
 
 
 @triton.jit

@@ -421,8 +421,9 @@ def fdiv(x, y, ieee_rounding=False):
 
 @builtin
 def cast(input, dtype, fp_downcast_rounding=None, bitcast=False):
-    """Convert to `dtype` (round to nearest even; float -> int truncates); `bitcast` reinterprets bits."""
-    return S.cast(input, dtype, bitcast=_u(bitcast))
+    """Convert to `dtype` (round to nearest even, or toward zero with `fp_downcast_rounding="rtz"` on a
+    narrowing float conversion; float -> int truncates); `bitcast` reinterprets bits."""
+    return S.cast(input, dtype, bitcast=_u(bitcast), fp_downcast_rounding=_u(fp_downcast_rounding))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -945,7 +946,9 @@ def assume(cond):
 
 
 TENSOR_METHODS = {
-    "to": lambda x, dtype, fp_downcast_rounding=None, bitcast=False: S.cast(x, dtype, bitcast=_u(bitcast)),
+    "to": lambda x, dtype, fp_downcast_rounding=None, bitcast=False: S.cast(
+        x, dtype, bitcast=_u(bitcast), fp_downcast_rounding=_u(fp_downcast_rounding)
+    ),
     "sum": sum,
     "max": max,
     "min": min,

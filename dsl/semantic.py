@@ -835,7 +835,39 @@ def cast(x, dt, bitcast=False, fp_downcast_rounding=None) -> tensor:
         D.numpy_dtype(D.float8e4b15)  # raises: no values of this format (see dtypes)
     if bitcast and x.dtype.primitive_bitwidth != dt.primitive_bitwidth:
         raise DSLError(f"bitcast needs equal bit widths: {x.dtype} -> {dt}")
+    mode = unwrap(fp_downcast_rounding)
+    if mode is not None:
+        if mode not in ("rtne", "rtz"):
+            raise DSLError(f"fp_downcast_rounding must be 'rtne' or 'rtz', got {mode!r}")
+        if bitcast or not (x.dtype.is_floating() and dt.is_floating()
+                           and dt.primitive_bitwidth < x.dtype.primitive_bitwidth):
+            raise DSLError(
+                f"fp_downcast_rounding is only for narrowing float conversions, not {x.dtype} -> {dt}"
+            )
+        if mode == "rtz":
+            return _cast_toward_zero(x, dt)
     return current().emit1("cast", [x.handle], TensorType(dt, x.shape), {"bitcast": bool(bitcast)})
+
+
+def _cast_toward_zero(x: tensor, dt: dtype) -> tensor:
+    """Narrowing float cast rounded toward zero (Triton's fp_downcast_rounding="rtz"): the nearest-even
+    result, stepped one code toward zero where it came out larger in magnitude than `x` (an overflow to
+    inf becomes the largest finite value).  Exact: the wider type holds every narrow value."""
+    r = cast(x, dt)
+    back = cast(r, x.dtype)
+    too_big = compare("gt", unary("abs", back), unary("abs", x))
+    bits_dt = D.int8 if dt.primitive_bitwidth == 8 else D.int16
+    stepped_bits = binary("sub", cast(r, bits_dt, bitcast=True), 1)
+    fnuz = dt.name in ("fp8e4b8", "fp8e5b16")
+    if fnuz:  # code 0x80 is NaN there, not -0: one step below -(smallest) is +0
+        stepped_bits = where(compare("eq", stepped_bits, -128), 0, stepped_bits)
+    out = where(too_big, cast(stepped_bits, dt, bitcast=True), r)
+    if fnuz:  # overflow gives NaN there (no inf): toward zero it is the largest finite value
+        values, positive, _nan = D.fp8_tables(dt)
+        largest = float(values[positive[-1]])
+        overflow = logical("and", unary("isnan", back), logical_not(unary("isnan", x)))
+        out = where(overflow, cast(where(compare("lt", x, 0.0), -largest, largest), dt), out)
+    return out
 
 
 def _shape_arg(shape) -> tuple[int, ...]:

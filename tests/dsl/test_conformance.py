@@ -514,3 +514,41 @@ def test_gpu_only_constructs_refused(kernel, construct):
     args = (torch.zeros(256),) * (3 if kernel is k_dot_scaled else 1)
     with pytest.raises(tl.CompilationError, match=f"{construct} is not supported"):
         kernel[(1,)](*args)
+
+
+# ------------------------------------------------------------------ fp_downcast_rounding
+@triton.jit
+def k_rtz(X, Y, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(Y + o, tl.load(X + o).to(Y.dtype.element_ty, fp_downcast_rounding="rtz"))
+
+
+def _toward_zero_reference(x: torch.Tensor, dt: torch.dtype) -> list[float]:
+    """The representable value of `dt` nearest to each x with magnitude not above |x| (brute force)."""
+    codes = torch.arange(256 if dt.itemsize == 1 else 65536, dtype=torch.int64)
+    table = (codes.to(torch.uint8) if dt.itemsize == 1 else codes.to(torch.int16)).view(dt).double()
+    finite = table[torch.isfinite(table)]
+    out = []
+    for v in x.double().tolist():
+        below = finite[(finite.abs() <= abs(v)) & ((finite >= 0) if v >= 0 else (finite <= 0))]
+        out.append(below[below.abs().argmax()].item() if len(below) else 0.0)
+    return out
+
+
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16, torch.float8_e5m2, torch.float8_e4m3fnuz])
+def test_fp_downcast_rounding_toward_zero(dt):
+    edges = torch.tensor([1e9, -1e9, 3e-8, -3e-8, 0.0, 1.0, -1.5, 65520.0])
+    x = torch.cat([torch.randn(56) * torch.logspace(-9, 6, 56), edges])
+    y = torch.zeros(64, dtype=dt)
+    k_rtz[(1,)](x.float(), y, N=64)
+    assert y.double().tolist() == _toward_zero_reference(x.float(), dt)
+
+
+@triton.jit
+def k_rounding_on_upcast(X, Y):
+    tl.store(Y, tl.load(X).to(tl.float32, fp_downcast_rounding="rtz"))
+
+
+def test_fp_downcast_rounding_on_a_widening_cast_refused():
+    with pytest.raises(tl.CompilationError, match="only for narrowing float conversions"):
+        k_rounding_on_upcast[(1,)](torch.zeros(1, dtype=torch.float16), torch.zeros(1))

@@ -120,6 +120,11 @@ def test_03_matmul():
     leaky = torch.nn.functional.leaky_relu(ref, 0.01)
     torch.testing.assert_close(c.cpu().float(), leaky, atol=2e-2, rtol=2e-3)
     assert ns["matmul_kernel"].best_config is not None
+    # the tutorial's fp8 path (it takes it only when is_cuda()): e5m2 inputs, b transposed, fp16 output
+    a8, b8 = a.to(torch.float8_e5m2), b.T.contiguous().T.to(torch.float8_e5m2)
+    c8 = ns["matmul"](_rbln(a8), _rbln(b8))
+    ref8 = a8.to(torch.float16).float() @ b8.to(torch.float16).float()
+    torch.testing.assert_close(c8.cpu().float(), ref8, atol=0.125, rtol=0)
 
 
 @pytest.mark.slow

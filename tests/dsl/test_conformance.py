@@ -51,6 +51,28 @@ def test_helper_early_return_with_fallthrough():
 
 
 @triton.jit
+def _nested_returns(x, i):
+    if i % 2 == 0:
+        if i > 2:
+            return x + 100
+        return x + 1
+    else:
+        return x - 1
+
+
+@triton.jit
+def k_returns_in_loop(Y, N: tl.constexpr):
+    for i in range(N):
+        tl.store(Y + i, _nested_returns(tl.load(Y + i), i))
+
+
+def test_nested_early_returns_in_a_helper_called_in_a_loop():
+    y = torch.zeros(8)
+    k_returns_in_loop[(1,)](y, N=8)
+    assert y.tolist() == [(100.0 if i > 2 else 1.0) if i % 2 == 0 else -1.0 for i in range(8)]
+
+
+@triton.jit
 def _bad_returns(x):
     if x > 0:
         return x

@@ -475,7 +475,8 @@ class Autotuner:
 
 
 def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
-             post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, **options):
+             post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=False,
+             **options):
     """Decorator (Triton's `triton.autotune`) over a `@jit` kernel or a `@heuristics` kernel.
 
     `configs`: list of `Config`; `key`: argument names whose values (bucketed by `bucket=`) select the
@@ -484,6 +485,8 @@ def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_va
     `reset_to_zero` / `restore_value`: argument names zeroed / restored around benchmark runs.
     `pre_hook(nargs)` / `post_hook(nargs, exception)`: replace the default reset/restore around runs.
     `warmup` / `rep`: milliseconds of warm-up and of timed repetitions per config (default 10 / 50).
+    `cache_results`: Triton's switch for keeping decisions on disk; accepted, and always in effect here
+    (every decision is kept in the SQLite store).  `use_cuda_graph`: accepted, no effect.
 
     rbln extensions (keyword only): `bucket` ("exact", "pow2", a callable, or a dict per key name),
     `search` ("auto", "exhaustive", "budgeted"), `max_trials`, `time_budget` (seconds),

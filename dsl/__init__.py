@@ -31,7 +31,7 @@ def next_power_of_2(n: int) -> int:
 def __getattr__(name):
     import importlib
 
-    if name in ("rbln", "language"):
+    if name in ("rbln", "language", "testing", "tools", "driver"):
         return importlib.import_module(f"{__name__}.{name}")
     if name in ("autotune", "Config"):  # `triton.autotune` / `triton.Config` live in torch_rbln.autotune
         return getattr(importlib.import_module("torch_rbln.autotune"), name)

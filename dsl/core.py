@@ -11,8 +11,13 @@ import builtins as _py
 
 from . import dtypes as _dtypes
 from . import semantic as S
-from .dtypes import (  # noqa: F401  (re-exported)
+from .dtypes import (  # noqa: F401  (re-exported)  # noqa: F401
     bfloat16,
+    float8e4b8,
+    float8e4b15,
+    float8e4nv,
+    float8e5,
+    float8e5b16,
     float16,
     float32,
     float64,
@@ -32,6 +37,7 @@ from .errors import DSLError
 from .semantic import constexpr, tensor  # noqa: F401
 
 bool_ = int1
+pi32_t = pointer_type(int32)  # Triton's name for a pointer to int32
 
 
 def builtin(fn):
@@ -223,20 +229,57 @@ def where(condition, x, y):
     return S.where(condition, x, y)
 
 
+class PropagateNan:
+    """How `minimum`/`maximum`/`clamp` treat NaN (Triton's enum): `ALL` gives NaN when an operand is NaN;
+    `NONE` gives the other operand (NaN only when both are)."""
+
+    NONE = 0x0000
+    ALL = 0xFFFF
+
+
+def _nan_mode(propagate_nan):
+    mode = _u(propagate_nan)
+    if mode is None:
+        return None
+    if mode not in (PropagateNan.NONE, PropagateNan.ALL):
+        raise DSLError(f"propagate_nan must be tl.PropagateNan.NONE or tl.PropagateNan.ALL, got {mode!r}")
+    return mode
+
+
+def _minmax(op, x, y, propagate_nan):
+    """`op` ("minimum"/"maximum") of x and y.  The backends' min/max give NaN when either operand is NaN
+    (PropagateNan.ALL, also what an unspecified mode gives here); PropagateNan.NONE selects the other
+    operand where exactly one is NaN."""
+    mode = _nan_mode(propagate_nan)
+    r = S.minmax(op, x, y)
+    if mode != PropagateNan.NONE or not isinstance(r, tensor) or not r.dtype.is_floating():
+        return r
+    x_nan, y_nan = S.unary("isnan", S.cast(x, r.dtype)), S.unary("isnan", S.cast(y, r.dtype))
+    return S.where(x_nan, y, S.where(y_nan, x, r))
+
+
 @builtin
 def maximum(x, y, propagate_nan=None):
-    return S.minmax("maximum", x, y)
+    """Elementwise maximum; `propagate_nan` is a `tl.PropagateNan` (see there)."""
+    return _minmax("maximum", x, y, propagate_nan)
 
 
 @builtin
 def minimum(x, y, propagate_nan=None):
-    return S.minmax("minimum", x, y)
+    """Elementwise minimum; `propagate_nan` is a `tl.PropagateNan` (see there)."""
+    return _minmax("minimum", x, y, propagate_nan)
 
 
 @builtin
 def clamp(x, min, max, propagate_nan=None):
-    """`minimum(maximum(x, min), max)`."""
-    return S.minmax("minimum", S.minmax("maximum", x, min), max)
+    """`x` limited to [min, max].  A NaN `x` gives NaN with PropagateNan.ALL (and unspecified), and
+    `min` with PropagateNan.NONE (Triton's clampf keeps the bound)."""
+    mode = _nan_mode(propagate_nan)
+    r = S.minmax("minimum", S.minmax("maximum", x, min), max)
+    if mode != PropagateNan.NONE or not isinstance(r, tensor) or not r.dtype.is_floating():
+        return r
+    return S.where(S.unary("isnan", S.cast(x, r.dtype)), S.cast(min, r.dtype) if isinstance(min, tensor)
+                   else min, r)
 
 
 @builtin
@@ -378,8 +421,9 @@ def fdiv(x, y, ieee_rounding=False):
 
 @builtin
 def cast(input, dtype, fp_downcast_rounding=None, bitcast=False):
-    """Convert to `dtype` (round to nearest even; float -> int truncates); `bitcast` reinterprets bits."""
-    return S.cast(input, dtype, bitcast=_u(bitcast))
+    """Convert to `dtype` (round to nearest even, or toward zero with `fp_downcast_rounding="rtz"` on a
+    narrowing float conversion; float -> int truncates); `bitcast` reinterprets bits."""
+    return S.cast(input, dtype, bitcast=_u(bitcast), fp_downcast_rounding=_u(fp_downcast_rounding))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -462,6 +506,8 @@ def split(a):
 def interleave(a, b):
     """Interleave two tensors along their last axis: [a0, b0, a1, b1, ...]."""
     j = join(a, b)
+    if len(j.shape) == 1:  # two scalars: the joined pair is already interleaved
+        return j
     return S.reshape(j, j.shape[:-2] + (j.shape[-2] * 2,))
 
 
@@ -567,7 +613,10 @@ def _combine(fn, a, b):
 @builtin
 def reduce(input, axis, combine_fn, keep_dims=False):
     """Reduce along `axis` (all axes when None) with `combine_fn(a, b)` (a @jit function), combining
-    halves pairwise (tree order).  Single-tensor inputs only."""
+    halves pairwise (tree order).  A tuple `input` reduces its tensors together: `combine_fn` takes the
+    two halves' elements (`a0, a1, ..., b0, b1, ...`) and returns a tuple; the result is a tuple."""
+    if isinstance(_u(input), (tuple, list)):
+        return _reduce_tuple(_u(input), _u(axis), combine_fn, _u(keep_dims))
     x = S.to_tensor(input)
     axis = _u(axis)
     if axis is None:
@@ -596,8 +645,10 @@ def reduce(input, axis, combine_fn, keep_dims=False):
 
 @builtin
 def associative_scan(input, axis, combine_fn, reverse=False):
-    """Inclusive scan along `axis` with `combine_fn(a, b)` (Hillis-Steele doubling steps).  Single-tensor
-    inputs only."""
+    """Inclusive scan along `axis` with `combine_fn(a, b)` (Hillis-Steele doubling steps).  A tuple
+    `input` scans its tensors together (`combine_fn(a0, a1, ..., b0, b1, ...)` returns a tuple)."""
+    if isinstance(_u(input), (tuple, list)):
+        return _scan_tuple(_u(input), _u(axis), combine_fn, _u(reverse))
     x = S.to_tensor(input)
     ax = S._norm_axis(axis, len(x.shape), "tl.associative_scan")
     n = x.shape[ax]
@@ -619,6 +670,74 @@ def associative_scan(input, axis, combine_fn, reverse=False):
     return x
 
 
+def _combine_tuple(fn, a: tuple, b: tuple) -> tuple:
+    comp = getattr(S.current(), "compiler", None)
+    out = fn(*a, *b) if comp is None else comp.call(fn, (*a, *b))
+    out = _u(out)
+    if not isinstance(out, (tuple, list)) or len(out) != len(a):
+        raise DSLError(f"the combine_fn of a reduction or scan over {len(a)} tensors must return a tuple of "
+                       f"{len(a)} values")
+    return tuple(S.to_tensor(v) for v in out)
+
+
+def _tuple_operands(xs, what):
+    ts = [S.to_tensor(v) for v in xs]
+    if not ts or any(t.shape != ts[0].shape for t in ts):
+        shapes = [list(t.shape) for t in ts]
+        raise DSLError(f"the tensors of a tuple {what} must have one shape, got {shapes}")
+    return ts
+
+
+def _reduce_tuple(xs, axis, combine_fn, keep_dims):
+    """`reduce` over several tensors at once, in the same tree order as the single-tensor reduce."""
+    ts = _tuple_operands(xs, "tl.reduce")
+    if axis is None:
+        rank = len(ts[0].shape)
+        ts = [S.reshape(t, (t.numel,)) for t in ts]
+        ax = 0
+    else:
+        ax = S._norm_axis(axis, len(ts[0].shape), "tl.reduce")
+    n = ts[0].shape[ax]
+    while n > 1:
+        h = n // 2
+        ys = _combine_tuple(combine_fn, tuple(S.dyn_slice(t, 0, h, ax) for t in ts),
+                            tuple(S.dyn_slice(t, h, h, ax) for t in ts))
+        if n % 2:
+            tail = _combine_tuple(combine_fn, tuple(S.dyn_slice(y, 0, 1, ax) for y in ys),
+                                  tuple(S.dyn_slice(t, n - 1, 1, ax) for t in ts))
+            ys = tuple(S.dyn_update(y, v, 0, ax) for y, v in zip(ys, tail, strict=True))
+        ts, n = list(ys), h
+    if axis is None:
+        shape = (1,) * rank if keep_dims else ()
+        return tuple(S.reshape(t, shape) for t in ts)
+    if not keep_dims:
+        ts = [S.reshape(t, t.shape[:ax] + t.shape[ax + 1 :]) for t in ts]
+    return tuple(ts)
+
+
+def _scan_tuple(xs, axis, combine_fn, reverse):
+    """`associative_scan` over several tensors at once; `reverse` scans the flipped tensors forward and
+    flips the results back, so element i combines (everything after i) with element i, as Triton."""
+    ts = _tuple_operands(xs, "tl.associative_scan")
+    ax = S._norm_axis(axis, len(ts[0].shape), "tl.associative_scan")
+    if reverse:
+        ts = [flip(t, ax) for t in ts]
+    n = ts[0].shape[ax]
+    pos = S.reshape(S.iota(n), tuple(n if d == ax else 1 for d in _py.range(len(ts[0].shape))))
+    d = 1
+    while d < n:
+        pads = [(0, 0)] * len(ts[0].shape)
+        pads[ax] = (d, 0)
+        earlier = tuple(S.pad(S.dyn_slice(t, 0, n - d, ax), pads, 0) for t in ts)
+        comb = _combine_tuple(combine_fn, earlier, tuple(ts))
+        keep = S.compare("ge", pos, d)
+        ts = [S.where(keep, c, t) for c, t in zip(comb, ts, strict=True)]
+        d *= 2
+    if reverse:
+        ts = [flip(t, ax) for t in ts]
+    return tuple(ts)
+
+
 @builtin
 def flip(x, dim=None):
     """Reverse `x` along `dim` (the last dim when None)."""
@@ -633,6 +752,103 @@ def sort(x, dim=None, descending=False):
     x = S.to_tensor(x)
     ax = S._norm_axis(len(x.shape) - 1 if _u(dim) is None else _u(dim), len(x.shape), "tl.sort")
     return S.current().emit1("sort", [x.handle], x.type, {"axis": ax, "descending": bool(_u(descending))})
+
+
+@builtin
+def topk(x, k, dim=None):
+    """The `k` largest values of `x` along `dim` (the last dim when None), in descending order."""
+    x = S.to_tensor(x)
+    ax = S._norm_axis(len(x.shape) - 1 if _u(dim) is None else _u(dim), len(x.shape), "tl.topk")
+    k = int(_u(k))
+    if not 0 < k <= x.shape[ax]:
+        raise DSLError(f"tl.topk: k={k} must be in [1, {x.shape[ax]}]")
+    return S.dyn_slice(sort(x, ax, descending=True), 0, k, ax)
+
+
+_BITS_OF = {1: int8, 8: int8, 16: int16, 32: int32, 64: int64}
+
+
+@builtin
+def gather(src, index, axis):
+    """`out[..., i, ...] = src[..., index[..., i, ...], ...]` along `axis` (Triton's tl.gather): `index`
+    has src's rank and src's sizes on the other axes.  Built as a one-hot selection of the element's bits
+    summed over `axis` (exactly one term is non-zero, so every value, NaN and -0.0 included, is kept
+    exactly); an index outside [0, src.shape[axis]) gives zero bits."""
+    src, index = S.to_tensor(src), S.to_tensor(index)
+    rank = len(src.shape)
+    if len(index.shape) != rank or not index.dtype.is_int():
+        raise DSLError(f"tl.gather: index must be an integer tensor of src's rank {rank}, got {index.type}")
+    ax = S._norm_axis(axis, rank, "tl.gather")
+    for d in _py.range(rank):
+        if d != ax and index.shape[d] != src.shape[d]:
+            raise DSLError(f"tl.gather: index shape {list(index.shape)} and src shape {list(src.shape)} "
+                           f"differ on axis {d}")
+    n = src.shape[ax]
+    bits_dt = _BITS_OF[src.dtype.primitive_bitwidth]
+    bits = S.cast(src, bits_dt, bitcast=True) if src.dtype is not bits_dt else src
+    if src.dtype.is_bool():
+        bits = S.cast(src, int8)
+    # index gets a new axis (size 1) after `ax`; src a new axis (size 1) at `ax`, its own axis after it
+    idx = S.expand_dims(index, ax + 1)
+    positions = S.reshape(S.iota(n), tuple(n if d == ax + 1 else 1 for d in _py.range(rank + 1)))
+    hit = S.compare("eq", S.cast(idx, int64), S.cast(positions, int64))
+    picked = S.where(hit, S.expand_dims(bits, ax), 0)
+    out = S.reduce("sum", S.cast(picked, int64), ax + 1)
+    out = S.cast(out, bits_dt)
+    if src.dtype.is_bool():
+        return S.cast(out, int1)
+    return S.cast(out, src.dtype, bitcast=True) if src.dtype is not bits_dt else out
+
+
+@builtin
+def map_elementwise(scalar_fn, *args, pack=1):
+    """Apply the @jit function `scalar_fn` to the elements of `args` (broadcast together).  The function is
+    inlined on whole blocks, so it must be elementwise: branching on a value inside it is refused with a
+    located error (`if` needs a scalar condition; use tl.where)."""
+    if _u(pack) != 1:
+        raise DSLError("tl.map_elementwise: pack > 1 is not supported (it only groups elements for a GPU)")
+    ts = [S.to_tensor(a) for a in args]
+    shape = ()
+    for t in ts:
+        shape = S.broadcast_shapes(shape, t.shape)
+    ts = [S.broadcast_to_shape(t, shape) for t in ts]
+    comp = getattr(S.current(), "compiler", None)
+    return scalar_fn(*ts) if comp is None else comp.call(scalar_fn, tuple(ts))
+
+
+@builtin
+def swizzle2d(i, j, size_i, size_j, size_g):
+    """Triton's grouped ordering of a (size_i, size_j) grid: maps (i, j) in row-major order to the
+    (row, column) visited when rows are taken in groups of `size_g` (column-major inside a group)."""
+    ij = i * size_j + j
+    size_gj = size_g * size_j
+    group_id = ij // size_gj
+    off_i = group_id * size_g
+    size_g = minimum(size_i - off_i, size_g)
+    ij = ij % size_gj
+    return off_i + ij % size_g, ij // size_g
+
+
+@builtin
+def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack):
+    """Refused: the assembly is PTX/AMDGCN text, which the DSL's host backends cannot execute."""
+    raise DSLError(
+        "tl.inline_asm_elementwise is not supported: its PTX/AMDGCN assembly cannot run on the DSL's "
+        "backends; write the operation with tl functions instead"
+    )
+
+
+@builtin
+def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None, fast_math=False,
+               lhs_k_pack=True, rhs_k_pack=True, out_dtype=float32):
+    """Refused: microscaled (MX) operand formats are not implemented."""
+    raise DSLError(
+        "tl.dot_scaled is not supported: microscaled (MX fp4/fp6/fp8 with e8m0 scales) operands are not "
+        "implemented; dequantize with tl.cast and multiply by the scales, then use tl.dot"
+    )
+
+
+TRITON_MAX_TENSOR_NUMEL = 1048576  # Triton's limit on the elements of one block
 
 
 @builtin
@@ -730,7 +946,9 @@ def assume(cond):
 
 
 TENSOR_METHODS = {
-    "to": lambda x, dtype, fp_downcast_rounding=None, bitcast=False: S.cast(x, dtype, bitcast=_u(bitcast)),
+    "to": lambda x, dtype, fp_downcast_rounding=None, bitcast=False: S.cast(
+        x, dtype, bitcast=_u(bitcast), fp_downcast_rounding=_u(fp_downcast_rounding)
+    ),
     "sum": sum,
     "max": max,
     "min": min,

@@ -128,6 +128,46 @@ _ALLOWED_BUILTINS = {
 }
 
 
+def _contains_return(node) -> bool:
+    """Whether `node` has a `return` of its own (not one of a nested function or lambda)."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Return):
+            return True
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(n))
+    return False
+
+
+def _flatten(v):
+    """Leaves of a (nested) tuple/list of returned values, and its structure."""
+    if isinstance(v, (tuple, list)):
+        leaves, shapes = [], []
+        for x in v:
+            lv, sh = _flatten(x)
+            leaves += lv
+            shapes.append(sh)
+        return leaves, (type(v).__name__, tuple(shapes))
+    return [v], "leaf"
+
+
+def _unflatten(shape, it):
+    if shape == "leaf":
+        return next(it)
+    kind, parts = shape
+    vals = [_unflatten(p, it) for p in parts]
+    return tuple(vals) if kind == "tuple" else vals
+
+
+def _describe(v) -> str:
+    if v is None:
+        return "nothing"
+    if isinstance(v, (tuple, list)):
+        return f"a {type(v).__name__} of {len(v)}"
+    return "a value"
+
+
 def _assigned_names(stmts) -> set[str]:
     out: set[str] = set()
     for st in stmts:
@@ -215,11 +255,73 @@ class FunctionCompiler:
         return self.ret_value
 
     def visit_body(self, stmts) -> bool:
-        for st in stmts:
+        for i, st in enumerate(stmts):
+            if isinstance(st, ast.If) and _contains_return(st):
+                # an `if` with a `return` inside: the statements after it are its continuation, compiled
+                # at the end of each branch (a branch that returns early never reaches them)
+                self._guard(st, self.if_with_return, st, list(stmts[i + 1 :]))
+                return self.returned
             self.visit_stmt(st)
             if self.returned:
                 return True
         return False
+
+    def if_with_return(self, node, rest):
+        """`if` whose branches may `return` (Triton's early return): each branch is compiled followed by
+        `rest`, so every path ends in a return or at the end of the function; a runtime condition
+        becomes an `if` op whose results are the returned value(s)."""
+        cond = S.unwrap(self.eval(node.test))
+        if not isinstance(cond, tensor):
+            return self.visit_body(list(node.body if cond else node.orelse) + rest)
+        if cond.shape != ():
+            raise self.error(
+                node.test,
+                f"the condition of a runtime `if` must be a scalar, got a block of shape {list(cond.shape)}",
+            )
+        cond = S.to_int1(cond)
+        before = dict(self.scope)
+        blocks, rets = [], []
+        for body in (node.body, node.orelse):
+            blk = self.b.push()
+            self.scope = dict(before)
+            self.returned, self.ret_value = False, None
+            self.visit_body(list(body) + rest)
+            self.b.pop()
+            blocks.append(blk)
+            rets.append(self.ret_value)
+        leaves_t, shape_t = _flatten(rets[0])
+        leaves_e, shape_e = _flatten(rets[1])
+        if shape_t != shape_e:
+            raise self.error(
+                node,
+                "the paths through this runtime `if` return different kinds of values "
+                f"({_describe(rets[0])} and {_describe(rets[1])}); every return must give the same "
+                "structure",
+            )
+        merged, dynamic, types = [], [], []
+        for i, (a, b) in enumerate(zip(leaves_t, leaves_e, strict=True)):
+            if not isinstance(a, tensor) and not isinstance(b, tensor) and type(a) is type(b) and a == b:
+                merged.append(a)
+                continue
+            if a is None or b is None:
+                raise self.error(
+                    node, "a path through this runtime `if` returns None where another returns a value"
+                )
+            dynamic.append(i)
+            types.append(self._unify("return value", a, b, node))
+            merged.append(None)
+        for blk, leaves in zip(blocks, (leaves_t, leaves_e), strict=True):
+            self.b.push(blk)
+            vals = [self._coerce(leaves[i], t).handle for i, t in zip(dynamic, types, strict=True)]
+            self.b.emit("yield", vals, [])
+            self.b.pop()
+        results = self.b.emit("if", [cond.handle], types, regions=blocks)
+        for i, r in zip(dynamic, results, strict=True):
+            merged[i] = tensor(r)
+        self.scope = before
+        self.returned = True
+        self.ret_value = _unflatten(shape_t, iter(merged))
+        return True
 
     # ------------------------------------------------------------------ statements
     def visit_stmt(self, node):
@@ -659,6 +761,13 @@ class FunctionCompiler:
         try:
             return S.unwrap(getattr(v, node.attr))
         except AttributeError:
+            if S._is_py_scalar(S.unwrap(v)):
+                # a Python number used as a tensor (`(1).to(tl.int64)`, `x.dtype` of `x = 0`), as
+                # Triton's constexpr-to-tensor conversion allows
+                try:
+                    return S.unwrap(getattr(S.to_tensor(S.unwrap(v)), node.attr))
+                except AttributeError:
+                    pass
             what = getattr(v, "__name__", type(v).__name__)
             raise self.error(node, f"'{what}' has no attribute '{node.attr}'") from None
 
@@ -738,7 +847,36 @@ class FunctionCompiler:
         c = S.unwrap(self.eval(node.test))
         if not isinstance(c, tensor):
             return self.eval(node.body) if c else self.eval(node.orelse)
-        return S.where(c, self.eval(node.body), self.eval(node.orelse))
+        if c.shape != ():
+            return S.where(c, self.eval(node.body), self.eval(node.orelse))
+        # a scalar runtime condition: each branch is compiled into its own block; pure value branches
+        # become a select (as before), branches with side effects or without a value an `if` op, so only
+        # the taken branch runs
+        blocks, vals = [], []
+        for branch in (node.body, node.orelse):
+            blk = self.b.push()
+            try:
+                vals.append(S.unwrap(self.eval(branch)))
+            finally:
+                self.b.pop()
+            blocks.append(blk)
+        a, b = vals
+        pure = not any(op.opcode in _SIDE_EFFECTS or op.regions for blk in blocks for op in blk.ops)
+        if pure and a is not None and b is not None:
+            for blk in blocks:
+                self.b.block.ops.extend(blk.ops)
+            return S.where(c, a, b)
+        if (a is None) != (b is None):
+            raise self.error(
+                node, "one branch of this runtime conditional expression has a value and the other has none"
+            )
+        types = [] if a is None else [self._unify("conditional expression", a, b, node)]
+        for blk, v in zip(blocks, vals, strict=True):
+            self.b.push(blk)
+            self.b.emit("yield", [self._coerce(v, t).handle for t in types], [])
+            self.b.pop()
+        results = self.b.emit("if", [S.to_int1(c).handle], types, regions=blocks)
+        return tensor(results[0]) if results else None
 
     def expr_Tuple(self, node):
         return tuple(self._eval_elts(node.elts))
@@ -810,18 +948,20 @@ class FunctionCompiler:
         bound.apply_defaults()
         scope = {}
         for name, v in bound.arguments.items():
-            v = S.unwrap(v)
-            if name in jf.constexpr_params and isinstance(v, tensor):
-                raise self.error(
-                    node, f"argument '{name}' of '{jf.__name__}' is constexpr but got a runtime tensor"
-                )
-            scope[name] = v
+            # a helper's `tl.constexpr` annotation does not force its argument to be compile-time: Triton
+            # passes a runtime value through unchanged (06-fused-attention's `offs_m: tl.constexpr`)
+            scope[name] = S.unwrap(v)
         sub = FunctionCompiler(jf, self.b, scope, self.depth + 1, self.kernel_name)
         self.jf.used_functions.add(jf)
         return sub.compile_body()
 
 
 _MISSING = object()
+# ops that must not run on the path a runtime conditional expression does not take (effects, faults)
+_SIDE_EFFECTS = frozenset(
+    {"store", "atomic", "atomic_cas", "print", "assert", "block_store", "breakpoint", "load", "block_load"}
+    | {"dyn_slice"}
+)
 
 
 def compile_kernel(jf, spec) -> Function:

@@ -94,6 +94,11 @@ class TensorType:
             n *= s
         return n
 
+    @property
+    def element_ty(self):
+        """Triton's `x.type.element_ty`: the pointee of a pointer type, else the element dtype."""
+        return self.dtype.element_ty if self.dtype.is_ptr() else self.dtype
+
     def with_shape(self, shape) -> TensorType:
         return TensorType(self.dtype, tuple(shape), self.root)
 

@@ -27,6 +27,7 @@ from torch_rbln.profiling import state as _profiler_state
 from . import backends as _backends
 from . import dtypes as D
 from .errors import CompilationError, LaunchError
+from .ir import TensorType
 from .semantic import constexpr, unwrap
 
 __all__ = [
@@ -54,6 +55,12 @@ _IGNORED_LAUNCH_OPTIONS = {
     "sanitize_overflow",
     "device",
     "device_type",
+    # AMD backend options (tutorial 03's HIP configs carry waves_per_eu in their meta-parameters)
+    "waves_per_eu",
+    "matrix_instr_nonkdim",
+    "kpack",
+    "allow_flush_denorm",
+    "instruction_sched_variant",
 }
 
 
@@ -163,6 +170,54 @@ class CompiledKernel:
     @property
     def asm(self) -> dict:
         return {"ir": str(self.ir)}
+
+    # --- Triton's CompiledKernel surface (02-fused-softmax sizes a persistent grid with it) ---
+    def _init_handles(self) -> None:
+        """Triton loads the binary onto the GPU here; a DSL kernel is loaded by its first launch."""
+
+    @property
+    def n_regs(self) -> int:
+        """Registers per lane: host programs have none; a nominal 32 keeps occupancy formulas finite."""
+        return 32
+
+    @property
+    def n_spills(self) -> int:
+        return 0
+
+    @property
+    def metadata(self):
+        """`name`, and `shared`: the bytes of the largest block value (the working set a GPU would keep
+        in shared memory), at least 1 so that `max_shared_mem // shared` is defined."""
+        import types as _types
+
+        largest = 1
+        stack = [self.ir.body]
+        while stack:
+            blk = stack.pop()
+            for op in blk.ops:
+                for r in op.results:
+                    ty = r.type
+                    if isinstance(ty, TensorType) and ty.shape and not ty.dtype.is_ptr():
+                        largest = max(largest, ty.numel * ty.dtype.itemsize)
+                stack.extend(op.regions)
+        return _types.SimpleNamespace(name=self.ir.name, shared=largest, num_warps=4, num_stages=1)
+
+    def __getitem__(self, grid):
+        """`compiled[grid](*args)`: launch this specialisation with all of the kernel's arguments
+        (constexprs included, as Triton's CompiledKernel takes them); other constexpr values are an error
+        rather than a silent recompile."""
+
+        def launch(*args, **kwargs):
+            jf = self.function
+            spec = specialize(jf, jf.bind(args, dict(kwargs)))
+            if spec.key != self.key:
+                raise LaunchError(
+                    f"compiled kernel '{jf.__name__}' launched with arguments of another specialisation "
+                    "(different constexpr values or argument dtypes); launch the @jit function instead"
+                )
+            return jf.run(*args, grid=grid, **kwargs)
+
+        return launch
 
     def __repr__(self):
         return f"<CompiledKernel {self.ir.name} key={self.key[:12]}>"

@@ -23,6 +23,9 @@ from .core import (  # noqa: F401
     sqrt,
     sqrt_rn,
     tanh,
+    umulhi,
 )
+from .core import exp as fast_expf  # noqa: F401  (exact here; approximate on a GPU)
+from .core import fdiv as fast_dividef  # noqa: F401
 from .core import maximum as max  # noqa: F401  (older Triton spelling)
 from .core import minimum as min  # noqa: F401

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import dtypes as D
+from .driver import driver  # noqa: F401  (`triton.runtime.driver`)
 
 _HOST_VIEWS: dict[str, Callable] = {}
 
@@ -75,6 +76,8 @@ def flat_numpy_view(t, dt: D.dtype) -> np.ndarray:
         torch.uint8,
         torch.bool,
     ):
+        if h.dtype.itemsize == 1:  # fp8: raw codes viewed as the ml_dtypes float8 type
+            return flat.view(torch.uint8).numpy().view(D.numpy_dtype(dt))
         if h.dtype.itemsize == 2:
             return flat.view(torch.int16).numpy().view(D.numpy_dtype(dt))
         if h.dtype.itemsize == 4:

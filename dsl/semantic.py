@@ -117,6 +117,21 @@ def _is_py_scalar(x) -> bool:
 # ---------------------------------------------------------------------------------------------------
 # tensor
 # ---------------------------------------------------------------------------------------------------
+class _Shape(tuple):
+    """A tensor's shape: a tuple that also equals the list of the same sizes, because Triton's
+    `tensor.shape` is a list and kernels write `tl.static_assert(x.shape == [BLOCK])`."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        return tuple.__eq__(self, tuple(other) if isinstance(other, list) else other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = tuple.__hash__
+
+
 class tensor:
     """A value inside a kernel: a block (or scalar) with static `shape` and `dtype`.
 
@@ -137,7 +152,7 @@ class tensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.type.shape)
+        return _Shape(self.type.shape)
 
     @property
     def numel(self) -> int:
@@ -406,6 +421,8 @@ def computation_type(a: dtype, a_scalar: bool, b: dtype, b_scalar: bool, div_or_
         if div_or_mod:
             return D.float32
         return D.bfloat16 if a is b else D.float32
+    if a.is_fp8() and b.is_fp8():  # Triton: one fp8 type stays, two different ones meet in fp16
+        return a if a is b else D.float16
     if not a.is_int() or not b.is_int():
         raise DSLError(f"unexpected operand types {a} and {b}")
     if div_or_mod and a.is_int_signed() != b.is_int_signed() and D.int1 not in (a, b):
@@ -439,6 +456,12 @@ def _materialize(x, dt: dtype, shape) -> tensor:
     if not isinstance(x, tensor):
         if dt.is_int_unsigned() and x < 0:
             raise DSLError(f"cannot mix negative constant {x} with unsigned {dt}")
+        if dt.is_int() and not dt.is_bool() and not isinstance(x, bool):
+            bits = dt.primitive_bitwidth
+            low = 0 if dt.is_int_unsigned() else -(2 ** (bits - 1))
+            high = 2**bits - 1 if dt.is_int_unsigned() else 2 ** (bits - 1) - 1
+            if isinstance(x, int) and not low <= x <= high:
+                raise DSLError(f"integer constant {x} is out of range for {dt} (Triton does not wrap it)")
         return constant(x, dt, shape)
     return broadcast_to_shape(cast(x, dt), shape)
 
@@ -448,6 +471,10 @@ def _materialize(x, dt: dtype, shape) -> tensor:
 # ---------------------------------------------------------------------------------------------------
 def binary(op: str, a, b) -> tensor:
     a, b = unwrap(a), unwrap(b)
+    if isinstance(b, PointerChoice) and not isinstance(a, PointerChoice):
+        return b._offset(op, a, reflected=True) if op in ("add", "sub") else _no_choice_op(op)
+    if isinstance(a, PointerChoice):
+        return a._offset(op, b) if op in ("add", "sub") else _no_choice_op(op)
     if not isinstance(a, tensor) and not isinstance(b, tensor):
         return _fold(op, a, b)
     # pointer arithmetic
@@ -473,7 +500,20 @@ def binary(op: str, a, b) -> tensor:
             raise DSLError("** is only supported on floating point tensors")
     else:
         a, b = _prepare(a, b)
+    if a.dtype.is_fp8():
+        return _via_f32(a.dtype, lambda x, y: binary(op, x, y), a, b)
     return current().emit1("binary", [a.handle, b.handle], a.type, {"op": op})
+
+
+def _via_f32(dt: dtype, fn, *xs):
+    """`fn` of fp8 operands computed in fp32 (every fp8 value is exact there) and rounded back to `dt`
+    once: fp8 arithmetic as Triton lowers it (upcast, compute, round to nearest even)."""
+    r = fn(*[cast(x, D.float32) for x in xs])
+    return cast(r, dt) if isinstance(r, tensor) and r.dtype is D.float32 else r
+
+
+def _no_choice_op(op):
+    raise DSLError(f"unsupported pointer arithmetic: {op}")
 
 
 def _fold(op, a, b):
@@ -551,6 +591,8 @@ def compare(op, a, b) -> tensor:
             raise DSLError("pointers can only be compared with pointers")
     else:
         a, b = _prepare(a, b)
+        if a.dtype.is_fp8():
+            a, b = cast(a, D.float32), cast(b, D.float32)
     return current().emit1("cmp", [a.handle, b.handle], TensorType(D.int1, a.shape), {"op": op})
 
 
@@ -640,6 +682,8 @@ def unary(op: str, x) -> tensor:
         if op in ("floor", "ceil", "rint", "trunc"):
             return x
         raise DSLError(f"{op} expects a floating point tensor (fp16, bf16, fp32, fp64), got {dt}")
+    if dt.is_fp8():
+        return _via_f32(dt, lambda v: unary(op, v), x)
     out = TensorType(D.int1, x.shape) if op in ("isnan", "isinf", "signbit") else x.type
     return current().emit1("unary", [x.handle], out, {"op": op})
 
@@ -649,7 +693,73 @@ def fma(a, b, c) -> tensor:
     a, b = _prepare(a, b)
     a, c = _prepare(a, c)
     a, b = _prepare(a, b)
+    if a.dtype.is_fp8():
+        return _via_f32(a.dtype, fma, a, b, c)
     return current().emit1("fma", [a.handle, b.handle, c.handle], a.type)
+
+
+class PointerChoice:
+    """`tl.where(c, a, b)` of pointers into two different kernel arguments.
+
+    An IR pointer points into one argument, so the choice stays symbolic: offsets apply to both pointers,
+    and a load reads through `a` where `c` holds and through `b` elsewhere (each load masked to its own
+    lanes, so no lane reads the memory it did not choose); a store writes the same way."""
+
+    def __init__(self, cond: tensor, a: tensor, b: tensor):
+        shape = broadcast_shapes(broadcast_shapes(a.shape, b.shape), cond.shape)
+        self.cond = broadcast_to_shape(cond, shape)
+        self.a, self.b = broadcast_to_shape(a, shape), broadcast_to_shape(b, shape)
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+    @property
+    def shape(self):
+        return self.a.shape
+
+    def _offset(self, op, off, reflected=False):
+        if isinstance(off, PointerChoice) or (isinstance(off, tensor) and off.dtype.is_ptr()):
+            raise DSLError(f"unsupported pointer arithmetic {op} between two pointers")
+        if reflected and op == "sub":
+            raise DSLError("unsupported pointer arithmetic: an integer minus a pointer")
+        return PointerChoice(self.cond, binary(op, self.a, off), binary(op, self.b, off))
+
+    def __add__(self, o):
+        return self._offset("add", o)
+
+    def __radd__(self, o):
+        return self._offset("add", o, True)
+
+    def __sub__(self, o):
+        return self._offset("sub", o)
+
+    def __rsub__(self, o):
+        return self._offset("sub", o, True)
+
+    def __getitem__(self, idx):
+        return PointerChoice(subscript(self.cond, idx), subscript(self.a, idx), subscript(self.b, idx))
+
+    def __bool__(self):
+        raise DSLError("the truth value of a pointer chosen at runtime is not known at compile time")
+
+    def _masks(self, mask):
+        take_a, take_b = self.cond, logical_not(self.cond)
+        if mask is not None:
+            m = to_int1(to_tensor(mask))
+            take_a, take_b = logical("and", take_a, m), logical("and", take_b, m)
+        return take_a, take_b
+
+    def load(self, mask, other, volatile):
+        take_a, take_b = self._masks(mask)
+        va = load(self.a, take_a, other, volatile=volatile)
+        vb = load(self.b, take_b, other, volatile=volatile)
+        return where(self.cond, va, vb)
+
+    def store(self, value, mask):
+        take_a, take_b = self._masks(mask)
+        store(self.a, value, take_a)
+        store(self.b, value, take_b)
 
 
 def where(cond, x, y) -> tensor:
@@ -665,7 +775,12 @@ def where(cond, x, y) -> tensor:
             and x.type.dtype == y.type.dtype
             and x.type.root == y.type.root
         ):
-            raise DSLError("tl.where on pointers requires two pointers into the same argument")
+            if isinstance(x, tensor) and isinstance(y, tensor) and x.dtype == y.dtype:
+                return PointerChoice(cond_t, x, y)
+            raise DSLError(
+                "tl.where choosing between pointers of different element types (or a pointer and a value) "
+                f"is not supported: {_operand_dtype(x)} and {_operand_dtype(y)}"
+            )
         shape = broadcast_shapes(broadcast_shapes(x.shape, y.shape), cond_t.shape)
         xt, yt = broadcast_to_shape(x, shape), broadcast_to_shape(y, shape)
     else:
@@ -684,6 +799,8 @@ def minmax(op, a, b, propagate_nan=None):
     if not isinstance(a, tensor) and not isinstance(b, tensor):
         return max(a, b) if op == "maximum" else min(a, b)
     a, b = _prepare(a, b)
+    if a.dtype.is_fp8():
+        return _via_f32(a.dtype, lambda x, y: minmax(op, x, y), a, b)
     return current().emit1("binary", [a.handle, b.handle], a.type, {"op": op})
 
 
@@ -710,10 +827,47 @@ def cast(x, dt, bitcast=False, fp_downcast_rounding=None) -> tensor:
     if x.dtype is dt:
         return x
     if dt.is_ptr() or x.dtype.is_ptr():
-        raise DSLError(f"casting between pointers and values ({x.dtype} -> {dt}) is not supported")
+        raise DSLError(
+            f"casting between pointers and values ({x.dtype} -> {dt}) is not supported: a pointer is an "
+            "offset into one kernel argument, not an address"
+        )
+    if D.float8e4b15 in (x.dtype, dt):
+        D.numpy_dtype(D.float8e4b15)  # raises: no values of this format (see dtypes)
     if bitcast and x.dtype.primitive_bitwidth != dt.primitive_bitwidth:
         raise DSLError(f"bitcast needs equal bit widths: {x.dtype} -> {dt}")
+    mode = unwrap(fp_downcast_rounding)
+    if mode is not None:
+        if mode not in ("rtne", "rtz"):
+            raise DSLError(f"fp_downcast_rounding must be 'rtne' or 'rtz', got {mode!r}")
+        if bitcast or not (x.dtype.is_floating() and dt.is_floating()
+                           and dt.primitive_bitwidth < x.dtype.primitive_bitwidth):
+            raise DSLError(
+                f"fp_downcast_rounding is only for narrowing float conversions, not {x.dtype} -> {dt}"
+            )
+        if mode == "rtz":
+            return _cast_toward_zero(x, dt)
     return current().emit1("cast", [x.handle], TensorType(dt, x.shape), {"bitcast": bool(bitcast)})
+
+
+def _cast_toward_zero(x: tensor, dt: dtype) -> tensor:
+    """Narrowing float cast rounded toward zero (Triton's fp_downcast_rounding="rtz"): the nearest-even
+    result, stepped one code toward zero where it came out larger in magnitude than `x` (an overflow to
+    inf becomes the largest finite value).  Exact: the wider type holds every narrow value."""
+    r = cast(x, dt)
+    back = cast(r, x.dtype)
+    too_big = compare("gt", unary("abs", back), unary("abs", x))
+    bits_dt = D.int8 if dt.primitive_bitwidth == 8 else D.int16
+    stepped_bits = binary("sub", cast(r, bits_dt, bitcast=True), 1)
+    fnuz = dt.name in ("fp8e4b8", "fp8e5b16")
+    if fnuz:  # code 0x80 is NaN there, not -0: one step below -(smallest) is +0
+        stepped_bits = where(compare("eq", stepped_bits, -128), 0, stepped_bits)
+    out = where(too_big, cast(stepped_bits, dt, bitcast=True), r)
+    if fnuz:  # overflow gives NaN there (no inf): toward zero it is the largest finite value
+        values, positive, _nan = D.fp8_tables(dt)
+        largest = float(values[positive[-1]])
+        overflow = logical("and", unary("isnan", back), logical_not(unary("isnan", x)))
+        out = where(overflow, cast(where(compare("lt", x, 0.0), -largest, largest), dt), out)
+    return out
 
 
 def _shape_arg(shape) -> tuple[int, ...]:
@@ -859,6 +1013,8 @@ def _ptr_check(p, what):
 
 def load(ptr, mask=None, other=None, boundary_check=(), padding_option="", volatile=False) -> tensor:
     ptr = unwrap(ptr)
+    if isinstance(ptr, PointerChoice):
+        return ptr.load(unwrap(mask), unwrap(other), volatile)
     if isinstance(ptr, tensor) and ptr.is_block_ptr():
         if mask is not None or other is not None:
             raise DSLError("mask and other are not allowed with block pointers; use boundary_check")
@@ -888,6 +1044,8 @@ def load(ptr, mask=None, other=None, boundary_check=(), padding_option="", volat
 
 def store(ptr, value, mask=None, boundary_check=()) -> None:
     ptr = unwrap(ptr)
+    if isinstance(ptr, PointerChoice):
+        return ptr.store(value, unwrap(mask))
     if isinstance(ptr, tensor) and ptr.is_block_ptr():
         if mask is not None:
             raise DSLError("mask is not allowed with block pointers; use boundary_check")
@@ -1049,6 +1207,10 @@ def dot(a, b, acc=None, input_precision=None, out_dtype=D.float32) -> tensor:
             f"tl.dot shape mismatch: the inner dimensions of {list(sa)} and {list(sb)} differ "
             f"({sa[-1]} != {sb[-2]})"
         )
+    if a.dtype.is_fp8() or b.dtype.is_fp8():
+        # fp8 operands (of any fp8 formats) are exact in fp16; the products accumulate in fp32 as for fp16
+        a = cast(a, D.float16) if a.dtype.is_fp8() else a
+        b = cast(b, D.float16) if b.dtype.is_fp8() else b
     if a.dtype is not b.dtype:
         ct = computation_type(a.dtype, False, b.dtype, False, False)
         a, b = cast(a, ct), cast(b, ct)
@@ -1098,6 +1260,8 @@ def pick_sum_dtype(dt: dtype, requested=None) -> dtype:
 def reduce(kind, x, axis=None, keep_dims=False, out_dtype=None) -> tensor:
     x = to_tensor(x)
     _check_tensor(x)
+    if x.dtype.is_fp8():
+        return _via_f32(x.dtype, lambda v: reduce(kind, v, axis, keep_dims, out_dtype), x)
     rank = len(x.shape)
     ax = _norm_axis(axis, rank, f"tl.{kind}")
     keep = bool(unwrap(keep_dims))
@@ -1126,6 +1290,8 @@ def scan(kind, x, axis=0, reverse=False, out_dtype=None) -> tensor:
     if rank == 0:
         raise DSLError(f"tl.cum{kind} needs a block, got a scalar")
     ax = _norm_axis(axis, rank, f"tl.cum{kind}")
+    if x.dtype.is_fp8():
+        return _via_f32(x.dtype, lambda v: scan(kind, v, axis, reverse, out_dtype), x)
     dt = pick_sum_dtype(x.dtype, out_dtype)
     x = cast(x, dt)
     return current().emit1(

@@ -87,7 +87,12 @@ def cast_array(x, src: D.dtype, dst: D.dtype, bitcast: bool = False):
     if dst is D.int1:
         return np.not_equal(x, 0) if src is not D.bfloat16 else np.not_equal(np.asarray(x, _F32), 0)
     scalar = np.ndim(x) == 0
-    if dst is D.bfloat16:
+    if dst.is_fp8():  # nearest code, ties to even (dtypes.round_to_fp8_codes), from the exact source value
+        src_values = np.asarray(x).astype(_F32) if src.is_fp8() or src is D.bfloat16 else np.asarray(x)
+        out = D.round_to_fp8_codes(src_values, dst).view(nd)
+    elif src.is_fp8():
+        out = cast_array(np.asarray(x).astype(_F32), D.float32, dst)
+    elif dst is D.bfloat16:
         out = to_bf16(x)
     elif src is D.bfloat16:
         out = np.asarray(x).astype(_F32).astype(nd)
@@ -105,6 +110,8 @@ def _const(value, dt: D.dtype, shape):
     nd = _npd(dt)
     if dt is D.bfloat16:
         v = to_bf16(np.float64(value))[()]
+    elif dt.is_fp8():
+        v = D.round_to_fp8_codes(np.float64(value), dt).view(nd)[()]
     else:
         v = nd.type(value)
     if shape == ():
@@ -922,6 +929,7 @@ class Executable:
             and not _is_low(dst)
             and dst is not D.int1
             and not (dst.is_int() and src.is_floating())
+            and not (src.is_fp8() or dst.is_fp8())
         ):
 
             def run(e):

@@ -96,7 +96,17 @@ _NP_NAMES = {
     "bf16": "np.float32",
     "fp32": "np.float32",
     "fp64": "np.float64",
+    "fp8e5": "np.float32",
+    "fp8e4nv": "np.float32",
+    "fp8e4b8": "np.float32",
+    "fp8e5b16": "np.float32",
 }
+_FP8 = ("fp8e5", "fp8e4nv", "fp8e4b8", "fp8e5b16")
+
+
+def source_text_hint(*parts) -> str:
+    """The generated lines joined, to see whether the kernel calls the fp8 helpers (imported only then)."""
+    return "\n".join(line for part in parts for line in part)
 
 
 def compute_type(dt: D.dtype) -> str:
@@ -108,6 +118,8 @@ def compute_type(dt: D.dtype) -> str:
 
 def memory_dtype_name(dt: D.dtype) -> str:
     """numpy dtype name of an argument's memory as the kernel sees it (f16/bf16 as raw uint16 bits)."""
+    if dt.name in _FP8:
+        return "uint8"
     return {"fp16": "uint16", "bf16": "uint16", "int1": "bool"}.get(dt.name, _NP_NAMES[dt.name][3:])
 
 
@@ -117,6 +129,8 @@ def _typed(dt: D.dtype, expression: str) -> str:
         return f"round_bf16({expression})"
     if dt.name == "fp16":
         return f"round_f16({expression})"
+    if dt.name in _FP8:
+        return f"round_{dt.name}({expression})"
     if dt.name == "int1":
         return f"({expression} != 0)"
     return f"{compute_type(dt)}({expression})"
@@ -133,7 +147,7 @@ def _literal(dt: D.dtype, value) -> str:
             text = "np.inf" if value > 0 else "-np.inf"
         else:
             text = repr(value)
-        return _typed(dt, text) if dt.name in ("bf16", "fp16") else f"{compute_type(dt)}({text})"
+        return _typed(dt, text) if dt.name in ("bf16", "fp16") + _FP8 else f"{compute_type(dt)}({text})"
     return f"{compute_type(dt)}({int(value)})"
 
 
@@ -142,6 +156,8 @@ def _load_value(dt: D.dtype, element: str) -> str:
         return f"bf16_bits_to_f32({element})"
     if dt.name == "fp16":
         return f"f16_bits_to_f32({element})"
+    if dt.name in _FP8:
+        return f"{dt.name}_bits_to_f32({element})"
     return element
 
 
@@ -164,6 +180,8 @@ def _store_value(dt: D.dtype, value: str) -> str:
         rounding, conversion = ("round_bf16", "f32_to_bf16_bits") if dt.name == "bf16" else \
             ("round_f16", "f32_to_f16_bits")
         return f"{conversion}({_sole_argument(value, rounding) or value})"
+    if dt.name in _FP8:
+        return f"f32_to_{dt.name}_bits({_sole_argument(value, 'round_' + dt.name) or value})"
     if dt.name == "int1":
         return f"({value} != 0)"
     return f"{compute_type(dt)}({value})"
@@ -455,6 +473,7 @@ class _Lowering:
             support_digest=_support_digest(),
             dot_support=self.uses_dot_support,
             dot_support_digest=_dot_support_digest() if self.uses_dot_support else "",
+            fp8="fp8" in source_text_hint(self.lines, self.hoisted, prologue),
         )
         return Lowered(
             source,
@@ -586,7 +605,7 @@ class _Lowering:
         src = source.type.dtype
         dst = op.result.type.dtype
         if op.attrs.get("bitcast"):
-            if src.name in ("fp16", "bf16") or dst.name in ("fp16", "bf16", "int1"):
+            if src.name in ("fp16", "bf16") + _FP8 or dst.name in ("fp16", "bf16", "int1") + _FP8:
                 raise UnsupportedByNumba(f"bitcast {src.name} -> {dst.name}")
             target = compute_type(dst)
             self.define(

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 
 from ... import dtypes as D
 from ...ir import BlockPtrType, Function, Op, Value
+from ..interpret import int_cast_preserves_value
 
 ERR_OUT_OF_BOUNDS = 1
 ERR_ASSERT = 2
@@ -616,7 +618,7 @@ class _Lowering:
             )
             return
         affine = None
-        if src.is_int() and not src.is_bool() and dst.is_int() and not dst.is_bool():
+        if int_cast_preserves_value(src, dst):
             affine = self.affine_of(source)
         if dst.name in ("bf16", "fp16") and (src.name == "fp64" or src.is_int()):
             # one rounding straight from the wide value, no float32 step in between
@@ -789,23 +791,51 @@ class _Lowering:
         )
 
     # ---- memory
-    def _address(self, op: Op, root: int, pointer: str, mask: str | None, kind: str) -> str:
-        """Emit the bounds check of one lane; returns the offset variable."""
+    def _address(
+        self, op: Op, root: int, pointer: str, mask: str | None, kind: str, wrapped: str | None = None
+    ) -> str:
+        """Emit the bounds check of one lane; returns the offset variable. `wrapped`, when given, is
+        a test true where the int64 offset may have wrapped and its exact value is out of bounds."""
         offset = self.fresh("o")
         self.emit(f"{offset} = {pointer}")
         site = self.error_code(op, kind)
         condition = f"{offset} < 0 or {offset} >= n{root}"
+        if wrapped is not None:
+            condition += f" or ({wrapped})"
         self.emit(f"if {condition}:")
         self.depth += 1
         self.fail(ERR_OUT_OF_BOUNDS, site, offset)
         self.depth -= 1
         return offset
 
+    def _affine_wraps(self, pointer: Value, shape: tuple[int, ...]):
+        """For a lane-by-lane access through an affine pointer: once per access, a variable false
+        when no lane's int64 offset can wrap; returns a function of the lane index giving the test
+        `_address` adds (None when the pointer is not affine, and then its typed value is checked)."""
+        affine = self.affine_of(pointer)
+        if affine is None or not shape:
+            return lambda index: None
+        base = _shadow(affine.base, False)
+        bounds = [_shadow(affine.base, True)] + [_shadow(c, True) for c in affine.coefficients]
+        signed = [_shadow(c, False) for c in affine.coefficients]
+        if base is None or None in bounds or None in signed:
+            return lambda index: None
+        may_wrap = self.fresh("mg")
+        spans = [f"({b}) * {extent - 1}.0" for b, extent in zip(bounds[1:], shape, strict=True)]
+        self.emit(f"{may_wrap} = {' + '.join([bounds[0], *spans])} >= {_SHADOW_LIMIT}")
+
+        def test(index: list[str]) -> str:
+            exact = " + ".join([f"({base})", *(f"{i} * ({c})" for i, c in zip(index, signed, strict=True))])
+            return f"{may_wrap} and abs({exact}) >= {_SHADOW_LIMIT}"
+
+        return test
+
     def _box(self, pointer: Value, mask: Value | None, shape: tuple[int, ...]):
         """For an affine pointer under an interval mask (or none): the active lanes form a box
         `index[d] < count[d]`. Returns (affine, counts) or None when the access is irregular."""
         affine = self.affine_of(pointer)
-        if affine is None or not shape:
+        if affine is None or not shape or _shadow(affine.base, True) is None \
+                or any(_shadow(c, True) is None for c in affine.coefficients):
             return None
         if mask is None:
             upper = (None,) * len(shape)
@@ -837,6 +867,9 @@ class _Lowering:
         low, high = self.fresh("lo"), self.fresh("hi")
         self.emit(f"{low} = np.int64({affine.base})")
         self.emit(f"{high} = {low}")
+        # the bound on every intermediate of the offsets: below 2**62 their int64 values are exact
+        bound = self.fresh("mg")
+        self.emit(f"{bound} = {_shadow(affine.base, True)}")
         for coefficient, count in zip(affine.coefficients, counts, strict=True):
             if coefficient == 0:
                 continue
@@ -844,8 +877,9 @@ class _Lowering:
             self.emit(f"{span} = np.int64({coefficient}) * ({count} - 1)")
             self.emit(f"{low} += min(0, {span})")
             self.emit(f"{high} += max(0, {span})")
+            self.emit(f"{bound} += ({_shadow(coefficient, True)}) * np.float64({count} - 1)")
         site = self.error_code(op, kind)
-        self.emit(f"if {low} < 0 or {high} >= n{root}:")
+        self.emit(f"if {low} < 0 or {high} >= n{root} or {bound} >= {_SHADOW_LIMIT}:")
         self.depth += 1
         self.fail(ERR_OUT_OF_BOUNDS, site, f"{low} if {low} < 0 else {high}")
         self.depth -= 1
@@ -870,12 +904,13 @@ class _Lowering:
             name = self.buffer(op.result.id, shape, dt)
         else:
             name = f"v{op.result.id}"
+        wrapped = self._affine_wraps(pointer, shape)
         index = self.open_loops(shape)
         target = f"{name}[{', '.join(index)}]" if shape else name
         if rm is not None:
             self.emit(f"if {rm.render(index)}:")
             self.depth += 1
-        offset = self._address(op, root, rp.render(index), None, "load")
+        offset = self._address(op, root, rp.render(index), None, "load", wrapped(index))
         self.emit(f"{target} = {_load_value(dt, _memory(root, offset))}")
         if rm is not None:
             self.depth -= 1
@@ -983,11 +1018,12 @@ class _Lowering:
         rm = self.get(mask) if mask is not None else None
         dt = value.type.dtype
         shape = value.type.shape
+        wrapped = self._affine_wraps(pointer, shape)
         index = self.open_loops(shape)
         if rm is not None:
             self.emit(f"if {rm.render(index)}:")
             self.depth += 1
-        offset = self._address(op, root, rp.render(index), None, "store")
+        offset = self._address(op, root, rp.render(index), None, "store", wrapped(index))
         self.emit(f"{_memory(root, offset)} = {_store_value(dt, rv.render(index))}")
         if rm is not None:
             self.depth -= 1
@@ -1004,13 +1040,14 @@ class _Lowering:
         shape = value.type.shape
         kind = op.attrs["kind"]
         name = self.buffer(op.result.id, shape, dt) if shape else f"v{op.result.id}"
+        wrapped = self._affine_wraps(pointer, shape)
         index = self.open_loops(shape)
         target = f"{name}[{', '.join(index)}]" if shape else name
         self.emit(f"{target} = {_literal(dt, 0)}")
         if rm is not None:
             self.emit(f"if {rm.render(index)}:")
             self.depth += 1
-        offset = self._address(op, root, rp.render(index), None, "atomic")
+        offset = self._address(op, root, rp.render(index), None, "atomic", wrapped(index))
         old = self.fresh("old")
         new = rv.render(index)
         self.emit(f"{old} = {_load_value(dt, _memory(root, offset))}")
@@ -1041,9 +1078,10 @@ class _Lowering:
         dt = value.type.dtype
         shape = value.type.shape
         name = self.buffer(op.result.id, shape, dt) if shape else f"v{op.result.id}"
+        wrapped = self._affine_wraps(pointer, shape)
         index = self.open_loops(shape)
         target = f"{name}[{', '.join(index)}]" if shape else name
-        offset = self._address(op, root, rp.render(index), None, "atomic_cas")
+        offset = self._address(op, root, rp.render(index), None, "atomic_cas", wrapped(index))
         self.emit(f"{target} = {_load_value(dt, _memory(root, offset))}")
         self.emit(f"if {target} == {rc.render(index)}:")
         self.emit(f"    {_memory(root, offset)} = {_store_value(dt, rv.render(index))}")
@@ -1314,6 +1352,26 @@ class _Lowering:
             pointer.root, pointer.base, pointer.shape, pointer.strides, offsets, pointer.block_shape
         )
 
+    def _block_wraps(self, pointer: BlockPointer) -> str:
+        """Once per access: a variable false when no lane's int64 address can wrap (a bound on its
+        terms below 2**62); lanes of an access where it is true also test their float64 address."""
+        bound = self.fresh("mg")
+        terms = [f"abs(np.float64({pointer.base}))"] + [
+            f"(abs(np.float64({o})) + {extent - 1}.0) * abs(np.float64({s}))"
+            for o, s, extent in zip(pointer.offsets, pointer.strides, pointer.block_shape, strict=True)
+        ]
+        self.emit(f"{bound} = {' + '.join(terms)} >= {_SHADOW_LIMIT}")
+        return bound
+
+    def _block_exact(self, pointer: BlockPointer, index: list[str], may_wrap: str) -> str:
+        """The per-lane test `_address` adds when the access may wrap: the exact address is huge."""
+        address = " + ".join(
+            [f"np.float64({pointer.base})"]
+            + [f"(np.float64({o}) + {i}) * np.float64({s})"
+               for o, i, s in zip(pointer.offsets, index, pointer.strides, strict=True)]
+        )
+        return f"{may_wrap} and abs({address}) >= {_SHADOW_LIMIT}"
+
     def _block_lane(self, pointer: BlockPointer, index: list[str], checked) -> tuple[str, str]:
         coordinates = [f"({o} + {i})" for o, i in zip(pointer.offsets, index, strict=True)]
         inside = " and ".join(f"0 <= {coordinates[d]} < {pointer.shape[d]}" for d in checked) or "True"
@@ -1330,12 +1388,14 @@ class _Lowering:
         padding = op.attrs.get("padding") or "zero"
         pad = _literal(dt, float("nan") if padding == "nan" else 0)
         name = self.buffer(op.result.id, shape, dt)
+        may_wrap = self._block_wraps(pointer)
         index = self.open_loops(shape)
         inside, address = self._block_lane(pointer, index, checked)
         target = f"{name}[{', '.join(index)}]"
         self.emit(f"if {inside}:")
         self.depth += 1
-        offset = self._address(op, pointer.root, address, None, "block_load")
+        wrapped = self._block_exact(pointer, index, may_wrap)
+        offset = self._address(op, pointer.root, address, None, "block_load", wrapped)
         self.emit(f"{target} = {_load_value(dt, _memory(pointer.root, offset))}")
         self.depth -= 1
         self.emit("else:")
@@ -1351,11 +1411,13 @@ class _Lowering:
         dt = value.type.dtype
         shape = value.type.shape
         checked = op.attrs.get("boundary_check") or ()
+        may_wrap = self._block_wraps(pointer)
         index = self.open_loops(shape)
         inside, address = self._block_lane(pointer, index, checked)
         self.emit(f"if {inside}:")
         self.depth += 1
-        offset = self._address(op, pointer.root, address, None, "block_store")
+        wrapped = self._block_exact(pointer, index, may_wrap)
+        offset = self._address(op, pointer.root, address, None, "block_store", wrapped)
         self.emit(f"{_memory(pointer.root, offset)} = {_store_value(dt, representation.render(index))}")
         self.depth -= 1
         self.close_loops(shape)
@@ -1563,6 +1625,38 @@ class _Lowering:
 
     def op_breakpoint(self, op: Op) -> None:
         raise UnsupportedByNumba("breakpoint() needs the interpreter backend")
+
+
+_SHADOW_TOKEN = re.compile(r"np\.int64\(|[A-Za-z_]\w*|\d+|[-+*() ]")
+_SHADOW_LIMIT = "4.611686018427388e18"  # 2**62: no tensor has that many elements
+
+
+def _shadow(expression, magnitude: bool) -> str | None:
+    """A float64 twin of an integer offset expression built from +, -, * over scalar variables and
+    literals (an `Affine` base or coefficient). `magnitude` sums absolute values instead (a bound on
+    every intermediate value). int64 arithmetic wraps past 2**63, and a wrapped offset can land back
+    inside a tensor; the twin cannot wrap, so a bound below 2**62 proves the int64 value exact, and
+    a twin at 2**62 or beyond proves the offset outside any tensor. None when the expression holds
+    anything else (the caller then checks lane by lane)."""
+    if isinstance(expression, int):
+        return repr(float(abs(expression) if magnitude else expression))
+    parts, position = [], 0
+    for match in _SHADOW_TOKEN.finditer(expression):
+        token = match.group()
+        if match.start() != position:
+            return None
+        position = match.end()
+        if token == "np.int64(":
+            parts.append("(")
+        elif token[0].isdigit():
+            parts.append(repr(float(token)))
+        elif token[0].isalpha() or token[0] == "_":
+            if expression[position:position + 1] in ("(", "."):
+                return None  # a call or attribute: not a plain variable
+            parts.append(f"abs(np.float64({token}))" if magnitude else f"np.float64({token})")
+        else:
+            parts.append("+" if magnitude and token == "-" else token)
+    return "".join(parts) if position == len(expression) else None
 
 
 def _is_uniform(affine: Affine) -> bool:

@@ -1056,9 +1056,23 @@ class Executable:
 
     def _op_ptr_add(self, op):
         r, a, b = op.result.id, self._id(op.operands[0]), self._id(op.operands[1])
+        if not op.result.type.shape:
+
+            def run(e):
+                # a scalar pointer is exact: `x_ptr + a + b` with huge scalars would wrap in int64
+                # (possibly back inside the tensor); past the int64 range it stays a Python integer,
+                # which every bounds check reports as out of bounds
+                exact = int(e[a]) + int(e[b])
+                e[r] = np.int64(exact) if -(2**63) <= exact < 2**63 else exact
+
+            return run
 
         def run(e):
-            e[r] = e[a] + e[b]
+            x, y = e[a], e[b]
+            if type(x) is int or type(y) is int:  # an exact scalar pointer past the int64 range
+                e[r] = np.asarray(x, dtype=object) + np.asarray(y).astype(object)
+                return
+            e[r] = x + y
 
         return run
 

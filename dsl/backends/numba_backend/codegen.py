@@ -309,6 +309,7 @@ class _Lowering:
         }
         self.hoisted: list[str] = []
         self.box_loads: dict[int, BoxLoad] = {}  # lazily read box loads, by value id (see op_dot)
+        self.pointer_affine: dict[int, Affine] = {}  # scalar pointers' exact forms (see op_ptr_add)
         self.uses_dot_support = False  # a 2-D tl.dot calls dot_support.tile_dot
         self._count_uses(fn.body)
 
@@ -408,6 +409,8 @@ class _Lowering:
         if isinstance(representation, Lazy):
             return representation.affine
         dt = value.type.dtype
+        if value.id in self.pointer_affine:
+            return self.pointer_affine[value.id]
         if isinstance(representation, Scalar) and (dt.is_ptr() or (dt.is_int() and not dt.is_bool())):
             return Affine(f"np.int64({representation.name})", (0,) * len(value.type.shape))
         return None
@@ -767,6 +770,10 @@ class _Lowering:
             *self.operand_cost(pointer, offset),
             affine=affine,
         )
+        if affine is not None and not op.result.type.shape and isinstance(self.get(op.result), Scalar):
+            # a scalar pointer's variable holds its int64 value, which wraps (`x_ptr + a + b` with
+            # huge scalars); accesses through it check the exact sum of its terms instead
+            self.pointer_affine[op.result.id] = affine
 
     def op_fma(self, op: Op) -> None:
         a, b, c = op.operands
@@ -813,7 +820,7 @@ class _Lowering:
         when no lane's int64 offset can wrap; returns a function of the lane index giving the test
         `_address` adds (None when the pointer is not affine, and then its typed value is checked)."""
         affine = self.affine_of(pointer)
-        if affine is None or not shape:
+        if affine is None:
             return lambda index: None
         base = _shadow(affine.base, False)
         bounds = [_shadow(affine.base, True)] + [_shadow(c, True) for c in affine.coefficients]

@@ -310,6 +310,8 @@ class _Lowering:
         self.hoisted: list[str] = []
         self.box_loads: dict[int, BoxLoad] = {}  # lazily read box loads, by value id (see op_dot)
         self.pointer_affine: dict[int, Affine] = {}  # scalar pointers' exact forms (see op_ptr_add)
+        # variables whose magnitude is bounded by their type (int32 and narrower; see `_static_bound`)
+        self.leaf_bounds: dict[str, int] = {f"{n}{axis}": 2**31 for n in ("pid", "g") for axis in range(3)}
         self.uses_dot_support = False  # a 2-D tl.dot calls dot_support.tile_dot
         self._count_uses(fn.body)
 
@@ -392,6 +394,7 @@ class _Lowering:
             name = f"v{value.id}"
             self.emit(f"{name} = {build([])}")
             self.values[value.id] = Scalar(name)
+            self._bound_leaf(name, value.type.dtype)
             return
         if affine is not None:
             build = affine.render
@@ -447,6 +450,7 @@ class _Lowering:
                 name = f"v{param.value.id}"
                 prologue.append(f"{name} = {_typed(param.type.dtype, f's{index}')}")
                 self.values[param.value.id] = Scalar(name)
+                self._bound_leaf(name, param.type.dtype)
         self.depth = 0
         self.block(fn.body)
         source = _template().render(
@@ -815,6 +819,27 @@ class _Lowering:
         self.depth -= 1
         return offset
 
+    def _bound_leaf(self, name: str, dt: D.dtype) -> None:
+        """Record the magnitude bound of scalar variable `name` when its type is 32 bits or narrower
+        (it is held in that type: `define` renders scalars typed)."""
+        if dt.is_int() and not dt.is_bool() and dt.primitive_bitwidth <= 32:
+            self.leaf_bounds[name] = 2 ** (dt.primitive_bitwidth - (0 if dt.is_int_unsigned() else 1))
+
+    def _static_bound(self, affine: Affine, shape: tuple[int, ...]) -> float | None:
+        """A bound, known when lowering, on every term of `affine` over a block of `shape` (None when
+        a term involves a 64-bit variable). Below 2**62 no offset can wrap: the runtime test is left
+        out, and the common `pid * BLOCK + tl.arange(0, BLOCK)` pays nothing for it."""
+        def leaf(token: str) -> str | None:
+            bound = self.leaf_bounds.get(token)
+            return None if bound is None else f"{bound}.0"
+
+        terms = [_shadow(affine.base, True, leaf)]
+        terms += [_shadow(c, True, leaf) for c in affine.coefficients]
+        if None in terms or len(shape) != len(affine.coefficients):
+            return None
+        spans = [f"({t}) * {extent - 1}.0" for t, extent in zip(terms[1:], shape, strict=True)]
+        return float(eval(" + ".join([f"({terms[0]})", *spans]), {"__builtins__": {}}))  # noqa: S307
+
     def _affine_wraps(self, pointer: Value, shape: tuple[int, ...]):
         """For a lane-by-lane access through an affine pointer: once per access, a variable false
         when no lane's int64 offset can wrap; returns a function of the lane index giving the test
@@ -826,6 +851,9 @@ class _Lowering:
         bounds = [_shadow(affine.base, True)] + [_shadow(c, True) for c in affine.coefficients]
         signed = [_shadow(c, False) for c in affine.coefficients]
         if base is None or None in bounds or None in signed:
+            return lambda index: None
+        static = self._static_bound(affine, shape)
+        if static is not None and static < 2**62:
             return lambda index: None
         may_wrap = self.fresh("mg")
         spans = [f"({b}) * {extent - 1}.0" for b, extent in zip(bounds[1:], shape, strict=True)]
@@ -865,8 +893,12 @@ class _Lowering:
             counts.append(name)
         return affine, counts
 
-    def _check_box(self, op: Op, root: int, affine: Affine, counts: list[str], kind: str) -> None:
+    def _check_box(
+        self, op: Op, root: int, affine: Affine, counts: list[str], kind: str, shape: tuple[int, ...]
+    ) -> None:
         """One bounds check for the whole box: its lowest and highest addresses."""
+        static = self._static_bound(affine, shape)
+        exact = static is not None and static < 2**62  # no term can wrap: the int64 bounds are exact
         variable = [c for c in counts if not c.isdigit()]
         if variable:
             self.emit(f"if {' and '.join(f'{c} > 0' for c in variable)}:")
@@ -876,7 +908,8 @@ class _Lowering:
         self.emit(f"{high} = {low}")
         # the bound on every intermediate of the offsets: below 2**62 their int64 values are exact
         bound = self.fresh("mg")
-        self.emit(f"{bound} = {_shadow(affine.base, True)}")
+        if not exact:
+            self.emit(f"{bound} = {_shadow(affine.base, True)}")
         for coefficient, count in zip(affine.coefficients, counts, strict=True):
             if coefficient == 0:
                 continue
@@ -884,9 +917,11 @@ class _Lowering:
             self.emit(f"{span} = np.int64({coefficient}) * ({count} - 1)")
             self.emit(f"{low} += min(0, {span})")
             self.emit(f"{high} += max(0, {span})")
-            self.emit(f"{bound} += ({_shadow(coefficient, True)}) * np.float64({count} - 1)")
+            if not exact:
+                self.emit(f"{bound} += ({_shadow(coefficient, True)}) * np.float64({count} - 1)")
         site = self.error_code(op, kind)
-        self.emit(f"if {low} < 0 or {high} >= n{root} or {bound} >= {_SHADOW_LIMIT}:")
+        wrapped = "" if exact else f" or {bound} >= {_SHADOW_LIMIT}"
+        self.emit(f"if {low} < 0 or {high} >= n{root}{wrapped}:")
         self.depth += 1
         self.fail(ERR_OUT_OF_BOUNDS, site, f"{low} if {low} < 0 else {high}")
         self.depth -= 1
@@ -934,7 +969,7 @@ class _Lowering:
         affine, counts = box
         dt = op.result.type.dtype
         shape = op.result.type.shape
-        self._check_box(op, root, affine, counts, "load")
+        self._check_box(op, root, affine, counts, "load", shape)
         if root not in self.written_roots and self.uses.get(op.result.id, 0) == 1:
             # Read where it is consumed (one loop instead of two): nothing in this kernel writes to
             # this argument, so reading later sees the same values.
@@ -1010,7 +1045,7 @@ class _Lowering:
         box = self._box(pointer, mask, value.type.shape)
         if box is not None:
             affine, counts = box
-            self._check_box(op, root, affine, counts, "store")
+            self._check_box(op, root, affine, counts, "store", value.type.shape)
             representation = self.get(value)
 
             def write(unit: Affine) -> None:
@@ -1634,17 +1669,18 @@ class _Lowering:
         raise UnsupportedByNumba("breakpoint() needs the interpreter backend")
 
 
-_SHADOW_TOKEN = re.compile(r"np\.int64\(|[A-Za-z_]\w*|\d+|[-+*() ]")
+_SHADOW_TOKEN = re.compile(r"np\.u?int\d+\(|[A-Za-z_]\w*|\d+|[-+*() ]")
 _SHADOW_LIMIT = "4.611686018427388e18"  # 2**62: no tensor has that many elements
 
 
-def _shadow(expression, magnitude: bool) -> str | None:
+def _shadow(expression, magnitude: bool, leaf=None) -> str | None:
     """A float64 twin of an integer offset expression built from +, -, * over scalar variables and
     literals (an `Affine` base or coefficient). `magnitude` sums absolute values instead (a bound on
     every intermediate value). int64 arithmetic wraps past 2**63, and a wrapped offset can land back
     inside a tensor; the twin cannot wrap, so a bound below 2**62 proves the int64 value exact, and
     a twin at 2**62 or beyond proves the offset outside any tensor. None when the expression holds
-    anything else (the caller then checks lane by lane)."""
+    anything else (the caller then checks lane by lane). `leaf`, when given, renders each variable
+    (a static bound, or None when it has none, which makes the whole result None)."""
     if isinstance(expression, int):
         return repr(float(abs(expression) if magnitude else expression))
     parts, position = [], 0
@@ -1653,13 +1689,19 @@ def _shadow(expression, magnitude: bool) -> str | None:
         if match.start() != position:
             return None
         position = match.end()
-        if token == "np.int64(":
+        if token.startswith("np."):
             parts.append("(")
         elif token[0].isdigit():
             parts.append(repr(float(token)))
         elif token[0].isalpha() or token[0] == "_":
             if expression[position:position + 1] in ("(", "."):
                 return None  # a call or attribute: not a plain variable
+            if leaf is not None:
+                rendered = leaf(token)
+                if rendered is None:
+                    return None
+                parts.append(rendered)
+                continue
             parts.append(f"abs(np.float64({token}))" if magnitude else f"np.float64({token})")
         else:
             parts.append("+" if magnitude and token == "-" else token)

@@ -229,3 +229,33 @@ def test_block_pointer_boundary_check_skips_huge_lanes():
     assert g.canaries_intact()
     assert torch.equal(g.target[:4], torch.ones(4))
     assert torch.equal(g.target[4:], g.initial[CANARY + 4:CANARY + 16])
+
+
+@triton.jit
+def block_store_advanced(x_ptr, a, b, c, da, R: tl.constexpr, C: tl.constexpr):
+    bp = tl.make_block_ptr(x_ptr + a + b + c, shape=(4, 4), strides=(4, 1), offsets=(0, 0),
+                           block_shape=(R, C), order=(1, 0))
+    bp = tl.advance(bp, (da, 0))
+    bp = tl.advance(bp, (da, 0))
+    tl.store(bp, tl.full((R, C), 1.0, tl.float32))
+
+
+@pytest.mark.parametrize(
+    "a, b, c, da",
+    [
+        (2**63 - 1, 2**63 - 1, 2, 0),  # base 2**64: 0 in int64
+        (0, 0, 0, 2**62),  # row offset 2**63 after two advances: -2**63 in int64, times 4 is 0
+    ],
+)
+def test_block_pointer_base_and_advance_past_int64(a, b, c, da):
+    g = Guarded(16)
+    _expect_oob(lambda: block_store_advanced[(1,)](g.target, a, b, c, da, R=4, C=4), g)
+    assert g.untouched()
+
+
+def test_block_pointer_advance_in_bounds():
+    g = Guarded(16)
+    block_store_advanced[(1,)](g.target, 0, 0, 0, 1, R=2, C=4)
+    assert g.canaries_intact()
+    assert torch.equal(g.target[8:], torch.ones(8))
+    assert torch.equal(g.target[:8], g.initial[CANARY:CANARY + 8])

@@ -246,6 +246,9 @@ class BlockPointer:
     strides: list[str]
     offsets: list[str]
     block_shape: tuple[int, ...]
+    # float64 twins of the base's exact value and of a bound on its terms, when the base pointer is
+    # `x_ptr + a + ...` (its int64 variable may have wrapped): see `_block_wraps`
+    exact_base: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -827,7 +830,7 @@ class _Lowering:
 
     def _static_bound(self, affine: Affine, shape: tuple[int, ...]) -> float | None:
         """A bound, known when lowering, on every term of `affine` over a block of `shape` (None when
-        a term involves a 64-bit variable). Below 2**62 no offset can wrap: the runtime test is left
+        a term involves a 64-bit variable). Below 2**63 no offset can wrap: the runtime test is left
         out, and the common `pid * BLOCK + tl.arange(0, BLOCK)` pays nothing for it."""
         def leaf(token: str) -> str | None:
             bound = self.leaf_bounds.get(token)
@@ -853,7 +856,7 @@ class _Lowering:
         if base is None or None in bounds or None in signed:
             return lambda index: None
         static = self._static_bound(affine, shape)
-        if static is not None and static < 2**62:
+        if static is not None and static < _EXACT_BELOW:
             return lambda index: None
         may_wrap = self.fresh("mg")
         spans = [f"({b}) * {extent - 1}.0" for b, extent in zip(bounds[1:], shape, strict=True)]
@@ -898,7 +901,7 @@ class _Lowering:
     ) -> None:
         """One bounds check for the whole box: its lowest and highest addresses."""
         static = self._static_bound(affine, shape)
-        exact = static is not None and static < 2**62  # no term can wrap: the int64 bounds are exact
+        exact = static is not None and static < _EXACT_BELOW  # no term wraps: int64 bounds are exact
         variable = [c for c in counts if not c.isdigit()]
         if variable:
             self.emit(f"if {' and '.join(f'{c} > 0' for c in variable)}:")
@@ -1379,7 +1382,14 @@ class _Lowering:
         shape = [self._scalar64(n) for n in names[1 : 1 + rank]]
         strides = [self._scalar64(n) for n in names[1 + rank : 1 + 2 * rank]]
         offsets = [self._scalar64(n) for n in names[1 + 2 * rank : 1 + 3 * rank]]
-        self.values[op.result.id] = BlockPointer(ty.root, base, shape, strides, offsets, ty.block_shape)
+        affine = self.affine_of(operands[0])
+        exact_base = None
+        if affine is not None:
+            twins = (_shadow(affine.base, False), _shadow(affine.base, True))
+            exact_base = None if None in twins else twins
+        self.values[op.result.id] = BlockPointer(
+            ty.root, base, shape, strides, offsets, ty.block_shape, exact_base
+        )
 
     def _scalar64(self, expression: str) -> str:
         name = self.fresh("q")
@@ -1388,17 +1398,26 @@ class _Lowering:
 
     def op_advance(self, op: Op) -> None:
         pointer: BlockPointer = self.get(op.operands[0])
-        deltas = [self.get(v).render([]) for v in op.operands[1:]]
-        offsets = [self._scalar64(f"{o} + {d}") for o, d in zip(pointer.offsets, deltas, strict=True)]
+        deltas = [self._scalar64(self.get(v).render([])) for v in op.operands[1:]]
+        offsets = []
+        for o, d in zip(pointer.offsets, deltas, strict=True):
+            # an offset advanced past the int64 range saturates instead of wrapping: it stays outside
+            # any shape and its lanes' addresses stay huge (out of bounds), as the exact value is
+            name = self._scalar64(f"{o} + {d}")
+            self.emit(f"if (({o} ^ {name}) & ({d} ^ {name})) < 0:")
+            self.emit(f"    {name} = np.int64({2**63 - 1}) if {d} > 0 else np.int64({-(2**63)})")
+            offsets.append(name)
         self.values[op.result.id] = BlockPointer(
-            pointer.root, pointer.base, pointer.shape, pointer.strides, offsets, pointer.block_shape
+            pointer.root, pointer.base, pointer.shape, pointer.strides, offsets, pointer.block_shape,
+            pointer.exact_base,
         )
 
     def _block_wraps(self, pointer: BlockPointer) -> str:
         """Once per access: a variable false when no lane's int64 address can wrap (a bound on its
         terms below 2**62); lanes of an access where it is true also test their float64 address."""
         bound = self.fresh("mg")
-        terms = [f"abs(np.float64({pointer.base}))"] + [
+        base_bound = pointer.exact_base[1] if pointer.exact_base else f"abs(np.float64({pointer.base}))"
+        terms = [f"({base_bound})"] + [
             f"(abs(np.float64({o})) + {extent - 1}.0) * abs(np.float64({s}))"
             for o, s, extent in zip(pointer.offsets, pointer.strides, pointer.block_shape, strict=True)
         ]
@@ -1407,8 +1426,9 @@ class _Lowering:
 
     def _block_exact(self, pointer: BlockPointer, index: list[str], may_wrap: str) -> str:
         """The per-lane test `_address` adds when the access may wrap: the exact address is huge."""
+        base = f"({pointer.exact_base[0]})" if pointer.exact_base else f"np.float64({pointer.base})"
         address = " + ".join(
-            [f"np.float64({pointer.base})"]
+            [base]
             + [f"(np.float64({o}) + {i}) * np.float64({s})"
                for o, i, s in zip(pointer.offsets, index, pointer.strides, strict=True)]
         )
@@ -1671,6 +1691,7 @@ class _Lowering:
 
 _SHADOW_TOKEN = re.compile(r"np\.u?int\d+\(|[A-Za-z_]\w*|\d+|[-+*() ]")
 _SHADOW_LIMIT = "4.611686018427388e18"  # 2**62: no tensor has that many elements
+_EXACT_BELOW = 2**63 - 2**40  # a static bound below this (with room for float rounding): no int64 wrap
 
 
 def _shadow(expression, magnitude: bool, leaf=None) -> str | None:

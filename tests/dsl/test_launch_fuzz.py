@@ -15,7 +15,7 @@ import os
 import pytest
 import torch
 import torch_rbln.dsl as tl
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from torch_rbln import dsl as triton
@@ -67,6 +67,7 @@ def _check(launch, n: int, dtype, active: list[int], exact_known: bool = True) -
     interpret = _run(launch, "interpret", n, dtype)
     assert numba[2] and interpret[2], "a canary changed"
     assert numba[0] == interpret[0], f"numba raised: {numba[0]}, interpreter raised: {interpret[0]}"
+    event("out of bounds" if numba[0] else "in bounds")
     if exact_known:
         assert numba[0] == any(not 0 <= o < n for o in active)
     initial = torch.arange(n + 2 * CANARY).to(dtype).neg_()[CANARY:CANARY + n]
@@ -192,6 +193,7 @@ def _block_case(data, n):
 def _one_case(data):
     n = data.draw(st.sampled_from([1, 16, 33]))
     kind = data.draw(st.sampled_from(["affine", "direct", "gather", "block"]))
+    event(kind)
     if kind == "affine":
         _affine_case(data, n, data.draw(st.sampled_from([torch.float32, torch.int32])))
     elif kind == "direct":

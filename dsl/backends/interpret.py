@@ -322,6 +322,26 @@ def regroup(fn: Function, n: int, p: int) -> Function:
     return g
 
 
+def int_cast_preserves_value(src: D.dtype, dst: D.dtype) -> bool:
+    """Whether every `src` integer converts to `dst` unchanged. Only such casts keep an offset's
+    exact (contiguous or affine) form; a narrowing cast wraps (`tl.arange(0, 256).to(tl.int8)` is
+    -128..127, as in Triton) and is computed element by element."""
+    if not (src.is_int() and not src.is_bool() and dst.is_int() and not dst.is_bool()):
+        return False
+    src_bits, dst_bits = src.primitive_bitwidth, dst.primitive_bitwidth
+    if dst.is_int_unsigned():
+        return src.is_int_unsigned() and dst_bits >= src_bits
+    return dst_bits > src_bits if src.is_int_unsigned() else dst_bits >= src_bits
+
+
+def _offset_range(a: int, b: int) -> np.ndarray:
+    """Offsets a..b-1 of a contiguous access for an out-of-bounds report; exact (Python integers)
+    when they pass the int64 range, which an offset computed from a huge scalar can."""
+    if -(2**63) <= a and b <= 2**63:
+        return np.arange(a, b, dtype=np.int64)
+    return np.array([a + k for k in range(b - a)], dtype=object)
+
+
 class Executable:
     """A compiled interpreter kernel; `run(grid, args)` executes every program of `grid`.
 
@@ -473,7 +493,7 @@ class Executable:
                 elif name == "add" and a in U and b in C:
                     C.add(rid)
             elif oc == "cast" and op.result.type.dtype.is_int() and op.operands[0].type.dtype.is_int():
-                if ids[0] in C and op.result.type.dtype.primitive_bitwidth >= 32:
+                if ids[0] in C and int_cast_preserves_value(op.operands[0].type.dtype, op.result.type.dtype):
                     C.add(rid)
                 elif ids[0] in U:
                     U.add(rid)
@@ -1044,9 +1064,23 @@ class Executable:
 
     def _op_ptr_add(self, op):
         r, a, b = op.result.id, self._id(op.operands[0]), self._id(op.operands[1])
+        if not op.result.type.shape:
+
+            def run(e):
+                # a scalar pointer is exact: `x_ptr + a + b` with huge scalars would wrap in int64
+                # (possibly back inside the tensor); past the int64 range it stays a Python integer,
+                # which every bounds check reports as out of bounds
+                exact = int(e[a]) + int(e[b])
+                e[r] = np.int64(exact) if -(2**63) <= exact < 2**63 else exact
+
+            return run
 
         def run(e):
-            e[r] = e[a] + e[b]
+            x, y = e[a], e[b]
+            if type(x) is int or type(y) is int:  # an exact scalar pointer past the int64 range
+                e[r] = np.asarray(x, dtype=object) + np.asarray(y).astype(object)
+                return
+            e[r] = x + y
 
         return run
 
@@ -1300,7 +1334,7 @@ class Executable:
                 return
             a, b = s0 + lo, s0 + hi
             if lo < hi and (a < 0 or b > arr.shape[0]):
-                check(op, root, np.arange(a, b, dtype=np.int64), "load")
+                check(op, root, _offset_range(int(a), int(b)), "load")
             if lo == 0 and hi == n:
                 e[r] = arr[a:b] if no_copy[root] else arr[a:b].copy()
                 return
@@ -1370,7 +1404,7 @@ class Executable:
                 return
             a, b = s0 + lo, s0 + hi
             if lo < hi and (a < 0 or b > arr.shape[0]):
-                check(op, root, np.arange(a, b, dtype=np.int64), "store")
+                check(op, root, _offset_range(int(a), int(b)), "store")
             if lo < hi:
                 arr[a:b] = e[v][lo:hi] if (lo, hi) != (0, n) else e[v]
 
@@ -1524,7 +1558,14 @@ class Executable:
                     grid_cache.clear()
                 grid_cache[st] = g
             start = base + sum(o * s for o, s in zip(of, st, strict=False))
-            idx = g + start
+            bound = abs(start) + sum(abs(s) * (b - 1) for s, b in zip(st, bshape, strict=False))
+            if bound >= 2**62:
+                # int64 lanes could wrap back inside the tensor: exact (Python integer) addresses
+                idx = np.zeros(bshape, dtype=object) + start
+                for d in range(nd):
+                    idx = idx + aranges[d].astype(object) * int(st[d])
+            else:
+                idx = g + start
             mask = None
             for d in checked:
                 if of[d] < 0 or of[d] + bshape[d] > sh[d]:
@@ -1555,13 +1596,13 @@ class Executable:
             if mask is None:
                 if idx.min() < 0 or idx.max() >= arr.shape[0]:
                     check(op, root, idx, "load (block pointer)")
-                e[r] = arr[idx]
+                e[r] = arr[idx.astype(np.int64, copy=False)]
                 return
             sel = idx[mask]
             if sel.size and (sel.min() < 0 or sel.max() >= arr.shape[0]):
                 check(op, root, sel, "load (block pointer)")
             out = np.full(bshape, pad, dtype=nd)
-            out[mask] = arr[sel]
+            out[mask] = arr[sel.astype(np.int64, copy=False)]
             e[r] = out
 
         return run
@@ -1583,7 +1624,7 @@ class Executable:
                 val = np.broadcast_to(val, mask.shape)[mask]
             if idx.size and (idx.min() < 0 or idx.max() >= arr.shape[0]):
                 check(op, root, idx, "store (block pointer)")
-            arr[idx] = val
+            arr[idx.astype(np.int64, copy=False)] = val
 
         return run
 

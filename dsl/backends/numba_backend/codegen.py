@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 
 from ... import dtypes as D
 from ...ir import BlockPtrType, Function, Op, Value
+from ..interpret import int_cast_preserves_value
 
 ERR_OUT_OF_BOUNDS = 1
 ERR_ASSERT = 2
@@ -262,6 +264,9 @@ class BlockPointer:
     strides: list[str]
     offsets: list[str]
     block_shape: tuple[int, ...]
+    # float64 twins of the base's exact value and of a bound on its terms, when the base pointer is
+    # `x_ptr + a + ...` (its int64 variable may have wrapped): see `_block_wraps`
+    exact_base: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -325,6 +330,9 @@ class _Lowering:
         }
         self.hoisted: list[str] = []
         self.box_loads: dict[int, BoxLoad] = {}  # lazily read box loads, by value id (see op_dot)
+        self.pointer_affine: dict[int, Affine] = {}  # scalar pointers' exact forms (see op_ptr_add)
+        # variables whose magnitude is bounded by their type (int32 and narrower; see `_static_bound`)
+        self.leaf_bounds: dict[str, int] = {f"{n}{axis}": 2**31 for n in ("pid", "g") for axis in range(3)}
         self.uses_dot_support = False  # a 2-D tl.dot calls dot_support.tile_dot
         self._count_uses(fn.body)
 
@@ -407,6 +415,7 @@ class _Lowering:
             name = f"v{value.id}"
             self.emit(f"{name} = {build([])}")
             self.values[value.id] = Scalar(name)
+            self._bound_leaf(name, value.type.dtype)
             return
         if affine is not None:
             build = affine.render
@@ -424,6 +433,8 @@ class _Lowering:
         if isinstance(representation, Lazy):
             return representation.affine
         dt = value.type.dtype
+        if value.id in self.pointer_affine:
+            return self.pointer_affine[value.id]
         if isinstance(representation, Scalar) and (dt.is_ptr() or (dt.is_int() and not dt.is_bool())):
             return Affine(f"np.int64({representation.name})", (0,) * len(value.type.shape))
         return None
@@ -460,6 +471,7 @@ class _Lowering:
                 name = f"v{param.value.id}"
                 prologue.append(f"{name} = {_typed(param.type.dtype, f's{index}')}")
                 self.values[param.value.id] = Scalar(name)
+                self._bound_leaf(name, param.type.dtype)
         self.depth = 0
         self.block(fn.body)
         source = _template().render(
@@ -635,7 +647,7 @@ class _Lowering:
             )
             return
         affine = None
-        if src.is_int() and not src.is_bool() and dst.is_int() and not dst.is_bool():
+        if int_cast_preserves_value(src, dst):
             affine = self.affine_of(source)
         if dst.name in ("bf16", "fp16") and (src.name == "fp64" or src.is_int()):
             # one rounding straight from the wide value, no float32 step in between
@@ -784,6 +796,10 @@ class _Lowering:
             *self.operand_cost(pointer, offset),
             affine=affine,
         )
+        if affine is not None and not op.result.type.shape and isinstance(self.get(op.result), Scalar):
+            # a scalar pointer's variable holds its int64 value, which wraps (`x_ptr + a + b` with
+            # huge scalars); accesses through it check the exact sum of its terms instead
+            self.pointer_affine[op.result.id] = affine
 
     def op_fma(self, op: Op) -> None:
         a, b, c = op.operands
@@ -808,23 +824,75 @@ class _Lowering:
         )
 
     # ---- memory
-    def _address(self, op: Op, root: int, pointer: str, mask: str | None, kind: str) -> str:
-        """Emit the bounds check of one lane; returns the offset variable."""
+    def _address(
+        self, op: Op, root: int, pointer: str, mask: str | None, kind: str, wrapped: str | None = None
+    ) -> str:
+        """Emit the bounds check of one lane; returns the offset variable. `wrapped`, when given, is
+        a test true where the int64 offset may have wrapped and its exact value is out of bounds."""
         offset = self.fresh("o")
         self.emit(f"{offset} = {pointer}")
         site = self.error_code(op, kind)
         condition = f"{offset} < 0 or {offset} >= n{root}"
+        if wrapped is not None:
+            condition += f" or ({wrapped})"
         self.emit(f"if {condition}:")
         self.depth += 1
         self.fail(ERR_OUT_OF_BOUNDS, site, offset)
         self.depth -= 1
         return offset
 
+    def _bound_leaf(self, name: str, dt: D.dtype) -> None:
+        """Record the magnitude bound of scalar variable `name` when its type is 32 bits or narrower
+        (it is held in that type: `define` renders scalars typed)."""
+        if dt.is_int() and not dt.is_bool() and dt.primitive_bitwidth <= 32:
+            self.leaf_bounds[name] = 2 ** (dt.primitive_bitwidth - (0 if dt.is_int_unsigned() else 1))
+
+    def _static_bound(self, affine: Affine, shape: tuple[int, ...]) -> float | None:
+        """A bound, known when lowering, on every term of `affine` over a block of `shape` (None when
+        a term involves a 64-bit variable). Below 2**63 no offset can wrap: the runtime test is left
+        out, and the common `pid * BLOCK + tl.arange(0, BLOCK)` pays nothing for it."""
+        def leaf(token: str) -> str | None:
+            bound = self.leaf_bounds.get(token)
+            return None if bound is None else f"{bound}.0"
+
+        terms = [_shadow(affine.base, True, leaf)]
+        terms += [_shadow(c, True, leaf) for c in affine.coefficients]
+        if None in terms or len(shape) != len(affine.coefficients):
+            return None
+        spans = [f"({t}) * {extent - 1}.0" for t, extent in zip(terms[1:], shape, strict=True)]
+        return float(eval(" + ".join([f"({terms[0]})", *spans]), {"__builtins__": {}}))  # noqa: S307
+
+    def _affine_wraps(self, pointer: Value, shape: tuple[int, ...]):
+        """For a lane-by-lane access through an affine pointer: once per access, a variable false
+        when no lane's int64 offset can wrap; returns a function of the lane index giving the test
+        `_address` adds (None when the pointer is not affine, and then its typed value is checked)."""
+        affine = self.affine_of(pointer)
+        if affine is None:
+            return lambda index: None
+        base = _shadow(affine.base, False)
+        bounds = [_shadow(affine.base, True)] + [_shadow(c, True) for c in affine.coefficients]
+        signed = [_shadow(c, False) for c in affine.coefficients]
+        if base is None or None in bounds or None in signed:
+            return lambda index: None
+        static = self._static_bound(affine, shape)
+        if static is not None and static < _EXACT_BELOW:
+            return lambda index: None
+        may_wrap = self.fresh("mg")
+        spans = [f"({b}) * {extent - 1}.0" for b, extent in zip(bounds[1:], shape, strict=True)]
+        self.emit(f"{may_wrap} = {' + '.join([bounds[0], *spans])} >= {_SHADOW_LIMIT}")
+
+        def test(index: list[str]) -> str:
+            exact = " + ".join([f"({base})", *(f"{i} * ({c})" for i, c in zip(index, signed, strict=True))])
+            return f"{may_wrap} and abs({exact}) >= {_SHADOW_LIMIT}"
+
+        return test
+
     def _box(self, pointer: Value, mask: Value | None, shape: tuple[int, ...]):
         """For an affine pointer under an interval mask (or none): the active lanes form a box
         `index[d] < count[d]`. Returns (affine, counts) or None when the access is irregular."""
         affine = self.affine_of(pointer)
-        if affine is None or not shape:
+        if affine is None or not shape or _shadow(affine.base, True) is None \
+                or any(_shadow(c, True) is None for c in affine.coefficients):
             return None
         if mask is None:
             upper = (None,) * len(shape)
@@ -847,8 +915,12 @@ class _Lowering:
             counts.append(name)
         return affine, counts
 
-    def _check_box(self, op: Op, root: int, affine: Affine, counts: list[str], kind: str) -> None:
+    def _check_box(
+        self, op: Op, root: int, affine: Affine, counts: list[str], kind: str, shape: tuple[int, ...]
+    ) -> None:
         """One bounds check for the whole box: its lowest and highest addresses."""
+        static = self._static_bound(affine, shape)
+        exact = static is not None and static < _EXACT_BELOW  # no term wraps: int64 bounds are exact
         variable = [c for c in counts if not c.isdigit()]
         if variable:
             self.emit(f"if {' and '.join(f'{c} > 0' for c in variable)}:")
@@ -856,6 +928,10 @@ class _Lowering:
         low, high = self.fresh("lo"), self.fresh("hi")
         self.emit(f"{low} = np.int64({affine.base})")
         self.emit(f"{high} = {low}")
+        # the bound on every intermediate of the offsets: below 2**62 their int64 values are exact
+        bound = self.fresh("mg")
+        if not exact:
+            self.emit(f"{bound} = {_shadow(affine.base, True)}")
         for coefficient, count in zip(affine.coefficients, counts, strict=True):
             if coefficient == 0:
                 continue
@@ -863,8 +939,11 @@ class _Lowering:
             self.emit(f"{span} = np.int64({coefficient}) * ({count} - 1)")
             self.emit(f"{low} += min(0, {span})")
             self.emit(f"{high} += max(0, {span})")
+            if not exact:
+                self.emit(f"{bound} += ({_shadow(coefficient, True)}) * np.float64({count} - 1)")
         site = self.error_code(op, kind)
-        self.emit(f"if {low} < 0 or {high} >= n{root}:")
+        wrapped = "" if exact else f" or {bound} >= {_SHADOW_LIMIT}"
+        self.emit(f"if {low} < 0 or {high} >= n{root}{wrapped}:")
         self.depth += 1
         self.fail(ERR_OUT_OF_BOUNDS, site, f"{low} if {low} < 0 else {high}")
         self.depth -= 1
@@ -889,12 +968,13 @@ class _Lowering:
             name = self.buffer(op.result.id, shape, dt)
         else:
             name = f"v{op.result.id}"
+        wrapped = self._affine_wraps(pointer, shape)
         index = self.open_loops(shape)
         target = f"{name}[{', '.join(index)}]" if shape else name
         if rm is not None:
             self.emit(f"if {rm.render(index)}:")
             self.depth += 1
-        offset = self._address(op, root, rp.render(index), None, "load")
+        offset = self._address(op, root, rp.render(index), None, "load", wrapped(index))
         self.emit(f"{target} = {_load_value(dt, _memory(root, offset))}")
         if rm is not None:
             self.depth -= 1
@@ -911,7 +991,7 @@ class _Lowering:
         affine, counts = box
         dt = op.result.type.dtype
         shape = op.result.type.shape
-        self._check_box(op, root, affine, counts, "load")
+        self._check_box(op, root, affine, counts, "load", shape)
         if root not in self.written_roots and self.uses.get(op.result.id, 0) == 1:
             # Read where it is consumed (one loop instead of two): nothing in this kernel writes to
             # this argument, so reading later sees the same values.
@@ -987,7 +1067,7 @@ class _Lowering:
         box = self._box(pointer, mask, value.type.shape)
         if box is not None:
             affine, counts = box
-            self._check_box(op, root, affine, counts, "store")
+            self._check_box(op, root, affine, counts, "store", value.type.shape)
             representation = self.get(value)
 
             def write(unit: Affine) -> None:
@@ -1002,11 +1082,12 @@ class _Lowering:
         rm = self.get(mask) if mask is not None else None
         dt = value.type.dtype
         shape = value.type.shape
+        wrapped = self._affine_wraps(pointer, shape)
         index = self.open_loops(shape)
         if rm is not None:
             self.emit(f"if {rm.render(index)}:")
             self.depth += 1
-        offset = self._address(op, root, rp.render(index), None, "store")
+        offset = self._address(op, root, rp.render(index), None, "store", wrapped(index))
         self.emit(f"{_memory(root, offset)} = {_store_value(dt, rv.render(index))}")
         if rm is not None:
             self.depth -= 1
@@ -1023,13 +1104,14 @@ class _Lowering:
         shape = value.type.shape
         kind = op.attrs["kind"]
         name = self.buffer(op.result.id, shape, dt) if shape else f"v{op.result.id}"
+        wrapped = self._affine_wraps(pointer, shape)
         index = self.open_loops(shape)
         target = f"{name}[{', '.join(index)}]" if shape else name
         self.emit(f"{target} = {_literal(dt, 0)}")
         if rm is not None:
             self.emit(f"if {rm.render(index)}:")
             self.depth += 1
-        offset = self._address(op, root, rp.render(index), None, "atomic")
+        offset = self._address(op, root, rp.render(index), None, "atomic", wrapped(index))
         old = self.fresh("old")
         new = rv.render(index)
         self.emit(f"{old} = {_load_value(dt, _memory(root, offset))}")
@@ -1060,9 +1142,10 @@ class _Lowering:
         dt = value.type.dtype
         shape = value.type.shape
         name = self.buffer(op.result.id, shape, dt) if shape else f"v{op.result.id}"
+        wrapped = self._affine_wraps(pointer, shape)
         index = self.open_loops(shape)
         target = f"{name}[{', '.join(index)}]" if shape else name
-        offset = self._address(op, root, rp.render(index), None, "atomic_cas")
+        offset = self._address(op, root, rp.render(index), None, "atomic_cas", wrapped(index))
         self.emit(f"{target} = {_load_value(dt, _memory(root, offset))}")
         self.emit(f"if {target} == {rc.render(index)}:")
         self.emit(f"    {_memory(root, offset)} = {_store_value(dt, rv.render(index))}")
@@ -1318,7 +1401,14 @@ class _Lowering:
         shape = [self._scalar64(n) for n in names[1 : 1 + rank]]
         strides = [self._scalar64(n) for n in names[1 + rank : 1 + 2 * rank]]
         offsets = [self._scalar64(n) for n in names[1 + 2 * rank : 1 + 3 * rank]]
-        self.values[op.result.id] = BlockPointer(ty.root, base, shape, strides, offsets, ty.block_shape)
+        affine = self.affine_of(operands[0])
+        exact_base = None
+        if affine is not None:
+            twins = (_shadow(affine.base, False), _shadow(affine.base, True))
+            exact_base = None if None in twins else twins
+        self.values[op.result.id] = BlockPointer(
+            ty.root, base, shape, strides, offsets, ty.block_shape, exact_base
+        )
 
     def _scalar64(self, expression: str) -> str:
         name = self.fresh("q")
@@ -1327,11 +1417,41 @@ class _Lowering:
 
     def op_advance(self, op: Op) -> None:
         pointer: BlockPointer = self.get(op.operands[0])
-        deltas = [self.get(v).render([]) for v in op.operands[1:]]
-        offsets = [self._scalar64(f"{o} + {d}") for o, d in zip(pointer.offsets, deltas, strict=True)]
+        deltas = [self._scalar64(self.get(v).render([])) for v in op.operands[1:]]
+        offsets = []
+        for o, d in zip(pointer.offsets, deltas, strict=True):
+            # an offset advanced past the int64 range saturates instead of wrapping: it stays outside
+            # any shape and its lanes' addresses stay huge (out of bounds), as the exact value is
+            name = self._scalar64(f"{o} + {d}")
+            self.emit(f"if (({o} ^ {name}) & ({d} ^ {name})) < 0:")
+            self.emit(f"    {name} = np.int64({2**63 - 1}) if {d} > 0 else np.int64({-(2**63)})")
+            offsets.append(name)
         self.values[op.result.id] = BlockPointer(
-            pointer.root, pointer.base, pointer.shape, pointer.strides, offsets, pointer.block_shape
+            pointer.root, pointer.base, pointer.shape, pointer.strides, offsets, pointer.block_shape,
+            pointer.exact_base,
         )
+
+    def _block_wraps(self, pointer: BlockPointer) -> str:
+        """Once per access: a variable false when no lane's int64 address can wrap (a bound on its
+        terms below 2**62); lanes of an access where it is true also test their float64 address."""
+        bound = self.fresh("mg")
+        base_bound = pointer.exact_base[1] if pointer.exact_base else f"abs(np.float64({pointer.base}))"
+        terms = [f"({base_bound})"] + [
+            f"(abs(np.float64({o})) + {extent - 1}.0) * abs(np.float64({s}))"
+            for o, s, extent in zip(pointer.offsets, pointer.strides, pointer.block_shape, strict=True)
+        ]
+        self.emit(f"{bound} = {' + '.join(terms)} >= {_SHADOW_LIMIT}")
+        return bound
+
+    def _block_exact(self, pointer: BlockPointer, index: list[str], may_wrap: str) -> str:
+        """The per-lane test `_address` adds when the access may wrap: the exact address is huge."""
+        base = f"({pointer.exact_base[0]})" if pointer.exact_base else f"np.float64({pointer.base})"
+        address = " + ".join(
+            [base]
+            + [f"(np.float64({o}) + {i}) * np.float64({s})"
+               for o, i, s in zip(pointer.offsets, index, pointer.strides, strict=True)]
+        )
+        return f"{may_wrap} and abs({address}) >= {_SHADOW_LIMIT}"
 
     def _block_lane(self, pointer: BlockPointer, index: list[str], checked) -> tuple[str, str]:
         coordinates = [f"({o} + {i})" for o, i in zip(pointer.offsets, index, strict=True)]
@@ -1349,12 +1469,14 @@ class _Lowering:
         padding = op.attrs.get("padding") or "zero"
         pad = _literal(dt, float("nan") if padding == "nan" else 0)
         name = self.buffer(op.result.id, shape, dt)
+        may_wrap = self._block_wraps(pointer)
         index = self.open_loops(shape)
         inside, address = self._block_lane(pointer, index, checked)
         target = f"{name}[{', '.join(index)}]"
         self.emit(f"if {inside}:")
         self.depth += 1
-        offset = self._address(op, pointer.root, address, None, "block_load")
+        wrapped = self._block_exact(pointer, index, may_wrap)
+        offset = self._address(op, pointer.root, address, None, "block_load", wrapped)
         self.emit(f"{target} = {_load_value(dt, _memory(pointer.root, offset))}")
         self.depth -= 1
         self.emit("else:")
@@ -1370,11 +1492,13 @@ class _Lowering:
         dt = value.type.dtype
         shape = value.type.shape
         checked = op.attrs.get("boundary_check") or ()
+        may_wrap = self._block_wraps(pointer)
         index = self.open_loops(shape)
         inside, address = self._block_lane(pointer, index, checked)
         self.emit(f"if {inside}:")
         self.depth += 1
-        offset = self._address(op, pointer.root, address, None, "block_store")
+        wrapped = self._block_exact(pointer, index, may_wrap)
+        offset = self._address(op, pointer.root, address, None, "block_store", wrapped)
         self.emit(f"{_memory(pointer.root, offset)} = {_store_value(dt, representation.render(index))}")
         self.depth -= 1
         self.close_loops(shape)
@@ -1582,6 +1706,46 @@ class _Lowering:
 
     def op_breakpoint(self, op: Op) -> None:
         raise UnsupportedByNumba("breakpoint() needs the interpreter backend")
+
+
+_SHADOW_TOKEN = re.compile(r"np\.u?int\d+\(|[A-Za-z_]\w*|\d+|[-+*() ]")
+_SHADOW_LIMIT = "4.611686018427388e18"  # 2**62: no tensor has that many elements
+_EXACT_BELOW = 2**63 - 2**40  # a static bound below this (with room for float rounding): no int64 wrap
+
+
+def _shadow(expression, magnitude: bool, leaf=None) -> str | None:
+    """A float64 twin of an integer offset expression built from +, -, * over scalar variables and
+    literals (an `Affine` base or coefficient). `magnitude` sums absolute values instead (a bound on
+    every intermediate value). int64 arithmetic wraps past 2**63, and a wrapped offset can land back
+    inside a tensor; the twin cannot wrap, so a bound below 2**62 proves the int64 value exact, and
+    a twin at 2**62 or beyond proves the offset outside any tensor. None when the expression holds
+    anything else (the caller then checks lane by lane). `leaf`, when given, renders each variable
+    (a static bound, or None when it has none, which makes the whole result None)."""
+    if isinstance(expression, int):
+        return repr(float(abs(expression) if magnitude else expression))
+    parts, position = [], 0
+    for match in _SHADOW_TOKEN.finditer(expression):
+        token = match.group()
+        if match.start() != position:
+            return None
+        position = match.end()
+        if token.startswith("np."):
+            parts.append("(")
+        elif token[0].isdigit():
+            parts.append(repr(float(token)))
+        elif token[0].isalpha() or token[0] == "_":
+            if expression[position:position + 1] in ("(", "."):
+                return None  # a call or attribute: not a plain variable
+            if leaf is not None:
+                rendered = leaf(token)
+                if rendered is None:
+                    return None
+                parts.append(rendered)
+                continue
+            parts.append(f"abs(np.float64({token}))" if magnitude else f"np.float64({token})")
+        else:
+            parts.append("+" if magnitude and token == "-" else token)
+    return "".join(parts) if position == len(expression) else None
 
 
 def _is_uniform(affine: Affine) -> bool:

@@ -231,7 +231,7 @@ def where(condition, x, y):
 
 class PropagateNan:
     """How `minimum`/`maximum`/`clamp` treat NaN (Triton's enum): `ALL` gives NaN when an operand is NaN;
-    `NONE` gives the other operand (NaN only when both are)."""
+    `NONE` (Triton's default, IEEE maxNum/minNum) gives the other operand (NaN only when both are)."""
 
     NONE = 0x0000
     ALL = 0xFFFF
@@ -240,7 +240,7 @@ class PropagateNan:
 def _nan_mode(propagate_nan):
     mode = _u(propagate_nan)
     if mode is None:
-        return None
+        return PropagateNan.NONE  # Triton's default
     if mode not in (PropagateNan.NONE, PropagateNan.ALL):
         raise DSLError(f"propagate_nan must be tl.PropagateNan.NONE or tl.PropagateNan.ALL, got {mode!r}")
     return mode
@@ -248,8 +248,8 @@ def _nan_mode(propagate_nan):
 
 def _minmax(op, x, y, propagate_nan):
     """`op` ("minimum"/"maximum") of x and y.  The backends' min/max give NaN when either operand is NaN
-    (PropagateNan.ALL, also what an unspecified mode gives here); PropagateNan.NONE selects the other
-    operand where exactly one is NaN."""
+    (PropagateNan.ALL); PropagateNan.NONE, Triton's default, selects the other operand where exactly one
+    is NaN."""
     mode = _nan_mode(propagate_nan)
     r = S.minmax(op, x, y)
     if mode != PropagateNan.NONE or not isinstance(r, tensor) or not r.dtype.is_floating():
@@ -272,8 +272,8 @@ def minimum(x, y, propagate_nan=None):
 
 @builtin
 def clamp(x, min, max, propagate_nan=None):
-    """`x` limited to [min, max].  A NaN `x` gives NaN with PropagateNan.ALL (and unspecified), and
-    `min` with PropagateNan.NONE (Triton's clampf keeps the bound)."""
+    """`x` limited to [min, max].  A NaN `x` gives NaN with PropagateNan.ALL, and `min` with
+    PropagateNan.NONE, Triton's default (its clampf keeps the bound)."""
     mode = _nan_mode(propagate_nan)
     r = S.minmax("minimum", S.minmax("maximum", x, min), max)
     if mode != PropagateNan.NONE or not isinstance(r, tensor) or not r.dtype.is_floating():

@@ -202,7 +202,8 @@ def _binary_op(a, b, alpha, OP, out_ptr):
     elif OP == 20:  # div, rounding_mode="floor"
         y = _div_floor(a, b)
     elif OP == 21:  # clamp: a = x, b = lower bound, alpha = upper bound (torch: min > max gives max)
-        y = tl.minimum(tl.maximum(a, b), alpha)
+        y = tl.minimum(tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL), alpha,
+                       propagate_nan=tl.PropagateNan.ALL)  # torch.clamp keeps a NaN
     else:  # div by a scalar, rounding_mode="trunc": torch truncates the float32 quotient directly
         q = a / b
         y = tl.where(q < 0.0, -tl.floor(-q), tl.floor(q))

@@ -43,7 +43,7 @@ def softmax_kernel(x_ptr, out_ptr, n, LOG: tl.constexpr, BLOCK: tl.constexpr):
     m = tl.full((BLOCK,), -float("inf"), tl.float32)
     for start in range(0, n, BLOCK):
         x = tl.load(x_ptr + base + start + cols, mask=start + cols < n, other=-float("inf")).to(tl.float32)
-        m = tl.maximum(m, x)
+        m = tl.maximum(m, x, propagate_nan=tl.PropagateNan.ALL)  # torch's max keeps a NaN
     row_max = tl.max(m, axis=0)
     s = tl.zeros((BLOCK,), dtype=tl.float32)
     for start in range(0, n, BLOCK):

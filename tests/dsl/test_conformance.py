@@ -173,6 +173,26 @@ def test_propagate_nan(func, mode):
     assert c[3].item() == (3.0 if func == 0 else 2.0)
 
 
+@triton.jit
+def k_nan_default(A, B, C):
+    a = tl.load(A + tl.arange(0, 4))
+    b = tl.load(B + tl.arange(0, 4))
+    tl.store(C + tl.arange(0, 4), tl.maximum(a, b))
+    tl.store(C + 4 + tl.arange(0, 4), tl.minimum(a, b))
+    tl.store(C + 8 + tl.arange(0, 4), tl.clamp(a, -b, b))
+
+
+def test_propagate_nan_default_is_none_as_in_triton():
+    nan = float("nan")
+    a = torch.tensor([nan, 1.0, nan, 2.0])
+    b = torch.tensor([1.0, nan, nan, 3.0])
+    c = torch.zeros(12)
+    k_nan_default[(1,)](a, b, c)
+    assert c[0].item() == 1.0 and c[1].item() == 1.0 and math.isnan(c[2])  # maxNum: the other operand
+    assert c[4].item() == 1.0 and c[5].item() == 1.0 and math.isnan(c[6])
+    assert c[8].item() == -1.0  # clamp of a NaN x keeps the lower bound
+
+
 # ------------------------------------------------------------------ small language items
 @triton.jit
 def k_misc(X, Y, N: tl.constexpr):

@@ -230,8 +230,9 @@ def to_dynamic_index(value, bound=None):
     """A runtime int32 scalar index read from `value`.
 
     `value` is a block pointer whose block has exactly one element (it is loaded), a scalar, or a
-    one-element block.  With `bound` (a compile-time int, the extent the index addresses), the index
-    is clamped to ``[0, bound]`` so that it can never address beyond that axis.
+    one-element block.  With `bound` (a compile-time int, the extent the index addresses), values above
+    `bound` are clamped to it; negative values are kept, since a negative cached-token count is what
+    marks a partition with nothing to do (`partition_skip`).
     Call sites: every kernel (``rblib.to_dynamic_index(block_table_ptr)``,
     ``rblib.to_dynamic_index(seq_idx_ptr)``: (1,) and (1, 1) block pointers into int16 tensors);
     flash_causal_attention.py (``rblib.to_dynamic_index(seq_idx_ptr, PARTITION_SIZE)``: the per-partition
@@ -254,7 +255,7 @@ def to_dynamic_index(value, bound=None):
     if bound is not None:
         if not isinstance(bound, int) or isinstance(bound, bool) or bound < 0:
             raise DSLError(f"to_dynamic_index: bound must be a non-negative compile-time int, got {bound!r}")
-        index = S.minmax("minimum", S.minmax("maximum", index, 0), bound)
+        index = S.minmax("minimum", index, bound)
     return index
 
 
@@ -345,10 +346,11 @@ def partition_skip(offset):
     (flash_attention.py and flash_causal_attention.py, prefill and decode).  The one argument cannot
     tell an empty trailing partition (count 0, nothing to do) from the partition that receives the new
     tokens (count 0 as well at a partition boundary, including the very first prefill), so skipping on
-    0 would drop the new tokens.  Here a partition is skipped only for a negative count, which
-    vllm-rbln never produces (its counts are ``clamp(seq - p * P, 0, P)``): every partition runs, which
-    is exact whenever no trailing empty partition follows the one receiving the new tokens (see
-    tests/dsl/external/test_vllm_rbln_kernels.py)."""
+    0 would drop the new tokens.  Here a partition is skipped when its count is negative: with counts
+    ``min(seq - p * P, P)`` exactly the partitions after the one receiving the new tokens are skipped.
+    vllm-rbln clamps its counts to ``[0, P]``, so with its tables every partition runs: exact whenever
+    no empty partition follows the one receiving the new tokens, while such a trailing partition would
+    take the new tokens too (see tests/dsl/external/test_vllm_rbln_kernels.py)."""
     off = S.unwrap(offset)
     if not isinstance(off, S.tensor):
         return off < 0

@@ -69,7 +69,10 @@ def sliding(q, k, v, cache, blocks, start, window, scale):
     return torch.stack(outs), cache
 
 
-def partition_sizes(cached, parts, part):
-    """vllm-rbln's per-partition cached-token counts: clamp(s - p * part, 0, part), int16 (batch, parts)."""
+def partition_sizes(cached, parts, part, marked=False):
+    """vllm-rbln's per-partition cached-token counts: clamp(s - p * part, 0, part), int16 (batch, parts).
+    `marked`: min(s - p * part, part) instead, where partitions after the one receiving the new tokens
+    are negative (what `rblib.partition_skip` skips)."""
     p = torch.arange(parts)
-    return torch.stack([(int(s) - p * part).clamp(0, part) for s in cached]).to(torch.int16)
+    low = None if marked else 0
+    return torch.stack([(int(s) - p * part).clamp(low, part) for s in cached]).to(torch.int16)

@@ -105,8 +105,11 @@ def _sizes(cached, parts, part, marked):
 P1 = 8
 
 
-def _single_partition_case(length):
-    q, k, v, cache = _inputs(1, length, 2, P1)  # the kernels' kv strides assume 2 blocks and 1 batch
+def _single_partition_case(length, blocks=2):
+    """attention.py and causal_attention.py address the kv cache with strides (2 * NB * H * P * D,
+    NB * H * P * D, ...) for a (2, blocks, H, 1, P, D) tensor: right only for one batch (NB = 1) and
+    two cache blocks; other block counts read the V cache from the wrong block."""
+    q, k, v, cache = _inputs(1, length, blocks, P1)
     cached = 8 - length - 1  # tokens already in the block
     block = 1
     return q, k, v, cache, cached, block
@@ -137,6 +140,21 @@ def test_attention_kernel(phase):
     ref, ref_cache = _paged_reference(q, k, v, cache, [[block]], [cached], P1,
                                       lambda b, total: keep[:, :total])
     # the kernel writes the first cached + L positions back; later positions are unchanged
+    _check(out, work, ref, ref_cache)
+
+
+@pytest.mark.xfail(strict=True, reason="causal_attention.py's kv-cache strides assume 2 cache blocks: with "
+                   "3, the V block is read (in bounds) from the wrong place")
+def test_causal_attention_kv_strides_assume_two_blocks():
+    _kernels("causal_attention")
+    q, k, v, cache, cached, block = _single_partition_case(4, blocks=3)
+    seq_idx = torch.tensor([[cached]], dtype=torch.int16)
+    op = torch.ops.rbln_triton_ops.causal_attention_naive_prefill
+    work = cache.clone()
+    out = op(q, k, v, work, seq_idx, torch.tensor(SCALE), torch.tensor([block], dtype=torch.int16),
+             torch.tensor(SCALE))
+    ref, ref_cache = _paged_reference(q, k, v, cache, [[block]], [cached], P1,
+                                      lambda b, total: _causal(4, cached, total))
     _check(out, work, ref, ref_cache)
 
 

@@ -32,6 +32,7 @@ _ROOT = os.environ.get(_ENV)
 pytestmark = [
     pytest.mark.skipif(not _ROOT, reason=f"{_ENV} is not set (path to a vllm-rbln checkout)"),
     pytest.mark.slow,
+    pytest.mark.timeout(1800),  # a cold numba compile of a batched flash kernel takes minutes
 ]
 
 _IMPORTS = {

@@ -19,6 +19,8 @@ from torch_rbln import dsl as triton
 from . import rbln_attention_reference as ref
 
 H, G, D = 2, 2, 64
+# cold numba compiles of these kernels took 5-6 minutes each under a load of 5 on 2 cores
+pytestmark = pytest.mark.timeout(1800)
 
 
 @pytest.fixture(autouse=True, params=[pytest.param("numba", marks=pytest.mark.slow), "interpret"])

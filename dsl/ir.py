@@ -94,13 +94,14 @@ class TensorType:
             n *= s
         return n
 
-    @property
-    def element_ty(self):
-        """Triton's `x.type.element_ty`: the pointee of a pointer type, else the element dtype."""
-        return self.dtype.element_ty if self.dtype.is_ptr() else self.dtype
-
     def with_shape(self, shape) -> TensorType:
         return TensorType(self.dtype, tuple(shape), self.root)
+
+    @property
+    def element_ty(self):
+        """Triton's `x.type.element_ty`: a scalar pointer's pointee type, else the element dtype."""
+        dt = self.dtype
+        return dt.element_ty if self.shape == () and dt.is_ptr() else dt
 
     def __str__(self) -> str:
         d = self.dtype.name
@@ -118,6 +119,12 @@ class BlockPtrType:
     @property
     def shape(self):
         return self.block_shape
+
+    @property
+    def element_ty(self) -> TensorType:
+        """Triton's `block_ptr.type.element_ty`: the block type (`.shape` is the block shape,
+        `.element_ty` the element dtype)."""
+        return TensorType(self.dtype, self.block_shape)
 
     def __str__(self) -> str:
         return f"block_ptr<{self.dtype.name}@{self.root}, {list(self.block_shape)}>"

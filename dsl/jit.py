@@ -38,6 +38,8 @@ __all__ = [
     "specialize",
     "heuristics",
     "artifact_key",
+    "HostLaunch",
+    "host_arguments",
 ]
 
 # launch options Triton accepts that mean nothing here
@@ -643,9 +645,18 @@ class JITFunction:
     def __getitem__(self, grid):
         return functools.partial(self.run, grid=grid)
 
-    def warmup(self, *args, grid=None, **kwargs):
-        """Compile for these arguments (tensors or values) without running; returns the CompiledKernel."""
-        return self.run(*args, grid=grid or (1,), warmup=True, **kwargs)
+    def warmup(self, *args, grid=None, host_layout=None, **kwargs):
+        """Compile for these arguments (tensors or values) without running; returns the CompiledKernel.
+
+        With `host_layout` (Rebellions' host protocol: ``kernel = fn.warmup(*args, grid=(1,),
+        host_layout="1:2:3")`` then ``rblib.write_rtosa(kernel, args)``), the arguments follow that
+        protocol's ABI (`host_arguments`) and the result is a `HostLaunch` that `write_rtosa` runs."""
+        if host_layout is None:
+            return self.run(*args, grid=grid or (1,), warmup=True, **kwargs)
+        layout = _check_host_layout(self, host_layout)
+        grid = grid or (1,)
+        kernel = self.run(*host_arguments(args), grid=grid, warmup=True, **kwargs)
+        return HostLaunch(self, kernel, grid, layout, kwargs)
 
     def __call__(self, *args, **kwargs):
         raise CompilationError(
@@ -655,6 +666,57 @@ class JITFunction:
 
     def __repr__(self):
         return f"JITFunction({self.__module__}:{self.__qualname__})"
+
+
+def _check_host_layout(jf: JITFunction, layout) -> tuple[int, ...]:
+    """`host_layout` ("1:2:3": colon-separated non-negative ints) as a tuple; a LaunchError otherwise."""
+    parts = layout.split(":") if isinstance(layout, str) else []
+    if not parts or not all(p.isdigit() for p in parts):
+        raise jf.launch_error(
+            None, f"host_layout must look like '1:2:3' (colon-separated ints), got {layout!r}"
+        )
+    return tuple(int(p) for p in parts)
+
+
+def host_arguments(args) -> list:
+    """Kernel arguments under Rebellions' host protocol: a 0-dim tensor is passed as the scalar it holds.
+
+    vllm-rbln's kernels take ``qk_scale`` (a 0-dim fp32 tensor on the host side) and use it as a number
+    (``qk * qk_scale``); the same tensor also fills a parameter documented as ``block_size,  # dummy
+    (scalar)``.  Everything else passes unchanged (tensors stay pointers)."""
+    import torch
+
+    return [a.item() if isinstance(a, torch.Tensor) and a.dim() == 0 else a for a in args]
+
+
+class HostLaunch:
+    """A kernel compiled by ``warmup(..., host_layout=...)``, bound to its grid and launch options.
+
+    On Rebellions' stack `write_rtosa(kernel, args)` writes this kernel as the artifact that the NPU
+    runtime executes; the simulated device has no separate runtime, so `launch(args)` runs it here.
+    The host layout is validated and recorded (`host_layout`) but changes nothing: the simulated NPU
+    reads tensors in their torch layout.  Attributes of the CompiledKernel (`asm`, `ir`, ...) are
+    available on this object."""
+
+    def __init__(self, jf: JITFunction, kernel, grid, host_layout: tuple[int, ...], options: dict):
+        self.jit_function = jf
+        self.kernel = kernel
+        self.grid = grid
+        self.host_layout = host_layout
+        self.options = dict(options)
+
+    def launch(self, args) -> None:
+        self.jit_function.run(*host_arguments(args), grid=self.grid, **self.options)
+
+    def __getattr__(self, name):
+        kernel = self.__dict__.get("kernel")
+        if kernel is None:
+            raise AttributeError(name)
+        return getattr(kernel, name)
+
+    def __repr__(self):
+        layout = ":".join(map(str, self.host_layout))
+        return f"HostLaunch({self.jit_function.__name__}, grid={self.grid}, host_layout={layout!r})"
 
 
 def _dump_ir(ck: CompiledKernel) -> None:

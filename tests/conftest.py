@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 for _name in list(os.environ):
-    # RBLN_TEST_* name inputs of the tests themselves (e.g. RBLN_TEST_TRITON_DIR), not device settings
+    # RBLN_TEST_* configure the test suite itself (e.g. where external kernels are), so they stay
     if _name.startswith(("TORCH_RBLN_", "RBLN_")) and not _name.startswith("RBLN_TEST_"):
         del os.environ[_name]
 # Keep kernel caches and autotune databases of test runs out of the user's home.

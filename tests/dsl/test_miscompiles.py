@@ -4,6 +4,7 @@ Every test runs on both backends (conftest's `dsl_backend` fixture).  Several la
 different branches in an order where a stale value from an earlier program would show.
 """
 
+import numpy as np
 import torch
 import torch_rbln.dsl as tl
 
@@ -158,3 +159,67 @@ def test_layer_norm_backward_with_lock():
     torch.testing.assert_close(db_part.sum(0), br.grad, atol=1e-5, rtol=1e-4)
     assert locks[:group].eq(0).all() and locks[group:].eq(1).all()
 
+
+# ---------------------------------------------------------------------------------------------------
+# Reverse scans with a non-commutative combine function.  Triton defines a reverse scan as the forward
+# scan of the flipped block, flipped back: out[i] = f(...f(f(x[n-1], x[n-2]), x[n-3])..., x[i]), so the
+# left argument is the accumulated value from the END of the axis and the right one the element at i
+# (Triton's test_core.py test_scan2d: `get_first_element` reversed gives x[-1] everywhere).
+# ---------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _keep_left(a, b):
+    return a
+
+
+@triton.jit
+def _last_nonzero(a, b):
+    # associative, not commutative: the last non-zero element seen in scan order
+    return tl.where(b != 0, b, a)
+
+
+@triton.jit
+def _scan_kernel(x_ptr, o_ptr, M: tl.constexpr, N: tl.constexpr, AXIS: tl.constexpr, FN: tl.constexpr,
+                 REVERSE: tl.constexpr):
+    offs = tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :]
+    x = tl.load(x_ptr + offs)
+    if FN == 0:
+        y = tl.associative_scan(x, AXIS, _keep_left, reverse=REVERSE)
+    else:
+        y = tl.associative_scan(x, AXIS, _last_nonzero, reverse=REVERSE)
+    tl.store(o_ptr + offs, y)
+
+
+def _reference_scan(x: np.ndarray, axis: int, fn, reverse: bool) -> np.ndarray:
+    """Sequential inclusive scan: a reverse scan is the forward scan of the flipped input, flipped."""
+    x = np.flip(x, axis) if reverse else x
+    moved = np.moveaxis(x, axis, 0)
+    out = np.empty_like(moved)
+    out[0] = moved[0]
+    for i in range(1, moved.shape[0]):
+        out[i] = fn(out[i - 1], moved[i])
+    out = np.moveaxis(out, 0, axis)
+    return np.flip(out, axis) if reverse else out
+
+
+def test_reverse_associative_scan_argument_order():
+    rng = np.random.RandomState(0)
+    x = rng.randint(0, 3, size=(4, 8)).astype(np.int32)  # zeros are frequent
+    functions = [lambda a, b: a, lambda a, b: np.where(b != 0, b, a)]
+    for fn_index, fn in enumerate(functions):
+        for axis in (0, 1):
+            for reverse in (False, True):
+                out = torch.empty(4, 8, dtype=torch.int32)
+                _scan_kernel[(1,)](torch.from_numpy(x), out, M=4, N=8, AXIS=axis, FN=fn_index,
+                                   REVERSE=reverse)
+                ref = _reference_scan(x, axis, fn, reverse)
+                assert np.array_equal(out.numpy(), ref), (fn_index, axis, reverse, out.numpy(), ref)
+
+
+def test_reverse_keep_left_scan_broadcasts_last_element():
+    # Triton's own expectation for `get_first_element` with reverse=True
+    x = torch.arange(8, dtype=torch.float32).reshape(1, 8)
+    out = torch.empty(1, 8)
+    _scan_kernel[(1,)](x, out, M=1, N=8, AXIS=1, FN=0, REVERSE=True)
+    assert torch.equal(out, torch.full((1, 8), 7.0))

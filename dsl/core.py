@@ -646,7 +646,10 @@ def reduce(input, axis, combine_fn, keep_dims=False):
 @builtin
 def associative_scan(input, axis, combine_fn, reverse=False):
     """Inclusive scan along `axis` with `combine_fn(a, b)` (Hillis-Steele doubling steps).  A tuple
-    `input` scans its tensors together (`combine_fn(a0, a1, ..., b0, b1, ...)` returns a tuple)."""
+    `input` scans its tensors together (`combine_fn(a0, a1, ..., b0, b1, ...)` returns a tuple).  As in
+    Triton, a reverse scan is the forward scan of the flipped block, flipped back: the left argument is
+    always the part that comes first in scan order, i.e. for `reverse=True` the elements at HIGHER
+    indices (`out[i] = f(out[i + 1], x[i])` in sequential terms)."""
     if isinstance(_u(input), (tuple, list)):
         return _scan_tuple(_u(input), _u(axis), combine_fn, _u(reverse))
     x = S.to_tensor(input)
@@ -659,7 +662,8 @@ def associative_scan(input, axis, combine_fn, reverse=False):
         if _u(reverse):
             pads[ax] = (0, d)
             other = S.pad(S.dyn_slice(x, d, n - d, ax), pads, 0)
-            comb = S.to_tensor(_combine(combine_fn, x, other))
+            # `other` holds x[i + d], which comes earlier in scan order: the left argument
+            comb = S.to_tensor(_combine(combine_fn, other, x))
             x = S.where(S.compare("lt", pos, n - d), comb, x)
         else:
             pads[ax] = (d, 0)

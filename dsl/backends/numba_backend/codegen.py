@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -321,6 +322,9 @@ class _Lowering:
         self.stored_roots: set[int] = set()
         self.regions = 0  # nesting depth of for/while/if regions
         self.scope = [0]  # innermost region id: what a memoised count variable is valid in
+        # per open region: the values it materialized that were bound before it, with their former
+        # representation (restored when the region closes; see `region`)
+        self.rebound: list[dict[int, object]] = []
         self.count_memo: dict[tuple, str] = {}
         self.loop_bounds: dict[str, str] = {}  # loop index variable -> its bound
         self.written_roots = {
@@ -396,6 +400,8 @@ class _Lowering:
         self.emit(f"{name}[{', '.join(index)}] = {representation.render(index)}")
         self.close_loops(shape)
         buffer = Buffer(name, shape)
+        if self.rebound:
+            self.rebound[-1].setdefault(value.id, representation)
         self.values[value.id] = buffer
         return buffer
 
@@ -1646,15 +1652,31 @@ class _Lowering:
         for result, arg in zip(op.results, carried, strict=True):
             self.values[result.id] = self.values[arg.id]
 
-    def block_with_terminator(self, block, targets: list[str]) -> None:
+    @contextmanager
+    def region(self):
+        """Lower the ops of one region (a loop body, a branch, a while condition).
+
+        A value materialized inside the region lives in a buffer that is written only when the region
+        runs, so the binding must not outlive it: a sibling branch, code after an untaken branch or a
+        zero-trip loop, or a later program (the generated function loops over programs) would read
+        whatever an earlier execution left there.  On exit every value bound before the region gets
+        back the representation it had, and its next use materializes it where it is."""
         self.regions += 1
         self.scope.append(self.counter)
         self.fresh("scope")
-        self.block_ops(block.ops[:-1])
-        terminator = block.ops[-1]
-        self._assign(targets, self._flat_all(terminator.operands))
-        self.scope.pop()
-        self.regions -= 1
+        self.rebound.append({})
+        try:
+            yield
+        finally:
+            self.values.update(self.rebound.pop())
+            self.scope.pop()
+            self.regions -= 1
+
+    def block_with_terminator(self, block, targets: list[str]) -> None:
+        with self.region():
+            self.block_ops(block.ops[:-1])
+            terminator = block.ops[-1]
+            self._assign(targets, self._flat_all(terminator.operands))
 
     def block_ops(self, ops) -> None:
         for op in ops:
@@ -1670,15 +1692,11 @@ class _Lowering:
         self._assign(names, initial)
         self.emit("while True:")
         self.depth += 1
-        self.regions += 1
-        self.scope.append(self.counter)
-        self.fresh("scope")
-        self.block_ops(before.ops[:-1])
-        self.scope.pop()
-        self.regions -= 1
-        condition = before.ops[-1].operands[0]
-        self.emit(f"if not {self.get(condition).render([])}:")
-        self.emit("    break")
+        with self.region():
+            self.block_ops(before.ops[:-1])
+            condition = before.ops[-1].operands[0]
+            self.emit(f"if not {self.get(condition).render([])}:")
+            self.emit("    break")
         for after_arg, before_arg in zip(after.args, before.args, strict=True):
             self.values[after_arg.id] = self.values[before_arg.id]
         self.block_with_terminator(after, names)

@@ -273,12 +273,7 @@ class FunctionCompiler:
         cond = S.unwrap(self.eval(node.test))
         if not isinstance(cond, tensor):
             return self.visit_body(list(node.body if cond else node.orelse) + rest)
-        if cond.shape != ():
-            raise self.error(
-                node.test,
-                f"the condition of a runtime `if` must be a scalar, got a block of shape {list(cond.shape)}",
-            )
-        cond = S.to_int1(cond)
+        cond = self._scalar_condition(node, cond)
         before = dict(self.scope)
         blocks, rets = [], []
         for body in (node.body, node.orelse):
@@ -514,13 +509,17 @@ class FunctionCompiler:
             return S.broadcast_to_shape(v, ty.shape)
         return S.broadcast_to_shape(S.cast(v, ty.dtype), ty.shape)
 
-    def runtime_if(self, node, cond):
+    def _scalar_condition(self, node, cond):
+        """The int1 condition of a runtime `if`; a block condition is refused at the `if` line."""
         if cond.shape != ():
             raise self.error(
                 node.test,
                 f"the condition of a runtime `if` must be a scalar, got a block of shape {list(cond.shape)}",
             )
-        cond = S.to_int1(cond)
+        return S.to_int1(cond)
+
+    def runtime_if(self, node, cond):
+        cond = self._scalar_condition(node, cond)
         before = dict(self.scope)
         blocks, scopes = [], []
         for body in (node.body, node.orelse):

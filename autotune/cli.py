@@ -171,6 +171,42 @@ def _match_kernel(store, name: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------- commands
+def _decision_id(row: dict) -> tuple:
+    return (row["kernel"], row["source_hash"], row["key"], row["backend"], row["device_kind"])
+
+
+def _decoded(value):
+    """A JSON text column as the value it encodes (the key, config, bucket and launch columns)."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _close_calls(store, decisions: list[dict]) -> dict[tuple, str]:
+    """Decisions whose winner is within the measured noise of the runner-up: decision id -> runner-up
+    config. Noise is the larger interquartile range of the two; such a decision could flip on a rerun
+    (or differ between machines), which matters when ranks must agree."""
+    trials: dict[tuple, list[dict]] = {}
+    for t in store.query("SELECT kernel, source_hash, key, backend, device_kind, config, median_us, iqr_us "
+                         "FROM trials WHERE status='ok' AND median_us IS NOT NULL"):
+        trials.setdefault(_decision_id(t), []).append(t)
+    close = {}
+    for d in decisions:
+        ranked = sorted(trials.get(_decision_id(d), []), key=lambda t: t["median_us"])
+        best = next((t for t in ranked if t["config"] == d["config"]), None)
+        others = [t for t in ranked if t["config"] != d["config"]]
+        if best is None or not others:
+            continue
+        runner_up = others[0]
+        noise = max(best["iqr_us"] or 0.0, runner_up["iqr_us"] or 0.0)
+        if runner_up["median_us"] - best["median_us"] <= noise:
+            close[_decision_id(d)] = runner_up["config"]
+    return close
+
+
 def cmd_list(args) -> int:
     store = _store(args)
     kernel = _match_kernel(store, args.kernel) if args.kernel else None
@@ -180,9 +216,14 @@ def cmd_list(args) -> int:
     for t in store.query("SELECT kernel, source_hash, key, backend, device_kind, COUNT(*) AS n FROM trials "
                          "GROUP BY kernel, source_hash, key, backend, device_kind"):
         counts[(t["kernel"], t["source_hash"], t["key"], t["backend"], t["device_kind"])] = t["n"]
+    close = _close_calls(store, rows)
     if args.json:
         for r in rows:
             r["stale"] = current.get(r["kernel"]) != r["source_hash"]
+            runner_up = close.get(_decision_id(r))
+            r["within_noise_of"] = runner_up
+            for field in ("key", "config", "bucket", "launch"):
+                r[field] = _decoded(r.get(field))
         print(json.dumps(rows, indent=2))
         return 0
     con = _console()
@@ -195,7 +236,9 @@ def cmd_list(args) -> int:
     for r in rows:
         stale = " (stale)" if current.get(r["kernel"]) != r["source_hash"] else ""
         n = counts.get((r["kernel"], r["source_hash"], r["key"], r["backend"], r["device_kind"]), 0)
-        t.add_row(r["kernel"] + stale, fmt_key(r["key"]), fmt_config(r["config"]), fmt_us(r["median_us"]),
+        runner_up = close.get(_decision_id(r))
+        best = fmt_config(r["config"]) + (f" (within noise of {fmt_config(runner_up)})" if runner_up else "")
+        t.add_row(r["kernel"] + stale, fmt_key(r["key"]), best, fmt_us(r["median_us"]),
                   fmt_us(r["iqr_us"]), str(n), r["backend"], r["device_kind"],
                   f"{fmt_age(r['created_at'])} on {r['host']}")
     con.print(t)
@@ -267,6 +310,9 @@ def cmd_prune(args) -> int:
     store = _store(args, write=True)
     counts = store.prune(stale=not args.keep_stale, older_than=args.older_than,
                          keep_best_only=args.keep_best_only, failed=args.failed, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps({"dry_run": args.dry_run, **counts}, indent=2))
+        return 0
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb}: {counts['decisions']} decisions, {counts['trials']} trials, "
           f"{counts['kernels']} kernel source hashes")
@@ -285,6 +331,9 @@ def cmd_clear(args) -> int:
             print("nothing removed")
             return 1
     counts = store.clear(kernel)
+    if args.json:
+        print(json.dumps({"kernel": kernel, **counts}, indent=2))
+        return 0
     print(f"removed: {counts['decisions']} decisions, {counts['trials']} trials, {counts['kernels']} kernel "
           f"source hashes{' of ' + kernel if kernel else ''}")
     return 0
@@ -329,6 +378,9 @@ def cmd_import(args) -> int:
         raise CLIError(f"{args.file}: {e}", 2) from None
     store = _store(args, write=True)
     r = store.import_(data)
+    if args.json:
+        print(json.dumps({"file": args.file, **r}, indent=2, default=str))
+        return 0
     print(f"imported {args.file}: decisions {r['decisions_added']} added, {r['decisions_updated']} replaced "
           f"by faster, {r['decisions_kept']} kept; trials {r['trials_added']} added, {r['trials_updated']} "
           f"replaced by faster, {r['trials_kept']} kept; {len(r['conflicts'])} conflicts")
@@ -450,6 +502,13 @@ def cmd_warm(args) -> int:
         progress.update(task, description=f"tuned {len(launches)} launches")
     order = {(x.kernel_ref, x.label): i for i, x in enumerate(launches)}
     results.sort(key=lambda r: order.get((r["kernel"], r["launch"]), 0))
+    if args.json_summary:
+        with open(args.json_summary, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+    n_err = sum(r["status"] == "error" for r in results)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 1 if n_err else 0
     con = _console()
     t = _table(f"warm {args.manifest} -> {db}", ["kernel", "launch", "status", "best config", "median us",
                                                  "iqr us", "benchmarks", "seconds"])
@@ -458,13 +517,9 @@ def cmd_warm(args) -> int:
                   fmt_config(r["config"]), fmt_us(r["median_us"]), fmt_us(r["iqr_us"]), str(r["benchmarks"]),
                   f"{r['seconds']:.2f}")
     con.print(t)
-    n_err = sum(r["status"] == "error" for r in results)
     n_tuned = sum(r["status"] == "tuned" for r in results)
     con.print(f"{len(results)} launches: {n_tuned} tuned, {len(results) - n_tuned - n_err} already tuned, "
               f"{n_err} errors; {sum(r['benchmarks'] for r in results)} configs benchmarked")
-    if args.json_summary:
-        with open(args.json_summary, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
     return 1 if n_err else 0
 
 
@@ -504,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--kernel", help="only the launches of this kernel (module:attribute or attribute)")
     w.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     w.add_argument("--json-summary", metavar="FILE", help="also write the summary rows to FILE")
+    w.add_argument("--json", action="store_true", help="print the result as JSON")
     w.set_defaults(func=cmd_warm)
 
     ls = sub.add_parser("list", parents=[common], help="tuned keys and their best configs")
@@ -527,6 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--failed", action="store_true", help="remove failed trials (they will be retried)")
     pr.add_argument("--keep-stale", action="store_true", help="keep entries of older kernel sources")
     pr.add_argument("--dry-run", action="store_true", help="only count what would be removed")
+    pr.add_argument("--json", action="store_true", help="print the result as JSON")
     pr.set_defaults(func=cmd_prune)
 
     ex = sub.add_parser("export", parents=[common], help="write the database as JSON")
@@ -536,11 +593,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     im = sub.add_parser("import", parents=[common], help="merge a JSON export into the database")
     im.add_argument("file")
+    im.add_argument("--json", action="store_true", help="print the result as JSON")
     im.set_defaults(func=cmd_import)
 
     cl = sub.add_parser("clear", parents=[common], help="remove everything (or one kernel)")
     cl.add_argument("--kernel")
     cl.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    cl.add_argument("--json", action="store_true", help="print the result as JSON")
     cl.set_defaults(func=cmd_clear)
     return p
 

@@ -474,3 +474,38 @@ def test_closed_pipe_ends_quietly(db, monkeypatch):
 
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["list", "--db", db, "--json"]) == 141
+
+
+def test_every_subcommand_speaks_json_with_decoded_values(tmp_path, db, capsys):
+    _tune_two_keys()
+    rows = json.loads(run(capsys, "list", "--db", db, "--json")[1])
+    assert isinstance(rows[0]["key"], dict) and isinstance(rows[0]["config"], dict)
+    assert "within_noise_of" in rows[0]
+    code, out, err = run(capsys, "prune", "--db", db, "--dry-run", "--json")
+    assert code == 0 and json.loads(out)["dry_run"] is True
+    export = tmp_path / "e.json"
+    run(capsys, "export", "--db", db, "-o", export)
+    code, out, err = run(capsys, "import", str(export), "--db", str(tmp_path / "other.db"), "--json")
+    assert code == 0 and json.loads(out)["decisions_added"] == 2
+    code, out, err = run(capsys, "clear", "--db", db, "--yes", "--json")
+    assert code == 0 and json.loads(out)["decisions"] == 2
+    launches = [add_launch(sizes=(100,))]
+    path = manifest(tmp_path / "m.json", [{"kernel": "atutil:add_tuned", "launches": launches}])
+    code, out, err = run(capsys, "warm", path, "--db", db, "-q", "--json")
+    assert code == 0 and json.loads(out)[0]["status"] == "tuned"
+
+
+def test_list_flags_decisions_within_the_noise_of_the_runner_up(db, capsys):
+    store = get_store(db)
+    base = {"kernel": "k:x", "source_hash": "h1", "key": '{"args":{"n":1},"dtypes":{},"tp":1}',
+            "backend": "interpret", "device_kind": "cpu:test", "tp": 1, "host": "h",
+            "created_at": time.time()}
+    store.record_kernel("k:x", "h1")
+    for config, median, iqr in (('{"kwargs":{"B":1}}', 10.0, 1.5), ('{"kwargs":{"B":2}}', 11.0, 0.5)):
+        store.record_trial({**base, "config": config, "status": "ok", "median_us": median, "iqr_us": iqr,
+                            "samples": 5})
+    store.record_decision({**base, "config": '{"kwargs":{"B":1}}', "configs_hash": "c", "median_us": 10.0})
+    clear_caches()
+    (row,) = json.loads(run(capsys, "list", "--db", db, "--json")[1])
+    assert row["within_noise_of"] == '{"kwargs":{"B":2}}'  # 1.0 us apart, IQR 1.5 us
+    assert "within noise of" in run(capsys, "list", "--db", db)[1]

@@ -8,7 +8,6 @@ import contextlib
 import glob
 import importlib.util
 import os
-import pickle
 import sys
 import tempfile
 import threading
@@ -64,8 +63,17 @@ def _report_compile(name: str, seconds: float) -> None:
                     seconds, _slow_compiles[0], _slow_compiles[1])
 
 
-# What numba raises when its index (.nbi) or data (.nbc) file does not unpickle.
-_CORRUPT_CACHE_ERRORS = (pickle.UnpicklingError, EOFError)
+def _raised_by_numba_cache(error: BaseException) -> bool:
+    """Whether `error` came out of numba's on-disk cache loader (`numba/core/caching.py`): unpickling
+    random or truncated bytes raises almost anything (UnpicklingError, EOFError, UnicodeDecodeError,
+    ValueError, ...), so the origin, not the type, says the cache file is damaged."""
+    traceback = error.__traceback__
+    while traceback is not None:
+        filename = traceback.tb_frame.f_code.co_filename.replace("\\", "/")
+        if filename.endswith("numba/core/caching.py"):
+            return True
+        traceback = traceback.tb_next
+    return False
 
 
 def _numba_cache_files(module_file: str) -> list[str]:
@@ -385,9 +393,9 @@ class Executable:
         deleted with a WARNING and the call is retried, so numba compiles afresh and rewrites them."""
         try:
             call()
-        except _CORRUPT_CACHE_ERRORS as error:
+        except Exception as error:  # noqa: BLE001 - only an error raised inside numba's cache loader
             stale = _numba_cache_files(self.module.__file__)
-            if not stale:
+            if not stale or isinstance(error, KernelRuntimeError) or not _raised_by_numba_cache(error):
                 raise
             for path in stale:
                 with contextlib.suppress(OSError):

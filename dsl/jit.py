@@ -509,7 +509,7 @@ class JITFunction:
             return None
         g0, g1, g2 = g
         if (type(g0) is not int or type(g1) is not int or type(g2) is not int
-                or not (0 <= g0 <= _MAX_X and 0 <= g1 <= 65535 and 0 <= g2 <= 65535)
+                or not (0 <= g0 <= _MAX_X and 0 <= g1 <= _MAX_YZ and 0 <= g2 <= _MAX_YZ)
                 or g0 * g1 * g2 > MAX_PROGRAMS):
             return None
         if direct is None:
@@ -745,7 +745,7 @@ def _is_constexpr_annotation(a) -> bool:
 # and a simulated launch of more programs than this would run for hours.
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_PROGRAMS = 2**31 - 1
-_MAX_X = MAX_GRID[0]
+_MAX_X, _MAX_YZ = MAX_GRID[0], MAX_GRID[1]  # the fast path's copy of the limits (MAX_GRID[2] == [1])
 
 
 def _normalize_grid(jf, grid, arguments):

@@ -147,7 +147,7 @@ def _dispatcher(overload: torch._ops.OpOverload, entry: Op) -> Callable:
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         if kwargs and "out" in kwargs and _out_overlaps_an_input(kwargs["out"], args):
-            fallback.refuse_aliasing_as_cpu(overload, args, kwargs)  # raises PyTorch's error
+            # run_on_cpu replays the aliasing on CPU copies first and raises PyTorch's own error
             return fallback.run_on_cpu(overload, plan, args, kwargs, "out= overlaps an input")
         if fast is not None and (not _user or short not in _user):
             result = fast(args, kwargs)

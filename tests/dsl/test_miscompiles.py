@@ -223,3 +223,136 @@ def test_reverse_keep_left_scan_broadcasts_last_element():
     out = torch.empty(1, 8)
     _scan_kernel[(1,)](x, out, M=1, N=8, AXIS=1, FN=0, REVERSE=True)
     assert torch.equal(out, torch.full((1, 8), 7.0))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Arguments that alias each other. The numba backend reads a load from an argument the kernel never
+# writes where the value is consumed (one loop instead of two). When another argument points at the
+# same memory, a write in between (or the consuming store itself, at another address) changed what that
+# deferred read saw. Each result is what Triton's program order means: loads read before later stores.
+# ---------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _write_between_kernel(x_ptr, zero_ptr, o_ptr, B: tl.constexpr):
+    offs = tl.program_id(0) * B + tl.arange(0, B)
+    a = tl.load(x_ptr + offs)
+    tl.store(zero_ptr + offs, tl.zeros([B], dtype=tl.float32))
+    tl.store(o_ptr + offs, a + 1.0)
+
+
+@triton.jit
+def _scaled_copy_kernel(x_ptr, o_ptr, B: tl.constexpr):
+    offs = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(o_ptr + offs, tl.load(x_ptr + offs) * 2.0)
+
+
+@triton.jit
+def _shifted_store_kernel(x_ptr, o_ptr, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    tl.store(o_ptr + offs + 1, tl.load(x_ptr + offs) * 2.0, mask=offs < B - 1)
+
+
+@triton.jit
+def _store_in_loop_kernel(x_ptr, o_ptr, n, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    a = tl.load(x_ptr + offs)
+    for i in range(n):  # the load stands before the loop: every iteration sees the original values
+        tl.store(o_ptr + offs, a + i)
+
+
+def test_aliased_argument_written_between_load_and_use():
+    x = torch.arange(8, dtype=torch.float32)
+    out = torch.empty(8)
+    _write_between_kernel[(2,)](x, x, out, B=4)  # zero_ptr is x
+    assert torch.equal(out, torch.arange(8, dtype=torch.float32) + 1.0)
+    assert torch.equal(x, torch.zeros(8))
+
+
+def test_aliased_argument_written_between_load_and_use_many_programs():
+    # more programs than the first chunk of a launch (the chunked path), twice (the cached launch path)
+    for _ in range(2):
+        x = torch.arange(2048, dtype=torch.float32)
+        out = torch.empty(2048)
+        _write_between_kernel[(512,)](x, x, out, B=4)
+        assert torch.equal(out, torch.arange(2048, dtype=torch.float32) + 1.0)
+        assert torch.equal(x, torch.zeros(2048))
+
+
+def test_same_memory_in_and_out_elementwise():
+    x = torch.arange(8, dtype=torch.float32)
+    _scaled_copy_kernel[(2,)](x, x, B=4)
+    assert torch.equal(x, torch.arange(8, dtype=torch.float32) * 2.0)
+
+
+def test_overlapping_views_in_and_out():
+    base = torch.arange(9, dtype=torch.float32)
+    # out is x moved one element on: a deferred read would see what the previous lane just wrote (one
+    # program: across programs this overlap is a race, as on any Triton device)
+    _scaled_copy_kernel[(1,)](base[:-1], base[1:], B=8)
+    assert torch.equal(base, torch.cat([torch.zeros(1), torch.arange(8, dtype=torch.float32) * 2.0]))
+
+
+def test_shifted_store_into_the_loaded_memory():
+    x = torch.arange(8, dtype=torch.float32)
+    _shifted_store_kernel[(1,)](x, x, B=8)
+    assert torch.equal(x, torch.tensor([0.0, 0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0]))
+
+
+def test_load_before_loop_stored_in_loop_to_aliased_memory():
+    x = torch.arange(8, dtype=torch.float32)
+    _store_in_loop_kernel[(1,)](x, x, 3, B=8)
+    assert torch.equal(x, torch.arange(8, dtype=torch.float32) + 2.0)
+
+
+def test_aliasing_launch_then_plain_launch_on_the_cached_path():
+    for aliased in (False, True, False, True):
+        x = torch.arange(8, dtype=torch.float32)
+        zero = x if aliased else torch.empty(8)
+        out = torch.empty(8)
+        _write_between_kernel[(2,)](x, zero, out, B=4)
+        assert torch.equal(out, torch.arange(8, dtype=torch.float32) + 1.0), aliased
+
+
+class _Messages(list):
+    """Messages the torch_rbln logger emits while installed (it does not propagate to caplog)."""
+
+    def __enter__(self):
+        import logging
+
+        self.handler = logging.Handler(logging.INFO)
+        self.handler.emit = lambda record: self.append(record.getMessage())
+        self.logger = logging.getLogger("torch_rbln")
+        self.level = self.logger.level
+        self.logger.addHandler(self.handler)
+        self.logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.level)
+
+
+def test_disjoint_and_in_place_launches_keep_the_deferred_reads(dsl_backend):
+    """Only a launch whose arguments overlap pays for the alias-safe variant; an in-place elementwise
+    launch (same memory in and out, read just before the same lane writes it) does not."""
+
+    @triton.jit
+    def scale(x_ptr, o_ptr, B: tl.constexpr):
+        offs = tl.arange(0, B)
+        tl.store(o_ptr + offs, tl.load(x_ptr + offs) * 3.0)
+
+    @triton.jit
+    def shifted(x_ptr, o_ptr, B: tl.constexpr):
+        offs = tl.arange(0, B)
+        tl.store(o_ptr + offs + 1, tl.load(x_ptr + offs) * 3.0, mask=offs < B - 1)
+
+    x = torch.arange(8, dtype=torch.float32)
+    with _Messages() as messages:
+        scale[(1,)](x, x, B=8)
+        scale[(1,)](x, torch.empty(8), B=8)
+        shifted[(1,)](x, torch.empty(8), B=8)
+    assert not [m for m in messages if "reads loads in place" in m]
+    with _Messages() as messages:
+        shifted[(1,)](x, x, B=8)
+    assert bool([m for m in messages if "reads loads in place" in m]) == (dsl_backend == "numba")

@@ -24,6 +24,9 @@ from ..interpret import int_cast_preserves_value
 ERR_OUT_OF_BOUNDS = 1
 ERR_ASSERT = 2
 ERR_DYN_SLICE = 3
+# Not a fault: the launch's arguments overlap in a way this variant's deferred reads cannot honour
+# (`_ReadHazards`); the executable re-runs the launch on its variant that reads every load in place.
+ERR_ALIASED = 4
 _I32_MAX = 2**31 - 1  # a bound past any block
 
 _TRANSCENDENTAL = {
@@ -124,6 +127,13 @@ def memory_dtype_name(dt: D.dtype) -> str:
     if dt.name in _FP8:
         return "uint8"
     return {"fp16": "uint16", "bf16": "uint16", "int1": "bool"}.get(dt.name, _NP_NAMES[dt.name][3:])
+
+
+def _itemsize(dt: D.dtype) -> int:
+    """Bytes per element of an argument's memory as the kernel sees it (`memory_dtype_name`)."""
+    import numpy as np
+
+    return np.dtype(memory_dtype_name(dt)).itemsize
 
 
 def _typed(dt: D.dtype, expression: str) -> str:
@@ -300,6 +310,8 @@ class Lowered:
     error_sites: list[ErrorSite]
     uses_atomics: bool
     stored_roots: set[int] = field(default_factory=set)
+    # (read root, written root) pairs whose overlap the kernel's prologue reports as ERR_ALIASED
+    alias_checks: dict[tuple[int, int], str] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -309,8 +321,79 @@ class Lowered:
 # -- the lowering -----------------------------------------------------------------------------------
 
 
+class _ReadHazards:
+    """Which deferred reads a launch's aliasing can break, for the prologue's overlap check.
+
+    A load from an argument that this kernel never writes is read where its value is consumed, not
+    where the load stands (one loop instead of two). That is what the program means only while no
+    write in between reaches the loaded memory, and a *different* argument can point at the same memory
+    (`kernel[grid](x, y, out=x)`). So each deferred read is recorded as it is rendered: a write to
+    root `w` between the load and its read, or a read inside a loop deeper than the load (a later
+    iteration reads after this iteration's writes), makes (root, w) *strict*: any overlap of the
+    two arguments' memory sends the launch to the variant that reads every load in place. A read in the
+    loop of a write to `w` at the very same, injective address (`store(out + o, load(x + o) * 2)`, what
+    an in-place elementwise op does) makes (root, w) *identical*: each element is read just before the
+    same iteration writes it, so only an overlap other than exactly the same memory (same address, same
+    element size) breaks it."""
+
+    def __init__(self) -> None:
+        self.writes: list[int] = []  # roots written, in program order
+        self.host: tuple[int, str | None] | None = None  # the write whose loop is being emitted
+        self.pairs: dict[tuple[int, int], str] = {}
+
+    def begin_write(self, root: int) -> None:
+        self.writes.append(root)
+
+    @contextmanager
+    def hosted(self, root: int, address: str | None):
+        """Reads rendered inside happen in the loop of the write just begun, before its element is
+        written there; `address` is its element offset (None when not provably injective)."""
+        outer, self.host = self.host, (root, address)
+        try:
+            yield
+        finally:
+            self.host = outer
+
+    def read(self, root: int, created: int, deeper: bool, address: str | None,
+             written_roots: set[int]) -> None:
+        """A deferred read of `root` (a load made after `created` writes) rendered now at `address`."""
+        host = self.host
+        hosted_at = len(self.writes) - 1 if host is not None else None
+        for serial in range(created, len(self.writes)):
+            if serial != hosted_at:
+                self._mark(root, self.writes[serial], "strict")
+        if deeper:
+            for written in written_roots:
+                self._mark(root, written, "strict")
+        if host is not None:
+            same = address is not None and address == host[1]
+            self._mark(root, host[0], "identical" if same else "strict")
+
+    def _mark(self, read: int, written: int, kind: str) -> None:
+        if self.pairs.get((read, written)) != "strict":
+            self.pairs[(read, written)] = kind
+
+
+def _injective(affine: Affine, shape) -> bool:
+    """Whether distinct indices of a `shape` block give distinct offsets under `affine` (provably:
+    integer coefficients, each larger than the span of all smaller ones)."""
+    terms = []
+    for coefficient, extent in zip(affine.coefficients, shape, strict=True):
+        if extent == 1:
+            continue
+        if not isinstance(coefficient, int) or coefficient == 0:
+            return False
+        terms.append((abs(coefficient), extent))
+    span = 0
+    for coefficient, extent in sorted(terms):
+        if coefficient <= span:
+            return False
+        span += coefficient * (extent - 1)
+    return True
+
+
 class _Lowering:
-    def __init__(self, fn: Function) -> None:
+    def __init__(self, fn: Function, eager_reads: bool = False) -> None:
         self.fn = fn
         self.lines: list[str] = []
         self.depth = 0
@@ -321,6 +404,7 @@ class _Lowering:
         self.uses_atomics = False
         self.stored_roots: set[int] = set()
         self.regions = 0  # nesting depth of for/while/if regions
+        self.loops = 0  # nesting depth of for/while loops (a read deeper than its load repeats)
         self.scope = [0]  # innermost region id: what a memoised count variable is valid in
         # per open region: the values it materialized that were bound before it, with their former
         # representation (restored when the region closes; see `region`)
@@ -334,6 +418,10 @@ class _Lowering:
         }
         self.hoisted: list[str] = []
         self.box_loads: dict[int, BoxLoad] = {}  # lazily read box loads, by value id (see op_dot)
+        self.eager_reads = eager_reads  # read every load where it stands (the alias-safe variant)
+        self.hazards = _ReadHazards()
+        # box load value id -> (root, writes before it, loop depth): for `_ReadHazards.read`
+        self.deferred: dict[int, tuple[int, int, int]] = {}
         self.pointer_affine: dict[int, Affine] = {}  # scalar pointers' exact forms (see op_ptr_add)
         # variables whose magnitude is bounded by their type (int32 and narrower; see `_static_bound`)
         self.leaf_bounds: dict[str, int] = {f"{n}{axis}": 2**31 for n in ("pid", "g") for axis in range(3)}
@@ -480,6 +568,7 @@ class _Lowering:
                 self._bound_leaf(name, param.type.dtype)
         self.depth = 0
         self.block(fn.body)
+        prologue += self._alias_check()
         source = _template().render(
             name=_identifier(fn.name),
             params=ptr_signature + scalar_signature,
@@ -501,7 +590,25 @@ class _Lowering:
             self.error_sites,
             self.uses_atomics,
             self.stored_roots,
+            dict(self.hazards.pairs),
         )
+
+    def _alias_check(self) -> list[str]:
+        """Prologue lines that end the launch with ERR_ALIASED, before any program runs, when two
+        arguments overlap in a way a deferred read cannot honour (`_ReadHazards`)."""
+        tests = []
+        for (read, written), kind in sorted(self.hazards.pairs.items()):
+            sizes = [_itemsize(self.fn.params[root].type.dtype.element_ty) for root in (read, written)]
+            overlap = (f"(n{read} > 0 and n{written} > 0 and p{read} < p{written} + n{written} * {sizes[1]} "
+                       f"and p{written} < p{read} + n{read} * {sizes[0]})")
+            if kind == "identical" and sizes[0] == sizes[1]:
+                overlap = f"({overlap} and p{read} != p{written})"
+            tests.append(overlap)
+        if not tests:
+            return []
+        return [f"if {' or '.join(tests)}:",
+                f"    err[0] = {ERR_ALIASED}; err[1] = 0; err[2] = 0; err[3] = program_start",
+                "    return"]
 
     def block(self, block) -> None:
         self.block_ops(block.ops)
@@ -998,14 +1105,19 @@ class _Lowering:
         dt = op.result.type.dtype
         shape = op.result.type.shape
         self._check_box(op, root, affine, counts, "load", shape)
-        if root not in self.written_roots and self.uses.get(op.result.id, 0) == 1:
+        if root not in self.written_roots and self.uses.get(op.result.id, 0) == 1 and not self.eager_reads:
             # Read where it is consumed (one loop instead of two): nothing in this kernel writes to
-            # this argument, so reading later sees the same values.
+            # this argument, so reading later sees the same values unless another argument aliases
+            # it, which the prologue checks (`_ReadHazards`).
             fill = self.get(other).render if other is not None else (lambda index: _literal(dt, 0))
             partial = [(d, c) for d, c in enumerate(counts) if not c.isdigit()]
+            created, depth = len(self.hazards.writes), self.loops
+            self.deferred[op.result.id] = (root, created, depth)
 
             def build(index: list[str]) -> str:
-                value = _load_value(dt, _memory(root, affine.render(index)))
+                address = affine.render(index)
+                self.hazards.read(root, created, self.loops > depth, address, self.written_roots)
+                value = _load_value(dt, _memory(root, address))
                 # a consumer looping to the same count needs no test: every lane it visits is active
                 tests = [f"{index[d]} < {c}" for d, c in partial if self.loop_bounds.get(index[d]) != c]
                 if not tests:
@@ -1070,6 +1182,7 @@ class _Lowering:
         pointer, value, mask = op.operands
         root = op.attrs["root"]
         self.stored_roots.add(root)
+        self.hazards.begin_write(root)
         box = self._box(pointer, mask, value.type.shape)
         if box is not None:
             affine, counts = box
@@ -1078,8 +1191,10 @@ class _Lowering:
 
             def write(unit: Affine) -> None:
                 index = self.open_loops_to(counts)
-                stored = _store_value(value.type.dtype, representation.render(index))
-                self.emit(f"{_memory(root, unit.render(index))} = {stored}")
+                address = unit.render(index)
+                with self.hazards.hosted(root, address if _injective(unit, value.type.shape) else None):
+                    stored = _store_value(value.type.dtype, representation.render(index))
+                self.emit(f"{_memory(root, address)} = {stored}")
                 self.close_loops(tuple(counts))
 
             self._with_unit_stride(affine, write)
@@ -1094,7 +1209,9 @@ class _Lowering:
             self.emit(f"if {rm.render(index)}:")
             self.depth += 1
         offset = self._address(op, root, rp.render(index), None, "store", wrapped(index))
-        self.emit(f"{_memory(root, offset)} = {_store_value(dt, rv.render(index))}")
+        with self.hazards.hosted(root, None):
+            stored = _store_value(dt, rv.render(index))
+        self.emit(f"{_memory(root, offset)} = {stored}")
         if rm is not None:
             self.depth -= 1
         self.close_loops(shape)
@@ -1104,6 +1221,7 @@ class _Lowering:
         root = op.attrs["root"]
         self.uses_atomics = True
         self.stored_roots.add(root)
+        self.hazards.begin_write(root)
         rp, rv = self.get(pointer), self.get(value)
         rm = self.get(mask) if mask is not None else None
         dt = value.type.dtype
@@ -1144,6 +1262,7 @@ class _Lowering:
         root = op.attrs["root"]
         self.uses_atomics = True
         self.stored_roots.add(root)
+        self.hazards.begin_write(root)
         rp, rc, rv = self.get(pointer), self.get(compare), self.get(value)
         dt = value.type.dtype
         shape = value.type.shape
@@ -1380,6 +1499,8 @@ class _Lowering:
         ct = compute_type(work_dt)
         box = self.box_loads.get(value.id)
         if box is not None and box.fill is not None and isinstance(self.get(value), Lazy):
+            root, created, depth = self.deferred[value.id]
+            self.hazards.read(root, created, self.loops > depth, None, self.written_roots)
             # staging buffers are allocated once per launch: tile_dot fills and consumes them in
             # one call, so the next loop iteration or program may reuse them
             staged_c, staged_t = f"sc{value.id}_{self.fresh('')}", f"st{value.id}_{self.fresh('')}"
@@ -1495,6 +1616,7 @@ class _Lowering:
         value = op.operands[1]
         representation = self.get(value)
         self.stored_roots.add(pointer.root)
+        self.hazards.begin_write(pointer.root)
         dt = value.type.dtype
         shape = value.type.shape
         checked = op.attrs.get("boundary_check") or ()
@@ -1647,7 +1769,9 @@ class _Lowering:
         self.depth += 1
         self.emit(f"v{induction.id} = {compute_type(induction.type.dtype)}({raw})")
         self.values[induction.id] = Scalar(f"v{induction.id}")
+        self.loops += 1
         self.block_with_terminator(body, carried_names)
+        self.loops -= 1
         self.depth -= 1
         for result, arg in zip(op.results, carried, strict=True):
             self.values[result.id] = self.values[arg.id]
@@ -1692,6 +1816,7 @@ class _Lowering:
         self._assign(names, initial)
         self.emit("while True:")
         self.depth += 1
+        self.loops += 1
         with self.region():
             self.block_ops(before.ops[:-1])
             condition = before.ops[-1].operands[0]
@@ -1700,6 +1825,7 @@ class _Lowering:
         for after_arg, before_arg in zip(after.args, before.args, strict=True):
             self.values[after_arg.id] = self.values[before_arg.id]
         self.block_with_terminator(after, names)
+        self.loops -= 1
         self.depth -= 1
         for result, arg in zip(op.results, before.args, strict=True):
             self.values[result.id] = self.values[arg.id]
@@ -1859,6 +1985,7 @@ def _stride(shape, axes, k) -> int:
     return stride
 
 
-def lower(fn: Function) -> Lowered:
-    """Generate the numba module source for `fn` (raises UnsupportedByNumba for what it cannot lower)."""
-    return _Lowering(fn).lower()
+def lower(fn: Function, eager_reads: bool = False) -> Lowered:
+    """Generate the numba module source for `fn` (raises UnsupportedByNumba for what it cannot lower).
+    `eager_reads` reads every load where it stands: the variant for launches whose arguments alias."""
+    return _Lowering(fn, eager_reads).lower()

@@ -140,24 +140,26 @@ def load_module(lowered: codegen.Lowered) -> types.ModuleType:
 
 @contextlib.contextmanager
 def _compile_lock(source_path: str):
-    """Hold an exclusive lock on `<kernel source>.lock` (fcntl, between processes).
+    """Hold an exclusive lock on `<kernel source>.lock` (filelock, between processes and threads).
 
     The first launch of a specialisation compiles it (numba, seconds) and stores the machine code
     beside the source. Processes that need the same kernel at the same time (pytest-xdist workers,
     autotuning jobs, several ranks) wait for the first one and then load its result from numba's
-    cache instead of compiling it again each. Where file locks are unavailable, it does nothing."""
-    try:
-        import fcntl
+    cache instead of compiling it again each. Where the lock file cannot be created (a read-only
+    cache directory), it compiles unlocked: at worst two processes compile the same kernel."""
+    import filelock
 
-        handle = open(source_path + ".lock", "a")  # noqa: SIM115 - closed below
-    except (ImportError, OSError):
+    lock = filelock.FileLock(source_path + ".lock")
+    try:
+        lock.acquire()
+    except OSError as error:
+        _log().debug("compiling %s without its lock file: %s", source_path, error)
         yield
         return
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
         yield
     finally:
-        handle.close()  # releases the lock
+        lock.release()
 
 
 def dump(fn: Function, lowered: codegen.Lowered) -> None:
@@ -228,9 +230,14 @@ class Executable:
 
     takes_tensors = True
 
-    def __init__(self, fn: Function) -> None:
+    def __init__(self, fn: Function, eager_reads: bool = False) -> None:
         self.fn = fn
-        self.lowered = codegen.lower(fn)
+        self.lowered = codegen.lower(fn, eager_reads)
+        if "tile_dot(" in self.lowered.source or "np.dot(" in self.lowered.source:
+            from .blas import limit_kernel_blas
+
+            limit_kernel_blas()
+        self._alias_variant: Executable | None = None
         dump(fn, self.lowered)
         self.module = load_module(self.lowered)
         self.kernel = getattr(self.module, self.lowered.name)
@@ -373,8 +380,27 @@ class Executable:
                 return compiled.entry_point
         return None
 
+    def alias_safe(self) -> Executable:
+        """This kernel lowered to read every load where it stands, for launches whose arguments alias
+        (the kernel's prologue reported ERR_ALIASED before running any program): compiled on first
+        need, seconds once, then cached like any other specialisation."""
+        if self._alias_variant is None:
+            self._alias_variant = Executable(self.fn, eager_reads=True)
+            _log().info("kernel '%s': arguments alias each other; running its variant that reads loads "
+                        "in place", self.fn.name)
+        return self._alias_variant
+
+    def _run_alias_safe(self, grid, arguments: list, tp: int) -> None:
+        variant = self.alias_safe()
+        variant._spans = self._spans
+        variant._execute(grid, arguments, tp)
+
     def _direct_failed(self, error: np.ndarray, grid: tuple, spans: tuple, values: list) -> None:
-        """A direct launch's kernel reported a fault: raise it as `launch` would (replayed for details)."""
+        """A direct launch's kernel reported a fault: raise it as `launch` would (replayed for details);
+        a launch refused for aliasing runs on the alias-safe variant instead."""
+        if error[0] == codegen.ERR_ALIASED:
+            self.alias_safe().launch(grid, values, 1)
+            return
         self._spans = list(spans)
         try:
             self._raise_if_failed(error)
@@ -474,6 +500,9 @@ class Executable:
             else:
                 self._run_in_chunks(total, g0, g1, g2, arguments, error)
             if error[0]:
+                if error[0] == codegen.ERR_ALIASED:
+                    self._run_alias_safe(grid, arguments, tp)
+                    return
                 self._raise_if_failed(error)
             return
         if not self.tp_capable:
@@ -495,6 +524,9 @@ class Executable:
             for k in range(tp):
                 kernel(bounds[k], bounds[k + 1], g0, g1, g2, *arguments, errors[k])
                 if errors[k][0]:
+                    if errors[k][0] == codegen.ERR_ALIASED:  # found by the first share, nothing ran
+                        self._run_alias_safe(grid, arguments, tp)
+                        return
                     self._raise_if_failed(errors[k])
             return
         futures = [
@@ -512,6 +544,9 @@ class Executable:
                 failure = error
         if failure is not None:
             raise failure
+        if errors[0][0] == codegen.ERR_ALIASED:  # every share found it in its prologue: nothing ran
+            self._run_alias_safe(grid, arguments, tp)
+            return
         for error in errors:
             if error[0]:
                 self._raise_if_failed(error)

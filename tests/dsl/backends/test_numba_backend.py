@@ -281,3 +281,79 @@ def test_rebel_handoff_is_the_triton_source_per_shape_and_tp():
     bigger = (torch.randn(256), torch.empty(256), 256, 2.0)
     other = rebel.handoff(scale_kernel, bigger, {"BLOCK": 64}, (4,), 4)
     assert other.cache_key != plan.cache_key  # compiled per shape and TP size
+
+
+def test_compile_lock_excludes_a_second_holder(tmp_path):
+    """Two compiles of one kernel source wait for each other (then the second loads the first's
+    machine code from numba's cache): the lock holds between threads as between processes."""
+    import threading
+
+    from torch_rbln.dsl.backends.numba_backend.executable import _compile_lock
+
+    source = str(tmp_path / "kernel.py")
+    entered = threading.Event()
+
+    def second():
+        with _compile_lock(source):
+            entered.set()
+
+    with _compile_lock(source):
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert not entered.wait(0.3)
+    assert entered.wait(10)
+    thread.join()
+
+
+def test_compile_lock_without_a_lock_file_compiles_unlocked(tmp_path):
+    from torch_rbln.dsl.backends.numba_backend.executable import _compile_lock
+
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    ran = []
+    with _compile_lock(str(not_a_directory / "kernel.py")):
+        ran.append(True)
+    assert ran == [True]
+
+
+_BLAS_PROBE = textwrap.dedent('''
+    import os, threadpoolctl, torch, torch_rbln.dsl as tl
+    os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+    @tl.jit
+    def mm(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+        i = tl.arange(0, N)
+        a = tl.load(a_ptr + i[:, None] * N + i[None, :])
+        b = tl.load(b_ptr + i[:, None] * N + i[None, :])
+        tl.store(c_ptr + i[:, None] * N + i[None, :], tl.dot(a, b))
+
+    def threads():
+        return {lib["filepath"]: lib["num_threads"] for lib in threadpoolctl.threadpool_info()
+                if lib["user_api"] == "blas"}
+
+    import numpy, scipy.linalg.cython_blas
+    before = threads()
+    a = torch.randn(16, 16)
+    c = torch.empty(16, 16)
+    mm[(1,)](a, a, c, N=16)
+    assert torch.allclose(c, a @ a, atol=1e-4)
+    after = threads()
+    for path, count in after.items():
+        print("scipy" if "scipy.libs" in path or "/scipy/" in path else "other", before[path], count)
+''')
+
+
+def test_kernel_blas_is_limited_to_one_thread_and_nothing_else(tmp_path):
+    """`tl.dot` kernels get a one-thread BLAS (one simulated NPU is one thread); the user's numpy and
+    torch keep their own thread counts (the process-wide OPENBLAS_NUM_THREADS is no longer set)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["TORCH_RBLN_CACHE_DIR"] = str(tmp_path)
+    probe = tmp_path / "probe.py"  # a file: kernels need their source
+    probe.write_text(_BLAS_PROBE)
+    result = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines()]
+    scipy_rows = [row for row in rows if row[0] == "scipy"]
+    assert scipy_rows and all(row[2] == "1" for row in scipy_rows), rows
+    assert all(row[1] == row[2] for row in rows if row[0] == "other"), rows

@@ -31,13 +31,29 @@ def _section(title: str) -> None:
     print(f"\n== {title} ==")
 
 
+def _print_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A rich table: aligned columns that fold long values instead of breaking the layout (no colour
+    or box drawing when the output is not a terminal, so logs and pipes stay plain text)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 140, highlight=False)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
 def _versions() -> None:
     _section("versions")
-    print(f"python         {sys.version.split()[0]}")
-    print(f"torch          {torch.__version__}")
-    print(f"torch_rbln     {torch_rbln.__version__}")
-    for distribution in ("numba", "numpy", "jinja2", "sqlite-utils", "rebel-compiler"):
-        print(f"{distribution:<14} {_version(distribution)}")
+    rows = [("python", sys.version.split()[0]), ("torch", torch.__version__),
+            ("torch_rbln", torch_rbln.__version__)]
+    rows += [(name, _version(name)) for name in
+             ("numba", "numpy", "jinja2", "sqlite-utils", "threadpoolctl", "rebel-compiler")]
+    _print_table(("package", "version"), rows)
 
 
 def _backend() -> None:
@@ -50,15 +66,15 @@ def _backend() -> None:
 
 def _environment() -> None:
     _section("environment variables")
-    rows = config.describe()
-    width = max(len(name) for name, *_ in rows)
-    for name, value, source, _doc in rows:
+    rows = []
+    for name, value, source, doc in config.describe():
         shown = "-" if value is None else value
         if isinstance(shown, frozenset):
             shown = ",".join(sorted(shown)) or "-"
         elif isinstance(shown, bool):
             shown = "ON" if shown else "OFF"
-        print(f"{name:<{width}}  {shown!s:<28} ({source})")
+        rows.append((name, str(shown), source, doc.split(". ")[0].rstrip(".")))
+    _print_table(("variable", "value", "source", "meaning"), rows)
 
 
 def _caches() -> None:

@@ -82,6 +82,9 @@ class KernelCase:
     seed: int
     n_float_out: int
     n_int_out: int
+    # -1, or where in the float output `x` lies (x is then a view of that memory: the kernel's stores
+    # overwrite what its loads read, and both backends must honour program order)
+    alias: int = -1
 
 
 class _Writer:
@@ -238,6 +241,18 @@ class _Writer:
         k = self.pick(self.ints)
         self.emit(f"tl.{kind}(acc_ptr + offs, {k}, mask=cols < n)")
 
+    def load(self) -> None:
+        """A load in mid-kernel, of this program's x block or of it reversed (other lanes' elements):
+        with `x` aliasing the float output, stores before and after it change what it must see."""
+        where = self.draw(st.sampled_from(["base", "pid * (R * C) + (R * C - 1 - offs)"]))
+        self.set_float(f"tl.load(x_ptr + {where})")
+
+    def store(self) -> None:
+        """A store into a float output slot in mid-kernel (the tail's store of that slot, if any,
+        overwrites it later): with `x` aliasing that memory, later reads of x see it."""
+        slot = self.draw(st.integers(0, MAX_FLOATS - 1))
+        self.emit(f"tl.store(of_ptr + (pid * {MAX_FLOATS} + {slot}) * (R * C) + offs, {self.fexpr(1)})")
+
     def block(self, size: int) -> None:
         """A nested block: names it creates are not visible after it (Triton's scoping of if/loops)."""
         saved = (list(self.floats), list(self.ints))
@@ -285,7 +300,7 @@ class _Writer:
         self.emit(f"    {counter} += 1")
 
     def statement(self) -> None:
-        options = ["float", "float", "int", "reduce", "scan", "cast", "dot", "atomic"]
+        options = ["float", "float", "int", "reduce", "scan", "cast", "dot", "atomic", "load", "store"]
         if self.depth < 2:
             options += ["if", "if", "if", "ifc", "for", "for", "while"]
         kind = self.draw(st.sampled_from(options))
@@ -297,6 +312,8 @@ class _Writer:
             "cast": self.cast,
             "dot": self.dot,
             "atomic": self.atomic,
+            "load": self.load,
+            "store": self.store,
             "if": self.if_runtime,
             "ifc": self.if_constexpr,
             "for": self.for_loop,
@@ -344,6 +361,7 @@ def kernel_cases(draw, max_statements: int = 6) -> KernelCase:
         seed=draw(st.integers(0, 2**16)),
         n_float_out=len(writer.floats),
         n_int_out=len(writer.ints),
+        alias=draw(st.one_of(st.just(-1), st.integers(0, (MAX_FLOATS - 1) * R * C))),
     )
 
 
@@ -392,7 +410,7 @@ def inputs(case: KernelCase) -> dict[str, torch.Tensor]:
 def describe(case: KernelCase) -> str:
     return (
         f"launch: grid=({case.programs},) n={case.n} R={case.R} C={case.C} FLAG={case.flag} "
-        f"seed={case.seed}\n--- kernel source ---\n{case.source}"
+        f"seed={case.seed} alias={case.alias}\n--- kernel source ---\n{case.source}"
     )
 
 
@@ -412,8 +430,12 @@ def run(case: KernelCase, backend: str, isolate: bool = False) -> tuple[np.ndarr
     acc = torch.zeros(block, dtype=torch.int32)
 
     def launch() -> None:
+        x = data["x"]
+        if case.alias >= 0:  # x is a view of the float output (made here: after share_memory_)
+            x = of[case.alias: case.alias + x.numel()]
+            x.copy_(data["x"])
         kernel[(case.programs,)](
-            data["x"], data["y"], data["i"], data["c"], of, oi, acc, case.n,
+            x, data["y"], data["i"], data["c"], of, oi, acc, case.n,
             R=case.R, C=case.C, FLAG=case.flag, backend=backend,
         )
 

@@ -10,7 +10,7 @@ A mismatch (or a crash of the compiled kernel, caught in a forked child) prints 
 launch; `fuzzgen.run(case, backend)` replays it.
 
 Reproducing a failure by hand: the failure message holds the kernel source and its launch (grid, n, R, C,
-FLAG, seed); build `fuzzgen.KernelCase(source, R, C, programs, n, flag, seed, 0, 0)` and call
+FLAG, seed, alias); build `fuzzgen.KernelCase(source, R, C, programs, n, flag, seed, 0, 0, alias)` and call
 `fuzzgen.compare(case, fuzzgen.run(case, "numba", isolate=True), fuzzgen.run(case, "interpret"))`.
 """
 

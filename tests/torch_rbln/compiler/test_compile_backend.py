@@ -427,3 +427,16 @@ def test_a_pointwise_branch_merges_into_the_row_kernel(fresh_compiler):
     out = torch.compile(f, backend="rbln")(xr, wr)
     torch.testing.assert_close(out.cpu(), f(x, w), atol=ATOL, rtol=RTOL)
     assert fresh_compiler.stats()["fused_launches"] == 1
+
+
+def test_format_stats_tables_every_counter_and_kernel():
+    from torch_rbln import compiler
+
+    snapshot = {"graphs_compiled": 2, "fused_launches": 7, "kernels": {"fused_add_relu": 5, "fused_mul": 2}}
+    text = compiler.format_stats(snapshot)
+    lines = text.splitlines()
+    assert any(line.split() == ["graphs_compiled", "2"] for line in lines), text
+    assert any(line.split() == ["fused_launches", "7"] for line in lines), text
+    kernel_rows = [line.split() for line in lines if line.startswith("fused_") and "launches" not in line]
+    assert kernel_rows[-2:] == [["fused_add_relu", "5"], ["fused_mul", "2"]], text  # most launched first
+    assert "fused kernel" in text and "\x1b[" not in text  # plain text: no terminal escapes

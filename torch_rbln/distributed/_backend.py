@@ -22,8 +22,12 @@ completes, before its Work reports completion):
 from __future__ import annotations
 
 import datetime
+import importlib.abc
+import importlib.util
 import os
+import sys
 import threading
+import types
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -72,7 +76,57 @@ def create(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta)
     """The creator `Backend.register_backend` calls for each group that uses rbln-ccl."""
     bind_local_device()
     install_kernels()
+    _keep_fsdp_storage_on_rbln()
     return ProcessGroupGloo(store, rank, size, timeout)
+
+
+_FSDP_PARAM = "torch.distributed.fsdp._fully_shard._fsdp_param"
+
+
+def _keep_fsdp_storage_on_rbln() -> None:
+    """FSDP2 frees an unsharded parameter with `storage.resize_(0)`, which PyTorch routes to a C++
+    PrivateUse1 hook a Python device cannot provide (NotImplementedError). For rbln parameters the
+    storage is kept instead: FSDP2 computes the same results (the all-gather refills that storage), but
+    the memory of resharded parameters is not returned between uses. Importing FSDP costs seconds, so
+    a module that is not loaded yet is patched when it loads."""
+    module = sys.modules.get(_FSDP_PARAM)
+    if module is not None:
+        _patch_free_storage(module)
+    elif not any(isinstance(finder, _PatchOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
+
+
+def _patch_free_storage(module: types.ModuleType) -> None:
+    free = module.free_storage
+    if getattr(free, "_rbln_keeps", False):
+        return
+
+    def free_storage(tensor: torch.Tensor) -> None:
+        if tensor.device.type != "rbln":
+            free(tensor)
+
+    free_storage._rbln_keeps = True  # type: ignore[attr-defined]
+    module.free_storage = free_storage
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patches FSDP2's `free_storage` right after its module executes, then leaves sys.meta_path."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != _FSDP_PARAM:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            run(module)
+            _patch_free_storage(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def bind_local_device() -> int | None:

@@ -77,6 +77,7 @@ def create(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta)
     bind_local_device()
     install_kernels()
     _keep_fsdp_storage_on_rbln()
+    from . import _consensus  # noqa: F401  (the autotuner finds it in sys.modules)
     return ProcessGroupGloo(store, rank, size, timeout)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 from collections.abc import Callable
@@ -16,29 +17,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, world: int, port: int, backend: str | None, body: Callable, env: bool) -> None:
+def _entry(rank: int, world: int, port: int, backend: str | None, body: Callable, env: bool,
+           timeout: float) -> None:
     import torch.distributed as dist
 
     import torch_rbln  # noqa: F401  (spawned children import torch afresh)
 
+    limit = {"timeout": datetime.timedelta(seconds=timeout)}
     if env:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                           WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
         kwargs = {} if backend is None else {"backend": backend}
-        dist.init_process_group(**kwargs)
+        dist.init_process_group(**kwargs, **limit)
     else:
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                **limit)
     try:
         body(rank, world)
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def spawn(body: Callable[[int, int], None], world: int, backend: str | None = "rbln-ccl", *,
-          env: bool = False) -> None:
+          env: bool = False, timeout: float = 300.0) -> None:
     """Run `body(rank, world)` in `world` processes of one group; a failure in any rank raises here.
-    `env`: rendezvous through env:// with torchrun's variables (LOCAL_RANK too), else tcp://."""
-    mp.spawn(_entry, args=(world, free_port(), backend, body, env), nprocs=world, join=True)
+    `env`: rendezvous through env:// with torchrun's variables (LOCAL_RANK too), else tcp://.
+    `timeout`: the group's collective timeout in seconds."""
+    mp.spawn(_entry, args=(world, free_port(), backend, body, env, timeout), nprocs=world, join=True)
 
 
 def bits(tensor: torch.Tensor) -> torch.Tensor:

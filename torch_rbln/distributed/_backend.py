@@ -274,11 +274,19 @@ def _gloo(group: Any) -> Any:
     return dist.ProcessGroup.unbox(group)._get_backend(_RBLN)
 
 
+_reduce_ops: dict[int, dist.ReduceOp] = {}
+
+
 def _reduce_op(op: Any) -> dist.ReduceOp:
-    kind = dist.ReduceOp.RedOpType(op.op())
-    if kind == dist.ReduceOp.RedOpType.PREMUL_SUM:
-        raise ValueError("rbln-ccl: ReduceOp.PREMUL_SUM is not supported (gloo has no premultiplied sum)")
-    return dist.ReduceOp(kind)
+    """The pybind ReduceOp gloo's options take, for the dispatcher's (boxed) one; one per kind."""
+    kind = op.op()
+    reduce_op = _reduce_ops.get(kind)
+    if reduce_op is None:
+        red_op_type = dist.ReduceOp.RedOpType(kind)
+        if red_op_type == dist.ReduceOp.RedOpType.PREMUL_SUM:
+            raise ValueError("rbln-ccl: ReduceOp.PREMUL_SUM is not supported (gloo has no premultiplied sum)")
+        reduce_op = _reduce_ops[kind] = dist.ReduceOp(red_op_type)
+    return reduce_op
 
 
 def _options(options: Any, timeout: int, async_op: bool | None = None, **fields: Any) -> Any:

@@ -127,8 +127,9 @@ def _check_all(rank: int, world: int) -> None:
 
 
 @pytest.mark.slow
-def test_collectives_match_cpu_two_ranks():
-    spawn(_check_all, 2)
+@pytest.mark.parametrize("world", [2, 4])
+def test_collectives_match_cpu(world):
+    spawn(_check_all, world)
 
 
 def _check_four(rank: int, world: int) -> None:

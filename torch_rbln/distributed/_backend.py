@@ -239,31 +239,42 @@ class _Staging:
         staged results are written back."""
         if not self.copies:
             return work.boxed()
-        return _after(work.get_future(), self.copies).boxed()
+        return _after([work], self.copies).boxed()
 
 
-def _after(future: torch.futures.Future, copies: list[tuple[torch.Tensor, torch.Tensor]]) -> dist.Work:
-    def write_back(done: torch.futures.Future) -> list[torch.Tensor]:
-        done.wait()  # re-raises the collective's error
-        for staged, target in copies:
-            target.copy_(staged)
-        return [target for _, target in copies]
+def _write_back(copies: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+    for staged, target in copies:
+        target.copy_(staged)
+    return [target for _, target in copies]
 
-    return _create_work_from_future(future.then(write_back))
+
+def _after(works: list[dist.Work], copies: list[tuple[torch.Tensor, torch.Tensor]]) -> dist.Work:
+    """One Work that completes when all `works` have and `copies` are written back. Some gloo Works
+    have no future (`_reduce_scatter_base`'s): then this waits for them here and returns a completed
+    Work, so such a call with staging or coalescing is synchronous even with async_op=True."""
+    try:
+        futures = [work.get_future() for work in works]
+    except RuntimeError:  # "Work::getFuture not implemented"
+        for work in works:
+            work.wait()
+        done = torch.futures.Future()
+        done.set_result(_write_back(copies))
+        return _create_work_from_future(done)
+    joined = futures[0] if len(futures) == 1 else torch.futures.collect_all(futures)
+
+    def complete(finished: torch.futures.Future) -> list[torch.Tensor]:
+        for future in finished.wait() if len(futures) > 1 else (finished,):
+            future.wait()  # re-raises a collective's error
+        return _write_back(copies)
+
+    return _create_work_from_future(joined.then(complete))
 
 
 def _all_of(works: list[dist.Work], staging: _Staging) -> Any:
     """One Work for several gloo Works (the coalesced ops), completing when all have."""
     if len(works) == 1:
         return staging.finish(works[0])
-    joined = torch.futures.collect_all([w.get_future() for w in works])
-    if staging.copies:
-        return _after(joined, staging.copies).boxed()
-
-    def flatten(done: torch.futures.Future) -> list[torch.Tensor]:
-        return [t for f in done.wait() for t in f.wait()]
-
-    return _create_work_from_future(joined.then(flatten)).boxed()
+    return _after(works, staging.copies).boxed()
 
 
 # -- options -------------------------------------------------------------------------------------
@@ -401,8 +412,7 @@ def _alltoall(outputs, inputs, group, async_op=True, timeout=-1):
                                       [t.numel() for t in inputs], opts)
     pieces = received.split([t.numel() for t in outputs])
     unpack = [(piece.view(target.shape), target) for piece, target in zip(pieces, targets, strict=True)]
-    final = [(src, dst) for src, dst in staging.copies]  # staged outputs, after the unpack
-    return outputs, _after(work.get_future(), unpack + final).boxed()
+    return outputs, _after([work], unpack + staging.copies).boxed()  # staged outputs after the unpack
 
 
 def _alltoall_base(output, input, group, output_splits, input_splits, async_op=True, timeout=-1):

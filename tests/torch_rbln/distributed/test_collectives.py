@@ -111,6 +111,29 @@ def _check_all(rank: int, world: int) -> None:
     ts = [_data(rank, (n,), torch.float32, salt=n) for n in (3, 5)]
     r, c = _both(lambda *a: dist.all_reduce_coalesced(list(a)), *[t.clone() for t in ts])
     assert_same(r, c, "all_reduce_coalesced")
+    # The coalesced forms funcol issues (DTensor, compiled graphs; gloo has no coalescing manager),
+    # and a staged output of a gloo Work without a future (reduce_scatter_tensor into a strided view).
+    from torch.distributed import _functional_collectives as funcol
+
+    a, b = _data(rank, (world * 2,), torch.float32, salt=5), _data(rank, (world * 3,), torch.bfloat16, salt=6)
+    group = dist.group.WORLD
+    coalesced = {
+        "all_gather_into_tensor_coalesced": lambda ts: funcol.all_gather_into_tensor_coalesced(ts, group),
+        "reduce_scatter_tensor_coalesced":
+            lambda ts: funcol.reduce_scatter_tensor_coalesced(ts, "sum", [0, 0], group),
+        # gloo's all_reduce_coalesced takes one dtype (CPU tensors too)
+        "all_reduce_coalesced": lambda ts: funcol.all_reduce_coalesced([ts[0], ts[1].float()], "sum", group),
+    }
+    for name, call in coalesced.items():
+        got = [funcol.wait_tensor(t) for t in call([a.to("rbln"), b.to("rbln")])]
+        assert_same(got, [funcol.wait_tensor(t) for t in call([a, b])], name)
+    strided = torch.zeros(4, device="rbln")[::2]
+    work = dist.reduce_scatter_tensor(strided, _data(rank, (2 * world,), torch.float32, salt=7).to("rbln"),
+                                      async_op=True)
+    work.wait()
+    want = torch.empty(2)
+    dist.reduce_scatter_tensor(want, _data(rank, (2 * world,), torch.float32, salt=7))
+    assert_same(strided, want, "reduce_scatter_tensor into a strided view")
     # send / recv / isend / irecv in a ring.
     x = _data(rank, (7,), torch.float32).to("rbln")
     got = torch.empty(7, device="rbln")

@@ -78,3 +78,26 @@ def test_more_ranks_on_a_host_than_devices_is_an_error(monkeypatch):
         assert torch.rbln.current_device() == count - 1
     finally:
         torch.rbln.set_device(0)
+
+
+def test_device_backend_string_keeps_gloo_for_cpu():
+    dist.init_process_group("cpu:gloo,rbln:rbln-ccl", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        group = dist.group.WORLD
+        assert dist.get_backend_config() == "cpu:gloo,rbln:rbln-ccl"
+        assert group._get_backend(torch.device("rbln")) is not group._get_backend(torch.device("cpu"))
+        r, c = torch.ones(3, device="rbln"), torch.ones(3)
+        dist.all_reduce(r)
+        dist.all_reduce(c)
+        assert r.device.type == "rbln" and torch.equal(r.cpu(), c)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_group_without_an_rbln_backend_refuses_rbln_tensors():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(RuntimeError, match="No backend type associated with device type"):
+            dist.all_reduce(torch.ones(3, device="rbln"))
+    finally:
+        dist.destroy_process_group()

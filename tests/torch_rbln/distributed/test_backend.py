@@ -101,3 +101,18 @@ def test_a_group_without_an_rbln_backend_refuses_rbln_tensors():
             dist.all_reduce(torch.ones(3, device="rbln"))
     finally:
         dist.destroy_process_group()
+
+
+def test_collectives_show_in_the_op_report_and_profiler(group):
+    from torch_rbln import registry
+
+    registry.reset_fallback_report()
+    x = torch.ones(8, device="rbln")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(x)
+        dist.broadcast(x, 0)
+    report = registry.fallback_report()
+    assert report["c10d::allreduce_"]["device"] == 1 and report["c10d::broadcast_"]["device"] == 1
+    assert report["c10d::allreduce_"]["cpu"] == 0
+    names = {event.name for event in prof.events()}
+    assert "rbln::collective c10d::allreduce_" in names and "rbln::collective c10d::broadcast_" in names

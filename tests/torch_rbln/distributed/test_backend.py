@@ -116,3 +116,17 @@ def test_collectives_show_in_the_op_report_and_profiler(group):
     assert report["c10d::allreduce_"]["cpu"] == 0
     names = {event.name for event in prof.events()}
     assert "rbln::collective c10d::allreduce_" in names and "rbln::collective c10d::broadcast_" in names
+
+
+def test_rank_check_counts_the_devices_rbln_devices_leaves(monkeypatch):
+    from envutil import isolate
+
+    from torch_rbln import topology
+
+    isolate(monkeypatch, RBLN_DEVICES="2,5", LOCAL_RANK="0", LOCAL_WORLD_SIZE="3")
+    try:
+        with pytest.raises(RuntimeError, match="runs 3 ranks .* has 2 logical rbln device"):
+            _backend.bind_local_device()
+    finally:
+        isolate(monkeypatch)
+        topology.reset_for_tests()

@@ -41,3 +41,24 @@ def test_dead_rank_fails_the_others_within_the_timeout():
     started = time.monotonic()
     spawn(_one_rank_dies, 3, timeout=TIMEOUT_S)
     assert time.monotonic() - started < 120
+
+
+HANG_TIMEOUT_S = 4.0
+
+
+def _one_rank_hangs(rank: int, world: int) -> None:
+    x = torch.ones(16, device="rbln")
+    dist.all_reduce(x)
+    if rank == 1:
+        time.sleep(HANG_TIMEOUT_S + 8)  # alive, but never joins the next collective
+        os._exit(0)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="(?i)timed out|timeout"):
+        dist.all_reduce(x)
+    elapsed = time.monotonic() - start
+    assert HANG_TIMEOUT_S - 1 < elapsed < HANG_TIMEOUT_S + 5, f"failed after {elapsed:.1f} s"
+
+
+@pytest.mark.slow
+def test_hung_rank_fails_the_others_at_the_timeout():
+    spawn(_one_rank_hangs, 2, timeout=HANG_TIMEOUT_S)

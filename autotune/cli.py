@@ -12,7 +12,8 @@ Usage (``--db PATH`` anywhere selects the database; default ``TORCH_RBLN_AUTOTUN
     rbln-autotune clear [--kernel NAME]
 
 `warm` tunes every launch of a manifest (format: `torch_rbln.autotune.manifest`), in ``--jobs`` worker
-processes, with a progress bar and a summary table; `--time-budget` bounds each key's search.  `prune`
+processes, with a progress bar and a summary table (under torchrun, each rank tunes every WORLD_SIZE-th
+launch on rbln:LOCAL_RANK and rank 0 merges all ranks' results into the database and reports); `--time-budget` bounds each key's search.  `prune`
 removes stale source hashes (every hash of a kernel but the most recently tuned one) unless
 ``--keep-stale``, plus what its options select.  `import` merges an export: for the same trial or
 decision on the same device kind the faster measurement is kept, and decisions that disagree are listed
@@ -443,6 +444,62 @@ def warm_one(manifest_path: str, launch_id: tuple, db: str, time_budget, retune:
     return result
 
 
+def _torchrun_ranks() -> tuple[int, int] | None:
+    """(rank, world size) when started by torchrun (or anything setting RANK and WORLD_SIZE) with more
+    than one rank; None for a plain run."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return (int(os.environ.get("RANK", "0")), world) if world > 1 else None
+
+
+def _share_of(launches: list, db: str, rank: int, world: int) -> tuple[list, str]:
+    """This rank's launches (every world-th, from its rank) and its own database file, which rank 0
+    merges into `db` afterwards (ranks may run on other hosts, and apart they never wait on one
+    file's write lock). The rank's logical device is rbln:LOCAL_RANK, as in any rbln-ccl job."""
+    import torch.distributed as dist
+
+    from torch_rbln.distributed import bind_local_device
+
+    bind_local_device()
+    # gloo, not rbln-ccl: only results travel, and ranks tune different keys, so they must not wait
+    # for each other's decisions as rbln-ccl's autotune agreement would have them.
+    dist.init_process_group("gloo")
+    own = f"{db}.rank{rank}"
+    for suffix in ("", "-wal", "-shm", "-journal"):  # left by a run that died
+        if os.path.exists(own + suffix):
+            os.remove(own + suffix)
+    return launches[rank::world], own
+
+
+def _gather_ranks(results: list, own_db: str, args) -> tuple[list | None, str]:
+    """Rank 0: every rank's results, and their trials and decisions merged into the database (imported
+    like an export); (results, database). Other ranks: (None, ...) once they have sent theirs."""
+    import torch.distributed as dist
+
+    from .store import Store
+
+    store = Store(own_db)
+    try:
+        mine = (results, store.export())
+    finally:
+        store.close()
+    gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(mine, gathered, dst=0)
+    dist.destroy_process_group()
+    for suffix in ("", "-wal", "-shm", "-journal"):  # SQLite's side files too
+        if os.path.exists(own_db + suffix):
+            os.remove(own_db + suffix)
+    if gathered is None:
+        return None, own_db
+    target = _store(args, write=True)
+    try:
+        for _, data in gathered:
+            target.import_(data)
+        db = target.path
+    finally:
+        target.close()
+    return [r for rank_results, _ in gathered for r in rank_results], db
+
+
 def cmd_warm(args) -> int:
     from .manifest import ManifestError, load_manifest
 
@@ -466,6 +523,10 @@ def cmd_warm(args) -> int:
     store = _store(args, write=True)
     db = store.path
     store.close()
+    ranks = _torchrun_ranks()
+    every_launch = launches
+    if ranks is not None:
+        launches, db = _share_of(launches, db, *ranks)
     results = []
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -500,6 +561,11 @@ def cmd_warm(args) -> int:
                                         "error": f"{type(e).__name__}: {e}"})
                     progress.advance(task)
         progress.update(task, description=f"tuned {len(launches)} launches")
+    if ranks is not None:
+        results, db = _gather_ranks(results, db, args)
+        if results is None:
+            return 0  # not rank 0: rank 0 reports for every rank
+        launches = every_launch
     order = {(x.kernel_ref, x.label): i for i, x in enumerate(launches)}
     results.sort(key=lambda r: order.get((r["kernel"], r["launch"]), 0))
     if args.json_summary:

@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import inspect
 import json
+import sys
 import threading
 import time
 
@@ -55,6 +56,13 @@ def tuning_options(*, time_budget: float | None = None, max_trials: int | None =
 def _override(name):
     v = getattr(_overrides, "value", None)
     return None if v is None else v.get(name)
+
+
+def _consensus():
+    """The cross-rank agreement of `torch_rbln.distributed` while a multi-rank rbln-ccl job runs, else
+    None. Looked up in sys.modules (the rbln-ccl backend loads it), so the tuner imports nothing."""
+    module = sys.modules.get("torch_rbln.distributed._consensus")
+    return None if module is None else module.active()
 
 
 def base_jit_function(fn):
@@ -266,11 +274,15 @@ class Autotuner:
                 self.cache[mk] = candidates[0]
                 return candidates[0], False
             ctx = self._context(args, kwargs, tp)
-            cfg = self._from_store(ctx, candidates)
-            tuned = False
-            if cfg is None:
-                cfg = self._tune(ctx, candidates, args, kwargs, grid)
-                tuned = True
+
+            def decide() -> tuple[Config, bool]:
+                stored = self._from_store(ctx, candidates)
+                if stored is not None:
+                    return stored, False
+                return self._tune(ctx, candidates, args, kwargs, grid), True
+
+            agree = _consensus()
+            cfg, tuned = decide() if agree is None else agree(self._ids(ctx), candidates, decide)
             self.cache[mk] = cfg
             return cfg, tuned
 

@@ -88,6 +88,22 @@ def _with_default(name: str) -> str:
     return name if "." in name else f"{name}.default"
 
 
+def _create_rbln_ccl(*args):
+    """Creator of an `rbln-ccl` group backend; imports the backend on first use only."""
+    from torch_rbln.distributed import _backend
+
+    return _backend.create(*args)
+
+
+def _register_distributed() -> None:
+    """Name the `rbln-ccl` backend to torch.distributed (a few dict entries). `import torch` has loaded
+    distributed_c10d already; where it has not (a torch without distributed, or one that loads it
+    lazily), importing `torch_rbln.distributed` registers instead, so `import torch` stays cheap."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    if c10d is not None and "RBLN-CCL" not in c10d.Backend._plugins:
+        c10d.Backend.register_backend("rbln-ccl", _create_rbln_ccl, devices=["rbln", "cpu"])
+
+
 def register() -> None:
     global _done
     if _done:
@@ -124,4 +140,5 @@ def register() -> None:
         _libraries.extend([aten_impl, catch_all, *_autocast.register()])
         _serialization.register()
         _autograd.register()
+        _register_distributed()
         _done = True

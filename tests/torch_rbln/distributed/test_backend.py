@@ -1,0 +1,132 @@
+"""rbln-ccl in one process (world size 1, no spawn): registration, dtype rules, device mapping, errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import torch_rbln  # noqa: F401
+from torch_rbln.distributed import _backend
+
+
+@pytest.fixture
+def group():
+    dist.init_process_group("rbln-ccl", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+def test_registered_for_rbln_without_loading_the_backend():
+    code = ("import sys, torch, torch.distributed as dist\n"
+            "assert 'rbln-ccl' in dist.Backend.backend_list\n"
+            "assert dist.Backend.default_device_backend_map['rbln'] == 'rbln-ccl'\n"
+            "assert dist.Backend.default_device_backend_map['cpu'] == 'gloo'\n"
+            "assert 'torch_rbln.distributed._backend' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_world_of_one_keeps_results_on_rbln(group):
+    x = torch.arange(6, dtype=torch.bfloat16, device="rbln").reshape(2, 3)
+    work = dist.all_reduce(x, async_op=True)
+    assert isinstance(work, dist.Work)
+    work.wait()
+    assert x.device.type == "rbln"
+    assert torch.equal(x.cpu(), torch.arange(6, dtype=torch.bfloat16).reshape(2, 3))
+    counts = torch_rbln.registry.device_counts()
+    assert counts.get("c10d::allreduce_", 0) >= 1
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.uint16, torch.uint32, torch.float8_e4m3fn])
+def test_dtypes_gloo_lacks_move_bit_for_bit(group, dtype):
+    source = torch.arange(12).to(dtype).reshape(3, 4)
+    x = source.to("rbln")
+    out = torch.empty(3, 4, dtype=dtype, device="rbln")
+    dist.all_gather_into_tensor(out, x)
+    dist.broadcast(x, 0)
+    assert torch.equal(out.cpu().view(torch.uint8), source.view(torch.uint8))
+    assert torch.equal(x.cpu().view(torch.uint8), source.view(torch.uint8))
+
+
+def test_narrow_integer_reductions_widen(group):
+    x = torch.tensor([-32768, 7, 32767], dtype=torch.int16, device="rbln")[::2]  # strided too
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    assert x.dtype is torch.int16 and x.cpu().tolist() == [-32768, 32767]
+
+
+def test_float8_reduction_is_refused(group):
+    x = torch.zeros(4, dtype=torch.float8_e4m3fn, device="rbln")
+    with pytest.raises(TypeError, match="reductions on torch.float8_e4m3fn are not supported"):
+        dist.all_reduce(x)
+
+
+def test_more_ranks_on_a_host_than_devices_is_an_error(monkeypatch):
+    count = torch.rbln.device_count()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(count + 1))
+    with pytest.raises(RuntimeError, match=f"runs {count + 1} ranks .* has {count} logical rbln device"):
+        _backend.bind_local_device()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(count))
+    monkeypatch.setenv("LOCAL_RANK", str(count - 1))
+    try:
+        assert _backend.bind_local_device() == count - 1
+        assert torch.rbln.current_device() == count - 1
+    finally:
+        torch.rbln.set_device(0)
+
+
+def test_device_backend_string_keeps_gloo_for_cpu():
+    dist.init_process_group("cpu:gloo,rbln:rbln-ccl", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        group = dist.group.WORLD
+        assert dist.get_backend_config() == "cpu:gloo,rbln:rbln-ccl"
+        assert group._get_backend(torch.device("rbln")) is not group._get_backend(torch.device("cpu"))
+        r, c = torch.ones(3, device="rbln"), torch.ones(3)
+        dist.all_reduce(r)
+        dist.all_reduce(c)
+        assert r.device.type == "rbln" and torch.equal(r.cpu(), c)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_group_without_an_rbln_backend_refuses_rbln_tensors():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(RuntimeError, match="No backend type associated with device type"):
+            dist.all_reduce(torch.ones(3, device="rbln"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_collectives_show_in_the_op_report_and_profiler(group):
+    from torch_rbln import registry
+
+    registry.reset_fallback_report()
+    x = torch.ones(8, device="rbln")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(x)
+        dist.broadcast(x, 0)
+    report = registry.fallback_report()
+    assert report["c10d::allreduce_"]["device"] == 1 and report["c10d::broadcast_"]["device"] == 1
+    assert report["c10d::allreduce_"]["cpu"] == 0
+    names = {event.name for event in prof.events()}
+    assert "rbln::collective c10d::allreduce_" in names and "rbln::collective c10d::broadcast_" in names
+
+
+def test_rank_check_counts_the_devices_rbln_devices_leaves(monkeypatch):
+    from envutil import isolate
+
+    from torch_rbln import topology
+
+    isolate(monkeypatch, RBLN_DEVICES="2,5", LOCAL_RANK="0", LOCAL_WORLD_SIZE="3")
+    try:
+        with pytest.raises(RuntimeError, match="runs 3 ranks .* has 2 logical rbln device"):
+            _backend.bind_local_device()
+    finally:
+        isolate(monkeypatch)
+        topology.reset_for_tests()

@@ -14,11 +14,11 @@ Usage (``--db PATH`` anywhere selects the database; default ``TORCH_RBLN_AUTOTUN
 `warm` tunes every launch of a manifest (format: `torch_rbln.autotune.manifest`), in ``--jobs`` worker
 processes, with a progress bar and a summary table (under torchrun, each rank tunes every WORLD_SIZE-th
 launch on rbln:LOCAL_RANK and rank 0 merges all ranks' results into the database and reports);
-`--time-budget` bounds each key's search.  `prune` removes stale source hashes (every hash of a
-kernel but the most recently tuned one) unless ``--keep-stale``, plus what its options select.  `import` merges an export: for the same trial or
-decision on the same device kind the faster measurement is kept, and decisions that disagree are listed
-as conflicts.  Exit status: 0 success, 1 errors while working (failed launches, unknown kernel, database
-not writable), 2 bad arguments or a malformed manifest / import file.
+`--time-budget` bounds each key's search.  `prune` removes stale source hashes (every hash of a kernel but
+the most recently tuned one) unless ``--keep-stale``, plus what its options select.  `import` merges an
+export: for the same trial or decision on the same device kind the faster measurement is kept, and decisions
+that disagree are listed as conflicts.  Exit status: 0 success, 1 errors while working (failed launches,
+unknown kernel, database not writable), 2 bad arguments or a malformed manifest / import file.
 """
 
 from __future__ import annotations

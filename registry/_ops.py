@@ -17,25 +17,10 @@ from torch_rbln.dsl.jit import _device_tp, requested_backend
 from torch_rbln import _memory, config
 
 from . import _launch
+from ._base import FLOATS, INTEGERS, Decline, InvalidCall  # noqa: F401  (re-exported for the families)
 from ._memo import BoundedMemo
 
-FLOATS = (torch.float32, torch.float16, torch.bfloat16)
-INTEGERS = (torch.int32, torch.int64)
 _I32 = 2**31  # ints below this are int32 kernel arguments (another specialisation above)
-
-
-class Decline(Exception):
-    """Raised by an implementation: these inputs take the CPU fallback, for `reason`."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class InvalidCall(RuntimeError):
-    """Raised by an implementation for a call that torch rejects too (with torch's message), where the
-    CPU fallback could not tell: our host views hide aliasing between rbln tensors from torch. The
-    dispatcher lets it through to the caller."""
 
 
 _modules: dict[str, object] = {}

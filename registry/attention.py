@@ -44,7 +44,6 @@ BACKWARD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
 MAX_HEAD_DIM = 256
 _INT32_MAX = 2**31 - 1
 
-_libraries: list[torch.library.Library] = []
 
 
 @dataclass(frozen=True)
@@ -792,17 +791,3 @@ def _planned_backward(plan: _BackwardPlan, grad_out: torch.Tensor, query: torch.
     second(grid[0], grid[1], 1, query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value,
            *plan.second_tail)
     return grad_query, grad_key, grad_value, None
-
-
-def register() -> None:
-    """Bind the kernels for rbln (called once by `torch_rbln.registry.register_table`)."""
-    if _libraries:
-        return
-    library = torch.library.Library("aten", "IMPL")
-    _libraries.append(library)
-    library.impl("scaled_dot_product_attention", scaled_dot_product_attention, "AutogradPrivateUse1")
-    library.impl("scaled_dot_product_attention", scaled_dot_product_attention, "PrivateUse1")
-    library.impl("_scaled_dot_product_fused_attention_overrideable", fused_attention_forward_kernel,
-                 "PrivateUse1")
-    library.impl("_scaled_dot_product_fused_attention_overrideable_backward",
-                 fused_attention_backward_kernel, "PrivateUse1")

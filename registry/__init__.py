@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -33,8 +32,8 @@ from torch import Tensor
 
 from torch_rbln import config, fallback
 
-from ._base import FLOATS, Decline, InvalidCall, Ref
-from ._finite_scan import all_finite
+from ._base import FLOATS, Decline, InvalidCall, Ref  # noqa: F401  (FLOATS re-exported)
+from ._checks import _device_counts, _run_device, check_inputs
 from .table import NAMES, TABLE, Op
 
 __all__ = [
@@ -43,60 +42,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger("torch_rbln.registry")
-_device_counts: Counter[str] = Counter()
 _lock = threading.Lock()
 _libraries: list[torch.library.Library] = []
 _user: dict[str, tuple[Callable, Callable | None]] = {}  # aten name -> (impl, accepts), overriding TABLE
 _registered = False
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False, overwrites_first: bool = False
-                 ) -> str | None:
-    """The generic per-call decision: None when a device kernel may run, else the reason.
-
-    Every tensor (also inside list arguments) must be on one rbln device (a 0-dim CPU tensor is a
-    wrapped scalar); tensors the kernel reads must be float32/float16/bfloat16 (any integer dtype with
-    `int_inputs`) and, outside deploy mode, free of NaN/Inf. Not read: `out=` and the first argument of
-    ops that overwrite it whole (fill_, zero_), whose old contents may be anything. This runs on every
-    call, so it is one flat loop (no generators, no helper objects) and a compiled scan per checked
-    tensor."""
-    check_values = not config.deploy_mode()
-    written = kwargs.get("out") if kwargs else None
-    device = None
-    skip_first = overwrites_first
-    for value in ((*args, *kwargs.values()) if kwargs else args):
-        if isinstance(value, Tensor):
-            group: tuple | list = (value,)
-        elif isinstance(value, (list, tuple)):
-            group = value
-        else:
-            continue
-        read_group = value is not written
-        for tensor in group:
-            if not isinstance(tensor, Tensor):
-                continue
-            read = read_group and not skip_first
-            skip_first = False
-            if tensor.is_cpu:
-                if tensor.dim():
-                    return "CPU tensor operand"  # the fallback raises the device-mismatch error
-            elif device is None:
-                device = tensor.get_device()
-            elif tensor.get_device() != device:
-                return "tensors on several devices"
-            if not read:
-                continue  # only written (out=, a filled self): may be bool/int, the kernel checks it
-            dtype = tensor.dtype
-            if dtype in FLOATS:
-                if check_values and not all_finite(tensor):
-                    return "nan_inf"
-            elif dtype.is_floating_point or dtype.is_complex or not int_inputs:
-                return f"dtype {_dtype_name(dtype)}"
-    return "scalar-only inputs" if device is None else None
 
 
 def _partial_overlap(a: Tensor, b: Tensor) -> bool:
@@ -125,12 +74,6 @@ def _out_overlaps_an_input(out: Any, args: tuple) -> bool:
                     if isinstance(written, Tensor) and _partial_overlap(written, tensor):
                         return True
     return False
-
-
-def _run_device(name: str, impl: Callable, args: tuple, kwargs: dict) -> Any:
-    result = impl(*args, **kwargs)
-    _device_counts[name] += 1
-    return result
 
 
 def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Callable:
@@ -242,7 +185,7 @@ def register_table(library: torch.library.Library | None = None) -> None:
         _registered = True
     from . import custom_ops
 
-    custom_ops.register()
+    custom_ops.register(_register_custom)
 
 
 def _aten_name(op: Any) -> str | None:

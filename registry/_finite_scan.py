@@ -22,7 +22,6 @@ _EXPONENT = {
     torch.float16: (16, 0x7C00),
     torch.bfloat16: (16, 0x7F80),
 }
-CHUNK = 4096  # elements per branch-free inner loop of the scans (`_finite_numba._CHUNK`)
 _scans: list = []  # [all_finite_32, all_finite_16] once loaded
 
 

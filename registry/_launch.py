@@ -107,3 +107,24 @@ def _forget(kernel) -> None:
 
 
 on_clear_cache(_forget)
+
+
+_modules: dict[str, object] = {}
+
+
+def kernel_module(name: str):
+    """`torch_rbln.kernels.<name>`, imported on first use (the first one also switches the allocator
+    and DLPack retagging to their compiled versions: numba is loaded from then on)."""
+    module = _modules.get(name)
+    if module is None:
+        import importlib
+
+        module = importlib.import_module(f"torch_rbln.kernels.{name}")
+        if not _modules:
+            from torch_rbln import _dlpack, _memory
+
+            # numba is loaded now: allocations may use it
+            _dlpack.enable_compiled_retag()
+            _memory.enable_compiled_allocator()
+        _modules[name] = module
+    return module

@@ -32,8 +32,9 @@ from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _dlpack, _memory, config, fallback
 
-from . import _device_counts, _launch
+from . import _launch
 from . import _ops as O
+from ._checks import _device_counts, _run_device, check_inputs
 from ._fastpath import _Plan, write_only_buffer
 from ._finite_scan import PARALLEL_MIN, all_finite, is_dense_permutation
 from ._memo import BoundedMemo
@@ -101,8 +102,6 @@ def unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, att
     """Why this call cannot run on the flash kernels (None when it can). Invalid calls also get a reason:
     the CPU implementation then raises PyTorch's error for them. `inspect_values=False` (tracing) skips
     the checks that read tensor data (NaN/Inf)."""
-    from . import check_inputs
-
     if dropout_p > 0.0:
         return "dropout_p > 0 (the rbln attention kernels have no dropout)"
     if any(t is not None and t.is_nested for t in (query, key, value, attn_mask)):
@@ -587,8 +586,6 @@ def fused_attention_forward_kernel(query: torch.Tensor, key: torch.Tensor, value
             result = _fused_forward(plan, query, key, value, attn_bias, is_causal)
             if result is not None:
                 return result
-    from . import _run_device
-
     arguments = (query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask)
     result = _run_device(FORWARD, fused_attention_forward, arguments, {"scale": scale})
     if plan_key is not None and not tracing(query, key, value, attn_bias):
@@ -685,8 +682,6 @@ def fused_attention_backward_kernel(grad_out: torch.Tensor, query: torch.Tensor,
             if grads is not None:
                 _device_counts[BACKWARD] += 1
                 return grads
-    from . import _run_device
-
     arguments = (grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
                  cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset)
     result = _run_device(BACKWARD, fused_attention_backward, arguments, {"scale": scale})

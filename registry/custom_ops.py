@@ -9,6 +9,8 @@ heavy: registration runs at `import torch`. The device implementations (`custom`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -50,8 +52,9 @@ def _rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> 
     return x * cos + _rotate_half(x) * sin
 
 
-def register() -> None:
-    from . import _register_custom
+def register(_register_custom: Callable) -> None:
+    """Define the ops with `_register_custom` (the registry's custom-op registration, passed in so that
+    this module does not import the package that imports it)."""
     from ._base import Ref
 
     op = _register_custom("rbln::rms_norm", Ref("custom", "_rms_norm_device"), None, _rms_norm_reference,

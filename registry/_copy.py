@@ -17,9 +17,10 @@ from typing import NamedTuple
 
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
-from torch_rbln.dsl.jit import _device_tp, peer_access
+from torch_rbln.dsl.jit import peer_access
 
 from torch_rbln import fallback
+from torch_rbln.tp import device_tp as _device_tp
 
 from . import _launch
 from ._base import Decline, InvalidCall

@@ -83,7 +83,8 @@ def _parallel(tensor: torch.Tensor, width: int, mask: int, numel: int) -> bool:
     """The scan of a large tensor split over the NPUs its kernels would use (the tensor-parallel size of
     its device), so that the check keeps pace with a kernel that is split the same way."""
     from torch_rbln.dsl.backends.numba_backend.executable import _workers
-    from torch_rbln.dsl.jit import _device_tp
+
+    from torch_rbln.tp import device_tp as _device_tp
 
     scan = _scan(width)
     address = tensor.data_ptr()

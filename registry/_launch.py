@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from torch_rbln.dsl.jit import _device_tp, on_clear_cache, requested_backend
+from torch_rbln.dsl.jit import on_clear_cache
+
+from torch_rbln.tp import device_tp as _device_tp
+from torch_rbln.tp import requested_backend
 
 from ._finite_scan import is_dense_permutation
 from ._memo import BoundedMemo

@@ -11,9 +11,10 @@ import math
 from collections.abc import Sequence
 
 import torch
-from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp as _device_tp
+from torch_rbln.tp import requested_backend
 
 from . import _launch
 from ._base import FLOATS, INTEGERS, Decline, InvalidCall  # noqa: F401  (re-exported for the families)

@@ -28,9 +28,10 @@ from threading import get_ident
 from typing import Any
 
 import torch
-from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _dlpack, _memory, config, fallback
+from torch_rbln.tp import device_tp as _device_tp
+from torch_rbln.tp import requested_backend
 
 from . import _launch
 from . import _ops as O

@@ -77,7 +77,7 @@ def test_the_scan_of_a_large_tensor_is_split_over_a_tensor_parallel_group(monkey
 
     import torch_rbln.dsl.jit  # noqa: F401 - the module (the package attribute `jit` is the decorator)
 
-    monkeypatch.setattr(sys.modules["torch_rbln.dsl.jit"], "_device_tp", lambda index: 3)
+    monkeypatch.setattr(sys.modules["torch_rbln.tp"], "device_tp", lambda index: 3)
     monkeypatch.setattr(_finite_scan, "PARALLEL_MIN", 1000)
     x = torch.randn(3001)
     assert all_finite(x.to("rbln"))

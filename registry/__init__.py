@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torch_rbln import config, fallback
+from torch_rbln import _structural, config, fallback
 
 from ._base import FLOATS, Decline, InvalidCall, Ref  # noqa: F401  (FLOATS re-exported)
 from ._checks import _device_counts, _run_device, check_inputs
@@ -148,6 +148,15 @@ def _deferred(ref: Ref) -> Callable:
     return call
 
 
+def _first_device_copy(src: Tensor, dst: Tensor, *, fresh: bool = False) -> bool:
+    """The runtime's device-to-device copy until the first one: imports the copy kernels' module and
+    hands its `copy_on_device` to the runtime, which calls it directly from then on."""
+    from . import _copy
+
+    _structural.set_device_copy(_copy.copy_on_device)
+    return _copy.copy_on_device(src, dst, fresh=fresh)
+
+
 # aten overloads bound outside the table: (name, dispatch key, implementation in registry.attention)
 _ATTENTION = (
     ("scaled_dot_product_attention", "AutogradPrivateUse1", "scaled_dot_product_attention"),
@@ -182,6 +191,7 @@ def register_table(library: torch.library.Library | None = None) -> None:
             library.impl(_impl_name(entry.name), _dispatcher(entry), "PrivateUse1")
         for name, key, attr in _ATTENTION:
             library.impl(name, _deferred(Ref("attention", attr)), key)
+        _structural.set_device_copy(_first_device_copy)
         _registered = True
     from . import custom_ops
 

@@ -52,9 +52,11 @@ def launch_tp_size(args, kwargs) -> int:
     Does not modify `kwargs`."""
     from torch_rbln.dsl.jit import launch_tp
 
+    from torch_rbln.tp import check_tp
+
     tp = kwargs.get("tp")
-    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0):
-        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+    if tp is not None:
+        check_tp(tp)
     return launch_tp((*args, *kwargs.values()), tp)[0]
 
 
@@ -174,8 +176,10 @@ class KeySpec:
             out.append(dev)
         if tp is None:
             tp = 1 if dev is None else launch_tp_size((first,), {})
-        elif isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
-            raise ValueError(f"tp must be a positive integer, got {tp!r}")
+        else:
+            from torch_rbln.tp import check_tp
+
+            check_tp(tp)
         out.append(tp)
         out.append(kwargs.get("backend") if kwargs else None)
         return tuple(out)

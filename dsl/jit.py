@@ -401,8 +401,12 @@ class JITFunction:
             backend = kwargs.pop("backend")
         if "tp" in kwargs and "tp" not in self.arg_names:
             tp = kwargs.pop("tp")
-            if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
-                raise self.launch_error(None, f"tp must be a positive integer, got {tp!r}")
+            from torch_rbln.tp import check_tp
+
+            try:
+                check_tp(tp)
+            except ValueError as error:
+                raise self.launch_error(None, str(error)) from None
         for k in list(kwargs):
             if k in _IGNORED_LAUNCH_OPTIONS and k not in self.arg_names:
                 kwargs.pop(k)
@@ -838,16 +842,29 @@ def on_clear_cache(listener: Callable[[JITFunction], None]) -> None:
         _clear_cache_listeners.append(listener)
 
 
-_environ_get = None  # torch_rbln.config._environ_get, bound on first use (no import cycle at start-up)
+def set_device_policy(device_tp, backend) -> None:
+    """The device's launch policy, the DSL's one hook into it (as Triton's `driver.active` keeps the
+    language apart from the device): `device_tp(device_index)` is the tensor-parallel size of a launch on
+    that device without an explicit `tp=`, `backend()` the requested backend name (or None). Bound on the
+    first launch to `torch_rbln.tp`'s; rebinding this module's names keeps the cached launch path free of
+    any indirection."""
+    global _device_tp, requested_backend, _policy_bound
+    _device_tp, requested_backend, _policy_bound = device_tp, backend, True
 
 
-def requested_backend() -> str | None:
-    """`backends.requested()` (raw $TORCH_RBLN_DSL_BACKEND) without `os.environ.get`'s KeyError path for a
-    missing key, which cost more than the rest of a cached launch's key."""
-    global _environ_get
-    if _environ_get is None:
-        from torch_rbln.config import _environ_get
-    return _environ_get(_backends.ENV_VAR)
+_policy_bound = False
+
+
+def _bind_device_policy() -> None:
+    if not _policy_bound:
+        from torch_rbln import tp
+
+        set_device_policy(tp.device_tp, tp.requested_backend)
+
+
+def requested_backend() -> str | None:  # noqa: F811  (replaced by the policy's on first use)
+    _bind_device_policy()
+    return requested_backend()
 
 
 def _host_memory(tensor) -> bool:
@@ -903,37 +920,9 @@ def launch_tp(values, explicit_tp: int | None = None) -> tuple[int, int | None, 
     return _device_tp(device_index), device_index, False
 
 
-_group_sizes: dict[int, tuple[object, int]] = {}  # device index -> (topology, group size)
-_topology_module = None  # torch_rbln.topology once `_device_tp` has imported it (it imports torch)
-
-
-def _device_tp(device_index: int) -> int:
-    """`torch_rbln.tp.tp_size_for(device_index)` without its per-call parsing: the group size is
-    remembered per (device, topology object), and TORCH_RBLN_USE_DEVICE_TP is only read for groups of
-    several NPUs (a one-NPU device launches with tp=1 whatever it says). Tests that rebuild the topology
-    or change the variable get fresh answers. (Fast paths ask on every call of a grid of several
-    programs: the topology module is kept after the first import, and the built topology read
-    directly.)"""
-    global _topology_module
-    if _topology_module is None:
-        from torch_rbln import topology as module
-
-        _topology_module = module
-    topology = _topology_module
-    current = topology._topology or topology.get_topology()
-    entry = _group_sizes.get(device_index)
-    if entry is not None and entry[0] is current:
-        size = entry[1]
-    else:
-        from torch_rbln.tp import group_size
-
-        size = group_size(device_index)  # validates the index
-        _group_sizes[device_index] = (current, size)
-    if size == 1:
-        return 1
-    from torch_rbln.tp import tp_size_for
-
-    return tp_size_for(device_index)
+def _device_tp(device_index: int) -> int:  # replaced by the policy's on first use
+    _bind_device_policy()
+    return _device_tp(device_index)
 
 
 def _runtime_args(fn, arguments):

@@ -24,17 +24,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from torch_rbln import config, fallback
+from torch_rbln import _structural, config, fallback
 
-from ._finite_scan import all_finite
-from ._ops import FLOATS, Decline, InvalidCall
+from ._base import FLOATS, Decline, InvalidCall, Ref  # noqa: F401  (FLOATS re-exported)
+from ._checks import _device_counts, _run_device, check_inputs
 from .table import NAMES, TABLE, Op
 
 __all__ = [
@@ -43,60 +42,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger("torch_rbln.registry")
-_device_counts: Counter[str] = Counter()
 _lock = threading.Lock()
 _libraries: list[torch.library.Library] = []
 _user: dict[str, tuple[Callable, Callable | None]] = {}  # aten name -> (impl, accepts), overriding TABLE
 _registered = False
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False, overwrites_first: bool = False
-                 ) -> str | None:
-    """The generic per-call decision: None when a device kernel may run, else the reason.
-
-    Every tensor (also inside list arguments) must be on one rbln device (a 0-dim CPU tensor is a
-    wrapped scalar); tensors the kernel reads must be float32/float16/bfloat16 (any integer dtype with
-    `int_inputs`) and, outside deploy mode, free of NaN/Inf. Not read: `out=` and the first argument of
-    ops that overwrite it whole (fill_, zero_), whose old contents may be anything. This runs on every
-    call, so it is one flat loop (no generators, no helper objects) and a compiled scan per checked
-    tensor."""
-    check_values = not config.deploy_mode()
-    written = kwargs.get("out") if kwargs else None
-    device = None
-    skip_first = overwrites_first
-    for value in ((*args, *kwargs.values()) if kwargs else args):
-        if isinstance(value, Tensor):
-            group: tuple | list = (value,)
-        elif isinstance(value, (list, tuple)):
-            group = value
-        else:
-            continue
-        read_group = value is not written
-        for tensor in group:
-            if not isinstance(tensor, Tensor):
-                continue
-            read = read_group and not skip_first
-            skip_first = False
-            if tensor.is_cpu:
-                if tensor.dim():
-                    return "CPU tensor operand"  # the fallback raises the device-mismatch error
-            elif device is None:
-                device = tensor.get_device()
-            elif tensor.get_device() != device:
-                return "tensors on several devices"
-            if not read:
-                continue  # only written (out=, a filled self): may be bool/int, the kernel checks it
-            dtype = tensor.dtype
-            if dtype in FLOATS:
-                if check_values and not all_finite(tensor):
-                    return "nan_inf"
-            elif dtype.is_floating_point or dtype.is_complex or not int_inputs:
-                return f"dtype {_dtype_name(dtype)}"
-    return "scalar-only inputs" if device is None else None
 
 
 def _partial_overlap(a: Tensor, b: Tensor) -> bool:
@@ -127,25 +76,30 @@ def _out_overlaps_an_input(out: Any, args: tuple) -> bool:
     return False
 
 
-def _run_device(name: str, impl: Callable, args: tuple, kwargs: dict) -> Any:
-    result = impl(*args, **kwargs)
-    _device_counts[name] += 1
-    return result
-
-
-def _dispatcher(overload: torch._ops.OpOverload, entry: Op) -> Callable:
-    plan = fallback._plan_for(overload)
-    name = plan.name
+def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Callable:
+    """The PrivateUse1 kernel of one table entry. What it needs beyond the entry's flags (the overload,
+    its fallback plan, the implementation and fast path, which import the kernel modules) is looked up on
+    its first call: registering the ~150 entries at `import torch` must stay cheap."""
     short = entry.name
-    default_impl = entry.impl
     int_inputs = entry.int_inputs
     overwrites_first = entry.overwrites_first
-
-    default = (default_impl, None)
     counts = _device_counts
-    fast = entry.fast
+    plan = name = default = fast = None
+    resolved = False
+
+    def resolve() -> None:
+        nonlocal overload, plan, name, default, fast, resolved
+        if overload is None:
+            overload = _overload(short)
+        plan = fallback._plan_for(overload)
+        name = plan.name
+        default = (entry.kernel, None)
+        fast = entry.fast
+        resolved = True
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
+        if not resolved:
+            resolve()
         if kwargs and "out" in kwargs and _out_overlaps_an_input(kwargs["out"], args):
             # run_on_cpu replays the aliasing on CPU copies first and raises PyTorch's own error
             return fallback.run_on_cpu(overload, plan, args, kwargs, "out= overlaps an input")
@@ -179,6 +133,40 @@ def _dispatcher(overload: torch._ops.OpOverload, entry: Op) -> Callable:
     return kernel
 
 
+def _deferred(ref: Ref) -> Callable:
+    """A kernel that imports `ref` on its first call (for heavy ops, where one more Python call is
+    nothing next to the op)."""
+    function = None
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal function
+        if function is None:
+            function = ref.get()
+        return function(*args, **kwargs)
+
+    call.__name__ = f"rbln_{ref.attr}"
+    return call
+
+
+def _first_device_copy(src: Tensor, dst: Tensor, *, fresh: bool = False) -> bool:
+    """The runtime's device-to-device copy until the first one: imports the copy kernels' module and
+    hands its `copy_on_device` to the runtime, which calls it directly from then on."""
+    from . import _copy
+
+    _structural.set_device_copy(_copy.copy_on_device)
+    return _copy.copy_on_device(src, dst, fresh=fresh)
+
+
+# aten overloads bound outside the table: (name, dispatch key, implementation in registry.attention)
+_ATTENTION = (
+    ("scaled_dot_product_attention", "AutogradPrivateUse1", "scaled_dot_product_attention"),
+    ("scaled_dot_product_attention", "PrivateUse1", "scaled_dot_product_attention"),
+    ("_scaled_dot_product_fused_attention_overrideable", "PrivateUse1", "fused_attention_forward_kernel"),
+    ("_scaled_dot_product_fused_attention_overrideable_backward", "PrivateUse1",
+     "fused_attention_backward_kernel"),
+)
+
+
 def _overload(name: str) -> torch._ops.OpOverload:
     if name.startswith("aten::"):
         name = name[len("aten::"):]
@@ -200,12 +188,14 @@ def register_table(library: torch.library.Library | None = None) -> None:
             library = torch.library.Library("aten", "IMPL")
             _libraries.append(library)
         for entry in TABLE:
-            library.impl(_impl_name(entry.name), _dispatcher(_overload(entry.name), entry), "PrivateUse1")
+            library.impl(_impl_name(entry.name), _dispatcher(entry), "PrivateUse1")
+        for name, key, attr in _ATTENTION:
+            library.impl(name, _deferred(Ref("attention", attr)), key)
+        _structural.set_device_copy(_first_device_copy)
         _registered = True
-    from . import attention, custom
+    from . import custom_ops
 
-    custom.register()
-    attention.register()
+    custom_ops.register(_register_custom)
 
 
 def _aten_name(op: Any) -> str | None:
@@ -262,7 +252,7 @@ def _register_aten(name: str, impl: Callable, accepts: Callable | None) -> Calla
             # newest registration for a key).
             for key in _keys(name):
                 torch.library._impls.discard(key)
-            library.impl(_impl_name(name), _dispatcher(overload, entry), "PrivateUse1")
+            library.impl(_impl_name(name), _dispatcher(entry, overload), "PrivateUse1")
     return impl
 
 
@@ -272,20 +262,24 @@ def _keys(name: str) -> tuple[str, ...]:
     return (f"aten/{short}/PrivateUse1", f"aten/{name}/PrivateUse1")
 
 
-def _register_custom(qualname: str, impl: Callable, accepts: Callable | None, reference: Callable | None,
-                     fake: Callable | None, mutates_args: tuple, fast: Callable | None = None) -> Any:
+def _register_custom(qualname: str, impl: Callable | Ref, accepts: Callable | None,
+                     reference: Callable | None, fake: Callable | None, mutates_args: tuple,
+                     fast: Callable | Ref | None = None) -> Any:
     """`register_kernel` for a new custom op. `fast(*args, **kwargs)` (the op library's own custom ops)
-    is an optional shortcut for plain calls: the result `impl` gives, or None to take the checked path."""
+    is an optional shortcut for plain calls: the result `impl` gives, or None to take the checked path.
+    `impl` and `fast` may be `Ref`s, imported on the op's first call."""
     if reference is None:
         raise TypeError(f"register_kernel({qualname!r}): a new custom op needs reference= (its CPU "
                         "implementation, with type hints)")
     custom = torch.library.custom_op(qualname, reference, mutates_args=mutates_args)
     custom.register_fake(fake if fake is not None else reference)
     namespace, _, opname = qualname.partition("::")
-    overload = getattr(getattr(torch.ops, namespace), opname).default
-    plan = fallback._plan_for(overload)
+    name = qualname  # the fallback plan's name of the op (its schema name)
 
     def checked(*args: Any, **kwargs: Any) -> Any:
+        nonlocal impl
+        if impl.__class__ is Ref:
+            impl = impl.get()
         reason = check_inputs(args, kwargs, True)
         if reason is None and accepts is not None:
             verdict = accepts(*args, **kwargs)
@@ -293,17 +287,21 @@ def _register_custom(qualname: str, impl: Callable, accepts: Callable | None, re
                 reason = verdict if isinstance(verdict, str) else "declined by accepts"
         if reason is None:
             try:
-                return _run_device(plan.name, impl, args, kwargs)
+                return _run_device(name, impl, args, kwargs)
             except Decline as decline:
                 reason = decline.reason
-        return fallback.run_on_cpu(overload, plan, args, kwargs, reason)
+        overload = getattr(getattr(torch.ops, namespace), opname).default
+        return fallback.run_on_cpu(overload, fallback._plan_for(overload), args, kwargs, reason)
 
     kernel = checked
     if fast is not None:
         def kernel(*args: Any, **kwargs: Any) -> Any:  # also under inference_mode, which skips autograd
+            nonlocal fast
+            if fast.__class__ is Ref:
+                fast = fast.get()
             result = fast(*args, **kwargs)
             if result is not None:
-                _device_counts[plan.name] += 1
+                _device_counts[name] += 1
                 return result
             return checked(*args, **kwargs)
 
@@ -311,7 +309,7 @@ def _register_custom(qualname: str, impl: Callable, accepts: Callable | None, re
     if not mutates_args:
         library = torch.library.Library(namespace, "IMPL")
         _libraries.append(library)
-        library.impl(opname, _plain_call_shortcut(custom, overload, checked, fast, plan.name),
+        library.impl(opname, _plain_call_shortcut(custom, namespace, opname, checked, fast, name),
                      "AutogradPrivateUse1", with_keyset=True)
     return custom
 
@@ -322,8 +320,8 @@ _PLAIN_CALL_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1).add
     torch._C.DispatchKey.AutogradPrivateUse1).raw_repr()
 
 
-def _plain_call_shortcut(custom: Any, overload: torch._ops.OpOverload, kernel: Callable,
-                         fast: Callable | None, name: str) -> Callable:
+def _plain_call_shortcut(custom: Any, namespace: str, opname: str, kernel: Callable,
+                         fast: Callable | Ref | None, name: str) -> Callable:
     """The AutogradPrivateUse1 kernel of a functional custom op: a call on plain rbln tensors that records
     no gradient runs `fast` (else `kernel`, the checked PrivateUse1 kernel) right here.
     `torch.library.custom_op`'s own path to it (its Python autograd kernel, a redispatch, the backend
@@ -331,25 +329,31 @@ def _plain_call_shortcut(custom: Any, overload: torch._ops.OpOverload, kernel: C
     call (a gradient to record, a dispatch mode, fake or functional tensors under tracing) takes
     custom_op's autograd kernel as before, so autograd, torch.compile and the aliasing checks behave
     exactly as custom_op defines them."""
-    from torch._library.autograd import make_autograd_impl
-
-    general = make_autograd_impl(overload, custom)  # reads the backward/setup_context when it runs
+    general = None  # custom_op's autograd kernel, built on the first call that needs it
     grad_enabled = torch.is_grad_enabled
     any_requires_grad = torch._C._any_requires_grad
     plain = _PLAIN_CALL_KEYS
     counts = _device_counts
 
     def autograd_kernel(keyset: torch._C.DispatchKeySet, *args: Any, **kwargs: Any) -> Any:
+        nonlocal fast, general
         if keyset.raw_repr() == plain and not (grad_enabled() and any_requires_grad(*args, **kwargs)):
             if fast is not None:
+                if fast.__class__ is Ref:
+                    fast = fast.get()
                 result = fast(*args, **kwargs)
                 if result is not None:
                     counts[name] += 1
                     return result
             return kernel(*args, **kwargs)
+        if general is None:
+            from torch._library.autograd import make_autograd_impl
+
+            # reads the backward/setup_context when it runs
+            general = make_autograd_impl(getattr(getattr(torch.ops, namespace), opname).default, custom)
         return general(keyset, *args, **kwargs)
 
-    autograd_kernel.__name__ = f"rbln_autograd_{overload._opname}"
+    autograd_kernel.__name__ = f"rbln_autograd_{opname}"
     return autograd_kernel
 
 

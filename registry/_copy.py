@@ -17,25 +17,24 @@ from typing import NamedTuple
 
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
-from torch_rbln.dsl.jit import _device_tp, peer_access
+from torch_rbln.dsl.jit import peer_access
 
 from torch_rbln import fallback
+from torch_rbln.tp import device_tp as _device_tp
 
-from . import _device_counts, _launch
+from . import _launch
+from ._base import Decline, InvalidCall
+from ._checks import _device_counts
 from ._finite_scan import is_dense_permutation
+from ._launch import kernel_module as _k
 from ._memo import PlanMemo
-from ._ops import (
-    _I32,
-    _TILED_MIN,
-    Decline,
-    InvalidCall,
-    _block,
-    _cdiv,
-    _collapse,
-    _expanded_strides,
-    _k,
-    tile_shape,
-)
+from .geometry import I32 as _I32
+from .geometry import TILED_MIN as _TILED_MIN
+from .geometry import block as _block
+from .geometry import cdiv as _cdiv
+from .geometry import collapse as _collapse
+from .geometry import expanded_strides as _expanded_strides
+from .geometry import tile_shape
 
 NAME = "aten::_copy_from"
 _DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool})

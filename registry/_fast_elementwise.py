@@ -18,9 +18,9 @@ import math
 
 import torch
 from torch import Tensor
-from torch_rbln.dsl.jit import _device_tp
 
 from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp as _device_tp
 
 from . import _fastpath as FP
 from . import _launch

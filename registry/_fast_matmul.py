@@ -21,9 +21,10 @@ import math
 
 import torch
 from torch import Tensor
-from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp as _device_tp
+from torch_rbln.tp import requested_backend
 
 from . import _launch, _ops
 from ._fastpath import _PLANS, FastPath

@@ -17,9 +17,10 @@ import math
 
 import torch
 from torch import Tensor
-from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp as _device_tp
+from torch_rbln.tp import requested_backend
 
 from . import _loss
 from ._fastpath import _NOT_PLAIN, FastPath, _contiguous_rbln, _dim_token, _Plan, _reduce_plan, row_reduction

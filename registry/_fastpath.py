@@ -18,9 +18,11 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torch_rbln.dsl.jit import _device_tp, on_clear_cache, requested_backend
+from torch_rbln.dsl.jit import on_clear_cache
 
 from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp as _device_tp
+from torch_rbln.tp import requested_backend
 
 from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan

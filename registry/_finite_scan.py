@@ -22,7 +22,6 @@ _EXPONENT = {
     torch.float16: (16, 0x7C00),
     torch.bfloat16: (16, 0x7F80),
 }
-CHUNK = 4096  # elements per branch-free inner loop of the scans (`_finite_numba._CHUNK`)
 _scans: list = []  # [all_finite_32, all_finite_16] once loaded
 
 
@@ -84,7 +83,8 @@ def _parallel(tensor: torch.Tensor, width: int, mask: int, numel: int) -> bool:
     """The scan of a large tensor split over the NPUs its kernels would use (the tensor-parallel size of
     its device), so that the check keeps pace with a kernel that is split the same way."""
     from torch_rbln.dsl.backends.numba_backend.executable import _workers
-    from torch_rbln.dsl.jit import _device_tp
+
+    from torch_rbln.tp import device_tp as _device_tp
 
     scan = _scan(width)
     address = tensor.data_ptr()

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from torch_rbln.dsl.jit import _device_tp, on_clear_cache, requested_backend
+from torch_rbln.dsl.jit import on_clear_cache
+
+from torch_rbln.tp import device_tp as _device_tp
+from torch_rbln.tp import requested_backend
 
 from ._finite_scan import is_dense_permutation
 from ._memo import BoundedMemo
@@ -107,3 +110,24 @@ def _forget(kernel) -> None:
 
 
 on_clear_cache(_forget)
+
+
+_modules: dict[str, object] = {}
+
+
+def kernel_module(name: str):
+    """`torch_rbln.kernels.<name>`, imported on first use (the first one also switches the allocator
+    and DLPack retagging to their compiled versions: numba is loaded from then on)."""
+    module = _modules.get(name)
+    if module is None:
+        import importlib
+
+        module = importlib.import_module(f"torch_rbln.kernels.{name}")
+        if not _modules:
+            from torch_rbln import _dlpack, _memory
+
+            # numba is loaded now: allocations may use it
+            _dlpack.enable_compiled_retag()
+            _memory.enable_compiled_allocator()
+        _modules[name] = module
+    return module

@@ -11,95 +11,46 @@ import math
 from collections.abc import Sequence
 
 import torch
-from torch_rbln.dsl import next_power_of_2
-from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp as _device_tp
+from torch_rbln.tp import requested_backend
 
 from . import _launch
+from ._base import FLOATS, INTEGERS, Decline, InvalidCall  # noqa: F401  (re-exported for the families)
+from ._launch import _modules  # noqa: F401  (re-exported)
+from ._launch import kernel_module as _k
 from ._memo import BoundedMemo
-
-FLOATS = (torch.float32, torch.float16, torch.bfloat16)
-INTEGERS = (torch.int32, torch.int64)
-_I32 = 2**31  # ints below this are int32 kernel arguments (another specialisation above)
-
-
-class Decline(Exception):
-    """Raised by an implementation: these inputs take the CPU fallback, for `reason`."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class InvalidCall(RuntimeError):
-    """Raised by an implementation for a call that torch rejects too (with torch's message), where the
-    CPU fallback could not tell: our host views hide aliasing between rbln tensors from torch. The
-    dispatcher lets it through to the caller."""
-
-
-_modules: dict[str, object] = {}
-
-
-def _k(name: str):
-    module = _modules.get(name)
-    if module is None:
-        import importlib
-
-        module = importlib.import_module(f"torch_rbln.kernels.{name}")
-        if not _modules:
-            from torch_rbln import _dlpack
-
-            # numba is loaded now: allocations may use it
-            _dlpack.enable_compiled_retag()
-            _memory.enable_compiled_allocator()
-        _modules[name] = module
-    return module
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _block(n: int) -> int:
-    """Elementwise block size by size; three buckets keep the number of specialisations small."""
-    if n <= 16:
-        return 16
-    if n <= 1024:
-        return 1024
-    return 4096
-
-
-_ONE_BLOCK = 4096  # rows up to this long are processed in one block (one load per element)
-# From this many elements on, copies (cat's parts too) and where/masked_fill run tiled kernels
-# (`tiled_copy_kernel`, `where_tiled_kernel`): the flat kernels find each element's place by dividing
-# its index by the sizes, ~30 ns per element.
-_TILED_MIN = 4096
-_TILE_ELEMENTS = 4096  # elements per tile of a tiled kernel over rows
-
-
-def tile_shape(rows: int, columns: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N) of a tiled kernel over `rows` x `columns`: runs of up to 1024 elements of a
-    row, and several rows per tile when they are short, so a tile holds up to 4096 elements."""
-    block_n = min(1024, next_power_of_2(columns))
-    return max(1, min(next_power_of_2(rows), _TILE_ELEMENTS // block_n)), block_n
-
-
-_CHUNK = 1024  # block of the chunked row kernels for longer rows (measured faster than 4096 there)
-
-
-def _row_block(n: int) -> int:
-    """The block of a row kernel over rows of `n` elements: one of four sizes, so few specialisations
-    cover every length. Short rows (a 4-element layer norm's) get a block of 16: each program of a
-    row kernel loops over its whole block several times, which a block of 128 made cost ~1 us a launch
-    on a few tiny rows."""
-    if n <= 16:
-        return 16
-    if n <= 128:
-        return 128
-    if n <= 1024:
-        return 1024
-    return 4096
+from .geometry import (  # noqa: F401  (re-exported: the families import them from here)
+    I32 as _I32,
+)
+from .geometry import (
+    ONE_BLOCK as _ONE_BLOCK,
+)
+from .geometry import (
+    ROW_CHUNK as _CHUNK,
+)
+from .geometry import (
+    TILED_MIN as _TILED_MIN,
+)
+from .geometry import (
+    block as _block,
+)
+from .geometry import (
+    cdiv as _cdiv,
+)
+from .geometry import (
+    collapse as _collapse,
+)
+from .geometry import (
+    expanded_strides as _expanded_strides,
+)
+from .geometry import (
+    row_block as _row_block,
+)
+from .geometry import (
+    tile_shape,
+)
 
 
 def empty(shape: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
@@ -122,34 +73,6 @@ def _scalar_tensor(value: float, index: int) -> torch.Tensor:
         _dlpack.to_host_view(tensor).fill_(value)
         _scalar_cache[key] = tensor
     return tensor
-
-
-def _collapse(shape: Sequence[int], strides_list: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """Merge adjacent dims that are contiguous with each other in every operand; drop size-1 dims."""
-    dims = [i for i, s in enumerate(shape) if s != 1]
-    out_shape: list[int] = []
-    out_strides: list[list[int]] = [[] for _ in strides_list]
-    for i in dims:
-        if out_shape and all(st[-1] == strides[i] * shape[i] for st, strides in zip(out_strides, strides_list,
-                                                                                    strict=True)):
-            out_shape[-1] *= shape[i]
-            for st, strides in zip(out_strides, strides_list, strict=True):
-                st[-1] = strides[i]
-            continue
-        out_shape.append(shape[i])
-        for st, strides in zip(out_strides, strides_list, strict=True):
-            st.append(strides[i])
-    return out_shape, out_strides
-
-
-def _expanded_strides(t: torch.Tensor, shape: Sequence[int]) -> list[int]:
-    nd = len(shape)
-    strides = [0] * nd
-    offset = nd - t.dim()
-    for i, (size, stride) in enumerate(zip(t.shape, t.stride(), strict=True)):
-        if offset + i >= 0:  # extra leading dims are size 1 (a 1-element scalar operand)
-            strides[offset + i] = stride if size != 1 else 0
-    return strides
 
 
 _geometries: dict[tuple, tuple] = BoundedMemo(4096)  # (shape, operands' sizes and strides) -> geometry
@@ -392,11 +315,56 @@ def binary_output(a, b, compute: torch.dtype, out, index: int, operands, *, comp
     return out
 
 
+# Binary ops on int32/int64 tensors (position ids, cache positions, index arithmetic) on the exact
+# integer kernel (`kernels/integer.py`): add/sub with alpha, mul, comparisons, maximum/minimum. `binary`
+# sends integer results here; ops without an integer kernel (true division, pow, ...) decline with the
+# dtype as the reason.
+_INTEGER_NAMES = ("add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum")
+_INTEGER_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+_INT64 = (-(2**63), 2**63)
+
+
+def _integer_scalar(value) -> int | None:
+    """A Python int (or 0-dim CPU integer tensor, a wrapped number) as an int; None otherwise."""
+    if isinstance(value, torch.Tensor):
+        if value.is_cpu and value.dim() == 0 and not value.dtype.is_floating_point and \
+                not value.dtype.is_complex and value.dtype != torch.bool:
+            return int(value.item())
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and _INT64[0] <= value < _INT64[1]:
+        return value
+    return None
+
+
+def _integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bool) -> torch.Tensor:
+    compute = torch.result_type(a, b)
+    if name not in _INTEGER_NAMES or not isinstance(a, torch.Tensor) or a.is_cpu:
+        raise Decline(f"dtype {str(compute).replace('torch.', '')}")
+    if isinstance(alpha, bool) or not isinstance(alpha, int):
+        raise Decline("non-integer alpha")  # the CPU kernel raises torch's error for float alpha
+    scalar = _integer_scalar(b)
+    if scalar is None and (not isinstance(b, torch.Tensor) or b.is_cpu):
+        raise Decline("operand")
+    index = _device_index(a)
+    operands = (a,) if scalar is not None else (a, b)
+    out = binary_output(a, b, compute, out, index, operands, comparison=comparison, inplace=inplace)
+    n = out.numel()
+    if n == 0:
+        return out
+    bcast, sizes, strides = _geometry(list(out.shape), list(operands))
+    a_strides = strides[0]
+    b_strides = strides[1] if scalar is None else [0, 0, 0, 0]
+    block = _block(n)
+    _k("integer").int_binary_kernel[(_cdiv(n, block),)](
+        a, b if scalar is None else a, 0 if scalar is None else scalar, out, n, alpha, *sizes, *a_strides,
+        *b_strides, OP=_k("elementwise").BINARY[name], B_SCALAR=scalar is not None, BCAST=bcast, BLOCK=block,
+    )
+    return out
+
+
 def _integer_or_decline(name, a, b, alpha, out, comparison, inplace):
     """Integer operands: the exact int64 kernel for the ops it has, else a decline naming the dtype."""
-    from . import _integer
-
-    return _integer.binary(name, a, b, alpha, out, comparison=comparison, inplace=inplace)
+    return _integer_binary(name, a, b, alpha, out, comparison=comparison, inplace=inplace)
 
 
 def _broadcast(*shapes) -> list[int]:

@@ -28,12 +28,14 @@ from threading import get_ident
 from typing import Any
 
 import torch
-from torch_rbln.dsl.jit import _device_tp, requested_backend
 
 from torch_rbln import _dlpack, _memory, config, fallback
+from torch_rbln.tp import device_tp as _device_tp
+from torch_rbln.tp import requested_backend
 
-from . import _device_counts, _launch
+from . import _launch
 from . import _ops as O
+from ._checks import _device_counts, _run_device, check_inputs
 from ._fastpath import _Plan, write_only_buffer
 from ._finite_scan import PARALLEL_MIN, all_finite, is_dense_permutation
 from ._memo import BoundedMemo
@@ -44,7 +46,6 @@ BACKWARD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
 MAX_HEAD_DIM = 256
 _INT32_MAX = 2**31 - 1
 
-_libraries: list[torch.library.Library] = []
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,6 @@ def unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, att
     """Why this call cannot run on the flash kernels (None when it can). Invalid calls also get a reason:
     the CPU implementation then raises PyTorch's error for them. `inspect_values=False` (tracing) skips
     the checks that read tensor data (NaN/Inf)."""
-    from . import check_inputs
-
     if dropout_p > 0.0:
         return "dropout_p > 0 (the rbln attention kernels have no dropout)"
     if any(t is not None and t.is_nested for t in (query, key, value, attn_mask)):
@@ -588,8 +587,6 @@ def fused_attention_forward_kernel(query: torch.Tensor, key: torch.Tensor, value
             result = _fused_forward(plan, query, key, value, attn_bias, is_causal)
             if result is not None:
                 return result
-    from . import _run_device
-
     arguments = (query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask)
     result = _run_device(FORWARD, fused_attention_forward, arguments, {"scale": scale})
     if plan_key is not None and not tracing(query, key, value, attn_bias):
@@ -686,8 +683,6 @@ def fused_attention_backward_kernel(grad_out: torch.Tensor, query: torch.Tensor,
             if grads is not None:
                 _device_counts[BACKWARD] += 1
                 return grads
-    from . import _run_device
-
     arguments = (grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
                  cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset)
     result = _run_device(BACKWARD, fused_attention_backward, arguments, {"scale": scale})
@@ -792,17 +787,3 @@ def _planned_backward(plan: _BackwardPlan, grad_out: torch.Tensor, query: torch.
     second(grid[0], grid[1], 1, query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value,
            *plan.second_tail)
     return grad_query, grad_key, grad_value, None
-
-
-def register() -> None:
-    """Bind the kernels for rbln (called once by `torch_rbln.registry.register_table`)."""
-    if _libraries:
-        return
-    library = torch.library.Library("aten", "IMPL")
-    _libraries.append(library)
-    library.impl("scaled_dot_product_attention", scaled_dot_product_attention, "AutogradPrivateUse1")
-    library.impl("scaled_dot_product_attention", scaled_dot_product_attention, "PrivateUse1")
-    library.impl("_scaled_dot_product_fused_attention_overrideable", fused_attention_forward_kernel,
-                 "PrivateUse1")
-    library.impl("_scaled_dot_product_fused_attention_overrideable_backward",
-                 fused_attention_backward_kernel, "PrivateUse1")

@@ -1,8 +1,8 @@
-"""Custom ops backed by op-library kernels: `torch.ops.rbln.rms_norm` (forward and backward kernels)
-and `torch.ops.rbln.rotary_embedding` (forward kernel; backward through registered aten ops).
+"""The device side of the custom ops `torch.ops.rbln.rms_norm` (forward and backward kernels) and
+`torch.ops.rbln.rotary_embedding` (forward kernel; backward through registered aten ops).
 
-Defined with `torch_rbln.registry.register_kernel` (so `torch.library.custom_op` + `register_fake`:
-they also trace under torch.compile); on CPU tensors, and for declined calls, the reference runs.
+Their definitions (references, fake and autograd formulas) live in `custom_ops`, which registration
+imports at `import torch`; this module, with the kernels it launches, loads on the first call.
 """
 
 from __future__ import annotations
@@ -18,35 +18,12 @@ from . import _launch
 from . import _ops as O
 from ._fastpath import _contiguous_rbln, _Plan, write_only_buffer
 from ._memo import PlanMemo
-
-
-def _rms_norm_reference(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
-    y = (x.float() * rstd).to(x.dtype)
-    return y * weight if weight is not None else y
-
-
-def _rms_norm_backward_reference(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
-                                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx, dweight) of `_rms_norm_reference`, in float32 from its closed form (a custom op's kernel runs
-    below autograd, so it cannot differentiate the forward): with ``r = rsqrt(mean(x^2) + eps)``,
-    ``xhat = x * r`` and ``g = grad * weight``, ``dx = r * (g - xhat * mean(g * xhat))`` and ``dweight``
-    sums ``grad * xhat`` over the rows. dweight is an empty tensor when there is no weight (a custom op
-    cannot return None)."""
-    xf, gf = x.float(), grad.float()
-    r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    xhat = xf * r
-    g = gf * weight.float() if weight is not None else gf
-    dx = (r * (g - xhat * (g * xhat).mean(-1, keepdim=True))).to(x.dtype)
-    if weight is None:
-        return dx, x.new_empty(0)
-    dw = (gf * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype).reshape(weight.shape)
-    return dx, dw
-
-
-def _rms_norm_backward_fake(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
-                            eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(x), (torch.empty_like(weight) if weight is not None else x.new_empty(0))
+from .custom_ops import (  # noqa: F401  (re-exported)
+    _rms_norm_backward_fake,
+    _rms_norm_backward_reference,
+    _rms_norm_reference,
+    _rotary_reference,
+)
 
 
 def _rms_norm_backward_device(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
@@ -129,15 +106,6 @@ def _rms_norm_fast(x: Tensor, weight: Tensor | None, eps: float) -> Tensor | Non
     return out
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def _rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return x * cos + _rotate_half(x) * sin
-
-
 def _rotary_device(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     D = x.shape[-1] if x.dim() else 0
     if D == 0 or D % 2 or x.numel() == 0:
@@ -217,44 +185,3 @@ def _rotary_fast(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor | None:
     out = _memory.empty(x.shape, dtype, index)
     run(rows, 1, 1, x, cos, sin, out, n, plan.cs_rows)
     return out
-
-
-def register() -> None:
-    from . import _register_custom
-
-    op = _register_custom("rbln::rms_norm", _rms_norm_device, None, _rms_norm_reference, None, (),
-                          fast=_rms_norm_fast)
-
-    def setup_context(ctx, inputs, output):
-        x, weight, eps = inputs
-        ctx.save_for_backward(x, weight)
-        ctx.eps = eps
-
-    def backward(ctx, grad):
-        # through an opaque custom op, so that torch.compile traces the backward (fake tensors reach
-        # the op's fake implementation, never a kernel launch)
-        x, weight = ctx.saved_tensors
-        dx, dw = torch.ops.rbln.rms_norm_backward(grad, x, weight, ctx.eps)
-        return dx, (dw if weight is not None else None), None
-
-    op.register_autograd(backward, setup_context=setup_context)
-    _register_custom("rbln::rms_norm_backward", _rms_norm_backward_device, None, _rms_norm_backward_reference,
-                     _rms_norm_backward_fake, ())
-
-    rotary = _register_custom("rbln::rotary_embedding", _rotary_device, None, _rotary_reference, None, (),
-                              fast=_rotary_fast)
-
-    def rotary_setup(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-
-    def rotary_backward(ctx, grad):
-        x, cos, sin = ctx.saved_tensors
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_(need) for t, need in zip((x, cos, sin), ctx.needs_input_grad,
-                                                                          strict=True)]
-            out = _rotary_reference(*leaves)
-            wanted = [t for t in leaves if t.requires_grad]
-            grads = iter(torch.autograd.grad(out, wanted, grad))
-        return tuple(next(grads) if t.requires_grad else None for t in leaves)
-
-    rotary.register_autograd(rotary_backward, setup_context=rotary_setup)

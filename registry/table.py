@@ -11,24 +11,47 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import _fast_elementwise, _fast_matmul, _fast_rows
-from . import _fastpath as FP
-from . import _loss as L
-from . import _ops as O
-from . import _reduce as R
+from ._base import Decline, LazyModule, Ref, resolve
+
+# Placeholders until an op's first call imports them (see `_base.LazyModule`): the table itself, and so
+# the registration that `import torch` runs, imports no implementation, kernel, DSL or numba module.
+O = LazyModule(globals(), "O", "_ops")  # noqa: E741
+R = LazyModule(globals(), "R", "_reduce")
+FP = LazyModule(globals(), "FP", "_fastpath")
+_FAST_PATH_MODULES = ("_fast_elementwise", "_fast_rows", "_fast_matmul")
 
 
 @dataclass(frozen=True)
 class Op:
     name: str  # aten overload, e.g. "add.Tensor"
-    impl: Callable  # called with the aten arguments; returns the result or raises O.Decline
+    impl: Callable | Ref  # called with the aten arguments; returns the result or raises Decline
     opinfo: str | None = None  # op_db entry ("name" or "name:variant") whose samples test this overload
     int_inputs: bool = False  # integer/bool tensors are legitimate inputs (indices, masks)
     tol: dict = field(default_factory=dict)  # dtype name -> (atol, rtol) for the tests
     overwrites_first: bool = False  # the first argument is only written (fill_, zero_): no NaN/Inf check
-    # `(args, kwargs) -> result or None`: takes the plain common case before the generic checks (see
-    # _fastpath); None from it means "not plain": the dispatcher goes on as without it.
-    fast: Callable | None = None
+    # builds the fast path, `(args, kwargs) -> result or None`, which takes the plain common case before
+    # the generic checks (see _fastpath); None from it means "not plain": the dispatcher goes on as
+    # without it. Called on the op's first call (`Op.fast`); a module's FAST_PATHS entry replaces it.
+    make_fast: Callable[[], Callable | None] | None = None
+
+    @property
+    def fast(self) -> Callable | None:
+        """The fast path (built once, on first use: building it imports the implementation modules)."""
+        fast = self.__dict__.get("_fast", _UNBUILT)
+        if fast is _UNBUILT:
+            fast = _fast_paths().get(self.name) if self.name in NAMES else None
+            if fast is None and self.make_fast is not None:
+                fast = self.make_fast()
+            object.__setattr__(self, "_fast", fast)
+        return fast
+
+    @property
+    def kernel(self) -> Callable:
+        """`impl`, imported if it is a `Ref`."""
+        return resolve(self.impl)
+
+
+_UNBUILT = object()
 
 
 def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: bool = False,
@@ -45,14 +68,16 @@ def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: b
     out_name = f"{name}.Tensor_out" if comparison else f"{name}.out"
     # int_inputs: integer tensors reach O.binary, which runs the exact integer kernel (add, sub, mul,
     # comparisons) or declines with the dtype.
-    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True, fast=FP.binary(name, comparison=comparison)),
+    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True,
+              make_fast=lambda: FP.binary(name, comparison=comparison)),
            Op(out_name, fo, int_inputs=True),
            Op(f"{name}_.Tensor", fi, int_inputs=True,
-              fast=None if comparison else FP.binary(name, inplace=True))]
+              make_fast=lambda: None if comparison else FP.binary(name, inplace=True))]
     if scalar:
-        ops += [Op(f"{name}.Scalar", f, int_inputs=True, fast=FP.binary(name, comparison=comparison)),
+        ops += [Op(f"{name}.Scalar", f, int_inputs=True,
+                   make_fast=lambda: FP.binary(name, comparison=comparison)),
                 Op(f"{name}_.Scalar", fi, int_inputs=True,
-                   fast=None if comparison else FP.binary(name, inplace=True))]
+                   make_fast=lambda: None if comparison else FP.binary(name, inplace=True))]
     return ops
 
 
@@ -60,12 +85,12 @@ def _unary_family(name: str, opinfo: str | None, kernel: str | None = None, *, i
                   out: bool = True, overload: str = "default") -> list[Op]:
     kernel = kernel or name
     suffix = f".{overload}"
-    ops = [Op(f"{name}{suffix}", lambda x: O.unary(kernel, x), opinfo, fast=FP.unary(kernel))]
+    ops = [Op(f"{name}{suffix}", lambda x: O.unary(kernel, x), opinfo, make_fast=lambda: FP.unary(kernel))]
     if out:
         ops.append(Op(f"{name}.out", lambda x, out=None: O.unary(kernel, x, out=out)))
     if inplace:
         ops.append(Op(f"{name}_{suffix}", lambda x: O.unary(kernel, x, inplace=True),
-                      fast=FP.unary(kernel, inplace=True)))
+                      make_fast=lambda: FP.unary(kernel, inplace=True)))
     return ops
 
 
@@ -78,7 +103,7 @@ def _gelu(x, approximate="none", out=None, inplace=False):
     with the reason."""
     kernel = _GELU_KERNELS.get(approximate)
     if kernel is None:
-        raise O.Decline(f"gelu approximate={approximate!r} (neither 'none' nor 'tanh')")
+        raise Decline(f"gelu approximate={approximate!r} (neither 'none' nor 'tanh')")
     return O.unary(kernel, x, out=out, inplace=inplace)
 
 
@@ -89,13 +114,13 @@ def _gelu_backward(grad, x, approximate="none"):
     """As `_gelu`: another `approximate` is declined, so the CPU fallback raises torch's error."""
     name = _GELU_BACKWARD_OPS.get(approximate)
     if name is None:
-        raise O.Decline(f"gelu_backward approximate={approximate!r} (neither 'none' nor 'tanh')")
+        raise Decline(f"gelu_backward approximate={approximate!r} (neither 'none' nor 'tanh')")
     return O.binary(name, grad, x)
 
 
 def _pow_scalar(x, exponent, out=None):
     if isinstance(exponent, (complex, bool)) or not isinstance(exponent, (int, float)):
-        raise O.Decline("non-real exponent")
+        raise Decline("non-real exponent")
     if exponent == 2:
         return O.binary("mul", x, x, out=out)
     if exponent == 1:
@@ -111,7 +136,7 @@ def _pow_scalar(x, exponent, out=None):
 
 def _div_mode(a, b, rounding_mode=None, out=None, inplace=False):
     if rounding_mode not in (None, "trunc", "floor"):
-        raise O.Decline(f"rounding_mode {rounding_mode!r}")  # the CPU kernel raises torch's error
+        raise Decline(f"rounding_mode {rounding_mode!r}")  # the CPU kernel raises torch's error
     name = "div" if rounding_mode is None else f"div_{rounding_mode}"
     return O.binary(name, a, b, out=out, inplace=inplace)
 
@@ -119,10 +144,10 @@ def _div_mode(a, b, rounding_mode=None, out=None, inplace=False):
 def _clamp(x, low=None, high=None, out=None, inplace=False):
     """clamp with Scalar bounds: one launch, min(max(x, low), high) (torch: low > high gives high)."""
     if low is None and high is None:
-        raise O.Decline("clamp without bounds")  # the CPU kernel raises torch's error
+        raise Decline("clamp without bounds")  # the CPU kernel raises torch's error
     for bound in (low, high):
         if bound is not None and (isinstance(bound, (complex, bool)) or not isinstance(bound, (int, float))):
-            raise O.Decline("non-real clamp bound")
+            raise Decline("non-real clamp bound")
     low = -math.inf if low is None else low
     high = math.inf if high is None else high
     return O.binary("clamp", x, low, high, out=out, inplace=inplace)
@@ -132,7 +157,7 @@ def _clamp_tensor(x, low=None, high=None, out=None, inplace=False):
     """clamp with tensor bounds (broadcasting): maximum then minimum, two launches (the second in place
     into the first's result, so `out=` and in-place forms write their target exactly once each)."""
     if low is None and high is None:
-        raise O.Decline("clamp without bounds")
+        raise Decline("clamp without bounds")
     if low is None:
         return O.binary("minimum", x, high, out=out, inplace=inplace)
     result = O.binary("maximum", x, low, out=out, inplace=inplace)
@@ -157,7 +182,7 @@ def _std(x, dim=None, correction=None, keepdim=False):
 
 
 def _linear(x, w, b=None):
-    raise O.Decline("linear decomposes")  # pragma: no cover  (linear is CompositeImplicit)
+    raise Decline("linear decomposes")  # pragma: no cover  (linear is CompositeImplicit)
 
 
 F = "float32"
@@ -182,10 +207,10 @@ TABLE: list[Op] = [
     *_binary_family("le", "le", comparison=True),
     *_binary_family("gt", "gt", comparison=True),
     *_binary_family("ge", "ge", comparison=True),
-    Op("clamp.default", _clamp, "clamp", fast=FP.clamp(FP.binary("clamp"))),
+    Op("clamp.default", _clamp, "clamp", make_fast=lambda: FP.clamp(FP.binary("clamp"))),
     Op("clamp.out", lambda x, low=None, high=None, out=None: _clamp(x, low, high, out=out)),
     Op("clamp_.default", lambda x, low=None, high=None: _clamp(x, low, high, inplace=True),
-       fast=FP.clamp(FP.binary("clamp", inplace=True))),
+       make_fast=lambda: FP.clamp(FP.binary("clamp", inplace=True))),
     Op("clamp.Tensor", _clamp_tensor),
     Op("clamp.Tensor_out", lambda x, low=None, high=None, out=None: _clamp_tensor(x, low, high, out=out)),
     Op("clamp_.Tensor", lambda x, low=None, high=None: _clamp_tensor(x, low, high, inplace=True)),
@@ -194,9 +219,9 @@ TABLE: list[Op] = [
     Op("clamp_min_.default", lambda x, low: _clamp(x, low, None, inplace=True)),
     Op("clamp_max_.default", lambda x, high: _clamp(x, None, high, inplace=True)),
     Op("maximum.default", lambda a, b: O.binary("maximum", a, b), "maximum", int_inputs=True,
-       fast=FP.binary("maximum")),
+       make_fast=lambda: FP.binary("maximum")),
     Op("minimum.default", lambda a, b: O.binary("minimum", a, b), "minimum", int_inputs=True,
-       fast=FP.binary("minimum")),
+       make_fast=lambda: FP.binary("minimum")),
     # ---- unary
     *_unary_family("neg", "neg"),
     *_unary_family("exp", "exp"),
@@ -207,18 +232,23 @@ TABLE: list[Op] = [
     *_unary_family("abs", "abs"),
     *_unary_family("log", "log"),
     *_unary_family("reciprocal", "reciprocal"),
-    Op("relu.default", lambda x: O.unary("relu", x), "nn.functional.relu", fast=FP.unary("relu")),
-    Op("relu_.default", lambda x: O.unary("relu", x, inplace=True), fast=FP.unary("relu", inplace=True)),
-    Op("silu.default", lambda x: O.unary("silu", x), "nn.functional.silu", fast=FP.unary("silu")),
+    Op("relu.default", lambda x: O.unary("relu", x), "nn.functional.relu",
+       make_fast=lambda: FP.unary("relu")),
+    Op("relu_.default", lambda x: O.unary("relu", x, inplace=True),
+       make_fast=lambda: FP.unary("relu", inplace=True)),
+    Op("silu.default", lambda x: O.unary("silu", x), "nn.functional.silu",
+       make_fast=lambda: FP.unary("silu")),
     Op("silu.out", lambda x, out=None: O.unary("silu", x, out=out)),
-    Op("silu_.default", lambda x: O.unary("silu", x, inplace=True), fast=FP.unary("silu", inplace=True)),
+    Op("silu_.default", lambda x: O.unary("silu", x, inplace=True),
+       make_fast=lambda: FP.unary("silu", inplace=True)),
     Op("gelu.default", lambda x, approximate="none": _gelu(x, approximate), "nn.functional.gelu", tol=LOOSE,
-       fast=FP.unary("gelu", keyword="approximate", values=_GELU_KERNELS)),
+       make_fast=lambda: FP.unary("gelu", keyword="approximate", values=_GELU_KERNELS)),
     Op("gelu.out", lambda x, approximate="none", out=None: _gelu(x, approximate, out=out)),
     Op("gelu_.default", lambda x, approximate="none": _gelu(x, approximate, inplace=True)),
     Op("pow.Tensor_Tensor", lambda x, e: O.binary("pow", x, e), "pow", tol=LOOSE),
     Op("pow.Tensor_Tensor_out", lambda x, e, out=None: O.binary("pow", x, e, out=out)),
-    Op("pow.Tensor_Scalar", lambda x, e: _pow_scalar(x, e), tol=LOOSE, fast=FP.square(FP.binary("mul"))),
+    Op("pow.Tensor_Scalar", lambda x, e: _pow_scalar(x, e), tol=LOOSE,
+       make_fast=lambda: FP.square(FP.binary("mul"))),
     Op("pow.Tensor_Scalar_out", lambda x, e, out=None: _pow_scalar(x, e, out=out)),
     # ---- elementwise backward
     Op("gelu_backward.default", _gelu_backward, tol=LOOSE),
@@ -227,26 +257,27 @@ TABLE: list[Op] = [
     Op("tanh_backward.default", lambda g, y: O.binary("tanh_backward", g, y)),
     Op("silu_backward.default", lambda g, x: O.binary("silu_backward", g, x)),
     # ---- where, masked_fill, fill/zero
-    Op("where.self", lambda c, a, b: O.where(c, a, b), "where", int_inputs=True, fast=FP.where()),
+    Op("where.self", lambda c, a, b: O.where(c, a, b), "where", int_inputs=True,
+       make_fast=lambda: FP.where()),
     Op("where.self_out", lambda c, a, b, out=None: O.where(c, a, b, out=out), int_inputs=True),
     Op("masked_fill.Scalar", lambda x, m, v: O.masked_fill(x, m, v), "masked_fill", int_inputs=True,
-       fast=FP.masked_fill(inplace=False)),
+       make_fast=lambda: FP.masked_fill(inplace=False)),
     Op("masked_fill_.Scalar", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True,
-       fast=FP.masked_fill(inplace=True)),
+       make_fast=lambda: FP.masked_fill(inplace=True)),
     Op("masked_fill.Tensor", lambda x, m, v: O.masked_fill(x, m, v), int_inputs=True),
     Op("masked_fill_.Tensor", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True),
     Op("fill_.Scalar", lambda x, v: O.fill(x, v, first_use_ok=False), "fill", overwrites_first=True),
     Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True),
     # ---- (2) softmax, log_softmax, layer norm (+ backward)
     Op("_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=False), "softmax", tol=LOOSE,
-       fast=FP.softmax(log=False)),
+       make_fast=lambda: FP.softmax(log=False)),
     Op("_log_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=True), "log_softmax", tol=LOOSE,
-       fast=FP.softmax(log=True)),
+       make_fast=lambda: FP.softmax(log=True)),
     Op("_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=False)),
     Op("_log_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=True)),
-    Op("native_layer_norm.default", O.layer_norm, "nn.functional.layer_norm", tol=LOOSE,
-       fast=FP.layer_norm()),
-    Op("native_layer_norm_backward.default", O.layer_norm_backward),
+    Op("native_layer_norm.default", Ref("_ops", "layer_norm"), "nn.functional.layer_norm", tol=LOOSE,
+       make_fast=lambda: FP.layer_norm()),
+    Op("native_layer_norm_backward.default", Ref("_ops", "layer_norm_backward")),
     # ---- (3) matmul family (linear and matmul decompose into these)
     Op("mm.default", lambda a, b: O.mm(a, b), "mm", tol=MATMUL),
     Op("mm.out", lambda a, b, out=None: O.mm(a, b, out=out)),
@@ -255,17 +286,15 @@ TABLE: list[Op] = [
     Op("addmm.default", lambda c, a, b, beta=1, alpha=1: O.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL),
     Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: O.addmm(c, a, b, beta, alpha, out=out)),
     # ---- (4) reductions over any dims
-    Op("sum.dim_IntList", _sum, "sum", tol=LOOSE, fast=FP.reduction("sum", dims=True)),
+    Op("sum.dim_IntList", _sum, "sum", tol=LOOSE),
     Op("sum.default", lambda x, dtype=None: _sum(x, None, False, dtype),
-       fast=FP.reduction("sum", dims=False)),
+       make_fast=lambda: FP.reduction("sum", dims=False)),
     Op("mean.dim", lambda x, dim, keepdim=False, dtype=None: R.reduce("mean", x, dim, keepdim, dtype),
-       "mean", tol=LOOSE, fast=FP.reduction("mean", dims=True)),
+       "mean", tol=LOOSE),
     Op("mean.default", lambda x, dtype=None: R.reduce("mean", x, None, False, dtype),
-       fast=FP.reduction("mean", dims=False)),
-    Op("amax.default", lambda x, dim=(), keepdim=False: R.reduce("amax", x, dim, keepdim), "amax",
-       fast=FP.reduction("amax", dims=True)),
-    Op("amin.default", lambda x, dim=(), keepdim=False: R.reduce("amin", x, dim, keepdim), "amin",
-       fast=FP.reduction("amin", dims=True)),
+       make_fast=lambda: FP.reduction("mean", dims=False)),
+    Op("amax.default", lambda x, dim=(), keepdim=False: R.reduce("amax", x, dim, keepdim), "amax"),
+    Op("amin.default", lambda x, dim=(), keepdim=False: R.reduce("amin", x, dim, keepdim), "amin"),
     Op("max.dim", lambda x, dim, keepdim=False: R.reduce("max", x, dim, keepdim), "max:reduction_with_dim"),
     Op("min.dim", lambda x, dim, keepdim=False: R.reduce("min", x, dim, keepdim), "min:reduction_with_dim"),
     Op("argmax.default", lambda x, dim=None, keepdim=False: R.reduce("argmax", x, dim, keepdim), "argmax"),
@@ -273,32 +302,35 @@ TABLE: list[Op] = [
     Op("var.correction", _var, "var", tol=LOOSE),
     Op("std.correction", _std, "std", tol=LOOSE),
     # ---- (5) embedding (aten::embedding is index_select on rows)
-    Op("index_select.default", O.index_select, "nn.functional.embedding", int_inputs=True),
-    Op("embedding_dense_backward.default", O.embedding_backward, int_inputs=True),
+    Op("index_select.default", Ref("_ops", "index_select"), "nn.functional.embedding", int_inputs=True),
+    Op("embedding_dense_backward.default", Ref("_ops", "embedding_backward"), int_inputs=True),
     # ---- loss (cross_entropy = log_softmax + nll_loss)
-    Op("nll_loss_forward.default", L.nll_loss_forward, "nn.functional.nll_loss", int_inputs=True, tol=LOOSE),
-    Op("nll_loss_backward.default", L.nll_loss_backward, int_inputs=True),
+    Op("nll_loss_forward.default", Ref("_loss", "nll_loss_forward"), "nn.functional.nll_loss",
+       int_inputs=True, tol=LOOSE),
+    Op("nll_loss_backward.default", Ref("_loss", "nll_loss_backward"), int_inputs=True),
     # ---- shape building blocks models use
-    Op("cat.default", O.cat, "cat"),
-    Op("arange.start_out", O.arange, int_inputs=True),
+    Op("cat.default", Ref("_ops", "cat"), "cat"),
+    Op("arange.start_out", Ref("_ops", "arange"), int_inputs=True),
 ]
 
 
 
-def _with_fast_paths(table: list[Op]) -> list[Op]:
-    """The table with the fast paths of the modules that keep theirs in a `FAST_PATHS` dict (overload
-    name -> fast path, replacing an entry's own `fast`): each family's fast paths live next to each
-    other, not spread over this list."""
-    from dataclasses import replace
+def _fast_paths() -> dict[str, Callable]:
+    """The fast paths of the modules that keep theirs in a `FAST_PATHS` dict (overload name -> fast path,
+    replacing an entry's own `make_fast`): each family's fast paths live next to each other, not spread
+    over this list. Imported on the first call of any op."""
+    if _FAST_PATHS is None:
+        import importlib
 
-    extra: dict[str, Callable] = {}
-    for module in (_fast_elementwise, _fast_rows, _fast_matmul):
-        extra.update(module.FAST_PATHS)
-    unknown = set(extra) - {op.name for op in table}
-    if unknown:
-        raise RuntimeError(f"fast paths for overloads the table does not register: {sorted(unknown)}")
-    return [replace(op, fast=extra[op.name]) if op.name in extra else op for op in table]
+        extra: dict[str, Callable] = {}
+        for name in _FAST_PATH_MODULES:
+            extra.update(importlib.import_module(f"torch_rbln.registry.{name}").FAST_PATHS)
+        unknown = set(extra) - NAMES
+        if unknown:
+            raise RuntimeError(f"fast paths for overloads the table does not register: {sorted(unknown)}")
+        globals()["_FAST_PATHS"] = extra
+    return _FAST_PATHS
 
 
-TABLE = _with_fast_paths(TABLE)
+_FAST_PATHS: dict[str, Callable] | None = None
 NAMES = frozenset(op.name for op in TABLE)

@@ -78,9 +78,7 @@ def copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
     if non_blocking:
         _check_non_blocking()
     if not (self.is_cpu or dst.is_cpu):
-        from torch_rbln.registry import _copy  # device-to-device: the strided copy kernel
-
-        if _copy.copy_on_device(self, dst):
+        if _device_copy(self, dst):  # device-to-device: the strided copy kernel
             return dst
     elif _same_layout_transfer(self, dst):
         return dst
@@ -122,15 +120,24 @@ def clone(self: torch.Tensor, *, memory_format=None) -> torch.Tensor:
         result = _memory.empty_strided(self.shape, self.stride(), self.dtype, self.get_device())
     else:
         result = torch.empty_like(self, memory_format=memory_format or torch.preserve_format)
-    global _copy
-    if _copy is None:
-        from torch_rbln.registry import _copy
-    if not _copy.copy_on_device(self, result, fresh=True):
+    if not _device_copy(self, result, fresh=True):
         _host(result).copy_(_host(self))
     return result
 
 
-_copy = None  # torch_rbln.registry._copy, imported on the first clone (the registry loads after this module)
+def _no_device_copy(src: torch.Tensor, dst: torch.Tensor, *, fresh: bool = False) -> bool:
+    """Until the op library registers its copy kernels: no device copy (the host copy runs)."""
+    return False
+
+
+# `copy_on_device(src, dst, *, fresh=False) -> bool`: the op library's device-to-device copy, True when
+# it copied. The registry sets it (`set_device_copy`), so this runtime module never imports the registry.
+_device_copy = _no_device_copy
+
+
+def set_device_copy(function) -> None:
+    global _device_copy
+    _device_copy = function
 _to_copy_composite = aten._to_copy.default._handle.redispatch_boxed  # the CPU slot: torch's composite
 
 
@@ -151,10 +158,7 @@ def to_copy(self: torch.Tensor, *, dtype=None, layout=None, device=None, pin_mem
         if target is not None and target >= 0:
             result = _memory.empty(self.shape, dtype, target)
             if source == target:
-                global _copy
-                if _copy is None:
-                    from torch_rbln.registry import _copy
-                if not _copy.copy_on_device(self, result, fresh=True):
+                if not _device_copy(self, result, fresh=True):
                     _host(result).copy_(_host(self))
                 return result
             if source == -1:

@@ -7,7 +7,10 @@
 * ``TORCH_RBLN_USE_TP_FAILOVER=ON``: a RuntimeError with tp>1 (not set explicitly) is retried with tp=1
   on the root NPU, after a WARNING (:func:`run_with_tp_failover`).
 
-Imports only the standard library.
+This module is also the rbln device's launch policy for the DSL (:func:`device_tp`,
+:func:`requested_backend`): `torch_rbln.dsl.jit` asks it through one hook (`set_device_policy`), bound
+on the first launch, so the language imports no device module at start-up. Every "tp must be a positive
+integer" check is :func:`check_tp`.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from torch_rbln import config, topology
+from torch_rbln.config import _environ_get
 from torch_rbln.log import get_logger
 
-__all__ = ["tp_size_for", "group_size", "root_npu", "compile_tp_size", "run_with_tp_failover"]
+__all__ = ["tp_size_for", "group_size", "root_npu", "compile_tp_size", "run_with_tp_failover", "check_tp",
+           "device_tp", "requested_backend"]
 
 T = TypeVar("T")
 
@@ -46,10 +51,47 @@ def compile_tp_size(device_index: int, option: int | None = None) -> tuple[int, 
     """``(tp, explicit)`` for torch.compile: an explicit ``tensor_parallel_size`` option wins,
     otherwise the logical device's group size."""
     if option is not None:
-        if isinstance(option, bool) or not isinstance(option, int) or option <= 0:
-            raise ValueError(f"tensor_parallel_size must be a positive integer, got {option!r}")
-        return option, True
+        return check_tp(option, "tensor_parallel_size"), True
     return group_size(device_index), False
+
+
+def check_tp(value: object, what: str = "tp") -> int:
+    """`value` when it is a positive int (not a bool), else ValueError naming `what` (the one place that
+    says what a tp is: launch options, autotune keys, torch.compile's tensor_parallel_size)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+_group_sizes: dict[int, tuple[object, int]] = {}  # device index -> (topology, group size)
+
+
+def device_tp(device_index: int) -> int:
+    """`tp_size_for(device_index)` without its per-call parsing: the group size is remembered per
+    (device, topology object), and TORCH_RBLN_USE_DEVICE_TP is only read for groups of several NPUs (a
+    one-NPU device launches with tp=1 whatever it says). Tests that rebuild the topology or change the
+    variable get fresh answers. (Fast paths ask on every call of a grid of several programs: the built
+    topology is read directly.)"""
+    current = topology._topology or topology.get_topology()
+    entry = _group_sizes.get(device_index)
+    if entry is not None and entry[0] is current:
+        size = entry[1]
+    else:
+        size = group_size(device_index)  # validates the index
+        _group_sizes[device_index] = (current, size)
+    if size == 1:
+        return 1
+    return tp_size_for(device_index)
+
+
+_DSL_BACKEND = "TORCH_RBLN_DSL_BACKEND"
+
+
+def requested_backend() -> str | None:
+    """The raw $TORCH_RBLN_DSL_BACKEND (validated where a backend is chosen), read without
+    `os.environ.get`'s KeyError path for a missing key, which cost more than the rest of a cached
+    launch's key."""
+    return _environ_get(_DSL_BACKEND)
 
 
 def run_with_tp_failover(

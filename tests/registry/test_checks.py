@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch_rbln.registry import _finite_scan
+from torch_rbln.registry import _finite_numba, _finite_scan
 from torch_rbln.registry._finite_scan import all_finite
 
 import torch_rbln  # noqa: F401
@@ -41,12 +41,12 @@ def test_out_and_overwritten_tensors_are_not_value_checked():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_the_finite_scan_finds_every_nan_and_inf(dtype):
-    base = torch.linspace(-1e3, 1e3, 3 * _finite_scan.CHUNK + 5).to(dtype)
+    base = torch.linspace(-1e3, 1e3, 3 * _finite_numba.CHUNK + 5).to(dtype)
     assert all_finite(base) and all_finite(base.to("rbln")) and all_finite(base[:0])
     for bad in (float("nan"), float("inf"), -float("inf")):
         # the first and last word of a chunk, the last of the whole chunks and the first of the tail
-        for where in (0, _finite_scan.CHUNK - 1, _finite_scan.CHUNK, 3 * _finite_scan.CHUNK - 1,
-                      3 * _finite_scan.CHUNK, base.numel() - 1):
+        for where in (0, _finite_numba.CHUNK - 1, _finite_numba.CHUNK, 3 * _finite_numba.CHUNK - 1,
+                      3 * _finite_numba.CHUNK, base.numel() - 1):
             x = base.clone()
             x[where] = bad
             assert not all_finite(x), (bad, where)
@@ -77,7 +77,7 @@ def test_the_scan_of_a_large_tensor_is_split_over_a_tensor_parallel_group(monkey
 
     import torch_rbln.dsl.jit  # noqa: F401 - the module (the package attribute `jit` is the decorator)
 
-    monkeypatch.setattr(sys.modules["torch_rbln.dsl.jit"], "_device_tp", lambda index: 3)
+    monkeypatch.setattr(sys.modules["torch_rbln.tp"], "device_tp", lambda index: 3)
     monkeypatch.setattr(_finite_scan, "PARALLEL_MIN", 1000)
     x = torch.randn(3001)
     assert all_finite(x.to("rbln"))

@@ -61,10 +61,10 @@ class CompileOptions:
 def parse_options(options: dict | None) -> CompileOptions:
     options = dict(options or {})
     tp = options.pop("tensor_parallel_size", None)
-    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0):
-        raise ValueError(
-            f"torch.compile(backend='rbln'): tensor_parallel_size must be a positive integer, got {tp!r}"
-        )
+    if tp is not None:
+        from torch_rbln.tp import check_tp
+
+        check_tp(tp, "torch.compile(backend='rbln'): tensor_parallel_size")
     for name in sorted(options):
         _log().warning(
             "torch.compile(backend='rbln'): option %r is not used by this backend; it is passed through "

@@ -1,0 +1,90 @@
+"""Geometry of the registry's launches: block sizes, tiles, and the collapsed shapes and strides of
+strided operands. Pure arithmetic on ints and shapes (no kernel, DSL or numba import), shared by every
+op family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+I32 = 2**31  # ints below this are int32 kernel arguments (another specialisation above)
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1), as `torch_rbln.dsl.next_power_of_2`."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def block(n: int) -> int:
+    """Elementwise block size by size; three buckets keep the number of specialisations small."""
+    if n <= 16:
+        return 16
+    if n <= 1024:
+        return 1024
+    return 4096
+
+
+ONE_BLOCK = 4096  # rows up to this long are processed in one block (one load per element)
+# From this many elements on, copies (cat's parts too) and where/masked_fill run tiled kernels
+# (`tiled_copy_kernel`, `where_tiled_kernel`): the flat kernels find each element's place by dividing
+# its index by the sizes, ~30 ns per element.
+TILED_MIN = 4096
+TILE_ELEMENTS = 4096  # elements per tile of a tiled kernel over rows
+
+
+def tile_shape(rows: int, columns: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) of a tiled kernel over `rows` x `columns`: runs of up to 1024 elements of a
+    row, and several rows per tile when they are short, so a tile holds up to 4096 elements."""
+    block_n = min(1024, next_power_of_2(columns))
+    return max(1, min(next_power_of_2(rows), TILE_ELEMENTS // block_n)), block_n
+
+
+ROW_CHUNK = 1024  # block of the chunked row kernels for longer rows (measured faster than 4096 there)
+
+
+def row_block(n: int) -> int:
+    """The block of a row kernel over rows of `n` elements: one of four sizes, so few specialisations
+    cover every length. Short rows (a 4-element layer norm's) get a block of 16: each program of a
+    row kernel loops over its whole block several times, which a block of 128 made cost ~1 us a launch
+    on a few tiny rows."""
+    if n <= 16:
+        return 16
+    if n <= 128:
+        return 128
+    if n <= 1024:
+        return 1024
+    return 4096
+
+
+def collapse(shape: Sequence[int], strides_list: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent dims that are contiguous with each other in every operand; drop size-1 dims."""
+    dims = [i for i, s in enumerate(shape) if s != 1]
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides_list]
+    for i in dims:
+        if out_shape and all(st[-1] == strides[i] * shape[i] for st, strides in zip(out_strides, strides_list,
+                                                                                    strict=True)):
+            out_shape[-1] *= shape[i]
+            for st, strides in zip(out_strides, strides_list, strict=True):
+                st[-1] = strides[i]
+            continue
+        out_shape.append(shape[i])
+        for st, strides in zip(out_strides, strides_list, strict=True):
+            st.append(strides[i])
+    return out_shape, out_strides
+
+
+def expanded_strides(t: torch.Tensor, shape: Sequence[int]) -> list[int]:
+    nd = len(shape)
+    strides = [0] * nd
+    offset = nd - t.dim()
+    for i, (size, stride) in enumerate(zip(t.shape, t.stride(), strict=True)):
+        if offset + i >= 0:  # extra leading dims are size 1 (a 1-element scalar operand)
+            strides[offset + i] = stride if size != 1 else 0
+    return strides

@@ -1,0 +1,230 @@
+"""Cold and warm start: what a new user waits for, each figure against issue 20's target.
+
+    python benchmarks/cold_start.py [--only demo,kernel,autotune,diagnose,import] [--json FILE]
+
+Every case runs in a fresh interpreter with its own empty ``TORCH_RBLN_CACHE_DIR`` (cold), then again
+with the cache that run left (warm). CPU seconds are user + system time of the child and everything it
+waited for (``resource.getrusage(RUSAGE_CHILDREN)``), so compile workers count too; wall seconds are
+printed beside them (the host is shared: read the CPU figures, and the load average printed first).
+
+Cases:
+* ``demo``: ``python -m torch_rbln.demo`` (GPT-2 forward + one training step on rbln:0).
+  Target: cold <= 30 s CPU, warm <= 4 s CPU.
+* ``kernel``: a tutorial-sized user kernel (vector add and a row softmax, float32), its first launch
+  timed inside the child. Target: first launch <= 1 s.
+* ``autotune``: an autotuned vector add with three configs, first call timed inside the child. Target:
+  not much more than one config's compile (reported as the ratio to the single kernel's first launch).
+* ``diagnose``: ``python -m torch_rbln.diagnose``. No target of its own (it was 65 s cold).
+* ``import``: ``import torch`` with torch_rbln autoloaded over plain ``import torch``
+  (``benchmarks/import_time.py``'s paired runs). Target: <= 150 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The user-kernel case's child: prints one JSON line with the in-process timings of each first launch.
+KERNEL_SCRIPT = r'''
+import json, time
+t0 = time.perf_counter()
+import torch
+import torch_rbln.dsl as tl
+from torch_rbln import dsl as triton
+imported = time.perf_counter() - t0
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+             mask=mask)
+
+@triton.jit
+def softmax_kernel(out_ptr, in_ptr, stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(in_ptr + row * stride + cols, mask=cols < n_cols, other=-float("inf"))
+    x = x - tl.max(x, axis=0)
+    num = tl.exp(x)
+    tl.store(out_ptr + row * stride + cols, num / tl.sum(num, axis=0), mask=cols < n_cols)
+
+x = torch.randn(10_000, device="rbln:0")
+out = torch.empty_like(x)
+timings = {"import_s": imported}
+began = time.perf_counter()
+add_kernel[(triton.cdiv(x.numel(), 1024),)](x, x, out, x.numel(), BLOCK=1024)
+timings["add_first_launch_s"] = time.perf_counter() - began
+assert torch.allclose(out.cpu(), 2 * x.cpu())
+began = time.perf_counter()
+add_kernel[(triton.cdiv(x.numel(), 1024),)](x, x, out, x.numel(), BLOCK=1024)
+timings["add_second_launch_s"] = time.perf_counter() - began
+a = torch.randn(64, 100, device="rbln:0")
+b = torch.empty_like(a)
+began = time.perf_counter()
+softmax_kernel[(64,)](b, a, a.stride(0), 100, BLOCK=128)
+timings["softmax_first_launch_s"] = time.perf_counter() - began
+assert torch.allclose(b.cpu(), a.cpu().softmax(-1), atol=1e-5)
+print("RESULT " + json.dumps(timings))
+'''
+
+AUTOTUNE_SCRIPT = r'''
+import json, time
+import torch
+import torch_rbln.dsl as tl
+from torch_rbln import dsl as triton
+from torch_rbln.autotune import Config, autotune
+
+@autotune(configs=[Config({"BLOCK": 256}), Config({"BLOCK": 512}), Config({"BLOCK": 1024})], key=["n"])
+@triton.jit
+def tuned_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+             mask=mask)
+
+x = torch.randn(5_000, device="rbln:0")
+out = torch.empty_like(x)
+began = time.perf_counter()
+tuned_add[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)](x, x, out, x.numel())
+first = time.perf_counter() - began
+assert torch.allclose(out.cpu(), 2 * x.cpu())
+print("RESULT " + json.dumps({"autotune_first_call_s": first}))
+'''
+
+
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_case(argv: list[str], cache: str, extra_env: dict | None = None) -> dict:
+    """Run `argv` in a fresh interpreter with TORCH_RBLN_CACHE_DIR=`cache`: its CPU and wall seconds,
+    and the JSON it printed on a `RESULT ` line (if any)."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_RBLN_CACHE_DIR"}
+    env["TORCH_RBLN_CACHE_DIR"] = cache
+    env.update(extra_env or {})
+    cpu0, wall0 = _child_cpu(), time.perf_counter()
+    done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True)
+    row = {"cpu_s": _child_cpu() - cpu0, "wall_s": time.perf_counter() - wall0, "rc": done.returncode}
+    if done.returncode != 0:
+        row["error"] = (done.stdout + done.stderr)[-2000:]
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            row.update(json.loads(line[len("RESULT "):]))
+    return row
+
+
+def cold_and_warm(argv: list[str], extra_env: dict | None = None,
+                  script: str | None = None) -> tuple[dict, dict]:
+    """Run `argv` (or `script`, written to a file: kernels need their source file) twice on one new
+    cache directory: cold, then warm."""
+    cache = tempfile.mkdtemp(prefix="rbln-cold-start-")
+    try:
+        if script is not None:
+            path = os.path.join(cache, "user_kernels.py")
+            with open(path, "w") as stream:
+                stream.write(script)
+            argv = [path]
+            cache = os.path.join(cache, "cache")
+        return run_case(argv, cache, extra_env), run_case(argv, cache, extra_env)
+    finally:
+        shutil.rmtree(os.path.dirname(cache) if script is not None else cache, ignore_errors=True)
+
+
+def import_cost(runs: int) -> dict:
+    """Median paired difference of `import torch` with and without torch_rbln autoloaded (ms)."""
+    sys.path.insert(0, HERE)
+    import import_time
+
+    import_time._run(True)
+    deltas = []
+    for _ in range(runs):
+        plain = import_time._run(False)
+        deltas.append(import_time._run(True) - plain)
+    return {"import_ms": statistics.median(deltas), "budget_ms": import_time.BUDGET_MS}
+
+
+def _verdict(value: float, target: float) -> str:
+    return "OK" if value <= target else "OVER"
+
+
+def _line(label: str, row: dict, target: float | None = None, key: str = "cpu_s") -> None:
+    figure = row.get(key, float("nan"))
+    goal = f" target <= {target:5.1f} s  {_verdict(figure, target)}" if target is not None else ""
+    failed = f"  (exit {row['rc']})" if row.get("rc") else ""
+    print(f"  {label:<34} {figure:7.2f} s  (cpu {row['cpu_s']:6.1f} s, wall {row['wall_s']:6.1f} s){goal}"
+          f"{failed}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="demo,kernel,autotune,diagnose,import",
+                        help="comma-separated cases to run")
+    parser.add_argument("--import-runs", type=int, default=7)
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="extra environment for every child (e.g. TORCH_RBLN_COMPILE=background)")
+    args = parser.parse_args(argv)
+    cases = set(args.only.split(","))
+    extra = dict(item.split("=", 1) for item in args.env)
+    results: dict = {"load_average": os.getloadavg(), "cpus": os.cpu_count(), "env": extra}
+    print(f"cold start (empty TORCH_RBLN_CACHE_DIR per case); load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs; env {extra or '-'}")
+    if "demo" in cases:
+        cold, warm = cold_and_warm(["-m", "torch_rbln.demo"], extra)
+        results["demo"] = {"cold": cold, "warm": warm}
+        print("README demo (python -m torch_rbln.demo), CPU seconds:")
+        _line("cold", cold, 30.0)
+        _line("warm", warm, 4.0)
+    if "kernel" in cases:
+        cold, warm = cold_and_warm([], extra, KERNEL_SCRIPT)
+        results["kernel"] = {"cold": cold, "warm": warm}
+        print("user kernel (vector add, row softmax; first launch timed in the child), wall seconds:")
+        _line("vector add first launch, cold", cold, 1.0, "add_first_launch_s")
+        _line("softmax first launch, cold", cold, 1.0, "softmax_first_launch_s")
+        _line("vector add first launch, warm", warm, 1.0, "add_first_launch_s")
+        _line("softmax first launch, warm", warm, 1.0, "softmax_first_launch_s")
+    if "autotune" in cases:
+        cold, warm = cold_and_warm([], extra, AUTOTUNE_SCRIPT)
+        results["autotune"] = {"cold": cold, "warm": warm}
+        print("autotuned vector add, 3 configs (first call timed in the child), wall seconds:")
+        single = results.get("kernel", {}).get("cold", {}).get("add_first_launch_s")
+        _line("first call, cold", cold, None, "autotune_first_call_s")
+        if single and "autotune_first_call_s" in cold:
+            print(f"  {'':<34} = {cold['autotune_first_call_s'] / single:.1f}x one config's first launch")
+        _line("first call, warm", warm, None, "autotune_first_call_s")
+    if "diagnose" in cases:
+        cold, warm = cold_and_warm(["-m", "torch_rbln.diagnose"], extra)
+        results["diagnose"] = {"cold": cold, "warm": warm}
+        print("python -m torch_rbln.diagnose, CPU seconds:")
+        _line("cold", cold)
+        _line("warm", warm)
+    if "import" in cases:
+        results["import"] = row = import_cost(args.import_runs)
+        print(f"import torch + autoload over plain import torch: median {row['import_ms']:.0f} ms "
+              f"(target <= {row['budget_ms']:.0f} ms) {_verdict(row['import_ms'], row['budget_ms'])}")
+    failures = [name for name, value in results.items() if isinstance(value, dict)
+                and any(isinstance(r, dict) and r.get("rc") for r in value.values())]
+    for name in failures:
+        for phase, row in results[name].items():
+            if row.get("rc"):
+                print(f"\n{name} ({phase}) failed:\n{row['error']}")
+    if args.json:
+        with open(args.json, "w") as stream:
+            json.dump(results, stream, indent=1)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -32,7 +32,8 @@ def _precompile(capsys, *argv) -> tuple[int, dict]:
 
 
 def test_manifest_configs_compile_once_each(tmp_path, fresh_cache, capsys):
-    m = manifest(tmp_path / "m.json", [{"kernel": "atutil:add_tuned", "launches": [add_launch((1000, 3000))]}])
+    m = manifest(tmp_path / "m.json",
+                 [{"kernel": "atutil:add_tuned", "launches": [add_launch((1000, 3000))]}])
     code, result = _precompile(capsys, "--no-ops", "--manifest", m)
     assert code == 0, result
     # 2 launches x 3 configs; both sizes are int32 scalars, so the second launch's configs are cached

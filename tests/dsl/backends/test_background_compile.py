@@ -10,7 +10,7 @@ import torch
 import torch_rbln.dsl as tl
 from torch_rbln.dsl.backends.numba_backend import background, executable
 
-from torch_rbln import cachedir, config
+from torch_rbln import cachedir, config, fallback
 from torch_rbln import dsl as triton
 
 
@@ -93,6 +93,10 @@ def test_a_failed_worker_compile_is_compiled_in_process_with_a_warning(backgroun
         capfd.readouterr().err
     assert _report() == {"interpret_launches": 0, "worker_compiles": 0, "worker_seconds": 0.0,
                          "worker_failures": 1}
+    assert fallback.compile_tier_report() == executable.tier_report()
+    assert fallback.format_compile_tiers(fallback.compile_tier_report()) == (
+        "  tiered_kernel: 0 launch(es) on the interpreter tier, 0 specialisation(s) compiled by workers in "
+        "0.0 s, 1 failed (compiled in-process)")
 
 
 class _PendingPool:
@@ -120,6 +124,8 @@ def test_large_launches_wait_for_the_compile(background_mode, monkeypatch):
     exe = _launch(x, out).executable("numba")  # 4 programs
     assert exe._compiled and torch.equal(out, x * 3 + 1)
     assert _report()["interpret_launches"] == 1 and _report()["worker_compiles"] == 1
+    assert "tiered_kernel: 1 launch(es) on the interpreter tier, 1 specialisation(s) compiled by workers " \
+           "in 0.5 s" in fallback.format_compile_tiers(fallback.compile_tier_report())
 
 
 def test_sync_mode_never_uses_the_interpreter_tier(background_mode, monkeypatch):

@@ -458,6 +458,8 @@ class Executable:
             if sum(self.kernel._cache_misses.values()) > misses:
                 _compiles[0] += 1
                 _compiles[1] += time.perf_counter() - began
+        self._background = False  # compiled here: no launch of it needs the interpreter tier any more
+        # (the autotuner compiles each config so before timing it: it never times the interpreter)
 
     def _first_call(self, call: Callable[[], None]) -> None:
         """Run `call`, the first call of the kernel, which makes numba load its on-disk cache. Cache files

@@ -136,3 +136,21 @@ def test_sync_mode_never_uses_the_interpreter_tier(background_mode, monkeypatch)
     exe = _launch(x, out).executable("numba")
     assert exe._compiled and torch.equal(out, x * 3 + 1)
     assert executable.tier_report() == {}
+
+
+def test_the_autotuner_times_compiled_kernels_not_the_interpreter(background_mode, monkeypatch):
+    from torch_rbln.autotune import Config, autotune
+
+    pool = _PendingPool()
+    monkeypatch.setattr(background, "pool", lambda: pool)
+    tuned = autotune(configs=[Config({"BLOCK": 16}), Config({"BLOCK": 32})], key=["n"], warmup=0.5,
+                     rep=2.0)(tiered_kernel)
+    x = torch.arange(40, dtype=torch.float32)
+    out = torch.zeros(40)
+    tiered_kernel[(3,)](x, out, 40, BLOCK=16)  # this config's compile is pending: interpreted
+    assert len(pool.futures) == 1 and _report()["interpret_launches"] == 1
+    out.zero_()
+    tuned[lambda meta: (triton.cdiv(40, meta["BLOCK"]),)](x, out, 40)
+    assert torch.equal(out, x * 3 + 1)
+    # each config was compiled before it was timed, the pending one too: no timed launch interpreted
+    assert len(pool.futures) == 1 and _report()["interpret_launches"] == 1

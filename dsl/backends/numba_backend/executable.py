@@ -59,13 +59,13 @@ def _announce(name: str, background: bool = False) -> None:
         _announced[0] = True
         count = max(1, _in_flight[0])
     if background:
-        how = "in worker processes; launches run on the interpreter until each is ready"
+        how = "They compile in worker processes; launches run on the interpreter until each is ready"
     else:
-        how = ("(seconds each, once); TORCH_RBLN_COMPILE=background runs launches on the interpreter "
-               "meanwhile and `rbln-autotune precompile` compiles ahead of time on all cores")
+        how = ("Each takes seconds, once; TORCH_RBLN_COMPILE=background runs launches on the interpreter "
+               "meanwhile, `rbln-autotune precompile` compiles ahead of time on all cores")
     _log().warning(
         "compiling %d kernel%s with numba (first: '%s'), cached afterwards in %s: later runs load them in "
-        "milliseconds. Compiling %s; TORCH_RBLN_LOG_LEVEL=INFO lists each compile",
+        "milliseconds. %s; TORCH_RBLN_LOG_LEVEL=INFO lists each compile",
         count, "" if count == 1 else "s", name, _cache_root(), how,
     )
 

@@ -10,6 +10,7 @@ Usage (``--db PATH`` anywhere selects the database; default ``TORCH_RBLN_AUTOTUN
     rbln-autotune export [-o FILE] [--kernel NAME]
     rbln-autotune import FILE
     rbln-autotune clear [--kernel NAME]
+    rbln-autotune precompile [--dtypes float32,float16,bfloat16] [--ops NAME,...] [--manifest FILE] [--jobs N]
 
 `warm` tunes every launch of a manifest (format: `torch_rbln.autotune.manifest`), in ``--jobs`` worker
 processes, with a progress bar and a summary table (under torchrun, each rank tunes every WORLD_SIZE-th
@@ -19,6 +20,9 @@ the most recently tuned one) unless ``--keep-stale``, plus what its options sele
 export: for the same trial or decision on the same device kind the faster measurement is kept, and decisions
 that disagree are listed as conflicts.  Exit status: 0 success, 1 errors while working (failed launches,
 unknown kernel, database not writable), 2 bad arguments or a malformed manifest / import file.
+`precompile` compiles the op library's kernels for the given dtypes and every config of a manifest's
+launches on all cores into the kernel cache (`torch_rbln.autotune.precompile`), so that first runs, test
+suites and tuning do not wait for numba.
 """
 
 from __future__ import annotations
@@ -589,6 +593,104 @@ def cmd_warm(args) -> int:
     return 1 if n_err else 0
 
 
+# ----------------------------------------------------------------------------------------- precompile
+_PRECOMPILE_ENV = {"TORCH_RBLN_COMPILE": "sync",  # a worker compiles; it never hands kernels on
+                   "TORCH_RBLN_DSL_BACKEND": "numba"}  # what there is to compile ahead of time
+
+
+def _precompile_worker_init(sys_path):
+    _worker_init(sys_path)
+    os.environ.update(_PRECOMPILE_ENV)
+    from torch_rbln.dsl.backends.numba_backend import executable
+
+    executable._announced[0] = True  # the progress bar says what is compiling
+
+
+def cmd_precompile(args) -> int:
+    from . import precompile
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()] if args.dtypes else []
+    unknown = [d for d in dtypes if d not in precompile.DTYPES]
+    if unknown:
+        raise CLIError(f"unknown dtype {unknown[0]!r} in --dtypes (expected a comma-separated list of: "
+                       f"{', '.join(precompile.DTYPES)})", 2)
+    items = precompile.op_items(dtypes) if not args.no_ops else []
+    if args.ops:
+        wanted = {name.strip() for name in args.ops.split(",") if name.strip()}
+        known = {item[1] for item in items}
+        missing = sorted(wanted - known)
+        if missing:
+            raise CLIError(f"no op-library entry {missing[0]!r} with OpInfo samples (see "
+                           "torch_rbln.registry.table.TABLE)", 2)
+        items = [item for item in items if item[1] in wanted]
+    for path in args.manifest or []:
+        from .manifest import ManifestError
+
+        try:
+            items += precompile.manifest_items(os.path.abspath(path))
+        except ManifestError as e:
+            raise CLIError(f"malformed manifest: {e}", 2) from None
+    if not items:
+        raise CLIError("nothing to compile: give --dtypes and/or --manifest", 2)
+    jobs = args.jobs or os.cpu_count() or 1
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from torch_rbln.dsl.backends.numba_backend.executable import _cache_root
+
+    results = []
+    began = time.perf_counter()
+    columns = [TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn()]
+    with Progress(*columns, console=Console(stderr=True), disable=args.quiet) as progress:
+        task = progress.add_task(f"compiling {len(items)} items on {jobs} processes", total=len(items))
+        if jobs == 1:
+            saved = {name: os.environ.get(name) for name in _PRECOMPILE_ENV}
+            try:
+                _precompile_worker_init(list(sys.path))
+                for item in items:
+                    progress.update(task, description=precompile.describe(item))
+                    results.append(precompile.precompile_one(item))
+                    progress.advance(task)
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_precompile_worker_init,
+                                     initargs=(list(sys.path),)) as pool:
+                futures = {pool.submit(precompile.precompile_one, item): item for item in items}
+                for future in as_completed(futures):
+                    try:
+                        results.append(future.result())
+                    except Exception as e:  # a worker died
+                        results.append({"item": precompile.describe(futures[future]), "seconds": 0.0,
+                                        "compiles": 0, "error": f"{type(e).__name__}: {e}"})
+                    progress.update(task, description=results[-1]["item"])
+                    progress.advance(task)
+        progress.update(task, description=f"compiled {len(items)} items")
+    wall = time.perf_counter() - began
+    errors = [r for r in results if r["error"]]
+    summary = {"items": len(results), "compiles": sum(r["compiles"] for r in results), "errors": len(errors),
+               "seconds": wall, "jobs": jobs, "cache": _cache_root()}
+    if args.json:
+        print(json.dumps({"summary": summary, "results": results}, indent=2))
+        return 1 if errors else 0
+    con = _console()
+    for r in errors:
+        con.print(f"error: {r['item']}: {r['error']}")
+    con.print(f"{summary['items']} items, {summary['compiles']} kernels compiled ({len(errors)} errors) in "
+              f"{wall:.1f} s on {jobs} processes; cached in {summary['cache']}")
+    return 1 if errors else 0
+
+
 # ----------------------------------------------------------------------------------------- parser
 def _version() -> str:
     from torch_rbln import __version__
@@ -627,6 +729,24 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--json-summary", metavar="FILE", help="also write the summary rows to FILE")
     w.add_argument("--json", action="store_true", help="print the result as JSON")
     w.set_defaults(func=cmd_warm)
+
+    pc = sub.add_parser("precompile", parents=[common],
+                        help="compile the op library's (and manifests') kernels ahead of time, on all cores",
+                        description="Compile the op library's kernels for the given dtypes (as its OpInfo "
+                        "samples launch them) and every config of every launch of the given manifests, in "
+                        "parallel worker processes, into numba's cache under TORCH_RBLN_CACHE_DIR (copy "
+                        "its kernels/ directory to identical hosts to ship it).")
+    pc.add_argument("--dtypes", default="float32",
+                    help="comma-separated op-library dtypes: float32, float16, bfloat16 (default float32)")
+    pc.add_argument("--manifest", action="append", metavar="FILE",
+                    help="also compile every config of this autotune manifest's launches (repeatable)")
+    pc.add_argument("--ops", metavar="NAME,...", help="only these op-library entries (e.g. add.Tensor)")
+    pc.add_argument("--no-ops", action="store_true", help="only the manifests' kernels")
+    pc.add_argument("--jobs", "-j", type=_positive_int, default=None,
+                    help="worker processes (default: one per core)")
+    pc.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    pc.add_argument("--json", action="store_true", help="print the result as JSON")
+    pc.set_defaults(func=cmd_precompile)
 
     ls = sub.add_parser("list", parents=[common], help="tuned keys and their best configs")
     ls.add_argument("--kernel")

@@ -253,35 +253,33 @@ def from_name(name: str) -> dtype:
         raise ValueError(f"unknown dtype name {name!r}") from None
 
 
-_NP: dict[str, np.dtype] = {}
+_NP: dict[str, np.dtype] = {
+    "int1": np.dtype(np.bool_),
+    "int8": np.dtype(np.int8),
+    "int16": np.dtype(np.int16),
+    "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
+    "uint8": np.dtype(np.uint8),
+    "uint16": np.dtype(np.uint16),
+    "uint32": np.dtype(np.uint32),
+    "uint64": np.dtype(np.uint64),
+    "fp16": np.dtype(np.float16),
+    "fp32": np.dtype(np.float32),
+    "fp64": np.dtype(np.float64),
+}
+_ML_DTYPES = {"bf16": "bfloat16", "fp8e5": "float8_e5m2", "fp8e4nv": "float8_e4m3fn",
+              "fp8e4b8": "float8_e4m3fnuz", "fp8e5b16": "float8_e5m2fnuz"}
 
 
 def numpy_dtype(t: dtype) -> np.dtype:
-    """The numpy dtype that stores values of `t` (ml_dtypes.bfloat16 for bf16, int64 for pointers)."""
-    if not _NP:
+    """The numpy dtype that stores values of `t` (ml_dtypes.bfloat16 for bf16, int64 for pointers).
+
+    ml_dtypes is imported only for bf16 and fp8: its import costs about a second, which every process's
+    first float32 kernel would otherwise pay."""
+    if t.name in _ML_DTYPES and t.name not in _NP:
         import ml_dtypes
 
-        _NP.update(
-            {
-                "int1": np.dtype(np.bool_),
-                "int8": np.dtype(np.int8),
-                "int16": np.dtype(np.int16),
-                "int32": np.dtype(np.int32),
-                "int64": np.dtype(np.int64),
-                "uint8": np.dtype(np.uint8),
-                "uint16": np.dtype(np.uint16),
-                "uint32": np.dtype(np.uint32),
-                "uint64": np.dtype(np.uint64),
-                "fp16": np.dtype(np.float16),
-                "bf16": np.dtype(ml_dtypes.bfloat16),
-                "fp32": np.dtype(np.float32),
-                "fp64": np.dtype(np.float64),
-                "fp8e5": np.dtype(ml_dtypes.float8_e5m2),
-                "fp8e4nv": np.dtype(ml_dtypes.float8_e4m3fn),
-                "fp8e4b8": np.dtype(ml_dtypes.float8_e4m3fnuz),
-                "fp8e5b16": np.dtype(ml_dtypes.float8_e5m2fnuz),
-            }
-        )
+        _NP.update({name: np.dtype(getattr(ml_dtypes, attr)) for name, attr in _ML_DTYPES.items()})
     if t.is_ptr():
         return np.dtype(np.int64)
     if t.name == "fp8e4b15":

@@ -53,6 +53,7 @@ class ConfigError(ValueError):
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 BUILD_TYPES = ("Release", "Debug")
 DSL_BACKENDS = ("numba", "interpret", "rebel")
+COMPILE_MODES = ("sync", "background")
 FALLBACK_CATEGORIES = ("all", "compile_error", "unsupported_op", "non_blocking_copy")
 VALID_GROUP_SIZES = (1, 2, 4, 8, 16, 32)
 
@@ -250,6 +251,10 @@ SPECS: tuple[VarSpec, ...] = (
             _sim_memory_gb, "Memory of each simulated NPU, in GiB."),
     VarSpec("TORCH_RBLN_DSL_BACKEND", "dsl_backend", "numba", "numba", "one of: " + ", ".join(DSL_BACKENDS),
             _choice(DSL_BACKENDS), "How DSL kernels execute."),
+    VarSpec("TORCH_RBLN_COMPILE", "compile_mode", "sync", "sync", "one of: " + ", ".join(COMPILE_MODES),
+            _choice(COMPILE_MODES), "sync: a numba kernel's first launch waits for its compile; background: "
+            "it runs on the interpreter while a worker process compiles it, later launches use the "
+            "compiled kernel."),
     VarSpec("TORCH_RBLN_CACHE_DIR", "cache_dir", _default_cache_dir, "~/.cache/torch_rbln", "a directory",
             _directory, "Cache directory (compiled kernels, autotune database)."),
     VarSpec("TORCH_RBLN_DUMP_KERNELS", "dump_kernels", None, "unset (no dump)", "a directory", _directory,
@@ -279,6 +284,7 @@ class Settings:
     sim_npus: int
     sim_memory_gb: float
     dsl_backend: str
+    compile_mode: str
     cache_dir: str
     dump_kernels: str | None
     autotune_db: str

@@ -16,7 +16,7 @@ import time
 import torch
 
 import torch_rbln
-from torch_rbln import registry
+from torch_rbln import fallback, registry
 
 
 class TinyTransformerBlock(torch.nn.Module):
@@ -138,6 +138,11 @@ def run(device: str = "rbln:0", batch: int = 2, seq: int = 16, layers: int = 2, 
               f"parameters after the step {param_error:.2e}")
         print("what ran where (per op):")
         print(registry.format_report(report))
+        tiers = fallback.compile_tier_report()
+        if tiers:
+            print("kernels compiled in the background (TORCH_RBLN_COMPILE=background), their launches "
+                  "meanwhile ran on the interpreter:")
+            print(fallback.format_compile_tiers(tiers))
         print(f"PASS: rbln matches CPU, {100 * share:.1f}% of op calls on device kernels" if ok
               else "FAIL: rbln differs from CPU")
     return {"ok": ok, "share": share, "logits_error": logits_error, "loss_error": loss_error,

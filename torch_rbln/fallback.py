@@ -124,6 +124,26 @@ def reset_fallback_counts() -> None:
         _reasons.clear()
 
 
+def compile_tier_report() -> dict[str, dict]:
+    """Per DSL kernel that was compiled in the background (``TORCH_RBLN_COMPILE=background``): how many
+    launches ran on the ``interpret`` tier while a worker compiled it (all its other launches ran on
+    ``numba``), how many specialisations the workers compiled, in how many seconds, and how many of
+    those compiles failed (then compiled in-process). Empty in ``sync`` mode."""
+    from torch_rbln.dsl.backends.numba_backend.executable import tier_report
+
+    return tier_report()
+
+
+def format_compile_tiers(tiers: dict[str, dict]) -> str:
+    """One line per kernel of :func:`compile_tier_report`, for reports."""
+    return "\n".join(
+        f"  {name}: {row['interpret_launches']} launch(es) on the interpreter tier, "
+        f"{row['worker_compiles']} specialisation(s) compiled by workers in {row['worker_seconds']:.1f} s"
+        + (f", {row['worker_failures']} failed (compiled in-process)" if row["worker_failures"] else "")
+        for name, row in tiers.items()
+    )
+
+
 def _device_mismatch(first: str, second: str) -> RuntimeError:
     return RuntimeError(
         "Expected all tensors to be on the same device, but found at least two devices, "

@@ -306,7 +306,10 @@ def test_write_commands_fail_on_unwritable_db(tmp_path, capsys):
 
 def test_console_script(db):
     _tune_two_keys()
-    exe = shutil.which("rbln-autotune")
+    # the script installed beside this interpreter (a `rbln-autotune` earlier on PATH, such as a pyenv
+    # shim, may belong to another Python)
+    beside = os.path.join(os.path.dirname(sys.executable), "rbln-autotune")
+    exe = beside if os.path.exists(beside) else shutil.which("rbln-autotune")
     cmd = [exe] if exe else [sys.executable, "-m", "torch_rbln.autotune.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_RBLN_", "RBLN_"))}
     p = subprocess.run(cmd + ["--db", db, "stats", "--json"], capture_output=True, text=True, env=env,

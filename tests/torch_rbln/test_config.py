@@ -28,6 +28,7 @@ ALL_NAMES = [
     "TORCH_RBLN_SIM_NPUS",
     "TORCH_RBLN_SIM_MEMORY_GB",
     "TORCH_RBLN_DSL_BACKEND",
+    "TORCH_RBLN_COMPILE",
     "TORCH_RBLN_CACHE_DIR",
     "TORCH_RBLN_DUMP_KERNELS",
     "TORCH_RBLN_AUTOTUNE_DB",
@@ -73,6 +74,7 @@ def test_defaults(env, tmp_path):
     assert s.sim_npus == 8
     assert s.sim_memory_gb == 16
     assert s.dsl_backend == "numba"
+    assert s.compile_mode == "sync"
     assert s.cache_dir == str(tmp_path / ".cache" / "torch_rbln")
     assert s.dump_kernels is None
     assert s.autotune_db == str(tmp_path / ".cache" / "torch_rbln" / "autotune.db")
@@ -93,6 +95,7 @@ def test_every_variable_parsed(env, tmp_path):
         TORCH_RBLN_SIM_NPUS="4",
         TORCH_RBLN_SIM_MEMORY_GB="0.5",
         TORCH_RBLN_DSL_BACKEND="Interpret",
+        TORCH_RBLN_COMPILE=" Background ",
         TORCH_RBLN_CACHE_DIR="~/c",
         TORCH_RBLN_DUMP_KERNELS=str(tmp_path / "dump"),
     )
@@ -108,6 +111,7 @@ def test_every_variable_parsed(env, tmp_path):
     assert s.sim_npus == 4
     assert s.sim_memory_gb == 0.5
     assert s.dsl_backend == "interpret"
+    assert s.compile_mode == "background"
     assert s.cache_dir == str(tmp_path / "c")  # ~ expanded
     assert s.dump_kernels == str(tmp_path / "dump")
     assert s.autotune_db == str(tmp_path / "c" / "autotune.db")  # follows the cache dir
@@ -203,6 +207,7 @@ INVALID = [
     ("TORCH_RBLN_SIM_MEMORY_GB", "8589934592", ["expected a number of GiB from", "(1 PiB)"]),
     ("TORCH_RBLN_SIM_MEMORY_GB", "1e-300", ["expected a number of GiB from", "(1 KiB)"]),
     ("TORCH_RBLN_DSL_BACKEND", "triton", ["expected one of: numba, interpret, rebel"]),
+    ("TORCH_RBLN_COMPILE", "async", ["TORCH_RBLN_COMPILE", "'async'", "expected one of: sync, background"]),
     ("TORCH_RBLN_DISABLE_FALLBACK", "all,nope", ["unknown token 'nope'",
                                                  "all, compile_error, unsupported_op, non_blocking_copy"]),
     ("TORCH_RBLN_DISABLE_FALLBACK", "compile-error", ["unknown token 'compile-error'"]),

@@ -78,6 +78,13 @@ def _dot_support_digest() -> str:
     return hashlib.sha256(text).hexdigest()[:16]
 
 
+@functools.cache
+def _fp8_support_digest() -> str:
+    """Hash of fp8_support.py, named in the source of kernels that use fp8 (as `_dot_support_digest`)."""
+    text = resources.files(__package__).joinpath("fp8_support.py").read_bytes()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
 def _template():
     import jinja2
 
@@ -569,6 +576,7 @@ class _Lowering:
         self.depth = 0
         self.block(fn.body)
         prologue += self._alias_check()
+        fp8 = "fp8" in source_text_hint(self.lines, self.hoisted, prologue)
         source = _template().render(
             name=_identifier(fn.name),
             params=ptr_signature + scalar_signature,
@@ -580,7 +588,8 @@ class _Lowering:
             support_digest=_support_digest(),
             dot_support=self.uses_dot_support,
             dot_support_digest=_dot_support_digest() if self.uses_dot_support else "",
-            fp8="fp8" in source_text_hint(self.lines, self.hoisted, prologue),
+            fp8=fp8,
+            fp8_support_digest=_fp8_support_digest() if fp8 else "",
         )
         return Lowered(
             source,

@@ -40,27 +40,90 @@ def _cache_root() -> str:
     return cachedir.cache_path("kernels", f"numba-v{BACKEND_VERSION}")
 
 
-# A first launch that compiles for longer than this is reported (`_report_compile`).
+# A compile that makes a launch wait longer than this is announced, once per process at WARNING
+# (`_SlowCompileNotice`), while it runs; each such compile is then listed at INFO (`_report_compile`).
 SLOW_COMPILE_SECONDS = 1.0
 _slow_compiles = [0, 0.0]  # this process: how many, and their seconds
+_compiles = [0, 0.0]  # every numba compile of this process (not loads from its cache), and their seconds
+_announced = [False]  # whether this process said at WARNING that it compiles
+_in_flight = [0]  # compiles this process is waiting for or has handed to workers
+_notice_lock = threading.Lock()
+
+
+def _announce(name: str, background: bool = False) -> None:
+    """Say once per process, at WARNING, that kernels are being compiled and where they will be cached:
+    a new user's first minute is otherwise silent."""
+    with _notice_lock:
+        if _announced[0]:
+            return
+        _announced[0] = True
+        count = max(1, _in_flight[0])
+    if background:
+        how = "They compile in worker processes; launches run on the interpreter until each is ready"
+    else:
+        how = ("Each takes seconds, once; TORCH_RBLN_COMPILE=background runs launches on the interpreter "
+               "meanwhile, `rbln-autotune precompile` compiles ahead of time on all cores")
+    _log().warning(
+        "compiling %d kernel%s with numba (first: '%s'), cached afterwards in %s: later runs load them in "
+        "milliseconds. %s; TORCH_RBLN_LOG_LEVEL=INFO lists each compile",
+        count, "" if count == 1 else "s", name, _cache_root(), how,
+    )
+
+
+class _SlowCompileNotice:
+    """Announces (`_announce`) a compile that is still running after SLOW_COMPILE_SECONDS, from a timer
+    thread: the message appears while the user waits, not after."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        with _notice_lock:
+            _in_flight[0] += 1
+        self._timer = threading.Timer(SLOW_COMPILE_SECONDS, _announce, (name,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def finish(self, seconds: float, compiled: bool) -> None:
+        self._timer.cancel()
+        with _notice_lock:
+            _in_flight[0] -= 1
+        if compiled:
+            _report_compile(self.name, seconds)
 
 
 def _report_compile(name: str, seconds: float) -> None:
-    """Say that a launch waited for numba: the first slow compile of a process at WARNING (a new user's
-    first minute is otherwise silent), later ones at INFO with the running total."""
+    """List a compile that made a launch wait at INFO, with the running total (the first one of the
+    process is announced at WARNING, if the timer has not done so yet)."""
     if seconds < SLOW_COMPILE_SECONDS:
         return
     _slow_compiles[0] += 1
     _slow_compiles[1] += seconds
-    if _slow_compiles[0] == 1:
-        _log().warning(
-            "compiling DSL kernels with numba: the first launch of '%s' waited %.1f s. Each new kernel "
-            "specialisation compiles once like this, then loads from the cache in %s (later runs start "
-            "fast); TORCH_RBLN_LOG_LEVEL=INFO lists each compile", name, seconds, _cache_root(),
-        )
-    else:
-        _log().info("compiled '%s' with numba in %.1f s (%d slow compiles, %.1f s in all this run)", name,
-                    seconds, _slow_compiles[0], _slow_compiles[1])
+    _announce(name)
+    _log().info("compiled '%s' with numba in %.1f s (%d slow compiles, %.1f s in all this run)", name,
+                seconds, _slow_compiles[0], _slow_compiles[1])
+
+
+# TORCH_RBLN_COMPILE=background: per kernel name, [launches run on the interpreter while a worker
+# compiled it, specialisations compiled in workers, their worker seconds, compiles that failed there]
+_tiers: dict[str, list] = {}
+INTERPRET_MAX_PROGRAMS = 256  # a larger launch waits for its background compile instead
+
+
+def compile_count() -> tuple[int, float]:
+    """(numba compiles this process ran, their seconds): loads from numba's disk cache do not count."""
+    return _compiles[0], _compiles[1]
+
+
+def tier_report() -> dict[str, dict]:
+    """Per kernel: how many launches ran on the `interpret` tier while a worker process compiled the
+    kernel (TORCH_RBLN_COMPILE=background), how many specialisations the workers compiled and in how
+    many seconds, and how many of those compiles failed (then compiled in this process). Every other
+    launch ran on `numba`."""
+    return {name: {"interpret_launches": row[0], "worker_compiles": row[1], "worker_seconds": row[2],
+                   "worker_failures": row[3]} for name, row in sorted(_tiers.items())}
+
+
+def reset_tier_report() -> None:
+    _tiers.clear()
 
 
 def _raised_by_numba_cache(error: BaseException) -> bool:
@@ -254,6 +317,10 @@ class Executable:
         self._plain_scalars = all(convert is None for _, convert in self._scalar_types)
         self._spans: list[int] = []
         self._compiled = False  # set after the first launch (see `_compile_lock`)
+        # TORCH_RBLN_COMPILE=background: the worker's compile (a Future) while it runs, False once this
+        # kernel no longer uses the interpreter tier
+        self._background = None
+        self._interpreter = None
 
     def _flat(self, values: list, memory) -> list:
         """The kernel's arguments: (address, span) per pointer, then the scalars as Python numbers (the
@@ -411,7 +478,14 @@ class Executable:
         """Compile for these argument types without running any program."""
         arguments = self._flat(values, _tensor_memory)
         with _compile_lock(self.module.__file__):
+            misses = sum(self.kernel._cache_misses.values())
+            began = time.perf_counter()
             self._first_call(lambda: self.kernel(0, 0, 1, 1, 1, *arguments, np.zeros(4, np.int64)))
+            if sum(self.kernel._cache_misses.values()) > misses:
+                _compiles[0] += 1
+                _compiles[1] += time.perf_counter() - began
+        self._background = False  # compiled here: no launch of it needs the interpreter tier any more
+        # (the autotuner compiles each config so before timing it: it never times the interpreter)
 
     def _first_call(self, call: Callable[[], None]) -> None:
         """Run `call`, the first call of the kernel, which makes numba load its on-disk cache. Cache files
@@ -434,6 +508,9 @@ class Executable:
 
     def launch(self, grid, values: list, tp: int = 1) -> None:
         """Run with `values[i]` per Function param: a tensor (ptr), a number (scalar) or None."""
+        if not self._compiled and self._background is not False and self._on_interpreter_tier(
+                grid, lambda: self._flat(values, _tensor_memory), lambda: self._numpy_args(values)):
+            return
         try:
             self._execute(grid, self._flat(values, _tensor_memory), tp)
         except KernelRuntimeError as fault:
@@ -441,10 +518,66 @@ class Executable:
 
     def run(self, grid, args, tp: int = 1) -> None:
         """The backend protocol's entry: ptr params given as flat numpy views (as the interpreter)."""
+        if not self._compiled and self._background is not False and self._on_interpreter_tier(
+                grid, lambda: self._flat(args, lambda array: (array.ctypes.data, array.shape[0])),
+                lambda: args):
+            return
         try:
             self._execute(grid, self._flat(args, lambda array: (array.ctypes.data, array.shape[0])), tp)
         except KernelRuntimeError as fault:
             self._explain(fault, grid, lambda: args)
+
+    def _on_interpreter_tier(self, grid, flat: Callable[[], list], numpy_args: Callable[[], list]) -> bool:
+        """TORCH_RBLN_COMPILE=background: run this launch on the interpreter (and return True) while a
+        worker process compiles the kernel, handing the compile to the workers on the first launch. A
+        kernel already in numba's disk cache, a launch of more than INTERPRET_MAX_PROGRAMS programs (it
+        waits for the compile) and a compile that failed in the worker (compiled here, which raises its
+        error at the user's launch) return False: the launch runs compiled."""
+        future = self._background
+        if future is None:
+            from torch_rbln import config
+
+            if config.get("TORCH_RBLN_COMPILE") != "background" or _numba_cache_files(self.module.__file__):
+                self._background = False
+                return False
+            from . import background
+
+            with _notice_lock:
+                _in_flight[0] += 1
+            future = self._background = background.pool().submit(
+                self.module.__file__, self.module.__name__, self.lowered.name, flat())
+            future.add_done_callback(self._background_done)
+            _tiers.setdefault(self.fn.name, [0, 0, 0.0, 0])
+            _announce(self.fn.name, background=True)
+        g0, g1, g2 = (int(g) for g in grid)
+        if not future.done() and g0 * g1 * g2 <= INTERPRET_MAX_PROGRAMS:
+            if self._interpreter is None:
+                from ..interpret import Executable as Interpreter
+
+                self._interpreter = Interpreter(self.fn)
+            self._interpreter.run((g0, g1, g2), numpy_args())
+            _tiers[self.fn.name][0] += 1
+            return True
+        self._background = False
+        try:
+            seconds = future.result()
+        except Exception as error:  # noqa: BLE001 - compiled here instead, which raises it at this launch
+            _log().warning("background compile of kernel '%s' failed (%s); compiling it in this process",
+                           self.fn.name, error)
+            return False
+        _log().info("kernel '%s' runs compiled from now on (compiled by a worker in %.1f s, %d launches "
+                    "ran on the interpreter meanwhile)", self.fn.name, seconds, _tiers[self.fn.name][0])
+        return False
+
+    def _background_done(self, future) -> None:
+        with _notice_lock:
+            _in_flight[0] -= 1
+        row = _tiers.setdefault(self.fn.name, [0, 0, 0.0, 0])
+        if future.cancelled() or future.exception() is not None:
+            row[3] += 1
+        else:
+            row[1] += 1
+            row[2] += future.result()
 
     def _numpy_args(self, values: list) -> list:
         from ...runtime import flat_numpy_view
@@ -480,14 +613,24 @@ class Executable:
 
         with _compile_lock(self.module.__file__):  # the first launch compiles (or loads) the code
             misses = sum(self.kernel._cache_misses.values())
+            # nothing in numba's cache: this launch compiles, and says so if that takes a while
+            notice = None if _numba_cache_files(self.module.__file__) else _SlowCompileNotice(self.fn.name)
             began = time.perf_counter()
-            if profiling.active():
-                with profiling.region("compile", self.fn.name, stage="numba (or its disk cache)"):
+            try:
+                if profiling.active():
+                    with profiling.region("compile", self.fn.name, stage="numba (or its disk cache)"):
+                        self._first_call(lambda: self._run_programs(grid, arguments, tp))
+                else:
                     self._first_call(lambda: self._run_programs(grid, arguments, tp))
-            else:
-                self._first_call(lambda: self._run_programs(grid, arguments, tp))
-            if sum(self.kernel._cache_misses.values()) > misses:
-                _report_compile(self.fn.name, time.perf_counter() - began)
+            finally:
+                compiled = sum(self.kernel._cache_misses.values()) > misses
+                if compiled:
+                    _compiles[0] += 1
+                    _compiles[1] += time.perf_counter() - began
+                if notice is not None:
+                    notice.finish(time.perf_counter() - began, compiled)
+                elif compiled:
+                    _report_compile(self.fn.name, time.perf_counter() - began)
         self._compiled = True
 
     def _run_programs(self, grid, arguments: list, tp: int) -> None:

@@ -1,7 +1,10 @@
-"""A launch that waits for numba says so: the first slow compile of a process at WARNING (with where
-the result is cached), later ones at INFO; a launch served by the disk cache says nothing."""
+"""A launch that waits for numba says so: the first slow compile of a process at WARNING while it runs
+("compiling N kernels ..., cached afterwards in <dir>"), each slow compile at INFO once done; a launch
+served by the disk cache says nothing."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 import torch
@@ -25,6 +28,8 @@ def fresh_cache(tmp_path, monkeypatch):
     cachedir.reset_for_tests()
     monkeypatch.setattr(executable, "SLOW_COMPILE_SECONDS", 0.0)
     monkeypatch.setattr(executable, "_slow_compiles", [0, 0.0])
+    monkeypatch.setattr(executable, "_announced", [False])
+    monkeypatch.setattr(executable, "_in_flight", [0])
     monkeypatch.setattr(executable, "_modules", {})
     reported_kernel.clear_cache()
     yield
@@ -37,10 +42,30 @@ def test_first_slow_compile_warns_once_with_the_cache_location(fresh_cache, tmp_
     x = torch.zeros(4)
     reported_kernel[(1,)](x, BLOCK=4, backend="numba")
     err = capfd.readouterr().err
-    assert "[TORCH-RBLN][WARNING] compiling DSL kernels with numba" in err
-    assert "'reported_kernel'" in err and str(tmp_path / "cache") in err
+    assert "[TORCH-RBLN][WARNING] compiling 1 kernel with numba (first: 'reported_kernel'), cached " \
+           f"afterwards in {tmp_path / 'cache'}" in err
+    assert "TORCH_RBLN_COMPILE=background" in err
     reported_kernel[(1,)](x, BLOCK=4, backend="numba")  # compiled: nothing to report
     x8 = torch.zeros(8)
     reported_kernel[(1,)](x8, BLOCK=8, backend="numba")  # another specialisation: INFO, not WARNING
     assert "WARNING" not in capfd.readouterr().err
     assert x.tolist() == [2.0] * 4 and x8.tolist() == [1.0] * 8
+
+
+def test_the_warning_appears_while_the_compile_runs(fresh_cache, monkeypatch, capfd):
+    """The notice comes from a timer while the launch is still waiting, not after the compile."""
+    seen = []
+    original = executable.Executable._first_call
+
+    def slow_first_call(self, call):
+        deadline = time.monotonic() + 5.0
+        while not executable._announced[0] and time.monotonic() < deadline:
+            time.sleep(0.01)  # the compile "runs" until the timer has announced it
+        seen.append(executable._announced[0])
+        original(self, call)
+
+    monkeypatch.setattr(executable.Executable, "_first_call", slow_first_call)
+    monkeypatch.setattr(executable, "SLOW_COMPILE_SECONDS", 0.05)
+    reported_kernel[(1,)](torch.zeros(4), BLOCK=4, backend="numba")
+    assert seen == [True]
+    assert "compiling 1 kernel with numba (first: 'reported_kernel')" in capfd.readouterr().err

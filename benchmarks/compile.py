@@ -6,6 +6,10 @@ Run: python benchmarks/compile.py [--repeats 7] [--threads 1,2] [--no-inductor] 
     tokens): eager on rbln:0 (registry kernels op by op), compiled with backend="rbln" (fused DSL kernels
     plus registry matmuls), eager on the CPU and compiled with inductor on the CPU. Target: compiled rbln
     at least 1.5x faster than eager rbln.
+(3) The same four ways on an MLP (batch 64, 1024 -> 1024 -> GELU -> 1024) and, with --llama, a mid-size
+    Llama forward (random config: width 512, 4 layers, 8 heads, batch 1 x 128 tokens), 1 thread; with the
+    first compiled call's time (Dynamo + backend compile; run the script twice to see it with a warm
+    kernel cache) for backend="rbln" and for inductor.
 (2) A pointwise chain of 4 ops (mul, add, sigmoid, mul) on 2^24 float32 elements at equal threads:
     torch eager on the CPU with torch.set_num_threads(n) vs the compiled graph on rbln with
     options={"tensor_parallel_size": n} (the fused kernel's grid split over n simulated NPUs, one thread
@@ -89,6 +93,86 @@ def _fused_launches_per_call(fn: Callable[[], object]) -> int:
     return rbln_compiler.stats()["fused_launches"]
 
 
+def _first_call_s(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def four_ways(name: str, make: Callable[[], torch.nn.Module], inputs: dict, repeats: int,
+              inductor: bool, tolerance: float = 1e-4) -> dict:
+    """Eager rbln, compiled rbln, eager CPU and inductor CPU on one model at 1 thread (median ms), and
+    each compiled variant's first-call time. The compiled rbln result is checked against the CPU first."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch._dynamo.reset()
+        cpu = make().eval()
+        device = make().eval()
+        device.load_state_dict(cpu.state_dict())
+        device.to("rbln")
+        on_device = {key: value.to("rbln") for key, value in inputs.items()}
+        compiled = torch.compile(device, backend="rbln")
+        out = _tensor_of
+        row: dict = {"model": name}
+        with torch.no_grad():
+            row["compile_rbln_s"] = _first_call_s(lambda: compiled(**on_device))
+            error = (out(compiled(**on_device)).cpu() - out(cpu(**inputs))).abs().max().item()
+            if error > tolerance:
+                raise SystemExit(f"{name}: compiled rbln differs from the CPU by {error}")
+            row["max_abs_error_vs_cpu"] = error
+            row["eager_rbln_ms"] = median_ms(lambda: device(**on_device), repeats)
+            row["compiled_rbln_ms"] = median_ms(lambda: compiled(**on_device), repeats)
+            row["eager_cpu_ms"] = median_ms(lambda: cpu(**inputs), repeats)
+            if inductor:
+                cpu_compiled = torch.compile(cpu)
+                row["compile_inductor_s"] = _first_call_s(lambda: cpu_compiled(**inputs))
+                row["inductor_cpu_ms"] = median_ms(lambda: cpu_compiled(**inputs), repeats)
+        return row
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _tensor_of(output: object) -> torch.Tensor:
+    return output if isinstance(output, torch.Tensor) else output.logits
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, width: int = 1024) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(width, width)
+        self.down = torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return MLP()
+
+
+def _llama() -> torch.nn.Module:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=1024, hidden_size=512, intermediate_size=1376,
+                                      num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
+                                      max_position_embeddings=256)
+    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+
+
+def models(repeats: int, inductor: bool, llama: bool) -> list[dict]:
+    generator = torch.Generator().manual_seed(0)
+    rows = [four_ways("MLP 64x1024", _mlp, {"x": torch.randn(64, 1024, generator=generator)}, repeats,
+                      inductor)]
+    if llama:
+        ids = torch.randint(0, 1024, (1, 128), generator=generator)
+        rows.append(four_ways("Llama 512x4, 128 tokens", _llama, {"input_ids": ids}, repeats, inductor,
+                              tolerance=1e-3))
+    return rows
+
+
 def chain(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(x * 1.5 + 0.5) * x
 
@@ -125,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile(inductor) on the CPU")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--llama", action="store_true", help="also the mid-size Llama forward (slow)")
     args = parser.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",") if t]
 
@@ -141,6 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"    fused kernel launches per compiled forward: {forward['fused_launches_per_forward']}; "
           f"max |compiled - CPU| = {forward['max_abs_error_vs_cpu']:.1e}")
 
+    model_rows = models(args.repeats, not args.no_inductor, args.llama)
+    print("\n(3) models, 1 thread (median ms; first compiled call in s)")
+    print(f"{'model':>24} {'eager rbln':>11} {'compiled':>9} {'eager CPU':>10} {'inductor':>9} "
+          f"{'vs eager':>9} {'vs inductor':>12} {'compile rbln':>13} {'compile ind.':>13}")
+    nan = float("nan")
+    for row in model_rows:
+        ind = row.get("inductor_cpu_ms", nan)
+        compiled_ms = row["compiled_rbln_ms"]
+        print(f"{row['model']:>24} {row['eager_rbln_ms']:11.2f} {compiled_ms:9.2f} "
+              f"{row['eager_cpu_ms']:10.2f} {ind:9.2f} {row['eager_rbln_ms'] / compiled_ms:8.2f}x "
+              f"{ind / row['compiled_rbln_ms']:11.2f}x {row['compile_rbln_s']:13.2f} "
+              f"{row.get('compile_inductor_s', nan):13.2f}")
+
     chain_rows = pointwise_chain(threads, args.repeats)
     print("\n(2) 4-op pointwise chain sigmoid(x * 1.5 + 0.5) * x on 2^24 float32 (median ms)")
     print(f"{'threads/tp':>10} {'torch CPU':>10} {'compiled rbln':>14} {'speedup':>8}")
@@ -149,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['speedup']:7.2f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"demo_forward": forward, "pointwise_chain": chain_rows}, f, indent=1)
+            json.dump({"demo_forward": forward, "models": model_rows, "pointwise_chain": chain_rows}, f,
+                      indent=1)
     return 0
 
 

@@ -229,7 +229,33 @@ def cpu_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     plan = _plans.get(op) or _plan_for(op)
     if config.fallback_disabled("unsupported_op"):
         raise _fallback_disabled_error(plan.name)
+    if op is _HISTC and _integral(args):
+        return _histc_integral(op, plan, args, kwargs)
     return run_on_cpu(op, plan, args, kwargs, None)
+
+
+_HISTC = torch.ops.aten.histc.default
+
+# Reason recorded when an integer histc is counted in float64 on the CPU.
+HISTC_INTEGRAL = "integer input counted in float64 (the CPU kernel takes floating inputs only)"
+
+
+def _integral(args: tuple) -> bool:
+    first = args[0] if args else None
+    return isinstance(first, torch.Tensor) and not first.is_floating_point() and not first.is_complex()
+
+
+def _histc_integral(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict) -> torch.Tensor:
+    """`torch.histc` of an integer tensor, which CUDA supports (counts in the input's dtype) and the CPU
+    kernel rejects ("histogram_cpu not implemented for 'Int'").
+
+    Libraries pick the dtype by device type: transformers' MoE load-balancing loss passes int32 to histc
+    on any device but "cpu"/"mps" (CUDA wants integers for determinism), so on rbln it must work as on
+    CUDA. The values are widened to float64 (exact for |x| < 2**53) on the device, counted by the CPU
+    kernel, and the counts (exact integers) come back in the input's dtype, as CUDA returns them."""
+    values = args[0]
+    counts = run_on_cpu(op, plan, (values.to(torch.float64), *args[1:]), kwargs, HISTC_INTEGRAL)
+    return counts.to(values.dtype)
 
 
 def run_on_cpu(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason: str | None) -> Any:

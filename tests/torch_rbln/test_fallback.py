@@ -114,3 +114,13 @@ def test_python_scalars_keep_pytorch_type_promotion() -> None:
     integers = torch.tensor([1, 2], dtype=torch.int32).to("rbln:0")
     assert (integers * 2).dtype == torch.int32
     assert (integers * 2.5).dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_histc_of_integers_counts_as_cuda_does(dtype):
+    """transformers' MoE aux loss passes int32 to histc off the CPU; the CPU kernel alone rejects it."""
+    values = torch.tensor([0, 1, 1, 3, 4, 7, -1], dtype=dtype)
+    counts = torch.histc(values.to("rbln"), bins=4, min=0, max=4)
+    assert counts.device.type == "rbln" and counts.dtype == dtype
+    expected = torch.histc(values.double(), bins=4, min=0, max=4).to(dtype)
+    torch.testing.assert_close(counts.cpu(), expected, rtol=0, atol=0)

@@ -36,7 +36,7 @@ from . import _stats, cache
 from .codegen import KernelSpec, generate
 from .fused import FusedKernel, subgraph_module
 from .graph import fuse_graph
-from .lowering import Unsupported, decompositions
+from .lowering import Unsupported, copies_for_lifted_constants, decompositions
 from .partition import partition
 
 __all__ = ["CompileOptions", "rbln_backend", "compile_graph", "CompiledGraph", "parse_options"]
@@ -277,6 +277,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence, options: Compile
                   phase: str = "inference") -> Callable:
     """Compile one ATen graph (from AOTAutograd) into a callable taking the graph's inputs."""
     options = options or CompileOptions()
+    copies_for_lifted_constants(gm)
     if not _static(example_inputs):
         return PerShapeGraph(gm, options, phase)
     return CompiledGraph(gm, example_inputs, options, phase)

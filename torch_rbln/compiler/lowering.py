@@ -310,3 +310,19 @@ def decompositions() -> dict:
     table[aten.var_mean.correction] = _var_mean
     table[aten.var.correction] = _var
     return table
+
+
+def copies_for_lifted_constants(gm: fx.GraphModule) -> int:
+    """Rewrite ``lift_fresh_copy`` nodes as ``clone``; returns how many.
+
+    A constant tensor built in the model's forward (``torch.tensor(...)``) enters the traced graph as
+    ``lift_fresh_copy(_tensor_constant)``: the proxy tracer keeps that op (no decomposition applies to it),
+    and it has no rbln kernel, so every call ran it on the CPU fallback. It is a plain copy."""
+    replaced = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is aten.lift_fresh_copy.default:
+            node.target = aten.clone.default
+            replaced += 1
+    if replaced:
+        gm.recompile()
+    return replaced

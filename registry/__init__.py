@@ -382,20 +382,22 @@ def reset_fallback_report() -> None:
 
 
 def format_report(report: dict[str, dict[str, Any]] | None = None) -> str:
+    """The fallback report as a table (op, calls on device kernels, calls on the CPU, why), most called
+    first, and a total line."""
+    from torch_rbln._tables import render_table
+
     report = fallback_report() if report is None else report
     device = sum(r["device"] for r in report.values())
     cpu = sum(r["cpu"] for r in report.values())
     total = device + cpu
     share = 100.0 * device / total if total else 100.0
-    width = max([len(name) for name in report] + [20])
-    lines = [f"{'op':<{width}} {'device':>7} {'cpu':>5}  cpu reasons",
-             f"{'-' * width} {'-' * 7} {'-' * 5}  {'-' * 24}"]
+    rows = []
     for name, row in sorted(report.items(), key=lambda item: -(item[1]["device"] + item[1]["cpu"])):
         reasons = ", ".join(f"{r or 'no kernel'}: {c}" for r, c in row["reasons"].items())
         if row["cpu"] and not reasons:
             reasons = "no rbln kernel"
         elif row["cpu"] and sum(row["reasons"].values()) < row["cpu"]:
             reasons += f", no rbln kernel: {row['cpu'] - sum(row['reasons'].values())}"
-        lines.append(f"{name:<{width}} {row['device']:>7} {row['cpu']:>5}  {reasons}")
-    lines.append(f"total: {device} of {total} op calls on device kernels ({share:.1f}%), {cpu} on CPU")
-    return "\n".join(lines)
+        rows.append((name, row["device"], row["cpu"], reasons))
+    table = render_table(("op", "device", "cpu", "cpu reasons"), rows, right=("device", "cpu"))
+    return f"{table}\ntotal: {device} of {total} op calls on device kernels ({share:.1f}%), {cpu} on CPU"

@@ -32,19 +32,9 @@ def _section(title: str) -> None:
 
 
 def _print_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    """A rich table: aligned columns that fold long values instead of breaking the layout (no colour
-    or box drawing when the output is not a terminal, so logs and pipes stay plain text)."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+    from ._tables import render_table
 
-    console = Console(width=None if sys.stdout.isatty() else 140, highlight=False)
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    print(render_table(columns, rows, width=140))
 
 
 def _versions() -> None:

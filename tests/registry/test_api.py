@@ -185,3 +185,15 @@ def test_rotary_embedding_custom_op():
     out.sum().backward()
     expected.sum().backward()
     torch.testing.assert_close(xd.grad.cpu(), x.grad)
+
+
+def test_format_report_tables_calls_and_reasons():
+    report = {"aten::add": {"device": 5, "cpu": 0, "reasons": {}},
+              "aten::cos": {"device": 0, "cpu": 3, "reasons": {"dtype int64": 2}}}
+    text = registry.format_report(report)
+    lines = text.splitlines()
+    assert lines[0].split() == ["op", "device", "cpu", "cpu", "reasons"]
+    assert ["aten::add", "5", "0"] in [line.split() for line in lines]
+    cos = next(line for line in lines if line.startswith("aten::cos"))
+    assert "dtype int64: 2, no rbln kernel: 1" in cos
+    assert lines[-1] == "total: 5 of 8 op calls on device kernels (62.5%), 3 on CPU"

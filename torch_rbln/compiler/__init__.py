@@ -35,30 +35,15 @@ def stats() -> dict:
 def format_stats(snapshot: dict | None = None, width: int = 100) -> str:
     """`stats()` (or a snapshot of it) as two plain-text tables: the counters, then launches per fused
     kernel, most launched first."""
-    import io
-
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+    from .._tables import render_table
 
     snapshot = stats() if snapshot is None else snapshot
-    counters = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    counters.add_column("counter")
-    counters.add_column("value", justify="right")
-    for name, value in snapshot.items():
-        if name != "kernels":
-            counters.add_row(name, str(value))
-    kernels = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    kernels.add_column("fused kernel", overflow="fold")
-    kernels.add_column("launches", justify="right")
-    for name, launches in sorted(snapshot.get("kernels", {}).items(), key=lambda item: (-item[1], item[0])):
-        kernels.add_row(name, str(launches))
-    stream = io.StringIO()
-    console = Console(file=stream, width=width, color_system=None, highlight=False)
-    console.print(counters)
-    if snapshot.get("kernels"):
-        console.print(kernels)
-    return "\n".join(line.rstrip() for line in stream.getvalue().splitlines())
+    counters = [(name, value) for name, value in snapshot.items() if name != "kernels"]
+    text = render_table(("counter", "value"), counters, width, right=("value",))
+    kernels = sorted(snapshot.get("kernels", {}).items(), key=lambda item: (-item[1], item[0]))
+    if kernels:
+        text += "\n" + render_table(("fused kernel", "launches"), kernels, width, right=("launches",))
+    return text
 
 
 def reset_stats() -> None:

@@ -163,19 +163,24 @@ def _compiled_report(name: str, what: str, breaks: int, own: int) -> None:
           f"{_device_share(registry.fallback_report())}")
 
 
-@pytest.mark.parametrize("name", _params(ZOO, FAST))
-def test_compiled_forward(name):
+def _fresh_compile(entry: ZooModel, train: bool):
+    """(graph breaks of the model itself, break counter now, CPU model, rbln model, its compiled form),
+    with dynamo and the compiler's counters reset."""
     import torch._dynamo
 
     import torch_rbln.compiler as rbln_compiler
 
-    entry = ZOO[name]
-    own = _own_breaks(entry, train=False)
+    own = _own_breaks(entry, train=train)
     torch._dynamo.reset()
     rbln_compiler.reset_stats()
-    cpu, device = _pair(entry, train=False)
-    start = _graph_breaks()
-    compiled = torch.compile(device, backend="rbln")
+    cpu, device = _pair(entry, train=train)
+    return own, _graph_breaks(), cpu, device, torch.compile(device, backend="rbln")
+
+
+@pytest.mark.parametrize("name", _params(ZOO, FAST))
+def test_compiled_forward(name):
+    entry = ZOO[name]
+    own, start, cpu, device, compiled = _fresh_compile(entry, train=False)
     _forward(entry, cpu, compiled, entry.inputs())
     breaks = _graph_breaks() - start
     registry.reset_fallback_report()  # the share reported: a call after compilation
@@ -187,17 +192,8 @@ def test_compiled_forward(name):
 
 @pytest.mark.parametrize("name", _params(ZOO))
 def test_compiled_train_step(name):
-    import torch._dynamo
-
-    import torch_rbln.compiler as rbln_compiler
-
     entry = ZOO[name]
-    own = _own_breaks(entry, train=True)
-    torch._dynamo.reset()
-    rbln_compiler.reset_stats()
-    cpu, device = _pair(entry, train=True)
-    start = _graph_breaks()
-    compiled = torch.compile(device, backend="rbln")
+    own, start, cpu, device, compiled = _fresh_compile(entry, train=True)
     _train_step(entry, cpu, device, compiled, entry.inputs())
     breaks = _graph_breaks() - start
     registry.reset_fallback_report()  # the share reported: a forward and backward after compilation

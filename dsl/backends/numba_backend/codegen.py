@@ -317,8 +317,6 @@ class Lowered:
     error_sites: list[ErrorSite]
     uses_atomics: bool
     stored_roots: set[int] = field(default_factory=set)
-    # (read root, written root) pairs whose overlap the kernel's prologue reports as ERR_ALIASED
-    alias_checks: dict[tuple[int, int], str] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -599,7 +597,6 @@ class _Lowering:
             self.error_sites,
             self.uses_atomics,
             self.stored_roots,
-            dict(self.hazards.pairs),
         )
 
     def _alias_check(self) -> list[str]:

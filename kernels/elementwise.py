@@ -14,11 +14,12 @@ import torch_rbln.dsl as tl
 
 # Unary op codes.
 (NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE,
- CUBE, RECIPROCAL, RECIPROCAL_SQUARE) = range(18)
+ CUBE, RECIPROCAL, RECIPROCAL_SQUARE, COS, SIN) = range(20)
 UNARY = {
     "neg": NEG, "exp": EXP, "sqrt": SQRT, "rsqrt": RSQRT, "sigmoid": SIGMOID, "tanh": TANH, "relu": RELU,
     "gelu": GELU, "gelu_tanh": GELU_TANH, "silu": SILU, "pow": POW, "fill": FILL, "abs": ABS, "log": LOG,
     "scale": SCALE, "cube": CUBE, "reciprocal": RECIPROCAL, "reciprocal_square": RECIPROCAL_SQUARE,
+    "cos": COS, "sin": SIN,
 }
 # Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
@@ -124,8 +125,12 @@ def unary_kernel(x_ptr, out_ptr, n, p, OP, FAST_OP: tl.constexpr, BLOCK: tl.cons
             y = x * x * x
         elif OP == 16:
             y = 1.0 / x
-        else:
+        elif OP == 17:
             y = 1.0 / (x * x)
+        elif OP == 18:
+            y = tl.cos(x)
+        else:
+            y = tl.sin(x)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -231,6 +231,8 @@ TABLE: list[Op] = [
     *_unary_family("tanh", "tanh"),
     *_unary_family("abs", "abs"),
     *_unary_family("log", "log"),
+    *_unary_family("cos", "cos"),  # RoPE's tables in every Llama-style model
+    *_unary_family("sin", "sin"),
     *_unary_family("reciprocal", "reciprocal"),
     Op("relu.default", lambda x: O.unary("relu", x), "nn.functional.relu",
        make_fast=lambda: FP.unary("relu")),

@@ -35,38 +35,38 @@ def info_logs(monkeypatch: pytest.MonkeyPatch):
 def test_fallback_is_counted_and_logged(info_logs: list[logging.LogRecord]) -> None:
     x = torch.randn(4).to("rbln:0")
     torch_rbln.reset_fallback_counts()
-    x.cos()
-    x.cos()
-    assert torch_rbln.fallback_counts()["aten::cos"] == 2
+    x.cosh()
+    x.cosh()
+    assert torch_rbln.fallback_counts()["aten::cosh"] == 2
     messages = [r.getMessage() for r in info_logs]
     assert len(messages) == 1  # once per op and reason; both calls are counted
-    assert messages[0].startswith("`aten::cos` op ran on CPU instead of RBLN (no rbln kernel)")
+    assert messages[0].startswith("`aten::cosh` op ran on CPU instead of RBLN (no rbln kernel)")
     torch_rbln.reset_fallback_counts()
     assert torch_rbln.fallback_counts() == {}
 
 
 def test_fallback_info_line_format_on_stderr() -> None:
     result = run_python(
-        "import torch, torch_rbln\ntorch.ones(2).to('rbln:0').cos()\n",
+        "import torch, torch_rbln\ntorch.ones(2).to('rbln:0').cosh()\n",
         bare=False, TORCH_RBLN_LOG_LEVEL="INFO",
     )
     assert result.returncode == 0, result.stderr
-    assert "[TORCH-RBLN][INFO] `aten::cos` op ran on CPU instead of RBLN" in result.stderr
+    assert "[TORCH-RBLN][INFO] `aten::cosh` op ran on CPU instead of RBLN" in result.stderr
 
 
 def test_disabled_unsupported_op_fallback_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     x = torch.randn(3).to("rbln:0")
     monkeypatch.setenv("TORCH_RBLN_DISABLE_FALLBACK", "unsupported_op")
     with pytest.raises(NotImplementedError) as error:
-        x.cos()
+        x.cosh()
     message = str(error.value)
-    assert "The operator 'aten::cos' is not implemented for RBLN devices" in message
+    assert "The operator 'aten::cosh' is not implemented for RBLN devices" in message
     assert "TORCH_RBLN_DISABLE_FALLBACK" in message
     monkeypatch.setenv("TORCH_RBLN_DISABLE_FALLBACK", " compile_error , all ")
     with pytest.raises(NotImplementedError):
-        x.sin()
+        x.sinh()
     monkeypatch.setenv("TORCH_RBLN_DISABLE_FALLBACK", "compile_error")
-    x.sin()  # other categories leave op fallback on
+    x.sinh()  # other categories leave op fallback on
 
 
 def test_disabled_non_blocking_copy_raises(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,7 +80,7 @@ def test_unknown_fallback_token_is_an_error(monkeypatch: pytest.MonkeyPatch) -> 
     x = torch.randn(3).to("rbln:0")
     monkeypatch.setenv("TORCH_RBLN_DISABLE_FALLBACK", "everything")
     with pytest.raises(ValueError, match="TORCH_RBLN_DISABLE_FALLBACK"):
-        x.cos()
+        x.cosh()
 
 
 def test_tensor_list_outputs_and_inputs() -> None:

@@ -1,5 +1,6 @@
-"""Gathers along one dim (embedding lookup, index_select) and the embedding gradient, plus the host-side
-range check of the indices these kernels (and the loss kernels) read.
+"""Gathers along one dim (embedding lookup, index_select), the scatter that undoes them (index_put), the
+embedding gradient, plus the host-side range check of the indices these kernels (and the loss kernels)
+read.
 
 `index_select_kernel` views the source as (outer, size, inner) around the selected dim: program (i, o)
 copies the `inner` contiguous elements of slice `indices[i]` of outer block `o`. An embedding lookup
@@ -57,6 +58,28 @@ def embedding_backward_kernel(
             acc += tl.sum(g, axis=0)
         acc = tl.where(v == padding_idx, 0.0, acc)
         tl.store(out_ptr + v * dim + d_start + rd, acc.to(out_ptr.dtype.element_ty), mask=d_mask)
+
+
+@tl.jit
+def index_put_kernel(out_ptr, idx_ptr, v_ptr, size, count, inner, ACCUMULATE: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    """out[o, indices[i], :] = v[o, i, :] (or += with ACCUMULATE) for a contiguous (outer, size, inner)
+    destination and contiguous (outer, count, inner) values; grid (count, outer): the scatter that
+    undoes `index_select_kernel`. Accumulation is an atomic add, which runs the programs in order on
+    one NPU: repeated indices add up in index order, as torch's serial CPU kernel does."""
+    i = tl.program_id(0)
+    o = tl.program_id(1)
+    row = tl.load(idx_ptr + i).to(tl.int64)
+    dst = (o * size + row) * inner
+    src = (o * count + i) * inner
+    cols = tl.arange(0, BLOCK)
+    for start in range(0, inner, BLOCK):
+        mask = start + cols < inner
+        v = tl.load(v_ptr + src + start + cols, mask=mask, other=0.0)
+        if ACCUMULATE:
+            tl.atomic_add(out_ptr + dst + start + cols, v, mask=mask)
+        else:
+            tl.store(out_ptr + dst + start + cols, v, mask=mask)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)

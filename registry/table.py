@@ -306,6 +306,12 @@ TABLE: list[Op] = [
     # ---- (5) embedding (aten::embedding is index_select on rows)
     Op("index_select.default", Ref("_ops", "index_select"), "nn.functional.embedding", int_inputs=True),
     Op("embedding_dense_backward.default", Ref("_ops", "embedding_backward"), int_inputs=True),
+    # ---- indexing by a tensor and the scatters (index_put_ and index_put reach _index_put_impl_; the
+    # embedding and slicing backward of compiled graphs)
+    Op("index.Tensor", Ref("indexing", "index"), "__getitem__", int_inputs=True),
+    Op("_index_put_impl_.default", Ref("indexing", "index_put_"), "index_put", int_inputs=True),
+    Op("slice_scatter.default", Ref("indexing", "slice_scatter"), "slice_scatter"),
+    Op("select_scatter.default", Ref("indexing", "select_scatter"), "select_scatter"),
     # ---- loss (cross_entropy = log_softmax + nll_loss)
     Op("nll_loss_forward.default", Ref("_loss", "nll_loss_forward"), "nn.functional.nll_loss",
        int_inputs=True, tol=LOOSE),

@@ -1,0 +1,126 @@
+"""Indexing by an integer tensor: `index` (`x[idx]`, `x[:, idx]`) and the scatters `index_put_`
+(`x[idx] = v`, `x[idx] += v`, and the embedding gradient that compiled graphs build from
+`index_put(..., accumulate=True)`), `slice_scatter` and `select_scatter` (slicing's backward in compiled
+graphs).
+
+`index` gathers with `index_select`'s kernel; `index_put` runs `kernels/embedding.index_put_kernel`, the
+scatter that undoes `index_select`. Both take one integer index tensor on one dim (every dim before it
+a full slice, `None` in aten's index list); index_put a contiguous destination and values that
+broadcast to the indexed shape. Everything else (boolean masks, several index tensors, negative
+indices, integer data) is declined, so the CPU fallback runs it with torch's own semantics and errors.
+The scatters copy through the copy kernels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import _copy, _launch, _ops
+from ._base import FLOATS, Decline
+from ._launch import kernel_module as _k
+from ._ops import contiguous, empty
+from .geometry import I32, row_block
+
+
+def _index_dim(self: torch.Tensor, indices: list) -> tuple[int, torch.Tensor]:
+    """(dim, index tensor) of an aten index list that indexes one dim with one integer tensor."""
+    present = [(d, t) for d, t in enumerate(indices) if t is not None]
+    if len(present) != 1:
+        raise Decline(f"{len(present)} index tensors (one supported)")
+    dim, index = present[0]
+    if dim >= self.dim():
+        raise Decline("more indices than dims")  # the CPU fallback raises torch's error
+    if not isinstance(index, torch.Tensor) or index.is_cpu:
+        raise Decline("CPU index")
+    if index.dtype not in (torch.int64, torch.int32):
+        raise Decline(f"index dtype {str(index.dtype).replace('torch.', '')} (boolean masks run on the CPU)")
+    return dim, index
+
+
+def index(self: torch.Tensor, indices: list) -> torch.Tensor:
+    """`aten::index.Tensor` (`x[idx]`, `x[:, idx]`) with one integer index tensor of any shape: the
+    rows it names, gathered by `index_select` and viewed in the indexed shape."""
+    dim, index_tensor = _index_dim(self, indices)
+    flat = index_tensor.reshape(-1)
+    if flat.numel() == 0:
+        raise Decline("empty index")
+    gathered = _ops.index_select(self, dim, flat)
+    return gathered.view([*self.shape[:dim], *index_tensor.shape, *self.shape[dim + 1:]])
+
+
+def index_put_(self: torch.Tensor, indices: list, values: torch.Tensor, accumulate: bool = False,
+               unsafe: bool = False) -> torch.Tensor:
+    """`aten::_index_put_impl_`: `self[..., index, ...] = values` (`+=` with `accumulate`), in place.
+
+    Repeated indices: without `accumulate` the last write wins, with it every value is added in index
+    order (the kernel's programs run in order on one NPU), as torch's CPU kernel does."""
+    del unsafe  # torch's own check that indices do not repeat; ours handles repeats either way
+    if self.dtype not in FLOATS:
+        raise Decline(f"dtype {str(self.dtype).replace('torch.', '')}")
+    if not isinstance(values, torch.Tensor) or values.is_cpu:
+        raise Decline("CPU values")
+    if values.dtype != self.dtype:
+        raise Decline("values dtype differs from the destination's")  # torch raises its own error
+    if not self.is_contiguous():
+        raise Decline("non-contiguous destination")
+    dim, index = _index_dim(self, indices)
+    size = self.shape[dim]
+    count = index.numel()
+    indexed_shape = [*self.shape[:dim], *index.shape, *self.shape[dim + 1:]]
+    try:
+        values = values.expand(indexed_shape)
+    except RuntimeError as error:
+        raise Decline("values do not broadcast to the indexed shape") from error  # torch's error on CPU
+    if count == 0 or self.numel() == 0:
+        return self
+    index = contiguous(index)
+    if not _k("embedding").indices_in_range(index, size):
+        raise Decline("negative or out-of-range index")  # torch wraps negatives / raises on the CPU
+    if values.untyped_storage().data_ptr() == self.untyped_storage().data_ptr() or \
+            not values.is_contiguous():
+        values = _fresh_copy(values)  # read every value before any is written
+    outer = math.prod(self.shape[:dim])
+    inner = math.prod(self.shape[dim + 1:])
+    block = row_block(inner)
+    key = (self.dtype, index.dtype, bool(accumulate), block, self.numel() < I32, count < I32)
+    _launch.launch(_k("embedding").index_put_kernel, count, key,
+                   (self, index, values, size, count, inner),
+                   {"ACCUMULATE": bool(accumulate), "BLOCK": block}, rows=outer)
+    return self
+
+
+def _fresh_copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of `t` in storage of its own (a broadcast operand is materialised)."""
+    out = empty(list(t.shape), t.dtype, t.get_device())
+    _copy.copy_into(t, out)
+    return out
+
+
+def _scatter(self: torch.Tensor, src: torch.Tensor, view) -> torch.Tensor:
+    """A contiguous copy of `self` with `view(copy)` overwritten by `src` (which must match its shape)."""
+    if self.dtype != src.dtype or src.is_cpu:
+        raise Decline("src dtype or device")  # torch raises its own error on the CPU
+    out = _fresh_copy(self)
+    target = view(out)
+    if tuple(target.shape) != tuple(src.shape):
+        raise Decline("src shape differs from the slice's")
+    _copy.copy_into(src, target)
+    return out
+
+
+def slice_scatter(self: torch.Tensor, src: torch.Tensor, dim: int = 0, start: int | None = None,
+                  end: int | None = None, step: int = 1) -> torch.Tensor:
+    """`aten::slice_scatter`: `self` with `self[..., start:end:step, ...]` (on `dim`) replaced by `src`."""
+    if step <= 0 or self.dim() == 0:
+        raise Decline("non-positive step or zero-dim tensor")  # torch's error from the CPU fallback
+    dim %= self.dim()
+    return _scatter(self, src, lambda t: t[(slice(None),) * dim + (slice(start, end, step),)])
+
+
+def select_scatter(self: torch.Tensor, src: torch.Tensor, dim: int, index: int) -> torch.Tensor:
+    """`aten::select_scatter`: `self` with `self.select(dim, index)` replaced by `src`."""
+    if self.dim() == 0 or not -self.shape[dim] <= index < self.shape[dim]:
+        raise Decline("index out of range")  # torch's error from the CPU fallback
+    return _scatter(self, src, lambda t: t.select(dim, index))

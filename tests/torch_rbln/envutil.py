@@ -17,8 +17,14 @@ PREFIXES = ("TORCH_RBLN_", "RBLN_")
 
 
 def clean_env(**variables: str) -> dict[str, str]:
-    """A copy of os.environ without torch-rbln variables, with autoload off, plus ``variables``."""
+    """A copy of os.environ without torch-rbln variables, with autoload off, plus ``variables``.
+
+    The test session's kernel cache (``TORCH_RBLN_CACHE_DIR``, set by tests/conftest.py) is kept unless
+    ``variables`` names another: child interpreters then reuse the kernels the session compiled, and
+    nothing is written to the user's ``~/.cache``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIXES)}
+    if "TORCH_RBLN_CACHE_DIR" in os.environ:
+        env["TORCH_RBLN_CACHE_DIR"] = os.environ["TORCH_RBLN_CACHE_DIR"]
     env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     env.update(variables)
     return env

@@ -43,7 +43,6 @@ from torch._C._distributed_c10d import (
     BarrierOptions,
     BroadcastOptions,
     GatherOptions,
-    ProcessGroupGloo,
     ReduceOptions,
     ReduceScatterOptions,
     ScatterOptions,
@@ -80,13 +79,18 @@ def _plain(tensor: torch.Tensor) -> bool:
 # -- group creation ------------------------------------------------------------------------------
 
 
-def create(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupGloo:
-    """The creator `Backend.register_backend` calls for each group that uses rbln-ccl."""
+def create(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> dist.ProcessGroup:
+    """The creator `Backend.register_backend` calls for each group that uses rbln-ccl. It returns the
+    whole process group (`_group.RblnCclGroup`, one gloo backend for rbln and CPU tensors), which
+    torch.distributed uses in place of the one it made; so in `"cpu:gloo,rbln:rbln-ccl"` CPU tensors
+    are served by rbln-ccl's gloo too."""
     bind_local_device()
     install_kernels()
     _keep_fsdp_storage_on_rbln()
     from . import _consensus  # noqa: F401  (the autotuner finds it in sys.modules)
-    return ProcessGroupGloo(store, rank, size, timeout)
+    from ._group import RblnCclGroup
+
+    return RblnCclGroup(store, rank, size, timeout)
 
 
 _FSDP_PARAM = "torch.distributed.fsdp._fully_shard._fsdp_param"

@@ -1,0 +1,144 @@
+"""The process group an `rbln-ccl` group is: a Python `ProcessGroup` whose hot collectives reach gloo
+without a trip through the dispatcher.
+
+Why: a collective on a plain ProcessGroup runs `ProcessGroup::allreduce` (C++) -> the `c10d::allreduce_`
+op -> our PrivateUse1 Python kernel (`_backend`), which must read the boxed ReduceOp (a TorchScript
+method call), unbox the group, build gloo options and box the Work for the dispatcher. For a small
+message that costs about as much as gloo's whole call (README, "Distributed"). Here `dist.all_reduce`
+calls this class's `allreduce` directly with the caller's own options object, and C++ callers (DDP's
+reducer, funcol) reach it through torch's `ProcessGroup` trampoline; the common case (plain dense
+tensors of a gloo dtype, no dispatch mode active) hands host views to gloo at once.
+
+Every other case calls the base method (`super()`), i.e. the dispatcher and `_backend`'s kernels, which
+stage, convert dtypes, validate and write back; so do the collectives not overridden here.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import torch
+import torch.autograd.profiler as _profiler_state
+from torch._C import _len_torch_dispatch_stack
+from torch._C._distributed_c10d import (
+    AllgatherOptions,
+    AllreduceOptions,
+    BroadcastOptions,
+    ProcessGroup,
+    ProcessGroupGloo,
+    ReduceScatterOptions,
+    _allow_inflight_collective_as_graph_input,
+)
+
+from .. import _dlpack
+from .. import profiling as _profiling
+from . import _backend
+
+_Tensor = torch.Tensor
+_to_host = _dlpack.to_host_view
+_plain = _backend._plain
+_CUSTOM = ProcessGroup.BackendType.CUSTOM
+
+
+def _host(tensor: Any) -> Any:
+    """The tensor gloo can use for `tensor` as it is (itself on the CPU, the host view of a plain rbln
+    tensor), or None when the dispatcher path must handle it (staging, dtype carriers, subclasses)."""
+    if type(tensor) is not _Tensor:
+        return None
+    if tensor.is_cpu:
+        return tensor
+    if tensor.is_meta or not _plain(tensor):
+        return None
+    return _to_host(tensor)
+
+
+def _hosts(tensors: Any) -> list | None:
+    hosts = []
+    for tensor in tensors:
+        host = _host(tensor)
+        if host is None:
+            return None
+        hosts.append(host)
+    return hosts
+
+
+def _on_rbln(*tensors: Any) -> bool:
+    """Whether any of `tensors` (the caller's, not the host views) is an rbln tensor: only those calls
+    are rbln-ccl's device ops (counted in the op report, marked in profiler traces), as with the
+    kernels, which the dispatcher runs for rbln tensors only."""
+    return not all(tensor.is_cpu for tensor in tensors)
+
+
+def _direct() -> bool:
+    """Whether a call may bypass the dispatcher: no TorchDispatchMode (e.g. CommDebugMode, fake
+    tensors) would see the c10d op, and no in-flight-collective registration (compiled graphs) is on."""
+    return not _len_torch_dispatch_stack() and not _allow_inflight_collective_as_graph_input()
+
+
+class RblnCclGroup(ProcessGroup):
+    """An `rbln-ccl` process group: one gloo backend for rbln and CPU tensors (see the module doc)."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: datetime.timedelta) -> None:
+        super().__init__(rank, size)
+        self._gloo = ProcessGroupGloo(store, rank, size, timeout)
+        for device in ("cpu", "rbln"):
+            self._register_backend(torch.device(device), _CUSTOM, self._gloo)
+        self._set_default_backend(_CUSTOM)
+        from torch_rbln import registry
+
+        self._counts = registry._device_counts
+
+    def _run(self, name: str, rbln: bool, call: Any, *args: Any) -> Any:
+        """`call(*args)` (gloo's method), counted and, under the profiler, marked when on rbln tensors."""
+        if not rbln:
+            return call(*args)
+        if _profiler_state._is_profiler_enabled:
+            with _profiling.region("collective", name, backend=_backend.BACKEND):
+                work = call(*args)
+        else:
+            work = call(*args)
+        self._counts[name] += 1
+        return work
+
+    # Each method below keeps `super().<same name>(...)` in its own body: pybind finds the base method
+    # that way instead of calling this override again.
+
+    def allreduce(self, *args: Any) -> Any:
+        if len(args) == 2 and type(args[1]) is AllreduceOptions and _direct():
+            hosts = _hosts(args[0])
+            if hosts is not None:
+                return self._run("c10d::allreduce_", _on_rbln(*args[0]), self._gloo.allreduce, hosts, args[1])
+        return super().allreduce(*args)
+
+    def broadcast(self, *args: Any) -> Any:
+        if len(args) == 2 and type(args[1]) is BroadcastOptions and _direct():
+            hosts = _hosts(args[0])
+            if hosts is not None:
+                return self._run("c10d::broadcast_", _on_rbln(*args[0]), self._gloo.broadcast, hosts, args[1])
+        return super().broadcast(*args)
+
+    def allgather(self, *args: Any) -> Any:
+        if len(args) == 3 and type(args[2]) is AllgatherOptions and _direct():
+            inputs = _hosts(args[1])
+            outputs = [_hosts(tensors) for tensors in args[0]] if inputs is not None else [None]
+            if None not in outputs:
+                rbln = _on_rbln(*args[1], *(t for tensors in args[0] for t in tensors))
+                return self._run("c10d::allgather_", rbln, self._gloo.allgather, outputs, inputs, args[2])
+        return super().allgather(*args)
+
+    def _allgather_base(self, *args: Any) -> Any:
+        if len(args) == 3 and type(args[2]) is AllgatherOptions and _direct():
+            output, input = _host(args[0]), _host(args[1])
+            if output is not None and input is not None:
+                return self._run("c10d::_allgather_base_", _on_rbln(args[0], args[1]),
+                                 self._gloo._allgather_base, output, input, args[2])
+        return super()._allgather_base(*args)
+
+    def _reduce_scatter_base(self, *args: Any) -> Any:
+        if len(args) == 3 and type(args[2]) is ReduceScatterOptions and _direct():
+            output, input = _host(args[0]), _host(args[1])
+            if output is not None and input is not None:
+                return self._run("c10d::_reduce_scatter_base_", _on_rbln(args[0], args[1]),
+                                 self._gloo._reduce_scatter_base, output, input, args[2])
+        return super()._reduce_scatter_base(*args)

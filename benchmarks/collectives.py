@@ -1,7 +1,8 @@
 """all_reduce / all_gather / broadcast on rbln tensors (rbln-ccl) vs the same calls on CPU tensors (gloo).
 
 Run: python benchmarks/collectives.py [--ranks 2] [--max-mib 16] [--repeats 5]   (--max-mib 256: full;
-     --max-kib 64: the small messages whose per-call overhead the goal bounds)
+     --max-kib 64: the small messages whose per-call overhead the goal bounds; --ranks 1 --clock thread:
+     that overhead alone, as the calling thread's CPU time, which a busy machine disturbs least)
 
 rbln tensors go to the default `rbln-ccl` group; CPU tensors to a plain `gloo` group over the same ranks
 (`new_group(backend="gloo")`), so the reference is gloo with none of rbln-ccl's code on its path. Goals:
@@ -39,12 +40,15 @@ def _calls_for(nbytes: int) -> int:
     return max(3, min(200, (64 * 1024 * 1024) // max(nbytes, 1) // 8))
 
 
+_clock = time.perf_counter
+
+
 def _time(fn, calls: int) -> float:
     dist.barrier(group=_CPU_GROUP)
-    start = time.perf_counter()
+    start = _clock()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - start) / calls
+    return (_clock() - start) / calls
 
 
 def _case(op: str, nbytes: int, world: int, repeats: int,
@@ -77,8 +81,11 @@ def _case(op: str, nbytes: int, world: int, repeats: int,
     return median(cpu), median(rbln), median(ratios), median(extra)
 
 
-def _rank(rank: int, world: int, port: int, sizes: list[int], repeats: int) -> None:
+def _rank(rank: int, world: int, port: int, sizes: list[int], repeats: int, clock: str) -> None:
     import warnings
+
+    global _clock
+    _clock = time.thread_time if clock == "thread" else time.perf_counter
 
     import torch_rbln  # noqa: F401
 
@@ -93,7 +100,9 @@ def _rank(rank: int, world: int, port: int, sizes: list[int], repeats: int) -> N
         for nbytes in sizes:
             rows.append((op, nbytes, *_case(op, nbytes, world, repeats, device)))
     if rank == 0:
-        print(f"{world} ranks, gloo over localhost, {repeats} rounds; bandwidth in MB/s (algorithmic)")
+        what = "calling thread's CPU time" if clock == "thread" else "wall time"
+        print(f"{world} rank(s), gloo over localhost, {repeats} rounds, {what}; "
+              "bandwidth in MB/s (algorithmic)")
         print(f"{'op':<11} {'size':>9} {'cpu us':>10} {'rbln us':>10} {'extra us':>9} {'cpu MB/s':>10} "
               f"{'rbln MB/s':>10} {'rbln/cpu bw':>11}")
         for op, nbytes, cpu, rbln, ratio, extra in rows:
@@ -108,6 +117,8 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--max-mib", type=int, default=16, help="largest message (256 for the full sweep)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                        help="thread: the calling thread's CPU time (per-call overhead on a busy machine)")
     parser.add_argument("--max-kib", type=int, default=None, help="largest message, KiB (replaces --max-mib)")
     args = parser.parse_args()
     largest = args.max_kib * KIB if args.max_kib is not None else args.max_mib * KIB * KIB
@@ -116,7 +127,7 @@ def main() -> int:
         sizes.append(nbytes)
         nbytes *= 4
     os.environ.setdefault("TORCH_RBLN_SIM_NPUS", str(max(8, args.ranks)))
-    mp.spawn(_rank, args=(args.ranks, _port(), sizes, args.repeats), nprocs=args.ranks, join=True)
+    mp.spawn(_rank, args=(args.ranks, _port(), sizes, args.repeats, args.clock), nprocs=args.ranks, join=True)
     return 0
 
 

@@ -2,11 +2,12 @@
 
 rbln memory is host memory, so a collective needs no transport of its own: each rbln tensor is handed
 to a gloo process group as a zero-copy CPU view (`_dlpack.to_host_view`) and gloo reads and writes the
-rbln memory directly. The backend object a group holds for the rbln device is a `ProcessGroupGloo`;
-what makes rbln tensors reach it is a PrivateUse1 kernel for each `c10d::` op (torch's own PrivateUse1
+rbln memory directly. A group is an `_group.RblnCclGroup` whose backend for rbln and CPU tensors is a
+`ProcessGroupGloo`. Its hot collectives on plain tensors call gloo directly (`_group`); everything else
+reaches gloo through a PrivateUse1 kernel for each `c10d::` op, defined here (torch's own PrivateUse1
 kernels pass device tensors to the backend unchanged, and gloo refuses them). Every caller of a
-collective goes through those ops (`dist.*`, `_functional_collectives`, DDP's reducer, FSDP2, DTensor),
-so one set of kernels serves them all.
+collective ends in the group's methods or those ops (`dist.*`, `_functional_collectives`, DDP's reducer,
+FSDP2, DTensor), so the two serve them all.
 
 A copy is made only where gloo cannot use the view (each is written back when the collective
 completes, before its Work reports completion):

@@ -54,12 +54,23 @@ _CUSTOM = ProcessGroup.BackendType.CUSTOM
 _views: dict[int, tuple[weakref.ref, torch.Tensor, int, torch.Size, tuple[int, ...], torch.dtype]] = {}
 
 
-def _view(tensor: torch.Tensor) -> torch.Tensor:
+def _host(tensor: Any) -> Any:
+    """The tensor gloo can use for `tensor` as it is (itself on the CPU, the cached host view of a plain
+    rbln tensor), or None when the dispatcher path must handle it (staging, dtype carriers, subclasses).
+    Written out in one function: this runs for every tensor of every direct call."""
+    if type(tensor) is not _Tensor:
+        return None
+    if tensor.is_cpu:
+        return tensor
     key = id(tensor)
     entry = _views.get(key)
+    # A hit needs no `_plain` check: entries are made for plain tensors only, and equal dtype, sizes and
+    # strides keep a tensor plain (conj/neg bits change only through private setters).
     if (entry is not None and entry[0]() is tensor and entry[2] == tensor.data_ptr()
             and entry[3] == tensor.shape and entry[4] == tensor.stride() and entry[5] is tensor.dtype):
         return entry[1]
+    if tensor.is_meta or not _plain(tensor):
+        return None
     view = _to_host(tensor.detach())
     _views[key] = (weakref.ref(tensor, partial(_forget, key)), view, tensor.data_ptr(), tensor.shape,
                    tensor.stride(), tensor.dtype)
@@ -72,33 +83,19 @@ def _forget(key: int, ref: weakref.ref) -> None:
         del _views[key]
 
 
-def _host(tensor: Any) -> Any:
-    """The tensor gloo can use for `tensor` as it is (itself on the CPU, the host view of a plain rbln
-    tensor), or None when the dispatcher path must handle it (staging, dtype carriers, subclasses)."""
-    if type(tensor) is not _Tensor:
-        return None
-    if tensor.is_cpu:
-        return tensor
-    if tensor.is_meta or not _plain(tensor):
-        return None
-    return _view(tensor)
-
-
-def _hosts(tensors: Any) -> list | None:
+def _hosts(tensors: Any) -> tuple[list | None, bool]:
+    """`_host` of each tensor (None if any is None), and whether any is an rbln tensor: only those
+    calls are rbln-ccl's device ops (counted in the op report, marked in profiler traces), as with the
+    kernels, which the dispatcher runs for rbln tensors only."""
     hosts = []
+    rbln = False
     for tensor in tensors:
         host = _host(tensor)
         if host is None:
-            return None
+            return None, False
+        rbln = rbln or host is not tensor
         hosts.append(host)
-    return hosts
-
-
-def _on_rbln(*tensors: Any) -> bool:
-    """Whether any of `tensors` (the caller's, not the host views) is an rbln tensor: only those calls
-    are rbln-ccl's device ops (counted in the op report, marked in profiler traces), as with the
-    kernels, which the dispatcher runs for rbln tensors only."""
-    return not all(tensor.is_cpu for tensor in tensors)
+    return hosts, rbln
 
 
 def _direct() -> bool:
@@ -137,24 +134,30 @@ class RblnCclGroup(ProcessGroup):
 
     def allreduce(self, *args: Any) -> Any:
         if len(args) == 2 and type(args[1]) is AllreduceOptions and _direct():
-            hosts = _hosts(args[0])
+            hosts, rbln = _hosts(args[0])
             if hosts is not None:
-                return self._run("c10d::allreduce_", _on_rbln(*args[0]), self._gloo.allreduce, hosts, args[1])
+                return self._run("c10d::allreduce_", rbln, self._gloo.allreduce, hosts, args[1])
         return super().allreduce(*args)
 
     def broadcast(self, *args: Any) -> Any:
         if len(args) == 2 and type(args[1]) is BroadcastOptions and _direct():
-            hosts = _hosts(args[0])
+            hosts, rbln = _hosts(args[0])
             if hosts is not None:
-                return self._run("c10d::broadcast_", _on_rbln(*args[0]), self._gloo.broadcast, hosts, args[1])
+                return self._run("c10d::broadcast_", rbln, self._gloo.broadcast, hosts, args[1])
         return super().broadcast(*args)
 
     def allgather(self, *args: Any) -> Any:
         if len(args) == 3 and type(args[2]) is AllgatherOptions and _direct():
-            inputs = _hosts(args[1])
-            outputs = [_hosts(tensors) for tensors in args[0]] if inputs is not None else [None]
-            if None not in outputs:
-                rbln = _on_rbln(*args[1], *(t for tensors in args[0] for t in tensors))
+            inputs, rbln = _hosts(args[1])
+            outputs: list | None = [] if inputs is not None else None
+            for tensors in args[0] if outputs is not None else ():
+                hosts, rbln_out = _hosts(tensors)
+                if hosts is None:
+                    outputs = None
+                    break
+                outputs.append(hosts)
+                rbln = rbln or rbln_out
+            if outputs is not None:
                 return self._run("c10d::allgather_", rbln, self._gloo.allgather, outputs, inputs, args[2])
         return super().allgather(*args)
 
@@ -163,7 +166,8 @@ class RblnCclGroup(ProcessGroup):
         if len(args) == 3 and type(args[2]) is options and _direct():
             output, input = _host(args[0]), _host(args[1])
             if output is not None and input is not None:
-                return self._run(name, _on_rbln(args[0], args[1]), call, output, input, args[2])
+                rbln = output is not args[0] or input is not args[1]
+                return self._run(name, rbln, call, output, input, args[2])
         return None
 
     # dist.all_gather_into_tensor / reduce_scatter_tensor call the *_single names (torch 2.13); C++

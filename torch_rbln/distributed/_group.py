@@ -9,8 +9,9 @@ calls this class's `allreduce` directly with the caller's own options object, an
 reducer, funcol) reach it through torch's `ProcessGroup` trampoline; the common case (plain dense
 tensors of a gloo dtype, no dispatch mode active) hands host views to gloo at once.
 
-Every other case calls the base method (`super()`), i.e. the dispatcher and `_backend`'s kernels, which
-stage, convert dtypes, validate and write back; so do the collectives not overridden here.
+send and recv take the same path. Every other case calls the base method (`super()`), i.e. the
+dispatcher and `_backend`'s kernels, which stage, convert dtypes, validate and write back; so do the
+collectives not overridden here.
 """
 
 from __future__ import annotations
@@ -160,6 +161,20 @@ class RblnCclGroup(ProcessGroup):
             if outputs is not None:
                 return self._run("c10d::allgather_", rbln, self._gloo.allgather, outputs, inputs, args[2])
         return super().allgather(*args)
+
+    def send(self, *args: Any) -> Any:
+        if len(args) == 3 and _direct():
+            hosts, rbln = _hosts(args[0])
+            if hosts is not None:
+                return self._run("c10d::send", rbln, self._gloo.send, hosts, args[1], args[2])
+        return super().send(*args)
+
+    def recv(self, *args: Any) -> Any:
+        if len(args) == 3 and _direct():
+            hosts, rbln = _hosts(args[0])
+            if hosts is not None:
+                return self._run("c10d::recv_", rbln, self._gloo.recv, hosts, args[1], args[2])
+        return super().recv(*args)
 
     def _single(self, name: str, options: type, call: Any, args: tuple) -> Any:
         """The direct path of an (output, input, options) collective, or None for the kernel path."""

@@ -2,11 +2,12 @@
 
 rbln memory is host memory, so a collective needs no transport of its own: each rbln tensor is handed
 to a gloo process group as a zero-copy CPU view (`_dlpack.to_host_view`) and gloo reads and writes the
-rbln memory directly. The backend object a group holds for the rbln device is a `ProcessGroupGloo`;
-what makes rbln tensors reach it is a PrivateUse1 kernel for each `c10d::` op (torch's own PrivateUse1
+rbln memory directly. A group is an `_group.RblnCclGroup` whose backend for rbln and CPU tensors is a
+`ProcessGroupGloo`. Its hot collectives on plain tensors call gloo directly (`_group`); everything else
+reaches gloo through a PrivateUse1 kernel for each `c10d::` op, defined here (torch's own PrivateUse1
 kernels pass device tensors to the backend unchanged, and gloo refuses them). Every caller of a
-collective goes through those ops (`dist.*`, `_functional_collectives`, DDP's reducer, FSDP2, DTensor),
-so one set of kernels serves them all.
+collective ends in the group's methods or those ops (`dist.*`, `_functional_collectives`, DDP's reducer,
+FSDP2, DTensor), so the two serve them all.
 
 A copy is made only where gloo cannot use the view (each is written back when the collective
 completes, before its Work reports completion):
@@ -43,7 +44,6 @@ from torch._C._distributed_c10d import (
     BarrierOptions,
     BroadcastOptions,
     GatherOptions,
-    ProcessGroupGloo,
     ReduceOptions,
     ReduceScatterOptions,
     ScatterOptions,
@@ -70,16 +70,28 @@ _MOVE_AS = {1: torch.uint8, 2: torch.float16, 4: torch.int32, 8: torch.int64, 16
 _REDUCE_AS = {torch.int16: torch.int32, torch.uint16: torch.int32, torch.uint32: torch.int64}
 
 
+def _plain(tensor: torch.Tensor) -> bool:
+    """Whether gloo can use `tensor`'s host view as it is: a gloo dtype, contiguous, and no lazy
+    conj/neg bit (gloo reads raw memory, so such a view is staged through `resolve_conj/neg`)."""
+    return tensor.dtype in _GLOO_DTYPES and tensor.is_contiguous() and not tensor.is_conj() and \
+        not tensor.is_neg()
+
+
 # -- group creation ------------------------------------------------------------------------------
 
 
-def create(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupGloo:
-    """The creator `Backend.register_backend` calls for each group that uses rbln-ccl."""
+def create(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> dist.ProcessGroup:
+    """The creator `Backend.register_backend` calls for each group that uses rbln-ccl. It returns the
+    whole process group (`_group.RblnCclGroup`, one gloo backend for rbln and CPU tensors), which
+    torch.distributed uses in place of the one it made; so in `"cpu:gloo,rbln:rbln-ccl"` CPU tensors
+    are served by rbln-ccl's gloo too."""
     bind_local_device()
     install_kernels()
     _keep_fsdp_storage_on_rbln()
     from . import _consensus  # noqa: F401  (the autotuner finds it in sys.modules)
-    return ProcessGroupGloo(store, rank, size, timeout)
+    from ._group import RblnCclGroup
+
+    return RblnCclGroup(store, rank, size, timeout)
 
 
 _FSDP_PARAM = "torch.distributed.fsdp._fully_shard._fsdp_param"
@@ -206,9 +218,11 @@ class _Staging:
         `written`, i.e. the collective stores results in it)."""
         if tensor.is_cpu:
             return tensor
-        view = _to_host(tensor)
-        if view.dtype in _GLOO_DTYPES and view.is_contiguous():  # the usual case: the view itself
-            return view
+        if _plain(tensor):  # the usual case, decided on the rbln tensor: the view itself
+            return _to_host(tensor)
+        return self._staged(_to_host(tensor), written)
+
+    def _staged(self, view: torch.Tensor, written: bool) -> torch.Tensor:
         carrier = view
         if view.dtype not in _GLOO_DTYPES:
             if self.reduce:
@@ -283,9 +297,12 @@ def _all_of(works: list[dist.Work], staging: _Staging) -> Any:
 # -- options -------------------------------------------------------------------------------------
 
 
+_unbox_group = dist.ProcessGroup.unbox
+
+
 def _gloo(group: Any) -> Any:
     """The backend the (boxed) process group holds for rbln tensors."""
-    return dist.ProcessGroup.unbox(group)._get_backend(_RBLN)
+    return _unbox_group(group)._get_backend(_RBLN)
 
 
 _reduce_ops: dict[int, dist.ReduceOp] = {}
@@ -301,6 +318,21 @@ def _reduce_op(op: Any) -> dist.ReduceOp:
             raise ValueError("rbln-ccl: ReduceOp.PREMUL_SUM is not supported (gloo has no premultiplied sum)")
         reduce_op = _reduce_ops[kind] = dist.ReduceOp(red_op_type)
     return reduce_op
+
+
+_shared_options: dict[tuple, Any] = {}
+
+
+def _shared(kind: type, timeout: int, async_op: bool, *fields: tuple[str, Any]) -> Any:
+    """An options object of `kind` for these settings, built once and shared by every call with them
+    (building one costs about as much as a small collective's own Python work). Shared objects are
+    never modified after they are built, and gloo copies what it needs when a call starts."""
+    key = (kind, timeout, async_op, *fields)
+    options = _shared_options.get(key)
+    if options is None:
+        options = _options(kind(), timeout, async_op, **dict(fields))
+        options = _shared_options.setdefault(key, options)
+    return options
 
 
 def _options(options: Any, timeout: int, async_op: bool | None = None, **fields: Any) -> Any:
@@ -320,11 +352,7 @@ def _allreduce(tensors, group, op, sparse_indices, async_op=True, timeout=-1):
     if sparse_indices is not None:
         raise NotImplementedError("rbln-ccl: sparse all_reduce is not supported")
     staging = _Staging(reduce=True)
-    opts = AllreduceOptions()  # the most frequent call (DDP buckets): options set directly
-    opts.reduceOp = _reduce_op(op)
-    opts.asyncOp = async_op
-    if timeout >= 0:
-        opts.timeout = datetime.timedelta(milliseconds=timeout)
+    opts = _shared(AllreduceOptions, timeout, async_op, ("reduceOp", _reduce_op(op)))
     work = _gloo(group).allreduce(staging.hosts(tensors, True), opts)
     return tensors, staging.finish(work)
 
@@ -337,7 +365,7 @@ def _allreduce_coalesced(tensors, group, op, async_op=True, timeout=-1):
 
 def _broadcast(tensors, group, root_rank, root_tensor, async_op=True, timeout=-1):
     staging = _Staging(reduce=False)
-    opts = _options(BroadcastOptions(), timeout, async_op, rootRank=root_rank, rootTensor=root_tensor)
+    opts = _shared(BroadcastOptions, timeout, async_op, ("rootRank", root_rank), ("rootTensor", root_tensor))
     work = _gloo(group).broadcast(staging.hosts(tensors, True), opts)
     return tensors, staging.finish(work)
 
@@ -351,14 +379,14 @@ def _reduce(tensors, group, op, root_rank, root_tensor, async_op=True, timeout=-
 
 def _allgather(outputs, inputs, group, async_op=True, timeout=-1):
     staging = _Staging(reduce=False)
-    opts = _options(AllgatherOptions(), timeout, async_op)
+    opts = _shared(AllgatherOptions, timeout, async_op)
     work = _gloo(group).allgather(staging.nested(outputs, True), staging.hosts(inputs, False), opts)
     return outputs, staging.finish(work)
 
 
 def _allgather_base(output, input, group, async_op=True, timeout=-1):
     staging = _Staging(reduce=False)
-    opts = _options(AllgatherOptions(), timeout, async_op)
+    opts = _shared(AllgatherOptions, timeout, async_op)
     work = _gloo(group)._allgather_base(staging.host(output, True), staging.host(input, False), opts)
     return output, staging.finish(work)
 
@@ -389,7 +417,7 @@ def _reduce_scatter(outputs, input_lists, group, op, async_op=True, timeout=-1):
 
 def _reduce_scatter_base(output, input, group, op, async_op=True, timeout=-1):
     staging = _Staging(reduce=True)
-    opts = _options(ReduceScatterOptions(), timeout, async_op, reduceOp=_reduce_op(op))
+    opts = _shared(ReduceScatterOptions, timeout, async_op, ("reduceOp", _reduce_op(op)))
     work = _gloo(group)._reduce_scatter_base(staging.host(output, True), staging.host(input, False), opts)
     return output, staging.finish(work)
 

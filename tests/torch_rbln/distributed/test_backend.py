@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
@@ -80,12 +81,14 @@ def test_more_ranks_on_a_host_than_devices_is_an_error(monkeypatch):
         torch.rbln.set_device(0)
 
 
-def test_device_backend_string_keeps_gloo_for_cpu():
+def test_device_backend_string_serves_cpu_with_gloo():
+    # rbln-ccl's group replaces the one torch built, so its own gloo serves CPU tensors as well.
     dist.init_process_group("cpu:gloo,rbln:rbln-ccl", store=dist.HashStore(), rank=0, world_size=1)
     try:
         group = dist.group.WORLD
         assert dist.get_backend_config() == "cpu:gloo,rbln:rbln-ccl"
-        assert group._get_backend(torch.device("rbln")) is not group._get_backend(torch.device("cpu"))
+        assert isinstance(group._get_backend(torch.device("cpu")), dist.ProcessGroupGloo)
+        assert isinstance(group._get_backend(torch.device("rbln")), dist.ProcessGroupGloo)
         r, c = torch.ones(3, device="rbln"), torch.ones(3)
         dist.all_reduce(r)
         dist.all_reduce(c)
@@ -130,3 +133,43 @@ def test_rank_check_counts_the_devices_rbln_devices_leaves(monkeypatch):
     finally:
         isolate(monkeypatch)
         topology.reset_for_tests()
+
+
+def test_direct_path_reuses_views_and_lets_tensors_go(group):
+    """The group's direct path (no dispatcher) caches a host view per tensor: reused while the tensor is
+    unchanged, remade after set_/resize_, dropped with the tensor (whose memory is then freed)."""
+    from torch_rbln.distributed import _group
+
+    assert isinstance(group, _group.RblnCclGroup)
+    gc.collect()  # earlier tests' cyclic garbage would otherwise be freed in the middle of this one
+    before = torch.rbln.memory_allocated()
+    x = torch.ones(1024, device="rbln")
+    dist.all_reduce(x)
+    view = _group._views[id(x)][1]
+    dist.broadcast(x, 0)
+    assert _group._views[id(x)][1] is view
+    x.set_(torch.full((8,), 3.0, device="rbln"))
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    assert _group._views[id(x)][1] is not view and torch.equal(x.cpu(), torch.full((8,), 3.0))
+    x.resize_(4)
+    dist.all_reduce(x)
+    assert _group._views[id(x)][1].shape == (4,)
+    key = id(x)
+    del x, view
+    assert key not in _group._views
+    assert torch.rbln.memory_allocated() == before
+
+
+def test_direct_path_leaves_strided_and_mode_calls_to_the_kernels(group):
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from torch_rbln import registry
+
+    registry.reset_fallback_report()
+    x = torch.arange(8.0, device="rbln")
+    dist.all_reduce(x[::2])  # staged by the kernel, written back
+    with CommDebugMode() as comm:  # a dispatch mode sees the c10d op: the kernel path ran
+        dist.all_reduce(x)
+    assert comm.get_total_counts() == 1
+    assert torch.equal(x.cpu(), torch.arange(8.0))
+    assert registry.fallback_report()["c10d::allreduce_"]["device"] == 2

@@ -37,66 +37,6 @@ _c_float = ctypes.c_float  # a float32 at an address: an rbln tensor's memory is
 _NO_KEYWORDS: dict = {}  # passed on, never written: the fast paths only read their kwargs
 
 
-def by_keyword(keyword: str, default, paths: dict) -> FastPath:
-    """The fast path of an overload whose keyword argument `keyword` (`default` when absent) picks the
-    kernel op: `paths[value]` on the call without that keyword; None for a value `paths` lacks (the
-    general path declines it, and the CPU raises torch's error)."""
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        value = default
-        if keyword in kwargs:
-            value = kwargs[keyword]
-            kwargs = {name: given for name, given in kwargs.items() if name != keyword} if len(kwargs) > 1 \
-                else _NO_KEYWORDS
-        path = paths.get(value) if value is None or type(value) is str else None
-        return None if path is None else path(args, kwargs)
-
-    return fast
-
-
-def div_mode(*, inplace: bool = False, out: bool = False) -> FastPath:
-    """`div(a, b, rounding_mode=None|"trunc"|"floor")`, functional, in place or into `out=`: the binary
-    kernel op `table._div_mode` picks (`div_trunc_scalar` for a Python-number divisor, as `_ops.binary`
-    renames it). Written as one function rather than `by_keyword` over `by_operand`: each Python call
-    level costs ~0.15 us of a call that torch's boxing of the keyword already makes ~3.5 us dearer than
-    `floor_divide`'s. Another mode value returns None (the general path raises torch's error)."""
-    divide = FP.binary("div", inplace=inplace, out=out)
-    floor = FP.binary("div_floor", inplace=inplace, out=out)
-    trunc = FP.binary("div_trunc", inplace=inplace, out=out)
-    trunc_scalar = FP.binary("div_trunc_scalar", inplace=inplace, out=out)
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        mode = None
-        if "rounding_mode" in kwargs:
-            mode = kwargs["rounding_mode"]
-            kwargs = {name: given for name, given in kwargs.items() if name != "rounding_mode"} \
-                if len(kwargs) > 1 else _NO_KEYWORDS
-        if mode is None:
-            return divide(args, kwargs)
-        if type(mode) is not str:
-            return None
-        if mode == "floor":
-            return floor(args, kwargs)
-        if mode != "trunc":
-            return None
-        kind = type(args[1]) if len(args) == 2 else None
-        return (trunc_scalar if kind is int or kind is float else trunc)(args, kwargs)
-
-    return fast
-
-
-def third_as_alpha(binary: FastPath) -> FastPath:
-    """`name(a, b, number)` whose third argument the binary kernel takes as alpha (threshold_backward's
-    threshold, as `table._threshold_backward` passes it)."""
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        if len(args) != 3 or kwargs:
-            return None
-        return binary(args[:2], {"alpha": args[2]})
-
-    return fast
-
-
 def clamp_tensor(*, inplace: bool = False, out: bool = False) -> FastPath:
     """`clamp(x, min, max)` with tensor bounds (either may be None), functional, in place or into
     `out=`: the launches of `table._clamp_tensor`, maximum with `min` into the result, then minimum with
@@ -242,42 +182,7 @@ def fill(*, zero: bool) -> FastPath:
     return fast
 
 
-def _families() -> dict[str, FastPath]:
-    paths: dict[str, FastPath] = {}
-    for name in ("add", "sub", "mul", "div"):
-        paths[f"{name}.out"] = FP.binary(name, out=True)
-    for name in _COMPARISONS:
-        paths[f"{name}.Tensor_out"] = FP.binary(name, comparison=True, out=True)
-        paths[f"{name}_.Tensor"] = paths[f"{name}_.Scalar"] = FP.binary(name, comparison=True, inplace=True)
-    for name in _UNARY_OUT:
-        paths[f"{name}.out"] = FP.unary(name, out=True)
-    for name in ("sigmoid_backward", "tanh_backward", "silu_backward"):
-        paths[f"{name}.default"] = FP.binary(name)
-    return paths
-
-
 FAST_PATHS: dict[str, FastPath] = {
-    **_families(),
-    "gelu.out": FP.unary("gelu", keyword="approximate", values=_GELU_OPS, out=True),
-    "gelu_.default": FP.unary("gelu", keyword="approximate", values=_GELU_OPS, inplace=True),
-    "pow.Tensor_Tensor": FP.binary("pow"),
-    "pow.Tensor_Tensor_out": FP.binary("pow", out=True),
-    "pow.Tensor_Scalar": FP.pow_scalar(FP.binary("mul")),
-    "pow.Tensor_Scalar_out": FP.pow_scalar(FP.binary("mul", out=True), out=True),
-    "div.Tensor_mode": div_mode(),
-    "div.Scalar_mode": div_mode(),
-    "div.out_mode": div_mode(out=True),
-    "div_.Tensor_mode": div_mode(inplace=True),
-    "div_.Scalar_mode": div_mode(inplace=True),
-    "floor_divide.default": FP.binary("div_floor"),
-    "gelu_backward.default": by_keyword("approximate", "none", {
-        value: FP.binary(op) for value, op in _GELU_BACKWARD_OPS.items()}),
-    "threshold_backward.default": third_as_alpha(FP.binary("threshold_backward")),
-    "clamp.out": FP.clamp(FP.binary("clamp", out=True)),
-    "clamp_min.default": FP.clamp(FP.binary("clamp"), only="min"),
-    "clamp_max.default": FP.clamp(FP.binary("clamp"), only="max"),
-    "clamp_min_.default": FP.clamp(FP.binary("clamp", inplace=True), only="min"),
-    "clamp_max_.default": FP.clamp(FP.binary("clamp", inplace=True), only="max"),
     "clamp.Tensor": clamp_tensor(),
     "clamp_.Tensor": clamp_tensor(inplace=True),
     "clamp.Tensor_out": clamp_tensor(out=True),

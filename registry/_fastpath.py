@@ -322,87 +322,6 @@ def _unary_plan(plan_key: tuple) -> _Plan | None:
 _unary_plans: dict[tuple, _Plan | None] = PlanMemo(1024, _unary_plan)
 
 
-def _unary_into(op_name: str, x, p: float, target: Tensor | None) -> Tensor | None:
-    """`unary_kernel` op `op_name` (parameter `p`) on `x`, a contiguous rbln tensor of a floating dtype,
-    into `target`: None for a new tensor, `x` itself (in place), or an `out=` tensor that `_writable`
-    accepts; None for any other call, which the general path then takes."""
-    index = _contiguous_rbln(x)
-    if index < 0:
-        return None
-    dtype = x.dtype
-    n = x.numel()
-    plan = _unary_plans[(op_name, dtype, n)]
-    if plan is None:
-        return None
-    if target is not None and target is not x and not _writable(target, index, dtype, x.shape, x):
-        return None
-    run = plan.ready(x, index, n)
-    if run is None:
-        return None
-    if target is None:
-        target = _memory.empty(x.shape, dtype, index)
-    run(plan.programs, 1, 1, x, target, n, p, plan.op)
-    return target
-
-
-def unary(name: str, *, inplace: bool = False, keyword: str | None = None, values: dict | None = None,
-          out: bool = False) -> FastPath:
-    """The fast path of a unary op `x -> name(x)`, functional, in place or into `out=` (`out`: the
-    `.out` overloads). `keyword`/`values`: an optional keyword argument that picks the kernel op
-    (gelu's `approximate`: value -> op name)."""
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        op_name = name
-        target = None
-        if kwargs or out:
-            given = _keywords(kwargs, out, keyword)
-            if given is None:
-                return None
-            target, value = given
-            if value is not _ABSENT:
-                op_name = values.get(value)
-                if op_name is None:
-                    return None
-        if len(args) != 1:
-            return None
-        x = args[0]
-        return _unary_into(op_name, x, 0.0, x if inplace else target)
-
-    return fast
-
-
-# pow(x, exponent) -> (unary op, its parameter) of the exponents `table._pow_scalar` special-cases as
-# torch does (2 is x * x, a binary mul); every other exponent is the generic "pow" with p = exponent
-_POW_UNARY = {1: ("scale", 1.0), 0.5: ("sqrt", 0.0), 3: ("cube", 0.0), -1: ("reciprocal", 0.0),
-              -2: ("reciprocal_square", 0.0), -0.5: ("rsqrt", 0.0)}
-
-
-def pow_scalar(mul: FastPath, *, out: bool = False) -> FastPath:
-    """The fast path of `pow(x, exponent)` with a real Python-number exponent (`out`: into `out=`): the
-    launch `table._pow_scalar` makes, `mul`'s fast path on `(x, x)` for 2 (built with the same `out`),
-    else the unary op of `_POW_UNARY` or the generic pow."""
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        if len(args) != 2:
-            return None
-        target = None
-        if kwargs or out:
-            given = _keywords(kwargs, out, None)
-            if given is None:
-                return None
-            target = given[0]
-        x, exponent = args
-        kind = type(exponent)
-        if kind is not int and kind is not float:
-            return None
-        if exponent == 2:
-            return mul((x, x), kwargs)
-        op_name, p = _POW_UNARY.get(exponent) or ("pow", float(exponent))
-        return _unary_into(op_name, x, p, target)
-
-    return fast
-
-
 def softmax(*, log: bool) -> FastPath:
     """The fast path of `_softmax` / `_log_softmax(x, dim, half_to_float=False)` over the last dim of a
     contiguous tensor whose rows fit one block (the one-pass row kernel). Flat, as `binary`."""
@@ -557,42 +476,6 @@ def masked_fill(*, inplace: bool) -> FastPath:
 
     fast.fill_into = fill_into
     return fast
-
-
-def clamp(clamp_binary: FastPath, *, only: str | None = None) -> FastPath:
-    """The fast path of `clamp(x, min, max)` with Python-number bounds (or None): the binary clamp
-    kernel's fast path with the lower bound as the scalar operand and the upper one as alpha, the launch
-    `table._clamp` makes (a missing bound is -inf / +inf, as there). `only` "min" / "max": the
-    overload takes that one bound only (`clamp_min(x, min)`, `clamp_max(x, max)`). An `out=` keyword
-    goes on to `clamp_binary` (built with `out=True` for `clamp.out`)."""
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        count = len(args)
-        if kwargs and (len(kwargs) != 1 or "out" not in kwargs):
-            return None
-        if only is None:
-            if not 2 <= count <= 3:
-                return None
-            low = args[1]
-            high = args[2] if count == 3 else None
-        elif count != 2:
-            return None
-        elif only == "min":
-            low, high = args[1], None
-        else:
-            low, high = None, args[1]
-        if low is None and high is None:
-            return None
-        for bound in (low, high):
-            if bound is not None and type(bound) is not int and type(bound) is not float:
-                return None
-        return clamp_binary((args[0], -math.inf if low is None else low),
-                            {**kwargs, "alpha": math.inf if high is None else high})
-
-    return fast
-
-
-square = pow_scalar  # table.py's name of the pow.Tensor_Scalar fast path (`x.pow(2)`, RMSNorm's square)
 
 
 class _NormPlan(_Plan):

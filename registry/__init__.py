@@ -34,6 +34,7 @@ from torch_rbln import _structural, config, fallback
 
 from ._base import FLOATS, Decline, InvalidCall, Ref  # noqa: F401  (FLOATS re-exported)
 from ._checks import _device_counts, _run_device, check_inputs
+from ._memo import BoundedMemo
 from .table import NAMES, TABLE, Op
 
 __all__ = [
@@ -46,6 +47,7 @@ _lock = threading.Lock()
 _libraries: list[torch.library.Library] = []
 _user: dict[str, tuple[Callable, Callable | None]] = {}  # aten name -> (impl, accepts), overriding TABLE
 _registered = False
+_kernels: dict[str, Callable] = {}  # table overload name -> its registered dispatcher (tests, benchmarks)
 
 
 def _partial_overlap(a: Tensor, b: Tensor) -> bool:
@@ -91,11 +93,11 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
     overwrites_first = entry.overwrites_first
     counts = _device_counts
     fallback_plan = name = default = fast = signature = build = None
-    plans: dict = {}
+    plans: dict = BoundedMemo(1024)  # signature -> Plan
     resolved = False
 
     def resolve() -> None:
-        nonlocal overload, fallback_plan, name, default, fast, signature, build, plans, resolved
+        nonlocal overload, fallback_plan, name, default, fast, signature, build, resolved
         if overload is None:
             overload = _overload(short)
         fallback_plan = fallback._plan_for(overload)
@@ -103,9 +105,7 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
         default = (entry.kernel, None)
         family = entry.planner
         if family is not None:
-            from ._memo import BoundedMemo
-
-            signature, build, plans = family.signature, family.plan, BoundedMemo(1024)
+            signature, build = family.signature, family.plan
         else:
             fast = entry.fast
         resolved = True
@@ -229,7 +229,8 @@ def register_table(library: torch.library.Library | None = None) -> None:
             library = torch.library.Library("aten", "IMPL")
             _libraries.append(library)
         for entry in TABLE:
-            library.impl(_impl_name(entry.name), _dispatcher(entry), "PrivateUse1")
+            _kernels[entry.name] = _dispatcher(entry)
+            library.impl(_impl_name(entry.name), _kernels[entry.name], "PrivateUse1")
         for name, key, attr in _ATTENTION:
             library.impl(name, _deferred(Ref("attention", attr)), key)
         _structural.set_device_copy(_first_device_copy)

@@ -1,5 +1,7 @@
-"""Fast paths of the commonest registered calls: elementwise ops on same-shape contiguous tensors,
-softmax over short rows, and sum/mean/amax/amin over the last dim or over all elements.
+"""Fast paths of the row families not yet migrated to per-signature plans (`plan.py`): softmax over
+short rows, layer norm, and sum/mean/amax/amin over the last dim or over all elements; and `_Plan`,
+the kept-launch record that `_fast_rows`, `_fast_matmul`, `attention` and `custom` build on.
+(The elementwise family runs on plans: `elementwise.py`.)
 
 A registered op pays for generality on every call: the generic input checks, type promotion,
 broadcasting and `out=` handling, the kernel's launch bookkeeping. On a small tensor that is most of
@@ -28,23 +30,11 @@ from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._memo import PlanMemo
 from ._ops import (
-    _I32,
     _ONE_BLOCK,
-    _TILED_MIN,
     FLOATS,
-    Decline,
-    _block,
-    _broadcast,
-    _cdiv,
-    _dense_layout,
     _k,
-    _scalar_tensor,
-    dense_binary_key,
     norm_launch,
-    scalar_value,
     softmax_row_key,
-    unary_key,
-    where_geometry,
 )
 from ._reduce import _CODES, row_key
 
@@ -131,24 +121,6 @@ def _row_launch(plan: _Plan | None, x: Tensor, index: int) -> Callable | None:
     return None if plan is None else plan.ready(x, index, plan.programs * plan.n)
 
 
-def _writable(out, index: int, dtype: torch.dtype, shape: tuple, *inputs: Tensor) -> bool:
-    """Whether an elementwise fast path may write its result to the `out=` tensor `out`: a contiguous
-    rbln tensor on device `index` of exactly the result's `dtype` and `shape` (no resize, no cast) that
-    is either one of the `inputs` itself (each element is read before it is written) or shares no
-    memory with any of them (contiguous: a byte range each). Any other `out` is the general path's."""
-    if not isinstance(out, Tensor) or out.dtype is not dtype or not out.is_contiguous() or \
-            out.get_device() != index or out.shape != shape:
-        return False
-    start = out.data_ptr()
-    end = start + out.nbytes
-    for tensor in inputs:
-        if tensor is not out:
-            begin = tensor.data_ptr()
-            if begin < end and start < begin + tensor.nbytes:
-                return False
-    return True
-
-
 _PLANS: weakref.WeakSet[_Plan] = weakref.WeakSet()  # every live plan (a memo's eviction drops its own)
 
 
@@ -162,164 +134,6 @@ def _reset_plans(kernel) -> None:
 
 
 on_clear_cache(_reset_plans)
-
-
-_ABSENT = object()  # `_keywords`: the optional keyword was not given
-
-
-def _keywords(kwargs: dict, out: bool, keyword: str | None) -> tuple | None:
-    """(the `out=` tensor or None, the value of `keyword` or _ABSENT) of a fast path's keyword arguments:
-    `out=` exactly when `out` (the `.out` overloads), `keyword` optionally; None for any other set of
-    keywords, which the general path then takes."""
-    count = len(kwargs)
-    target = None
-    if out:
-        target = kwargs.get("out")
-        if target is None:
-            return None
-        count -= 1
-    if not count:
-        return target, _ABSENT
-    if count != 1 or keyword is None or keyword not in kwargs:
-        return None
-    return target, kwargs[keyword]
-
-
-class _BinaryPlan(_Plan):
-    """A binary op's launch for one (dtype, shapes): `binary_dense_kernel` over `rows` rows of `n`
-    elements (operand modes as `_ops._dense_layout` chose them), the output shape and each operand's
-    element count (for its NaN/Inf scan)."""
-
-    __slots__ = ("rows", "shape", "a_numel", "b_numel")
-
-    def __init__(self, key: tuple, op: int, out_dtype: torch.dtype, dtype: torch.dtype, n: int, rows: int,
-                 shape: tuple, a_numel: int, b_numel: int) -> None:
-        kernel = _k("elementwise").binary_dense_kernel
-        super().__init__(kernel, key, op, out_dtype, dtype, _cdiv(n, _block(n)))
-        self.n, self.rows, self.shape, self.a_numel, self.b_numel = n, rows, shape, a_numel, b_numel
-
-
-def binary(name: str, *, inplace: bool = False, comparison: bool = False, out: bool = False) -> FastPath:
-    """The fast path of `name(a, b[, alpha])`, functional, in place on `a` or into `out=` (`out`: the
-    `.out` overloads, see `_writable`); `b` a Python number (the `.Scalar` overloads: it is read as a
-    one-element float32 tensor, broadcast) or a contiguous tensor of `a`'s dtype whose shape broadcasts
-    with `a`'s as the general path's dense kernel reads it (the same shape, a bias row repeated over
-    rows, a column with one value per row, one element). A comparison stores bool, or `a`'s dtype in
-    place (as `_ops.binary_output` makes it write `a`). Written flat (no helper calls on the way to
-    the launch): on a 4-element tensor every Python call here is a measurable share of the op."""
-    out_kind = torch.bool if comparison and not inplace else None
-
-    def plan_for(dtype: torch.dtype, a_shape: tuple, b_shape: tuple | None) -> _BinaryPlan | None:
-        """The plan of `a` (contiguous, `a_shape`) with a contiguous `b` of `b_shape`, or with a scalar
-        (`b_shape` None); None for what the dense kernel does not take as the general path would."""
-        if dtype not in FLOATS:
-            return None
-        out_dtype = out_kind or dtype
-        a_numel = math.prod(a_shape)
-        if b_shape is None:  # a Python scalar, read from a float32 tensor
-            if a_numel <= 1:
-                return None
-            shape, modes, n, b_dtype, b_numel = tuple(a_shape), (0, 1), a_numel, torch.float32, 1
-        else:
-            try:
-                shape = tuple(_broadcast(a_shape, b_shape))
-            except Decline:
-                return None  # the general path raises torch's error
-            numel = math.prod(shape)
-            if numel == 0 or (inplace and shape != tuple(a_shape)):
-                return None
-            stand_ins = (torch.empty(a_shape, device="meta"), torch.empty(b_shape, device="meta"))
-            layout = _dense_layout(stand_ins, list(shape), numel)
-            if layout is None:
-                return None
-            modes, n = layout
-            b_dtype, b_numel = dtype, math.prod(b_shape)
-        E = _k("elementwise")
-        key, keywords = dense_binary_key(E, name, (dtype, b_dtype, out_dtype), n, modes)
-        return _BinaryPlan(key, keywords["OP"], out_dtype, dtype, n, math.prod(shape) // n, shape, a_numel,
-                           b_numel)
-
-    # (dtype, a's shape, b's shape or None for a scalar) -> plan, or None for a call no plan takes
-    plans: dict[tuple, _BinaryPlan | None] = PlanMemo(1024, lambda plan_key: plan_for(*plan_key))
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        if len(args) != 2:
-            return None
-        alpha = 1.0
-        target = None
-        if kwargs or out:
-            given = _keywords(kwargs, out, "alpha")
-            if given is None:
-                return None
-            target, value = given
-            if value is not _ABSENT:
-                kind = type(value)
-                if kind is not int and kind is not float:
-                    return None
-                alpha = float(value)
-        a, b = args
-        index = _contiguous_rbln(a)
-        if index < 0:
-            return None
-        dtype = a.dtype
-        kind = type(b)
-        scalar = kind is float or kind is int
-        if scalar:
-            plan = plans[(dtype, a.shape, None)]
-            if plan is None:
-                return None
-            b = _scalar_tensor(scalar_value(name, b, dtype), index)
-        else:
-            if not isinstance(b, Tensor) or b.dtype is not dtype or b.get_device() != index or \
-                    not b.is_contiguous():
-                return None
-            plan = plans[(dtype, a.shape, b.shape)]
-            if plan is None:
-                return None
-            if inplace and b is not a and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
-                return None  # partial overlap: the general path decides
-        programs, rows = plan.programs, plan.rows
-        if programs * rows > 1 and _device_tp(index) > 1:
-            return None  # a grid split over a tensor-parallel group: the general launch
-        if out and not (_writable(target, index, plan.out_dtype, plan.shape, a) if scalar else
-                        _writable(target, index, plan.out_dtype, plan.shape, a, b)):
-            return None
-        run = plan.run
-        if run is None or plan.backend != requested_backend():
-            run = plan.launcher()
-            if run is None:
-                return None
-        if not config.deploy_mode():
-            a_numel = plan.a_numel
-            if a_numel < PARALLEL_MIN:
-                scan, mask = plan.scan, plan.mask
-                if not scan(a.data_ptr(), a_numel, mask) or not (scalar or scan(b.data_ptr(), plan.b_numel,
-                                                                                 mask)):
-                    return None
-            elif not (all_finite(a) and (scalar or all_finite(b))):
-                return None
-        if target is None:
-            target = a if inplace else _memory.empty(plan.shape, plan.out_dtype, index)
-        run(programs, rows, 1, a, b, target, plan.n, alpha, plan.op)
-        return target
-
-    fast.plans = plans  # type: ignore[attr-defined]  # for fast paths made of several such launches
-    return fast
-
-
-def _unary_plan(plan_key: tuple) -> _Plan | None:
-    """The plan of `unary_kernel` op `op_name` over `n` contiguous elements of `dtype` (output of the
-    same dtype), as `_ops.unary` and `_ops.fill` launch it; None where they would not launch."""
-    op_name, dtype, n = plan_key
-    if dtype not in FLOATS or n == 0:
-        return None
-    E = _k("elementwise")
-    key, keywords = unary_key(E, op_name, (dtype, dtype), n)
-    return _Plan(E.unary_kernel, key, keywords["OP"], dtype, dtype, _cdiv(n, _block(n)))
-
-
-# (op name, dtype, numel) -> plan or None: one memo for every unary fast path (the op is in the key)
-_unary_plans: dict[tuple, _Plan | None] = PlanMemo(1024, _unary_plan)
 
 
 def softmax(*, log: bool) -> FastPath:
@@ -359,122 +173,6 @@ def softmax(*, log: bool) -> FastPath:
         run(plan.programs, 1, 1, x, out, plan.n)
         return out
 
-    return fast
-
-
-class _WherePlan(_Plan):
-    """A where's launch for one (dtype, condition/a/b shapes): the output shape and the int arguments of
-    `where_kernel` (size, collapsed sizes and strides) as `_ops.where` computes them."""
-
-    __slots__ = ("shape", "ints")
-
-
-def _where_plan(dtype: torch.dtype, shapes: tuple, *, a_scalar: bool, inplace_shape: tuple | None = None
-                ) -> _WherePlan | None:
-    """The plan of a `where_kernel` launch on contiguous operands of `shapes` (condition, a, b), as
-    `_ops.where` (`a_scalar` False) or `_ops.masked_fill` (`a` the value's float32 one-element tensor,
-    the result written to b when `inplace_shape`) launch it; None for what they would not launch so."""
-    if dtype not in FLOATS:
-        return None
-    c_shape, a_shape, b_shape = shapes
-    try:
-        shape = _broadcast(c_shape, b_shape) if a_scalar else _broadcast(c_shape, a_shape, b_shape)
-        if inplace_shape is not None and shape != list(inplace_shape):
-            return None  # the general path declines: self would need broadcasting
-        n = math.prod(shape)
-        if n == 0 or n >= _TILED_MIN:
-            return None  # (large: the general path launches the tiled kernel)
-        stand_ins = [torch.empty(s, device="meta") for s in shapes]
-        sizes, sc, sa, sb = where_geometry(shape, stand_ins, a_scalar=a_scalar)
-    except Decline:
-        return None  # shapes that do not broadcast, more than four dims: the general path decides
-    ints = (n, *sizes, *sc, *sa, *sb)
-    if max(map(abs, ints)) >= _I32:
-        return None
-    block = _block(n)
-    key = (torch.bool, torch.float32 if a_scalar else dtype, dtype, dtype, block)
-    plan = _WherePlan(_k("elementwise").where_kernel, key, 0, dtype, dtype, _cdiv(n, block))
-    plan.shape, plan.ints = tuple(shape), ints
-    return plan
-
-
-def where(*, out: bool = False) -> FastPath:
-    """The fast path of `where(condition, a, b)` on contiguous rbln tensors (a bool condition, `a` and
-    `b` of one floating dtype) whose shapes broadcast: the launch of `_ops.where`, with the same
-    arguments (`torch.where(mask, x, value)` reaches it with `value` as a 0-d rbln tensor). `out`: the
-    `where.self_out` overload, into an `out=` tensor that `_writable` accepts."""
-
-    def new_plan(plan_key: tuple) -> _WherePlan | None:
-        return _where_plan(plan_key[0], plan_key[1:], a_scalar=False)
-
-    plans: dict[tuple, _WherePlan | None] = PlanMemo(1024, new_plan)
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        if len(args) != 3 or len(kwargs) != out or (out and "out" not in kwargs):
-            return None
-        condition, a, b = args
-        index = _contiguous_rbln(a)
-        if index < 0 or _contiguous_rbln(b) != index or _contiguous_rbln(condition) != index:
-            return None
-        dtype = a.dtype
-        if b.dtype is not dtype or condition.dtype is not torch.bool:
-            return None
-        plan = plans[(dtype, condition.shape, a.shape, b.shape)]
-        if plan is None:
-            return None
-        target = kwargs["out"] if out else None
-        if out and not _writable(target, index, dtype, plan.shape, condition, a, b):
-            return None
-        run = plan.ready(a, index, a.numel())
-        if run is None or not (config.deploy_mode() or plan.finite(b, b.numel())):
-            return None
-        if target is None:
-            target = _memory.empty(plan.shape, dtype, index)
-        run(plan.programs, 1, 1, condition, a, b, target, *plan.ints)
-        return target
-
-    return fast
-
-
-def masked_fill(*, inplace: bool) -> FastPath:
-    """The fast path of `masked_fill(x, mask, value)` / `masked_fill_` with a Python-number value, a
-    contiguous floating `x` and a contiguous bool `mask` that broadcasts to `x` (an attention mask):
-    the where launch of `_ops.masked_fill` (value as a float32 one-element tensor), same arguments.
-    Its `fill_into(x, mask, number, index)` (x a contiguous rbln tensor on device `index`) is that
-    launch for a value read elsewhere (`_fast_elementwise`'s 0-d value tensors)."""
-
-    def new_plan(plan_key: tuple) -> _WherePlan | None:
-        dtype, x_shape, mask_shape = plan_key
-        return _where_plan(dtype, (mask_shape, (1,), x_shape), a_scalar=True,
-                           inplace_shape=x_shape if inplace else None)
-
-    plans: dict[tuple, _WherePlan | None] = PlanMemo(1024, new_plan)
-
-    def fill_into(x: Tensor, mask, number: float, index: int) -> Tensor | None:
-        if _contiguous_rbln(mask) != index or mask.dtype is not torch.bool:
-            return None
-        dtype = x.dtype
-        plan = plans[(dtype, x.shape, mask.shape)]
-        if plan is None:
-            return None
-        run = plan.ready(x, index, x.numel())
-        if run is None:
-            return None
-        out = x if inplace else _memory.empty(plan.shape, dtype, index)
-        run(plan.programs, 1, 1, mask, _scalar_tensor(number, index), x, out, *plan.ints)
-        return out
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        if len(args) != 3 or kwargs:
-            return None
-        x, mask, value = args
-        kind = type(value)
-        if kind is not float and kind is not int:
-            return None
-        index = _contiguous_rbln(x)
-        return None if index < 0 else fill_into(x, mask, float(value), index)
-
-    fast.fill_into = fill_into
     return fast
 
 

@@ -1,5 +1,6 @@
 """The elementwise family's plans: binary ops (`binary_dense_kernel`: same shape, a scalar, a repeated
-row or a per-row column) and unary ops (`unary_kernel`), functional, in place and into `out=`.
+row or a per-row column), unary ops and fills (`unary_kernel`), where and masked_fill (`where_kernel`),
+clamp with tensor bounds (two binary launches), functional, in place and into `out=`.
 
 Each overload gets a `Family` (`binary(...)`, `unary(...)`, `pow_scalar(...)`): its `signature(args,
 kwargs)` reads the overload's argument form (a keyword that picks the kernel op, a bound taken as
@@ -12,6 +13,7 @@ plan launches exactly what the general implementation would (the tests compare t
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Callable
 from typing import Any
@@ -24,15 +26,21 @@ from torch_rbln.tp import device_tp, requested_backend
 
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import (
+    _I32,
+    _TILED_MIN,
     FLOATS,
+    Decline,
+    _block,
     _broadcast,
     _cdiv,
     _dense_layout,
     _k,
+    _modules,
     _scalar_tensor,
     dense_binary_key,
     scalar_value,
     unary_key,
+    where_geometry,
 )
 from .plan import NO_PLAN, Plan
 
@@ -379,5 +387,264 @@ def pow_scalar(*, out: bool = False) -> Family:
         if key[0]:
             return binary_plan(key, operands, inplace=False, comparison=False)
         return unary_plan(key, operands)
+
+    return Family(signature, plan)
+
+
+# ---------------------------------------------------------------- fill
+
+def fill(*, zero: bool) -> Family:
+    """`fill_(x, value)` (`zero`: `zero_(x)`) on a contiguous floating rbln tensor: the FILL op of
+    `unary_kernel`. x is only written, so nothing is scanned. Until another op has loaded the kernels,
+    fills stay on the host (`_ops.fill`): no signature then."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if kwargs or len(args) != 2 - zero or "elementwise" not in _modules:
+            return None
+        value = 0.0
+        if not zero:
+            value = args[1]
+            kind = type(value)
+            if kind is not float and kind is not int and kind is not bool:
+                return None
+        x = args[0]
+        if not isinstance(x, Tensor) or not x.is_contiguous() or x.get_device() < 0:
+            return None
+        return (x.dtype, x.shape, x.get_device()), (x, float(value))
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        dtype, shape, index = key
+        n = math.prod(shape)
+        if dtype not in FLOATS or n == 0:
+            return NO_PLAN
+        E = _k("elementwise")
+        launch_key, keywords = unary_key(E, "fill", (dtype, dtype), n)
+        programs = _cdiv(n, keywords["BLOCK"])
+        plan = Plan(E.unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype, ())
+        op = keywords["OP"]
+
+        def run(operands: tuple) -> Tensor:
+            x, value = operands
+            launcher = plan.launcher
+            if launcher is None or plan.backend != requested_backend():
+                launcher = plan.kept()
+            if launcher is None or (programs > 1 and device_tp(index) > 1):
+                plan.launch_checked((x, x, n, value))
+            else:
+                launcher(programs, 1, 1, x, x, n, value, op)
+            return x
+
+        plan.run = run
+        return plan
+
+    return Family(signature, plan)
+
+
+# ---------------------------------------------------------------- where, masked_fill
+
+def _contiguous_on(x: Any, index: int) -> bool:
+    return isinstance(x, Tensor) and x.is_contiguous() and x.get_device() == index
+
+
+def where(*, out: bool = False) -> Family:
+    """`where(condition, a, b)` on contiguous rbln tensors (a bool condition, `a` and `b` of one
+    floating dtype) whose shapes broadcast: `_ops.where`'s launch. `out`: `where.self_out`."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 3 or len(kwargs) != out:
+            return None
+        target = kwargs.get("out") if out else None
+        condition, a, b = args
+        if not isinstance(a, Tensor) or not a.is_contiguous():
+            return None
+        index = a.get_device()
+        out_key = _out_key(target)
+        if index < 0 or out_key is False:
+            return None
+        if not (_contiguous_on(b, index) and _contiguous_on(condition, index)):
+            return None
+        return (condition.dtype, condition.shape, a.dtype, a.shape, b.dtype, b.shape, index, out_key), \
+            (condition, a, b, target)
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        c_dtype, c_shape, dtype, a_shape, b_dtype, b_shape, index, out_key = key
+        if c_dtype is not torch.bool or b_dtype is not dtype:
+            return NO_PLAN
+        return where_plan(dtype, (c_shape, a_shape, b_shape), index, out_key, operands[:3], a_scalar=False)
+
+    return Family(signature, plan)
+
+
+def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | None, operands: tuple, *,
+               a_scalar: bool, inplace: bool = False) -> Plan:
+    """The plan of `_ops._where_launch` (the one-block kernel) on contiguous operands of `shapes`
+    (condition, a, b): `where` (`a_scalar` False), or `masked_fill` (`a` the value's float32 one-element
+    tensor, the result written to b when `inplace`). NO_PLAN for what `_ops` launches otherwise."""
+    if dtype not in FLOATS:
+        return NO_PLAN
+    c_shape, a_shape, b_shape = shapes
+    shape = tuple(_broadcast(c_shape, b_shape) if a_scalar else _broadcast(c_shape, a_shape, b_shape))
+    n = math.prod(shape)
+    if (inplace and shape != tuple(b_shape)) or n == 0 or n >= _TILED_MIN or \
+            (out_key is not None and out_key != (dtype, shape, index)):
+        return NO_PLAN  # (large: the general path launches the tiled kernel)
+    try:
+        sizes, sc, sa, sb = where_geometry(list(shape), list(operands), a_scalar=a_scalar)
+    except Decline:
+        return NO_PLAN  # more than four dims: the general path decides
+    ints = (n, *sizes, *sc, *sa, *sb)
+    if max(map(abs, ints)) >= _I32:
+        return NO_PLAN
+    block = _block(n)
+    programs = _cdiv(n, block)
+    key = (torch.bool, torch.float32 if a_scalar else dtype, dtype, dtype, block)
+    plan = Plan(_k("elementwise").where_kernel, key, {"BLOCK": block}, programs, 1, shape, dtype,
+                (2,) if a_scalar else (1, 2))
+    scan, mask = contiguous_scan(dtype)
+    a_numel, b_numel = math.prod(a_shape), math.prod(b_shape)
+    empty, deploy_mode = _memory.empty, config.deploy_mode
+
+    def run(operands: tuple) -> Tensor | None:
+        condition, a, b, target = operands
+        if a_scalar:
+            a = _scalar_tensor(a, index)
+            if inplace:
+                target = b
+        elif target is not None and _overlaps(target, condition, a, b):
+            return None
+        launcher = plan.launcher
+        if launcher is None or plan.backend != requested_backend():
+            launcher = plan.kept()
+        if not deploy_mode() and not (scan(b.data_ptr(), b_numel, mask) and
+                                      (a_scalar or scan(a.data_ptr(), a_numel, mask))):
+            return None
+        if target is None:
+            target = empty(shape, dtype, index)
+        if launcher is None or (programs > 1 and device_tp(index) > 1):
+            plan.launch_checked((condition, a, b, target, *ints))
+        else:
+            launcher(programs, 1, 1, condition, a, b, target, *ints)
+        return target
+
+    plan.run = run
+    return plan
+
+
+_c_float = ctypes.c_float  # a float32 at an address: an rbln tensor's memory is host memory
+
+
+def _value_number(value: Tensor, index: int) -> float | None:
+    """The number a 0-d value tensor holds, as `_ops.masked_fill` reads it (`.item()`), for a value the
+    dispatcher's checks pass (on the CPU or rbln:index; float32/16/bf16 finite unless deploy mode, or an
+    integer); None otherwise. A float32 value is read straight from memory (`.item()` costs a
+    dispatch)."""
+    if value.dim():
+        return None
+    device = value.get_device()  # -1 on the CPU
+    if device >= 0 and device != index:
+        return None
+    dtype = value.dtype
+    if dtype is torch.float32:
+        number = _c_float.from_address(value.data_ptr()).value
+    elif dtype in FLOATS or not (dtype.is_floating_point or dtype.is_complex):
+        number = float(value.item())
+    else:
+        return None
+    if dtype.is_floating_point and not math.isfinite(number) and not config.deploy_mode():
+        return None
+    return number
+
+
+def masked_fill(*, inplace: bool) -> Family:
+    """`masked_fill(x, mask, value)` / `masked_fill_` with a number or 0-d tensor value, a contiguous
+    floating `x` and a contiguous bool `mask` that broadcasts to it (an attention mask): the where
+    launch of `_ops.masked_fill` (the value as a float32 one-element tensor)."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 3 or kwargs:
+            return None
+        x, mask, value = args
+        if not isinstance(x, Tensor) or not x.is_contiguous():
+            return None
+        index = x.get_device()
+        if index < 0 or not _contiguous_on(mask, index) or mask.dtype is not torch.bool:
+            return None
+        kind = type(value)
+        if kind is float or kind is int:
+            number = float(value)
+        elif isinstance(value, Tensor):
+            number = _value_number(value, index)
+            if number is None:
+                return None
+        else:
+            return None
+        return (x.dtype, x.shape, mask.shape, index), (mask, number, x, None)
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        dtype, x_shape, mask_shape, index = key
+        mask, _, x, _ = operands
+        return where_plan(dtype, (mask_shape, (1,), x_shape), index, None,
+                          (mask, _scalar_tensor(0.0, index), x), a_scalar=True, inplace=inplace)
+
+    return Family(signature, plan)
+
+
+# ---------------------------------------------------------------- clamp with tensor bounds
+
+def clamp_tensor(*, inplace: bool = False, out: bool = False) -> Family:
+    """`clamp(x, min, max)` with tensor bounds, functional, in place or into `out=`: the launches of
+    `table._clamp_tensor`, maximum with `min` into the result, then minimum with `max` in place on it
+    (one bound: that one launch). Every check of both launches is made before the first runs (the
+    intermediate result is finite when x, min and max are), so a call makes both launches or none."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        count = len(args)
+        if not 2 <= count <= 3 or len(kwargs) != out:
+            return None
+        target = kwargs.get("out") if out else None
+        x, low = args[0], args[1]
+        high = args[2] if count == 3 else None
+        if low is None:
+            return None if high is None else _binary_key(("minimum", x, high, 1.0, target), "min")
+        first = _binary_key(("maximum", x, low, 1.0, target), "max")
+        if high is None or first is None:
+            return first
+        if not isinstance(high, Tensor) or not high.is_contiguous():
+            return None
+        return (*first[0], high.dtype, high.shape, high.get_device()), (x, low, high, target)
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        if len(key) == 7:  # one bound: one launch
+            return binary_plan(key, operands, inplace=inplace, comparison=False)
+        x, low, high, target = operands
+        first = binary_plan(key[:7], (x, low, 1.0, target), inplace=inplace, comparison=False)
+        if first is NO_PLAN:
+            return NO_PLAN
+        high_dtype, high_shape, high_index = key[7:]
+        high_key = (high_dtype, high_shape, high_index)
+        clip_key = (True, "minimum", first.dtype, first.shape, high_index, high_key, None)
+        clip = binary_plan(clip_key, (x, high, 1.0, None), inplace=True, comparison=False)
+        if clip is NO_PLAN:
+            return NO_PLAN
+        plan = Plan(scanned=(0, 1, 2))
+        run_first, run_clip = first.run, clip.run
+
+        def run(operands: tuple) -> Tensor | None:
+            x, low, high, target = operands
+            if target is high or (target is not None and _overlaps(target, high)):
+                return None
+            storage = x.untyped_storage().data_ptr()
+            if inplace and ((low.untyped_storage().data_ptr() == storage and low is not x) or
+                            high.untyped_storage().data_ptr() == storage):
+                return None  # the bounds overlap the result: the implementation decides
+            if not config.deploy_mode() and not (all_finite(high)):
+                return None  # (x and low are scanned by the first launch, before it runs)
+            result = run_first((x, low, 1.0, target))
+            if result is None:
+                return None
+            return run_clip((result, high, 1.0, None))
+
+        plan.run = run
+        return plan
 
     return Family(signature, plan)

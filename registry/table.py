@@ -19,7 +19,7 @@ O = LazyModule(globals(), "O", "_ops")  # noqa: E741
 R = LazyModule(globals(), "R", "_reduce")
 FP = LazyModule(globals(), "FP", "_fastpath")
 EW = LazyModule(globals(), "EW", "elementwise")
-_FAST_PATH_MODULES = ("_fast_elementwise", "_fast_rows", "_fast_matmul")
+_FAST_PATH_MODULES = ("_fast_rows", "_fast_matmul")
 
 
 @dataclass(frozen=True)
@@ -238,9 +238,11 @@ TABLE: list[Op] = [
        make_plan=lambda: EW.binary(form="clamp", out=True)),
     Op("clamp_.default", lambda x, low=None, high=None: _clamp(x, low, high, inplace=True),
        make_plan=lambda: EW.binary(form="clamp", inplace=True)),
-    Op("clamp.Tensor", _clamp_tensor),
-    Op("clamp.Tensor_out", lambda x, low=None, high=None, out=None: _clamp_tensor(x, low, high, out=out)),
-    Op("clamp_.Tensor", lambda x, low=None, high=None: _clamp_tensor(x, low, high, inplace=True)),
+    Op("clamp.Tensor", _clamp_tensor, make_plan=lambda: EW.clamp_tensor()),
+    Op("clamp.Tensor_out", lambda x, low=None, high=None, out=None: _clamp_tensor(x, low, high, out=out),
+       make_plan=lambda: EW.clamp_tensor(out=True)),
+    Op("clamp_.Tensor", lambda x, low=None, high=None: _clamp_tensor(x, low, high, inplace=True),
+       make_plan=lambda: EW.clamp_tensor(inplace=True)),
     Op("clamp_min.default", lambda x, low: _clamp(x, low, None),
        make_plan=lambda: EW.binary(form="clamp", only="min")),
     Op("clamp_max.default", lambda x, high: _clamp(x, None, high),
@@ -299,16 +301,21 @@ TABLE: list[Op] = [
        make_plan=lambda: EW.binary("silu_backward")),
     # ---- where, masked_fill, fill/zero
     Op("where.self", lambda c, a, b: O.where(c, a, b), "where", int_inputs=True,
-       make_fast=lambda: FP.where()),
-    Op("where.self_out", lambda c, a, b, out=None: O.where(c, a, b, out=out), int_inputs=True),
+       make_plan=lambda: EW.where()),
+    Op("where.self_out", lambda c, a, b, out=None: O.where(c, a, b, out=out), int_inputs=True,
+       make_plan=lambda: EW.where(out=True)),
     Op("masked_fill.Scalar", lambda x, m, v: O.masked_fill(x, m, v), "masked_fill", int_inputs=True,
-       make_fast=lambda: FP.masked_fill(inplace=False)),
+       make_plan=lambda: EW.masked_fill(inplace=False)),
     Op("masked_fill_.Scalar", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True,
-       make_fast=lambda: FP.masked_fill(inplace=True)),
-    Op("masked_fill.Tensor", lambda x, m, v: O.masked_fill(x, m, v), int_inputs=True),
-    Op("masked_fill_.Tensor", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True),
-    Op("fill_.Scalar", lambda x, v: O.fill(x, v, first_use_ok=False), "fill", overwrites_first=True),
-    Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True),
+       make_plan=lambda: EW.masked_fill(inplace=True)),
+    Op("masked_fill.Tensor", lambda x, m, v: O.masked_fill(x, m, v), int_inputs=True,
+       make_plan=lambda: EW.masked_fill(inplace=False)),
+    Op("masked_fill_.Tensor", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True,
+       make_plan=lambda: EW.masked_fill(inplace=True)),
+    Op("fill_.Scalar", lambda x, v: O.fill(x, v, first_use_ok=False), "fill", overwrites_first=True,
+       make_plan=lambda: EW.fill(zero=False)),
+    Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True,
+       make_plan=lambda: EW.fill(zero=True)),
     # ---- (2) softmax, log_softmax, layer norm (+ backward)
     Op("_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=False), "softmax", tol=LOOSE,
        make_fast=lambda: FP.softmax(log=False)),

@@ -1,13 +1,13 @@
-"""The elementwise overloads beyond the plain functional ones (out= forms, in-place comparisons, rounding
-divisions, backward ops, powers: plans of registry/elementwise.py; tensor clamps, masked_fill with a value
-tensor, fills: fast paths of registry/_fast_elementwise.py): the general path's results and accounting,
-and every call that is not plain left to the general path."""
+"""The plans of the elementwise overloads beyond the plain functional ones (registry/elementwise.py: out=
+forms, in-place comparisons, rounding divisions, backward ops, powers, tensor clamps, masked_fill with a
+value tensor, fills): the general path's results and accounting, and every call that is not plain left
+to the general path."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from torch_rbln.registry import _fast_elementwise, _ops
+from torch_rbln.registry import _ops, elementwise
 
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
@@ -100,7 +100,6 @@ def test_plain_calls_take_the_plan_with_the_general_results(name, fn, dtype, gen
     da + db  # the elementwise kernels are loaded (fill_ stays on the host before)
     with general_path():
         first = fn(da, db, dc)  # the reference: the checked implementation
-    fn(da, db, dc)  # (the fast paths not migrated to plans take a call after one general launch)
     general_path_forbidden()
     registry.reset_fallback_report()
     fast = fn(da, db, dc)
@@ -126,17 +125,19 @@ def test_fills_stay_on_the_host_until_the_kernels_are_loaded(monkeypatch):
     x = torch.randn(6).to("rbln")
     x.fill_(1.0)
     monkeypatch.delitem(_ops._modules, "elementwise")
-    assert _entry("fill_.Scalar").fast((x, 2.0), {}) is None
+    assert planned("fill_.Scalar")((x, 2.0), {}) is None
     registry.reset_fallback_report()
     torch.testing.assert_close(x.fill_(2.0).cpu(), torch.full((6,), 2.0))
     assert _row("aten::fill_")["reasons"] == {"DSL not loaded yet": 1}
 
 
-def test_fill_leaves_tensor_parallel_grids_and_other_values_to_the_general_path(monkeypatch):
-    x = torch.empty(5000).to("rbln")  # two programs: nothing launches before the check
-    monkeypatch.setattr(_fast_elementwise, "_device_tp", lambda index: 2)
-    fill = _entry("fill_.Scalar").fast
-    assert fill((x, 1.0), {}) is None
+def test_fill_plans_take_tensor_parallel_grids_through_the_checked_launch(monkeypatch):
+    x = torch.empty(5000).to("rbln")  # two programs
+    monkeypatch.setattr(elementwise, "device_tp", lambda index: 2)
+    launched = []
+    monkeypatch.setattr(elementwise.Plan, "launch_checked", lambda plan, args: launched.append(args))
+    fill = planned("fill_.Scalar")
+    assert fill((x, 1.0), {}) is x and len(launched) == 1  # kernel[grid] splits it over the group
     assert fill((x, 1j), {}) is None
     assert fill((x.view(50, 100).t(), 1.0), {}) is None
     assert fill((x.long(), 1.0), {}) is None
@@ -159,7 +160,7 @@ def test_an_out_no_plan_writes_takes_the_general_path(what, make_out):
     out = make_out(da)
     assert planned("add.out")((da, db), {"out": out}) is None
     assert planned("exp.out")((da,), {"out": out}) is None
-    assert _entry("where.self_out").fast((MASK.to("rbln"), da, db), {"out": out}) is None
+    assert planned("where.self_out")((MASK.to("rbln"), da, db), {"out": out}) is None
     if what == "on the CPU":
         with pytest.raises(RuntimeError, match="device"):
             torch.add(da, db, out=out)  # torch's error, from the general path
@@ -203,7 +204,7 @@ def test_argument_forms_no_plan_takes():
     assert planned("threshold_backward.default")((a, b, torch.tensor(0.1)), {}) is None
     assert planned("pow.Tensor_Scalar")((a, 1j), {}) is None
     assert planned("pow.Tensor_Scalar")((a, True), {}) is None
-    clamp = _entry("clamp.Tensor").fast
+    clamp = planned("clamp.Tensor")
     assert clamp((a, None, None), {}) is None
     assert clamp((a, -b.half(), b), {}) is None  # promotion
     assert planned("clamp_min.default")((a, None), {}) is None
@@ -226,7 +227,7 @@ def test_masked_fill_value_tensors_the_fast_path_leaves_to_the_general_path():
     x = torch.randn(SHAPE)
     dx, mask = x.to("rbln"), MASK.to("rbln")
     dx.masked_fill(mask, 0.5)
-    fast = _entry("masked_fill.Tensor").fast
+    fast = planned("masked_fill.Tensor")
     assert fast((dx, mask, torch.tensor(0.5)), {}) is not None
     assert fast((dx, mask, torch.tensor(0.5, dtype=torch.float64)), {}) is None  # no float64 kernels
     assert fast((dx, mask, torch.tensor([0.5])), {}) is None  # not 0-d
@@ -287,12 +288,12 @@ def test_tensor_clamp_fast_path_declines_bounds_overlapping_the_result():
     low, high = -torch.rand(8).to("rbln"), torch.rand(8).to("rbln")
     torch.clamp(dx, low, high)
     dx.clone().clamp_(low, high)
-    clamp_ = _entry("clamp_.Tensor").fast
+    clamp_ = planned("clamp_.Tensor")
     assert clamp_((dx.clone(), low, high), {}) is not None
     base = dx.clone()
     assert clamp_((base, low, base), {}) is None  # max is the tensor written in place
     out = torch.empty(8, device="rbln")
-    clamp_out = _entry("clamp.Tensor_out").fast
+    clamp_out = planned("clamp.Tensor_out")
     torch.clamp(dx, low, high, out=out)
     assert clamp_out((dx, low, high), {"out": out}) is not None
     assert clamp_out((dx, low, high), {"out": high}) is None  # out= is the upper bound

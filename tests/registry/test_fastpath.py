@@ -538,10 +538,11 @@ WHERES = [
 
 
 @pytest.mark.parametrize(("c_shape", "a_shape", "b_shape"), WHERES, ids=[str(w) for w in WHERES])
-def test_where_takes_the_fast_path_with_the_general_results(c_shape, a_shape, b_shape, monkeypatch):
+def test_where_takes_the_plan_with_the_general_results(c_shape, a_shape, b_shape, monkeypatch):
     condition, a, b = torch.rand(c_shape) > 0.5, torch.randn(a_shape), torch.randn(b_shape)
     dc, da, db = condition.to("rbln"), a.to("rbln"), b.to("rbln")
-    first = torch.where(dc, da, db)  # the general path launches once
+    with general_path():
+        first = torch.where(dc, da, db)  # the reference: the checked implementation
     monkeypatch.setattr(_ops, "where", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
     registry.reset_fallback_report()
     fast = torch.where(dc, da, db)
@@ -551,17 +552,17 @@ def test_where_takes_the_fast_path_with_the_general_results(c_shape, a_shape, b_
     assert _row("aten::where") == {"device": 1, "cpu": 0, "reasons": {}}
 
 
-def test_where_calls_the_fast_path_leaves_to_the_general_path():
+def test_where_calls_no_plan_takes_go_to_the_general_path():
     d = torch.randn(3, 4).to("rbln")
     mask = d > 0
     torch.where(mask, d, d)
-    fast = registry.TABLE[[op.name for op in registry.TABLE].index("where.self")].fast
+    fast = planned("where.self")
     assert fast((mask, d, d), {}) is not None
     assert fast((mask, d, d.half()), {}) is None  # promotion
     assert fast((d > 0.5, d.t(), d.t()), {}) is None  # not contiguous
     assert fast((mask.cpu(), d, d), {}) is None  # a CPU condition
     assert fast((mask.float(), d, d), {}) is None  # a non-bool condition
-    assert fast((mask, d, torch.randn(5).to("rbln")), {}) is None  # shapes that do not broadcast
+    assert fast((mask, d, torch.randn(5).to("rbln")), {}) == "decline: shapes do not broadcast"
     nan = torch.full((3, 4), float("nan")).to("rbln")
     assert fast((mask, d, nan), {}) is None  # NaN in b: the general path reports it
 
@@ -579,7 +580,7 @@ FILLS_AND_CLAMPS = [
 
 @pytest.mark.parametrize(("name", "x_shape", "mask_shape", "fn"), FILLS_AND_CLAMPS,
                          ids=[f"{n}-{i}" for i, (n, *_) in enumerate(FILLS_AND_CLAMPS)])
-def test_masked_fill_and_clamp_take_the_fast_path_with_the_general_results(name, x_shape, mask_shape, fn,
+def test_masked_fill_and_clamp_take_the_plan_with_the_general_results(name, x_shape, mask_shape, fn,
                                                                            monkeypatch):
     x = torch.randn(x_shape)
     mask = torch.rand(mask_shape) > 0.5 if mask_shape is not None else None
@@ -596,13 +597,11 @@ def test_masked_fill_and_clamp_take_the_fast_path_with_the_general_results(name,
     assert _row(name) == {"device": 1, "cpu": 0, "reasons": {}}
 
 
-def test_masked_fill_and_clamp_calls_the_fast_path_leaves_to_the_general_path():
+def test_masked_fill_and_clamp_calls_no_plan_takes_go_to_the_general_path():
     d = torch.randn(3, 4).to("rbln")
     mask = d > 0
-    d.masked_fill(mask, 1.0)
-    names = [op.name for op in registry.TABLE]
-    fill = registry.TABLE[names.index("masked_fill.Scalar")].fast
-    fill_ = registry.TABLE[names.index("masked_fill_.Scalar")].fast
+    fill = planned("masked_fill.Scalar")
+    fill_ = planned("masked_fill_.Scalar")
     clamp = planned("clamp.default")
     assert fill((d, mask, 1.0), {}) is not None
     assert fill((d, mask.float(), 1.0), {}) is None  # a non-bool mask: the general path decides

@@ -42,19 +42,9 @@ from ._ops import (
     unary_key,
     where_geometry,
 )
-from .plan import NO_PLAN, Plan
+from .plan import NO_PLAN, Family, Plan
 
 Reader = Callable[[tuple, dict], "tuple | None"]
-
-
-class Family:
-    """`signature(args, kwargs) -> (key, operands) | None` and `plan(key, operands) -> Plan` (or
-    NO_PLAN, or raises `Decline`) of one overload (see `plan.py`)."""
-
-    __slots__ = ("signature", "plan")
-
-    def __init__(self, signature: Callable, plan: Callable) -> None:
-        self.signature, self.plan = signature, plan
 
 
 def _out_key(target: Any) -> tuple | None | bool:
@@ -164,11 +154,8 @@ def _clamp(out: bool, only: str | None) -> Reader:
 
 # ---------------------------------------------------------------- binary
 
-def _binary_key(read: tuple | None, tag: Any = True) -> tuple | None:
+def _binary_key(op: str, a: Any, b: Any, alpha: Any, target: Any, tag: Any = True) -> tuple | None:
     """(key, operands) of a binary call read as (op, a, b, alpha, out), or None when it is not keyed."""
-    if read is None:
-        return None
-    op, a, b, alpha, target = read
     if not isinstance(a, Tensor) or not a.is_contiguous():
         return None
     index = a.get_device()
@@ -181,7 +168,7 @@ def _binary_key(read: tuple | None, tag: Any = True) -> tuple | None:
         b_key = (b.dtype, b.shape, b.get_device())
     else:
         return None
-    out_key = _out_key(target)
+    out_key = None if target is None else _out_key(target)
     if out_key is False:
         return None
     return (tag, op, a.dtype, a.shape, index, b_key, out_key), (a, b, alpha, target)
@@ -199,8 +186,13 @@ def binary(name: str = "", *, inplace: bool = False, comparison: bool = False, o
     else:
         read = _clamp(out, only)
 
+    plain = form == "plain" and keyword is None and not out
+
     def signature(args: tuple, kwargs: dict) -> tuple | None:
-        return _binary_key(read(args, kwargs))
+        if plain and not kwargs and len(args) == 2:  # the common call, read inline
+            return _binary_key(name, args[0], args[1], 1.0, None)
+        operands = read(args, kwargs)
+        return None if operands is None else _binary_key(*operands)
 
     def plan(key: tuple, operands: tuple) -> Plan:
         return binary_plan(key, operands, inplace=inplace, comparison=comparison)
@@ -208,7 +200,7 @@ def binary(name: str = "", *, inplace: bool = False, comparison: bool = False, o
     return Family(signature, plan)
 
 
-def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool) -> Plan:
+def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool, scan: bool = True) -> Plan:
     """The plan of `_ops.binary`'s dense launch for `key` (see `_binary_key`), or NO_PLAN where
     `_ops.binary` would do something else (promotion, the strided kernel, an integer kernel)."""
     _, op_name, dtype, a_shape, index, b_key, out_key = key
@@ -240,17 +232,24 @@ def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool)
     plan = Plan(E.binary_dense_kernel, launch_key, keywords, _cdiv(n, keywords["BLOCK"]), numel // n, shape,
                 out_dtype, (0,) if scalar else (0, 1))
     plan.run = _binary_run(plan, op_name, dtype, index, n, a.numel(), 1 if scalar else b.numel(), scalar,
-                           inplace, keywords["OP"])
+                           inplace, keywords["OP"], scan)
     return plan
 
 
+def _unscanned() -> bool:
+    return True  # stands in for `config.deploy_mode()` in a run whose inputs are checked already
+
+
 def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int, a_numel: int,
-                b_numel: int, scalar: bool, inplace: bool, op: int) -> Callable[[tuple], Tensor | None]:
+                b_numel: int, scalar: bool, inplace: bool, op: int, scanned: bool
+                ) -> Callable[[tuple], Tensor | None]:
     programs, rows, shape, out_dtype = plan.programs, plan.rows, plan.shape, plan.dtype
     split = programs * rows > 1
     scan, mask = contiguous_scan(dtype)
     small = a_numel < PARALLEL_MIN and b_numel < PARALLEL_MIN
     empty, deploy_mode = _memory.empty, config.deploy_mode
+    if not scanned:  # inputs the caller has checked already (clamp's second launch)
+        deploy_mode = _unscanned
 
     def run(operands: tuple) -> Tensor | None:
         a, b, alpha, target = operands
@@ -286,7 +285,7 @@ def _unary_key(op: str, x: Any, p: float, target: Any) -> tuple | None:
     if not isinstance(x, Tensor) or not x.is_contiguous():
         return None
     index = x.get_device()
-    out_key = _out_key(target)
+    out_key = None if target is None else _out_key(target)
     if index < 0 or out_key is False:
         return None
     return (False, op, x.dtype, x.shape, index, out_key), (x, p, target)
@@ -323,9 +322,9 @@ def unary(name: str, *, inplace: bool = False, out: bool = False, keyword: str |
     return Family(signature, plan)
 
 
-def unary_plan(key: tuple, operands: tuple) -> Plan:
+def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
     """The plan of `_ops.unary`'s launch for `key` (see `_unary_key`); NO_PLAN where it would not
-    launch so."""
+    launch so. `scanned` False: x is only written (a fill), never scanned."""
     _, op_name, dtype, shape, index, out_key = key
     n = math.prod(shape)
     if dtype not in FLOATS or n == 0 or (out_key is not None and out_key != (dtype, shape, index)):
@@ -333,11 +332,12 @@ def unary_plan(key: tuple, operands: tuple) -> Plan:
     E = _k("elementwise")
     launch_key, keywords = unary_key(E, op_name, (dtype, dtype), n)
     programs = _cdiv(n, keywords["BLOCK"])
-    plan = Plan(E.unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype, (0,))
+    plan = Plan(E.unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
+                (0,) if scanned else ())
     op = keywords["OP"]
     scan, mask = contiguous_scan(dtype)
     small = n < PARALLEL_MIN
-    empty, deploy_mode = _memory.empty, config.deploy_mode
+    empty, deploy_mode = _memory.empty, config.deploy_mode if scanned else _unscanned
 
     def run(operands: tuple) -> Tensor | None:
         x, p, target = operands
@@ -379,7 +379,7 @@ def pow_scalar(*, out: bool = False) -> Family:
         if kind is not int and kind is not float:
             return None
         if exponent == 2:
-            return _binary_key(("mul", x, x, 1.0, target))
+            return _binary_key("mul", x, x, 1.0, target)
         op, p = _POW_UNARY.get(exponent) or ("pow", float(exponent))
         return _unary_key(op, x, p, target)
 
@@ -408,34 +408,10 @@ def fill(*, zero: bool) -> Family:
             if kind is not float and kind is not int and kind is not bool:
                 return None
         x = args[0]
-        if not isinstance(x, Tensor) or not x.is_contiguous() or x.get_device() < 0:
-            return None
-        return (x.dtype, x.shape, x.get_device()), (x, float(value))
+        return _unary_key("fill", x, float(value), x)
 
     def plan(key: tuple, operands: tuple) -> Plan:
-        dtype, shape, index = key
-        n = math.prod(shape)
-        if dtype not in FLOATS or n == 0:
-            return NO_PLAN
-        E = _k("elementwise")
-        launch_key, keywords = unary_key(E, "fill", (dtype, dtype), n)
-        programs = _cdiv(n, keywords["BLOCK"])
-        plan = Plan(E.unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype, ())
-        op = keywords["OP"]
-
-        def run(operands: tuple) -> Tensor:
-            x, value = operands
-            launcher = plan.launcher
-            if launcher is None or plan.backend != requested_backend():
-                launcher = plan.kept()
-            if launcher is None or (programs > 1 and device_tp(index) > 1):
-                plan.launch_checked((x, x, n, value))
-            else:
-                launcher(programs, 1, 1, x, x, n, value, op)
-            return x
-
-        plan.run = run
-        return plan
+        return unary_plan(key, operands, scanned=False)
 
     return Family(signature, plan)
 
@@ -605,8 +581,8 @@ def clamp_tensor(*, inplace: bool = False, out: bool = False) -> Family:
         x, low = args[0], args[1]
         high = args[2] if count == 3 else None
         if low is None:
-            return None if high is None else _binary_key(("minimum", x, high, 1.0, target), "min")
-        first = _binary_key(("maximum", x, low, 1.0, target), "max")
+            return None if high is None else _binary_key("minimum", x, high, 1.0, target, "min")
+        first = _binary_key("maximum", x, low, 1.0, target, "max")
         if high is None or first is None:
             return first
         if not isinstance(high, Tensor) or not high.is_contiguous():
@@ -623,11 +599,15 @@ def clamp_tensor(*, inplace: bool = False, out: bool = False) -> Family:
         high_dtype, high_shape, high_index = key[7:]
         high_key = (high_dtype, high_shape, high_index)
         clip_key = (True, "minimum", first.dtype, first.shape, high_index, high_key, None)
-        clip = binary_plan(clip_key, (x, high, 1.0, None), inplace=True, comparison=False)
+        # (the clip reads the first launch's finite result and `high`, scanned before the first launch)
+        clip = binary_plan(clip_key, (x, high, 1.0, None), inplace=True, comparison=False, scan=False)
         if clip is NO_PLAN:
             return NO_PLAN
         plan = Plan(scanned=(0, 1, 2))
         run_first, run_clip = first.run, clip.run
+        scan, mask = contiguous_scan(high_dtype)
+        high_numel = math.prod(high_shape)
+        small = high_numel < PARALLEL_MIN
 
         def run(operands: tuple) -> Tensor | None:
             x, low, high, target = operands
@@ -637,7 +617,8 @@ def clamp_tensor(*, inplace: bool = False, out: bool = False) -> Family:
             if inplace and ((low.untyped_storage().data_ptr() == storage and low is not x) or
                             high.untyped_storage().data_ptr() == storage):
                 return None  # the bounds overlap the result: the implementation decides
-            if not config.deploy_mode() and not (all_finite(high)):
+            if not config.deploy_mode() and not (scan(high.data_ptr(), high_numel, mask) if small else
+                                                 all_finite(high)):
                 return None  # (x and low are scanned by the first launch, before it runs)
             result = run_first((x, low, 1.0, target))
             if result is None:

@@ -18,13 +18,21 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from torch_rbln.dsl.jit import on_clear_cache
 
 from torch_rbln.tp import requested_backend
 
 from . import _launch
+
+
+class Family(NamedTuple):
+    """One overload's planner: `signature(args, kwargs) -> (key, operands) | None` and `plan(key,
+    operands) -> Plan` (or NO_PLAN, or raises `Decline`)."""
+
+    signature: Callable[[tuple, dict], tuple | None]
+    plan: Callable[[tuple, tuple], Any]
 
 
 class Plan:

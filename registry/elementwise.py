@@ -285,7 +285,8 @@ def _unary_key(op: str, x: Any, p: float, target: Any) -> tuple | None:
     if not isinstance(x, Tensor) or not x.is_contiguous():
         return None
     index = x.get_device()
-    out_key = None if target is None else _out_key(target)
+    # in place: True (x itself is written; nothing more to key)
+    out_key = None if target is None else True if target is x else _out_key(target)
     if index < 0 or out_key is False:
         return None
     return (False, op, x.dtype, x.shape, index, out_key), (x, p, target)
@@ -327,7 +328,7 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
     launch so. `scanned` False: x is only written (a fill), never scanned."""
     _, op_name, dtype, shape, index, out_key = key
     n = math.prod(shape)
-    if dtype not in FLOATS or n == 0 or (out_key is not None and out_key != (dtype, shape, index)):
+    if dtype not in FLOATS or n == 0 or out_key not in (None, True, (dtype, shape, index)):
         return NO_PLAN
     E = _k("elementwise")
     launch_key, keywords = unary_key(E, op_name, (dtype, dtype), n)
@@ -437,15 +438,14 @@ def where(*, out: bool = False) -> Family:
         out_key = _out_key(target)
         if index < 0 or out_key is False:
             return None
-        if not (_contiguous_on(b, index) and _contiguous_on(condition, index)):
-            return None
-        return (condition.dtype, condition.shape, a.dtype, a.shape, b.dtype, b.shape, index, out_key), \
-            (condition, a, b, target)
+        dtype = a.dtype
+        if not (_contiguous_on(b, index) and _contiguous_on(condition, index)) or b.dtype is not dtype or \
+                condition.dtype is not torch.bool:
+            return None  # (promotion, a non-bool condition: the implementation)
+        return (dtype, condition.shape, a.shape, b.shape, index, out_key), (condition, a, b, target)
 
     def plan(key: tuple, operands: tuple) -> Plan:
-        c_dtype, c_shape, dtype, a_shape, b_dtype, b_shape, index, out_key = key
-        if c_dtype is not torch.bool or b_dtype is not dtype:
-            return NO_PLAN
+        dtype, c_shape, a_shape, b_shape, index, out_key = key
         return where_plan(dtype, (c_shape, a_shape, b_shape), index, out_key, operands[:3], a_scalar=False)
 
     return Family(signature, plan)

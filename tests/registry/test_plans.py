@@ -28,7 +28,6 @@ def test_a_signature_is_planned_once_and_then_hit(monkeypatch):
     a, b = torch.randn(3, 9), torch.randn(3, 9)
     da, db = a.to("rbln"), b.to("rbln")
     memo = _plans("mul.Tensor")
-    before = len(memo)
     builds = []
     build = elementwise.binary_plan
 
@@ -48,7 +47,6 @@ def test_a_signature_is_planned_once_and_then_hit(monkeypatch):
     (da * 2.0)  # another signature (a scalar operand): a second plan
     assert len(builds) == 2 and len(memo) == 2
     assert _row("aten::mul") == {"device": 4, "cpu": 0, "reasons": {}}
-    assert before >= 0
 
 
 def test_calls_whose_layout_may_change_are_never_memoised():

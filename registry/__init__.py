@@ -34,6 +34,7 @@ from torch_rbln import _structural, config, fallback
 
 from ._base import FLOATS, Decline, InvalidCall, Ref  # noqa: F401  (FLOATS re-exported)
 from ._checks import _device_counts, _run_device, check_inputs
+from ._memo import BoundedMemo
 from .table import NAMES, TABLE, Op
 
 __all__ = [
@@ -46,6 +47,7 @@ _lock = threading.Lock()
 _libraries: list[torch.library.Library] = []
 _user: dict[str, tuple[Callable, Callable | None]] = {}  # aten name -> (impl, accepts), overriding TABLE
 _registered = False
+_kernels: dict[str, Callable] = {}  # table overload name -> its registered dispatcher (tests, benchmarks)
 
 
 def _partial_overlap(a: Tensor, b: Tensor) -> bool:
@@ -78,36 +80,74 @@ def _out_overlaps_an_input(out: Any, args: tuple) -> bool:
 
 def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Callable:
     """The PrivateUse1 kernel of one table entry. What it needs beyond the entry's flags (the overload,
-    its fallback plan, the implementation and fast path, which import the kernel modules) is looked up on
-    its first call: registering the ~150 entries at `import torch` must stay cheap."""
+    its fallback plan, the implementation, the family's planner or the fast path, which import the
+    kernel modules) is looked up on its first call: registering the ~150 entries at `import torch` must
+    stay cheap.
+
+    An entry of a migrated family (`Op.planner`, see `plan.py`) keys each call by the family's
+    `signature`; the plan kept for that key runs the call (built on the key's first call, or the CPU
+    fallback for a key the family declines). Entries not migrated yet run their fast path (`Op.fast`).
+    Whatever neither takes runs the checked implementation."""
     short = entry.name
     int_inputs = entry.int_inputs
     overwrites_first = entry.overwrites_first
     counts = _device_counts
-    plan = name = default = fast = None
+    fallback_plan = name = default = fast = signature = build = None
+    plans: dict = BoundedMemo(1024)  # signature -> Plan
     resolved = False
 
     def resolve() -> None:
-        nonlocal overload, plan, name, default, fast, resolved
+        nonlocal overload, fallback_plan, name, default, fast, signature, build, resolved
         if overload is None:
             overload = _overload(short)
-        plan = fallback._plan_for(overload)
-        name = plan.name
+        fallback_plan = fallback._plan_for(overload)
+        name = fallback_plan.name
         default = (entry.kernel, None)
-        fast = entry.fast
+        family = entry.planner
+        if family is not None:
+            signature, build = family.signature, family.plan
+        else:
+            fast = entry.fast
         resolved = True
+
+    def planned(key: tuple, operands: tuple) -> Any:
+        """Build the plan of a new key (a Decline is kept as the key's reason for the CPU fallback)."""
+        from .plan import Plan
+
+        try:
+            plan = build(key, operands)
+        except Decline as decline:
+            plan = Plan.declined(decline.reason)
+        plans[key] = plan
+        return plan
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         if not resolved:
             resolve()
         if kwargs and "out" in kwargs and _out_overlaps_an_input(kwargs["out"], args):
             # run_on_cpu replays the aliasing on CPU copies first and raises PyTorch's own error
-            return fallback.run_on_cpu(overload, plan, args, kwargs, "out= overlaps an input")
-        if fast is not None and (not _user or short not in _user):
-            result = fast(args, kwargs)
-            if result is not None:
-                counts[name] += 1
-                return result
+            return fallback.run_on_cpu(overload, fallback_plan, args, kwargs, "out= overlaps an input")
+        if not _user or short not in _user:
+            if signature is not None:
+                signed = signature(args, kwargs)
+                if signed is not None:
+                    key, operands = signed
+                    plan = plans.get(key)
+                    if plan is None:
+                        plan = planned(key, operands)
+                    run = plan.run
+                    if run is not None:
+                        result = run(operands)
+                        if result is not None:
+                            counts[name] += 1
+                            return result
+                    elif plan.reason is not None:
+                        return fallback.run_on_cpu(overload, fallback_plan, args, kwargs, plan.reason)
+            elif fast is not None:
+                result = fast(args, kwargs)
+                if result is not None:
+                    counts[name] += 1
+                    return result
         impl, accepts = _user.get(short, default) if _user else default
         reason = check_inputs(args, kwargs, int_inputs or accepts is not None, overwrites_first)
         if reason is None and accepts is not None:
@@ -127,9 +167,10 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
                 reason = f"kernel error: {type(error).__name__}"
                 _log.warning("rbln kernel for %s failed (%s: %s); running it on the CPU", name,
                              type(error).__name__, error)
-        return fallback.run_on_cpu(overload, plan, args, kwargs, reason)
+        return fallback.run_on_cpu(overload, fallback_plan, args, kwargs, reason)
 
     kernel.__name__ = f"rbln_{short.replace('.', '_')}"
+    kernel.plans = lambda: plans  # type: ignore[attr-defined]  # the memo, for tests and benchmarks
     return kernel
 
 
@@ -188,7 +229,8 @@ def register_table(library: torch.library.Library | None = None) -> None:
             library = torch.library.Library("aten", "IMPL")
             _libraries.append(library)
         for entry in TABLE:
-            library.impl(_impl_name(entry.name), _dispatcher(entry), "PrivateUse1")
+            _kernels[entry.name] = _dispatcher(entry)
+            library.impl(_impl_name(entry.name), _kernels[entry.name], "PrivateUse1")
         for name, key, attr in _ATTENTION:
             library.impl(name, _deferred(Ref("attention", attr)), key)
         _structural.set_device_copy(_first_device_copy)

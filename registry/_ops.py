@@ -259,7 +259,7 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
     if isinstance(alpha, complex) or (isinstance(alpha, torch.Tensor)):
         raise Decline("tensor/complex alpha")
     if torch.result_type(a, b) in INTEGERS:
-        return _integer_or_decline(name, a, b, alpha, out, comparison, inplace)
+        return _integer_binary(name, a, b, alpha, out, comparison=comparison, inplace=inplace)
     index = _device_index(a, b)
     compute = _promoted(a, b)
     if name == "div_trunc" and (not isinstance(b, torch.Tensor) or b.is_cpu):
@@ -320,7 +320,6 @@ def binary_output(a, b, compute: torch.dtype, out, index: int, operands, *, comp
 # sends integer results here; ops without an integer kernel (true division, pow, ...) decline with the
 # dtype as the reason.
 _INTEGER_NAMES = ("add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum")
-_INTEGER_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 _INT64 = (-(2**63), 2**63)
 
 
@@ -360,11 +359,6 @@ def _integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: b
         *b_strides, OP=_k("elementwise").BINARY[name], B_SCALAR=scalar is not None, BCAST=bcast, BLOCK=block,
     )
     return out
-
-
-def _integer_or_decline(name, a, b, alpha, out, comparison, inplace):
-    """Integer operands: the exact int64 kernel for the ops it has, else a decline naming the dtype."""
-    return _integer_binary(name, a, b, alpha, out, comparison=comparison, inplace=inplace)
 
 
 def _broadcast(*shapes) -> list[int]:
@@ -450,31 +444,19 @@ def masked_fill(x: torch.Tensor, mask: torch.Tensor, value, *, inplace=False):
         value = value.item()
     if x.dtype not in FLOATS:
         raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    index = x.get_device()
     if inplace:
         if _broadcast(x.shape, mask.shape) != list(x.shape):
             raise Decline("in-place result needs broadcasting of self")
         if not x.is_contiguous():
             raise Decline("non-contiguous in-place")
-        return _masked_inplace(x, mask, value)
-    return _where_value(mask, value, x)
-
-
-def _where_value(mask, value, x):
-    index = x.get_device()
-    shape = _broadcast(mask.shape, x.shape)
-    out = empty(shape, x.dtype, index)
-    return _where_into(mask, _scalar_tensor(float(value), index), x, out)
-
-
-def _masked_inplace(x, mask, value):
-    return _where_into(mask, _scalar_tensor(float(value), x.get_device()), x, x)
-
-
-def _where_into(mask, ta, tb, out):
+        out = x
+    else:
+        out = empty(_broadcast(mask.shape, x.shape), x.dtype, index)
     n = out.numel()
-    if n == 0:
-        return out
-    _where_launch(mask, ta, tb, out, n, *where_geometry(list(out.shape), [mask, ta, tb], a_scalar=True))
+    if n:
+        ta = _scalar_tensor(float(value), index)
+        _where_launch(mask, ta, x, out, n, *where_geometry(list(out.shape), [mask, ta, x], a_scalar=True))
     return out
 
 

@@ -18,7 +18,8 @@ from ._base import Decline, LazyModule, Ref, resolve
 O = LazyModule(globals(), "O", "_ops")  # noqa: E741
 R = LazyModule(globals(), "R", "_reduce")
 FP = LazyModule(globals(), "FP", "_fastpath")
-_FAST_PATH_MODULES = ("_fast_elementwise", "_fast_rows", "_fast_matmul")
+EW = LazyModule(globals(), "EW", "elementwise")
+_FAST_PATH_MODULES = ("_fast_rows", "_fast_matmul")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,18 @@ class Op:
     # the generic checks (see _fastpath); None from it means "not plain": the dispatcher goes on as
     # without it. Called on the op's first call (`Op.fast`); a module's FAST_PATHS entry replaces it.
     make_fast: Callable[[], Callable | None] | None = None
+    # builds the entry's family planner (`signature`, `plan`: see plan.py) for families migrated to
+    # per-signature plans; an entry with one has no fast path
+    make_plan: Callable[[], object] | None = None
+
+    @property
+    def planner(self):
+        """The family planner (built once, on the op's first call), or None."""
+        planner = self.__dict__.get("_planner", _UNBUILT)
+        if planner is _UNBUILT:
+            planner = self.make_plan() if self.make_plan is not None else None
+            object.__setattr__(self, "_planner", planner)
+        return planner
 
     @property
     def fast(self) -> Callable | None:
@@ -68,16 +81,13 @@ def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: b
     out_name = f"{name}.Tensor_out" if comparison else f"{name}.out"
     # int_inputs: integer tensors reach O.binary, which runs the exact integer kernel (add, sub, mul,
     # comparisons) or declines with the dtype.
-    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True,
-              make_fast=lambda: FP.binary(name, comparison=comparison)),
-           Op(out_name, fo, int_inputs=True),
-           Op(f"{name}_.Tensor", fi, int_inputs=True,
-              make_fast=lambda: None if comparison else FP.binary(name, inplace=True))]
+    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True, make_plan=lambda: EW.binary(name, **kw)),
+           Op(out_name, fo, int_inputs=True, make_plan=lambda: EW.binary(name, out=True, **kw)),
+           Op(f"{name}_.Tensor", fi, int_inputs=True, make_plan=lambda: EW.binary(name, inplace=True, **kw))]
     if scalar:
-        ops += [Op(f"{name}.Scalar", f, int_inputs=True,
-                   make_fast=lambda: FP.binary(name, comparison=comparison)),
+        ops += [Op(f"{name}.Scalar", f, int_inputs=True, make_plan=lambda: EW.binary(name, **kw)),
                 Op(f"{name}_.Scalar", fi, int_inputs=True,
-                   make_fast=lambda: None if comparison else FP.binary(name, inplace=True))]
+                   make_plan=lambda: EW.binary(name, inplace=True, **kw))]
     return ops
 
 
@@ -85,12 +95,13 @@ def _unary_family(name: str, opinfo: str | None, kernel: str | None = None, *, i
                   out: bool = True, overload: str = "default") -> list[Op]:
     kernel = kernel or name
     suffix = f".{overload}"
-    ops = [Op(f"{name}{suffix}", lambda x: O.unary(kernel, x), opinfo, make_fast=lambda: FP.unary(kernel))]
+    ops = [Op(f"{name}{suffix}", lambda x: O.unary(kernel, x), opinfo, make_plan=lambda: EW.unary(kernel))]
     if out:
-        ops.append(Op(f"{name}.out", lambda x, out=None: O.unary(kernel, x, out=out)))
+        ops.append(Op(f"{name}.out", lambda x, out=None: O.unary(kernel, x, out=out),
+                      make_plan=lambda: EW.unary(kernel, out=True)))
     if inplace:
         ops.append(Op(f"{name}_{suffix}", lambda x: O.unary(kernel, x, inplace=True),
-                      make_fast=lambda: FP.unary(kernel, inplace=True)))
+                      make_plan=lambda: EW.unary(kernel, inplace=True)))
     return ops
 
 
@@ -139,6 +150,17 @@ def _div_mode(a, b, rounding_mode=None, out=None, inplace=False):
         raise Decline(f"rounding_mode {rounding_mode!r}")  # the CPU kernel raises torch's error
     name = "div" if rounding_mode is None else f"div_{rounding_mode}"
     return O.binary(name, a, b, out=out, inplace=inplace)
+
+
+_DIV_OPS = {None: "div", "trunc": "div_trunc", "floor": "div_floor"}  # rounding_mode -> binary kernel op
+
+
+def _div_plan(*, inplace: bool = False, out: bool = False):
+    return EW.binary(keyword="rounding_mode", ops=_DIV_OPS, inplace=inplace, out=out)
+
+
+def _gelu_plan(*, inplace: bool = False, out: bool = False):
+    return EW.unary("gelu", keyword="approximate", ops=_GELU_KERNELS, inplace=inplace, out=out)
 
 
 def _clamp(x, low=None, high=None, out=None, inplace=False):
@@ -195,33 +217,44 @@ TABLE: list[Op] = [
     *_binary_family("sub", "sub", alpha=True),
     *_binary_family("mul", "mul"),
     *_binary_family("div", "div:no_rounding_mode"),
-    Op("div.Tensor_mode", _div_mode, "div:trunc_rounding"),
-    Op("div.Scalar_mode", _div_mode),
-    Op("div.out_mode", lambda a, b, rounding_mode=None, out=None: _div_mode(a, b, rounding_mode, out=out)),
-    Op("div_.Tensor_mode", lambda a, b, rounding_mode=None: _div_mode(a, b, rounding_mode, inplace=True)),
-    Op("div_.Scalar_mode", lambda a, b, rounding_mode=None: _div_mode(a, b, rounding_mode, inplace=True)),
-    Op("floor_divide.default", lambda a, b: _div_mode(a, b, "floor"), "floor_divide"),
+    Op("div.Tensor_mode", _div_mode, "div:trunc_rounding", make_plan=lambda: _div_plan()),
+    Op("div.Scalar_mode", _div_mode, make_plan=lambda: _div_plan()),
+    Op("div.out_mode", lambda a, b, rounding_mode=None, out=None: _div_mode(a, b, rounding_mode, out=out),
+       make_plan=lambda: _div_plan(out=True)),
+    Op("div_.Tensor_mode", lambda a, b, rounding_mode=None: _div_mode(a, b, rounding_mode, inplace=True),
+       make_plan=lambda: _div_plan(inplace=True)),
+    Op("div_.Scalar_mode", lambda a, b, rounding_mode=None: _div_mode(a, b, rounding_mode, inplace=True),
+       make_plan=lambda: _div_plan(inplace=True)),
+    Op("floor_divide.default", lambda a, b: _div_mode(a, b, "floor"), "floor_divide",
+       make_plan=lambda: EW.binary("div_floor")),
     *_binary_family("eq", "eq", comparison=True),
     *_binary_family("ne", "ne", comparison=True),
     *_binary_family("lt", "lt", comparison=True),
     *_binary_family("le", "le", comparison=True),
     *_binary_family("gt", "gt", comparison=True),
     *_binary_family("ge", "ge", comparison=True),
-    Op("clamp.default", _clamp, "clamp", make_fast=lambda: FP.clamp(FP.binary("clamp"))),
-    Op("clamp.out", lambda x, low=None, high=None, out=None: _clamp(x, low, high, out=out)),
+    Op("clamp.default", _clamp, "clamp", make_plan=lambda: EW.binary(form="clamp")),
+    Op("clamp.out", lambda x, low=None, high=None, out=None: _clamp(x, low, high, out=out),
+       make_plan=lambda: EW.binary(form="clamp", out=True)),
     Op("clamp_.default", lambda x, low=None, high=None: _clamp(x, low, high, inplace=True),
-       make_fast=lambda: FP.clamp(FP.binary("clamp", inplace=True))),
-    Op("clamp.Tensor", _clamp_tensor),
-    Op("clamp.Tensor_out", lambda x, low=None, high=None, out=None: _clamp_tensor(x, low, high, out=out)),
-    Op("clamp_.Tensor", lambda x, low=None, high=None: _clamp_tensor(x, low, high, inplace=True)),
-    Op("clamp_min.default", lambda x, low: _clamp(x, low, None)),
-    Op("clamp_max.default", lambda x, high: _clamp(x, None, high)),
-    Op("clamp_min_.default", lambda x, low: _clamp(x, low, None, inplace=True)),
-    Op("clamp_max_.default", lambda x, high: _clamp(x, None, high, inplace=True)),
+       make_plan=lambda: EW.binary(form="clamp", inplace=True)),
+    Op("clamp.Tensor", _clamp_tensor, make_plan=lambda: EW.clamp_tensor()),
+    Op("clamp.Tensor_out", lambda x, low=None, high=None, out=None: _clamp_tensor(x, low, high, out=out),
+       make_plan=lambda: EW.clamp_tensor(out=True)),
+    Op("clamp_.Tensor", lambda x, low=None, high=None: _clamp_tensor(x, low, high, inplace=True),
+       make_plan=lambda: EW.clamp_tensor(inplace=True)),
+    Op("clamp_min.default", lambda x, low: _clamp(x, low, None),
+       make_plan=lambda: EW.binary(form="clamp", only="min")),
+    Op("clamp_max.default", lambda x, high: _clamp(x, None, high),
+       make_plan=lambda: EW.binary(form="clamp", only="max")),
+    Op("clamp_min_.default", lambda x, low: _clamp(x, low, None, inplace=True),
+       make_plan=lambda: EW.binary(form="clamp", only="min", inplace=True)),
+    Op("clamp_max_.default", lambda x, high: _clamp(x, None, high, inplace=True),
+       make_plan=lambda: EW.binary(form="clamp", only="max", inplace=True)),
     Op("maximum.default", lambda a, b: O.binary("maximum", a, b), "maximum", int_inputs=True,
-       make_fast=lambda: FP.binary("maximum")),
+       make_plan=lambda: EW.binary("maximum")),
     Op("minimum.default", lambda a, b: O.binary("minimum", a, b), "minimum", int_inputs=True,
-       make_fast=lambda: FP.binary("minimum")),
+       make_plan=lambda: EW.binary("minimum")),
     # ---- unary
     *_unary_family("neg", "neg"),
     *_unary_family("exp", "exp"),
@@ -235,41 +268,56 @@ TABLE: list[Op] = [
     *_unary_family("sin", "sin"),
     *_unary_family("reciprocal", "reciprocal"),
     Op("relu.default", lambda x: O.unary("relu", x), "nn.functional.relu",
-       make_fast=lambda: FP.unary("relu")),
+       make_plan=lambda: EW.unary("relu")),
     Op("relu_.default", lambda x: O.unary("relu", x, inplace=True),
-       make_fast=lambda: FP.unary("relu", inplace=True)),
+       make_plan=lambda: EW.unary("relu", inplace=True)),
     Op("silu.default", lambda x: O.unary("silu", x), "nn.functional.silu",
-       make_fast=lambda: FP.unary("silu")),
-    Op("silu.out", lambda x, out=None: O.unary("silu", x, out=out)),
+       make_plan=lambda: EW.unary("silu")),
+    Op("silu.out", lambda x, out=None: O.unary("silu", x, out=out),
+       make_plan=lambda: EW.unary("silu", out=True)),
     Op("silu_.default", lambda x: O.unary("silu", x, inplace=True),
-       make_fast=lambda: FP.unary("silu", inplace=True)),
+       make_plan=lambda: EW.unary("silu", inplace=True)),
     Op("gelu.default", lambda x, approximate="none": _gelu(x, approximate), "nn.functional.gelu", tol=LOOSE,
-       make_fast=lambda: FP.unary("gelu", keyword="approximate", values=_GELU_KERNELS)),
-    Op("gelu.out", lambda x, approximate="none", out=None: _gelu(x, approximate, out=out)),
-    Op("gelu_.default", lambda x, approximate="none": _gelu(x, approximate, inplace=True)),
-    Op("pow.Tensor_Tensor", lambda x, e: O.binary("pow", x, e), "pow", tol=LOOSE),
-    Op("pow.Tensor_Tensor_out", lambda x, e, out=None: O.binary("pow", x, e, out=out)),
-    Op("pow.Tensor_Scalar", lambda x, e: _pow_scalar(x, e), tol=LOOSE,
-       make_fast=lambda: FP.square(FP.binary("mul"))),
-    Op("pow.Tensor_Scalar_out", lambda x, e, out=None: _pow_scalar(x, e, out=out)),
+       make_plan=lambda: _gelu_plan()),
+    Op("gelu.out", lambda x, approximate="none", out=None: _gelu(x, approximate, out=out),
+       make_plan=lambda: _gelu_plan(out=True)),
+    Op("gelu_.default", lambda x, approximate="none": _gelu(x, approximate, inplace=True),
+       make_plan=lambda: _gelu_plan(inplace=True)),
+    Op("pow.Tensor_Tensor", lambda x, e: O.binary("pow", x, e), "pow", tol=LOOSE,
+       make_plan=lambda: EW.binary("pow")),
+    Op("pow.Tensor_Tensor_out", lambda x, e, out=None: O.binary("pow", x, e, out=out),
+       make_plan=lambda: EW.binary("pow", out=True)),
+    Op("pow.Tensor_Scalar", lambda x, e: _pow_scalar(x, e), tol=LOOSE, make_plan=lambda: EW.pow_scalar()),
+    Op("pow.Tensor_Scalar_out", lambda x, e, out=None: _pow_scalar(x, e, out=out),
+       make_plan=lambda: EW.pow_scalar(out=True)),
     # ---- elementwise backward
-    Op("gelu_backward.default", _gelu_backward, tol=LOOSE),
-    Op("threshold_backward.default", _threshold_backward),
-    Op("sigmoid_backward.default", lambda g, y: O.binary("sigmoid_backward", g, y)),
-    Op("tanh_backward.default", lambda g, y: O.binary("tanh_backward", g, y)),
-    Op("silu_backward.default", lambda g, x: O.binary("silu_backward", g, x)),
+    Op("gelu_backward.default", _gelu_backward, tol=LOOSE, make_plan=lambda: EW.binary(
+        keyword="approximate", ops=_GELU_BACKWARD_OPS, default="none")),
+    Op("threshold_backward.default", _threshold_backward,
+       make_plan=lambda: EW.binary("threshold_backward", form="third_as_alpha")),
+    Op("sigmoid_backward.default", lambda g, y: O.binary("sigmoid_backward", g, y),
+       make_plan=lambda: EW.binary("sigmoid_backward")),
+    Op("tanh_backward.default", lambda g, y: O.binary("tanh_backward", g, y),
+       make_plan=lambda: EW.binary("tanh_backward")),
+    Op("silu_backward.default", lambda g, x: O.binary("silu_backward", g, x),
+       make_plan=lambda: EW.binary("silu_backward")),
     # ---- where, masked_fill, fill/zero
     Op("where.self", lambda c, a, b: O.where(c, a, b), "where", int_inputs=True,
-       make_fast=lambda: FP.where()),
-    Op("where.self_out", lambda c, a, b, out=None: O.where(c, a, b, out=out), int_inputs=True),
+       make_plan=lambda: EW.where()),
+    Op("where.self_out", lambda c, a, b, out=None: O.where(c, a, b, out=out), int_inputs=True,
+       make_plan=lambda: EW.where(out=True)),
     Op("masked_fill.Scalar", lambda x, m, v: O.masked_fill(x, m, v), "masked_fill", int_inputs=True,
-       make_fast=lambda: FP.masked_fill(inplace=False)),
+       make_plan=lambda: EW.masked_fill(inplace=False)),
     Op("masked_fill_.Scalar", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True,
-       make_fast=lambda: FP.masked_fill(inplace=True)),
-    Op("masked_fill.Tensor", lambda x, m, v: O.masked_fill(x, m, v), int_inputs=True),
-    Op("masked_fill_.Tensor", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True),
-    Op("fill_.Scalar", lambda x, v: O.fill(x, v, first_use_ok=False), "fill", overwrites_first=True),
-    Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True),
+       make_plan=lambda: EW.masked_fill(inplace=True)),
+    Op("masked_fill.Tensor", lambda x, m, v: O.masked_fill(x, m, v), int_inputs=True,
+       make_plan=lambda: EW.masked_fill(inplace=False)),
+    Op("masked_fill_.Tensor", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True,
+       make_plan=lambda: EW.masked_fill(inplace=True)),
+    Op("fill_.Scalar", lambda x, v: O.fill(x, v, first_use_ok=False), "fill", overwrites_first=True,
+       make_plan=lambda: EW.fill(zero=False)),
+    Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True,
+       make_plan=lambda: EW.fill(zero=True)),
     # ---- (2) softmax, log_softmax, layer norm (+ backward)
     Op("_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=False), "softmax", tol=LOOSE,
        make_fast=lambda: FP.softmax(log=False)),

@@ -1,16 +1,18 @@
-"""The fast paths of registry/_fast_elementwise.py (out= forms, in-place comparisons, rounding divisions,
-backward ops, powers, tensor clamps, masked_fill with a value tensor, fills): the general path's results
-and accounting, and every call that is not plain left to the general path."""
+"""The plans of the elementwise overloads beyond the plain functional ones (registry/elementwise.py: out=
+forms, in-place comparisons, rounding divisions, backward ops, powers, tensor clamps, masked_fill with a
+value tensor, fills): the general path's results and accounting, and every call that is not plain left
+to the general path."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch_rbln.registry import _fast_elementwise, _ops
+from torch_rbln.registry import _ops, elementwise
 
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
+
+from .planned import general_path, planned
 
 A = torch.ops.aten
 SHAPE = (7, 5)  # the shape of tests/registry/test_fastpath.py: the same kernel specialisations
@@ -91,12 +93,13 @@ IDS = [f"{name}-{i}" for i, (name, _, _) in enumerate(PARAMS)]
 
 
 @pytest.mark.parametrize(("name", "fn", "dtype"), PARAMS, ids=IDS)
-def test_plain_calls_take_the_fast_path_with_the_general_results(name, fn, dtype, general_path_forbidden):
+def test_plain_calls_take_the_plan_with_the_general_results(name, fn, dtype, general_path_forbidden):
     a = torch.randn(SHAPE, dtype=dtype)
     b, c = torch.rand(SHAPE, dtype=dtype) + 0.5, torch.rand(SHAPE, dtype=dtype) + 0.5
     da, db, dc = a.to("rbln"), b.to("rbln"), c.to("rbln")
     da + db  # the elementwise kernels are loaded (fill_ stays on the host before)
-    first = fn(da, db, dc)  # the general path launches each specialisation once
+    with general_path():
+        first = fn(da, db, dc)  # the reference: the checked implementation
     general_path_forbidden()
     registry.reset_fallback_report()
     fast = fn(da, db, dc)
@@ -122,17 +125,19 @@ def test_fills_stay_on_the_host_until_the_kernels_are_loaded(monkeypatch):
     x = torch.randn(6).to("rbln")
     x.fill_(1.0)
     monkeypatch.delitem(_ops._modules, "elementwise")
-    assert _entry("fill_.Scalar").fast((x, 2.0), {}) is None
+    assert planned("fill_.Scalar")((x, 2.0), {}) is None
     registry.reset_fallback_report()
     torch.testing.assert_close(x.fill_(2.0).cpu(), torch.full((6,), 2.0))
     assert _row("aten::fill_")["reasons"] == {"DSL not loaded yet": 1}
 
 
-def test_fill_leaves_tensor_parallel_grids_and_other_values_to_the_general_path(monkeypatch):
-    x = torch.empty(5000).to("rbln")  # two programs: nothing launches before the check
-    monkeypatch.setattr(_fast_elementwise, "_device_tp", lambda index: 2)
-    fill = _entry("fill_.Scalar").fast
-    assert fill((x, 1.0), {}) is None
+def test_fill_plans_take_tensor_parallel_grids_through_the_checked_launch(monkeypatch):
+    x = torch.empty(5000).to("rbln")  # two programs
+    monkeypatch.setattr(elementwise, "device_tp", lambda index: 2)
+    launched = []
+    monkeypatch.setattr(elementwise.Plan, "launch_checked", lambda plan, args: launched.append(args))
+    fill = planned("fill_.Scalar")
+    assert fill((x, 1.0), {}) is x and len(launched) == 1  # kernel[grid] splits it over the group
     assert fill((x, 1j), {}) is None
     assert fill((x.view(50, 100).t(), 1.0), {}) is None
     assert fill((x.long(), 1.0), {}) is None
@@ -147,15 +152,15 @@ OUT_DECLINES = [
 
 
 @pytest.mark.parametrize(("what", "make_out"), OUT_DECLINES, ids=[w for w, _ in OUT_DECLINES])
-def test_an_out_the_fast_path_cannot_write_takes_the_general_path(what, make_out):
+def test_an_out_no_plan_writes_takes_the_general_path(what, make_out):
     a, b = torch.randn(SHAPE), torch.rand(SHAPE) + 0.5
     da, db = a.to("rbln"), b.to("rbln")
     torch.add(da, db, out=_out(da))
     torch.exp(da, out=_out(da))
     out = make_out(da)
-    assert _entry("add.out").fast((da, db), {"out": out}) is None
-    assert _entry("exp.out").fast((da,), {"out": out}) is None
-    assert _entry("where.self_out").fast((MASK.to("rbln"), da, db), {"out": out}) is None
+    assert planned("add.out")((da, db), {"out": out}) is None
+    assert planned("exp.out")((da,), {"out": out}) is None
+    assert planned("where.self_out")((MASK.to("rbln"), da, db), {"out": out}) is None
     if what == "on the CPU":
         with pytest.raises(RuntimeError, match="device"):
             torch.add(da, db, out=out)  # torch's error, from the general path
@@ -171,39 +176,39 @@ def test_out_aliasing_an_input_exactly_is_fast_and_partial_overlap_is_not():
     d = base.to("rbln")
     a, b = d[:4], d[8:]
     torch.mul(a, b, out=_out(a))
-    mul = _entry("mul.out").fast
+    mul = planned("mul.out")
     assert mul((a, b), {"out": d[4:8]}) is not None  # one storage, disjoint memory
     assert mul((a, b), {"out": d[2:6]}) is None  # partial overlap
     exact = a.clone()
     expected = exact.cpu() * b.cpu()
     assert mul((exact, b), {"out": exact}) is exact  # the very same tensor: elementwise, read first
     torch.testing.assert_close(exact.cpu(), expected, atol=0, rtol=0)
-    sq = _entry("sqrt.out").fast
+    sq = planned("sqrt.out")
     y = d[:6].abs()
     torch.sqrt(y, out=_out(y))
     assert sq((y,), {"out": y}) is y
 
 
-def test_argument_forms_the_fast_paths_do_not_take():
+def test_argument_forms_no_plan_takes():
     a, b = torch.randn(SHAPE).to("rbln"), (torch.rand(SHAPE) + 0.5).to("rbln")
     torch.div(a, b, rounding_mode="floor")
     a.clone().lt_(b)
     torch.clamp(a, -b, b)
-    div = _entry("div.Tensor_mode").fast
+    div = planned("div.Tensor_mode")
     assert div((a, b), {"rounding_mode": "floor"}) is not None
     assert div((a, b), {"rounding_mode": "round"}) is None  # the general path gives torch's error
     with pytest.raises(RuntimeError, match="rounding_mode"):
         torch.div(a, b, rounding_mode="round")
-    assert _entry("lt_.Tensor").fast((a[0], b), {}) is None  # self would need broadcasting
-    assert _entry("gelu_backward.default").fast((a, b), {"approximate": "cubic"}) is None
-    assert _entry("threshold_backward.default").fast((a, b, torch.tensor(0.1)), {}) is None
-    assert _entry("pow.Tensor_Scalar").fast((a, 1j), {}) is None
-    assert _entry("pow.Tensor_Scalar").fast((a, True), {}) is None
-    clamp = _entry("clamp.Tensor").fast
+    assert planned("lt_.Tensor")((a[0], b), {}) is None  # self would need broadcasting
+    assert planned("gelu_backward.default")((a, b), {"approximate": "cubic"}) is None
+    assert planned("threshold_backward.default")((a, b, torch.tensor(0.1)), {}) is None
+    assert planned("pow.Tensor_Scalar")((a, 1j), {}) is None
+    assert planned("pow.Tensor_Scalar")((a, True), {}) is None
+    clamp = planned("clamp.Tensor")
     assert clamp((a, None, None), {}) is None
     assert clamp((a, -b.half(), b), {}) is None  # promotion
-    assert _entry("clamp_min.default").fast((a, None), {}) is None
-    assert _entry("add.out").fast((a, b), {}) is None  # no out: not this overload's call
+    assert planned("clamp_min.default")((a, None), {}) is None
+    assert planned("add.out")((a, b), {}) is None  # no out: not this overload's call
 
 
 def test_a_nan_input_of_an_out_form_goes_to_the_logged_cpu_fallback():
@@ -222,7 +227,7 @@ def test_masked_fill_value_tensors_the_fast_path_leaves_to_the_general_path():
     x = torch.randn(SHAPE)
     dx, mask = x.to("rbln"), MASK.to("rbln")
     dx.masked_fill(mask, 0.5)
-    fast = _entry("masked_fill.Tensor").fast
+    fast = planned("masked_fill.Tensor")
     assert fast((dx, mask, torch.tensor(0.5)), {}) is not None
     assert fast((dx, mask, torch.tensor(0.5, dtype=torch.float64)), {}) is None  # no float64 kernels
     assert fast((dx, mask, torch.tensor([0.5])), {}) is None  # not 0-d
@@ -283,23 +288,22 @@ def test_tensor_clamp_fast_path_declines_bounds_overlapping_the_result():
     low, high = -torch.rand(8).to("rbln"), torch.rand(8).to("rbln")
     torch.clamp(dx, low, high)
     dx.clone().clamp_(low, high)
-    clamp_ = _entry("clamp_.Tensor").fast
+    clamp_ = planned("clamp_.Tensor")
     assert clamp_((dx.clone(), low, high), {}) is not None
     base = dx.clone()
     assert clamp_((base, low, base), {}) is None  # max is the tensor written in place
     out = torch.empty(8, device="rbln")
-    clamp_out = _entry("clamp.Tensor_out").fast
+    clamp_out = planned("clamp.Tensor_out")
     torch.clamp(dx, low, high, out=out)
     assert clamp_out((dx, low, high), {"out": out}) is not None
     assert clamp_out((dx, low, high), {"out": high}) is None  # out= is the upper bound
 
 
-def test_relu_like_paths_still_use_the_functional_fast_paths():
-    """The out/in-place modes did not change the existing functional fast paths."""
+def test_relu_like_plans_key_only_their_overloads_form():
+    """A functional overload's signature keys no out= call (that is the .out overload's)."""
     a = torch.randn(SHAPE).to("rbln")
-    F.relu(a)
-    assert _entry("relu.default").fast((a,), {}) is not None
-    assert _entry("relu.default").fast((a,), {"out": a}) is None
+    assert planned("relu.default")((a,), {}) is not None
+    assert planned("relu.default")((a,), {"out": a}) is None
 
 
 @pytest.mark.parametrize("case", ["dense", "row mask", "column value", "transposed", "in place"])

@@ -1,15 +1,19 @@
-"""The elementwise fast paths (registry/_fastpath.py): same results and accounting as the general path,
-and every non-plain call left to it."""
+"""The elementwise plans (registry/elementwise.py) and the remaining fast paths (registry/_fastpath.py):
+same results and accounting as the general path (the checked implementation, `planned.general_path`),
+and every call they do not key left to it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_rbln.registry import _fastpath, _ops, _reduce
+from torch_rbln.registry import _fastpath, _ops, _reduce, elementwise
+from torch_rbln.registry import plan as _plan
 
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
+
+from .planned import general_path, planned
 
 TOL = {torch.float32: (1e-6, 1e-6), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
 
@@ -58,10 +62,11 @@ IDS = [f"{name}-{i}" for i, (name, _, _) in enumerate(PARAMS)]
 
 
 @pytest.mark.parametrize(("name", "fn", "dtype"), PARAMS, ids=IDS)
-def test_plain_calls_take_the_fast_path_with_the_general_results(name, fn, dtype, general_path_forbidden):
+def test_plain_calls_take_the_plan_with_the_general_results(name, fn, dtype, general_path_forbidden):
     a, b = torch.randn(7, 5, dtype=dtype), torch.rand(7, 5, dtype=dtype) + 0.5
     da, db = a.to("rbln"), b.to("rbln")
-    first = fn(da, db)  # the general path runs the kernel once; later calls may take the fast path
+    with general_path():
+        first = fn(da, db)  # the reference: the checked implementation
     general_path_forbidden()
     registry.reset_fallback_report()
     fast = fn(da, db)
@@ -96,14 +101,12 @@ def test_deploy_mode_runs_a_nan_input_on_the_fast_path(monkeypatch, general_path
 def test_non_plain_calls_are_left_to_the_general_path():
     base = torch.randn(4, 6)
     d = base.to("rbln")
-    d + d
-    fast = registry.TABLE[[op.name for op in registry.TABLE].index("add.Tensor")].fast
+    fast = planned("add.Tensor")
     assert fast((d, d), {}) is not None
     assert fast((d.t(), d.t()), {}) is None  # not contiguous
     assert fast((d.view(2, 2, 6), d[0, :2].reshape(2, 1)), {}) is None  # broadcast on both sides of b
-    assert fast((d[0], d), {}) is None  # a broadcast the dense kernel reads, before its first launch
-    d[0] + d
-    assert fast((d[0], d), {}) is not None  # ... and after it (a repeated over rows)
+    assert fast((d[0], d), {}) is not None  # a broadcast the dense kernel reads (a repeated over rows),
+    # planned on its first call: no earlier launch is needed
     assert fast((d, d.half()), {}) is None  # promotion
     assert fast((d, base), {}) is None  # a CPU operand: the general path raises torch's error
     assert fast((d, True), {}) is None  # a bool scalar (promotion rules of its own)
@@ -126,11 +129,11 @@ BROADCASTS = [
 
 @pytest.mark.parametrize(("name", "a_shape", "b_shape", "fn"), BROADCASTS,
                          ids=[f"{n}-{a}-{b}" for n, a, b, _ in BROADCASTS])
-def test_broadcasts_the_dense_kernel_reads_take_the_fast_path(name, a_shape, b_shape, fn,
-                                                              general_path_forbidden):
+def test_broadcasts_the_dense_kernel_reads_take_the_plan(name, a_shape, b_shape, fn, general_path_forbidden):
     a, b = torch.randn(a_shape), torch.rand(b_shape) + 0.5
     da, db = a.to("rbln"), b.to("rbln")
-    first = fn(da, db)  # the general path: the dense kernel with the layout it chooses
+    with general_path():
+        first = fn(da, db)  # the general path: the dense kernel with the layout it chooses
     general_path_forbidden()
     registry.reset_fallback_report()
     fast = fn(da, db)
@@ -143,10 +146,10 @@ def test_broadcasts_the_dense_kernel_reads_take_the_fast_path(name, a_shape, b_s
 def test_broadcasts_the_fast_path_leaves_to_the_general_path():
     d = torch.randn(2, 3, 4).to("rbln")
     d + d
-    fast = registry.TABLE[[op.name for op in registry.TABLE].index("add.Tensor")].fast
-    inplace = registry.TABLE[[op.name for op in registry.TABLE].index("add_.Tensor")].fast
+    fast = planned("add.Tensor")
+    inplace = planned("add_.Tensor")
     assert fast((d, torch.randn(3, 1).to("rbln")), {}) is None  # broadcast on both sides
-    assert fast((d, torch.randn(5).to("rbln")), {}) is None  # shapes that do not broadcast
+    assert fast((d, torch.randn(5).to("rbln")), {}) == "decline: shapes do not broadcast"
     assert inplace((d[0, 0], d), {}) is None  # an in-place result would need self broadcast
     with pytest.raises(RuntimeError, match="must match the size|doesn't match the broadcast shape"):
         d[0, 0].add_(d)  # torch's error, from the general path
@@ -193,11 +196,12 @@ def test_a_user_override_wins_over_the_fast_path():
         registry._user.pop("neg.default", None)
 
 
-def test_fast_path_factories_reject_unknown_keywords():
-    gelu = _fastpath.unary("gelu", keyword="approximate", values={"none": "gelu"})
+def test_plan_signatures_reject_unknown_keywords():
+    gelu = elementwise.unary("gelu", keyword="approximate", ops={"none": "gelu"})
     d = torch.randn(3).to("rbln")
-    assert gelu((d,), {"approximate": "cubic"}) is None
-    assert gelu((d,), {"other": 1}) is None
+    assert gelu.signature((d,), {"approximate": "cubic"}) is None
+    assert gelu.signature((d,), {"other": 1}) is None
+    assert gelu.signature((d,), {"approximate": "none"}) is not None
 
 
 @pytest.mark.parametrize("log", [False, True])
@@ -352,7 +356,7 @@ def test_deploy_mode_runs_a_nan_amax_on_the_reduce_fast_path(monkeypatch, reduce
     assert _row("aten::amax") == {"device": 1, "cpu": 0, "reasons": {}}
 
 
-def test_clear_cache_makes_the_fast_path_launch_freshly_compiled_code(monkeypatch, general_path_forbidden):
+def test_clear_cache_makes_the_plan_launch_freshly_compiled_code(monkeypatch, general_path_forbidden):
     """`kernel.clear_cache()` drops the registry's kept launches (`_launch._plans`, the fast paths'
     plans): the next call compiles the kernel again and keeps its new launch, instead of running the
     code compiled before the clear."""
@@ -361,8 +365,8 @@ def test_clear_cache_makes_the_fast_path_launch_freshly_compiled_code(monkeypatc
 
     a, b = torch.randn(4), torch.randn(4)
     da, db = a.to("rbln"), b.to("rbln")
-    da + db  # the general path launches and keeps the direct launch
-    da + db  # the fast path fetches it into its plan
+    da + db  # the plan's first run launches through the checked launch, which keeps the direct launch
+    da + db  # the plan fetches it
     kernel = _ops._k("elementwise").binary_dense_kernel
     kept = {full: plan for full, plan in _launch._plans.items() if full[0] is kernel}
     assert kept
@@ -382,14 +386,14 @@ def test_clear_cache_makes_the_fast_path_launch_freshly_compiled_code(monkeypatc
     monkeypatch.setattr(JITFunction, "launcher", counted("launcher"))
     kernel.clear_cache()
     assert not any(full[0] is kernel for full in _launch._plans)
-    assert all(plan.run is None for plan in _fastpath._PLANS if plan.kernel is kernel)
+    assert all(plan.launcher is None for plan in _plan._PLANS if plan.kernel is kernel)
     registry.reset_fallback_report()
-    torch.testing.assert_close((da + db).cpu(), a + b, atol=0, rtol=0)  # general path: compiles afresh
+    torch.testing.assert_close((da + db).cpu(), a + b, atol=0, rtol=0)  # checked launch: compiles afresh
     assert calls == {"compile": 1, "launcher": 1}
     renewed = {full: plan for full, plan in _launch._plans.items() if full[0] is kernel}
     assert renewed and all(renewed[full] is not kept[full] for full in renewed.keys() & kept.keys())
     general_path_forbidden()
-    torch.testing.assert_close((da + db).cpu(), a + b, atol=0, rtol=0)  # the fast path, new launch
+    torch.testing.assert_close((da + db).cpu(), a + b, atol=0, rtol=0)  # the plan, new launch
     assert calls == {"compile": 1, "launcher": 1}
     assert _row("aten::add") == {"device": 2, "cpu": 0, "reasons": {}}
 
@@ -534,10 +538,11 @@ WHERES = [
 
 
 @pytest.mark.parametrize(("c_shape", "a_shape", "b_shape"), WHERES, ids=[str(w) for w in WHERES])
-def test_where_takes_the_fast_path_with_the_general_results(c_shape, a_shape, b_shape, monkeypatch):
+def test_where_takes_the_plan_with_the_general_results(c_shape, a_shape, b_shape, monkeypatch):
     condition, a, b = torch.rand(c_shape) > 0.5, torch.randn(a_shape), torch.randn(b_shape)
     dc, da, db = condition.to("rbln"), a.to("rbln"), b.to("rbln")
-    first = torch.where(dc, da, db)  # the general path launches once
+    with general_path():
+        first = torch.where(dc, da, db)  # the reference: the checked implementation
     monkeypatch.setattr(_ops, "where", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
     registry.reset_fallback_report()
     fast = torch.where(dc, da, db)
@@ -547,17 +552,17 @@ def test_where_takes_the_fast_path_with_the_general_results(c_shape, a_shape, b_
     assert _row("aten::where") == {"device": 1, "cpu": 0, "reasons": {}}
 
 
-def test_where_calls_the_fast_path_leaves_to_the_general_path():
+def test_where_calls_no_plan_takes_go_to_the_general_path():
     d = torch.randn(3, 4).to("rbln")
     mask = d > 0
     torch.where(mask, d, d)
-    fast = registry.TABLE[[op.name for op in registry.TABLE].index("where.self")].fast
+    fast = planned("where.self")
     assert fast((mask, d, d), {}) is not None
     assert fast((mask, d, d.half()), {}) is None  # promotion
     assert fast((d > 0.5, d.t(), d.t()), {}) is None  # not contiguous
     assert fast((mask.cpu(), d, d), {}) is None  # a CPU condition
     assert fast((mask.float(), d, d), {}) is None  # a non-bool condition
-    assert fast((mask, d, torch.randn(5).to("rbln")), {}) is None  # shapes that do not broadcast
+    assert fast((mask, d, torch.randn(5).to("rbln")), {}) == "decline: shapes do not broadcast"
     nan = torch.full((3, 4), float("nan")).to("rbln")
     assert fast((mask, d, nan), {}) is None  # NaN in b: the general path reports it
 
@@ -575,12 +580,13 @@ FILLS_AND_CLAMPS = [
 
 @pytest.mark.parametrize(("name", "x_shape", "mask_shape", "fn"), FILLS_AND_CLAMPS,
                          ids=[f"{n}-{i}" for i, (n, *_) in enumerate(FILLS_AND_CLAMPS)])
-def test_masked_fill_and_clamp_take_the_fast_path_with_the_general_results(name, x_shape, mask_shape, fn,
+def test_masked_fill_and_clamp_take_the_plan_with_the_general_results(name, x_shape, mask_shape, fn,
                                                                            monkeypatch):
     x = torch.randn(x_shape)
     mask = torch.rand(mask_shape) > 0.5 if mask_shape is not None else None
     dx, dmask = x.to("rbln"), (mask.to("rbln") if mask is not None else None)
-    first = fn(dx, dmask)  # the general path launches once
+    with general_path():
+        first = fn(dx, dmask)  # the reference: the checked implementation
     fail = lambda *a, **k: (_ for _ in ()).throw(AssertionError("general path reached"))  # noqa: E731
     monkeypatch.setattr(_ops, "masked_fill", fail)
     monkeypatch.setattr(_ops, "binary", fail)
@@ -591,14 +597,12 @@ def test_masked_fill_and_clamp_take_the_fast_path_with_the_general_results(name,
     assert _row(name) == {"device": 1, "cpu": 0, "reasons": {}}
 
 
-def test_masked_fill_and_clamp_calls_the_fast_path_leaves_to_the_general_path():
+def test_masked_fill_and_clamp_calls_no_plan_takes_go_to_the_general_path():
     d = torch.randn(3, 4).to("rbln")
     mask = d > 0
-    d.masked_fill(mask, 1.0)
-    names = [op.name for op in registry.TABLE]
-    fill = registry.TABLE[names.index("masked_fill.Scalar")].fast
-    fill_ = registry.TABLE[names.index("masked_fill_.Scalar")].fast
-    clamp = registry.TABLE[names.index("clamp.default")].fast
+    fill = planned("masked_fill.Scalar")
+    fill_ = planned("masked_fill_.Scalar")
+    clamp = planned("clamp.default")
     assert fill((d, mask, 1.0), {}) is not None
     assert fill((d, mask.float(), 1.0), {}) is None  # a non-bool mask: the general path decides
     assert fill((d, mask, True), {}) is None  # a bool value

@@ -1,0 +1,96 @@
+"""One `Plan` per call signature: every decision of a registered call made once, then replayed.
+
+A family module (`elementwise.py`, ...) exposes `signature(args, kwargs)`: a cheap hashable key of
+everything its decisions read (dtypes, shapes, devices, contiguity, which overload form), with the
+call's operands normalised for the plan, or None for a call whose decisions cannot be keyed (a strided
+view, an argument of an unexpected kind: the implementation decides it afresh each time). Its
+`plan(key, operands)` makes the decisions for that key (kernel and specialisation, grid, launch key,
+output allocation, which inputs the NaN/Inf scan reads) and returns a `Plan`, `NO_PLAN` for a key the
+implementation takes, or raises `Decline(reason)` for a key the CPU fallback takes. The dispatcher
+(`registry._dispatcher`) keeps the answer per key: the "fast path" is a memo hit.
+
+`Plan.run(operands)` is a flat closure: the result, or None when something only this call's values
+show (a NaN/Inf input, an output overlapping an input) sends it to the implementation, which decides
+it with its checks and logs any fallback.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from torch_rbln.dsl.jit import on_clear_cache
+
+from torch_rbln.tp import requested_backend
+
+from . import _launch
+
+
+class Family(NamedTuple):
+    """One overload's planner: `signature(args, kwargs) -> (key, operands) | None` and `plan(key,
+    operands) -> Plan` (or NO_PLAN, or raises `Decline`)."""
+
+    signature: Callable[[tuple, dict], tuple | None]
+    plan: Callable[[tuple, tuple], Any]
+
+
+class Plan:
+    """Every decision for one call signature. `run(operands)` (set by the family) returns the result or
+    None; `reason` is set instead for a signature the CPU fallback takes (`declined`).
+
+    The kernel's kept direct launch (`launcher`, with `backend`, the DSL backend it was kept for) is
+    fetched from `_launch` on the first run after the plan's first checked launch (`launch_checked`),
+    and dropped when the kernel's `clear_cache()` runs (`_forget`)."""
+
+    __slots__ = ("run", "reason", "kernel", "key", "keywords", "programs", "rows", "shape", "dtype",
+                 "scanned", "launcher", "backend", "__weakref__")
+
+    def __init__(self, kernel: Any = None, key: tuple = (), keywords: dict | None = None, programs: int = 1,
+                 rows: int = 1, shape: tuple = (), dtype: Any = None, scanned: tuple = ()) -> None:
+        self.run: Callable[[tuple], Any] | None = None
+        self.reason: str | None = None
+        self.kernel, self.key, self.keywords = kernel, key, keywords or {}
+        self.programs, self.rows = programs, rows  # the grid
+        self.shape, self.dtype = shape, dtype  # the output allocation
+        self.scanned = scanned  # positions of the operands the NaN/Inf scan reads
+        self.launcher: Callable | None = None
+        self.backend: str | None = None
+        if kernel is not None:
+            _PLANS.add(self)
+
+    @classmethod
+    def declined(cls, reason: str) -> Plan:
+        plan = cls()
+        plan.reason = reason
+        return plan
+
+    def kept(self) -> Callable | None:
+        """The kept unchecked launch for the requested backend, or None before the first launch."""
+        backend = requested_backend()
+        if self.launcher is None or backend != self.backend:
+            self.launcher = _launch.unchecked(self.kernel, self.key)
+            self.backend = backend
+        return self.launcher
+
+    def launch_checked(self, args: tuple) -> None:
+        """The checked launch (`kernel[grid]`, tensor-parallel groups included), which keeps the direct
+        launch that later runs use."""
+        _launch.launch(self.kernel, self.programs, self.key, args, self.keywords, rows=self.rows)
+        self.launcher = None
+
+
+NO_PLAN = Plan()  # a signature the implementation takes (it decides every call of it itself)
+NO_PLAN.run = None
+
+_PLANS: weakref.WeakSet[Plan] = weakref.WeakSet()
+
+
+def _forget(kernel) -> None:
+    """`kernel.clear_cache()` ran: its plans fetch their launch afresh (after a checked launch)."""
+    for plan in list(_PLANS):
+        if plan.kernel is kernel:
+            plan.launcher = plan.backend = None
+
+
+on_clear_cache(_forget)

@@ -147,15 +147,17 @@ def _output_shape(g: dict) -> list[int]:
     return [g["N"], g["Cout"], g["OW"]] if g["one_d"] else [g["N"], g["Cout"], g["OH"], g["OW"]]
 
 
-def _im2col(x: torch.Tensor, g: dict, dtype: torch.dtype) -> torch.Tensor:
-    """The (N, P, K) column matrix of x (contiguous, `dtype`)."""
-    col = empty([g["N"], g["P"], g["K"]], dtype, x.get_device())
+def _im2col(x: torch.Tensor, g: dict, dtype: torch.dtype, *, images_inner: bool = False) -> torch.Tensor:
+    """The transposed column matrix of x, contiguous in `dtype`: (N, K, P), or (K, N, P) with
+    `images_inner` (the weight gradient's operand: (n, p) one dim with one stride)."""
+    N, K, P = g["N"], g["K"], g["P"]
+    shape, (scn, sck) = ([K, N, P], (P, N * P)) if images_inner else ([N, K, P], (K * P, P))
+    col = empty(shape, dtype, x.get_device())
     _, _, H, W, sxn, sxc, sxh, sxw = _as_nchw(x)
     kernels = _k("conv")
-    _run(kernels.im2col_kernel, (cdiv(g["P"], kernels.IM2COL_P), g["N"]),
-         (x, col, H, W, g["OW"], g["P"], g["K"], g["KH"], g["KW"], sxn, sxc, sxh, sxw,
-          g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]),
-         BLOCK_P=kernels.IM2COL_P, BLOCK_K=kernels.IM2COL_K)
+    _run(kernels.im2col_kernel, (g["C"], N),
+         (x, col, H, W, g["OH"], g["OW"], g["KH"], g["KW"], sxn, sxc, sxh, sxw, scn, sck,
+          g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]), BLOCK=kernels.IM2COL_BLOCK)
     return col
 
 
@@ -172,13 +174,13 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     _, son, soc, sop = _plane(out)
     if g["pointwise"]:
         a, san, sac, sap = _plane(x)
-        a_stride, a_dim = (san, sap, sac), 1
+        a_stride = (san, sap, sac)
     else:
         a = _im2col(x, g, dtype)
-        a_stride, a_dim = (P * g["K"], g["K"], 1), 2
+        a_stride = (P * g["K"], 1, P)
     for group in range(G):
         _matmul_launch(
-            a.narrow(a_dim, group * (g["Cg"] if a_dim == 1 else Kg), g["Cg"] if a_dim == 1 else Kg),
+            a.narrow(1, group * (g["Cg"] if g["pointwise"] else Kg), g["Cg"] if g["pointwise"] else Kg),
             weight.narrow(0, group * Coutg, Coutg), out.narrow(1, group * Coutg, Coutg),
             None if bias is None else bias.narrow(0, group * Coutg, Coutg),
             P, Coutg, Kg, a_stride, (0, 1, Kg), (son, sop, soc),
@@ -240,7 +242,7 @@ def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation,
             copy_into(xv.as_strided((N, g["C"], P), (sxn, sxc, sxp)), cols.permute(1, 0, 2))
             col, col_stride, col_dim, col_step = cols, (0, 1, N * P), 0, Cg
         else:
-            col, col_stride, col_dim, col_step = _im2col(x, g, dtype), (0, g["K"], 1), 2, Kg
+            col, col_stride, col_dim, col_step = _im2col(x, g, dtype, images_inner=True), (0, 1, N * P), 0, Kg
         for group in range(G):
             _matmul_launch(
                 rows.narrow(0, group * Coutg, Coutg), col.narrow(col_dim, group * col_step, col_step),

@@ -19,7 +19,6 @@ import torch_rbln.dsl as tl
 
 # Output positions per im2col row step, and input elements per col2im program.
 IM2COL_BLOCK = 32
-COL2IM_BLOCK = 256
 PLANE_BLOCK = 1024
 
 
@@ -54,37 +53,35 @@ def im2col_kernel(
 
 @tl.jit
 def col2im_kernel(
-    gcol_ptr, gx_ptr, C, H, W, OH, OW, K, KH, KW, sgn, sgc, sgh, sgw,
-    stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, BLOCK: tl.constexpr,
+    gcol_ptr, gx_ptr, H, W, OH, OW, KH, KW, scn, sck,
+    stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, BLOCK: tl.constexpr, ZBLOCK: tl.constexpr,
 ):
-    """gx[n, c, ih, iw] = sum over the taps (kh, kw) whose output position (oh, ow) reads it of
-    gcol[n, oh*OW + ow, (c*KH + kh)*KW + kw], in float32 (gcol contiguous (N, OH*OW, K), gx through
-    its strides). Grid (cdiv(C*H*W, BLOCK), N)."""
-    pid = tl.program_id(0)
+    """gx[n, c] (a contiguous float32 (N, C, H, W) plane) = the sum, over the taps (kh, kw) and output
+    positions (oh, ow), of gcol[n, (c*KH + kh)*KW + kw, oh*OW + ow] at the input element the tap read
+    (gcol contiguous along positions; n and k through scn, sck). One program per (channel, image) owns
+    its plane, so its read-add-writes race with no other program (and within one row step the input
+    columns differ). Grid (C, N)."""
+    c = tl.program_id(0)
     n = tl.program_id(1)
-    r = pid * BLOCK + tl.arange(0, BLOCK)
-    plane = H * W
-    live = r < C * plane
-    c = r // plane
-    hw = r % plane
-    ih = hw // W
-    iw = hw % W
-    P = OH * OW
-    base = gcol_ptr + n * P * K
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    C = tl.num_programs(0)
+    plane = gx_ptr + (n * C + c) * H * W
+    z = tl.arange(0, ZBLOCK)
+    for start in range(0, H * W, ZBLOCK):
+        tl.store(plane + start + z, tl.zeros((ZBLOCK,), dtype=tl.float32), mask=start + z < H * W)
+    cols = tl.arange(0, BLOCK)
     for kh in range(0, KH):
-        th = ih + pad_h - kh * dil_h
-        th0 = tl.where(th >= 0, th, 0)
-        oh = th0 // stride_h
-        row_ok = (th >= 0) & (th0 % stride_h == 0) & (oh < OH)
         for kw in range(0, KW):
-            tw = iw + pad_w - kw * dil_w
-            tw0 = tl.where(tw >= 0, tw, 0)
-            ow = tw0 // stride_w
-            ok = live & row_ok & (tw >= 0) & (tw0 % stride_w == 0) & (ow < OW)
-            g = tl.load(base + (oh * OW + ow) * K + (c * KH + kh) * KW + kw, mask=ok, other=0.0)
-            acc += g.to(tl.float32)
-    tl.store(gx_ptr + n * sgn + c * sgc + ih * sgh + iw * sgw, acc.to(gx_ptr.dtype.element_ty), mask=live)
+            src = gcol_ptr + n * scn + ((c * KH + kh) * KW + kw) * sck
+            for oh in range(0, OH):
+                ih = oh * stride_h - pad_h + kh * dil_h
+                if (ih >= 0) & (ih < H):
+                    for ow0 in range(0, OW, BLOCK):
+                        ow = ow0 + cols
+                        iw = ow * stride_w - pad_w + kw * dil_w
+                        ok = (ow < OW) & (iw >= 0) & (iw < W)
+                        g = tl.load(src + oh * OW + ow, mask=ok, other=0.0).to(tl.float32)
+                        at = plane + ih * W + iw
+                        tl.store(at, tl.load(at, mask=ok, other=0.0) + g, mask=ok)
 
 
 @tl.jit

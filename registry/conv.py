@@ -217,18 +217,25 @@ def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation,
                     grad.narrow(1, group * Coutg, Coutg), grad_input.narrow(1, group * Cg, Cg), None,
                     Cg, P, Coutg, (0, 1, Kg), (sgn, sgc, sgp), (sdn, sdc, sdp), (0, 0), 1.0, 0.0, N)
         else:
-            gcol = empty([N, P, g["K"]], torch.float32, index)
+            gcol = empty([N, g["K"], P], torch.float32, index)
             for group in range(G):
-                # gcol[n, p, k] = sum_co grad[n, co, p] * w[co, k]
+                # gcol[n, k, p] = sum_co grad[n, co, p] * w[co, k]
                 _matmul_launch(
                     grad.narrow(1, group * Coutg, Coutg), weight.narrow(0, group * Coutg, Coutg),
-                    gcol.narrow(2, group * Kg, Kg), None,
-                    P, Kg, Coutg, (sgn, sgp, sgc), (0, Kg, 1), (P * g["K"], g["K"], 1), (0, 0), 1.0, 0.0, N)
-            _, _, H, W, sdn, sdc, sdh, sdw = _as_nchw(grad_input)
+                    gcol.narrow(1, group * Kg, Kg), None,
+                    P, Kg, Coutg, (sgn, sgp, sgc), (0, Kg, 1), (P * g["K"], 1, P), (0, 0), 1.0, 0.0, N)
+            direct = dtype == torch.float32 and grad_input.is_contiguous()
+            planes = grad_input if direct else empty(x.shape, torch.float32, index)
+            _, _, H, W, *_ = _as_nchw(x)
             kernels = _k("conv")
-            _run(kernels.col2im_kernel, (cdiv(g["C"] * H * W, kernels.COL2IM_BLOCK), N),
-                 (gcol, grad_input, g["C"], H, W, g["OH"], g["OW"], g["K"], g["KH"], g["KW"], sdn, sdc, sdh, sdw,
-                  g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]), BLOCK=kernels.COL2IM_BLOCK)
+            _run(kernels.col2im_kernel, (g["C"], N),
+                 (gcol, planes, H, W, g["OH"], g["OW"], g["KH"], g["KW"], g["K"] * P, P,
+                  g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]),
+                 BLOCK=kernels.IM2COL_BLOCK, ZBLOCK=kernels.PLANE_BLOCK)
+            if not direct:
+                from ._copy import copy_into
+
+                copy_into(planes, grad_input)
     if output_mask[1]:
         from ._copy import copy_into
 

@@ -80,7 +80,7 @@ def _as_nchw(t: torch.Tensor) -> tuple[int, int, int, int, int, int, int, int]:
 def _plane(t: torch.Tensor) -> tuple[torch.Tensor, int, int, int]:
     """(t or a contiguous copy, sn, sc, sp): t addressed as (N, C, P) with P the dims after the second
     collapsed to one stride (a copy when they do not collapse)."""
-    for attempt in range(2):
+    for _attempt in range(2):
         sizes, strides = t.shape[2:], t.stride()[2:]
         step = None
         ok = True
@@ -352,8 +352,8 @@ def batch_norm_backward(grad, x, weight, running_mean, running_var, save_mean, s
     grad_weight, grad_bias = empty([C], dtype, index), empty([C], dtype, index)
     kernels = _k("cnn")
     _run(kernels.batch_norm_backward_kernel, (C, 1),
-         (gv, xv, weight if weight is not None else xv, stats[0], stats[1], grad_input, grad_weight, grad_bias,
-          N, P, sgn, sgc, sgp, sxn, sxc, sxp, sdn, sdc, sdp, float(eps)),
+         (gv, xv, weight if weight is not None else xv, stats[0], stats[1], grad_input, grad_weight,
+          grad_bias, N, P, sgn, sgc, sgp, sxn, sxc, sxp, sdn, sdc, sdp, float(eps)),
          TRAINING=bool(train), HAS_W=weight is not None, NEED_GX=bool(output_mask[0]), BLOCK=kernels.BLOCK)
     return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None,
             grad_bias if output_mask[2] else None)
@@ -409,8 +409,8 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1
     P = g["OH"] * g["OW"]
     kernels = _k("cnn")
     _run(kernels.max_pool_kernel, (cdiv(P, kernels.POOL_BLOCK), N * C),
-         (x4, values, indices, C, g["H"], g["W"], g["OW"], P, g["kh"], g["kw"], sxn, sxc, sxh, sxw, syn, syc, syp,
-          g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]), BLOCK=kernels.POOL_BLOCK)
+         (x4, values, indices, C, g["H"], g["W"], g["OW"], P, g["kh"], g["kw"], sxn, sxc, sxh, sxw,
+          syn, syc, syp, g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]), BLOCK=kernels.POOL_BLOCK)
     return values, indices
 
 
@@ -471,7 +471,8 @@ def gather(x, dim, index, sparse_grad=False):
     si = [0] * pad + list(index.stride())
     kernels = _k("cnn")
     _run(kernels.gather_kernel, (cdiv(total, kernels.GATHER_BLOCK), 1),
-         (x, index, out, total, *sizes[1:], *sx, *si, x.stride(dim)), DIM=dim + pad, BLOCK=kernels.GATHER_BLOCK)
+         (x, index, out, total, *sizes[1:], *sx, *si, x.stride(dim)), DIM=dim + pad,
+         BLOCK=kernels.GATHER_BLOCK)
     return out
 
 
@@ -493,7 +494,8 @@ def scatter_add(x, dim, index, src, *, inplace: bool = False):
     dim = dim + nd if dim < 0 else dim
     if not 0 <= dim < nd:
         raise Decline("dim out of range")
-    if list(src.shape) != list(index.shape) or any(index.shape[d] != x.shape[d] for d in range(nd) if d != dim):
+    if list(src.shape) != list(index.shape) or any(
+            index.shape[d] != x.shape[d] for d in range(nd) if d != dim):
         raise Decline("index shape differs from x's (outside dim) or from src's")
     outer, size, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
     count = index.shape[dim]

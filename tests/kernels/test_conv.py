@@ -83,7 +83,8 @@ def test_conv2d_non_contiguous_input(layout, pointwise):
 
 def test_conv1d_matches_cpu():
     gen = torch.Generator().manual_seed(7)
-    x, w, b = torch.randn(3, 4, 19, generator=gen), torch.randn(6, 2, 5, generator=gen), torch.randn(6, generator=gen)
+    x, w = torch.randn(3, 4, 19, generator=gen), torch.randn(6, 2, 5, generator=gen)
+    b = torch.randn(6, generator=gen)
     _compare(x, w, b, (2, 2, 1, 2), F32)
 
 

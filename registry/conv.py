@@ -172,22 +172,19 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     weight = contiguous(weight)
     G, Coutg, Kg, P = g["G"], g["Cout"] // g["G"], g["K"] // g["G"], g["P"]
     _, son, soc, sop = _plane(out)
+    # out[n] (Cout, P) = weight (Cout, K) @ col[n] (K, P): every operand row-major, as BLAS likes them
     if g["pointwise"]:
-        a, san, sac, sap = _plane(x)
-        a_stride = (san, sap, sac)
+        col, scn, sck, scp = _plane(x)
+        step = g["Cg"]
     else:
-        a = _im2col(x, g, dtype)
-        a_stride = (P * g["K"], 1, P)
+        col, (scn, sck, scp), step = _im2col(x, g, dtype), (P * g["K"], P, 1), Kg
     for group in range(G):
         _matmul_launch(
-            a.narrow(1, group * (g["Cg"] if g["pointwise"] else Kg), g["Cg"] if g["pointwise"] else Kg),
-            weight.narrow(0, group * Coutg, Coutg), out.narrow(1, group * Coutg, Coutg),
-            None if bias is None else bias.narrow(0, group * Coutg, Coutg),
-            P, Coutg, Kg, a_stride, (0, 1, Kg), (son, sop, soc),
-            (0, 0) if bias is None else (0, bias.stride(0)), 1.0, 1.0, g["N"])
+            weight.narrow(0, group * Coutg, Coutg), col.narrow(1, group * step, step),
+            out.narrow(1, group * Coutg, Coutg), None if bias is None else bias.narrow(0, group * Coutg, Coutg),
+            Coutg, P, Kg, (0, Kg, 1), (scn, sck, scp), (son, soc, sop),
+            (0, 0) if bias is None else (bias.stride(0), 0), 1.0, 1.0, g["N"])
     return out
-
-
 
 
 def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
@@ -219,11 +216,11 @@ def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation,
         else:
             gcol = empty([N, g["K"], P], torch.float32, index)
             for group in range(G):
-                # gcol[n, k, p] = sum_co grad[n, co, p] * w[co, k]
+                # gcol[n] (K, P) = weight^T (K, Cout) @ grad[n] (Cout, P)
                 _matmul_launch(
-                    grad.narrow(1, group * Coutg, Coutg), weight.narrow(0, group * Coutg, Coutg),
+                    weight.narrow(0, group * Coutg, Coutg), grad.narrow(1, group * Coutg, Coutg),
                     gcol.narrow(1, group * Kg, Kg), None,
-                    P, Kg, Coutg, (sgn, sgp, sgc), (0, Kg, 1), (P * g["K"], 1, P), (0, 0), 1.0, 0.0, N)
+                    Kg, P, Coutg, (0, 1, Kg), (sgn, sgc, sgp), (P * g["K"], P, 1), (0, 0), 1.0, 0.0, N)
             direct = dtype == torch.float32 and grad_input.is_contiguous()
             planes = grad_input if direct else empty(x.shape, torch.float32, index)
             _, _, H, W, *_ = _as_nchw(x)

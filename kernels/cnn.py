@@ -1,4 +1,4 @@
-"""Batch norm and max pooling (+ backwards), and gather / scatter_add along one dim.
+"""Batch norm, max and average pooling (+ backwards), and gather / scatter_add along one dim.
 
 Batch norm views its input as (N, C, P) through strides (P = the spatial dims collapsed), one program
 per channel: the statistics, the running-stat update and the normalisation of a channel all happen in
@@ -242,3 +242,78 @@ def scatter_add_kernel(base_ptr, idx_ptr, src_ptr, out_ptr, size, inner, count, 
         hit = live & (tl.load(idx_ptr + k, mask=live, other=-1).to(tl.int64) == d)
         acc += tl.load(src_ptr + k, mask=hit, other=0.0).to(tl.float32)
     tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=live)
+
+
+@tl.jit
+def _avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w, divisor, count_pad):
+    """torch's avg_pool2d divisor of output position (oh, ow): `divisor` when > 0 (divisor_override),
+    else the window's size clipped to the padded input (count_pad) or to the input."""
+    hstart = oh * stride_h - pad_h
+    wstart = ow * stride_w - pad_w
+    hend = tl.minimum(hstart + KH, H + pad_h)
+    wend = tl.minimum(wstart + KW, W + pad_w)
+    pool = (hend - hstart) * (wend - wstart)
+    inside = (tl.minimum(hend, H) - tl.maximum(hstart, 0)) * (tl.minimum(wend, W) - tl.maximum(wstart, 0))
+    counted = tl.where(count_pad != 0, pool, inside)
+    return tl.where(divisor > 0, divisor, counted).to(tl.float32)
+
+
+@tl.jit
+def avg_pool_kernel(
+    x_ptr, y_ptr, C, H, W, OW, P, KH, KW, sxn, sxc, sxh, sxw, syn, syc, syp,
+    stride_h, stride_w, pad_h, pad_w, divisor, count_pad, BLOCK: tl.constexpr,
+):
+    """y[n, c, p] = the sum of the window of output position p = oh*OW + ow over the input (padding adds
+    0) divided by `_avg_divisor`, in float32. Grid (cdiv(P, BLOCK), N*C)."""
+    pid = tl.program_id(0)
+    nc = tl.program_id(1)
+    n = nc // C
+    c = nc % C
+    rp = pid * BLOCK + tl.arange(0, BLOCK)
+    live = rp < P
+    oh = rp // OW
+    ow = rp % OW
+    base = x_ptr + n * sxn + c * sxc
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for kh in range(0, KH):
+        ih = oh * stride_h - pad_h + kh
+        row_ok = live & (ih >= 0) & (ih < H)
+        for kw in range(0, KW):
+            iw = ow * stride_w - pad_w + kw
+            v = tl.load(base + ih * sxh + iw * sxw, mask=row_ok & (iw >= 0) & (iw < W), other=0.0)
+            acc += v.to(tl.float32)
+    div = _avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w, divisor, count_pad)
+    tl.store(y_ptr + n * syn + c * syc + rp * syp, (acc / div).to(y_ptr.dtype.element_ty), mask=live)
+
+
+@tl.jit
+def avg_pool_backward_kernel(
+    g_ptr, gx_ptr, C, H, W, OH, OW, KH, KW, sgn, sgc, sgp, sdn, sdc, sdh, sdw,
+    stride_h, stride_w, pad_h, pad_w, divisor, count_pad, BLOCK: tl.constexpr,
+):
+    """gx[n, c, ih, iw] = sum over the windows holding (ih, iw) of g / the window's divisor, in float32
+    (a gather: no two programs write one element). Grid (cdiv(H*W, BLOCK), N*C)."""
+    pid = tl.program_id(0)
+    nc = tl.program_id(1)
+    n = nc // C
+    c = nc % C
+    r = pid * BLOCK + tl.arange(0, BLOCK)
+    live = r < H * W
+    ih = r // W
+    iw = r % W
+    gbase = g_ptr + n * sgn + c * sgc
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for kh in range(0, KH):
+        th = ih + pad_h - kh
+        th0 = tl.where(th >= 0, th, 0)
+        oh = th0 // stride_h
+        row_ok = live & (th >= 0) & (th0 % stride_h == 0) & (oh < OH)
+        for kw in range(0, KW):
+            tw = iw + pad_w - kw
+            tw0 = tl.where(tw >= 0, tw, 0)
+            ow = tw0 // stride_w
+            ok = row_ok & (tw >= 0) & (tw0 % stride_w == 0) & (ow < OW)
+            g = tl.load(gbase + (oh * OW + ow) * sgp, mask=ok, other=0.0).to(tl.float32)
+            div = _avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w, divisor, count_pad)
+            acc += tl.where(ok, g / div, 0.0)
+    tl.store(gx_ptr + n * sdn + c * sdc + ih * sdh + iw * sdw, acc.to(gx_ptr.dtype.element_ty), mask=live)

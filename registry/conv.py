@@ -181,7 +181,8 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     for group in range(G):
         _matmul_launch(
             weight.narrow(0, group * Coutg, Coutg), col.narrow(1, group * step, step),
-            out.narrow(1, group * Coutg, Coutg), None if bias is None else bias.narrow(0, group * Coutg, Coutg),
+            out.narrow(1, group * Coutg, Coutg),
+            None if bias is None else bias.narrow(0, group * Coutg, Coutg),
             Coutg, P, Kg, (0, Kg, 1), (scn, sck, scp), (son, soc, sop),
             (0, 0) if bias is None else (bias.stride(0), 0), 1.0, 1.0, g["N"])
     return out
@@ -435,6 +436,54 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
     _run(kernels.max_pool_backward_kernel, (cdiv(H * W, kernels.POOL_BLOCK), N * C),
          (gv, iv, gi4, C, H, W, g["OH"], g["OW"], g["kh"], g["kw"], sgn, sgc, sgp, sdn, sdc, sdh, sdw,
           g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]), BLOCK=kernels.POOL_BLOCK)
+    return grad_input
+
+
+# ---------------------------------------------------------------- average pooling
+
+def _avg_args(x, kernel_size, stride, padding, ceil_mode, divisor_override) -> dict:
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override <= 0):
+        raise Decline("divisor_override must be a positive int")
+    return _pool_geometry(x, kernel_size, stride, padding, (1, 1), ceil_mode)
+
+
+def avg_pool2d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """aten::avg_pool2d: window sums over the input (padding adds 0) divided as torch divides them."""
+    g = _avg_args(x, kernel_size, stride, padding, ceil_mode, divisor_override)
+    shape = [*x.shape[:-2], g["OH"], g["OW"]]
+    out = _alloc(shape, x.dtype, x.get_device(), _channels_last(x))
+    x4 = x if x.dim() == 4 else x.unsqueeze(0)
+    _, _, _, _, sxn, sxc, sxh, sxw = _as_nchw(x4)
+    _, N, C, syn, syc, syp = _planes(out)
+    P = g["OH"] * g["OW"]
+    kernels = _k("cnn")
+    _run(kernels.avg_pool_kernel, (cdiv(P, kernels.POOL_BLOCK), N * C),
+         (x4, out, C, g["H"], g["W"], g["OW"], P, g["kh"], g["kw"], sxn, sxc, sxh, sxw, syn, syc, syp,
+          g["sh"], g["sw"], g["ph"], g["pw"], divisor_override or 0, int(bool(count_include_pad))),
+         BLOCK=kernels.POOL_BLOCK)
+    return out
+
+
+def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    """aten::avg_pool2d_backward: each input element gathers grad / divisor of the windows holding it."""
+    if grad.dtype != x.dtype:
+        raise Decline("mixed dtypes")
+    g = _avg_args(x, kernel_size, stride, padding, ceil_mode, divisor_override)
+    if list(grad.shape) != [*x.shape[:-2], g["OH"], g["OW"]]:
+        raise Decline("grad shape does not match the pooling")
+    gv, N, C, sgn, sgc, sgp = _planes(grad)
+    grad_input = _alloc(x.shape, x.dtype, x.get_device(), _channels_last(x))
+    gi4 = grad_input if grad_input.dim() == 4 else grad_input.unsqueeze(0)
+    _, _, H, W, sdn, sdc, sdh, sdw = _as_nchw(gi4)
+    kernels = _k("cnn")
+    _run(kernels.avg_pool_backward_kernel, (cdiv(H * W, kernels.POOL_BLOCK), N * C),
+         (gv, gi4, C, H, W, g["OH"], g["OW"], g["kh"], g["kw"], sgn, sgc, sgp, sdn, sdc, sdh, sdw,
+          g["sh"], g["sw"], g["ph"], g["pw"], divisor_override or 0, int(bool(count_include_pad))),
+         BLOCK=kernels.POOL_BLOCK)
     return grad_input
 
 

@@ -332,6 +332,8 @@ TABLE: list[Op] = [
        "nn.functional.max_pool2d"),
     Op("max_pool2d_with_indices_backward.default", Ref("conv", "max_pool2d_with_indices_backward"),
        int_inputs=True),
+    Op("avg_pool2d.default", Ref("conv", "avg_pool2d"), "nn.functional.avg_pool2d", tol=LOOSE),
+    Op("avg_pool2d_backward.default", Ref("conv", "avg_pool2d_backward"), tol=LOOSE),
     Op("gather.default", Ref("conv", "gather"), "gather", int_inputs=True),
     Op("scatter_add.default", Ref("conv", "scatter_add"), "scatter_add", int_inputs=True, tol=LOOSE),
     Op("scatter_add_.default", lambda x, dim, index, src: _scatter_add_inplace(x, dim, index, src),

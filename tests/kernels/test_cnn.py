@@ -237,3 +237,33 @@ def test_gather_out_of_range_raises_torchs_error():
         torch.gather(x.to("rbln"), 1, index.to("rbln"))
     assert str(device_error.value) == str(cpu_error.value)
     assert registry.fallback_report()["aten::gather"]["reasons"] == {"index out of range": 1}
+
+
+# ---------------------------------------------------------------- average pooling
+
+AVG_POOLS = [  # (input shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    ((2, 3, 8, 8), 2, None, 0, False, True, None),
+    ((2, 3, 9, 7), 3, 2, 1, False, True, None),
+    ((2, 3, 9, 7), 3, 2, 1, True, False, None),  # padding not counted, partial last window
+    ((1, 2, 10, 11), (3, 2), (2, 1), (1, 0), True, True, None),
+    ((3, 7, 5), 3, 1, 1, False, True, 4),  # 3-d input, divisor_override
+]
+
+
+@pytest.mark.parametrize("case", AVG_POOLS, ids=str)
+def test_avg_pool2d_matches_cpu(case):
+    shape, kernel, stride, padding, ceil_mode, count_pad, divisor = case
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape)))
+
+    def step(t):
+        t = t.detach().requires_grad_()
+        y = F.avg_pool2d(t, kernel, stride, padding, ceil_mode, count_pad, divisor)
+        weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(3)).to(y.device)
+        (y * weights).sum().backward()
+        return y, t.grad
+    expected = step(x)
+    registry.reset_fallback_report()
+    got = step(x.to("rbln"))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.cpu(), e, **F32)
+    _on_device("aten::avg_pool2d", "aten::avg_pool2d_backward")

@@ -21,17 +21,17 @@ GATHER_BLOCK = 512
 def batch_norm_kernel(
     x_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, y_ptr, mean_ptr, invstd_ptr, N, P,
     sxn, sxc, sxp, syn, syc, syp, momentum, eps,
-    TRAINING: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RUNNING: tl.constexpr,
-    BLOCK: tl.constexpr,
+    training, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RUNNING: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """y = x * (w * invstd) + (b - mean * w * invstd) for channel c = program 0 (torch's CPU form).
-    TRAINING: mean and biased variance of the channel (two passes), saved as mean and invstd; with
-    HAS_RUNNING the running stats move towards them (the variance unbiased). Else the running stats
-    are the statistics."""
+    training (a runtime flag, so a model that alternates train and eval compiles one specialisation):
+    mean and biased variance of the channel (two passes), saved as mean and invstd; with HAS_RUNNING
+    the running stats move towards them (the variance unbiased). Else the running stats are the
+    statistics."""
     c = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     count = N * P
-    if TRAINING:
+    if training != 0:
         s = tl.zeros((BLOCK,), dtype=tl.float32)
         for n in range(0, N):
             base = x_ptr + n * sxn + c * sxc

@@ -310,8 +310,8 @@ def batch_norm(x, weight, bias, running_mean, running_var, training, momentum, e
          (xv, weight if weight is not None else xv, bias if bias is not None else xv,
           running_mean if has_running else mean, running_var if has_running else invstd, out,
           mean if training else xv, invstd if training else xv, N, P, sxn, sxc, sxp, syn, syc, syp,
-          float(momentum), float(eps)),
-         TRAINING=bool(training), HAS_W=weight is not None, HAS_B=bias is not None, HAS_RUNNING=has_running,
+          float(momentum), float(eps), int(bool(training))),
+         HAS_W=weight is not None, HAS_B=bias is not None, HAS_RUNNING=has_running,
          BLOCK=kernels.BLOCK)
     return out, mean, invstd
 

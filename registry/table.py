@@ -210,6 +210,15 @@ def _linear(x, w, b=None):
 F = "float32"
 LOOSE = {"float16": (2e-2, 2e-2), "bfloat16": (5e-2, 5e-2), "float32": (1e-4, 1e-4)}
 MATMUL = {"float16": (5e-2, 2e-2), "bfloat16": (2e-1, 5e-2), "float32": (1e-3, 1e-4)}
+CONV = {"float16": (5e-2, 2e-2), "bfloat16": (2e-1, 5e-2), "float32": (1e-4, 1e-4)}
+
+
+CV = LazyModule(globals(), "CV", "conv")  # the CNN family (convolution, batch norm, pooling, gather)
+
+
+def _scatter_add_inplace(x, dim, index, src):
+    return CV.scatter_add(x, dim, index, src, inplace=True)
+
 
 TABLE: list[Op] = [
     # ---- (1) elementwise binary with broadcasting and type promotion
@@ -367,6 +376,24 @@ TABLE: list[Op] = [
     # ---- shape building blocks models use
     Op("cat.default", Ref("_ops", "cat"), "cat"),
     Op("arange.start_out", Ref("_ops", "arange"), int_inputs=True),
+    # ---- CNN family (registry/conv.py): convolution, batch norm, max pooling (+ backwards), gather
+    Op("convolution.default", Ref("conv", "convolution"), "nn.functional.conv2d", tol=CONV),
+    Op("convolution_backward.default", Ref("conv", "convolution_backward"), tol=CONV),
+    Op("native_batch_norm.default", Ref("conv", "batch_norm"), "nn.functional.batch_norm", tol=LOOSE),
+    Op("_native_batch_norm_legit.default", Ref("conv", "batch_norm"), tol=LOOSE),
+    Op("_native_batch_norm_legit.no_stats", Ref("conv", "batch_norm_no_stats"), tol=LOOSE),
+    Op("_native_batch_norm_legit_no_training.default", Ref("conv", "batch_norm_no_training"), tol=LOOSE),
+    Op("native_batch_norm_backward.default", Ref("conv", "batch_norm_backward"), tol=LOOSE),
+    Op("max_pool2d_with_indices.default", Ref("conv", "max_pool2d_with_indices"),
+       "nn.functional.max_pool2d"),
+    Op("max_pool2d_with_indices_backward.default", Ref("conv", "max_pool2d_with_indices_backward"),
+       int_inputs=True),
+    Op("avg_pool2d.default", Ref("conv", "avg_pool2d"), "nn.functional.avg_pool2d", tol=LOOSE),
+    Op("avg_pool2d_backward.default", Ref("conv", "avg_pool2d_backward"), tol=LOOSE),
+    Op("gather.default", Ref("conv", "gather"), "gather", int_inputs=True),
+    Op("scatter_add.default", Ref("conv", "scatter_add"), "scatter_add", int_inputs=True, tol=LOOSE),
+    Op("scatter_add_.default", lambda x, dim, index, src: _scatter_add_inplace(x, dim, index, src),
+       int_inputs=True),
 ]
 
 

@@ -11,9 +11,10 @@ compiled the compiler's counters and Dynamo's graph breaks. Graph breaks that th
 model causes by itself (data-dependent control flow, as in Mixtral's expert loop) are measured with
 Dynamo's ``"eager"`` backend on the CPU; the rbln backend must not add any.
 
-Default run: the CNN's forward, eager and compiled (about 14 s cold). Everything else is marked slow: numba
+Default run: the CNN's forward, eager and compiled (about 24 s cold, of which the CNN family's kernels
+(convolution, batch norm, pooling) compile ~15 s). Everything else is marked slow: numba
 compiles of the kernel specialisations dominate a cold run (GPT-2: eager forward 71 s, compiled train step
-80 s cold; the CNN's train steps 21 s and 38 s).
+80 s cold).
 """
 
 from __future__ import annotations

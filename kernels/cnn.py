@@ -1,0 +1,319 @@
+"""Batch norm, max and average pooling (+ backwards), and gather / scatter_add along one dim.
+
+Batch norm views its input as (N, C, P) through strides (P = the spatial dims collapsed), one program
+per channel: the statistics, the running-stat update and the normalisation of a channel all happen in
+its program, in float32. Max pooling is one program per (image, channel) plane block of outputs; its
+backward is a gather (each input element sums the gradients of the windows that chose it), so no two
+programs write one element. Window extents, strides, padding and dilation are runtime values: one
+specialisation per dtype serves every pooling geometry.
+"""
+
+from __future__ import annotations
+
+import torch_rbln.dsl as tl
+
+BLOCK = 1024
+POOL_BLOCK = 256
+GATHER_BLOCK = 512
+
+
+@tl.jit
+def batch_norm_kernel(
+    x_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, y_ptr, mean_ptr, invstd_ptr, N, P,
+    sxn, sxc, sxp, syn, syc, syp, momentum, eps,
+    training, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RUNNING: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """y = x * (w * invstd) + (b - mean * w * invstd) for channel c = program 0 (torch's CPU form).
+    training (a runtime flag, so a model that alternates train and eval compiles one specialisation):
+    mean and biased variance of the channel (two passes), saved as mean and invstd; with HAS_RUNNING
+    the running stats move towards them (the variance unbiased). Else the running stats are the
+    statistics."""
+    c = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    count = N * P
+    if training != 0:
+        s = tl.zeros((BLOCK,), dtype=tl.float32)
+        for n in range(0, N):
+            base = x_ptr + n * sxn + c * sxc
+            for start in range(0, P, BLOCK):
+                s += tl.load(base + (start + cols) * sxp, mask=start + cols < P, other=0.0).to(tl.float32)
+        mean = tl.sum(s, axis=0) / count
+        v = tl.zeros((BLOCK,), dtype=tl.float32)
+        for n in range(0, N):
+            base = x_ptr + n * sxn + c * sxc
+            for start in range(0, P, BLOCK):
+                mask = start + cols < P
+                x = tl.load(base + (start + cols) * sxp, mask=mask, other=0.0).to(tl.float32)
+                d = tl.where(mask, x - mean, 0.0)
+                v += d * d
+        var_sum = tl.sum(v, axis=0)
+        invstd = 1.0 / tl.sqrt(var_sum / count + eps)
+        tl.store(mean_ptr + c, mean.to(mean_ptr.dtype.element_ty))
+        tl.store(invstd_ptr + c, invstd.to(invstd_ptr.dtype.element_ty))
+        if HAS_RUNNING:
+            rm = tl.load(rm_ptr + c).to(tl.float32)
+            rv = tl.load(rv_ptr + c).to(tl.float32)
+            tl.store(rm_ptr + c, (momentum * mean + (1.0 - momentum) * rm).to(rm_ptr.dtype.element_ty))
+            unbiased = var_sum / (count - 1)
+            tl.store(rv_ptr + c, (momentum * unbiased + (1.0 - momentum) * rv).to(rv_ptr.dtype.element_ty))
+    else:
+        mean = tl.load(rm_ptr + c).to(tl.float32)
+        invstd = 1.0 / tl.sqrt(tl.load(rv_ptr + c).to(tl.float32) + eps)
+    alpha = invstd
+    if HAS_W:
+        alpha = invstd * tl.load(w_ptr + c).to(tl.float32)
+    beta = -mean * alpha
+    if HAS_B:
+        beta = tl.load(b_ptr + c).to(tl.float32) - mean * alpha
+    for n in range(0, N):
+        src = x_ptr + n * sxn + c * sxc
+        dst = y_ptr + n * syn + c * syc
+        for start in range(0, P, BLOCK):
+            mask = start + cols < P
+            x = tl.load(src + (start + cols) * sxp, mask=mask, other=0.0).to(tl.float32)
+            tl.store(dst + (start + cols) * syp, (x * alpha + beta).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def batch_norm_backward_kernel(
+    g_ptr, x_ptr, w_ptr, mean_ptr, invstd_ptr, gx_ptr, gw_ptr, gb_ptr, N, P,
+    sgn, sgc, sgp, sxn, sxc, sxp, sdn, sdc, sdp, eps,
+    TRAINING: tl.constexpr, HAS_W: tl.constexpr, NEED_GX: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Gradients of batch norm for channel c = program 0, in float32: gw = sum(dy * (x - mean)) * invstd,
+    gb = sum(dy); TRAINING: gx = (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy * (x - mean))) * invstd
+    * w (batch statistics); else gx = dy * invstd * w. mean/invstd: the saved statistics (TRAINING) or
+    the running mean and variance (then invstd = 1 / sqrt(var + eps))."""
+    c = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    count = N * P
+    mean = tl.load(mean_ptr + c).to(tl.float32)
+    if TRAINING:
+        invstd = tl.load(invstd_ptr + c).to(tl.float32)
+    else:
+        invstd = 1.0 / tl.sqrt(tl.load(invstd_ptr + c).to(tl.float32) + eps)
+    s_dy = tl.zeros((BLOCK,), dtype=tl.float32)
+    s_dot = tl.zeros((BLOCK,), dtype=tl.float32)
+    for n in range(0, N):
+        gbase = g_ptr + n * sgn + c * sgc
+        xbase = x_ptr + n * sxn + c * sxc
+        for start in range(0, P, BLOCK):
+            mask = start + cols < P
+            dy = tl.load(gbase + (start + cols) * sgp, mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(xbase + (start + cols) * sxp, mask=mask, other=0.0).to(tl.float32)
+            s_dy += dy
+            s_dot += tl.where(mask, dy * (x - mean), 0.0)
+    sum_dy = tl.sum(s_dy, axis=0)
+    dot = tl.sum(s_dot, axis=0)
+    tl.store(gw_ptr + c, (dot * invstd).to(gw_ptr.dtype.element_ty))
+    tl.store(gb_ptr + c, sum_dy.to(gb_ptr.dtype.element_ty))
+    if NEED_GX:
+        w = 1.0
+        if HAS_W:
+            w = tl.load(w_ptr + c).to(tl.float32)
+        scale = invstd * w
+        k = dot * invstd * invstd / count
+        grad_mean = sum_dy / count
+        for n in range(0, N):
+            gbase = g_ptr + n * sgn + c * sgc
+            xbase = x_ptr + n * sxn + c * sxc
+            dbase = gx_ptr + n * sdn + c * sdc
+            for start in range(0, P, BLOCK):
+                mask = start + cols < P
+                dy = tl.load(gbase + (start + cols) * sgp, mask=mask, other=0.0).to(tl.float32)
+                if TRAINING:
+                    x = tl.load(xbase + (start + cols) * sxp, mask=mask, other=0.0).to(tl.float32)
+                    dx = (dy - grad_mean - (x - mean) * k) * scale
+                else:
+                    dx = dy * scale
+                tl.store(dbase + (start + cols) * sdp, dx.to(gx_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def max_pool_kernel(
+    x_ptr, y_ptr, idx_ptr, C, H, W, OW, P, KH, KW, sxn, sxc, sxh, sxw, syn, syc, syp,
+    stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, BLOCK: tl.constexpr,
+):
+    """y[n, c, p] = the max of the window of output position p = oh*OW + ow, idx its flat index ih*W + iw
+    in the plane: the first maximum in window order, a NaN wins (torch's CPU rule). Grid
+    (cdiv(P, BLOCK), N*C); y and idx share the strides (syn, syc, syp)."""
+    pid = tl.program_id(0)
+    nc = tl.program_id(1)
+    n = nc // C
+    c = nc % C
+    rp = pid * BLOCK + tl.arange(0, BLOCK)
+    live = rp < P
+    oh = rp // OW
+    ow = rp % OW
+    base = x_ptr + n * sxn + c * sxc
+    best = tl.full((BLOCK,), -float("inf"), tl.float32)
+    best_idx = tl.full((BLOCK,), -1, tl.int64)
+    for kh in range(0, KH):
+        ih = oh * stride_h - pad_h + kh * dil_h
+        row_ok = live & (ih >= 0) & (ih < H)
+        for kw in range(0, KW):
+            iw = ow * stride_w - pad_w + kw * dil_w
+            ok = row_ok & (iw >= 0) & (iw < W)
+            v = tl.load(base + ih * sxh + iw * sxw, mask=ok, other=-float("inf")).to(tl.float32)
+            take = ok & ((v > best) | (v != v) | (best_idx < 0))
+            best = tl.where(take, v, best)
+            best_idx = tl.where(take, (ih * W + iw).to(tl.int64), best_idx)
+    out = n * syn + c * syc + rp * syp
+    tl.store(y_ptr + out, best.to(y_ptr.dtype.element_ty), mask=live)
+    tl.store(idx_ptr + out, best_idx, mask=live)
+
+
+@tl.jit
+def max_pool_backward_kernel(
+    g_ptr, idx_ptr, gx_ptr, C, H, W, OH, OW, KH, KW, sgn, sgc, sgp, sdn, sdc, sdh, sdw,
+    stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, BLOCK: tl.constexpr,
+):
+    """gx[n, c, ih, iw] = sum of g over the output positions whose window holds (ih, iw) and whose index
+    names it, in float32. g and idx share the strides (sgn, sgc, sgp). Grid (cdiv(H*W, BLOCK), N*C)."""
+    pid = tl.program_id(0)
+    nc = tl.program_id(1)
+    n = nc // C
+    c = nc % C
+    r = pid * BLOCK + tl.arange(0, BLOCK)
+    live = r < H * W
+    ih = r // W
+    iw = r % W
+    gbase = n * sgn + c * sgc
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for kh in range(0, KH):
+        th = ih + pad_h - kh * dil_h
+        th0 = tl.where(th >= 0, th, 0)
+        oh = th0 // stride_h
+        row_ok = live & (th >= 0) & (th0 % stride_h == 0) & (oh < OH)
+        for kw in range(0, KW):
+            tw = iw + pad_w - kw * dil_w
+            tw0 = tl.where(tw >= 0, tw, 0)
+            ow = tw0 // stride_w
+            ok = row_ok & (tw >= 0) & (tw0 % stride_w == 0) & (ow < OW)
+            at = gbase + (oh * OW + ow) * sgp
+            chosen = tl.load(idx_ptr + at, mask=ok, other=-1)
+            hit = ok & (chosen == (r).to(tl.int64))
+            acc += tl.load(g_ptr + at, mask=hit, other=0.0).to(tl.float32)
+    tl.store(gx_ptr + n * sdn + c * sdc + ih * sdh + iw * sdw, acc.to(gx_ptr.dtype.element_ty), mask=live)
+
+
+@tl.jit
+def gather_kernel(
+    x_ptr, idx_ptr, out_ptr, total, D1, D2, D3, sx0, sx1, sx2, sx3, si0, si1, si2, si3, sdim,
+    DIM: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """out[i] = x[i with coordinate DIM replaced by idx[i]] over the index's (D0, D1, D2, D3) positions
+    (out contiguous); sx*/si*: strides of x / idx, sdim = x's stride along DIM. Grid (cdiv(total, BLOCK),)."""
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = r < total
+    i3 = r % D3
+    t = r // D3
+    i2 = t % D2
+    t = t // D2
+    i1 = t % D1
+    i0 = t // D1
+    j = tl.load(idx_ptr + i0 * si0 + i1 * si1 + i2 * si2 + i3 * si3, mask=live, other=0).to(tl.int64)
+    if DIM == 0:
+        src = j * sdim + i1 * sx1 + i2 * sx2 + i3 * sx3
+    elif DIM == 1:
+        src = i0 * sx0 + j * sdim + i2 * sx2 + i3 * sx3
+    elif DIM == 2:
+        src = i0 * sx0 + i1 * sx1 + j * sdim + i3 * sx3
+    else:
+        src = i0 * sx0 + i1 * sx1 + i2 * sx2 + j * sdim
+    tl.store(out_ptr + r, tl.load(x_ptr + src, mask=live, other=0), mask=live)
+
+
+@tl.jit
+def scatter_add_kernel(base_ptr, idx_ptr, src_ptr, out_ptr, size, inner, count, BLOCK: tl.constexpr):
+    """out[o, d, i] = base[o, d, i] + sum of src[o, j, i] over the j < count with idx[o, j, i] == d, in
+    float32, summed in order of j (torch's CPU order); base, out contiguous (outer, size, inner), idx and
+    src contiguous (outer, count, inner). A gather over the index: no two programs write one element.
+    Grid (cdiv(inner, BLOCK), outer * size)."""
+    rb = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    od = tl.program_id(1)
+    o = od // size
+    d = od % size
+    live = rb < inner
+    at = od * inner + rb
+    acc = tl.load(base_ptr + at, mask=live, other=0.0).to(tl.float32)
+    for j in range(0, count):
+        k = (o * count + j) * inner + rb
+        hit = live & (tl.load(idx_ptr + k, mask=live, other=-1).to(tl.int64) == d)
+        acc += tl.load(src_ptr + k, mask=hit, other=0.0).to(tl.float32)
+    tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=live)
+
+
+@tl.jit
+def _avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w, divisor, count_pad):
+    """torch's avg_pool2d divisor of output position (oh, ow): `divisor` when > 0 (divisor_override),
+    else the window's size clipped to the padded input (count_pad) or to the input."""
+    hstart = oh * stride_h - pad_h
+    wstart = ow * stride_w - pad_w
+    hend = tl.minimum(hstart + KH, H + pad_h)
+    wend = tl.minimum(wstart + KW, W + pad_w)
+    pool = (hend - hstart) * (wend - wstart)
+    inside = (tl.minimum(hend, H) - tl.maximum(hstart, 0)) * (tl.minimum(wend, W) - tl.maximum(wstart, 0))
+    counted = tl.where(count_pad != 0, pool, inside)
+    return tl.where(divisor > 0, divisor, counted).to(tl.float32)
+
+
+@tl.jit
+def avg_pool_kernel(
+    x_ptr, y_ptr, C, H, W, OW, P, KH, KW, sxn, sxc, sxh, sxw, syn, syc, syp,
+    stride_h, stride_w, pad_h, pad_w, divisor, count_pad, BLOCK: tl.constexpr,
+):
+    """y[n, c, p] = the sum of the window of output position p = oh*OW + ow over the input (padding adds
+    0) divided by `_avg_divisor`, in float32. Grid (cdiv(P, BLOCK), N*C)."""
+    pid = tl.program_id(0)
+    nc = tl.program_id(1)
+    n = nc // C
+    c = nc % C
+    rp = pid * BLOCK + tl.arange(0, BLOCK)
+    live = rp < P
+    oh = rp // OW
+    ow = rp % OW
+    base = x_ptr + n * sxn + c * sxc
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for kh in range(0, KH):
+        ih = oh * stride_h - pad_h + kh
+        row_ok = live & (ih >= 0) & (ih < H)
+        for kw in range(0, KW):
+            iw = ow * stride_w - pad_w + kw
+            v = tl.load(base + ih * sxh + iw * sxw, mask=row_ok & (iw >= 0) & (iw < W), other=0.0)
+            acc += v.to(tl.float32)
+    div = _avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w, divisor, count_pad)
+    tl.store(y_ptr + n * syn + c * syc + rp * syp, (acc / div).to(y_ptr.dtype.element_ty), mask=live)
+
+
+@tl.jit
+def avg_pool_backward_kernel(
+    g_ptr, gx_ptr, C, H, W, OH, OW, KH, KW, sgn, sgc, sgp, sdn, sdc, sdh, sdw,
+    stride_h, stride_w, pad_h, pad_w, divisor, count_pad, BLOCK: tl.constexpr,
+):
+    """gx[n, c, ih, iw] = sum over the windows holding (ih, iw) of g / the window's divisor, in float32
+    (a gather: no two programs write one element). Grid (cdiv(H*W, BLOCK), N*C)."""
+    pid = tl.program_id(0)
+    nc = tl.program_id(1)
+    n = nc // C
+    c = nc % C
+    r = pid * BLOCK + tl.arange(0, BLOCK)
+    live = r < H * W
+    ih = r // W
+    iw = r % W
+    gbase = g_ptr + n * sgn + c * sgc
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for kh in range(0, KH):
+        th = ih + pad_h - kh
+        th0 = tl.where(th >= 0, th, 0)
+        oh = th0 // stride_h
+        row_ok = live & (th >= 0) & (th0 % stride_h == 0) & (oh < OH)
+        for kw in range(0, KW):
+            tw = iw + pad_w - kw
+            tw0 = tl.where(tw >= 0, tw, 0)
+            ow = tw0 // stride_w
+            ok = row_ok & (tw >= 0) & (tw0 % stride_w == 0) & (ow < OW)
+            g = tl.load(gbase + (oh * OW + ow) * sgp, mask=ok, other=0.0).to(tl.float32)
+            div = _avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w, divisor, count_pad)
+            acc += tl.where(ok, g / div, 0.0)
+    tl.store(gx_ptr + n * sdn + c * sdc + ih * sdh + iw * sdw, acc.to(gx_ptr.dtype.element_ty), mask=live)

@@ -1,0 +1,563 @@
+"""The CNN family: convolution, batch norm, max pooling (+ backwards), gather and scatter_add.
+
+Kernels: `kernels/conv.py` (im2col / col2im around the op library's matmul) and `kernels/cnn.py`
+(batch norm, pooling, gather, scatter_add). Every implementation reads its tensors through their
+strides (channels-last and other permuted layouts need no copy, except where a matmul operand must have
+one stride over two dims) and returns results in the layout torch's CPU kernels give. What the kernels
+do not cover raises `Decline` with the reason: the CPU fallback then runs (and raises torch's own
+error for invalid calls).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from torch_rbln import _memory
+
+from . import _launch
+from ._base import FLOATS, Decline
+from ._launch import kernel_module as _k
+from ._ops import _matmul_launch, contiguous, empty
+from .geometry import I32, cdiv
+
+_HALVES = (torch.float16, torch.bfloat16)
+
+
+# ---------------------------------------------------------------- launching and layouts
+
+def _arg_kind(value) -> object:
+    if isinstance(value, torch.Tensor):
+        return value.dtype
+    if isinstance(value, bool):
+        return bool
+    if isinstance(value, int):
+        return -I32 < value < I32
+    return type(value)
+
+
+def _run(kernel, grid: tuple[int, int], args: tuple, **constexprs) -> None:
+    """`kernel[grid](*args, **constexprs)` through the launch kept under a key made of every argument's
+    kind (tensor dtype, whether an int fits in 32 bits) and the constexprs: what decides the
+    specialisation."""
+    key = (*map(_arg_kind, args), *constexprs.values())
+    _launch.launch(kernel, grid[0], key, args, constexprs, rows=grid[1])
+
+
+def _pair(value, name: str) -> tuple[int, int]:
+    values = [value] if isinstance(value, int) else list(value)
+    if len(values) == 1:
+        values *= 2
+    if len(values) != 2 or not all(isinstance(v, int) for v in values):
+        raise Decline(f"{name} {value!r}")
+    return values[0], values[1]
+
+
+def _channels_last(t: torch.Tensor) -> bool:
+    return t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+
+
+def _alloc(shape: Sequence[int], dtype: torch.dtype, index: int, channels_last: bool) -> torch.Tensor:
+    """A fresh rbln tensor, row-major or (4-D) channels-last."""
+    if not channels_last:
+        return empty(shape, dtype, index)
+    n, c, h, w = shape
+    return _memory.empty_strided(shape, (h * w * c, 1, w * c, c), dtype, index)
+
+
+def _as_nchw(t: torch.Tensor) -> tuple[int, int, int, int, int, int, int, int]:
+    """(N, C, H, W, sn, sc, sh, sw) of a 3-D (N, C, L: H = 1) or 4-D tensor."""
+    if t.dim() == 3:
+        n, c, w = t.shape
+        sn, sc, sw = t.stride()
+        return n, c, 1, w, sn, sc, 0, sw
+    n, c, h, w = t.shape
+    return (n, c, h, w, *t.stride())
+
+
+def _plane(t: torch.Tensor) -> tuple[torch.Tensor, int, int, int]:
+    """(t or a contiguous copy, sn, sc, sp): t addressed as (N, C, P) with P the dims after the second
+    collapsed to one stride (a copy when they do not collapse)."""
+    for _attempt in range(2):
+        sizes, strides = t.shape[2:], t.stride()[2:]
+        step = None
+        ok = True
+        for size, stride in zip(reversed(sizes), reversed(strides), strict=True):
+            if size == 1:
+                continue
+            if step is None:
+                step, expected = stride, stride * size
+            elif stride != expected:
+                ok = False
+                break
+            else:
+                expected = stride * size
+        if ok:
+            return t, t.stride(0), t.stride(1), 1 if step is None else step
+        t = contiguous(t)
+    raise AssertionError("a contiguous tensor collapses")  # pragma: no cover
+
+
+def _same_floats(*tensors: torch.Tensor | None) -> torch.dtype:
+    dtype = tensors[0].dtype
+    if dtype not in FLOATS:
+        raise Decline(f"dtype {str(dtype).replace('torch.', '')}")
+    for t in tensors[1:]:
+        if t is not None and t.dtype != dtype:
+            raise Decline("mixed dtypes")
+    return dtype
+
+
+# ---------------------------------------------------------------- convolution
+
+def _conv_geometry(x, weight, stride, padding, dilation, transposed, output_padding, groups):
+    """The convolution's geometry as a dict, or Decline for what the kernels do not cover."""
+    if transposed:
+        raise Decline("transposed convolution")
+    if x.dim() not in (3, 4) or weight.dim() != x.dim():
+        raise Decline(f"{x.dim() - 2}-d convolution (1-d and 2-d only)")
+    one_d = x.dim() == 3
+    stride, padding, dilation = (list(v) for v in (stride, padding, dilation))
+    if one_d:
+        stride, padding, dilation = [1] + stride, [0] + padding, [1] + dilation
+    sh, sw = _pair(stride, "stride")
+    ph, pw = _pair(padding, "padding")
+    dh, dw = _pair(dilation, "dilation")
+    N, C, H, W, *_ = _as_nchw(x)
+    Cout, Cg, KH, KW, *_ = _as_nchw(weight)
+    if min(sh, sw, dh, dw, groups) <= 0 or min(ph, pw) < 0:
+        raise Decline("non-positive stride, dilation or groups, or negative padding")
+    if Cg * groups != C or Cout % groups or Cout == 0 or N == 0:
+        raise Decline("channel counts do not match the groups")
+    OH = (H + 2 * ph - dh * (KH - 1) - 1) // sh + 1
+    OW = (W + 2 * pw - dw * (KW - 1) - 1) // sw + 1
+    if OH <= 0 or OW <= 0:
+        raise Decline("kernel larger than the padded input")
+    P, K = OH * OW, C * KH * KW
+    if N * P * K >= I32:
+        raise Decline("column matrix over 2^31 elements")
+    pointwise = KH == KW == 1 and sh == sw == 1 and ph == pw == 0
+    return dict(one_d=one_d, N=N, C=C, H=H, W=W, Cout=Cout, Cg=Cg, KH=KH, KW=KW, OH=OH, OW=OW, P=P, K=K,
+                G=groups, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, pointwise=pointwise)
+
+
+def _output_shape(g: dict) -> list[int]:
+    return [g["N"], g["Cout"], g["OW"]] if g["one_d"] else [g["N"], g["Cout"], g["OH"], g["OW"]]
+
+
+def _im2col(x: torch.Tensor, g: dict, dtype: torch.dtype, *, images_inner: bool = False) -> torch.Tensor:
+    """The transposed column matrix of x, contiguous in `dtype`: (N, K, P), or (K, N, P) with
+    `images_inner` (the weight gradient's operand: (n, p) one dim with one stride)."""
+    N, K, P = g["N"], g["K"], g["P"]
+    shape, (scn, sck) = ([K, N, P], (P, N * P)) if images_inner else ([N, K, P], (K * P, P))
+    col = empty(shape, dtype, x.get_device())
+    _, _, H, W, sxn, sxc, sxh, sxw = _as_nchw(x)
+    kernels = _k("conv")
+    _run(kernels.im2col_kernel, (g["C"], N),
+         (x, col, H, W, g["OH"], g["OW"], g["KH"], g["KW"], sxn, sxc, sxh, sxw, scn, sck,
+          g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]), BLOCK=kernels.IM2COL_BLOCK)
+    return col
+
+
+def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """aten::convolution for 1-d and 2-d inputs: per group, one batched matmul over the images of the
+    column matrix (the input itself for a 1x1 stride-1 unpadded convolution) with the weight, the bias
+    added in the matmul's epilogue, written straight into the (N, Cout, OH, OW) result."""
+    dtype = _same_floats(x, weight, bias)
+    g = _conv_geometry(x, weight, stride, padding, dilation, transposed, output_padding, groups)
+    index = x.get_device()
+    out = _alloc(_output_shape(g), dtype, index, _channels_last(x))
+    weight = contiguous(weight)
+    G, Coutg, Kg, P = g["G"], g["Cout"] // g["G"], g["K"] // g["G"], g["P"]
+    _, son, soc, sop = _plane(out)
+    # out[n] (Cout, P) = weight (Cout, K) @ col[n] (K, P): every operand row-major, as BLAS likes them
+    if g["pointwise"]:
+        col, scn, sck, scp = _plane(x)
+        step = g["Cg"]
+    else:
+        col, (scn, sck, scp), step = _im2col(x, g, dtype), (P * g["K"], P, 1), Kg
+    for group in range(G):
+        _matmul_launch(
+            weight.narrow(0, group * Coutg, Coutg), col.narrow(1, group * step, step),
+            out.narrow(1, group * Coutg, Coutg),
+            None if bias is None else bias.narrow(0, group * Coutg, Coutg),
+            Coutg, P, Kg, (0, Kg, 1), (scn, sck, scp), (son, soc, sop),
+            (0, 0) if bias is None else (bias.stride(0), 0), 1.0, 1.0, g["N"])
+    return out
+
+
+def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
+                         groups, output_mask):
+    """aten::convolution_backward: (grad_input, grad_weight, grad_bias), each only where output_mask
+    asks. grad_input: per group, grad (N, Cout, P) times the weight into a float32 column gradient,
+    folded back by the col2im gather (a 1x1 stride-1 convolution: one matmul straight into grad_input).
+    grad_weight: the output gradient laid out (Cout, N*P) times the column matrix (N*P, K), one matmul
+    per group over all images. grad_bias: a per-channel sum."""
+    dtype = _same_floats(grad, x, weight)
+    g = _conv_geometry(x, weight, stride, padding, dilation, transposed, output_padding, groups)
+    if list(grad.shape) != _output_shape(g):
+        raise Decline("grad_output shape does not match the convolution")
+    index = x.get_device()
+    weight = contiguous(weight)
+    G, Coutg, Cg, Kg, P, N = g["G"], g["Cout"] // g["G"], g["Cg"], g["K"] // g["G"], g["P"], g["N"]
+    grad, sgn, sgc, sgp = _plane(grad)
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        grad_input = _alloc(x.shape, dtype, index, _channels_last(x))
+        if g["pointwise"]:
+            _, sdn, sdc, sdp = _plane(grad_input)
+            for group in range(G):
+                # gx[n, c, p] = sum_co w[co, c] * grad[n, co, p]
+                _matmul_launch(
+                    weight.narrow(0, group * Coutg, Coutg),
+                    grad.narrow(1, group * Coutg, Coutg), grad_input.narrow(1, group * Cg, Cg), None,
+                    Cg, P, Coutg, (0, 1, Kg), (sgn, sgc, sgp), (sdn, sdc, sdp), (0, 0), 1.0, 0.0, N)
+        else:
+            gcol = empty([N, g["K"], P], torch.float32, index)
+            for group in range(G):
+                # gcol[n] (K, P) = weight^T (K, Cout) @ grad[n] (Cout, P)
+                _matmul_launch(
+                    weight.narrow(0, group * Coutg, Coutg), grad.narrow(1, group * Coutg, Coutg),
+                    gcol.narrow(1, group * Kg, Kg), None,
+                    Kg, P, Coutg, (0, 1, Kg), (sgn, sgc, sgp), (P * g["K"], P, 1), (0, 0), 1.0, 0.0, N)
+            direct = dtype == torch.float32 and grad_input.is_contiguous()
+            planes = grad_input if direct else empty(x.shape, torch.float32, index)
+            _, _, H, W, *_ = _as_nchw(x)
+            kernels = _k("conv")
+            _run(kernels.col2im_kernel, (g["C"], N),
+                 (gcol, planes, H, W, g["OH"], g["OW"], g["KH"], g["KW"], g["K"] * P, P,
+                  g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]),
+                 BLOCK=kernels.IM2COL_BLOCK, ZBLOCK=kernels.PLANE_BLOCK)
+            if not direct:
+                from ._copy import copy_into
+
+                copy_into(planes, grad_input)
+    if output_mask[1]:
+        from ._copy import copy_into
+
+        grad_weight = empty(weight.shape, dtype, index)
+        # the output gradient as (Cout, N, P): its (n, p) positions one matmul dim with one stride
+        rows = empty([g["Cout"], N, P], dtype, index)
+        copy_into(grad.as_strided((N, g["Cout"], P), (sgn, sgc, sgp)), rows.permute(1, 0, 2))
+        if g["pointwise"]:
+            cols = empty([g["C"], N, P], dtype, index)
+            xv, sxn, sxc, sxp = _plane(x)
+            copy_into(xv.as_strided((N, g["C"], P), (sxn, sxc, sxp)), cols.permute(1, 0, 2))
+            col, col_stride, col_dim, col_step = cols, (0, 1, N * P), 0, Cg
+        else:
+            col, col_stride, col_dim, col_step = _im2col(x, g, dtype, images_inner=True), (0, 1, N * P), 0, Kg
+        for group in range(G):
+            _matmul_launch(
+                rows.narrow(0, group * Coutg, Coutg), col.narrow(col_dim, group * col_step, col_step),
+                grad_weight.narrow(0, group * Coutg, Coutg), None,
+                Coutg, Kg, N * P, (0, N * P, 1), col_stride, (0, Kg, 1), (0, 0), 1.0, 0.0, 1)
+    if output_mask[2]:
+        grad_bias = empty([g["Cout"]], dtype, index)
+        kernels = _k("conv")
+        _run(kernels.channel_sum_kernel, (g["Cout"], 1), (grad, grad_bias, N, P, sgn, sgc, sgp),
+             BLOCK=kernels.PLANE_BLOCK)
+    return grad_input, grad_weight, grad_bias
+
+
+# ---------------------------------------------------------------- batch norm
+
+def _param_dtype(x, weight, running_mean) -> torch.dtype:
+    for t in (weight, running_mean):
+        if t is not None:
+            return t.dtype
+    return x.dtype
+
+
+def _check_params(x, *params) -> torch.dtype:
+    """The statistics' dtype; Decline unless every parameter is (C,) of x's dtype, or float32 with a
+    half-precision x (torch's mixed form; other mixes are torch errors)."""
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    if x.dim() < 2 or x.numel() == 0:
+        raise Decline("batch norm of fewer than 2 dims or an empty tensor")
+    dtype = next((p.dtype for p in params if p is not None), x.dtype)
+    if dtype != x.dtype and not (dtype == torch.float32 and x.dtype in _HALVES):
+        raise Decline("mixed dtypes")
+    for p in params:
+        if p is not None and (p.dtype != dtype or list(p.shape) != [x.shape[1]]):
+            raise Decline("parameter dtype or shape")
+    return dtype
+
+
+def batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """aten::native_batch_norm (and the `_native_batch_norm_legit` forms): (out, save_mean, save_invstd);
+    training updates the running stats in place. One program per channel."""
+    dtype = _check_params(x, weight, bias, running_mean, running_var)
+    has_running = running_mean is not None and running_var is not None
+    if not training and not has_running:
+        raise Decline("eval without running stats")
+    if (running_mean is None) != (running_var is None):
+        raise Decline("only one running stat")
+    N, C = x.shape[0], x.shape[1]
+    P = x.numel() // (N * C)
+    if training and N * P <= 1:
+        raise Decline("one value per channel")
+    index = x.get_device()
+    out = _alloc(x.shape, x.dtype, index, _channels_last(x))
+    xv, sxn, sxc, sxp = _plane(x)
+    _, syn, syc, syp = _plane(out)
+    stats = [C] if training else [0]
+    mean, invstd = empty(stats, dtype, index), empty(stats, dtype, index)
+    kernels = _k("cnn")
+    _run(kernels.batch_norm_kernel, (C, 1),
+         (xv, weight if weight is not None else xv, bias if bias is not None else xv,
+          running_mean if has_running else mean, running_var if has_running else invstd, out,
+          mean if training else xv, invstd if training else xv, N, P, sxn, sxc, sxp, syn, syc, syp,
+          float(momentum), float(eps), int(bool(training))),
+         HAS_W=weight is not None, HAS_B=bias is not None, HAS_RUNNING=has_running,
+         BLOCK=kernels.BLOCK)
+    return out, mean, invstd
+
+
+def batch_norm_no_stats(x, weight, bias, training, momentum, eps):
+    """aten::_native_batch_norm_legit.no_stats."""
+    return batch_norm(x, weight, bias, None, None, training, momentum, eps)
+
+
+def batch_norm_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
+    """aten::_native_batch_norm_legit_no_training."""
+    return batch_norm(x, weight, bias, running_mean, running_var, False, momentum, eps)
+
+
+def batch_norm_backward(grad, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                        output_mask):
+    """aten::native_batch_norm_backward: (grad_input, grad_weight, grad_bias) where output_mask asks."""
+    if grad.dtype != x.dtype or list(grad.shape) != list(x.shape):
+        raise Decline("grad dtype or shape")
+    if train:
+        stats = (save_mean, save_invstd)
+    else:
+        stats = (running_mean, running_var)
+    if stats[0] is None or stats[1] is None:
+        raise Decline("missing statistics")
+    dtype = _check_params(x, weight, *stats)
+    if weight is None and (output_mask[1] or output_mask[2]):
+        raise Decline("parameter gradients without a weight")
+    N, C = x.shape[0], x.shape[1]
+    P = x.numel() // (N * C)
+    index = x.get_device()
+    gv, sgn, sgc, sgp = _plane(grad)
+    xv, sxn, sxc, sxp = _plane(x)
+    grad_input = _alloc(x.shape, x.dtype, index, _channels_last(x)) if output_mask[0] else xv
+    _, sdn, sdc, sdp = _plane(grad_input)
+    grad_weight, grad_bias = empty([C], dtype, index), empty([C], dtype, index)
+    kernels = _k("cnn")
+    _run(kernels.batch_norm_backward_kernel, (C, 1),
+         (gv, xv, weight if weight is not None else xv, stats[0], stats[1], grad_input, grad_weight,
+          grad_bias, N, P, sgn, sgc, sgp, sxn, sxc, sxp, sdn, sdc, sdp, float(eps)),
+         TRAINING=bool(train), HAS_W=weight is not None, NEED_GX=bool(output_mask[0]), BLOCK=kernels.BLOCK)
+    return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None,
+            grad_bias if output_mask[2] else None)
+
+
+# ---------------------------------------------------------------- max pooling
+
+def _pool_size(size: int, k: int, pad: int, stride: int, dil: int, ceil_mode: bool) -> int:
+    """torch's pooling_output_shape: with ceil_mode the last window must start inside the input or
+    its left padding."""
+    out = (size + 2 * pad - dil * (k - 1) - 1 + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode) -> dict:
+    if x.dim() not in (3, 4) or x.numel() == 0:
+        raise Decline("max pooling of a tensor that is not a non-empty 3-d or 4-d one")
+    kh, kw = _pair(kernel_size, "kernel_size")
+    sh, sw = (kh, kw) if not stride else _pair(stride, "stride")
+    ph, pw = _pair(padding, "padding")
+    dh, dw = _pair(dilation, "dilation")
+    if min(kh, kw, sh, sw, dh, dw) <= 0 or min(ph, pw) < 0 or ph > kh // 2 or pw > kw // 2:
+        raise Decline("invalid pooling parameters")
+    H, W = x.shape[-2], x.shape[-1]
+    OH, OW = _pool_size(H, kh, ph, sh, dh, ceil_mode), _pool_size(W, kw, pw, sw, dw, ceil_mode)
+    if OH <= 0 or OW <= 0:
+        raise Decline("pooling output would be empty")
+    return dict(kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, H=H, W=W, OH=OH, OW=OW)
+
+
+def _planes(t: torch.Tensor) -> tuple[torch.Tensor, int, int, int, int, int]:
+    """(t, N, C, sn, sc, sp) of a 3-d (C, ...) or 4-d (N, C, ...) tensor viewed as (N, C, P)."""
+    if t.dim() == 3:
+        t = t.unsqueeze(0)
+    tv, sn, sc, sp = _plane(t)
+    return tv, t.shape[0], t.shape[1], sn, sc, sp
+
+
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    """aten::max_pool2d_with_indices: (values, int64 flat indices within each plane), in x's layout."""
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    g = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
+    shape = [*x.shape[:-2], g["OH"], g["OW"]]
+    index = x.get_device()
+    last = _channels_last(x)
+    values, indices = _alloc(shape, x.dtype, index, last), _alloc(shape, torch.int64, index, last)
+    x4 = x if x.dim() == 4 else x.unsqueeze(0)
+    _, _, _, _, sxn, sxc, sxh, sxw = _as_nchw(x4)
+    _, N, C, syn, syc, syp = _planes(values)
+    P = g["OH"] * g["OW"]
+    kernels = _k("cnn")
+    _run(kernels.max_pool_kernel, (cdiv(P, kernels.POOL_BLOCK), N * C),
+         (x4, values, indices, C, g["H"], g["W"], g["OW"], P, g["kh"], g["kw"], sxn, sxc, sxh, sxw,
+          syn, syc, syp, g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]), BLOCK=kernels.POOL_BLOCK)
+    return values, indices
+
+
+def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """aten::max_pool2d_with_indices_backward: each input element gathers the gradients of the windows
+    whose index names it (deterministic, in float32)."""
+    if grad.dtype != x.dtype or x.dtype not in FLOATS or indices.dtype != torch.int64:
+        raise Decline("dtypes")
+    g = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
+    shape = [*x.shape[:-2], g["OH"], g["OW"]]
+    if list(grad.shape) != shape or list(indices.shape) != shape:
+        raise Decline("grad or indices shape does not match the pooling")
+    if grad.stride() != indices.stride():
+        grad, indices = contiguous(grad), contiguous(indices)
+    gv, N, C, sgn, sgc, sgp = _planes(grad)
+    iv, _, _, isn, isc, isp = _planes(indices)
+    if (isn, isc, isp) != (sgn, sgc, sgp):
+        gv, N, C, sgn, sgc, sgp = _planes(contiguous(grad))
+        iv, _, _, isn, isc, isp = _planes(contiguous(indices))
+    index = x.get_device()
+    grad_input = _alloc(x.shape, x.dtype, index, _channels_last(x))
+    gi4 = grad_input if grad_input.dim() == 4 else grad_input.unsqueeze(0)
+    _, _, H, W, sdn, sdc, sdh, sdw = _as_nchw(gi4)
+    kernels = _k("cnn")
+    _run(kernels.max_pool_backward_kernel, (cdiv(H * W, kernels.POOL_BLOCK), N * C),
+         (gv, iv, gi4, C, H, W, g["OH"], g["OW"], g["kh"], g["kw"], sgn, sgc, sgp, sdn, sdc, sdh, sdw,
+          g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]), BLOCK=kernels.POOL_BLOCK)
+    return grad_input
+
+
+# ---------------------------------------------------------------- average pooling
+
+def _avg_args(x, kernel_size, stride, padding, ceil_mode, divisor_override) -> dict:
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override <= 0):
+        raise Decline("divisor_override must be a positive int")
+    return _pool_geometry(x, kernel_size, stride, padding, (1, 1), ceil_mode)
+
+
+def avg_pool2d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """aten::avg_pool2d: window sums over the input (padding adds 0) divided as torch divides them."""
+    g = _avg_args(x, kernel_size, stride, padding, ceil_mode, divisor_override)
+    shape = [*x.shape[:-2], g["OH"], g["OW"]]
+    out = _alloc(shape, x.dtype, x.get_device(), _channels_last(x))
+    x4 = x if x.dim() == 4 else x.unsqueeze(0)
+    _, _, _, _, sxn, sxc, sxh, sxw = _as_nchw(x4)
+    _, N, C, syn, syc, syp = _planes(out)
+    P = g["OH"] * g["OW"]
+    kernels = _k("cnn")
+    _run(kernels.avg_pool_kernel, (cdiv(P, kernels.POOL_BLOCK), N * C),
+         (x4, out, C, g["H"], g["W"], g["OW"], P, g["kh"], g["kw"], sxn, sxc, sxh, sxw, syn, syc, syp,
+          g["sh"], g["sw"], g["ph"], g["pw"], divisor_override or 0, int(bool(count_include_pad))),
+         BLOCK=kernels.POOL_BLOCK)
+    return out
+
+
+def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    """aten::avg_pool2d_backward: each input element gathers grad / divisor of the windows holding it."""
+    if grad.dtype != x.dtype:
+        raise Decline("mixed dtypes")
+    g = _avg_args(x, kernel_size, stride, padding, ceil_mode, divisor_override)
+    if list(grad.shape) != [*x.shape[:-2], g["OH"], g["OW"]]:
+        raise Decline("grad shape does not match the pooling")
+    gv, N, C, sgn, sgc, sgp = _planes(grad)
+    grad_input = _alloc(x.shape, x.dtype, x.get_device(), _channels_last(x))
+    gi4 = grad_input if grad_input.dim() == 4 else grad_input.unsqueeze(0)
+    _, _, H, W, sdn, sdc, sdh, sdw = _as_nchw(gi4)
+    kernels = _k("cnn")
+    _run(kernels.avg_pool_backward_kernel, (cdiv(H * W, kernels.POOL_BLOCK), N * C),
+         (gv, gi4, C, H, W, g["OH"], g["OW"], g["kh"], g["kw"], sgn, sgc, sgp, sdn, sdc, sdh, sdw,
+          g["sh"], g["sw"], g["ph"], g["pw"], divisor_override or 0, int(bool(count_include_pad))),
+         BLOCK=kernels.POOL_BLOCK)
+    return grad_input
+
+
+# ---------------------------------------------------------------- gather / scatter_add
+
+def _in_range(index: torch.Tensor, stop: int) -> bool:
+    return _k("embedding").indices_in_range(contiguous(index), stop)
+
+
+def gather(x, dim, index, sparse_grad=False):
+    """aten::gather for tensors of up to 4 dims: out[i] = x[i with coordinate `dim` = index[i]]."""
+    if index.dtype != torch.int64:
+        raise Decline("index dtype")  # torch's error
+    nd = x.dim()
+    if nd == 0 or index.dim() != nd or nd > 4:
+        raise Decline("gather of 0-d or more than 4-d tensors, or dims that differ")
+    dim = dim + nd if dim < 0 else dim
+    if not 0 <= dim < nd:
+        raise Decline("dim out of range")
+    if any(index.shape[d] > x.shape[d] for d in range(nd) if d != dim):
+        raise Decline("index larger than the input")
+    out = empty(index.shape, x.dtype, x.get_device())
+    total = index.numel()
+    if total == 0:
+        return out
+    if x.shape[dim] == 0 or not _in_range(index, x.shape[dim]):
+        raise Decline("index out of range")
+    pad = 4 - nd
+    sizes = [1] * pad + list(index.shape)
+    sx = [0] * pad + list(x.stride())
+    si = [0] * pad + list(index.stride())
+    kernels = _k("cnn")
+    _run(kernels.gather_kernel, (cdiv(total, kernels.GATHER_BLOCK), 1),
+         (x, index, out, total, *sizes[1:], *sx, *si, x.stride(dim)), DIM=dim + pad,
+         BLOCK=kernels.GATHER_BLOCK)
+    return out
+
+
+# the scatter_add kernel reads every index entry along `dim` for each output element: above this many
+# (output elements x index entries along dim) the CPU's scatter is the better plan
+_SCATTER_WORK = 1 << 26
+
+
+def scatter_add(x, dim, index, src, *, inplace: bool = False):
+    """aten::scatter_add(_) where index and src have x's shape except along `dim` (gather's backward):
+    a gather over the index entries of each output element, summed in their order, in float32."""
+    if index.dtype != torch.int64:
+        raise Decline("index dtype")
+    if src.dtype != x.dtype:
+        raise Decline("mixed dtypes")
+    nd = x.dim()
+    if nd == 0 or index.dim() != nd or src.dim() != nd:
+        raise Decline("scatter_add of 0-d tensors or dims that differ")
+    dim = dim + nd if dim < 0 else dim
+    if not 0 <= dim < nd:
+        raise Decline("dim out of range")
+    if list(src.shape) != list(index.shape) or any(
+            index.shape[d] != x.shape[d] for d in range(nd) if d != dim):
+        raise Decline("index shape differs from x's (outside dim) or from src's")
+    outer, size, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
+    count = index.shape[dim]
+    if x.numel() * count > _SCATTER_WORK:
+        raise Decline("too many index entries per output element for the gather form")
+    if x.numel() == 0:
+        return x if inplace else empty(x.shape, x.dtype, x.get_device())
+    if count and not _in_range(index, size):
+        raise Decline("index out of range")
+    base = contiguous(x)
+    out = x if inplace and x.is_contiguous() else empty(x.shape, x.dtype, x.get_device())
+    kernels = _k("cnn")
+    _run(kernels.scatter_add_kernel, (cdiv(inner, kernels.GATHER_BLOCK), outer * size),
+         (base, contiguous(index), contiguous(src), out, size, inner, count), BLOCK=kernels.GATHER_BLOCK)
+    if inplace and out is not x:
+        from ._copy import copy_into
+
+        copy_into(out, x)
+    return x if inplace else out

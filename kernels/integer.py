@@ -1,4 +1,5 @@
-"""Exact integer elementwise arithmetic (int32/int64): add/sub with alpha, mul, comparisons, max/min.
+"""Exact integer elementwise arithmetic (int32/int64): add/sub with alpha, mul, comparisons, max/min,
+and the bitwise and/or/xor of bool and integer tensors (bitwise_not is xor with all bits set).
 
 The float kernels compute in float32, which cannot hold every int64 (or even int32) value exactly, so
 integer tensors (position ids, cache positions, index arithmetic) get their own kernel computing in
@@ -27,6 +28,9 @@ from .elementwise import (
 )
 
 OPS = frozenset({ADD, SUB, MUL, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM})
+# Integer-only op codes, after elementwise.BINARY's (the float kernels have no bitwise ops).
+BITWISE_AND, BITWISE_OR, BITWISE_XOR = 23, 24, 25
+BITWISE = {"bitwise_and": BITWISE_AND, "bitwise_or": BITWISE_OR, "bitwise_xor": BITWISE_XOR}
 
 
 @tl.jit
@@ -54,6 +58,12 @@ def int_binary_kernel(
         y = _comparison(a, b, OP)
     elif OP == 10:
         y = tl.maximum(a, b)
-    else:
+    elif OP == 11:
         y = tl.minimum(a, b)
+    elif OP == 23:
+        y = a & b
+    elif OP == 24:
+        y = a | b
+    else:
+        y = a ^ b
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)

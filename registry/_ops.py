@@ -335,9 +335,33 @@ def _integer_scalar(value) -> int | None:
     return None
 
 
-def _integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bool) -> torch.Tensor:
+_BITWISE_NAMES = ("bitwise_and", "bitwise_or", "bitwise_xor")
+_BITWISE_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def bitwise(name: str, a, b, out=None, *, inplace: bool = False) -> torch.Tensor:
+    """bitwise_and/or/xor of bool and integer tensors (or an int), exact on the integer kernel; float
+    operands are declined, so the CPU fallback raises torch's error."""
     compute = torch.result_type(a, b)
-    if name not in _INTEGER_NAMES or not isinstance(a, torch.Tensor) or a.is_cpu:
+    if compute not in _BITWISE_DTYPES:
+        raise Decline(f"dtype {str(compute).replace('torch.', '')}")
+    return _integer_binary(name, a, b, 1, out, comparison=False, inplace=inplace)
+
+
+def bitwise_not(x, out=None, *, inplace: bool = False) -> torch.Tensor:
+    """~x: xor with all bits set (1 for bool), in x's dtype."""
+    if not isinstance(x, torch.Tensor) or x.dtype not in _BITWISE_DTYPES:
+        raise Decline(f"dtype {str(getattr(x, 'dtype', type(x))).replace('torch.', '')}")
+    return _integer_binary("bitwise_xor", x, 1 if x.dtype == torch.bool else -1, 1, out, comparison=False,
+                           inplace=inplace, compute=x.dtype)
+
+
+def _integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bool,
+                    compute: torch.dtype | None = None) -> torch.Tensor:
+    """`name` on the exact integer kernel; `compute` (the result dtype) defaults to torch's promotion."""
+    compute = torch.result_type(a, b) if compute is None else compute
+    if name not in _INTEGER_NAMES and name not in _BITWISE_NAMES or not isinstance(a, torch.Tensor) or \
+            a.is_cpu:
         raise Decline(f"dtype {str(compute).replace('torch.', '')}")
     if isinstance(alpha, bool) or not isinstance(alpha, int):
         raise Decline("non-integer alpha")  # the CPU kernel raises torch's error for float alpha
@@ -356,7 +380,8 @@ def _integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: b
     block = _block(n)
     _k("integer").int_binary_kernel[(_cdiv(n, block),)](
         a, b if scalar is None else a, 0 if scalar is None else scalar, out, n, alpha, *sizes, *a_strides,
-        *b_strides, OP=_k("elementwise").BINARY[name], B_SCALAR=scalar is not None, BCAST=bcast, BLOCK=block,
+        *b_strides, OP=_k("integer").BITWISE.get(name) or _k("elementwise").BINARY[name],
+        B_SCALAR=scalar is not None, BCAST=bcast, BLOCK=block,
     )
     return out
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ._base import Decline, LazyModule, Ref, resolve
+from ._base import INTEGERS, Decline, LazyModule, Ref, resolve
 
 # Placeholders until an op's first call imports them (see `_base.LazyModule`): the table itself, and so
 # the registration that `import torch` runs, imports no implementation, kernel, DSL or numba module.
@@ -170,9 +170,24 @@ def _clamp(x, low=None, high=None, out=None, inplace=False):
     for bound in (low, high):
         if bound is not None and (isinstance(bound, (complex, bool)) or not isinstance(bound, (int, float))):
             raise Decline("non-real clamp bound")
+    if not x.dtype.is_floating_point:
+        if x.dtype in INTEGERS and all(bound is None or isinstance(bound, int) for bound in (low, high)):
+            # int32/int64 with int bounds: exact on the integer kernel, maximum then minimum
+            return _clamp_tensor(x, low, high, out, inplace)
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')} with these bounds")
     low = -math.inf if low is None else low
     high = math.inf if high is None else high
     return O.binary("clamp", x, low, high, out=out, inplace=inplace)
+
+
+def _bitwise_family(name: str) -> list[Op]:
+    """bitwise_and/or/xor of bool and integer tensors: functional, in place and `out=` (Tensor and
+    Scalar overloads)."""
+    f = lambda a, b: O.bitwise(name, a, b)
+    fi = lambda a, b: O.bitwise(name, a, b, inplace=True)
+    return [Op(f"{name}.Tensor", f, name, int_inputs=True), Op(f"{name}.Scalar", f, int_inputs=True),
+            Op(f"{name}_.Tensor", fi, int_inputs=True), Op(f"{name}_.Scalar", fi, int_inputs=True),
+            Op(f"{name}.Tensor_out", lambda a, b, out=None: O.bitwise(name, a, b, out=out), int_inputs=True)]
 
 
 def _clamp_tensor(x, low=None, high=None, out=None, inplace=False):
@@ -242,10 +257,17 @@ TABLE: list[Op] = [
     *_binary_family("le", "le", comparison=True),
     *_binary_family("gt", "gt", comparison=True),
     *_binary_family("ge", "ge", comparison=True),
-    Op("clamp.default", _clamp, "clamp", make_plan=lambda: EW.binary(form="clamp")),
-    Op("clamp.out", lambda x, low=None, high=None, out=None: _clamp(x, low, high, out=out),
+    # bool/integer masks (attention masks, compiled embedding backward)
+    *_bitwise_family("bitwise_and"),
+    *_bitwise_family("bitwise_or"),
+    *_bitwise_family("bitwise_xor"),
+    Op("bitwise_not.default", lambda x: O.bitwise_not(x), "bitwise_not", int_inputs=True),
+    Op("bitwise_not_.default", lambda x: O.bitwise_not(x, inplace=True), int_inputs=True),
+    Op("bitwise_not.out", lambda x, out=None: O.bitwise_not(x, out=out), int_inputs=True),
+    Op("clamp.default", _clamp, "clamp", int_inputs=True, make_plan=lambda: EW.binary(form="clamp")),
+    Op("clamp.out", lambda x, low=None, high=None, out=None: _clamp(x, low, high, out=out), int_inputs=True,
        make_plan=lambda: EW.binary(form="clamp", out=True)),
-    Op("clamp_.default", lambda x, low=None, high=None: _clamp(x, low, high, inplace=True),
+    Op("clamp_.default", lambda x, low=None, high=None: _clamp(x, low, high, inplace=True), int_inputs=True,
        make_plan=lambda: EW.binary(form="clamp", inplace=True)),
     Op("clamp.Tensor", _clamp_tensor, make_plan=lambda: EW.clamp_tensor()),
     Op("clamp.Tensor_out", lambda x, low=None, high=None, out=None: _clamp_tensor(x, low, high, out=out),

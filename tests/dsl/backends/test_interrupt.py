@@ -14,6 +14,10 @@ import pytest
 LONG_KERNEL = """
 import faulthandler, signal, sys, time, torch
 faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack if Ctrl-C does not stop us
+# Ctrl-C as a user's terminal delivers it, whatever the test process's state (a child inherits an ignored
+# SIGINT and a blocked signal mask from its parent: a suspect for the hangs below)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 import torch_rbln.dsl as tl
 from torch_rbln import dsl as triton
 
@@ -34,7 +38,8 @@ print("finished", flush=True)
 
 # Slow-marked: in three full `-n auto` runs from a clean clone (session 12) the child did not stop
 # within 60 s of the signal, while the test passes alone, cold or warm, and in `tests/dsl/backends -n 2`;
-# not understood yet. On a timeout the test now fails with the child's stacks (faulthandler) to find it.
+# not understood yet (suspect: an ignored or blocked SIGINT inherited from the xdist worker after other
+# tests; the child now resets both). On a timeout the test fails with the child's stacks (faulthandler).
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="POSIX signals")
 def test_ctrl_c_interrupts_a_long_launch_quickly(tmp_path):

@@ -71,6 +71,26 @@ def _overlaps(target: Tensor, *inputs: Tensor) -> bool:
 
 # ---------------------------------------------------------------- argument forms
 
+def _keywords(kwargs: dict, out: bool, keyword: str | None, ops: dict | None, op: Any
+              ) -> tuple[Any, Any, int] | None:
+    """Reads the keywords every keyed overload shares: `out=` (present exactly when `out`) and the
+    optional `keyword` whose value (a string or None) picks the kernel op from `ops`. Returns (op, the
+    `out=` tensor or None, how many other keywords are left), or None when the call cannot be keyed."""
+    count, target = len(kwargs), None
+    if out:
+        target = kwargs.get("out")
+        if target is None:
+            return None
+        count -= 1
+    if keyword is not None and keyword in kwargs:
+        value = kwargs[keyword]
+        op = ops.get(value) if value is None or type(value) is str else None
+        if op is None:
+            return None
+        count -= 1
+    return op, target, count
+
+
 def _plain(out: bool, keyword: str | None = None, ops: dict | None = None, default: Any = None,
            name: str = "") -> Reader:
     """`(a, b)` with an optional `alpha=`, `out=` (exactly when `out`) and `keyword=` (a value of `ops`
@@ -83,19 +103,10 @@ def _plain(out: bool, keyword: str | None = None, ops: dict | None = None, defau
             return None
         op, alpha, target = plain_op, 1.0, None
         if kwargs or out:
-            count = len(kwargs)
-            if out:
-                target = kwargs.get("out")
-                if target is None:
-                    return None
-                count -= 1
-            if keyword is not None:
-                value = kwargs.get(keyword, default) if count else default
-                if keyword in kwargs:
-                    count -= 1
-                op = ops.get(value) if value is None or type(value) is str else None
-                if op is None:
-                    return None
+            read_keywords = _keywords(kwargs, out, keyword, ops, op)
+            if read_keywords is None:
+                return None
+            op, target, count = read_keywords
             if count:
                 if count != 1 or "alpha" not in kwargs:
                     return None
@@ -302,19 +313,10 @@ def unary(name: str, *, inplace: bool = False, out: bool = False, keyword: str |
             return None
         op, target = name, None
         if kwargs or out:
-            count = len(kwargs)
-            if out:
-                target = kwargs.get("out")
-                if target is None:
-                    return None
-                count -= 1
-            if count:
-                if keyword is None or count != 1 or keyword not in kwargs:
-                    return None
-                value = kwargs[keyword]
-                op = ops.get(value) if type(value) is str else None
-                if op is None:
-                    return None
+            read_keywords = _keywords(kwargs, out, keyword, ops, op)
+            if read_keywords is None or read_keywords[2]:
+                return None
+            op, target, _ = read_keywords
         return _unary_key(op, args[0], 0.0, args[0] if inplace else target)
 
     def plan(key: tuple, operands: tuple) -> Plan:

@@ -20,7 +20,7 @@ import torch
 from . import _copy, _launch, _ops
 from ._base import FLOATS, Decline
 from ._launch import kernel_module as _k
-from ._ops import contiguous, empty
+from ._ops import contiguous
 from .geometry import I32, row_block
 
 
@@ -80,7 +80,7 @@ def index_put_(self: torch.Tensor, indices: list, values: torch.Tensor, accumula
         raise Decline("negative or out-of-range index")  # torch wraps negatives / raises on the CPU
     if values.untyped_storage().data_ptr() == self.untyped_storage().data_ptr() or \
             not values.is_contiguous():
-        values = _fresh_copy(values)  # read every value before any is written
+        values = values.clone(memory_format=torch.contiguous_format)  # read every value before any is written
     outer = math.prod(self.shape[:dim])
     inner = math.prod(self.shape[dim + 1:])
     block = row_block(inner)
@@ -91,18 +91,11 @@ def index_put_(self: torch.Tensor, indices: list, values: torch.Tensor, accumula
     return self
 
 
-def _fresh_copy(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous copy of `t` in storage of its own (a broadcast operand is materialised)."""
-    out = empty(list(t.shape), t.dtype, t.get_device())
-    _copy.copy_into(t, out)
-    return out
-
-
 def _scatter(self: torch.Tensor, src: torch.Tensor, view) -> torch.Tensor:
     """A contiguous copy of `self` with `view(copy)` overwritten by `src` (which must match its shape)."""
     if self.dtype != src.dtype or src.is_cpu:
         raise Decline("src dtype or device")  # torch raises its own error on the CPU
-    out = _fresh_copy(self)
+    out = self.clone(memory_format=torch.contiguous_format)
     target = view(out)
     if tuple(target.shape) != tuple(src.shape):
         raise Decline("src shape differs from the slice's")

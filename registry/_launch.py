@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch_rbln.dsl.jit import on_clear_cache
 
 from torch_rbln.tp import device_tp as _device_tp
@@ -19,6 +20,7 @@ from torch_rbln.tp import requested_backend
 
 from ._finite_scan import is_dense_permutation
 from ._memo import BoundedMemo
+from .geometry import I32
 
 _plans: dict[tuple, Callable] = BoundedMemo(4096)
 
@@ -36,6 +38,25 @@ def launch(kernel, programs: int, key: tuple, args: tuple, kwargs: dict, rows: i
         plan = kernel.launcher(*args, **kwargs)
         if plan is not None:
             _plans[full] = plan
+
+
+def _arg_kind(value) -> object:
+    """What of a launch argument decides the kernel's specialisation: a tensor's dtype, an int's fitting
+    in 32 bits, else the value's type."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype
+    if isinstance(value, bool):
+        return bool
+    if isinstance(value, int):
+        return -I32 < value < I32
+    return type(value)
+
+
+def launch_grid(kernel, grid: tuple[int, int], args: tuple, **constexprs) -> None:
+    """`kernel[grid](*args, **constexprs)` through the launch kept under a key made of every argument's
+    kind and the constexprs (what decides the specialisation): for callers with no cheaper key."""
+    key = (*map(_arg_kind, args), *constexprs.values())
+    launch(kernel, grid[0], key, args, constexprs, rows=grid[1])
 
 
 def unchecked(kernel, key: tuple) -> Callable | None:

@@ -17,9 +17,9 @@ import torch
 
 from torch_rbln import _memory
 
-from . import _launch
 from ._base import FLOATS, Decline
 from ._launch import kernel_module as _k
+from ._launch import launch_grid as _run
 from ._ops import _matmul_launch, contiguous, empty
 from .geometry import I32, cdiv
 
@@ -27,23 +27,6 @@ _HALVES = (torch.float16, torch.bfloat16)
 
 
 # ---------------------------------------------------------------- launching and layouts
-
-def _arg_kind(value) -> object:
-    if isinstance(value, torch.Tensor):
-        return value.dtype
-    if isinstance(value, bool):
-        return bool
-    if isinstance(value, int):
-        return -I32 < value < I32
-    return type(value)
-
-
-def _run(kernel, grid: tuple[int, int], args: tuple, **constexprs) -> None:
-    """`kernel[grid](*args, **constexprs)` through the launch kept under a key made of every argument's
-    kind (tensor dtype, whether an int fits in 32 bits) and the constexprs: what decides the
-    specialisation."""
-    key = (*map(_arg_kind, args), *constexprs.values())
-    _launch.launch(kernel, grid[0], key, args, constexprs, rows=grid[1])
 
 
 def _pair(value, name: str) -> tuple[int, int]:

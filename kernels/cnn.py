@@ -1,4 +1,4 @@
-"""Batch norm, max and average pooling (+ backwards), and gather / scatter_add along one dim.
+"""Batch norm, max and average pooling (+ backwards), and gather / scatter / scatter_add along one dim.
 
 Batch norm views its input as (N, C, P) through strides (P = the spatial dims collapsed), one program
 per channel: the statistics, the running-stat update and the normalisation of a channel all happen in
@@ -225,22 +225,31 @@ def gather_kernel(
 
 
 @tl.jit
-def scatter_add_kernel(base_ptr, idx_ptr, src_ptr, out_ptr, size, inner, count, BLOCK: tl.constexpr):
-    """out[o, d, i] = base[o, d, i] + sum of src[o, j, i] over the j < count with idx[o, j, i] == d, in
-    float32, summed in order of j (torch's CPU order); base, out contiguous (outer, size, inner), idx and
-    src contiguous (outer, count, inner). A gather over the index: no two programs write one element.
-    Grid (cdiv(inner, BLOCK), outer * size)."""
+def scatter_kernel(base_ptr, idx_ptr, src_ptr, out_ptr, size, inner, count, src_step, ADD: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    """ADD: out[o, d, i] = base[o, d, i] + the sum of src[o, j, i] over the j < count with
+    idx[o, j, i] == d, in float32, summed in order of j (torch's CPU order); else the last such
+    src[o, j, i] in order of j (torch's CPU `scatter`: the last write wins), base[o, d, i] when none.
+    base, out contiguous (outer, size, inner), idx and src contiguous (outer, count, inner); src_step 0:
+    src is one value (scatter's `value=`), 1: a tensor. A gather
+    over the index: no two programs write one element. Grid (cdiv(inner, BLOCK), outer * size)."""
     rb = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     od = tl.program_id(1)
     o = od // size
     d = od % size
     live = rb < inner
     at = od * inner + rb
-    acc = tl.load(base_ptr + at, mask=live, other=0.0).to(tl.float32)
+    if ADD:
+        acc = tl.load(base_ptr + at, mask=live, other=0.0).to(tl.float32)
+    else:
+        acc = tl.load(base_ptr + at, mask=live, other=0)
     for j in range(0, count):
         k = (o * count + j) * inner + rb
         hit = live & (tl.load(idx_ptr + k, mask=live, other=-1).to(tl.int64) == d)
-        acc += tl.load(src_ptr + k, mask=hit, other=0.0).to(tl.float32)
+        if ADD:
+            acc += tl.load(src_ptr + k * src_step, mask=hit, other=0.0).to(tl.float32)
+        else:
+            acc = tl.where(hit, tl.load(src_ptr + k * src_step, mask=hit, other=0), acc)
     tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=live)
 
 

@@ -1,4 +1,4 @@
-"""The CNN family: convolution, batch norm, max pooling (+ backwards), gather and scatter_add.
+"""The CNN family: convolution, batch norm, max pooling (+ backwards), gather, scatter and scatter_add.
 
 Kernels: `kernels/conv.py` (im2col / col2im around the op library's matmul) and `kernels/cnn.py`
 (batch norm, pooling, gather, scatter_add). Every implementation reads its tensors through their
@@ -470,7 +470,7 @@ def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_
     return grad_input
 
 
-# ---------------------------------------------------------------- gather / scatter_add
+# ---------------------------------------------------------------- gather / scatter / scatter_add
 
 def _in_range(index: torch.Tensor, stop: int) -> bool:
     return _k("embedding").indices_in_range(contiguous(index), stop)
@@ -505,27 +505,30 @@ def gather(x, dim, index, sparse_grad=False):
     return out
 
 
-# the scatter_add kernel reads every index entry along `dim` for each output element: above this many
+# the scatter kernel reads every index entry along `dim` for each output element: above this many
 # (output elements x index entries along dim) the CPU's scatter is the better plan
 _SCATTER_WORK = 1 << 26
 
 
-def scatter_add(x, dim, index, src, *, inplace: bool = False):
-    """aten::scatter_add(_) where index and src have x's shape except along `dim` (gather's backward):
-    a gather over the index entries of each output element, summed in their order, in float32."""
+def _scatter(x, dim, index, src, *, add: bool, inplace: bool):
+    """x with src scattered along `dim` at `index` (added when `add`, else the last write wins), where
+    index has x's shape outside `dim` and src is at least index's shape: a gather over the index
+    entries of each output element, in their order."""
     if index.dtype != torch.int64:
         raise Decline("index dtype")
     if src.dtype != x.dtype:
         raise Decline("mixed dtypes")
+    if add and x.dtype not in FLOATS:
+        raise Decline(f"scatter_add of {str(x.dtype).replace('torch.', '')} (the kernel adds in float32)")
     nd = x.dim()
     if nd == 0 or index.dim() != nd or src.dim() != nd:
-        raise Decline("scatter_add of 0-d tensors or dims that differ")
+        raise Decline("scatter of 0-d tensors or dims that differ")
     dim = dim + nd if dim < 0 else dim
     if not 0 <= dim < nd:
         raise Decline("dim out of range")
-    if list(src.shape) != list(index.shape) or any(
-            index.shape[d] != x.shape[d] for d in range(nd) if d != dim):
-        raise Decline("index shape differs from x's (outside dim) or from src's")
+    if any(index.shape[d] != x.shape[d] for d in range(nd) if d != dim) or any(
+            index.shape[d] > src.shape[d] for d in range(nd)):
+        raise Decline("index shape differs from x's outside dim, or exceeds src's")
     outer, size, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
     count = index.shape[dim]
     if x.numel() * count > _SCATTER_WORK:
@@ -534,13 +537,41 @@ def scatter_add(x, dim, index, src, *, inplace: bool = False):
         return x if inplace else empty(x.shape, x.dtype, x.get_device())
     if count and not _in_range(index, size):
         raise Decline("index out of range")
+    one_value = src.numel() == 1 and all(stride == 0 for stride in src.stride())
+    if not one_value and src.shape != index.shape:
+        src = src[tuple(slice(0, length) for length in index.shape)]
     base = contiguous(x)
     out = x if inplace and x.is_contiguous() else empty(x.shape, x.dtype, x.get_device())
     kernels = _k("cnn")
-    _run(kernels.scatter_add_kernel, (cdiv(inner, kernels.GATHER_BLOCK), outer * size),
-         (base, contiguous(index), contiguous(src), out, size, inner, count), BLOCK=kernels.GATHER_BLOCK)
+    _run(kernels.scatter_kernel, (cdiv(inner, kernels.GATHER_BLOCK), outer * size),
+         (base, contiguous(index), src if one_value else contiguous(src), out, size, inner, count,
+          0 if one_value else 1), ADD=add,
+         BLOCK=kernels.GATHER_BLOCK)
     if inplace and out is not x:
         from ._copy import copy_into
 
         copy_into(out, x)
     return x if inplace else out
+
+
+def scatter_add(x, dim, index, src, *, inplace: bool = False):
+    """aten::scatter_add(_) (gather's backward): every src entry added in index order, in float32."""
+    return _scatter(x, dim, index, src, add=True, inplace=inplace)
+
+
+def scatter(x, dim, index, src, *, inplace: bool = False):
+    """aten::scatter(_).src (topk's and one_hot's building block): the last write wins, as on the CPU."""
+    if not isinstance(src, torch.Tensor):
+        return scatter_value(x, dim, index, src, inplace=inplace)
+    return _scatter(x, dim, index, src, add=False, inplace=inplace)
+
+
+def scatter_value(x, dim, index, value, *, inplace: bool = False):
+    """aten::scatter(_).value: every indexed element set to the number `value`."""
+    if index.dtype != torch.int64:
+        raise Decline("index dtype")
+    try:
+        one = torch.tensor([value], dtype=x.dtype).to(x.device)
+    except (RuntimeError, TypeError, OverflowError) as error:
+        raise Decline(f"value {value!r} for dtype {x.dtype}") from error  # torch's error on the CPU
+    return _scatter(x, dim, index, one.expand(index.shape), add=False, inplace=inplace)

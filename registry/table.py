@@ -416,6 +416,18 @@ TABLE: list[Op] = [
     Op("scatter_add.default", Ref("conv", "scatter_add"), "scatter_add", int_inputs=True, tol=LOOSE),
     Op("scatter_add_.default", lambda x, dim, index, src: _scatter_add_inplace(x, dim, index, src),
        int_inputs=True),
+    Op("scatter.src", Ref("conv", "scatter"), "scatter", int_inputs=True),
+    Op("scatter_.src", lambda x, dim, index, src: CV.scatter(x, dim, index, src, inplace=True),
+       int_inputs=True),
+    Op("scatter.value", Ref("conv", "scatter_value"), int_inputs=True),
+    Op("scatter_.value", lambda x, dim, index, value: CV.scatter_value(x, dim, index, value, inplace=True),
+       int_inputs=True),
+    # ---- sorting and scanning (registry/sorting.py; MoE routing: topk, sort, cumsum)
+    Op("sort.default", Ref("sorting", "sort"), "sort", int_inputs=True),
+    Op("sort.stable", Ref("sorting", "sort_stable"), int_inputs=True),
+    Op("topk.default", Ref("sorting", "topk"), "topk", int_inputs=True),
+    Op("cumsum.default", Ref("sorting", "cumsum"), "cumsum", int_inputs=True),
+    Op("cumsum_.default", Ref("sorting", "cumsum_"), int_inputs=True),
 ]
 
 

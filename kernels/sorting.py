@@ -1,0 +1,86 @@
+"""Sorting and scanning along one dim: `sort`, `topk` (rank kernel) and `cumsum` (scan kernel).
+
+Both view a contiguous tensor as (outer, n, inner) around the dim they work on, so a dim other than the
+last needs no transpose: line r (of outer * inner) starts at `(r // inner) * n * inner + r % inner`
+and steps by `inner`.
+
+`rank_kernel` sorts by counting: the position of element i of a line is the number of elements that
+come before it in the sorted order, with ties in index order (a stable sort, as torch's CPU `sort`)
+and NaN after every number (as torch orders NaN: the largest value). Each element is then written
+straight to its position, so the result is exact and deterministic, and a `topk` is the same count
+with only the first k positions written. The count costs n comparisons per element: the registry
+uses it for lines up to `RANK_LIMIT` elements (MoE routing sorts a few thousand expert ids; topk
+rows are vocabulary- or expert-sized).
+
+`cumsum_kernel` scans each line in blocks (`tl.cumsum` inside a block, a running carry between them),
+accumulating in ACC (float32 for 16-bit floats, int64 for integers: the same wrap-around as torch's
+integer cumsum once cast to the output dtype).
+"""
+
+from __future__ import annotations
+
+import torch_rbln.dsl as tl
+
+RANK_LIMIT = 1 << 14  # longest line the rank kernel sorts (n^2 comparisons); longer lines decline
+RANK_BLOCK = 64  # elements ranked per program
+RANK_CHUNK = 256  # elements compared against per step
+SCAN_BLOCK = 256
+
+
+@tl.jit
+def _before(xi, xj, i, j, DESCENDING: tl.constexpr):
+    """[len(xi), len(xj)]: does element j come before element i (stable order, NaN largest)?"""
+    a = xj[None, :]
+    b = xi[:, None]
+    nan_a = a != a
+    nan_b = b != b
+    if DESCENDING:
+        strict = (a > b) | (nan_a & (b == b))
+    else:
+        strict = (a < b) | (nan_b & (a == a))
+    tie = (a == b) | (nan_a & nan_b)
+    return strict | (tie & (j[None, :] < i[:, None]))
+
+
+@tl.jit
+def rank_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.constexpr,
+                BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+    """values/indices[line, p] for p < k: the element of the line that sorts to position p, and its
+    index along the dim. x contiguous (outer, n, inner); values, indices contiguous (outer, k, inner).
+    Grid (cdiv(n, BLOCK), outer * inner)."""
+    line = tl.program_id(1)
+    o = line // inner
+    c = line % inner
+    base = o * n * inner + c
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = i < n
+    xi = tl.load(x_ptr + base + i * inner, mask=live, other=0)
+    rank = tl.zeros([BLOCK], dtype=tl.int64)
+    for start in range(0, n, CHUNK):
+        j = start + tl.arange(0, CHUNK)
+        inside = j < n
+        xj = tl.load(x_ptr + base + j * inner, mask=inside, other=0)
+        hit = _before(xi, xj, i, j, DESCENDING) & inside[None, :]
+        rank += tl.sum(hit.to(tl.int64), axis=1)
+    keep = live & (rank < k)
+    out = o * k * inner + c + rank * inner
+    tl.store(values_ptr + out, xi, mask=keep)
+    tl.store(indices_ptr + out, i.to(tl.int64), mask=keep)
+
+
+@tl.jit
+def cumsum_kernel(x_ptr, out_ptr, n, inner, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """out[line, j] = sum of x[line, :j + 1], accumulated in ACC; x and out contiguous (outer, n,
+    inner). Grid (outer * inner,)."""
+    line = tl.program_id(0)
+    o = line // inner
+    c = line % inner
+    base = o * n * inner + c
+    carry = tl.sum(tl.zeros([BLOCK], dtype=ACC), axis=0)
+    for start in range(0, n, BLOCK):
+        j = start + tl.arange(0, BLOCK)
+        inside = j < n
+        v = tl.load(x_ptr + base + j * inner, mask=inside, other=0).to(ACC)
+        tl.store(out_ptr + base + j * inner, (tl.cumsum(v, 0) + carry).to(out_ptr.dtype.element_ty),
+                 mask=inside)
+        carry += tl.sum(v, axis=0)

@@ -1,0 +1,106 @@
+"""Differential tests of the op library's newest kernels: the same call on the numba backend and on the
+numpy interpreter must give the same bits (a miscompile in either shows as a difference), and both
+must match torch on the CPU. Inputs are chosen to reach the kernels' edges: ties, NaN and signed
+zeros for the sorts, several blocks for the scans and loops, repeated indices for the scatters, every
+bit pattern class for the bitwise ops."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch_rbln.registry import conv, indexing, sorting
+
+import torch_rbln  # noqa: F401
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """`t` on the CPU as integers of its width, so NaN payloads and -0.0 compare exactly."""
+    t = t.cpu()
+    if t.dtype.is_floating_point:
+        return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t
+
+
+def _on(backend: str, call: Callable[[], object], monkeypatch) -> tuple:
+    monkeypatch.setenv("TORCH_RBLN_DSL_BACKEND", backend)
+    result = call()
+    return tuple(result) if isinstance(result, tuple) else (result,)
+
+
+def _agree(call: Callable[[], object], reference: Callable[[], object], monkeypatch) -> None:
+    compiled = _on("numba", call, monkeypatch)
+    interpreted = _on("interpret", call, monkeypatch)
+    expected = reference()
+    expected = tuple(expected) if isinstance(expected, tuple) else (expected,)
+    assert len(compiled) == len(interpreted) == len(expected)
+    for numba_out, interpret_out, cpu_out in zip(compiled, interpreted, expected, strict=True):
+        assert torch.equal(_bits(numba_out), _bits(interpret_out)), "numba and the interpreter differ"
+        torch.testing.assert_close(numba_out.cpu(), cpu_out, atol=0, rtol=0, equal_nan=True)
+
+
+def _awkward_floats(n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randint(-3, 4, (n,), generator=generator).to(dtype)  # many ties
+    special = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf")], dtype=dtype)
+    picks = torch.randint(0, n, (len(special),), generator=generator)
+    x[picks] = special
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("descending", [False, True])
+def test_rank_sort(dtype, descending, monkeypatch):
+    x = _awkward_floats(300, dtype, seed=1).reshape(3, 100)  # 100 > one block of 64 ranked elements
+    _agree(lambda: sorting.sort(x.to("rbln"), 1, descending),
+           lambda: torch.sort(x, stable=True, dim=1, descending=descending), monkeypatch)
+
+
+def test_rank_topk_of_int64_on_dim0(monkeypatch):
+    x = torch.randint(-5, 5, (90, 4), generator=torch.Generator().manual_seed(2))
+    _agree(lambda: sorting.topk(x.to("rbln"), 7, 0),
+           lambda: tuple(t.narrow(0, 0, 7) for t in torch.sort(x, stable=True, dim=0, descending=True)),
+           monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
+def test_blocked_scan(dtype, monkeypatch):
+    x = torch.randint(-9, 10, (2, 600), generator=torch.Generator().manual_seed(3)).to(dtype)
+    if dtype.is_floating_point:
+        x = x / 7
+    _agree(lambda: sorting.cumsum(x.to("rbln"), 1), lambda: torch.cumsum(x, 1), monkeypatch)
+
+
+@pytest.mark.parametrize("add", [False, True])
+def test_scatter_with_repeated_indices(add, monkeypatch):
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 5, 4, generator=generator)
+    index = torch.randint(0, 5, (3, 9, 4), generator=generator)  # every row hit several times
+    src = torch.randn(3, 9, 4, generator=generator)
+    if add:
+        _agree(lambda: conv.scatter_add(x.to("rbln"), 1, index.to("rbln"), src.to("rbln")),
+               lambda: x.scatter_add(1, index, src), monkeypatch)
+    else:
+        _agree(lambda: conv.scatter(x.to("rbln"), 1, index.to("rbln"), src.to("rbln")),
+               lambda: x.scatter(1, index, src), monkeypatch)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_with_repeated_indices(accumulate, monkeypatch):
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 40, generator=generator)  # 40 columns: the kernel loops over blocks
+    index = torch.tensor([5, 0, 5, 2, 0])
+    values = torch.randn(5, 40, generator=generator)
+    _agree(lambda: indexing.index_put_(x.to("rbln"), [index.to("rbln")], values.to("rbln"), accumulate),
+           lambda: x.clone().index_put_((index,), values, accumulate=accumulate), monkeypatch)
+
+
+@pytest.mark.parametrize("op", [torch.bitwise_and, torch.bitwise_or, torch.bitwise_xor])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.uint8])
+def test_bitwise(op, dtype, monkeypatch):
+    info = torch.iinfo(dtype)
+    edges = torch.tensor([info.min, info.max, 0, 1, -1 if info.min < 0 else 2, info.max - 1], dtype=dtype)
+    a = edges.repeat(6)
+    b = edges.repeat_interleave(6)  # every pair of edge values
+    _agree(lambda: op(a.to("rbln"), b.to("rbln")), lambda: op(a, b), monkeypatch)

@@ -9,7 +9,8 @@ calls this class's `allreduce` directly with the caller's own options object, an
 reducer, funcol) reach it through torch's `ProcessGroup` trampoline; the common case (plain dense
 tensors of a gloo dtype, no dispatch mode active) hands host views to gloo at once.
 
-send and recv take the same path. Every other case calls the base method (`super()`), i.e. the
+So do reduce, gather, scatter, all_to_all_single (alltoall_base), the coalesced all_reduce, send and
+recv. Every other case calls the base method (`super()`), i.e. the
 dispatcher and `_backend`'s kernels, which stage, convert dtypes, validate and write back; so do the
 collectives not overridden here.
 """
@@ -26,11 +27,16 @@ import torch.autograd.profiler as _profiler_state
 from torch._C import _len_torch_dispatch_stack
 from torch._C._distributed_c10d import (
     AllgatherOptions,
+    AllreduceCoalescedOptions,
     AllreduceOptions,
+    AllToAllOptions,
     BroadcastOptions,
+    GatherOptions,
     ProcessGroup,
     ProcessGroupGloo,
+    ReduceOptions,
     ReduceScatterOptions,
+    ScatterOptions,
     _allow_inflight_collective_as_graph_input,
 )
 
@@ -84,17 +90,22 @@ def _forget(key: int, ref: weakref.ref) -> None:
         del _views[key]
 
 
-def _hosts(tensors: Any) -> tuple[list | None, bool]:
-    """`_host` of each tensor (None if any is None), and whether any is an rbln tensor: only those
-    calls are rbln-ccl's device ops (counted in the op report, marked in profiler traces), as with the
-    kernels, which the dispatcher runs for rbln tensors only."""
+def _hosts(values: Any) -> tuple[list | None, bool]:
+    """The host form of each of a call's tensor arguments (a tensor, a list of tensors or a list of
+    lists, as the collective takes them; None if any tensor has none), and whether any is an rbln
+    tensor: only those calls are rbln-ccl's device ops (counted in the op report, marked in profiler
+    traces), as with the kernels, which the dispatcher runs for rbln tensors only."""
     hosts = []
     rbln = False
-    for tensor in tensors:
-        host = _host(tensor)
+    for value in values:
+        if type(value) is list:
+            host, inner_rbln = _hosts(value)
+        else:
+            host = _host(value)
+            inner_rbln = host is not value
         if host is None:
             return None, False
-        rbln = rbln or host is not tensor
+        rbln = rbln or inner_rbln
         hosts.append(host)
     return hosts, rbln
 
@@ -130,78 +141,81 @@ class RblnCclGroup(ProcessGroup):
         self._counts[name] += 1
         return work
 
+    def _direct_call(self, name: str, call: Any, args: tuple, tensor_args: int, arity: int,
+                     options: type | None) -> Any:
+        """gloo's `call` on the host forms of the first `tensor_args` arguments and the rest as they are,
+        when the call has `arity` arguments, the last of type `options` (None: not checked), and may
+        bypass the dispatcher; None otherwise (the caller takes the kernel path)."""
+        if len(args) != arity or (options is not None and type(args[-1]) is not options) or not _direct():
+            return None
+        hosts, rbln = _hosts(args[:tensor_args])
+        if hosts is None:
+            return None
+        return self._run(name, rbln, call, *hosts, *args[tensor_args:])
+
     # Each method below keeps `super().<same name>(...)` in its own body: pybind finds the base method
-    # that way instead of calling this override again.
+    # that way instead of calling this override again. dist.all_gather_into_tensor / reduce_scatter_tensor
+    # call the *_single names (torch 2.13); C++ callers and older code the underscored ones. gloo has the
+    # underscored ones only.
 
     def allreduce(self, *args: Any) -> Any:
-        if len(args) == 2 and type(args[1]) is AllreduceOptions and _direct():
-            hosts, rbln = _hosts(args[0])
-            if hosts is not None:
-                return self._run("c10d::allreduce_", rbln, self._gloo.allreduce, hosts, args[1])
-        return super().allreduce(*args)
+        work = self._direct_call("c10d::allreduce_", self._gloo.allreduce, args, 1, 2, AllreduceOptions)
+        return super().allreduce(*args) if work is None else work
+
+    def allreduce_coalesced(self, *args: Any) -> Any:
+        work = self._direct_call("c10d::allreduce_coalesced_", self._gloo.allreduce_coalesced, args, 1, 2,
+                                 AllreduceCoalescedOptions)
+        return super().allreduce_coalesced(*args) if work is None else work
 
     def broadcast(self, *args: Any) -> Any:
-        if len(args) == 2 and type(args[1]) is BroadcastOptions and _direct():
-            hosts, rbln = _hosts(args[0])
-            if hosts is not None:
-                return self._run("c10d::broadcast_", rbln, self._gloo.broadcast, hosts, args[1])
-        return super().broadcast(*args)
+        work = self._direct_call("c10d::broadcast_", self._gloo.broadcast, args, 1, 2, BroadcastOptions)
+        return super().broadcast(*args) if work is None else work
+
+    def reduce(self, *args: Any) -> Any:
+        work = self._direct_call("c10d::reduce_", self._gloo.reduce, args, 1, 2, ReduceOptions)
+        return super().reduce(*args) if work is None else work
 
     def allgather(self, *args: Any) -> Any:
-        if len(args) == 3 and type(args[2]) is AllgatherOptions and _direct():
-            inputs, rbln = _hosts(args[1])
-            outputs: list | None = [] if inputs is not None else None
-            for tensors in args[0] if outputs is not None else ():
-                hosts, rbln_out = _hosts(tensors)
-                if hosts is None:
-                    outputs = None
-                    break
-                outputs.append(hosts)
-                rbln = rbln or rbln_out
-            if outputs is not None:
-                return self._run("c10d::allgather_", rbln, self._gloo.allgather, outputs, inputs, args[2])
-        return super().allgather(*args)
+        work = self._direct_call("c10d::allgather_", self._gloo.allgather, args, 2, 3, AllgatherOptions)
+        return super().allgather(*args) if work is None else work
+
+    def gather(self, *args: Any) -> Any:
+        work = self._direct_call("c10d::gather_", self._gloo.gather, args, 2, 3, GatherOptions)
+        return super().gather(*args) if work is None else work
+
+    def scatter(self, *args: Any) -> Any:
+        work = self._direct_call("c10d::scatter_", self._gloo.scatter, args, 2, 3, ScatterOptions)
+        return super().scatter(*args) if work is None else work
+
+    def alltoall_base(self, *args: Any) -> Any:
+        work = self._direct_call("c10d::alltoall_base_", self._gloo.alltoall_base, args, 2, 5,
+                                 AllToAllOptions)
+        return super().alltoall_base(*args) if work is None else work
 
     def send(self, *args: Any) -> Any:
-        if len(args) == 3 and _direct():
-            hosts, rbln = _hosts(args[0])
-            if hosts is not None:
-                return self._run("c10d::send", rbln, self._gloo.send, hosts, args[1], args[2])
-        return super().send(*args)
+        work = self._direct_call("c10d::send", self._gloo.send, args, 1, 3, None)
+        return super().send(*args) if work is None else work
 
     def recv(self, *args: Any) -> Any:
-        if len(args) == 3 and _direct():
-            hosts, rbln = _hosts(args[0])
-            if hosts is not None:
-                return self._run("c10d::recv_", rbln, self._gloo.recv, hosts, args[1], args[2])
-        return super().recv(*args)
-
-    def _single(self, name: str, options: type, call: Any, args: tuple) -> Any:
-        """The direct path of an (output, input, options) collective, or None for the kernel path."""
-        if len(args) == 3 and type(args[2]) is options and _direct():
-            output, input = _host(args[0]), _host(args[1])
-            if output is not None and input is not None:
-                rbln = output is not args[0] or input is not args[1]
-                return self._run(name, rbln, call, output, input, args[2])
-        return None
-
-    # dist.all_gather_into_tensor / reduce_scatter_tensor call the *_single names (torch 2.13); C++
-    # callers and older code the underscored ones. gloo has the underscored ones only.
+        work = self._direct_call("c10d::recv_", self._gloo.recv, args, 1, 3, None)
+        return super().recv(*args) if work is None else work
 
     def all_gather_single(self, *args: Any) -> Any:
-        work = self._single("c10d::_allgather_base_", AllgatherOptions, self._gloo._allgather_base, args)
+        work = self._direct_call("c10d::_allgather_base_", self._gloo._allgather_base, args, 2, 3,
+                                 AllgatherOptions)
         return super().all_gather_single(*args) if work is None else work
 
     def _allgather_base(self, *args: Any) -> Any:
-        work = self._single("c10d::_allgather_base_", AllgatherOptions, self._gloo._allgather_base, args)
+        work = self._direct_call("c10d::_allgather_base_", self._gloo._allgather_base, args, 2, 3,
+                                 AllgatherOptions)
         return super()._allgather_base(*args) if work is None else work
 
     def reduce_scatter_single(self, *args: Any) -> Any:
-        work = self._single("c10d::_reduce_scatter_base_", ReduceScatterOptions,
-                            self._gloo._reduce_scatter_base, args)
+        work = self._direct_call("c10d::_reduce_scatter_base_", self._gloo._reduce_scatter_base, args, 2, 3,
+                                 ReduceScatterOptions)
         return super().reduce_scatter_single(*args) if work is None else work
 
     def _reduce_scatter_base(self, *args: Any) -> Any:
-        work = self._single("c10d::_reduce_scatter_base_", ReduceScatterOptions,
-                            self._gloo._reduce_scatter_base, args)
+        work = self._direct_call("c10d::_reduce_scatter_base_", self._gloo._reduce_scatter_base, args, 2, 3,
+                                 ReduceScatterOptions)
         return super()._reduce_scatter_base(*args) if work is None else work

@@ -178,3 +178,34 @@ def test_direct_path_leaves_strided_and_mode_calls_to_the_kernels(group):
     assert comm.get_total_counts() == 1
     assert torch.equal(x.cpu(), torch.arange(8.0))
     assert registry.fallback_report()["c10d::allreduce_"]["device"] == 2
+
+
+def test_direct_path_takes_reduce_gather_scatter_all_to_all_and_coalesced(group):
+    """These reach gloo without the dispatcher too (a host view is cached for each rbln tensor they
+    used), and count as device calls under the same op names as the kernel path."""
+    from torch.distributed.distributed_c10d import all_reduce_coalesced
+
+    from torch_rbln import registry
+    from torch_rbln.distributed import _group
+
+    registry.reset_fallback_report()
+    x = torch.arange(6.0, device="rbln")
+    dist.reduce(x, 0, op=dist.ReduceOp.SUM)
+    gathered = [torch.empty(6, device="rbln")]
+    dist.gather(x, gathered, 0)
+    scattered = torch.empty(6, device="rbln")
+    dist.scatter(scattered, [x * 2], 0)
+    exchanged = torch.empty(6, device="rbln")
+    dist.all_to_all_single(exchanged, x, [6], [6])
+    pair = [torch.ones(3, device="rbln"), torch.ones(2, device="rbln")]
+    with pytest.warns(FutureWarning):
+        all_reduce_coalesced(pair)
+    for tensor in (x, gathered[0], scattered, exchanged, *pair):
+        assert id(tensor) in _group._views
+    expected = torch.arange(6.0)
+    assert torch.equal(gathered[0].cpu(), expected) and torch.equal(exchanged.cpu(), expected)
+    assert torch.equal(scattered.cpu(), expected * 2)
+    report = registry.fallback_report()
+    for name in ("c10d::reduce_", "c10d::gather_", "c10d::scatter_", "c10d::alltoall_base_",
+                 "c10d::allreduce_coalesced_"):
+        assert report[name] == {"device": 1, "cpu": 0, "reasons": {}}, name

@@ -75,7 +75,7 @@ def index_put_kernel(out_ptr, idx_ptr, v_ptr, size, count, inner, ACCUMULATE: tl
     cols = tl.arange(0, BLOCK)
     for start in range(0, inner, BLOCK):
         mask = start + cols < inner
-        v = tl.load(v_ptr + src + start + cols, mask=mask, other=0.0)
+        v = tl.load(v_ptr + src + start + cols, mask=mask, other=0)
         if ACCUMULATE:
             tl.atomic_add(out_ptr + dst + start + cols, v, mask=mask)
         else:

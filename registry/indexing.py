@@ -7,7 +7,7 @@ graphs).
 scatter that undoes `index_select`. Both take one integer index tensor on one dim (every dim before it
 a full slice, `None` in aten's index list); index_put a contiguous destination and values that
 broadcast to the indexed shape. Everything else (boolean masks, several index tensors, negative
-indices, integer data) is declined, so the CPU fallback runs it with torch's own semantics and errors.
+indices, bool accumulation) is declined, so the CPU fallback runs it with torch's own semantics and errors.
 The scatters copy through the copy kernels.
 """
 
@@ -22,6 +22,10 @@ from ._base import FLOATS, Decline
 from ._launch import kernel_module as _k
 from ._ops import contiguous
 from .geometry import I32, row_block
+
+# index_put's kernel moves values of any of these (integers exactly: `inv_perm[perm] = arange(n)` in
+# MoE routing); accumulating adds in the tensor's own dtype, as torch's CPU kernel does
+_PUT_DTYPES = (*FLOATS, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
 
 
 def _index_dim(self: torch.Tensor, indices: list) -> tuple[int, torch.Tensor]:
@@ -57,7 +61,7 @@ def index_put_(self: torch.Tensor, indices: list, values: torch.Tensor, accumula
     Repeated indices: without `accumulate` the last write wins, with it every value is added in index
     order (the kernel's programs run in order on one NPU), as torch's CPU kernel does."""
     del unsafe  # torch's own check that indices do not repeat; ours handles repeats either way
-    if self.dtype not in FLOATS:
+    if self.dtype not in _PUT_DTYPES or (accumulate and self.dtype is torch.bool):
         raise Decline(f"dtype {str(self.dtype).replace('torch.', '')}")
     if not isinstance(values, torch.Tensor) or values.is_cpu:
         raise Decline("CPU values")

@@ -86,12 +86,13 @@ def test_scatter_with_repeated_indices(add, monkeypatch):
                lambda: x.scatter(1, index, src), monkeypatch)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
 @pytest.mark.parametrize("accumulate", [False, True])
-def test_index_put_with_repeated_indices(accumulate, monkeypatch):
+def test_index_put_with_repeated_indices(accumulate, dtype, monkeypatch):
     generator = torch.Generator().manual_seed(5)
-    x = torch.randn(6, 40, generator=generator)  # 40 columns: the kernel loops over blocks
+    x = (torch.randn(6, 40, generator=generator) * 2**20).to(dtype)  # 40 columns: the kernel loops
     index = torch.tensor([5, 0, 5, 2, 0])
-    values = torch.randn(5, 40, generator=generator)
+    values = (torch.randn(5, 40, generator=generator) * 2**20).to(dtype)
     _agree(lambda: indexing.index_put_(x.to("rbln"), [index.to("rbln")], values.to("rbln"), accumulate),
            lambda: x.clone().index_put_((index,), values, accumulate=accumulate), monkeypatch)
 

@@ -69,7 +69,7 @@ def test_index_put_values_aliasing_the_destination_are_read_first():
     ("bool mask", "boolean masks run on the CPU"),
     ("negative index", "negative or out-of-range index"),
     ("two index tensors", "2 index tensors"),
-    ("int64 destination", "dtype int64"),
+    ("bool accumulation", "dtype bool"),
 ])
 def test_index_put_declines_what_its_kernel_does_not_express(case, reason):
     x = torch.randn(4, 3)
@@ -82,9 +82,9 @@ def test_index_put_declines_what_its_kernel_does_not_express(case, reason):
         indices = (torch.tensor([0, 1]), torch.tensor([2, 0]))
         values = torch.ones(2)
     else:
-        x = torch.arange(12).reshape(4, 3)
+        x = torch.zeros(4, 3, dtype=torch.bool)
         indices = (torch.tensor([1]),)
-        values = torch.ones(3, dtype=torch.int64)
+        values = torch.ones(3, dtype=torch.bool)
     expected = x.clone().index_put_(indices, values, accumulate=True)
     actual = x.to("rbln").index_put_(tuple(i.to("rbln") for i in indices), values.to("rbln"),
                                      accumulate=True)
@@ -92,6 +92,22 @@ def test_index_put_declines_what_its_kernel_does_not_express(case, reason):
     row = _row("aten::_index_put_impl_")
     assert row["device"] == 0 and row["cpu"] == 1
     assert any(reason in text for text in row["reasons"]), row
+
+
+def test_index_put_of_integers_is_exact():
+    # MoE routing inverts its sort permutation with `inv_perm[perm] = arange(n)` (int64, assignment)
+    perm = torch.randperm(64, generator=torch.Generator().manual_seed(3))
+    inverse = torch.empty(64, dtype=torch.int64).to("rbln")
+    inverse[perm.to("rbln")] = torch.arange(64).to("rbln")
+    torch.testing.assert_close(inverse.cpu(), torch.argsort(perm), atol=0, rtol=0)
+    # repeated indices accumulate exactly, beyond float32's integers
+    big = torch.full((3,), 2**40 + 1, dtype=torch.int64)
+    index = torch.tensor([2, 0, 2, 2])
+    values = torch.tensor([1, 2**33, 3, -5], dtype=torch.int64)
+    expected = big.clone().index_put_((index,), values, accumulate=True)
+    actual = big.to("rbln").index_put_((index.to("rbln"),), values.to("rbln"), accumulate=True)
+    torch.testing.assert_close(actual.cpu(), expected, atol=0, rtol=0)
+    assert _row("aten::_index_put_impl_") == {"device": 2, "cpu": 0, "reasons": {}}
 
 
 def test_index_put_out_of_range_raises_torchs_error():

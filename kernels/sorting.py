@@ -1,4 +1,4 @@
-"""Sorting and scanning along one dim: `sort`, `topk` (rank kernel) and `cumsum` (scan kernel).
+"""Sorting, scanning and counting: `sort`, `topk` (rank kernel), `cumsum` (scan kernel), `histc`.
 
 Both view a contiguous tensor as (outer, n, inner) around the dim they work on, so a dim other than the
 last needs no transpose: line r (of outer * inner) starts at `(r // inner) * n * inner + r % inner`
@@ -15,6 +15,10 @@ rows are vocabulary- or expert-sized).
 `cumsum_kernel` scans each line in blocks (`tl.cumsum` inside a block, a running carry between them),
 accumulating in ACC (float32 for 16-bit floats, int64 for integers: the same wrap-around as torch's
 integer cumsum once cast to the output dtype).
+
+`histc_kernel` counts with atomic adds into the bins (the programs run in order on one NPU, and counts
+are exact integers either way), computing each element's bin in the same arithmetic as torch's CPU
+kernel so that values on a bin edge land where they land on the CPU.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ RANK_LIMIT = 1 << 14  # longest line the rank kernel sorts (n^2 comparisons); lo
 RANK_BLOCK = 64  # elements ranked per program
 RANK_CHUNK = 256  # elements compared against per step
 SCAN_BLOCK = 256
+HISTC_BLOCK = 1024
 
 
 @tl.jit
@@ -84,3 +89,25 @@ def cumsum_kernel(x_ptr, out_ptr, n, inner, ACC: tl.constexpr, BLOCK: tl.constex
         tl.store(out_ptr + base + j * inner, (tl.cumsum(v, 0) + carry).to(out_ptr.dtype.element_ty),
                  mask=inside)
         carry += tl.sum(v, axis=0)
+
+
+@tl.jit
+def histc_kernel(x_ptr, counts_ptr, n, low, high, bins, COMPUTE: tl.constexpr, STEP: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    """counts[b] += the elements of x in bin b of `bins` equal bins over [low, high] (the last bin
+    includes `high`; values outside, and NaN, are not counted), the bin computed as torch's CPU
+    histogram does: ((x - low) * bins) / (high - low), truncated, each step computed in COMPUTE and
+    rounded to STEP (a 16-bit float input's own type, as c10::Half arithmetic rounds every operation;
+    else COMPUTE itself). Grid (cdiv(n, BLOCK),)."""
+    at = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = at < n
+    x = tl.load(x_ptr + at, mask=live, other=0).to(STEP).to(COMPUTE)
+    lo = low.to(STEP).to(COMPUTE)
+    hi = high.to(STEP).to(COMPUTE)
+    inside = live & (x >= lo) & (x <= hi)
+    offset = (x - lo).to(STEP).to(COMPUTE)
+    scaled = (offset * bins.to(STEP).to(COMPUTE)).to(STEP).to(COMPUTE)
+    span = (hi - lo).to(STEP).to(COMPUTE)
+    position = (scaled / span).to(STEP).to(COMPUTE).to(tl.int64)
+    position = tl.minimum(tl.maximum(position, 0), bins - 1)  # x == high lands on `bins`: the last bin
+    tl.atomic_add(counts_ptr + position, tl.full([BLOCK], 1, counts_ptr.dtype.element_ty), mask=inside)

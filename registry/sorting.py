@@ -1,8 +1,8 @@
-"""Sorting and scanning along one dim: `sort` (stable), `topk` and `cumsum` (`kernels/sorting.py`).
+"""Sorting, scanning and counting: `sort` (stable), `topk`, `cumsum` and `histc` (`kernels/sorting.py`).
 
-MoE routers call all three on every step (`topk` over the experts' scores, `sort` of the chosen expert
-ids to group tokens, `cumsum` of the tokens per expert for the groups' offsets). Results follow
-torch's CPU kernels: `sort` is stable (equal values keep their index order, NaN sorts as the largest
+MoE routers call these on every step (`topk` over the experts' scores, `sort` of the chosen expert
+ids to group tokens, `histc` and `cumsum` for the tokens per expert and the groups' offsets). Results
+follow torch's CPU kernels: `sort` is stable (equal values keep their index order, NaN sorts as the largest
 value), `topk` returns its k values in sorted order (for ties the lower index first, one of the orders
 torch allows), integer `cumsum` without `dtype=` gives int64. A call the kernels do not cover (a 0-d
 tensor, a line longer than `RANK_LIMIT` for the sorts, an unsupported dtype, an invalid argument)
@@ -121,3 +121,47 @@ def cumsum_(x: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> t
     if dtype is not None and dtype != x.dtype:
         raise Decline("dtype differs from the tensor's")  # torch's error
     return cumsum(x, dim, dtype=x.dtype, out=x)
+
+
+def _steps() -> dict:
+    import torch_rbln.dsl as tl
+
+    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+
+
+_EXACT_COUNTS = 1 << 24
+
+
+def _exact_in_float32(value: float) -> bool:
+    import numpy as np
+
+    return float(np.float32(value)) == float(value)
+
+
+def histc(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:  # noqa: A002
+    """`aten::histc` with an explicit range (`min < max`): floating inputs as torch's CPU kernel computes
+    them (in their own precision; counts are exact, where the CPU's 16-bit counts stop growing at 256
+    or 2048), integer inputs as CUDA counts them (the bin computed in float64,
+    counts in the input's dtype; transformers' MoE load-balancing loss passes int32 on any device but
+    the CPU)."""
+    if x.dtype not in _ORDERED:
+        raise Decline(f"dtype {_dtype_name(x.dtype)}")
+    if not isinstance(bins, int) or bins <= 0 or not min < max:
+        raise Decline("bins <= 0, or a range taken from the data (min >= max)")  # the CPU decides/raises
+    if x.dtype in _INTEGERS and not (_exact_in_float32(min) and _exact_in_float32(max)):
+        raise Decline("integer histc with bounds that float32 does not hold exactly")
+    import torch_rbln.dsl as tl
+
+    compute = tl.float64 if x.dtype in _INTEGERS else tl.float32
+    # counts are float32 (exact to 2**24), cast to the result's dtype at the end: 16-bit floats' own
+    # counts stop growing at 256 (bfloat16) or 2048 (float16), and float32 zeros are a device fill
+    n = x.numel()
+    if n > _EXACT_COUNTS:
+        raise Decline(f"histc of more than {_EXACT_COUNTS} elements (counted in float32)")
+    counts = empty([bins], torch.float32, x.get_device()).zero_()
+    if n:
+        kernels = _k("sorting")
+        launch_grid(kernels.histc_kernel, (cdiv(n, kernels.HISTC_BLOCK), 1),
+                    (contiguous(x), counts, n, float(min), float(max), bins),
+                    COMPUTE=compute, STEP=_steps().get(x.dtype, compute), BLOCK=kernels.HISTC_BLOCK)
+    return counts if x.dtype is torch.float32 else counts.to(x.dtype)

@@ -422,12 +422,13 @@ TABLE: list[Op] = [
     Op("scatter.value", Ref("conv", "scatter_value"), int_inputs=True),
     Op("scatter_.value", lambda x, dim, index, value: CV.scatter_value(x, dim, index, value, inplace=True),
        int_inputs=True),
-    # ---- sorting and scanning (registry/sorting.py; MoE routing: topk, sort, cumsum)
+    # ---- sorting, scanning, counting (registry/sorting.py; MoE routing: topk, sort, cumsum, histc)
     Op("sort.default", Ref("sorting", "sort"), "sort", int_inputs=True),
     Op("sort.stable", Ref("sorting", "sort_stable"), int_inputs=True),
     Op("topk.default", Ref("sorting", "topk"), "topk", int_inputs=True),
     Op("cumsum.default", Ref("sorting", "cumsum"), "cumsum", int_inputs=True),
     Op("cumsum_.default", Ref("sorting", "cumsum_"), int_inputs=True),
+    Op("histc.default", Ref("sorting", "histc"), "histc", int_inputs=True),
 ]
 
 

@@ -166,3 +166,36 @@ def test_scatter_writes_only_its_destination():
     expected = torch.zeros(4, 6)
     expected[1, 5] = expected[2, 0] = 1.0
     _exact(storage, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_histc_puts_edge_values_where_the_cpu_does(dtype):
+    torch.manual_seed(8)
+    # up to ~230 per bin: bfloat16's own counts stop growing at 256 on the CPU (ours count in float32)
+    x = torch.cat([torch.rand(1300) * 3 - 1, torch.linspace(-1, 2, 301), torch.tensor([-1.5, 2.5])]).to(dtype)
+    for bins, low, high in ((7, -1.0, 2.0), (100, -0.3, 1.7), (3, 0.1, 0.2)):
+        _exact(torch.histc(x.to("rbln"), bins, low, high), torch.histc(x, bins, low, high))
+    assert _row("aten::histc") == {"device": 3, "cpu": 0, "reasons": {}}
+    many = torch.full((3000,), 0.5, dtype=dtype)
+    rounded = float(torch.tensor(3000.0).to(dtype))  # 3000 as the dtype holds it
+    assert torch.histc(many.to("rbln"), 2, 0.0, 1.0).cpu().tolist() == [0.0, rounded]
+    # NaN and infinities (which the dispatcher's NaN/Inf check sends to the CPU) are not counted
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.5, 2.0])
+    _exact(sorting.histc(special.to("rbln"), 4, 0.0, 2.0), torch.histc(special, 4, 0.0, 2.0))
+
+
+def test_histc_of_integers_counts_as_cuda_does():
+    # transformers' MoE load-balancing loss: int32 expert ids, bins = experts, range [0, experts - 1]
+    ids = torch.randint(0, 4, (64,), generator=torch.Generator().manual_seed(9), dtype=torch.int32)
+    counts = torch.histc(ids.to("rbln"), bins=4, min=0, max=3)
+    assert counts.dtype == torch.int32
+    _exact(counts, torch.bincount(ids, minlength=4).to(torch.int32))
+    assert _row("aten::histc") == {"device": 1, "cpu": 0, "reasons": {}}
+    # no float64 staging copies on the CPU (the old fallback's path): everything ran on device
+    assert all(row["cpu"] == 0 for row in registry.fallback_report().values())
+
+
+def test_histc_with_the_range_from_the_data_declines():
+    x = torch.tensor([1.0, 2.0, 2.0, 5.0])
+    _exact(torch.histc(x.to("rbln"), bins=4), torch.histc(x, bins=4))
+    assert "min >= max" in next(iter(_row("aten::histc")["reasons"]))

@@ -1,0 +1,62 @@
+"""Random ops: `native_dropout` and `native_dropout_backward` on device (`kernels/random.py`).
+
+Each dropout call draws one seed from PyTorch's default generator (which rbln's random ops use; see
+`torch.rbln.manual_seed`), so seeded runs repeat exactly; the mask itself comes from the kernel's
+Philox generator, not from the CPU's, so it differs from what the same seed gives on the CPU (as on
+CUDA). Everything else follows torch's CPU kernels: `scale = 1 / (1 - p)` (0 for p = 1), values
+computed as `(x * mask) * scale`, `train=False` keeps everything. What the kernels do not cover
+(non-floating dtypes, empty tensors, p outside [0, 1]) declines, so the CPU runs it and raises torch's
+own errors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._base import FLOATS, Decline
+from ._launch import kernel_module as _k
+from ._launch import launch_grid
+from ._ops import contiguous, empty
+from .geometry import cdiv
+
+_SEEDS = 2**31 - 1
+
+
+def _scale(p: float) -> float:
+    return 0.0 if p == 1 else 1.0 / (1.0 - p)
+
+
+def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`aten::native_dropout`: (output, bool mask)."""
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    if not 0 <= p <= 1:
+        raise Decline("p outside [0, 1]")  # torch's error from the CPU fallback
+    if x.numel() == 0:
+        raise Decline("empty tensor")
+    if train is False:
+        p = 0.0
+    # one draw from the default generator per call, as the CPU kernel's bernoulli_ draws from it
+    seed = int(torch.randint(0, _SEEDS, ()).item())
+    index = x.get_device()
+    out = empty(x.shape, x.dtype, index)
+    mask = empty(x.shape, torch.bool, index)
+    kernels = _k("random")
+    n = x.numel()
+    launch_grid(kernels.dropout_kernel, (cdiv(n, kernels.BLOCK), 1),
+                (contiguous(x), out, mask, n, float(p), _scale(p), seed), BLOCK=kernels.BLOCK)
+    return out, mask
+
+
+def native_dropout_backward(grad: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """`aten::native_dropout_backward`: (grad * mask) * scale."""
+    if grad.dtype not in FLOATS or mask.dtype is not torch.bool:
+        raise Decline("dtypes")
+    if grad.shape != mask.shape or grad.numel() == 0:
+        raise Decline("shapes differ, or an empty tensor")  # torch's error / result from the CPU
+    out = empty(grad.shape, grad.dtype, grad.get_device())
+    kernels = _k("random")
+    n = grad.numel()
+    launch_grid(kernels.dropout_backward_kernel, (cdiv(n, kernels.BLOCK), 1),
+                (contiguous(grad), contiguous(mask), out, n, float(scale)), BLOCK=kernels.BLOCK)
+    return out

@@ -9,8 +9,9 @@ come before it in the sorted order, with ties in index order (a stable sort, as 
 and NaN after every number (as torch orders NaN: the largest value). Each element is then written
 straight to its position, so the result is exact and deterministic, and a `topk` is the same count
 with only the first k positions written. The count costs n comparisons per element: the registry
-uses it for lines up to `RANK_LIMIT` elements (MoE routing sorts a few thousand expert ids; topk
-rows are vocabulary- or expert-sized).
+uses it for lines up to `RANK_LIMIT` elements (MoE routing sorts a few thousand expert ids).
+`select_kernel` takes a small k (a router's experts, a sampler's top tokens over a vocabulary-sized
+row) in k passes over the line instead, each taking the next element in the same order.
 
 `cumsum_kernel` scans each line in blocks (`tl.cumsum` inside a block, a running carry between them),
 accumulating in ACC (float32 for 16-bit floats, int64 for integers: the same wrap-around as torch's
@@ -25,7 +26,9 @@ from __future__ import annotations
 
 import torch_rbln.dsl as tl
 
-RANK_LIMIT = 1 << 14  # longest line the rank kernel sorts (n^2 comparisons); longer lines decline
+RANK_LIMIT = 1 << 12  # longest line the rank kernel sorts (n^2 comparisons: 4096 take ~40 ms)
+SELECT_LIMIT = 64  # largest k that topk takes in k passes over the line (select_kernel)
+SELECT_CHUNK = 512
 RANK_BLOCK = 64  # elements ranked per program
 RANK_CHUNK = 256  # elements compared against per step
 SCAN_BLOCK = 256
@@ -71,6 +74,69 @@ def rank_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.cons
     out = o * k * inner + c + rank * inner
     tl.store(values_ptr + out, xi, mask=keep)
     tl.store(indices_ptr + out, i.to(tl.int64), mask=keep)
+
+
+@tl.jit
+def _first_descending(av, ai, bv, bi):
+    """Of (value, index) pairs a and b, the one that comes first in descending stable order (NaN
+    largest, ties by lower index); an index < 0 marks an empty slot, which comes last."""
+    a_nan = av != av
+    b_nan = bv != bv
+    strictly = (av > bv) | (a_nan & (bv == bv))
+    tie = (av == bv) | (a_nan & b_nan)
+    a_first = (bi < 0) | ((ai >= 0) & (strictly | (tie & (ai < bi))))
+    return tl.where(a_first, av, bv), tl.where(a_first, ai, bi)
+
+
+@tl.jit
+def _first_ascending(av, ai, bv, bi):
+    """As `_first_descending` for ascending order (NaN still largest, so last)."""
+    a_nan = av != av
+    b_nan = bv != bv
+    strictly = (av < bv) | (b_nan & (av == av))
+    tie = (av == bv) | (a_nan & b_nan)
+    a_first = (bi < 0) | ((ai >= 0) & (strictly | (tie & (ai < bi))))
+    return tl.where(a_first, av, bv), tl.where(a_first, ai, bi)
+
+
+@tl.jit
+def select_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.constexpr,
+                  CHUNK: tl.constexpr):
+    """`topk` for small k: values/indices[line, t] for t < k, found in k passes over the line, each
+    taking the first element (in the rank kernel's order) of those after the one taken before: k * n
+    work instead of n * n. x contiguous (outer, n, inner); values, indices contiguous (outer, k,
+    inner). Grid (outer * inner,)."""
+    line = tl.program_id(0)
+    o = line // inner
+    c = line % inner
+    base = o * n * inner + c
+    out = o * k * inner + c
+    taken_v = tl.load(x_ptr + base)
+    taken_i = (line * 0 - 1).to(tl.int64)  # nothing taken yet
+    for t in range(0, k):
+        best_v = taken_v
+        best_i = (line * 0 - 1).to(tl.int64)
+        for start in range(0, n, CHUNK):
+            j = start + tl.arange(0, CHUNK)
+            xj = tl.load(x_ptr + base + j * inner, mask=j < n, other=0)
+            taken_nan = taken_v != taken_v
+            if DESCENDING:
+                strictly = (taken_v > xj) | (taken_nan & (xj == xj))
+            else:
+                strictly = (taken_v < xj) | ((xj != xj) & (taken_v == taken_v))
+            tie = (taken_v == xj) | (taken_nan & (xj != xj))
+            after = (taken_i < 0) | strictly | (tie & (taken_i < j))
+            candidate = tl.where((j < n) & after, j.to(tl.int64), -1)
+            if DESCENDING:
+                chunk_v, chunk_i = tl.reduce((xj, candidate), 0, _first_descending)
+                best_v, best_i = _first_descending(best_v, best_i, chunk_v, chunk_i)
+            else:
+                chunk_v, chunk_i = tl.reduce((xj, candidate), 0, _first_ascending)
+                best_v, best_i = _first_ascending(best_v, best_i, chunk_v, chunk_i)
+        tl.store(values_ptr + out + t * inner, best_v)
+        tl.store(indices_ptr + out + t * inner, best_i)
+        taken_v = best_v
+        taken_i = best_i
 
 
 @tl.jit

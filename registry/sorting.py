@@ -5,8 +5,8 @@ ids to group tokens, `histc` and `cumsum` for the tokens per expert and the grou
 follow torch's CPU kernels: `sort` is stable (equal values keep their index order, NaN sorts as the largest
 value), `topk` returns its k values in sorted order (for ties the lower index first, one of the orders
 torch allows), integer `cumsum` without `dtype=` gives int64. A call the kernels do not cover (a 0-d
-tensor, a line longer than `RANK_LIMIT` for the sorts, an unsupported dtype, an invalid argument)
-declines with its reason, so the CPU fallback runs it and raises torch's own errors.
+tensor, a line longer than `RANK_LIMIT` for a sort or a large-k topk, an unsupported dtype, an
+invalid argument) declines with its reason, so the CPU fallback runs it and raises torch's own errors.
 """
 
 from __future__ import annotations
@@ -48,18 +48,24 @@ def _rank(x: torch.Tensor, dim: int, k: int | None, descending: bool, op: str
         raise Decline(f"dtype {_dtype_name(x.dtype)}")
     dim, outer, n, inner = _lines(x, dim, op)
     kernels = _k("sorting")
-    if n > kernels.RANK_LIMIT:
-        raise Decline(f"{op} of lines longer than {kernels.RANK_LIMIT} elements (the rank kernel compares "
-                      "every pair)")
     k = n if k is None else k
     if not 0 <= k <= n:
         raise Decline("k out of range")  # torch's error from the CPU fallback
+    select = k <= kernels.SELECT_LIMIT and k < n
+    if not select and n > kernels.RANK_LIMIT:
+        raise Decline(f"{op} of lines longer than {kernels.RANK_LIMIT} elements (the rank kernel compares "
+                      f"every pair; topk with k <= {kernels.SELECT_LIMIT} has no such limit)")
     shape = list(x.shape)
     shape[dim] = k
     index = x.get_device()
     values = empty(shape, x.dtype, index)
     indices = empty(shape, torch.int64, index)
-    if values.numel():
+    if not values.numel():
+        return values, indices
+    if select:
+        launch_grid(kernels.select_kernel, (outer * inner, 1), (contiguous(x), values, indices, n, inner, k),
+                    DESCENDING=bool(descending), CHUNK=kernels.SELECT_CHUNK)
+    else:
         launch_grid(kernels.rank_kernel, (cdiv(n, kernels.RANK_BLOCK), outer * inner),
                     (contiguous(x), values, indices, n, inner, k), DESCENDING=bool(descending),
                     BLOCK=kernels.RANK_BLOCK, CHUNK=kernels.RANK_CHUNK)

@@ -57,10 +57,18 @@ def test_rank_sort(dtype, descending, monkeypatch):
            lambda: torch.sort(x, stable=True, dim=1, descending=descending), monkeypatch)
 
 
+@pytest.mark.parametrize("largest", [True, False])
+def test_select_topk_with_ties_and_nan(largest, monkeypatch):
+    x = _awkward_floats(1200, torch.float32, seed=6).reshape(2, 600)  # 600 > one chunk of 512
+    _agree(lambda: sorting.topk(x.to("rbln"), 5, 1, largest),
+           lambda: tuple(t.narrow(1, 0, 5) for t in torch.sort(x, stable=True, dim=1, descending=largest)),
+           monkeypatch)
+
+
 def test_rank_topk_of_int64_on_dim0(monkeypatch):
     x = torch.randint(-5, 5, (90, 4), generator=torch.Generator().manual_seed(2))
-    _agree(lambda: sorting.topk(x.to("rbln"), 7, 0),
-           lambda: tuple(t.narrow(0, 0, 7) for t in torch.sort(x, stable=True, dim=0, descending=True)),
+    _agree(lambda: sorting.topk(x.to("rbln"), 70, 0),  # k > SELECT_LIMIT: the rank kernel
+           lambda: tuple(t.narrow(0, 0, 70) for t in torch.sort(x, stable=True, dim=0, descending=True)),
            monkeypatch)
 
 

@@ -75,6 +75,14 @@ def test_topk_of_router_scores(largest, k):
     assert _row("aten::topk") == {"device": 1, "cpu": 0, "reasons": {}}
 
 
+def test_topk_over_a_vocabulary_sized_row():
+    torch.manual_seed(10)
+    logits = torch.randn(4, 20000)  # longer than the rank kernel takes: k passes over the row
+    _exact(torch.topk(logits.to("rbln"), 50), torch.topk(logits, 50))
+    _exact(torch.topk(logits.to("rbln"), 3, largest=False), torch.topk(logits, 3, largest=False))
+    assert _row("aten::topk") == {"device": 2, "cpu": 0, "reasons": {}}
+
+
 def test_topk_ties_take_the_lower_index_first_and_k_zero_is_empty():
     x = torch.tensor([[3.0, 1.0, 3.0, 2.0, 3.0]])
     values, indices = torch.topk(x.to("rbln"), 2)

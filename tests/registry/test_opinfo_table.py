@@ -98,11 +98,14 @@ def test_entry_matches_cpu_on_device_kernel(entry, dtype):
     for number, sample in enumerate(info.sample_inputs("cpu", dtype, requires_grad=False)):
         if number >= MAX_SAMPLES or on_device >= ON_DEVICE[dtype_name]:
             break
-        expected = REFERENCES.get(entry.name, info.op)(sample.input, *sample.args, **sample.kwargs)
         device_sample = sample.transform(_to_rbln)
         registry.reset_fallback_report()
         actual = info.op(device_sample.input, *device_sample.args, **device_sample.kwargs)
         report = registry.fallback_report().get(name, {"device": 0, "cpu": 0, "reasons": {}})
+        # a declined sample ran the CPU op itself, whose open choices (e.g. the order of ties) need not be
+        # the ones our reference fixes
+        reference = REFERENCES.get(entry.name, info.op) if report["device"] else info.op
+        expected = reference(sample.input, *sample.args, **sample.kwargs)
         torch.testing.assert_close(_to_cpu(actual), expected, atol=atol, rtol=rtol, equal_nan=True,
                                    check_device=False, msg=lambda m, s=sample: f"{s}: {m}")
         if report["device"]:

@@ -1,5 +1,6 @@
-"""Exact integer elementwise arithmetic (int32/int64): add/sub with alpha, mul, comparisons, max/min,
-and the bitwise and/or/xor of bool and integer tensors (bitwise_not is xor with all bits set).
+"""Exact integer elementwise arithmetic (int32/int64): add/sub with alpha, mul, floor division by a
+number, abs, comparisons, max/min; the bitwise and/or/xor of bool and integer tensors (bitwise_not is
+xor with all bits set) and fill.
 
 The float kernels compute in float32, which cannot hold every int64 (or even int32) value exactly, so
 integer tensors (position ids, cache positions, index arithmetic) get their own kernel computing in
@@ -31,6 +32,8 @@ OPS = frozenset({ADD, SUB, MUL, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM})
 # Integer-only op codes, after elementwise.BINARY's (the float kernels have no bitwise ops).
 BITWISE_AND, BITWISE_OR, BITWISE_XOR = 23, 24, 25
 BITWISE = {"bitwise_and": BITWISE_AND, "bitwise_or": BITWISE_OR, "bitwise_xor": BITWISE_XOR}
+FLOOR_DIVIDE, ABS, FILL = 26, 27, 28  # unary ones (abs, fill) ignore a / b
+INTEGER_ONLY = {**BITWISE, "div_floor": FLOOR_DIVIDE, "abs": ABS, "fill": FILL}
 
 
 @tl.jit
@@ -64,6 +67,18 @@ def int_binary_kernel(
         y = a & b
     elif OP == 24:
         y = a | b
-    else:
+    elif OP == 25:
         y = a ^ b
+    elif OP == 26:
+        # floor division; the caller passes a non-zero b. A divisor of -1 negates (wrapping, as torch):
+        # INT64_MIN // -1 would trap in the machine's division instruction
+        divisor = tl.where(b == -1, 1, b)
+        quotient = a // divisor
+        remainder = a - quotient * divisor
+        quotient = tl.where((remainder != 0) & ((remainder < 0) != (divisor < 0)), quotient - 1, quotient)
+        y = tl.where(b == -1, 0 - a, quotient)
+    elif OP == 27:
+        y = tl.where(a < 0, 0 - a, a)  # abs (wraps at the minimum, as torch)
+    else:
+        y = b  # fill
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)

@@ -319,7 +319,8 @@ def binary_output(a, b, compute: torch.dtype, out, index: int, operands, *, comp
 # integer kernel (`kernels/integer.py`): add/sub with alpha, mul, comparisons, maximum/minimum. `binary`
 # sends integer results here; ops without an integer kernel (true division, pow, ...) decline with the
 # dtype as the reason.
-_INTEGER_NAMES = ("add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum")
+_INTEGER_NAMES = ("add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "div_floor",
+                  "abs", "fill")
 _INT64 = (-(2**63), 2**63)
 
 
@@ -368,6 +369,9 @@ def _integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: b
     scalar = _integer_scalar(b)
     if scalar is None and (not isinstance(b, torch.Tensor) or b.is_cpu):
         raise Decline("operand")
+    if name == "div_floor" and not scalar:
+        # torch raises ZeroDivisionError for an integer divisor of 0, which a kernel cannot
+        raise Decline("integer floor division by a tensor or by zero")
     index = _device_index(a)
     operands = (a,) if scalar is not None else (a, b)
     out = binary_output(a, b, compute, out, index, operands, comparison=comparison, inplace=inplace)
@@ -380,7 +384,7 @@ def _integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: b
     block = _block(n)
     _k("integer").int_binary_kernel[(_cdiv(n, block),)](
         a, b if scalar is None else a, 0 if scalar is None else scalar, out, n, alpha, *sizes, *a_strides,
-        *b_strides, OP=_k("integer").BITWISE.get(name) or _k("elementwise").BINARY[name],
+        *b_strides, OP=_k("integer").INTEGER_ONLY.get(name) or _k("elementwise").BINARY[name],
         B_SCALAR=scalar is not None, BCAST=bcast, BLOCK=block,
     )
     return out
@@ -405,6 +409,10 @@ def _broadcast(*shapes) -> list[int]:
 def unary(name: str, x: torch.Tensor, p: float = 0.0, out=None, *, inplace=False):
     E = _k("elementwise")
     index = _device_index(x)
+    if x.dtype in INTEGERS and name in ("abs", "neg"):
+        # exact on the integer kernel: abs, and neg as x * -1 (both wrap at the minimum, as torch)
+        return _integer_binary("abs" if name == "abs" else "mul", x, 0 if name == "abs" else -1, 1, out,
+                               comparison=False, inplace=inplace, compute=x.dtype)
     if x.dtype not in FLOATS:
         raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
     if inplace:
@@ -431,6 +439,8 @@ def fill(x: torch.Tensor, value, *, first_use_ok: bool = True) -> torch.Tensor:
         if value.dim():
             raise Decline("fill with a non-scalar tensor")
         value = value.item()
+    if x.dtype in INTEGERS or x.dtype is torch.bool:
+        return _integer_fill(x, value)
     if x.dtype not in FLOATS:
         raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
     if not x.is_contiguous():
@@ -440,6 +450,20 @@ def fill(x: torch.Tensor, value, *, first_use_ok: bool = True) -> torch.Tensor:
         block = _block(n)
         E.unary_kernel[(_cdiv(n, block),)](x, x, n, float(value), OP=E.FILL, FAST_OP=-1, BLOCK=block)
     return x
+
+
+def _integer_fill(x: torch.Tensor, value) -> torch.Tensor:
+    """fill_ of a bool or integer tensor with a number its dtype holds, on the integer kernel."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int):
+        raise Decline(f"fill of {str(x.dtype).replace('torch.', '')} with {value!r}")  # torch decides
+    info = (0, 1) if x.dtype is torch.bool else (torch.iinfo(x.dtype).min, torch.iinfo(x.dtype).max)
+    if not info[0] <= int(value) <= info[1]:
+        raise Decline("fill value out of the dtype's range")  # torch's overflow error from the CPU
+    if not x.is_contiguous():
+        raise Decline("non-contiguous in-place")
+    return _integer_binary("fill", x, int(value), 1, x, comparison=False, inplace=True, compute=x.dtype)
 
 
 def where(condition: torch.Tensor, a, b, out=None):

@@ -92,15 +92,18 @@ def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: b
 
 
 def _unary_family(name: str, opinfo: str | None, kernel: str | None = None, *, inplace: bool = True,
-                  out: bool = True, overload: str = "default") -> list[Op]:
+                  out: bool = True, overload: str = "default", int_inputs: bool = False) -> list[Op]:
+    """`int_inputs`: integer tensors reach O.unary, which runs the exact integer kernel (abs, neg) or
+    declines with the dtype."""
     kernel = kernel or name
     suffix = f".{overload}"
-    ops = [Op(f"{name}{suffix}", lambda x: O.unary(kernel, x), opinfo, make_plan=lambda: EW.unary(kernel))]
+    ops = [Op(f"{name}{suffix}", lambda x: O.unary(kernel, x), opinfo, int_inputs=int_inputs,
+              make_plan=lambda: EW.unary(kernel))]
     if out:
-        ops.append(Op(f"{name}.out", lambda x, out=None: O.unary(kernel, x, out=out),
+        ops.append(Op(f"{name}.out", lambda x, out=None: O.unary(kernel, x, out=out), int_inputs=int_inputs,
                       make_plan=lambda: EW.unary(kernel, out=True)))
     if inplace:
-        ops.append(Op(f"{name}_{suffix}", lambda x: O.unary(kernel, x, inplace=True),
+        ops.append(Op(f"{name}_{suffix}", lambda x: O.unary(kernel, x, inplace=True), int_inputs=int_inputs,
                       make_plan=lambda: EW.unary(kernel, inplace=True)))
     return ops
 
@@ -241,15 +244,16 @@ TABLE: list[Op] = [
     *_binary_family("sub", "sub", alpha=True),
     *_binary_family("mul", "mul"),
     *_binary_family("div", "div:no_rounding_mode"),
-    Op("div.Tensor_mode", _div_mode, "div:trunc_rounding", make_plan=lambda: _div_plan()),
-    Op("div.Scalar_mode", _div_mode, make_plan=lambda: _div_plan()),
+    # int_inputs: integer floor division by a non-zero number runs the exact integer kernel
+    Op("div.Tensor_mode", _div_mode, "div:trunc_rounding", int_inputs=True, make_plan=lambda: _div_plan()),
+    Op("div.Scalar_mode", _div_mode, int_inputs=True, make_plan=lambda: _div_plan()),
     Op("div.out_mode", lambda a, b, rounding_mode=None, out=None: _div_mode(a, b, rounding_mode, out=out),
-       make_plan=lambda: _div_plan(out=True)),
+       int_inputs=True, make_plan=lambda: _div_plan(out=True)),
     Op("div_.Tensor_mode", lambda a, b, rounding_mode=None: _div_mode(a, b, rounding_mode, inplace=True),
-       make_plan=lambda: _div_plan(inplace=True)),
+       int_inputs=True, make_plan=lambda: _div_plan(inplace=True)),
     Op("div_.Scalar_mode", lambda a, b, rounding_mode=None: _div_mode(a, b, rounding_mode, inplace=True),
-       make_plan=lambda: _div_plan(inplace=True)),
-    Op("floor_divide.default", lambda a, b: _div_mode(a, b, "floor"), "floor_divide",
+       int_inputs=True, make_plan=lambda: _div_plan(inplace=True)),
+    Op("floor_divide.default", lambda a, b: _div_mode(a, b, "floor"), "floor_divide", int_inputs=True,
        make_plan=lambda: EW.binary("div_floor")),
     *_binary_family("eq", "eq", comparison=True),
     *_binary_family("ne", "ne", comparison=True),
@@ -287,13 +291,13 @@ TABLE: list[Op] = [
     Op("minimum.default", lambda a, b: O.binary("minimum", a, b), "minimum", int_inputs=True,
        make_plan=lambda: EW.binary("minimum")),
     # ---- unary
-    *_unary_family("neg", "neg"),
+    *_unary_family("neg", "neg", int_inputs=True),
     *_unary_family("exp", "exp"),
     *_unary_family("sqrt", "sqrt"),
     *_unary_family("rsqrt", "rsqrt"),
     *_unary_family("sigmoid", "sigmoid"),
     *_unary_family("tanh", "tanh"),
-    *_unary_family("abs", "abs"),
+    *_unary_family("abs", "abs", int_inputs=True),
     *_unary_family("log", "log"),
     *_unary_family("cos", "cos"),  # RoPE's tables in every Llama-style model
     *_unary_family("sin", "sin"),

@@ -113,3 +113,12 @@ def test_bitwise(op, dtype, monkeypatch):
     a = edges.repeat(6)
     b = edges.repeat_interleave(6)  # every pair of edge values
     _agree(lambda: op(a.to("rbln"), b.to("rbln")), lambda: op(a, b), monkeypatch)
+
+
+@pytest.mark.parametrize("divisor", [3, -3, -1])
+def test_integer_floor_division_abs_and_fill(divisor, monkeypatch):
+    info = torch.iinfo(torch.int64)
+    x = torch.tensor([info.min, info.max, -7, -6, -1, 0, 1, 5, 6, 7, 2**40 + 3])
+    _agree(lambda: torch.stack([(x.to("rbln") // divisor), torch.abs(x.to("rbln")),
+                                x.to("rbln").clone().fill_(divisor)]),
+           lambda: torch.stack([x // divisor, torch.abs(x), x.clone().fill_(divisor)]), monkeypatch)

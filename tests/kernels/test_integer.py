@@ -22,6 +22,15 @@ CASES = {
     "maximum": lambda a, b: torch.maximum(a, b.long()),
     "int32 stays int32": lambda a, b: b + b,
     "overflow wraps": lambda a, b: torch.full((2,), 2**62, dtype=torch.int64).to(a.device) * 4,
+    "floor division rounds toward -inf": lambda a, b: (a - 2**45) // 7,
+    "floor division by a negative number": lambda a, b: torch.div(b, -3, rounding_mode="floor"),
+    "floor division of the minimum by -1 wraps": lambda a, b: torch.full(
+        (2,), -2**63, dtype=torch.int64).to(a.device) // -1,
+    "abs and neg": lambda a, b: torch.abs(b) - torch.neg(a - 2**45),
+    "abs of the minimum wraps": lambda a, b: torch.abs(
+        torch.full((1,), -2**31, dtype=torch.int32).to(a.device)),
+    "fill int64 beyond float32": lambda a, b: a.clone().fill_(2**40 + 1),
+    "fill bool and zero_": lambda a, b: (a > 0).fill_(True).long() + a.clone().zero_(),
 }
 
 
@@ -47,7 +56,10 @@ def test_in_place_and_declines():
     assert torch.equal((a / 2).cpu(), A / 2)  # true division: float result, no integer kernel
     with pytest.raises(RuntimeError, match="alpha must not be a floating point"):
         torch.add(a, b, alpha=1.5)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        a // 0  # integer division by zero: torch's error, from the CPU
     report = registry.fallback_report()
+    assert report["aten::floor_divide"]["reasons"] == {"integer floor division by a tensor or by zero": 1}
     assert report["aten::div"]["reasons"] == {"dtype int64": 1}
     assert report["aten::add"]["reasons"] == {"non-integer alpha": 1}
 

@@ -23,7 +23,7 @@ from torch_rbln.tp import device_tp as _device_tp
 from torch_rbln.tp import requested_backend
 
 from . import _loss
-from ._fastpath import _NOT_PLAIN, FastPath, _contiguous_rbln, _dim_token, _Plan, _reduce_plan, row_reduction
+from ._fastpath import FastPath, _contiguous_rbln, _Plan
 from ._finite_scan import PARALLEL_MIN, all_finite
 from ._memo import PlanMemo
 from ._ops import (
@@ -41,9 +41,7 @@ from ._ops import (
     arange_vector_layout,
     split_double,
     splits_exactly,
-    unary_key,
 )
-from ._reduce import _CODES, row_key
 
 _INDICES = (torch.int64, torch.int32)
 _NUMBER = (int, float)
@@ -141,251 +139,6 @@ def softmax_backward(*, log: bool) -> FastPath:
         out = _memory.empty(shape, dtype, index)
         run(plan.programs, 1, 1, grad, output, out, plan.n)
         return out
-
-    return fast
-
-
-# ---------------------------------------------------------------- max/min with indices, argmax/argmin
-
-class _IndexedPlan(_Plan):
-    """max/min/argmax/argmin over the last dim or all elements: the row kernel storing indices."""
-
-    __slots__ = ("shape",)
-
-
-def _indexed_plan(op: int, dtype: torch.dtype, shape: tuple, dim: int | None, keepdim: bool
-                  ) -> _IndexedPlan | None:
-    """The plan of `_reduce.reduce` for an indexed reduction of a contiguous tensor over its last dim
-    (`dim` an int naming it) or over all elements (`dim` None, argmax/argmin's flattened case)."""
-    geometry = row_reduction(dtype, shape, dim, keepdim)
-    if geometry is None:
-        return None
-    n, out_shape, rows = geometry
-    key, _ = row_key(dtype, dtype, torch.int64, op, n, write_index=True)
-    plan = _IndexedPlan(_k("rows").reduce_kernel, key, op, dtype, dtype, rows)
-    plan.n = n
-    plan.shape = out_shape
-    return plan
-
-
-def indexed_reduction(name: str) -> FastPath:
-    """`max.dim` / `min.dim(x, dim, keepdim)` -> (values, indices), `argmax` / `argmin(x, dim=None,
-    keepdim)` -> indices: the row-kernel launch of `_reduce.reduce` (argmax/argmin pass `x` as the
-    unused values pointer, as there)."""
-    op = _CODES[name]
-    values_too = name in ("max", "min")
-    plans: dict[tuple, _IndexedPlan | None] = PlanMemo(1024, lambda key: _indexed_plan(op, *key))
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | tuple | None:
-        count = len(args)
-        if kwargs or not 1 <= count <= 3:
-            return None
-        x = args[0]
-        index = _contiguous_rbln(x)
-        if index < 0:
-            return None
-        dim = args[1] if count > 1 else None
-        keepdim = args[2] if count == 3 else False
-        if (dim is None and values_too) or (dim is not None and type(dim) is not int) or \
-                type(keepdim) is not bool:
-            return None
-        plan = plans[(x.dtype, x.shape, dim, keepdim)]
-        run = _ready(plan, index)
-        if run is None or not _finite(plan, x):
-            return None
-        indices = _memory.empty(plan.shape, torch.int64, index)
-        if values_too:
-            values = _memory.empty(plan.shape, plan.out_dtype, index)
-            run(plan.programs, 1, 1, x, values, indices, plan.n, 1.0)
-            return values, indices
-        run(plan.programs, 1, 1, x, x, indices, plan.n, 1.0)
-        return indices
-
-    return fast
-
-
-# ---------------------------------------------------------------- sum/mean/amax/amin over other dims
-
-class _DimsPlan(_Plan):
-    """A reduction over a contiguous run of dims that `_fastpath.reduction` does not take (leading or
-    middle dims: a bias gradient's `sum(0)`; several trailing dims): the result shape and the launch's
-    grid and row/column counts."""
-
-    __slots__ = ("shape", "rows", "inner", "scratch")
-
-
-def _dims_plan(op: int, dtype: torch.dtype, shape: tuple, dims: tuple, keepdim: bool) -> _DimsPlan | None:
-    """The plan of `_reduce.reduce` over `dims` (ints) of a contiguous tensor when they are one run
-    [first, last): the middle-reduce kernel over an (outer, r, inner) view, or the row kernel when the
-    run is trailing (inner == 1); None otherwise (scattered dims: a transposing copy first)."""
-    nd = len(shape)
-    numel = math.prod(shape)
-    if dtype not in FLOATS or nd == 0 or numel == 0 or not dims:
-        return None
-    wrapped = set()
-    for d in dims:
-        if type(d) is not int or not -nd <= d < nd:
-            return None
-        wrapped.add(d % nd)
-    ordered = sorted(wrapped)
-    first, last = ordered[0], ordered[-1] + 1
-    if ordered != list(range(first, last)) or (first == nd - 1 and last == nd):
-        return None  # scattered dims, or the last dim alone: `_fastpath.reduction`'s call (or decline)
-    outer = math.prod(shape[:first])
-    r = math.prod(shape[first:last])
-    inner = math.prod(shape[last:])
-    out_shape = tuple(1 if i in wrapped else size for i, size in enumerate(shape)) if keepdim else \
-        tuple(size for i, size in enumerate(shape) if i not in wrapped)
-    if inner == 1:
-        key, _ = row_key(dtype, dtype, dtype, op, r, write_index=False)
-        plan = _DimsPlan(_k("rows").reduce_kernel, key, op, dtype, dtype, outer)
-        plan.rows, plan.scratch = 1, False
-    else:
-        block = _block(inner)
-        scratch = op == _CODES["max"] or op == _CODES["min"]  # amax/amin: the middle kernel stores indices
-        key = ("middle", dtype, dtype, torch.int64 if scratch else dtype, op, block, r < _I32, inner < _I32)
-        columns = _cdiv(inner, block)
-        plan = _DimsPlan(_k("reduce").middle_reduce_kernel, key, op, dtype, dtype, outer * columns)
-        plan.rows, plan.scratch = columns, scratch
-    plan.n, plan.inner, plan.shape = r, inner, out_shape
-    return plan
-
-
-def dims_reduction(name: str) -> FastPath:
-    """`sum.dim_IntList`, `mean.dim`, `amax`, `amin` (x, dims, keepdim): `_fastpath.reduction`'s fast path
-    for the last dim or all elements, else the launch `_reduce.reduce` makes over a contiguous run of
-    dims (same arguments; amax/amin over middle dims write scratch indices, as there)."""
-    from ._fastpath import reduction
-
-    last_dim = reduction(name, dims=True)
-    op = _CODES[name]
-    plans: dict[tuple, _DimsPlan | None] = PlanMemo(1024, lambda key: _dims_plan(op, *key))
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        result = last_dim(args, kwargs)
-        if result is not None:
-            return result
-        if kwargs and (len(kwargs) != 1 or kwargs.get("dtype", 0) is not None):
-            return None
-        if len(args) < 2 or len(args) > 3:
-            return None
-        x, dims = args[0], args[1]
-        keepdim = args[2] if len(args) == 3 else False
-        if type(dims) not in (list, tuple) or type(keepdim) is not bool:
-            return None
-        index = _contiguous_rbln(x)
-        if index < 0:
-            return None
-        plan = plans[(x.dtype, x.shape, tuple(dims), keepdim)]
-        run = _ready(plan, index)
-        if run is None or not _finite(plan, x):
-            return None
-        out = _memory.empty(plan.shape, plan.out_dtype, index)
-        if plan.inner == 1:
-            run(plan.programs, 1, 1, x, out, out, plan.n, 1.0)
-        else:
-            indices = _memory.empty(plan.shape, torch.int64, index) if plan.scratch else out
-            run(plan.programs // plan.rows, plan.rows, 1, x, out, indices, plan.n, plan.inner, 1.0)
-        return out
-
-    return fast
-
-
-# ---------------------------------------------------------------- var / std
-
-def _var_call(args: tuple, kwargs: dict) -> tuple | None:
-    """(x, dim token, keepdim, correction as the kernel takes it) of a `var.correction` / `std.correction`
-    call `(x, dim=None, *, correction=None, keepdim=False)`, or None for a call that is not plain."""
-    count = len(args)
-    if not 1 <= count <= 2:
-        return None
-    correction, keepdim = None, False
-    if kwargs:
-        for name, value in kwargs.items():
-            if name == "correction":
-                correction = value
-            elif name == "keepdim":
-                keepdim = value
-            else:
-                return None
-    if type(keepdim) is not bool:
-        return None
-    if correction is None:
-        correction = 1.0
-    elif type(correction) in _NUMBER:
-        correction = float(correction)
-    else:
-        return None
-    dim = _dim_token(args[1]) if count == 2 else None
-    if dim == _NOT_PLAIN:
-        return None
-    return args[0], dim, keepdim, correction
-
-
-def var() -> FastPath:
-    """`var.correction` over the last dim or all elements: the row-kernel launch of `_reduce.reduce`."""
-    op = _CODES["var"]
-    plans = PlanMemo(1024, lambda key: _reduce_plan(op, *key))
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        call = _var_call(args, kwargs)
-        if call is None:
-            return None
-        x, dim, keepdim, correction = call
-        index = _contiguous_rbln(x)
-        if index < 0:
-            return None
-        plan = plans[(x.dtype, x.shape, dim, keepdim)]
-        run = _ready(plan, index)
-        if run is None or not _finite(plan, x):
-            return None
-        out = _memory.empty(plan.shape, plan.out_dtype, index)
-        run(plan.programs, 1, 1, x, out, out, plan.n, correction)
-        return out
-
-    return fast
-
-
-def std() -> FastPath:
-    """`std.correction`: the var launch above, then the sqrt launch of `_ops.unary` on its result, both
-    kept launches (the sqrt in place: the same values as the general path's launch into a new tensor)."""
-    op = _CODES["var"]
-
-    def new_plan(plan_key: tuple) -> tuple | None:
-        reduce_plan = _reduce_plan(op, *plan_key)
-        if reduce_plan is None:
-            return None
-        dtype = plan_key[0]
-        n = math.prod(reduce_plan.shape)
-        E = _k("elementwise")
-        key, keywords = unary_key(E, "sqrt", (dtype, dtype), n)
-        return reduce_plan, _Plan(E.unary_kernel, key, keywords["OP"], dtype, dtype, _cdiv(n, _block(n)))
-
-    plans = PlanMemo(1024, new_plan)
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        call = _var_call(args, kwargs)
-        if call is None:
-            return None
-        x, dim, keepdim, correction = call
-        index = _contiguous_rbln(x)
-        if index < 0:
-            return None
-        pair = plans[(x.dtype, x.shape, dim, keepdim)]
-        if pair is None:
-            return None
-        reduce_plan, sqrt_plan = pair
-        run = _ready(reduce_plan, index)
-        root = _ready(sqrt_plan, index)
-        if run is None or root is None or not _finite(reduce_plan, x):
-            return None
-        shape, dtype = reduce_plan.shape, reduce_plan.out_dtype
-        variance = _memory.empty(shape, dtype, index)
-        run(reduce_plan.programs, 1, 1, x, variance, variance, reduce_plan.n, correction)
-        # in place: each element is read before it is written (the general path's in-place unary does
-        # the same), and the values are those of its launch into a new tensor, one allocation fewer
-        root(sqrt_plan.programs, 1, 1, variance, variance, variance.numel(), 0.0, sqrt_plan.op)
-        return variance
 
     return fast
 
@@ -984,16 +737,6 @@ FAST_PATHS: dict[str, FastPath] = {
     "_softmax_backward_data.default": softmax_backward(log=False),
     "_log_softmax_backward_data.default": softmax_backward(log=True),
     "native_layer_norm_backward.default": layer_norm_backward(),
-    "max.dim": indexed_reduction("max"),
-    "min.dim": indexed_reduction("min"),
-    "argmax.default": indexed_reduction("argmax"),
-    "argmin.default": indexed_reduction("argmin"),
-    "sum.dim_IntList": dims_reduction("sum"),
-    "mean.dim": dims_reduction("mean"),
-    "amax.default": dims_reduction("amax"),
-    "amin.default": dims_reduction("amin"),
-    "var.correction": var(),
-    "std.correction": std(),
     "nll_loss_forward.default": nll_loss_forward(),
     "nll_loss_backward.default": nll_loss_backward(),
     "index_select.default": index_select(),

@@ -36,7 +36,6 @@ from ._ops import (
     norm_launch,
     softmax_row_key,
 )
-from ._reduce import _CODES, row_key
 
 FastPath = Callable[[tuple, dict], "Tensor | None"]
 
@@ -285,102 +284,5 @@ def layer_norm() -> FastPath:
             # re-runs the call, which scans (and takes the CPU for such inputs) or reports the fault
             return None
         return out, mean, rstd
-
-    return fast
-
-
-class _ReducePlan(_Plan):
-    """A reduction's launch for one (dtype, shape, dims, keepdim): the row kernel's plan plus the result
-    shape, the number of rows (programs) and the row length."""
-
-    __slots__ = ("shape",)
-
-    def __init__(self, key: tuple, op: int, dtype: torch.dtype, shape: tuple, rows: int, n: int) -> None:
-        super().__init__(_k("rows").reduce_kernel, key, op, dtype, dtype, rows)
-        self.n = n
-        self.shape = shape
-
-
-def row_reduction(dtype: torch.dtype, shape: tuple, dim: int | None, keepdim: bool
-                  ) -> tuple[int, tuple, int] | None:
-    """(row length, result shape, rows) of reducing a contiguous tensor of `dtype` and `shape` with the
-    row kernel over its last dim (`dim` an int naming it) or over all of it (`dim` None); None for any
-    other call (another dim, a dim out of range, a 0-d or empty tensor, a dtype the kernels do not
-    take)."""
-    if dtype not in FLOATS:
-        return None
-    shape = tuple(shape)
-    nd = len(shape)
-    numel = math.prod(shape)
-    if nd == 0 or numel == 0:
-        return None
-    if dim is None:
-        return numel, (1,) * nd if keepdim else (), 1
-    if dim == -1 or dim == nd - 1:
-        n = shape[-1]
-        return n, shape[:-1] + (1,) if keepdim else shape[:-1], numel // n
-    return None
-
-
-def _reduce_plan(op: int, dtype: torch.dtype, shape: tuple, dim: int | None, keepdim: bool
-                 ) -> _ReducePlan | None:
-    """The plan of `row_reduction`'s launch of the reduction `op` (values only), or None."""
-    geometry = row_reduction(dtype, shape, dim, keepdim)
-    if geometry is None:
-        return None
-    n, out_shape, rows = geometry
-    key, _ = row_key(dtype, dtype, dtype, op, n, write_index=False)  # no indices: `out` is idx_ptr too
-    return _ReducePlan(key, op, dtype, out_shape, rows, n)
-
-
-_NOT_PLAIN = -2**63  # a `dim` token that no plan takes (several dims, a dim of another type)
-
-
-def _dim_token(dim) -> int | None:
-    """The reduced dims of a `dim` argument as a plan-key token: None for all dims (None, an empty list),
-    the int for one int dim, else _NOT_PLAIN."""
-    if dim is None:
-        return None
-    kind = type(dim)
-    if kind is not list and kind is not tuple:
-        return _NOT_PLAIN
-    count = len(dim)
-    if count == 0:
-        return None
-    return dim[0] if count == 1 and type(dim[0]) is int else _NOT_PLAIN
-
-
-def reduction(name: str, *, dims: bool) -> FastPath:
-    """The fast path of `name` ("sum", "mean", "amax", "amin") over the last dim or over all elements of
-    a contiguous floating tensor, with keepdim either way and no dtype= conversion: the row kernel
-    launch of `_reduce.reduce`, with the same arguments. `dims`: the overload takes `(x, dim, keepdim)`
-    (`sum.dim_IntList`, `mean.dim`, `amax`); otherwise `(x)` only (`sum.default`, `mean.default`).
-    amax/amin run the max/min kernel's specialisation that stores no indices, as there."""
-    op = _CODES[name]
-    limit = 3 if dims else 1
-    # (dtype, shape, dim, keepdim) -> plan, or None for a call no plan takes
-    plans: dict[tuple, _ReducePlan | None] = PlanMemo(1024, lambda plan_key: _reduce_plan(op, *plan_key))
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        if kwargs and (len(kwargs) != 1 or kwargs.get("dtype", 0) is not None):
-            return None  # dtype= conversion (or an unknown keyword): the general path decides
-        count = len(args)
-        if count > limit:
-            return None
-        x = args[0]
-        index = _contiguous_rbln(x)
-        if index < 0:
-            return None
-        dim = _dim_token(args[1]) if count > 1 else None
-        keepdim = args[2] if count == 3 else False
-        if dim == _NOT_PLAIN or type(keepdim) is not bool:
-            return None
-        plan = plans[(x.dtype, x.shape, dim, keepdim)]
-        run = _row_launch(plan, x, index)
-        if run is None:
-            return None
-        out = _memory.empty(plan.shape, plan.out_dtype, index)
-        run(plan.programs, 1, 1, x, out, out, plan.n, 1.0)
-        return out
 
     return fast

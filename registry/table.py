@@ -16,7 +16,7 @@ from ._base import INTEGERS, Decline, LazyModule, Ref, resolve
 # Placeholders until an op's first call imports them (see `_base.LazyModule`): the table itself, and so
 # the registration that `import torch` runs, imports no implementation, kernel, DSL or numba module.
 O = LazyModule(globals(), "O", "_ops")  # noqa: E741
-R = LazyModule(globals(), "R", "_reduce")
+R = LazyModule(globals(), "R", "reduce")
 FP = LazyModule(globals(), "FP", "_fastpath")
 EW = LazyModule(globals(), "EW", "elementwise")
 _FAST_PATH_MODULES = ("_fast_rows", "_fast_matmul")
@@ -367,21 +367,29 @@ TABLE: list[Op] = [
     Op("addmm.default", lambda c, a, b, beta=1, alpha=1: O.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL),
     Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: O.addmm(c, a, b, beta, alpha, out=out)),
     # ---- (4) reductions over any dims
-    Op("sum.dim_IntList", _sum, "sum", tol=LOOSE),
+    Op("sum.dim_IntList", _sum, "sum", tol=LOOSE, make_plan=lambda: R.family("sum", keywords=("dtype",))),
     Op("sum.default", lambda x, dtype=None: _sum(x, None, False, dtype),
-       make_fast=lambda: FP.reduction("sum", dims=False)),
+       make_plan=lambda: R.family("sum", positional=1, keywords=("dtype",))),
     Op("mean.dim", lambda x, dim, keepdim=False, dtype=None: R.reduce("mean", x, dim, keepdim, dtype),
-       "mean", tol=LOOSE),
+       "mean", tol=LOOSE, make_plan=lambda: R.family("mean", keywords=("dtype",))),
     Op("mean.default", lambda x, dtype=None: R.reduce("mean", x, None, False, dtype),
-       make_fast=lambda: FP.reduction("mean", dims=False)),
-    Op("amax.default", lambda x, dim=(), keepdim=False: R.reduce("amax", x, dim, keepdim), "amax"),
-    Op("amin.default", lambda x, dim=(), keepdim=False: R.reduce("amin", x, dim, keepdim), "amin"),
-    Op("max.dim", lambda x, dim, keepdim=False: R.reduce("max", x, dim, keepdim), "max:reduction_with_dim"),
-    Op("min.dim", lambda x, dim, keepdim=False: R.reduce("min", x, dim, keepdim), "min:reduction_with_dim"),
-    Op("argmax.default", lambda x, dim=None, keepdim=False: R.reduce("argmax", x, dim, keepdim), "argmax"),
-    Op("argmin.default", lambda x, dim=None, keepdim=False: R.reduce("argmin", x, dim, keepdim), "argmin"),
-    Op("var.correction", _var, "var", tol=LOOSE),
-    Op("std.correction", _std, "std", tol=LOOSE),
+       make_plan=lambda: R.family("mean", positional=1, keywords=("dtype",))),
+    Op("amax.default", lambda x, dim=(), keepdim=False: R.reduce("amax", x, dim, keepdim), "amax",
+       make_plan=lambda: R.family("amax")),
+    Op("amin.default", lambda x, dim=(), keepdim=False: R.reduce("amin", x, dim, keepdim), "amin",
+       make_plan=lambda: R.family("amin")),
+    Op("max.dim", lambda x, dim, keepdim=False: R.reduce("max", x, dim, keepdim), "max:reduction_with_dim",
+       make_plan=lambda: R.family("max")),
+    Op("min.dim", lambda x, dim, keepdim=False: R.reduce("min", x, dim, keepdim), "min:reduction_with_dim",
+       make_plan=lambda: R.family("min")),
+    Op("argmax.default", lambda x, dim=None, keepdim=False: R.reduce("argmax", x, dim, keepdim), "argmax",
+       make_plan=lambda: R.family("argmax")),
+    Op("argmin.default", lambda x, dim=None, keepdim=False: R.reduce("argmin", x, dim, keepdim), "argmin",
+       make_plan=lambda: R.family("argmin")),
+    Op("var.correction", _var, "var", tol=LOOSE,
+       make_plan=lambda: R.family("var", positional=2, keywords=("correction", "keepdim"))),
+    Op("std.correction", _std, "std", tol=LOOSE,
+       make_plan=lambda: R.family("std", positional=2, keywords=("correction", "keepdim"))),
     # ---- (5) embedding (aten::embedding is index_select on rows)
     Op("index_select.default", Ref("_ops", "index_select"), "nn.functional.embedding", int_inputs=True),
     Op("embedding_dense_backward.default", Ref("_ops", "embedding_backward"), int_inputs=True),

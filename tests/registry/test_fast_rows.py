@@ -76,15 +76,6 @@ CASES = {
                                       lambda: _layer_norm_case([True, True, True], rows=20)),
     "layer_norm_backward_many_rows_dx": ("native_layer_norm_backward.default",
                                          lambda: _layer_norm_case([True, False, False], rows=20)),
-    "max": ("max.dim", lambda: ((_x(3, 5), 1, True), {})),
-    "min": ("min.dim", lambda: ((_x(3, 5), -1), {})),
-    "argmax_all": ("argmax.default", lambda: ((_x(3, 5),), {})),
-    "argmin_dim": ("argmin.default", lambda: ((_x(3, 5), 1), {})),
-    "sum_leading_dim": ("sum.dim_IntList", lambda: ((_x(3, 5), [0]), {})),  # a bias gradient
-    "amax_middle_dim": ("amax.default", lambda: ((_x(2, 3, 4), [1], True), {})),
-    "mean_trailing_dims": ("mean.dim", lambda: ((_x(2, 3, 4), [-1, 1]), {})),
-    "var": ("var.correction", lambda: ((_x(3, 5), [1]), {"correction": 0, "keepdim": True})),
-    "std": ("std.correction", lambda: ((_x(3, 5),), {})),
     "nll_mean": ("nll_loss_forward.default", lambda: ((_logp(), torch.tensor(TARGET), None, 1, -100), {})),
     "nll_sum_weighted": ("nll_loss_forward.default",
                          lambda: ((_logp(), torch.tensor(TARGET), torch.rand(3) + 0.5, 2, -100), {})),
@@ -164,54 +155,17 @@ def test_an_out_of_range_index_takes_the_logged_fallback_with_torchs_error(case)
             A.nll_loss_forward.default(x.to("rbln"), torch.tensor([0, 2, 1, 1]).to("rbln"), None, 1, -100)
 
 
-def test_a_nan_input_leaves_the_fast_path_for_the_logged_cpu_fallback():
-    x = _x(3, 5)
-    d = x.to("rbln")
-    A.max.dim(d, 1)
-    x[1, 2] = float("nan")
-    registry.reset_fallback_report()
-    values, indices = A.max.dim(x.to("rbln"), 1)
-    want_values, want_indices = A.max.dim(x, 1)
-    torch.testing.assert_close(values.cpu(), want_values, equal_nan=True)
-    assert torch.equal(indices.cpu(), want_indices)
-    assert _row("aten::max") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
-
-
-def test_deploy_mode_runs_a_nan_input_on_the_fast_path(monkeypatch, launches_forbidden):
-    x = torch.tensor([[1.0, float("nan"), -2.0], [0.5, 3.0, float("inf")]])
-    d = x.to("rbln")
-    monkeypatch.setenv("TORCH_RBLN_DEPLOY", "ON")
-    A.argmax.default(d, 1)
-    launches_forbidden()
-    registry.reset_fallback_report()
-    assert torch.equal(A.argmax.default(d, 1).cpu(), A.argmax.default(x, 1))
-    assert _row("aten::argmax") == {"device": 1, "cpu": 0, "reasons": {}}
-
-
 def test_non_plain_calls_are_left_to_the_general_path():
     x = _x(3, 5).to("rbln")
-    A.max.dim(x, 1)
     A._softmax_backward_data.default(x, x, 1, torch.float32)
-    A.var.correction(x, [1])
     A.cat.default([x, x])
     A.index_select.default(x, 0, torch.tensor([2, 0]).to("rbln"))
-    indexed, softmax_bwd = _fast("max.dim"), _fast("_softmax_backward_data.default")
-    var, cat, gather = _fast("var.correction"), _fast("cat.default"), _fast("index_select.default")
-    assert indexed((x, 1), {}) is not None
-    assert indexed((x.t(), 1), {}) is None  # not contiguous
-    assert indexed((x, 0), {}) is None  # not the last dim: the middle-reduce kernel
-    assert indexed((x.half(), 1), {}) is None  # a specialisation the general path has not launched
-    assert indexed((x, 1), {"keepdim": True}) is None  # keywords: the general path binds them
+    softmax_bwd = _fast("_softmax_backward_data.default")
+    cat, gather = _fast("cat.default"), _fast("index_select.default")
     assert softmax_bwd((x, x, 1, torch.float32), {}) is not None
     assert softmax_bwd((x, x, 1, torch.float16), {}) is None  # mixed input dtype: declined there
     assert softmax_bwd((x, x.cpu(), 1, torch.float32), {}) is None  # a CPU operand
     assert softmax_bwd((x[:2], x, 1, torch.float32), {}) is None  # shapes differ
-    assert var((x, [1]), {"correction": 2}) is not None
-    assert var((x, [0, 1]), {}) is None  # several dims
-    assert var((x, [1]), {"correction": torch.tensor(1.0)}) is None
-    cube = _x(2, 3, 4).to("rbln")
-    A.sum.dim_IntList(cube, [0, 2])
-    assert _fast("sum.dim_IntList")((cube, [0, 2]), {}) is None  # scattered dims: a transposing copy first
     assert cat(([x, x],), {}) is not None
     assert cat(([x, x.half()],), {}) is None  # mixed dtypes
     assert cat(([x, x[:, :2]],), {}) is None  # shapes that do not line up
@@ -223,14 +177,6 @@ def test_non_plain_calls_are_left_to_the_general_path():
     assert gather((x, 0, torch.tensor([5, 0]).to("rbln")), {}) is None  # out of range
     out = torch.empty(3).to("rbln")
     assert _fast("arange.start_out")((0, 4), {"out": out}) is None  # out= needs a resize
-
-
-def test_tensor_parallel_grids_are_left_to_the_general_launch(monkeypatch):
-    x = _x(3, 5).to("rbln")
-    A.max.dim(x, 1)
-    monkeypatch.setattr(_fastpath, "_device_tp", lambda index: 2)  # where `_Plan.kept` asks
-    monkeypatch.setattr(_fast_rows, "_device_tp", lambda index: 2)
-    assert _fast("max.dim")((x, 1), {}) is None  # three rows: three programs
 
 
 def test_a_half_precision_layer_norm_backward_takes_the_fast_path(launches_forbidden):

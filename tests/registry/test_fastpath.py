@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_rbln.registry import _fastpath, _ops, _reduce, elementwise
+from torch_rbln.registry import _fastpath, _ops, elementwise
 from torch_rbln.registry import plan as _plan
 
 import torch_rbln  # noqa: F401
@@ -228,132 +228,6 @@ def test_softmax_fast_path_leaves_other_calls_to_the_general_path():
     assert fast((d.t(), -1, False), {}) is None  # not contiguous
     assert fast((d.half(), -1, True), {}) is None  # half_to_float
     assert fast((torch.randn(2, 5000).to("rbln"), -1, False), {}) is None  # rows longer than a block
-
-
-# ---------------------------------------------------------------- reductions (sum, mean, amax, amin)
-
-# (aten op name, table entry, call, the aten arguments of that call after the tensor)
-REDUCTIONS = [
-    ("aten::sum", "sum.dim_IntList", lambda t: t.sum(-1), ([-1],)),
-    ("aten::sum", "sum.dim_IntList", lambda t: t.sum(1, keepdim=True), ([1], True)),
-    ("aten::sum", "sum.dim_IntList", lambda t: torch.sum(t, (), keepdim=True), ([], True)),
-    ("aten::sum", "sum.default", lambda t: t.sum(), ()),
-    ("aten::mean", "mean.default", lambda t: t.mean(), ()),
-    ("aten::mean", "mean.dim", lambda t: t.mean(-1, keepdim=False), ([-1], False)),
-    ("aten::amax", "amax.default", lambda t: t.amax(-1), ([-1],)),
-    ("aten::amin", "amin.default", lambda t: t.amin(), ()),
-]
-# float32 for every case, then one float16 and one bfloat16 case, and one row longer than the smallest
-# row block (each is a kernel specialisation to compile)
-REDUCTION_PARAMS = [(*case, torch.float32, (3, 5)) for case in REDUCTIONS] + [
-    (*REDUCTIONS[4], torch.float16, (3, 5)),
-    (*REDUCTIONS[0], torch.bfloat16, (3, 5)),
-    (*REDUCTIONS[0], torch.float32, (2, 300)),
-]
-REDUCTION_IDS = [f"{entry}-{i}-{str(dtype)[6:]}"
-                 for i, (_, entry, _, _, dtype, _) in enumerate(REDUCTION_PARAMS)]
-# sums of n float32 terms accumulate in float32 on the device, in another order than on the CPU
-REDUCTION_TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
-
-
-def _entry(name: str) -> registry.Op:
-    return registry.TABLE[[op.name for op in registry.TABLE].index(name)]
-
-
-@pytest.fixture
-def reduce_forbidden(monkeypatch):
-    """Make the general reduction fail loudly: a call that reaches it did not take the fast path."""
-
-    def forbid() -> None:
-        def general(*args, **kwargs):
-            raise AssertionError("general reduction reached")
-
-        monkeypatch.setattr(_reduce, "reduce", general)
-
-    return forbid
-
-
-@pytest.mark.parametrize(("name", "entry", "fn", "aten_args", "dtype", "shape"), REDUCTION_PARAMS,
-                         ids=REDUCTION_IDS)
-def test_plain_reduce_calls_take_the_fast_path_with_the_general_results(name, entry, fn, aten_args, dtype,
-                                                                        shape, reduce_forbidden):
-    x = torch.randn(*shape, dtype=dtype)
-    dx = x.to("rbln")
-    fn(dx)  # the general path launches the row kernel once; later calls may take the fast path
-    general = _entry(entry).impl(dx, *aten_args)  # the table's general implementation, called directly
-    reduce_forbidden()
-    registry.reset_fallback_report()
-    fast = fn(dx)
-    torch.testing.assert_close(fast.cpu(), general.cpu(), atol=0, rtol=0)  # also dtype and shape
-    atol, rtol = REDUCTION_TOL[dtype]
-    torch.testing.assert_close(fast.cpu(), fn(x), atol=atol, rtol=rtol)
-    assert _row(name) == {"device": 1, "cpu": 0, "reasons": {}}
-
-
-def test_reduce_fast_path_leaves_other_calls_to_the_general_path():
-    base = torch.randn(4, 6)
-    d = base.to("rbln")
-    d.sum(-1)
-    d.sum(-1, keepdim=True)
-    # the last-dim/all-elements fast path itself (the table chains the leading/middle-dims one after it:
-    # tests/registry/test_fast_rows.py)
-    fast = _fastpath.reduction("sum", dims=True)
-    assert fast((d, [-1]), {}) is not None
-    assert fast((d, [1], True), {}).shape == (4, 1)  # keepdim either way
-    assert fast((d, [-1], False), {}).shape == (4,)
-    assert fast((d, [-1]), {"dtype": None}) is not None
-    assert fast((d, [0]), {}) is None  # not the last dim
-    assert fast((d, [0, 1]), {}) is None  # several dims (the general path sorts them out)
-    assert fast((d, [2]), {}) is None  # out of range: the general path raises torch's error
-    assert fast((d, [-3]), {}) is None
-    assert fast((d.t(), [-1]), {}) is None  # not contiguous
-    assert fast((d, [-1]), {"dtype": torch.float32}) is None  # dtype= given
-    assert fast((d, [-1]), {"dtype": torch.float64}) is None
-    assert fast((d.long(), [-1]), {}) is None  # integer input
-    assert fast((d.double(), [-1]), {}) is None  # a dtype without kernels
-    assert fast((d, [-1], 1), {}) is None  # keepdim not a bool
-    assert fast((torch.randn(()).to("rbln"), []), {}) is None  # 0-d
-    assert fast((torch.empty(0, 3).to("rbln"), [-1]), {}) is None  # empty
-    assert fast((base, [-1]), {}) is None  # a CPU tensor
-    assert _entry("mean.default").fast((d, None), {}) is None  # more arguments than the overload takes
-    with pytest.raises(IndexError):
-        d.sum(2)
-    torch.testing.assert_close(d.sum(0).cpu(), base.sum(0), atol=1e-5, rtol=1e-5)  # general path, on device
-
-
-def test_reduce_fast_path_leaves_tensor_parallel_grids_to_the_general_launch(monkeypatch):
-    d = torch.randn(3, 4).to("rbln")
-    d.mean(-1)
-    d.mean()
-    monkeypatch.setattr(_fastpath, "_device_tp", lambda index: 2)
-    fast = _entry("mean.dim").fast
-    assert fast((d, [-1]), {}) is None  # three rows could be split over a group of NPUs
-    assert _entry("mean.default").fast((d,), {}) is not None  # one row: one NPU
-
-
-def test_a_nan_input_leaves_the_reduce_fast_path_for_the_logged_cpu_fallback():
-    x = torch.randn(2, 3)
-    x.to("rbln").sum(-1)
-    x.to("rbln").sum(-1)
-    x[1, 2] = float("nan")
-    registry.reset_fallback_report()
-    result = x.to("rbln").sum(-1)
-    torch.testing.assert_close(result.cpu(), x.sum(-1), equal_nan=True)
-    assert _row("aten::sum") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
-
-
-def test_deploy_mode_runs_a_nan_amax_on_the_reduce_fast_path(monkeypatch, reduce_forbidden):
-    x = torch.tensor([[1.0, float("nan"), -2.0], [3.0, 0.5, -1.0]])
-    dx = x.to("rbln")
-    monkeypatch.setenv("TORCH_RBLN_DEPLOY", "ON")
-    dx.amax(-1)
-    general = _entry("amax.default").impl(dx, [-1])
-    reduce_forbidden()
-    registry.reset_fallback_report()
-    fast = dx.amax(-1)
-    torch.testing.assert_close(fast.cpu(), general.cpu(), atol=0, rtol=0, equal_nan=True)
-    torch.testing.assert_close(fast.cpu(), x.amax(-1), equal_nan=True)
-    assert _row("aten::amax") == {"device": 1, "cpu": 0, "reasons": {}}
 
 
 def test_clear_cache_makes_the_plan_launch_freshly_compiled_code(monkeypatch, general_path_forbidden):

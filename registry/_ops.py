@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from torch_rbln import _memory, config
+from torch_rbln import _memory
 from torch_rbln.tp import device_tp as _device_tp
 from torch_rbln.tp import requested_backend
 
@@ -523,83 +523,6 @@ def _where_launch(condition, a, b, out, n: int, sizes, sc, sa, sb) -> None:
 
 # ---------------------------------------------------------------- rows: softmax, norms, reductions
 
-def _moved_last(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, int | None]:
-    """(`x` with `dim` moved last, contiguous; the dim to move back afterwards, None when it was last).
-    The row kernels reduce along the last dim; another dim costs a copy there and one back."""
-    if not x.dim() or dim % x.dim() == x.dim() - 1:
-        return contiguous(x), None
-    return cast_copy(x.movedim(dim, -1), x.dtype), dim % x.dim()
-
-
-def _moved_back(out: torch.Tensor, dim: int | None) -> torch.Tensor:
-    return out if dim is None else cast_copy(out.movedim(-1, dim), out.dtype)
-
-
-def softmax_row_key(dtype: torch.dtype, n: int, log: bool) -> tuple[tuple, dict]:
-    """(launch key, constexpr keywords) of `softmax_row_kernel` on rows of `n` <= _ONE_BLOCK elements."""
-    block = _row_block(n)
-    return (dtype, log, block, n < _I32), {"LOG": log, "BLOCK": block}
-
-
-def softmax(x: torch.Tensor, dim: int, half_to_float: bool, *, log: bool):
-    R = _k("rows")
-    if half_to_float:
-        raise Decline("half_to_float")
-    x, moved = _moved_last(x, dim)
-    out = empty(x.shape, x.dtype, x.get_device())
-    n = x.shape[-1] if x.dim() else 1
-    if x.numel() == 0:
-        return _moved_back(out, moved)
-    if n <= _ONE_BLOCK:
-        key, keywords = softmax_row_key(x.dtype, n, log)
-        _launch.launch(R.softmax_row_kernel, x.numel() // n, key, (x, out, n), keywords)
-    else:
-        R.softmax_kernel[(x.numel() // n,)](x, out, n, LOG=log)
-    return _moved_back(out, moved)
-
-
-def softmax_backward(grad: torch.Tensor, output: torch.Tensor, dim: int, input_dtype, *, log: bool):
-    """dx of softmax / log_softmax: one row-kernel launch over the last dim (another dim is moved
-    there and back), through the launch kept under its key (the dtypes, constexprs and n's width
-    determine the specialisation), so that a call that arrives here costs no per-argument key and
-    `_fast_rows` can launch the same one."""
-    if input_dtype != grad.dtype:
-        raise Decline("mixed input dtype")
-    if grad.shape != output.shape:
-        raise Decline("grad and output shapes differ")
-    grad, _ = _moved_last(grad, dim)
-    output, moved = _moved_last(output, dim)
-    out = empty(output.shape, output.dtype, output.get_device())
-    n = output.shape[-1] if output.dim() else 1
-    if output.numel() == 0:
-        return _moved_back(out, moved)
-    block = _row_block(n)
-    _launch.launch(_k("rows").softmax_backward_kernel, output.numel() // n,
-                   (grad.dtype, output.dtype, log, block, n < _I32), (grad, output, out, n),
-                   {"LOG": log, "BLOCK": block})
-    return _moved_back(out, moved)
-
-def layer_norm(x, normalized_shape, weight, bias, eps):
-    n = math.prod(normalized_shape)
-    if n == 0 or x.numel() == 0:
-        raise Decline("empty tensor")
-    x = contiguous(x)
-    rows = x.numel() // n
-    index = x.get_device()
-    out = empty(x.shape, x.dtype, index)
-    axis = x.dim() - len(normalized_shape)
-    stat_shape = list(x.shape[:axis]) + [1] * len(normalized_shape)
-    mean = empty(stat_shape, x.dtype, index)
-    rstd = empty(stat_shape, x.dtype, index)
-    w = contiguous(weight) if weight is not None else x
-    b = contiguous(bias) if bias is not None else x
-    # outside deploy mode the kernel checks its inputs too (`norm_kernel`'s CHECK): the registry has
-    # scanned them already, but the layer-norm fast path keeps this launch and relies on that check
-    _norm(x, w, b, out, mean, rstd, rows, n, eps, rms=False, has_w=weight is not None, has_b=bias is not None,
-          check=not config.deploy_mode())
-    return out, mean, rstd
-
-
 def _norm(x, w, b, out, mean, rstd, rows, n, eps, *, rms, has_w, has_b, check=False) -> None:
     """Layer/RMS norm rows: one load per row when it fits one block, else the chunked kernel."""
     kernel, key, keywords = norm_launch(x.dtype, w.dtype, b.dtype, out.dtype, mean.dtype, n, rms=rms,
@@ -627,72 +550,6 @@ def column_sum(t: torch.Tensor, rows: int, n: int, dtype: torch.dtype) -> torch.
     out = empty([n], dtype, index)
     _matmul_launch(ones, t, out, None, 1, n, rows, (0, 0, 1), (0, n, 1), (0, 0, 1), (0, 0), 1.0, 0.0, 1)
     return out
-
-
-_NORM_BACKWARD_SMALL_ROWS = 16  # up to this many rows, one program does the whole layer-norm backward
-
-
-def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
-    """(dx, dw, db), each None unless `output_mask` asks for it (and, for dw/db, a weight/bias exists):
-    a few short rows in one launch (`norm_backward_small_kernel`); else dx by the row kernel and dw, db
-    together by one column kernel that reads grad and x in place.
-    Both launch through the launches kept under their keys (dtypes, constexprs, int widths)."""
-    R = _k("rows")
-    n = math.prod(normalized_shape)
-    if n == 0 or x.numel() == 0:
-        raise Decline("empty tensor")
-    if grad.shape != x.shape:
-        raise Decline("grad and input shapes differ")
-    x = contiguous(x)
-    grad = contiguous(grad)
-    mean = contiguous(mean)
-    rstd = contiguous(rstd)
-    rows = x.numel() // n
-    index = x.get_device()
-    need_dx, need_dw, need_db = output_mask
-    need_dx = bool(need_dx)
-    need_dw = bool(need_dw and weight is not None)
-    need_db = bool(need_db and bias is not None)
-    dx = dw = db = None
-    if rows <= _NORM_BACKWARD_SMALL_ROWS and n <= _ONE_BLOCK and (need_dx or need_dw or need_db):
-        # a few short rows: all of it in one launch. Outside deploy mode the kernel checks its inputs
-        # too (CHECK): the registry has scanned them already, but the fast path relies on that check
-        has_w, has_b = weight is not None, bias is not None
-        w = contiguous(weight) if has_w else x
-        b = contiguous(bias) if has_b else x
-        dx = empty(x.shape, x.dtype, index) if need_dx else None
-        dw = empty(weight.shape, weight.dtype, index) if need_dw else None
-        db = empty(bias.shape, bias.dtype, index) if need_db else None
-        outs = tuple(grad if t is None else t for t in (dx, dw, db))  # an absent result: grad stands in
-        block = _row_block(n)
-        check = not config.deploy_mode()
-        key = (grad.dtype, x.dtype, w.dtype, b.dtype, mean.dtype, rstd.dtype, *(t.dtype for t in outs), has_w,
-               has_b, need_dx, need_dw, need_db, check, block, rows < _I32, n < _I32)
-        _launch.launch(R.norm_backward_small_kernel, 1, key, (grad, x, w, b, mean, rstd, *outs, rows, n),
-                       {"HAS_W": has_w, "HAS_B": has_b, "NEED_DX": need_dx, "NEED_DW": need_dw,
-                        "NEED_DB": need_db, "CHECK": check, "BLOCK": block})
-        return dx, dw, db
-    if need_dx:
-        dx = empty(x.shape, x.dtype, index)
-        w = contiguous(weight) if weight is not None else x
-        has_w = weight is not None
-        block = _row_block(n)
-        key = (grad.dtype, x.dtype, w.dtype, mean.dtype, rstd.dtype, x.dtype, has_w, block, n < _I32)
-        _launch.launch(R.norm_backward_kernel, rows, key,
-                       (grad, x, w, mean, rstd, dx, dx, n),
-                       {"RMS": False, "HAS_W": has_w, "NEED_GX": False, "BLOCK": block})
-    if need_dw or need_db:
-        dw = empty(weight.shape, weight.dtype, index) if need_dw else None
-        db = empty(bias.shape, bias.dtype, index) if need_db else None
-        dw_t = grad if dw is None else dw  # an absent result is never written: grad stands in
-        db_t = grad if db is None else db
-        block = 16 if n <= 16 else 128  # columns per program: several programs share a wide row
-        _launch.launch(R.norm_param_grad_kernel, _cdiv(n, block),
-                       (grad.dtype, x.dtype, mean.dtype, rstd.dtype, dw_t.dtype, db_t.dtype, need_dw, need_db,
-                        block, rows < _I32, n < _I32),
-                       (grad, x, mean, rstd, dw_t, db_t, rows, n),
-                       {"NEED_DW": need_dw, "NEED_DB": need_db, "BLOCK": block})
-    return dx, dw, db
 
 
 def rms_norm_forward(x, weight, eps):

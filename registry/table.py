@@ -19,6 +19,7 @@ O = LazyModule(globals(), "O", "_ops")  # noqa: E741
 R = LazyModule(globals(), "R", "reduce")
 FP = LazyModule(globals(), "FP", "_fastpath")
 EW = LazyModule(globals(), "EW", "elementwise")
+RW = LazyModule(globals(), "RW", "rows")
 _FAST_PATH_MODULES = ("_fast_rows", "_fast_matmul")
 
 
@@ -350,15 +351,18 @@ TABLE: list[Op] = [
     Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True,
        make_plan=lambda: EW.fill(zero=True)),
     # ---- (2) softmax, log_softmax, layer norm (+ backward)
-    Op("_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=False), "softmax", tol=LOOSE,
-       make_fast=lambda: FP.softmax(log=False)),
-    Op("_log_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=True), "log_softmax", tol=LOOSE,
-       make_fast=lambda: FP.softmax(log=True)),
-    Op("_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=False)),
-    Op("_log_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=True)),
-    Op("native_layer_norm.default", Ref("_ops", "layer_norm"), "nn.functional.layer_norm", tol=LOOSE,
-       make_fast=lambda: FP.layer_norm()),
-    Op("native_layer_norm_backward.default", Ref("_ops", "layer_norm_backward")),
+    Op("_softmax.default", lambda x, d, h: RW.softmax(x, d, h, log=False), "softmax", tol=LOOSE,
+       make_plan=lambda: RW.softmax_family(log=False)),
+    Op("_log_softmax.default", lambda x, d, h: RW.softmax(x, d, h, log=True), "log_softmax", tol=LOOSE,
+       make_plan=lambda: RW.softmax_family(log=True)),
+    Op("_softmax_backward_data.default", lambda g, y, d, t: RW.softmax_backward(g, y, d, t, log=False),
+       make_plan=lambda: RW.softmax_backward_family(log=False)),
+    Op("_log_softmax_backward_data.default", lambda g, y, d, t: RW.softmax_backward(g, y, d, t, log=True),
+       make_plan=lambda: RW.softmax_backward_family(log=True)),
+    Op("native_layer_norm.default", Ref("rows", "layer_norm"), "nn.functional.layer_norm", tol=LOOSE,
+       make_plan=lambda: RW.layer_norm_family()),
+    Op("native_layer_norm_backward.default", Ref("rows", "layer_norm_backward"),
+       make_plan=lambda: RW.layer_norm_backward_family()),
     # ---- (3) matmul family (linear and matmul decompose into these)
     Op("mm.default", lambda a, b: O.mm(a, b), "mm", tol=MATMUL),
     Op("mm.out", lambda a, b, out=None: O.mm(a, b, out=out)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch_rbln.registry import _fast_rows, _fastpath, _launch
+from torch_rbln.registry import _fast_rows, _launch
 
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
@@ -63,19 +63,7 @@ def _logp():
 TARGET = [0, 2, -100, 1]  # with an ignored row
 
 CASES = {
-    "softmax_backward": ("_softmax_backward_data.default", lambda: ((_x(3, 5), torch.softmax(_x(3, 5), 1), 1,
-                                                                      torch.float32), {})),
-    "log_softmax_backward": ("_log_softmax_backward_data.default",
-                             lambda: ((_x(3, 5), torch.log_softmax(_x(3, 5), 1), -1, torch.float32), {})),
-    "layer_norm_backward": ("native_layer_norm_backward.default",
-                            lambda: _layer_norm_case([True, True, True])),
-    "layer_norm_backward_dx": ("native_layer_norm_backward.default",
-                               lambda: _layer_norm_case([True, False, False])),
     # more rows than the one-program kernel takes: the dx row kernel and the dw/db column kernel
-    "layer_norm_backward_many_rows": ("native_layer_norm_backward.default",
-                                      lambda: _layer_norm_case([True, True, True], rows=20)),
-    "layer_norm_backward_many_rows_dx": ("native_layer_norm_backward.default",
-                                         lambda: _layer_norm_case([True, False, False], rows=20)),
     "nll_mean": ("nll_loss_forward.default", lambda: ((_logp(), torch.tensor(TARGET), None, 1, -100), {})),
     "nll_sum_weighted": ("nll_loss_forward.default",
                          lambda: ((_logp(), torch.tensor(TARGET), torch.rand(3) + 0.5, 2, -100), {})),
@@ -157,15 +145,9 @@ def test_an_out_of_range_index_takes_the_logged_fallback_with_torchs_error(case)
 
 def test_non_plain_calls_are_left_to_the_general_path():
     x = _x(3, 5).to("rbln")
-    A._softmax_backward_data.default(x, x, 1, torch.float32)
     A.cat.default([x, x])
     A.index_select.default(x, 0, torch.tensor([2, 0]).to("rbln"))
-    softmax_bwd = _fast("_softmax_backward_data.default")
     cat, gather = _fast("cat.default"), _fast("index_select.default")
-    assert softmax_bwd((x, x, 1, torch.float32), {}) is not None
-    assert softmax_bwd((x, x, 1, torch.float16), {}) is None  # mixed input dtype: declined there
-    assert softmax_bwd((x, x.cpu(), 1, torch.float32), {}) is None  # a CPU operand
-    assert softmax_bwd((x[:2], x, 1, torch.float32), {}) is None  # shapes differ
     assert cat(([x, x],), {}) is not None
     assert cat(([x, x.half()],), {}) is None  # mixed dtypes
     assert cat(([x, x[:, :2]],), {}) is None  # shapes that do not line up
@@ -177,24 +159,6 @@ def test_non_plain_calls_are_left_to_the_general_path():
     assert gather((x, 0, torch.tensor([5, 0]).to("rbln")), {}) is None  # out of range
     out = torch.empty(3).to("rbln")
     assert _fast("arange.start_out")((0, 4), {"out": out}) is None  # out= needs a resize
-
-
-def test_a_half_precision_layer_norm_backward_takes_the_fast_path(launches_forbidden):
-    """The launch keys hold every operand's dtype: a float16 call keeps and finds its own launch."""
-    x, w, b, grad = (t.half() for t in (_x(3, 8), _x(8), _x(8), _x(3, 8)))
-    d = [t.to("rbln") for t in (grad, x)]
-    _, mean, rstd = A.native_layer_norm.default(d[1], [8], w.to("rbln"), b.to("rbln"), 1e-5)
-    args = (*d, [8], mean, rstd, w.to("rbln"), b.to("rbln"), [True, True, True])
-    first = A.native_layer_norm_backward.default(*args)
-    launches_forbidden()
-    registry.reset_fallback_report()
-    fast = A.native_layer_norm_backward.default(*args)
-    torch.testing.assert_close(_cpu(fast), _cpu(first), atol=0, rtol=0)
-    stats = (mean.cpu().float(), rstd.cpu().float())
-    expected = A.native_layer_norm_backward.default(grad.float(), x.float(), [8], *stats, w.float(),
-                                                    b.float(), [True, True, True])
-    torch.testing.assert_close([t.float() for t in _cpu(fast)], list(expected), atol=2e-2, rtol=2e-2)
-    assert _row("aten::native_layer_norm_backward") == {"device": 1, "cpu": 0, "reasons": {}}
 
 
 def test_cat_of_two_contiguous_tensors_is_one_launch_of_the_pair_kernel(monkeypatch):
@@ -238,39 +202,6 @@ def test_the_loss_fast_paths_decline_an_out_of_range_target():
     assert backward((grad, x, bad, None, 1, -100, total), {}) is None
 
 
-@pytest.mark.parametrize("rows", [3, 20], ids=["one-program kernel", "two kernels"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_layer_norm_backward_declines_a_nan_or_inf_in_any_of_its_six_inputs(dtype, rows, monkeypatch):
-    """A NaN/Inf in grad, x, mean, rstd, weight or bias (32- and 16-bit words) leaves the fast path,
-    and the general path's logged CPU fallback gives CPU's results. The one-program kernel launched
-    by address finds it itself (its CHECK: no scan runs); the two-kernel launch scans first."""
-    case, _ = _layer_norm_case([True, True, True], rows)
-    args = [_dev(a.to(dtype)) if isinstance(a, torch.Tensor) else a for a in case]
-    A.native_layer_norm_backward.default(*args)
-    backward = _fast("native_layer_norm_backward.default")
-    assert backward(tuple(args), {}) is not None
-    plans = [plan for plan in backward.plans.values() if plan is not None]
-    if rows == 3:
-        for plan in plans:
-            monkeypatch.setattr(plan, "scan_all", lambda *a: (_ for _ in ()).throw(AssertionError("scanned")))
-        assert backward(tuple(args), {}) is not None
-    for position in (0, 1, 3, 4, 5, 6):
-        for bad in (float("nan"), float("-inf")):
-            spoiled = list(args)
-            host = args[position].cpu().clone()
-            host.view(-1)[-1] = bad
-            spoiled[position] = host.to("rbln")
-            assert backward(tuple(spoiled), {}) is None, (position, bad)
-    monkeypatch.undo()
-    registry.reset_fallback_report()
-    got = A.native_layer_norm_backward.default(*spoiled)  # a -Inf bias, which the backward does not read
-    assert _row("aten::native_layer_norm_backward") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
-    want = A.native_layer_norm_backward.default(*[a.cpu() if isinstance(a, torch.Tensor) else a
-                                                  for a in spoiled])
-    for g, w in zip(got, want, strict=True):
-        torch.testing.assert_close(g.cpu(), w, atol=0, rtol=0)
-
-
 def test_the_loss_fast_paths_decline_a_nan_input_and_check_targets_in_deploy_mode(monkeypatch):
     """nll_loss's one compiled check: a NaN in x (forward), in grad or total_weight (backward) leaves
     the fast path; in deploy mode the NaN runs on it, but an out-of-range target never does."""
@@ -298,69 +229,3 @@ def test_the_loss_fast_paths_decline_a_nan_input_and_check_targets_in_deploy_mod
     assert backward((grad, nan_x, good, weight, 2, -100, total), {}) is not None
     assert forward((x, bad, weight, 2, -100), {}) is None
     assert backward((grad, x, bad, weight, 2, -100, total), {}) is None
-
-
-def _small_backward_plans(monkeypatch) -> list:
-    """The kept plans of the one-program layer-norm backward, their launch by tensors made to fail (a
-    call must launch by address, from the addresses its input scan read)."""
-    from torch_rbln.kernels import rows
-
-    plans = [plan for plan in _fastpath._PLANS
-             if plan.kernel is rows.norm_backward_small_kernel and plan.launcher()]
-    assert plans and all(plan.by_address for plan in plans)
-    for plan in plans:
-        monkeypatch.setattr(plan, "run", lambda *a: (_ for _ in ()).throw(AssertionError("by tensors")))
-    return plans
-
-
-@pytest.mark.parametrize("mask", [[True, True, True], [True, False, False]])
-def test_small_layer_norm_backward_launches_by_address(mask, monkeypatch, launches_forbidden):
-    case, _ = _layer_norm_case(mask)
-    args = [_dev(a) for a in case]
-    first = A.native_layer_norm_backward.default(*args)
-    _small_backward_plans(monkeypatch)
-    launches_forbidden()
-    registry.reset_fallback_report()
-    fast = A.native_layer_norm_backward.default(*args)
-    for got, want in zip(fast, first, strict=True):
-        assert (got is None) == (want is None)
-        if got is not None:
-            torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
-    assert _row("aten::native_layer_norm_backward") == {"device": 1, "cpu": 0, "reasons": {}}
-
-
-def test_a_fault_in_the_layer_norm_backward_launch_by_address_takes_the_general_path(monkeypatch):
-    case, _ = _layer_norm_case([True, True, True])
-    args = [_dev(a) for a in case]
-    first = A.native_layer_norm_backward.default(*args)
-    faulted = []
-    for plan in _small_backward_plans(monkeypatch):  # a kernel that reports a fault returns False
-        monkeypatch.setattr(plan, "by_address", lambda *a: faulted.append(a) or False)
-    registry.reset_fallback_report()
-    again = A.native_layer_norm_backward.default(*args)
-    assert faulted
-    for got, want in zip(again, first, strict=True):
-        torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
-    assert _row("aten::native_layer_norm_backward") == {"device": 1, "cpu": 0, "reasons": {}}
-
-
-@pytest.mark.parametrize("log", [False, True])
-@pytest.mark.parametrize("dim", [0, 1])
-def test_softmax_over_a_leading_dim_moves_it_last_on_device(dim, log):
-    """softmax / log_softmax (and their backward) over a dim other than the last run the row kernels on
-    a copy with that dim moved last, and move the result back: same values as the CPU, no fallback."""
-    x = torch.randn(6, 5, 7, generator=torch.Generator().manual_seed(dim))
-    function = torch.log_softmax if log else torch.softmax
-    expected_x = x.clone().requires_grad_()
-    expected = function(expected_x, dim)
-    grad = torch.randn(expected.shape, generator=torch.Generator().manual_seed(9))
-    expected.backward(grad)
-    device_x = x.to("rbln").requires_grad_()
-    registry.reset_fallback_report()
-    actual = function(device_x, dim)
-    actual.backward(grad.to("rbln"))
-    assert actual.is_contiguous()
-    torch.testing.assert_close(actual.cpu(), expected.detach(), atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(device_x.grad.cpu(), expected_x.grad, atol=1e-6, rtol=1e-5)
-    report = registry.fallback_report()
-    assert not any(entry.get("cpu") for entry in report.values()), registry.format_report()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_rbln.registry import _fastpath, _ops, elementwise
+from torch_rbln.registry import _ops, elementwise
 from torch_rbln.registry import plan as _plan
 
 import torch_rbln  # noqa: F401
@@ -204,32 +204,6 @@ def test_plan_signatures_reject_unknown_keywords():
     assert gelu.signature((d,), {"approximate": "none"}) is not None
 
 
-@pytest.mark.parametrize("log", [False, True])
-def test_softmax_over_short_rows_takes_the_fast_path(log, general_path_forbidden, monkeypatch):
-    x = torch.randn(6, 33) * 4
-    dx = x.to("rbln")
-    fn = torch.log_softmax if log else torch.softmax
-    first = fn(dx, -1)  # the general path launches the row kernel once
-    monkeypatch.setattr(_ops, "softmax", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
-    registry.reset_fallback_report()
-    fast = fn(dx, dim=1)
-    torch.testing.assert_close(fast.cpu(), first.cpu(), atol=0, rtol=0)
-    torch.testing.assert_close(fast.cpu(), fn(x, -1), atol=1e-6, rtol=1e-6)
-    name = "aten::_log_softmax" if log else "aten::_softmax"
-    assert _row(name) == {"device": 1, "cpu": 0, "reasons": {}}
-
-
-def test_softmax_fast_path_leaves_other_calls_to_the_general_path():
-    d = torch.randn(4, 5).to("rbln")
-    torch.softmax(d, -1)
-    fast = registry.TABLE[[op.name for op in registry.TABLE].index("_softmax.default")].fast
-    assert fast((d, -1, False), {}) is not None
-    assert fast((d, 0, False), {}) is None  # not the last dim
-    assert fast((d.t(), -1, False), {}) is None  # not contiguous
-    assert fast((d.half(), -1, True), {}) is None  # half_to_float
-    assert fast((torch.randn(2, 5000).to("rbln"), -1, False), {}) is None  # rows longer than a block
-
-
 def test_clear_cache_makes_the_plan_launch_freshly_compiled_code(monkeypatch, general_path_forbidden):
     """`kernel.clear_cache()` drops the registry's kept launches (`_launch._plans`, the fast paths'
     plans): the next call compiles the kernel again and keeps its new launch, instead of running the
@@ -270,138 +244,6 @@ def test_clear_cache_makes_the_plan_launch_freshly_compiled_code(monkeypatch, ge
     torch.testing.assert_close((da + db).cpu(), a + b, atol=0, rtol=0)  # the plan, new launch
     assert calls == {"compile": 1, "launcher": 1}
     assert _row("aten::add") == {"device": 2, "cpu": 0, "reasons": {}}
-
-
-LAYER_NORMS = [
-    ((3, 8), (8,), True, True, torch.float32),
-    ((2, 3, 4), (3, 4), True, False, torch.float32),
-    ((5, 16), (16,), False, False, torch.float32),
-    ((4, 8), (8,), True, True, torch.bfloat16),
-]
-
-
-@pytest.mark.parametrize(("shape", "normalized", "has_w", "has_b", "dtype"), LAYER_NORMS,
-                         ids=[f"{s}-{n}-{w}-{b}-{d}" for s, n, w, b, d in LAYER_NORMS])
-def test_layer_norm_takes_the_fast_path_with_the_general_results(shape, normalized, has_w, has_b, dtype,
-                                                                 monkeypatch):
-    x = torch.randn(shape, dtype=dtype)
-    w = torch.randn(normalized, dtype=dtype) if has_w else None
-    b = torch.randn(normalized, dtype=dtype) if has_b else None
-    dx = x.to("rbln")
-    dw, db = (t.to("rbln") if t is not None else None for t in (w, b))
-    call = torch.ops.aten.native_layer_norm.default
-    first = call(dx, list(normalized), dw, db, 1e-5)  # the general path launches once
-    monkeypatch.setattr(_ops, "layer_norm", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
-    _forbid_launch_by_tensors(monkeypatch)
-    registry.reset_fallback_report()
-    fast = call(dx, list(normalized), dw, db, 1e-5)
-    for got, want in zip(fast, first, strict=True):
-        assert got.shape == want.shape and got.dtype == want.dtype
-        torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
-    atol, rtol = TOL[dtype]
-    expected = F.layer_norm(x.float(), normalized, None if w is None else w.float(),
-                            None if b is None else b.float(), 1e-5).to(dtype)
-    torch.testing.assert_close(fast[0].cpu(), expected, atol=max(atol, 1e-5), rtol=max(rtol, 1e-5))
-    assert _row("aten::native_layer_norm") == {"device": 1, "cpu": 0, "reasons": {}}
-
-
-def _forbid_launch_by_tensors(monkeypatch) -> list:
-    """Make the layer-norm plans' launch by tensors fail: a call must launch by address (from the
-    addresses its input scan read). Returns those plans."""
-    plans = [plan for plan in _fastpath._PLANS if isinstance(plan, _fastpath._NormPlan) and plan.launcher()]
-    assert plans and all(plan.by_address for plan in plans)
-    for plan in plans:
-        monkeypatch.setattr(plan, "run", lambda *a: (_ for _ in ()).throw(AssertionError("by tensors")))
-    return plans
-
-
-def test_a_fault_in_the_layer_norm_launch_by_address_leaves_the_call_to_the_general_path(monkeypatch):
-    x = torch.randn(3, 8)
-    w, b = torch.randn(8), torch.randn(8)
-    args = (x.to("rbln"), [8], w.to("rbln"), b.to("rbln"), 1e-5)
-    call = torch.ops.aten.native_layer_norm.default
-    first = call(*args)
-    faulted = []
-    for plan in _forbid_launch_by_tensors(monkeypatch):  # a kernel that reports a fault returns False
-        monkeypatch.setattr(plan, "by_address", lambda *a: faulted.append(a) or False)
-    registry.reset_fallback_report()
-    again = call(*args)  # the general path re-runs it: the same results, on the device
-    assert faulted
-    for got, want in zip(again, first, strict=True):
-        torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
-    assert _row("aten::native_layer_norm") == {"device": 1, "cpu": 0, "reasons": {}}
-
-
-NON_FINITE_NORMS = [  # (rows, n, dtype, where the NaN/Inf goes)
-    (3, 8, torch.float32, "x"),
-    (3, 8, torch.float32, "weight"),
-    (2, 8, torch.bfloat16, "bias"),
-    (2, 5000, torch.float32, "x"),  # rows longer than one block: the chunked kernel checks too
-    (2, 5000, torch.float16, "bias"),
-]
-
-
-@pytest.mark.parametrize(("rows", "n", "dtype", "where"), NON_FINITE_NORMS,
-                         ids=[f"{r}x{n}-{d}-{w}" for r, n, d, w in NON_FINITE_NORMS])
-def test_the_layer_norm_kernel_checks_its_inputs_instead_of_a_scan(rows, n, dtype, where, monkeypatch):
-    """Outside deploy mode the fast path's launch by address scans nothing: the kernel's own check
-    faults on a NaN/Inf, and the general path then scans and takes the logged CPU fallback."""
-    tensors = {"x": torch.randn(rows, n, dtype=dtype), "weight": torch.randn(n, dtype=dtype),
-               "bias": torch.randn(n, dtype=dtype)}
-    call = torch.ops.aten.native_layer_norm.default
-    device = {name: t.to("rbln") for name, t in tensors.items()}
-    call(device["x"], [n], device["weight"], device["bias"], 1e-5)  # the general path keeps the launch
-    for plan in _forbid_launch_by_tensors(monkeypatch):
-        monkeypatch.setattr(plan, "scan_all", lambda *a: (_ for _ in ()).throw(AssertionError("scanned")))
-    monkeypatch.setattr(_fastpath, "all_finite", lambda *a: (_ for _ in ()).throw(AssertionError("scanned")))
-    registry.reset_fallback_report()
-    clean = call(device["x"], [n], device["weight"], device["bias"], 1e-5)
-    assert _row("aten::native_layer_norm") == {"device": 1, "cpu": 0, "reasons": {}}
-    x, w, b = (tensors[name].float() for name in ("x", "weight", "bias"))
-    atol = 2e-2 if dtype != torch.float32 else 1e-5
-    expected = F.layer_norm(x, (n,), w, b, 1e-5).to(dtype)
-    torch.testing.assert_close(clean[0].cpu(), expected, atol=atol, rtol=1e-2)
-    tensors[where].view(-1)[n // 2] = float("nan") if where != "weight" else float("-inf")
-    device[where] = tensors[where].to("rbln")
-    registry.reset_fallback_report()
-    got = call(device["x"], [n], device["weight"], device["bias"], 1e-5)
-    assert _row("aten::native_layer_norm") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
-    want = call(tensors["x"], [n], tensors["weight"], tensors["bias"], 1e-5)
-    for g, w in zip(got, want, strict=True):
-        torch.testing.assert_close(g.cpu(), w, equal_nan=True, atol=0, rtol=0)
-
-
-def test_deploy_mode_runs_a_nan_layer_norm_on_the_fast_path_without_the_kernel_check(monkeypatch):
-    x = torch.tensor([[1.0, float("nan"), 2.0, 3.0], [0.5, 1.5, -1.0, 2.0]])
-    w, b = torch.randn(4), torch.randn(4)
-    monkeypatch.setenv("TORCH_RBLN_DEPLOY", "ON")
-    call = torch.ops.aten.native_layer_norm.default
-    args = (x.to("rbln"), [4], w.to("rbln"), b.to("rbln"), 1e-5)
-    call(*args)
-    monkeypatch.setattr(_ops, "layer_norm", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
-    registry.reset_fallback_report()
-    out, mean, rstd = call(*args)
-    assert _row("aten::native_layer_norm") == {"device": 1, "cpu": 0, "reasons": {}}
-    assert out[0].isnan().all() and not out[1].isnan().any()  # the NaN row propagates, the other is exact
-    torch.testing.assert_close(out[1].cpu(), F.layer_norm(x[1:], (4,), w, b, 1e-5)[0], atol=1e-5, rtol=1e-5)
-
-
-def test_layer_norm_calls_the_fast_path_leaves_to_the_general_path():
-    x = torch.randn(3, 8).to("rbln")
-    w = torch.randn(8).to("rbln")
-    torch.ops.aten.native_layer_norm.default(x, [8], w, w, 1e-5)
-    fast = registry.TABLE[[op.name for op in registry.TABLE].index("native_layer_norm.default")].fast
-    assert fast((x, [8], w, w, 1e-5), {}) is not None
-    assert fast((x.t(), [3], None, None, 1e-5), {}) is None  # not contiguous
-    assert fast((x, [8], w.half(), w, 1e-5), {}) is None  # a weight of another dtype
-    assert fast((x, [8], w.cpu(), w, 1e-5), {}) is None  # a weight on the CPU
-    assert fast((x, [4], None, None, 1e-5), {}) is None  # not x's trailing dims
-    assert fast((x, [8], torch.randn(4).to("rbln"), None, 1e-5), {}) is None  # a weight of another size
-    nan = torch.full((8,), float("nan")).to("rbln")
-    assert fast((x, [8], nan, w, 1e-5), {}) is None  # a NaN weight: the general path reports it
-    assert fast((x, [8], w, nan, 1e-5), {}) is None  # a NaN bias
-    assert fast((torch.full((3, 8), float("inf")).to("rbln"), [8], w, w, 1e-5), {}) is None  # an Inf input
-    assert fast((x, [8], w, w, None), {}) is None  # an eps that is not a number
 
 
 WHERES = [

@@ -20,9 +20,7 @@ from torch import Tensor
 
 from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp as _device_tp
-from torch_rbln.tp import requested_backend
 
-from . import _loss
 from ._fastpath import FastPath, _contiguous_rbln, _Plan
 from ._finite_scan import PARALLEL_MIN, all_finite
 from ._memo import PlanMemo
@@ -72,181 +70,6 @@ def _same(index: int, dtype: torch.dtype, *tensors: Tensor | None) -> bool:
                               or not t.is_contiguous() or t.get_device() != index):
             return False
     return True
-
-
-_range_entry: list = []  # [in_range_64's compiled entry point] once made
-
-
-def _in_range_64(address: int, n: int, stop: int, ignore: int) -> bool:
-    """`kernels.embedding.in_range_64` through its compiled int64 entry point (numba's per-call typing
-    of four arguments skipped, ~0.2 us a call: the losses range-check their targets on every call)."""
-    if not _range_entry:
-        from ._finite_numba import int64_entry
-
-        _range_entry.append(int64_entry(_k("embedding").in_range_64, 4))
-    return _range_entry[0](address, n, stop, ignore)
-
-
-# ---------------------------------------------------------------- nll loss
-
-class _LossPlan(_Plan):
-    """An nll_loss launch with its per-call check (`kernels.loss.inputs_plain`: targets in range, float
-    inputs finite) as one compiled entry, `check`, and the element counts it scans of each float input
-    (`counts`: 0 for an absent weight; `unscanned`, all 0, in deploy mode), or `check` None when the
-    inputs are large enough for the tensor-parallel scan."""
-
-    __slots__ = ("check", "counts", "unscanned", "wide")
-
-    def prepare_check(self, counts: tuple, dtype: torch.dtype) -> None:
-        numel = max(counts)
-        self.check = _k("loss").inputs_plain_entry(len(counts)) if numel < PARALLEL_MIN else None
-        self.counts = counts
-        self.unscanned = (0,) * len(counts)
-        self.wide = int(dtype == torch.float32)
-
-
-def nll_loss_forward() -> FastPath:
-    """`nll_loss_forward(x, target, weight, reduction, ignore_index)` with reduction mean or sum (none
-    also fills total_weight: the general path), targets range-checked by the compiled scan as there:
-    the one launch of `_loss.nll_loss_forward`."""
-
-    def new_plan(plan_key: tuple) -> _LossPlan | None:
-        dtype, shape, target_shape, reduction, ignore_index, has_w = plan_key
-        if dtype not in FLOATS or len(shape) not in (1, 2) or len(target_shape) != len(shape) - 1:
-            return None
-        rows = shape[0] if len(shape) == 2 else 1
-        classes = shape[-1]
-        if rows != math.prod(target_shape) or rows == 0 or classes == 0:
-            return None
-        block = _block(rows)
-        ints = (rows, classes, ignore_index, reduction, int(has_w))
-        key = _loss.forward_key(dtype, dtype, block, ints)
-        plan = _LossPlan(_k("loss").nll_loss_kernel, key, 0, dtype, dtype)
-        plan.n = classes
-        plan.prepare_check((rows * classes, classes if has_w else 0), dtype)  # x, weight
-        return plan
-
-    plans: dict[tuple, _LossPlan | None] = PlanMemo(1024, new_plan)
-
-    def fast(args: tuple, kwargs: dict) -> tuple | None:
-        if len(args) != 5 or kwargs:  # written flat, as nll_loss_backward's
-            return None
-        x, target, weight, reduction, ignore_index = args
-        if not isinstance(x, Tensor) or not x.is_contiguous() or (reduction != 1 and reduction != 2) or \
-                type(ignore_index) is not int:
-            return None
-        index = x.get_device()
-        if index < 0 or not isinstance(target, Tensor) or target.dtype is not torch.int64 or \
-                not target.is_contiguous() or target.get_device() != index:
-            return None
-        dtype = x.dtype
-        has_w = weight is not None
-        if has_w and not _same(index, dtype, weight):
-            return None
-        plan = plans[(dtype, x.shape, target.shape, reduction, ignore_index, has_w)]
-        if plan is None:
-            return None
-        classes = plan.n
-        if has_w and weight.numel() != classes:
-            return None
-        run = plan.run  # `plan.kept(index)`, inline (one program)
-        if run is None or plan.backend != requested_backend():
-            run = plan.launcher()
-            if run is None:
-                return None  # no kept launch yet
-        w = weight if has_w else x  # not read without HAS_W: x stands in
-        rows = target.numel()
-        check = plan.check
-        if check is not None:  # targets in range and x, weight finite: one compiled call
-            if not check(target.data_ptr(), rows, classes, ignore_index, (x.data_ptr(), w.data_ptr()),
-                         plan.unscanned if config.deploy_mode() else plan.counts, plan.mask, plan.wide):
-                return None  # a bad target: the general path declines, torch's error from the CPU kernel
-        elif not _finite(plan, x, weight) or not _in_range_64(target.data_ptr(), rows, classes, ignore_index):
-            return None
-        loss, total_weight = _memory.empty_pair((), (), dtype, index)
-        run(1, 1, 1, x, target, w, loss, total_weight, rows, classes, ignore_index, reduction, int(has_w))
-        return loss, total_weight
-
-    return fast
-
-
-def nll_loss_backward() -> FastPath:
-    """`nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight)`: the one
-    launch of `_loss.nll_loss_backward` (it writes whole rows of dx, so no zero fill)."""
-
-    def new_plan(plan_key: tuple) -> _LossPlan | None:
-        dtype, shape, target_shape, grad_numel, reduction, ignore_index, has_w = plan_key
-        if dtype not in FLOATS or len(shape) not in (1, 2) or len(target_shape) != len(shape) - 1:
-            return None
-        rows = shape[0] if len(shape) == 2 else 1
-        classes = shape[-1]
-        if rows != math.prod(target_shape) or rows == 0 or classes == 0 or reduction not in _loss.REDUCTIONS:
-            return None
-        if grad_numel != (rows if reduction == 0 and len(shape) == 2 else 1):
-            return None
-        block = _row_block(classes)
-        ints = (classes, ignore_index, reduction, int(has_w))
-        key = _loss.backward_key(dtype, dtype, dtype, dtype, block, ints)
-        plan = _LossPlan(_k("loss").nll_loss_backward_kernel, key, 0, dtype, dtype, rows)
-        plan.n = classes
-        plan.prepare_check((grad_numel, rows * classes, classes if has_w else 0, 1), dtype)  # grad, x, w, tw
-        return plan
-
-    plans: dict[tuple, _LossPlan | None] = PlanMemo(1024, new_plan)
-
-    def fast(args: tuple, kwargs: dict) -> Tensor | None:
-        # written flat (type and layout checks inline, the kept launch read inline, one compiled check):
-        # on 4 elements each Python call on the way to the launch is a measurable share of the op
-        if len(args) != 7 or kwargs:
-            return None
-        grad, x, target, weight, reduction, ignore_index, total_weight = args
-        if not isinstance(x, Tensor) or not x.is_contiguous() or type(reduction) is not int or \
-                type(ignore_index) is not int:
-            return None
-        index = x.get_device()
-        if index < 0 or not isinstance(target, Tensor) or target.dtype is not torch.int64 or \
-                not target.is_contiguous() or target.get_device() != index:
-            return None
-        dtype = x.dtype
-        if not isinstance(grad, Tensor) or grad.dtype is not dtype or not grad.is_contiguous() or \
-                grad.get_device() != index:
-            return None
-        if not isinstance(total_weight, Tensor) or total_weight.dtype is not dtype or \
-                total_weight.numel() != 1 or total_weight.get_device() != index:
-            return None  # (one element: contiguous)
-        has_w = weight is not None
-        if has_w and not _same(index, dtype, weight):
-            return None
-        shape = x.shape
-        plan = plans[(dtype, shape, target.shape, grad.numel(), reduction, ignore_index, has_w)]
-        if plan is None:
-            return None
-        classes = plan.n
-        if has_w and weight.numel() != classes:
-            return None
-        run = plan.run  # `plan.kept(index)`, inline
-        if run is None or plan.backend != requested_backend():
-            run = plan.launcher()
-            if run is None:
-                return None  # no kept launch yet
-        programs = plan.programs
-        if programs > 1 and _device_tp(index) > 1:
-            return None  # a grid split over a tensor-parallel group: the general launch's
-        w = weight if has_w else grad  # not read without HAS_W: grad stands in
-        check = plan.check
-        if check is not None:  # targets in range and grad, x, weight, total_weight finite: one call
-            if not check(target.data_ptr(), target.numel(), classes, ignore_index,
-                         (grad.data_ptr(), x.data_ptr(), w.data_ptr(), total_weight.data_ptr()),
-                         plan.unscanned if config.deploy_mode() else plan.counts, plan.mask, plan.wide):
-                return None
-        elif not _finite(plan, grad, x, weight, total_weight) or \
-                not _in_range_64(target.data_ptr(), target.numel(), classes, ignore_index):
-            return None
-        dx = _memory.empty(shape, dtype, index)
-        run(programs, 1, 1, grad, target, w, total_weight, dx, classes, ignore_index, reduction, int(has_w))
-        return dx
-
-    return fast
 
 
 # ---------------------------------------------------------------- gathers: index_select, embedding backward
@@ -511,8 +334,6 @@ def arange() -> FastPath:
 
 
 FAST_PATHS: dict[str, FastPath] = {
-    "nll_loss_forward.default": nll_loss_forward(),
-    "nll_loss_backward.default": nll_loss_backward(),
     "index_select.default": index_select(),
     "embedding_dense_backward.default": embedding_backward(),
     "cat.default": cat(),

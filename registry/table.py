@@ -20,6 +20,7 @@ R = LazyModule(globals(), "R", "reduce")
 FP = LazyModule(globals(), "FP", "_fastpath")
 EW = LazyModule(globals(), "EW", "elementwise")
 RW = LazyModule(globals(), "RW", "rows")
+LS = LazyModule(globals(), "LS", "loss")
 _FAST_PATH_MODULES = ("_fast_rows", "_fast_matmul")
 
 
@@ -404,9 +405,10 @@ TABLE: list[Op] = [
     Op("slice_scatter.default", Ref("indexing", "slice_scatter"), "slice_scatter"),
     Op("select_scatter.default", Ref("indexing", "select_scatter"), "select_scatter"),
     # ---- loss (cross_entropy = log_softmax + nll_loss)
-    Op("nll_loss_forward.default", Ref("_loss", "nll_loss_forward"), "nn.functional.nll_loss",
-       int_inputs=True, tol=LOOSE),
-    Op("nll_loss_backward.default", Ref("_loss", "nll_loss_backward"), int_inputs=True),
+    Op("nll_loss_forward.default", Ref("loss", "nll_loss_forward"), "nn.functional.nll_loss",
+       int_inputs=True, tol=LOOSE, make_plan=lambda: LS.forward_family()),
+    Op("nll_loss_backward.default", Ref("loss", "nll_loss_backward"), int_inputs=True,
+       make_plan=lambda: LS.backward_family()),
     # ---- shape building blocks models use
     Op("cat.default", Ref("_ops", "cat"), "cat"),
     Op("arange.start_out", Ref("_ops", "arange"), int_inputs=True),

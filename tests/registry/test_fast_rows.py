@@ -50,29 +50,7 @@ def _x(*shape):
     return torch.randn(*shape)
 
 
-def _layer_norm_case(mask, rows=3):
-    x, w, b = _x(rows, 5), _x(5), _x(5)
-    _, mean, rstd = A.native_layer_norm.default(x, [5], w, b, 1e-5)
-    return (_x(rows, 5), x, [5], mean, rstd, w, b, mask), {}
-
-
-def _logp():
-    return torch.log_softmax(_x(4, 3), 1)
-
-
-TARGET = [0, 2, -100, 1]  # with an ignored row
-
 CASES = {
-    # more rows than the one-program kernel takes: the dx row kernel and the dw/db column kernel
-    "nll_mean": ("nll_loss_forward.default", lambda: ((_logp(), torch.tensor(TARGET), None, 1, -100), {})),
-    "nll_sum_weighted": ("nll_loss_forward.default",
-                         lambda: ((_logp(), torch.tensor(TARGET), torch.rand(3) + 0.5, 2, -100), {})),
-    "nll_backward": ("nll_loss_backward.default",
-                     lambda: ((torch.tensor(1.5), _logp(), torch.tensor(TARGET), None, 1, -100,
-                               torch.tensor(3.0)), {})),
-    "nll_backward_none": ("nll_loss_backward.default",
-                          lambda: ((_x(4), _logp(), torch.tensor(TARGET), None, 0, -100,
-                                    torch.tensor(0.0)), {})),
     "index_select_1d": ("index_select.default", lambda: ((_x(4), 0, torch.tensor([3, 0, 1, 2])), {})),
     "index_select_rows": ("index_select.default", lambda: ((_x(5, 3), 0, torch.tensor([4, 0, 4])), {})),
     "index_select_middle": ("index_select.default",
@@ -183,49 +161,3 @@ def test_cat_of_two_contiguous_tensors_is_one_launch_of_the_pair_kernel(monkeypa
     got = _ops.cat([a.to("rbln"), t.to("rbln").t()], 0)  # the transposed view: strided copies
     assert launched.count("strided_copy_kernel") == 2 and rows.cat_pair_kernel not in launched
     assert torch.equal(got.cpu(), torch.cat([a, t.t()], 0))
-
-
-def test_the_loss_fast_paths_decline_an_out_of_range_target():
-    """The compiled range check of the targets: an out-of-range class leaves the fast path (the general
-    path then raises torch's error); an ignored target (ignore_index) does not."""
-    x = _logp().to("rbln")
-    good, bad = torch.tensor([0, 2, 1, 1]).to("rbln"), torch.tensor([0, 3, 1, 1]).to("rbln")
-    ignored = torch.tensor([0, -100, 1, 1]).to("rbln")
-    loss, total = A.nll_loss_forward.default(x, good, None, 1, -100)
-    grad = torch.ones(()).to("rbln")
-    A.nll_loss_backward.default(grad, x, good, None, 1, -100, total)
-    forward, backward = _fast("nll_loss_forward.default"), _fast("nll_loss_backward.default")
-    assert forward((x, good, None, 1, -100), {}) is not None
-    assert forward((x, ignored, None, 1, -100), {}) is not None
-    assert forward((x, bad, None, 1, -100), {}) is None
-    assert backward((grad, x, good, None, 1, -100, total), {}) is not None
-    assert backward((grad, x, bad, None, 1, -100, total), {}) is None
-
-
-def test_the_loss_fast_paths_decline_a_nan_input_and_check_targets_in_deploy_mode(monkeypatch):
-    """nll_loss's one compiled check: a NaN in x (forward), in grad or total_weight (backward) leaves
-    the fast path; in deploy mode the NaN runs on it, but an out-of-range target never does."""
-    x = _logp().to("rbln")
-    good, bad = torch.tensor([0, 2, 1, 1]).to("rbln"), torch.tensor([0, 3, 1, 1]).to("rbln")
-    weight = torch.rand(3).to("rbln")
-    loss, total = A.nll_loss_forward.default(x, good, weight, 2, -100)
-    grad = torch.ones(()).to("rbln")
-    A.nll_loss_backward.default(grad, x, good, weight, 2, -100, total)
-    forward, backward = _fast("nll_loss_forward.default"), _fast("nll_loss_backward.default")
-    nan_x = x.cpu().clone()
-    nan_x[3, 1] = float("nan")
-    nan_x = nan_x.to("rbln")
-    nan_scalar = torch.tensor(float("nan")).to("rbln")
-    nan_weight = torch.tensor([1.0, float("inf"), 1.0]).to("rbln")
-    assert forward((x, good, weight, 2, -100), {}) is not None
-    assert forward((nan_x, good, weight, 2, -100), {}) is None
-    assert forward((x, good, nan_weight, 2, -100), {}) is None
-    assert backward((grad, x, good, weight, 2, -100, total), {}) is not None
-    assert backward((grad, nan_x, good, weight, 2, -100, total), {}) is None
-    assert backward((nan_scalar, x, good, weight, 2, -100, total), {}) is None
-    assert backward((grad, x, good, weight, 2, -100, nan_scalar), {}) is None
-    monkeypatch.setenv("TORCH_RBLN_DEPLOY", "ON")
-    assert forward((nan_x, good, weight, 2, -100), {}) is not None
-    assert backward((grad, nan_x, good, weight, 2, -100, total), {}) is not None
-    assert forward((x, bad, weight, 2, -100), {}) is None
-    assert backward((grad, x, bad, weight, 2, -100, total), {}) is None

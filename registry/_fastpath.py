@@ -1,15 +1,9 @@
-"""Fast paths of the row families not yet migrated to per-signature plans (`plan.py`): softmax over
-short rows, layer norm, and sum/mean/amax/amin over the last dim or over all elements; and `_Plan`,
-the kept-launch record that `_fast_rows`, `_fast_matmul`, `attention` and `custom` build on.
-(The elementwise family runs on plans: `elementwise.py`.)
+"""`_Plan`, the kept-launch record that the families not yet on per-signature plans (`plan.py`) build
+on (`_fast_matmul`, `attention`, `custom`), and `write_only_buffer`.
 
-A registered op pays for generality on every call: the generic input checks, type promotion,
-broadcasting and `out=` handling, the kernel's launch bookkeeping. On a small tensor that is most of
-the time. A fast path takes a call only when it is the plain case (tensors of one floating dtype, one
-shape, contiguous, on one rbln device, finite unless TORCH_RBLN_DEPLOY=ON, a kernel specialisation
-that has run before, one NPU for the grid) and returns None otherwise, so the dispatcher runs the
-general implementation, which makes every decision again and logs any fallback. Results are the
-same either way: the same kernel runs with the same arguments.
+A `_Plan` names one kernel specialisation by a launch key and keeps its direct launch, with the DSL
+backend it was kept for, so a caller's per-call lookup is one compare; `kernel.clear_cache()` resets
+it (`_reset_plans`). Its `finite` is the NaN/Inf scan of an input of its dtype.
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ import torch
 from torch import Tensor
 from torch_rbln.dsl.jit import on_clear_cache
 
-from torch_rbln import _memory, config
+from torch_rbln import _memory
 from torch_rbln.tp import device_tp as _device_tp
 from torch_rbln.tp import requested_backend
 
@@ -63,18 +57,9 @@ class _Plan:
         """`all_finite(x)` for an input of this plan (contiguous, of its dtype, `n` elements)."""
         return self.scan(x.data_ptr(), n, self.mask) if n < PARALLEL_MIN else all_finite(x)
 
-    def ready(self, x: Tensor, index: int, numel: int) -> Callable | None:
-        """The kept launch for a call on input `x` (`numel` elements) on device `index`, or None when the
-        general path must take it: a grid split over a tensor-parallel group (the general launch
-        handles TP and its failover), no kept launch yet, or a NaN/Inf in `x` outside deploy mode."""
-        run = self.kept(index)
-        if run is None or (not config.deploy_mode() and not self.finite(x, numel)):
-            return None
-        return run
-
     def kept(self, index: int) -> Callable | None:
-        """`ready` without the scan: the kept launch, or None for a grid split over a tensor-parallel
-        group or before one is kept (for fast paths that scan several inputs themselves)."""
+        """The kept launch, or None for a grid split over a tensor-parallel group (the general launch
+        handles TP and its failover) or before one is kept (the caller scans its inputs itself)."""
         if self.programs > 1 and _device_tp(index) > 1:
             return None
         run = self.run

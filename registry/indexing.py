@@ -17,10 +17,11 @@ import math
 
 import torch
 
-from . import _copy, _launch, _ops
+from . import _copy, _launch
 from ._base import FLOATS, Decline
 from ._launch import kernel_module as _k
 from ._ops import contiguous, empty
+from .gather import index_select
 from .geometry import I32, row_block
 
 
@@ -46,7 +47,7 @@ def index(self: torch.Tensor, indices: list) -> torch.Tensor:
     flat = index_tensor.reshape(-1)
     if flat.numel() == 0:
         raise Decline("empty index")
-    gathered = _ops.index_select(self, dim, flat)
+    gathered = index_select(self, dim, flat)
     return gathered.view([*self.shape[:dim], *index_tensor.shape, *self.shape[dim + 1:]])
 
 

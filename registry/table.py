@@ -17,11 +17,11 @@ from ._base import INTEGERS, Decline, LazyModule, Ref, resolve
 # the registration that `import torch` runs, imports no implementation, kernel, DSL or numba module.
 O = LazyModule(globals(), "O", "_ops")  # noqa: E741
 R = LazyModule(globals(), "R", "reduce")
-FP = LazyModule(globals(), "FP", "_fastpath")
 EW = LazyModule(globals(), "EW", "elementwise")
 RW = LazyModule(globals(), "RW", "rows")
 LS = LazyModule(globals(), "LS", "loss")
-_FAST_PATH_MODULES = ("_fast_rows", "_fast_matmul")
+GA = LazyModule(globals(), "GA", "gather")
+_FAST_PATH_MODULES = ("_fast_matmul",)
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,6 @@ class Op:
     int_inputs: bool = False  # integer/bool tensors are legitimate inputs (indices, masks)
     tol: dict = field(default_factory=dict)  # dtype name -> (atol, rtol) for the tests
     overwrites_first: bool = False  # the first argument is only written (fill_, zero_): no NaN/Inf check
-    # builds the fast path, `(args, kwargs) -> result or None`, which takes the plain common case before
-    # the generic checks (see _fastpath); None from it means "not plain": the dispatcher goes on as
-    # without it. Called on the op's first call (`Op.fast`); a module's FAST_PATHS entry replaces it.
-    make_fast: Callable[[], Callable | None] | None = None
     # builds the entry's family planner (`signature`, `plan`: see plan.py) for families migrated to
     # per-signature plans; an entry with one has no fast path
     make_plan: Callable[[], object] | None = None
@@ -51,12 +47,12 @@ class Op:
 
     @property
     def fast(self) -> Callable | None:
-        """The fast path (built once, on first use: building it imports the implementation modules)."""
+        """The fast path of a family not migrated to plans (`_FAST_PATH_MODULES`' `FAST_PATHS`: `(args,
+        kwargs) -> result or None`, None for a call it does not take), looked up on first use (which
+        imports those modules)."""
         fast = self.__dict__.get("_fast", _UNBUILT)
         if fast is _UNBUILT:
             fast = _fast_paths().get(self.name) if self.name in NAMES else None
-            if fast is None and self.make_fast is not None:
-                fast = self.make_fast()
             object.__setattr__(self, "_fast", fast)
         return fast
 
@@ -396,8 +392,10 @@ TABLE: list[Op] = [
     Op("std.correction", _std, "std", tol=LOOSE,
        make_plan=lambda: R.family("std", positional=2, keywords=("correction", "keepdim"))),
     # ---- (5) embedding (aten::embedding is index_select on rows)
-    Op("index_select.default", Ref("_ops", "index_select"), "nn.functional.embedding", int_inputs=True),
-    Op("embedding_dense_backward.default", Ref("_ops", "embedding_backward"), int_inputs=True),
+    Op("index_select.default", Ref("gather", "index_select"), "nn.functional.embedding", int_inputs=True,
+       make_plan=lambda: GA.index_select_family()),
+    Op("embedding_dense_backward.default", Ref("gather", "embedding_backward"), int_inputs=True,
+       make_plan=lambda: GA.embedding_backward_family()),
     # ---- indexing by a tensor and the scatters (index_put_ and index_put reach _index_put_impl_; the
     # embedding and slicing backward of compiled graphs)
     Op("index.Tensor", Ref("indexing", "index"), "__getitem__", int_inputs=True),
@@ -410,8 +408,8 @@ TABLE: list[Op] = [
     Op("nll_loss_backward.default", Ref("loss", "nll_loss_backward"), int_inputs=True,
        make_plan=lambda: LS.backward_family()),
     # ---- shape building blocks models use
-    Op("cat.default", Ref("_ops", "cat"), "cat"),
-    Op("arange.start_out", Ref("_ops", "arange"), int_inputs=True),
+    Op("cat.default", Ref("gather", "cat"), "cat", make_plan=lambda: GA.cat_family()),
+    Op("arange.start_out", Ref("gather", "arange"), int_inputs=True, make_plan=lambda: GA.arange_family()),
     # ---- CNN family (registry/conv.py): convolution, batch norm, max pooling (+ backwards), gather
     Op("convolution.default", Ref("conv", "convolution"), "nn.functional.conv2d", tol=CONV),
     Op("convolution_backward.default", Ref("conv", "convolution_backward"), tol=CONV),
@@ -435,9 +433,8 @@ TABLE: list[Op] = [
 
 
 def _fast_paths() -> dict[str, Callable]:
-    """The fast paths of the modules that keep theirs in a `FAST_PATHS` dict (overload name -> fast path,
-    replacing an entry's own `make_fast`): each family's fast paths live next to each other, not spread
-    over this list. Imported on the first call of any op."""
+    """The fast paths of the families not migrated to plans, kept in their modules' `FAST_PATHS` dicts
+    (overload name -> fast path). Imported on the first call of such an op."""
     if _FAST_PATHS is None:
         import importlib
 

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch_rbln.dsl.jit import on_clear_cache
 
-from torch_rbln import _memory
+from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp as _device_tp
 from torch_rbln.tp import requested_backend
 
@@ -57,9 +57,18 @@ class _Plan:
         """`all_finite(x)` for an input of this plan (contiguous, of its dtype, `n` elements)."""
         return self.scan(x.data_ptr(), n, self.mask) if n < PARALLEL_MIN else all_finite(x)
 
+    def ready(self, x: Tensor, index: int, numel: int) -> Callable | None:
+        """The kept launch for a call on input `x` (`numel` elements) on device `index`, or None when the
+        general path must take it: a grid split over a tensor-parallel group (the general launch
+        handles TP and its failover), no kept launch yet, or a NaN/Inf in `x` outside deploy mode."""
+        run = self.kept(index)
+        if run is None or (not config.deploy_mode() and not self.finite(x, numel)):
+            return None
+        return run
+
     def kept(self, index: int) -> Callable | None:
-        """The kept launch, or None for a grid split over a tensor-parallel group (the general launch
-        handles TP and its failover) or before one is kept (the caller scans its inputs itself)."""
+        """`ready` without the scan: the kept launch, or None for a grid split over a tensor-parallel
+        group or before one is kept (for fast paths that scan several inputs themselves)."""
         if self.programs > 1 and _device_tp(index) > 1:
             return None
         run = self.run

@@ -1,4 +1,4 @@
-"""The elementwise plans (registry/elementwise.py) and the remaining fast paths (registry/_fastpath.py):
+"""The elementwise plans (registry/elementwise.py) and the plans' reset by `kernel.clear_cache()`:
 same results and accounting as the general path (the checked implementation, `planned.general_path`),
 and every call they do not key left to it."""
 

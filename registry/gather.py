@@ -11,6 +11,7 @@ index out of range takes the CPU fallback, which raises torch's error.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -57,17 +58,6 @@ def _scanner(dtype: torch.dtype, numel: int):
     if numel < PARALLEL_MIN:
         return lambda t: deploy_mode() or scan(t.data_ptr(), numel, mask)
     return lambda t: deploy_mode() or all_finite(t)
-
-
-def _kept(plan: Plan, index: int):
-    """The plan's kept launch, or None: before its first (checked) launch, or a grid of several programs
-    that a tensor-parallel group would split (the checked launch splits it)."""
-    launcher = plan.launcher
-    if launcher is None or plan.backend != requested_backend():
-        launcher = plan.kept()
-    if launcher is not None and plan.programs * plan.rows > 1 and device_tp(index) > 1:
-        return None
-    return launcher
 
 
 # ---------------------------------------------------------------- index_select
@@ -139,22 +129,29 @@ def index_select_family() -> Family:
         g = index_select_launch(dtype, index_dtype, shape, dim, count)
         out_shape = shape[:dim] + (count,) + shape[dim + 1:]
         plan = Plan(g.kernel, g.key, g.keywords, g.programs, g.rows, out_shape, dtype, (0,))
-        finite = _scanner(dtype, math.prod(shape))
+        numel = math.prod(shape)
+        scan, mask = contiguous_scan(dtype)
+        small = numel < PARALLEL_MIN
         Em = _k("embedding")
         in_range = Em.in_range_64 if index_dtype is torch.int64 else Em.in_range_32
-        size = shape[dim]
-        empty_ = _memory.empty
+        size, programs, rows = shape[dim], g.programs, g.rows
+        split = programs * rows > 1
+        empty_, deploy_mode = _memory.empty, config.deploy_mode
 
         def run(operands: tuple) -> Tensor | None:
             x, indices = operands
-            launcher = _kept(plan, index)
-            if not finite(x) or not in_range(indices.data_ptr(), count, size, 0):
+            launcher = plan.launcher
+            if launcher is None or plan.backend != requested_backend():
+                launcher = plan.kept()
+            if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
+                return None
+            if not in_range(indices.data_ptr(), count, size, 0):
                 return None  # out of range: the implementation declines (0 stands in for "none ignored")
             out = empty_(out_shape, dtype, index)
-            if launcher is None:
-                plan.launch_checked((x, indices, out, *g.ints))
+            if launcher is None or (split and device_tp(index) > 1):
+                plan.launch_checked((x, indices, out, size, count, g.ints[2]))
             else:
-                launcher(g.programs, g.rows, 1, x, indices, out, *g.ints)
+                launcher(programs, rows, 1, x, indices, out, size, count, g.ints[2])
             return out
 
         plan.run = run
@@ -222,19 +219,24 @@ def embedding_backward_family() -> Family:
         g = embedding_backward_launch(dtype, index_dtype, count, dim, padding_idx, num_weights)
         out_shape = (num_weights, dim)
         plan = Plan(g.kernel, g.key, g.keywords, g.programs, 1, out_shape, dtype, (0,))
-        finite = _scanner(dtype, count * dim)
-        empty_ = _memory.empty
+        numel = count * dim
+        scan, mask = contiguous_scan(dtype)
+        small = numel < PARALLEL_MIN
+        programs, split = g.programs, g.programs > 1
+        empty_, deploy_mode = _memory.empty, config.deploy_mode
 
         def run(operands: tuple) -> Tensor | None:
             grad, indices = operands
-            launcher = _kept(plan, index)
-            if not finite(grad):
+            launcher = plan.launcher
+            if launcher is None or plan.backend != requested_backend():
+                launcher = plan.kept()
+            if not deploy_mode() and not (scan(grad.data_ptr(), numel, mask) if small else all_finite(grad)):
                 return None
             out = empty_(out_shape, dtype, index)
-            if launcher is None:
-                plan.launch_checked((grad, indices, out, *g.ints))
+            if launcher is None or (split and device_tp(index) > 1):
+                plan.launch_checked((grad, indices, out, count, dim, padding_idx))
             else:
-                launcher(g.programs, 1, 1, grad, indices, out, *g.ints)
+                launcher(programs, 1, 1, grad, indices, out, count, dim, padding_idx)
             return out
 
         plan.run = run
@@ -339,18 +341,24 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
     if len(shapes) == 2 and total < TILED_MIN:
         g = cat_pair_launch(dtype, shapes[0], shapes[1], dim, total)
         plan = Plan(g.kernel, g.key, g.keywords, g.programs, 1, out_shape, dtype, (0, 1))
-        finite_a, finite_b = scanners
+        scan, mask = contiguous_scan(dtype)  # (each input has fewer than TILED_MIN <= PARALLEL_MIN elements)
+        a_numel, b_numel = math.prod(shapes[0]), math.prod(shapes[1])
+        programs, split = g.programs, g.programs > 1
+        deploy_mode = config.deploy_mode
 
         def run_pair(operands: tuple) -> Tensor | None:
             a, b = operands
-            launcher = _kept(plan, index)
-            if not (finite_a(a) and finite_b(b)):
+            launcher = plan.launcher
+            if launcher is None or plan.backend != requested_backend():
+                launcher = plan.kept()
+            if not deploy_mode() and not (scan(a.data_ptr(), a_numel, mask) and
+                                          scan(b.data_ptr(), b_numel, mask)):
                 return None
             out = empty_(out_shape, dtype, index)
-            if launcher is None:
+            if launcher is None or (split and device_tp(index) > 1):
                 plan.launch_checked((a, b, out, *g.ints))
             else:
-                launcher(g.programs, 1, 1, a, b, out, *g.ints)
+                launcher(programs, 1, 1, a, b, out, *g.ints)
             return out
 
         plan.run = run_pair
@@ -400,9 +408,14 @@ def arange_vector_layout(dtype: torch.dtype, n: int) -> tuple[int, int]:
 def split_double(value: float) -> tuple[float, float, float]:
     """Three float32 values whose float64 sum is `value` exactly (24 + 24 + 5 of a double's 53 bits), for
     kernels that need a double but receive float scalars as float32 (`arange_kernel`)."""
+    value = float(value)
+    return (value, 0.0, 0.0) if value == 0.0 else _split_nonzero(value)  # (a zero keeps its sign)
+
+
+@functools.lru_cache(maxsize=1024)  # an arange's bounds repeat from call to call
+def _split_nonzero(value: float) -> tuple[float, float, float]:
     import numpy as np
 
-    value = float(value)
     hi = float(np.float32(value))
     mid = float(np.float32(value - hi))
     lo = float(np.float32(value - hi - mid))
@@ -486,16 +499,24 @@ def arange_family() -> Family:
         g = arange_launch(dtype, n)
         plan = Plan(g.kernel, g.key, g.keywords, g.programs, 1, (n,), dtype)
 
+        programs, (n_, n_vec) = g.programs, g.ints
+        split = programs > 1
+
         def run(operands: tuple) -> Tensor | None:
             start, end, step, out = operands
-            if _arange_values(start, end, step) is not None:
-                return None  # the implementation declines it
-            launcher = _kept(plan, index)
-            args = (out, *g.ints, *split_double(start), *split_double(step))
-            if launcher is None:
-                plan.launch_checked(args)
+            if abs(start) > 2 ** 24 or abs(end) > 2 ** 24:
+                return None  # the implementation declines it (as `_arange_values`)
+            s0, s1, s2 = split_double(start)
+            t0, t1, t2 = split_double(step)
+            if (start and s0 + s1 + s2 != start) or t0 + t1 + t2 != step:
+                return None  # a bound without an exact float32 split (`splits_exactly`)
+            launcher = plan.launcher
+            if launcher is None or plan.backend != requested_backend():
+                launcher = plan.kept()
+            if launcher is None or (split and device_tp(index) > 1):
+                plan.launch_checked((out, n_, n_vec, s0, s1, s2, t0, t1, t2))
             else:
-                launcher(g.programs, 1, 1, *args)
+                launcher(programs, 1, 1, out, n_, n_vec, s0, s1, s2, t0, t1, t2)
             return out
 
         plan.run = run

@@ -140,34 +140,25 @@ def _in_range_64(address: int, n: int, stop: int, ignore: int) -> bool:
     return _range_entry[0](address, n, stop, ignore)
 
 
-def _checks(dtype: torch.dtype, counts: tuple) -> Callable:
-    """`check(target, rows, classes, ignore_index, addresses, tensors) -> bool`: the targets in
-    [0, classes) or ignored, and the float `tensors` (at `addresses`, with element counts `counts`; a
-    stand-in for an absent one is counted 0) free of NaN/Inf unless deploy mode: one compiled call on
-    small inputs."""
+def _checks(dtype: torch.dtype, counts: tuple) -> tuple[Callable | None, Callable]:
+    """(`plain`, `check`) for float inputs of `dtype` with element counts `counts` (a stand-in for an
+    absent one is counted 0): `plain(target address, rows, classes, ignore_index, addresses, counts,
+    mask, wide)`, the targets in [0, classes) or ignored and the floats free of NaN/Inf in one compiled
+    call (`kernels.loss.inputs_plain`), for small inputs only (else None); `check(target, rows, classes,
+    ignore_index, tensors)`, the same for large ones (their scans split over a tensor-parallel group).
+    Outside deploy mode only: in deploy mode `plain` gets counts of 0 and `check` scans nothing."""
     scan, mask = contiguous_scan(dtype)
-    wide = int(dtype == torch.float32)
-    unscanned = (0,) * len(counts)
     deploy_mode = config.deploy_mode
-    if max(counts) < PARALLEL_MIN:
-        plain = _k("loss").inputs_plain_entry(len(counts))
+    plain = _k("loss").inputs_plain_entry(len(counts)) if max(counts) < PARALLEL_MIN else None
 
-        def check(target: Tensor, rows: int, classes: int, ignore_index: int, addresses: tuple,
-                  tensors: tuple) -> bool:
-            return plain(target.data_ptr(), rows, classes, ignore_index, addresses,
-                         unscanned if deploy_mode() else counts, mask, wide)
-
-        return check
-
-    def check_large(target: Tensor, rows: int, classes: int, ignore_index: int, addresses: tuple,
-                    tensors: tuple) -> bool:
+    def check(target: Tensor, rows: int, classes: int, ignore_index: int, tensors: tuple) -> bool:
         if not deploy_mode():
             for t, count in zip(tensors, counts, strict=True):
                 if count and not (scan(t.data_ptr(), count, mask) if count < PARALLEL_MIN else all_finite(t)):
                     return False
         return _in_range_64(target.data_ptr(), rows, classes, ignore_index)
 
-    return check_large
+    return plain, check
 
 
 def forward_family() -> Family:
@@ -204,8 +195,10 @@ def _forward_plan(key: tuple, operands: tuple) -> Plan:
     ints = (rows, classes, ignore_index, reduction, int(has_w))
     kernel, launch_key, keywords, programs = forward_launch(dtype, dtype, ints)
     plan = Plan(kernel, launch_key, keywords, programs, 1, (), dtype, (0, 2) if has_w else (0,))
-    check = _checks(dtype, (rows * classes, classes if has_w else 0))  # x, weight
-    empty_pair = _memory.empty_pair
+    counts = (rows * classes, classes if has_w else 0)  # x, weight
+    plain, check = _checks(dtype, counts)
+    unscanned, (_, mask), wide = (0, 0), contiguous_scan(dtype), int(dtype == torch.float32)
+    empty_pair, deploy_mode = _memory.empty_pair, config.deploy_mode
 
     def run(operands: tuple) -> tuple | None:
         x, target, weight = operands
@@ -213,8 +206,12 @@ def _forward_plan(key: tuple, operands: tuple) -> Plan:
         if launcher is None or plan.backend != requested_backend():
             launcher = plan.kept()
         w = x if weight is None else weight  # not read without HAS_W: x stands in
-        if not check(target, rows, classes, ignore_index, (x.data_ptr(), w.data_ptr()), (x, w)):
-            return None  # a bad target: the implementation declines (torch's error from the CPU kernel)
+        if plain is not None:  # targets in range and x, weight finite: one compiled call
+            if not plain(target.data_ptr(), rows, classes, ignore_index, (x.data_ptr(), w.data_ptr()),
+                         unscanned if deploy_mode() else counts, mask, wide):
+                return None  # a bad target: the implementation declines (torch's error from the CPU kernel)
+        elif not check(target, rows, classes, ignore_index, (x, w)):
+            return None
         loss, total_weight = empty_pair((), (), dtype, index)
         if launcher is None:
             plan.launch_checked((x, target, w, loss, total_weight, *ints))
@@ -265,8 +262,10 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
     shape = tuple(shape)
     plan = Plan(kernel, launch_key, keywords, rows, 1, shape, dtype, (0, 1, 3, 4) if has_w else (0, 1, 4))
     # grad, x, weight, total_weight
-    check = _checks(dtype, (grad_numel, rows * classes, classes if has_w else 0, 1))
-    empty_ = _memory.empty
+    counts = (grad_numel, rows * classes, classes if has_w else 0, 1)
+    plain, check = _checks(dtype, counts)
+    unscanned, (_, mask), wide = (0, 0, 0, 0), contiguous_scan(dtype), int(dtype == torch.float32)
+    empty_, deploy_mode = _memory.empty, config.deploy_mode
 
     def run(operands: tuple) -> Tensor | None:
         grad, x, target, weight, total_weight = operands
@@ -274,8 +273,12 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
         if launcher is None or plan.backend != requested_backend():
             launcher = plan.kept()
         w = grad if weight is None else weight  # not read without HAS_W: grad stands in
-        addresses = (grad.data_ptr(), x.data_ptr(), w.data_ptr(), total_weight.data_ptr())
-        if not check(target, rows, classes, ignore_index, addresses, (grad, x, w, total_weight)):
+        if plain is not None:  # targets in range and grad, x, weight, total_weight finite: one call
+            if not plain(target.data_ptr(), rows, classes, ignore_index,
+                         (grad.data_ptr(), x.data_ptr(), w.data_ptr(), total_weight.data_ptr()),
+                         unscanned if deploy_mode() else counts, mask, wide):
+                return None
+        elif not check(target, rows, classes, ignore_index, (grad, x, w, total_weight)):
             return None
         dx = empty_(shape, dtype, index)
         if launcher is None or (rows > 1 and device_tp(index) > 1):

@@ -221,10 +221,14 @@ def _reduce_run(plan: Plan, name: str, index: int, numel: int, ints: tuple, scra
     split = programs * rows > 1
     scan, mask = contiguous_scan(dtype)
     small = numel < PARALLEL_MIN
-    empty_, deploy_mode = _memory.empty, config.deploy_mode
+    empty_, empty_pair, deploy_mode = _memory.empty, _memory.empty_pair, config.deploy_mode
     int64 = torch.int64
     values_too = name not in ("argmax", "argmin")
+    pair = name in ("max", "min")  # values and indices, allocated together
     indexed = name in INDEXED
+    r = ints[0]
+    middle = len(ints) == 2  # the middle kernel takes (r, inner), the row kernel r
+    inner = ints[-1]
 
     def run(operands: tuple) -> Any:
         x, correction = operands
@@ -233,12 +237,17 @@ def _reduce_run(plan: Plan, name: str, index: int, numel: int, ints: tuple, scra
             launcher = plan.kept()
         if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
             return None
-        values = empty_(shape, dtype, index) if values_too else x
-        indices = empty_(shape, int64, index) if indexed or scratch else values
+        if pair:
+            values, indices = empty_pair(shape, shape, dtype, index, int64)
+        else:
+            values = empty_(shape, dtype, index) if values_too else x
+            indices = empty_(shape, int64, index) if indexed or scratch else values
         if launcher is None or (split and device_tp(index) > 1):
             plan.launch_checked((x, values, indices, *ints, correction))
+        elif middle:
+            launcher(programs, rows, 1, x, values, indices, r, inner, correction)
         else:
-            launcher(programs, rows, 1, x, values, indices, *ints, correction)
+            launcher(programs, rows, 1, x, values, indices, r, correction)
         if indexed:
             return (values, indices) if values_too else indices
         if root is not None:

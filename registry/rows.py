@@ -248,18 +248,11 @@ def _normalized(dtype: torch.dtype, shape: tuple, normalized: tuple) -> int | No
     return n if n and math.prod(shape) else None
 
 
-def _optional_key(t: Any, dtype: torch.dtype, index: int) -> tuple | None | bool:
-    """The key of an optional weight/bias: None when absent, its shape when contiguous of `dtype` on
-    `index`, False otherwise (not keyed)."""
-    if t is None:
-        return None
-    return t.shape if _contiguous_on(t, dtype, index) else False
-
-
 def layer_norm_family() -> Family:
     """`native_layer_norm(x, normalized_shape, weight, bias, eps)` on a contiguous tensor with weight
     and bias (or None) contiguous of its dtype on its device: `layer_norm`'s launch, outputs (out, mean,
     rstd) allocated together."""
+    deploy_mode = config.deploy_mode
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if len(args) != 5 or kwargs:
@@ -275,11 +268,18 @@ def layer_norm_family() -> Family:
         if kind is not list and kind is not tuple:
             return None
         dtype = x.dtype
-        w_key = None if weight is None else _optional_key(weight, dtype, index)
-        b_key = None if bias is None else _optional_key(bias, dtype, index)
-        if w_key is False or b_key is False:
-            return None
-        return ((dtype, x.shape, index, tuple(normalized), w_key, b_key, config.deploy_mode()),
+        w_key = b_key = None  # (written flat: on 4 elements each call on the way is a share of the op)
+        if weight is not None:
+            if not isinstance(weight, Tensor) or weight.dtype is not dtype or not weight.is_contiguous() or \
+                    weight.get_device() != index:
+                return None
+            w_key = weight.shape
+        if bias is not None:
+            if not isinstance(bias, Tensor) or bias.dtype is not dtype or not bias.is_contiguous() or \
+                    bias.get_device() != index:
+                return None
+            b_key = bias.shape
+        return ((dtype, x.shape, index, tuple(normalized), w_key, b_key, deploy_mode()),
                 (x, weight, bias, eps))
 
     return Family(signature, _layer_norm_plan)
@@ -436,6 +436,7 @@ def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, out
 def layer_norm_backward_family() -> Family:
     """`native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask)` with
     everything contiguous of x's dtype on its device: `layer_norm_backward`'s launches."""
+    deploy_mode = config.deploy_mode
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if len(args) != 8 or kwargs:
@@ -451,16 +452,23 @@ def layer_norm_backward_family() -> Family:
         if type(need_dx) is not bool or type(need_dw) is not bool or type(need_db) is not bool:
             return None
         kind = type(normalized)
-        if (kind is not list and kind is not tuple) or not _contiguous_on(grad, dtype, index) or \
-                grad.shape != x.shape or not _contiguous_on(mean, dtype, index) or \
-                not _contiguous_on(rstd, dtype, index):
+        if kind is not list and kind is not tuple:
             return None
-        w_key = None if weight is None else _optional_key(weight, dtype, index)
-        b_key = None if bias is None else _optional_key(bias, dtype, index)
-        if w_key is False or b_key is False:
+        shape = x.shape
+        w_key = b_key = None
+        # written flat: on 4 elements each call on the way is a share of the op
+        for t in (grad, mean, rstd, weight, bias):
+            if t is not None and (not isinstance(t, Tensor) or t.dtype is not dtype or not t.is_contiguous()
+                                  or t.get_device() != index):
+                return None
+        if grad is None or mean is None or rstd is None or grad.shape != shape:
             return None
-        return ((dtype, x.shape, index, tuple(normalized), mean.shape, rstd.shape, w_key, b_key,
-                 (need_dx, need_dw, need_db), config.deploy_mode()), (grad, x, mean, rstd, weight, bias))
+        if weight is not None:
+            w_key = weight.shape
+        if bias is not None:
+            b_key = bias.shape
+        return ((dtype, shape, index, tuple(normalized), mean.shape, rstd.shape, w_key, b_key,
+                 (need_dx, need_dw, need_db), deploy_mode()), (grad, x, mean, rstd, weight, bias))
 
     return Family(signature, _layer_norm_backward_plan)
 

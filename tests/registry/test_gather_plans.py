@@ -187,3 +187,15 @@ def test_cat_of_two_contiguous_tensors_is_one_launch_of_the_pair_kernel(monkeypa
     got = gather.cat([a.to("rbln"), t.to("rbln").t()], 0)  # the transposed view: strided copies
     assert launched.count("strided_copy_kernel") == 2 and rows.cat_pair_kernel not in launched
     assert torch.equal(got.cpu(), torch.cat([a, t.t()], 0))
+
+
+def test_arange_plan_keeps_the_bounds_exactly():
+    """The plan's split of the bounds into float32 parts (memoised per value) is exact, and a zero keeps
+    its sign: -0.0 and 0.0 are the same memo key but not the same first value."""
+    for start, end, step in ((0.1, 1.2, 0.3), (-0.0, 2.0, 0.5), (0.0, 2.0, 0.5), (-0.0, 2.0, 0.5)):
+        out = torch.empty(len(torch.arange(start, end, step))).to("rbln")
+        A.arange.start_out(start, end, step, out=out)
+        A.arange.start_out(start, end, step, out=out)
+        expected = torch.arange(start, end, step)
+        assert torch.equal(out.cpu(), expected)
+        assert torch.equal(torch.signbit(out.cpu()), torch.signbit(expected)), (start, end, step)

@@ -165,6 +165,7 @@ def forward_family() -> Family:
     """`nll_loss_forward(x, target, weight, reduction, ignore_index)` with reduction mean or sum (none
     also fills total_weight: the implementation), x and weight contiguous of one floating dtype, int64
     targets, all on one device: `nll_loss_forward`'s one launch."""
+    int64 = torch.int64
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if len(args) != 5 or kwargs:
@@ -174,8 +175,10 @@ def forward_family() -> Family:
                 type(ignore_index) is not int:
             return None
         index, dtype = x.get_device(), x.dtype
-        if index < 0 or not _on(target, torch.int64, index) or \
-                (weight is not None and not _on(weight, dtype, index)):
+        if index < 0 or not isinstance(target, Tensor) or target.dtype is not int64 or \
+                not target.is_contiguous() or target.get_device() != index:
+            return None
+        if weight is not None and not _on(weight, dtype, index):
             return None
         w_key = None if weight is None else weight.shape
         return (dtype, x.shape, target.shape, w_key, reduction, ignore_index, index), (x, target, weight)
@@ -227,6 +230,7 @@ def backward_family() -> Family:
     """`nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight)`, every float
     tensor contiguous of x's dtype on its device: `nll_loss_backward`'s one launch (it writes whole
     rows of dx, so no zero fill)."""
+    int64 = torch.int64
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if len(args) != 7 or kwargs:
@@ -236,8 +240,14 @@ def backward_family() -> Family:
                 type(ignore_index) is not int:
             return None
         index, dtype = x.get_device(), x.dtype
-        if index < 0 or not _on(target, torch.int64, index) or not _on(grad, dtype, index) or \
-                not _on(total_weight, dtype, index) or (weight is not None and not _on(weight, dtype, index)):
+        if index < 0 or not isinstance(target, Tensor) or target.dtype is not int64 or \
+                not target.is_contiguous() or target.get_device() != index:
+            return None
+        for t in (grad, total_weight, weight):  # written flat: each call on the way is a share of the op
+            if t is not None and (not isinstance(t, Tensor) or t.dtype is not dtype or not t.is_contiguous()
+                                  or t.get_device() != index):
+                return None
+        if grad is None or total_weight is None:
             return None
         return ((dtype, x.shape, target.shape, grad.shape, total_weight.shape,
                  None if weight is None else weight.shape, reduction, ignore_index, index),

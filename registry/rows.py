@@ -61,10 +61,6 @@ def _last_dim(dtype: torch.dtype, shape: tuple, dim: int) -> int | None:
     return shape[-1]
 
 
-def _contiguous_on(t: Any, dtype: torch.dtype, index: int) -> bool:
-    return isinstance(t, Tensor) and t.dtype is dtype and t.is_contiguous() and t.get_device() == index
-
-
 def _finite(scan: Callable, mask: int, tensors: tuple) -> bool:
     for t in tensors:
         numel = t.numel()
@@ -144,22 +140,36 @@ def _row_plan(launch: Launch, dtype: torch.dtype, shape: tuple, index: int, n: i
     small = numel < PARALLEL_MIN
     empty_, deploy_mode = _memory.empty, config.deploy_mode
 
-    def run(operands: tuple) -> Tensor | None:
+    def run(operands: tuple) -> Tensor | None:  # one input (softmax)
+        x, = operands
         launcher = plan.launcher
         if launcher is None or plan.backend != requested_backend():
             launcher = plan.kept()
-        if not deploy_mode():
-            for t in operands:
-                if not (scan(t.data_ptr(), numel, mask) if small else all_finite(t)):
-                    return None
+        if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
+            return None
         out = empty_(shape, dtype, index)
         if launcher is None or (rows > 1 and device_tp(index) > 1):
-            plan.launch_checked((*operands, out, n))
+            plan.launch_checked((x, out, n))
         else:
-            launcher(rows, 1, 1, *operands, out, n)
+            launcher(rows, 1, 1, x, out, n)
         return out
 
-    plan.run = run
+    def run_two(operands: tuple) -> Tensor | None:  # two inputs (softmax backward: grad, output)
+        g, y = operands
+        launcher = plan.launcher
+        if launcher is None or plan.backend != requested_backend():
+            launcher = plan.kept()
+        if not deploy_mode() and not (scan(g.data_ptr(), numel, mask) and scan(y.data_ptr(), numel, mask)
+                                      if small else all_finite(g) and all_finite(y)):
+            return None
+        out = empty_(shape, dtype, index)
+        if launcher is None or (rows > 1 and device_tp(index) > 1):
+            plan.launch_checked((g, y, out, n))
+        else:
+            launcher(rows, 1, 1, g, y, out, n)
+        return out
+
+    plan.run = run if inputs == 1 else run_two
     return plan
 
 
@@ -198,7 +208,8 @@ def softmax_backward_family(*, log: bool) -> Family:
         if not isinstance(output, Tensor) or not output.is_contiguous() or type(dim) is not int:
             return None
         index, dtype = output.get_device(), output.dtype
-        if index < 0 or input_dtype is not dtype or not _contiguous_on(grad, dtype, index) or \
+        if index < 0 or input_dtype is not dtype or not isinstance(grad, Tensor) or \
+                grad.dtype is not dtype or not grad.is_contiguous() or grad.get_device() != index or \
                 grad.shape != output.shape:
             return None
         return (dtype, output.shape, index, dim), (grad, output)

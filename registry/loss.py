@@ -243,11 +243,14 @@ def backward_family() -> Family:
         if index < 0 or not isinstance(target, Tensor) or target.dtype is not int64 or \
                 not target.is_contiguous() or target.get_device() != index:
             return None
-        for t in (grad, total_weight, weight):  # written flat: each call on the way is a share of the op
-            if t is not None and (not isinstance(t, Tensor) or t.dtype is not dtype or not t.is_contiguous()
-                                  or t.get_device() != index):
-                return None
-        if grad is None or total_weight is None:
+        # written flat: on 4 elements each call on the way to the launch is a share of the op
+        if not isinstance(grad, Tensor) or grad.dtype is not dtype or not grad.is_contiguous() or \
+                grad.get_device() != index:
+            return None
+        if not isinstance(total_weight, Tensor) or total_weight.dtype is not dtype or \
+                not total_weight.is_contiguous() or total_weight.get_device() != index:
+            return None
+        if weight is not None and not _on(weight, dtype, index):
             return None
         return ((dtype, x.shape, target.shape, grad.shape, total_weight.shape,
                  None if weight is None else weight.shape, reduction, ignore_index, index),
@@ -276,6 +279,7 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
     plain, check = _checks(dtype, counts)
     unscanned, (_, mask), wide = (0, 0, 0, 0), contiguous_scan(dtype), int(dtype == torch.float32)
     empty_, deploy_mode = _memory.empty, config.deploy_mode
+    split, weighted = rows > 1, int(has_w)
 
     def run(operands: tuple) -> Tensor | None:
         grad, x, target, weight, total_weight = operands
@@ -291,10 +295,11 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
         elif not check(target, rows, classes, ignore_index, (grad, x, w, total_weight)):
             return None
         dx = empty_(shape, dtype, index)
-        if launcher is None or (rows > 1 and device_tp(index) > 1):
+        if launcher is None or (split and device_tp(index) > 1):
             plan.launch_checked((grad, target, w, total_weight, dx, *ints))
         else:
-            launcher(rows, 1, 1, grad, target, w, total_weight, dx, *ints)
+            launcher(rows, 1, 1, grad, target, w, total_weight, dx, classes, ignore_index, reduction,
+                     weighted)
         return dx
 
     plan.run = run

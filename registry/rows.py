@@ -545,8 +545,14 @@ def _layer_norm_backward_plan(key: tuple, operands: tuple) -> Plan:
             if by_address is None and not deploy and not scanned(grad, x, mean, rstd, weight, bias,
                                                                  fused.scan_all):
                 return None
-            dx, dw, db = results()
-            dx_t, dw_t, db_t = (grad if t is None else t for t in (dx, dw, db))
+            if layout is not None:
+                dx, dw, db = empty_triple_of(layout, dtype, index)
+                dx_t, dw_t, db_t = dx, dw, db
+            else:
+                dx, dw, db = results()
+                dx_t = grad if dx is None else dx  # an absent result is never written: grad stands in
+                dw_t = grad if dw is None else dw
+                db_t = grad if db is None else db
             w = x if weight is None else weight
             b = x if bias is None else bias
             if by_address is None:

@@ -124,21 +124,29 @@ def test_row_kernel_argmax_needs_write_index():
 
 
 def test_amax_amin_allocate_no_index_tensor(monkeypatch):
-    """amax/amin (general path, then fast path) allocate their result only; max.dim still its indices."""
+    """amax/amin (a new plan, then its kept launch) allocate their result only; max.dim still its
+    indices (values and indices in one allocation, `_memory.empty_pair`)."""
     from torch_rbln import _memory
 
     allocated = []
-    original = _memory.empty
+    original, original_pair = _memory.empty, _memory.empty_pair
 
     def recording(shape, dtype, index):
         allocated.append(dtype)
         return original(shape, dtype, index)
 
+    def recording_pair(first, second, dtype, index, second_dtype=None):
+        allocated.extend((dtype, second_dtype or dtype))
+        return original_pair(first, second, dtype, index, second_dtype)
+
     x = torch.randn(4, 6)
     d = x.to("rbln")
     monkeypatch.setattr(_memory, "empty", recording)
+    monkeypatch.setattr(_memory, "empty_pair", recording_pair)
+    for name in ("amax.default", "amin.default", "max.dim"):  # plans keep the allocator they were made with
+        registry._kernels[name].plans().clear()
     registry.reset_fallback_report()
-    for _ in range(2):  # the general path, then the fast path
+    for _ in range(2):  # a new plan, then the kept one
         assert torch.equal(d.amax(-1).cpu(), x.amax(-1)) and torch.equal(d.amin(-1).cpu(), x.amin(-1))
         assert torch.equal(d.amax(0).cpu(), x.amax(0))  # the middle kernel (it keeps a scratch index)
     assert allocated.count(torch.int64) == 2 and allocated.count(torch.float32) == 6

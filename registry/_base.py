@@ -31,7 +31,7 @@ class InvalidCall(RuntimeError):
 
 
 class Ref:
-    """A not-yet-imported function, `Ref("_ops", "layer_norm")` for `torch_rbln.registry._ops.layer_norm`:
+    """A not-yet-imported function, `Ref("rows", "layer_norm")` for `torch_rbln.registry.rows.layer_norm`:
     `ref.get()` imports the module and returns it. Closures that hold a Ref replace it by the function on
     their first call (`resolve`), so later calls pay nothing for the laziness; calling the Ref itself
     forwards to the function (for direct callers such as tests)."""

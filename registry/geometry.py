@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ._base import Decline
+
 I32 = 2**31  # ints below this are int32 kernel arguments (another specialisation above)
 
 
@@ -88,3 +90,34 @@ def expanded_strides(t: torch.Tensor, shape: Sequence[int]) -> list[int]:
         if offset + i >= 0:  # extra leading dims are size 1 (a 1-element scalar operand)
             strides[offset + i] = stride if size != 1 else 0
     return strides
+
+
+def reduced_dims(nd: int, dim: int | Sequence[int] | None) -> list[int]:
+    """The sorted, wrapped dims of a tensor of `nd` dims that a reduction's `dim` names: every dim for
+    None or an empty list (torch's convention). A dim out of range raises `Decline` (the CPU kernel then
+    raises torch's IndexError)."""
+    if dim is None or (not isinstance(dim, int) and len(dim) == 0):
+        return list(range(nd))
+    width = max(nd, 1)
+    wrapped = set()
+    for d in (dim,) if isinstance(dim, int) else dim:
+        if not -width <= d < width:
+            raise Decline(f"dim {d} out of range")
+        wrapped.add(d % width)
+    return sorted(wrapped) if nd else []
+
+
+def reduced_shape(shape: Sequence[int], dims: Sequence[int], keepdim: bool) -> tuple:
+    """The result shape of reducing `dims` (wrapped) of `shape`."""
+    if keepdim:
+        return tuple(1 if i in dims else size for i, size in enumerate(shape))
+    return tuple(size for i, size in enumerate(shape) if i not in dims)
+
+
+def dims_run(nd: int, dims: Sequence[int]) -> tuple[int, int] | None:
+    """(first, last) when the sorted `dims` are the run first..last-1 (all `nd` dims when empty); None
+    when they are scattered."""
+    if not dims:
+        return 0, nd
+    first, last = dims[0], dims[-1] + 1
+    return (first, last) if last - first == len(dims) else None

@@ -7,7 +7,8 @@ graphs).
 scatter that undoes `index_select`. Both take one integer index tensor on one dim (every dim before it
 a full slice, `None` in aten's index list); index_put a contiguous destination and values that
 broadcast to the indexed shape. Everything else (boolean masks, several index tensors, negative
-indices, bool accumulation) is declined, so the CPU fallback runs it with torch's own semantics and errors.
+indices, bool accumulation) is declined, so the CPU fallback runs it with torch's own semantics and
+errors.
 The scatters copy through the copy kernels.
 """
 
@@ -17,10 +18,11 @@ import math
 
 import torch
 
-from . import _copy, _launch, _ops
+from . import _copy, _launch
 from ._base import FLOATS, Decline
 from ._launch import kernel_module as _k
 from ._ops import contiguous
+from .gather import index_select
 from .geometry import I32, row_block
 
 # index_put's kernel moves values of any of these (integers exactly: `inv_perm[perm] = arange(n)` in
@@ -50,7 +52,7 @@ def index(self: torch.Tensor, indices: list) -> torch.Tensor:
     flat = index_tensor.reshape(-1)
     if flat.numel() == 0:
         raise Decline("empty index")
-    gathered = _ops.index_select(self, dim, flat)
+    gathered = index_select(self, dim, flat)
     return gathered.view([*self.shape[:dim], *index_tensor.shape, *self.shape[dim + 1:]])
 
 

@@ -16,10 +16,12 @@ from ._base import INTEGERS, Decline, LazyModule, Ref, resolve
 # Placeholders until an op's first call imports them (see `_base.LazyModule`): the table itself, and so
 # the registration that `import torch` runs, imports no implementation, kernel, DSL or numba module.
 O = LazyModule(globals(), "O", "_ops")  # noqa: E741
-R = LazyModule(globals(), "R", "_reduce")
-FP = LazyModule(globals(), "FP", "_fastpath")
+R = LazyModule(globals(), "R", "reduce")
 EW = LazyModule(globals(), "EW", "elementwise")
-_FAST_PATH_MODULES = ("_fast_rows", "_fast_matmul")
+RW = LazyModule(globals(), "RW", "rows")
+LS = LazyModule(globals(), "LS", "loss")
+GA = LazyModule(globals(), "GA", "gather")
+_FAST_PATH_MODULES = ("_fast_matmul",)
 
 
 @dataclass(frozen=True)
@@ -30,10 +32,6 @@ class Op:
     int_inputs: bool = False  # integer/bool tensors are legitimate inputs (indices, masks)
     tol: dict = field(default_factory=dict)  # dtype name -> (atol, rtol) for the tests
     overwrites_first: bool = False  # the first argument is only written (fill_, zero_): no NaN/Inf check
-    # builds the fast path, `(args, kwargs) -> result or None`, which takes the plain common case before
-    # the generic checks (see _fastpath); None from it means "not plain": the dispatcher goes on as
-    # without it. Called on the op's first call (`Op.fast`); a module's FAST_PATHS entry replaces it.
-    make_fast: Callable[[], Callable | None] | None = None
     # builds the entry's family planner (`signature`, `plan`: see plan.py) for families migrated to
     # per-signature plans; an entry with one has no fast path
     make_plan: Callable[[], object] | None = None
@@ -49,12 +47,12 @@ class Op:
 
     @property
     def fast(self) -> Callable | None:
-        """The fast path (built once, on first use: building it imports the implementation modules)."""
+        """The fast path of a family not migrated to plans (`_FAST_PATH_MODULES`' `FAST_PATHS`: `(args,
+        kwargs) -> result or None`, None for a call it does not take), looked up on first use (which
+        imports those modules)."""
         fast = self.__dict__.get("_fast", _UNBUILT)
         if fast is _UNBUILT:
             fast = _fast_paths().get(self.name) if self.name in NAMES else None
-            if fast is None and self.make_fast is not None:
-                fast = self.make_fast()
             object.__setattr__(self, "_fast", fast)
         return fast
 
@@ -354,15 +352,18 @@ TABLE: list[Op] = [
     Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True,
        make_plan=lambda: EW.fill(zero=True)),
     # ---- (2) softmax, log_softmax, layer norm (+ backward)
-    Op("_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=False), "softmax", tol=LOOSE,
-       make_fast=lambda: FP.softmax(log=False)),
-    Op("_log_softmax.default", lambda x, d, h: O.softmax(x, d, h, log=True), "log_softmax", tol=LOOSE,
-       make_fast=lambda: FP.softmax(log=True)),
-    Op("_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=False)),
-    Op("_log_softmax_backward_data.default", lambda g, y, d, t: O.softmax_backward(g, y, d, t, log=True)),
-    Op("native_layer_norm.default", Ref("_ops", "layer_norm"), "nn.functional.layer_norm", tol=LOOSE,
-       make_fast=lambda: FP.layer_norm()),
-    Op("native_layer_norm_backward.default", Ref("_ops", "layer_norm_backward")),
+    Op("_softmax.default", lambda x, d, h: RW.softmax(x, d, h, log=False), "softmax", tol=LOOSE,
+       make_plan=lambda: RW.softmax_family(log=False)),
+    Op("_log_softmax.default", lambda x, d, h: RW.softmax(x, d, h, log=True), "log_softmax", tol=LOOSE,
+       make_plan=lambda: RW.softmax_family(log=True)),
+    Op("_softmax_backward_data.default", lambda g, y, d, t: RW.softmax_backward(g, y, d, t, log=False),
+       make_plan=lambda: RW.softmax_backward_family(log=False)),
+    Op("_log_softmax_backward_data.default", lambda g, y, d, t: RW.softmax_backward(g, y, d, t, log=True),
+       make_plan=lambda: RW.softmax_backward_family(log=True)),
+    Op("native_layer_norm.default", Ref("rows", "layer_norm"), "nn.functional.layer_norm", tol=LOOSE,
+       make_plan=lambda: RW.layer_norm_family()),
+    Op("native_layer_norm_backward.default", Ref("rows", "layer_norm_backward"),
+       make_plan=lambda: RW.layer_norm_backward_family()),
     # ---- (3) matmul family (linear and matmul decompose into these)
     Op("mm.default", lambda a, b: O.mm(a, b), "mm", tol=MATMUL),
     Op("mm.out", lambda a, b, out=None: O.mm(a, b, out=out)),
@@ -371,24 +372,34 @@ TABLE: list[Op] = [
     Op("addmm.default", lambda c, a, b, beta=1, alpha=1: O.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL),
     Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: O.addmm(c, a, b, beta, alpha, out=out)),
     # ---- (4) reductions over any dims
-    Op("sum.dim_IntList", _sum, "sum", tol=LOOSE),
+    Op("sum.dim_IntList", _sum, "sum", tol=LOOSE, make_plan=lambda: R.family("sum", keywords=("dtype",))),
     Op("sum.default", lambda x, dtype=None: _sum(x, None, False, dtype),
-       make_fast=lambda: FP.reduction("sum", dims=False)),
+       make_plan=lambda: R.family("sum", positional=1, keywords=("dtype",))),
     Op("mean.dim", lambda x, dim, keepdim=False, dtype=None: R.reduce("mean", x, dim, keepdim, dtype),
-       "mean", tol=LOOSE),
+       "mean", tol=LOOSE, make_plan=lambda: R.family("mean", keywords=("dtype",))),
     Op("mean.default", lambda x, dtype=None: R.reduce("mean", x, None, False, dtype),
-       make_fast=lambda: FP.reduction("mean", dims=False)),
-    Op("amax.default", lambda x, dim=(), keepdim=False: R.reduce("amax", x, dim, keepdim), "amax"),
-    Op("amin.default", lambda x, dim=(), keepdim=False: R.reduce("amin", x, dim, keepdim), "amin"),
-    Op("max.dim", lambda x, dim, keepdim=False: R.reduce("max", x, dim, keepdim), "max:reduction_with_dim"),
-    Op("min.dim", lambda x, dim, keepdim=False: R.reduce("min", x, dim, keepdim), "min:reduction_with_dim"),
-    Op("argmax.default", lambda x, dim=None, keepdim=False: R.reduce("argmax", x, dim, keepdim), "argmax"),
-    Op("argmin.default", lambda x, dim=None, keepdim=False: R.reduce("argmin", x, dim, keepdim), "argmin"),
-    Op("var.correction", _var, "var", tol=LOOSE),
-    Op("std.correction", _std, "std", tol=LOOSE),
+       make_plan=lambda: R.family("mean", positional=1, keywords=("dtype",))),
+    Op("amax.default", lambda x, dim=(), keepdim=False: R.reduce("amax", x, dim, keepdim), "amax",
+       make_plan=lambda: R.family("amax")),
+    Op("amin.default", lambda x, dim=(), keepdim=False: R.reduce("amin", x, dim, keepdim), "amin",
+       make_plan=lambda: R.family("amin")),
+    Op("max.dim", lambda x, dim, keepdim=False: R.reduce("max", x, dim, keepdim), "max:reduction_with_dim",
+       make_plan=lambda: R.family("max")),
+    Op("min.dim", lambda x, dim, keepdim=False: R.reduce("min", x, dim, keepdim), "min:reduction_with_dim",
+       make_plan=lambda: R.family("min")),
+    Op("argmax.default", lambda x, dim=None, keepdim=False: R.reduce("argmax", x, dim, keepdim), "argmax",
+       make_plan=lambda: R.family("argmax")),
+    Op("argmin.default", lambda x, dim=None, keepdim=False: R.reduce("argmin", x, dim, keepdim), "argmin",
+       make_plan=lambda: R.family("argmin")),
+    Op("var.correction", _var, "var", tol=LOOSE,
+       make_plan=lambda: R.family("var", positional=2, keywords=("correction", "keepdim"))),
+    Op("std.correction", _std, "std", tol=LOOSE,
+       make_plan=lambda: R.family("std", positional=2, keywords=("correction", "keepdim"))),
     # ---- (5) embedding (aten::embedding is index_select on rows)
-    Op("index_select.default", Ref("_ops", "index_select"), "nn.functional.embedding", int_inputs=True),
-    Op("embedding_dense_backward.default", Ref("_ops", "embedding_backward"), int_inputs=True),
+    Op("index_select.default", Ref("gather", "index_select"), "nn.functional.embedding", int_inputs=True,
+       make_plan=lambda: GA.index_select_family()),
+    Op("embedding_dense_backward.default", Ref("gather", "embedding_backward"), int_inputs=True,
+       make_plan=lambda: GA.embedding_backward_family()),
     # ---- indexing by a tensor and the scatters (index_put_ and index_put reach _index_put_impl_; the
     # embedding and slicing backward of compiled graphs)
     Op("index.Tensor", Ref("indexing", "index"), "__getitem__", int_inputs=True),
@@ -396,12 +407,13 @@ TABLE: list[Op] = [
     Op("slice_scatter.default", Ref("indexing", "slice_scatter"), "slice_scatter"),
     Op("select_scatter.default", Ref("indexing", "select_scatter"), "select_scatter"),
     # ---- loss (cross_entropy = log_softmax + nll_loss)
-    Op("nll_loss_forward.default", Ref("_loss", "nll_loss_forward"), "nn.functional.nll_loss",
-       int_inputs=True, tol=LOOSE),
-    Op("nll_loss_backward.default", Ref("_loss", "nll_loss_backward"), int_inputs=True),
+    Op("nll_loss_forward.default", Ref("loss", "nll_loss_forward"), "nn.functional.nll_loss",
+       int_inputs=True, tol=LOOSE, make_plan=lambda: LS.forward_family()),
+    Op("nll_loss_backward.default", Ref("loss", "nll_loss_backward"), int_inputs=True,
+       make_plan=lambda: LS.backward_family()),
     # ---- shape building blocks models use
-    Op("cat.default", Ref("_ops", "cat"), "cat"),
-    Op("arange.start_out", Ref("_ops", "arange"), int_inputs=True),
+    Op("cat.default", Ref("gather", "cat"), "cat", make_plan=lambda: GA.cat_family()),
+    Op("arange.start_out", Ref("gather", "arange"), int_inputs=True, make_plan=lambda: GA.arange_family()),
     # ---- CNN family (registry/conv.py): convolution, batch norm, max pooling (+ backwards), gather
     Op("convolution.default", Ref("conv", "convolution"), "nn.functional.conv2d", tol=CONV),
     Op("convolution_backward.default", Ref("conv", "convolution_backward"), tol=CONV),
@@ -441,9 +453,8 @@ TABLE: list[Op] = [
 
 
 def _fast_paths() -> dict[str, Callable]:
-    """The fast paths of the modules that keep theirs in a `FAST_PATHS` dict (overload name -> fast path,
-    replacing an entry's own `make_fast`): each family's fast paths live next to each other, not spread
-    over this list. Imported on the first call of any op."""
+    """The fast paths of the families not migrated to plans, kept in their modules' `FAST_PATHS` dicts
+    (overload name -> fast path). Imported on the first call of such an op."""
     if _FAST_PATHS is None:
         import importlib
 

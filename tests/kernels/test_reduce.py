@@ -52,10 +52,10 @@ def test_max_min_argmax_with_ties_and_nan_match_torch(dim):
     _assert_on_device()
     # NaN inputs take the exact CPU path (SPEC: nan_inf) unless deploy mode; the kernel itself also
     # propagates NaN with its first index, checked through the registry's kernel directly.
-    from torch_rbln.registry import _reduce
+    from torch_rbln.registry import reduce
 
     x[1, 2, 3, 0] = float("nan")
-    values, indices = _reduce.reduce("max", x.to("rbln"), dim)
+    values, indices = reduce.reduce("max", x.to("rbln"), dim)
     expected = torch.max(x, dim)
     torch.testing.assert_close(values.cpu(), expected.values, equal_nan=True)
     assert torch.equal(indices.cpu(), expected.indices)
@@ -91,18 +91,18 @@ def test_row_kernel_without_write_index_stores_the_same_values_and_no_index():
     """amax/amin's specialisation (WRITE_INDEX=False) of the row kernel: the values of max/min's, bit
     for bit (ties, NaN, rows longer than a block), and the index buffer left alone."""
     from torch_rbln.kernels import rows
-    from torch_rbln.registry import _reduce
+    from torch_rbln.registry import reduce
 
     x = torch.randint(0, 3, (3, 1500)).float()
     x[1, 700] = float("nan")
     x[2, 5] = -float("inf")
     for op in (rows.R_MAX, rows.R_MIN):
-        key, constexprs = _reduce.row_key(x.dtype, x.dtype, torch.int64, op, x.shape[1], write_index=True)
+        key, constexprs = reduce.row_key(x.dtype, x.dtype, torch.int64, op, x.shape[1], write_index=True)
         values, indices = torch.empty(3), torch.full((3,), -7, dtype=torch.int64)
         rows.reduce_kernel[(3,)](x, values, indices, x.shape[1], 1.0, **constexprs)
-        key, constexprs = _reduce.row_key(x.dtype, x.dtype, x.dtype, op, x.shape[1], write_index=False)
+        key, constexprs = reduce.row_key(x.dtype, x.dtype, x.dtype, op, x.shape[1], write_index=False)
         assert constexprs["WRITE_INDEX"] is False  # and the key names the specialisation:
-        assert key != _reduce.row_key(x.dtype, x.dtype, x.dtype, op, x.shape[1], write_index=True)[0]
+        assert key != reduce.row_key(x.dtype, x.dtype, x.dtype, op, x.shape[1], write_index=True)[0]
         alone = torch.full((3,), 123.0)
         only = torch.empty(3)
         rows.reduce_kernel[(3,)](x, only, alone, x.shape[1], 1.0, **constexprs)
@@ -124,21 +124,29 @@ def test_row_kernel_argmax_needs_write_index():
 
 
 def test_amax_amin_allocate_no_index_tensor(monkeypatch):
-    """amax/amin (general path, then fast path) allocate their result only; max.dim still its indices."""
+    """amax/amin (a new plan, then its kept launch) allocate their result only; max.dim still its
+    indices (values and indices in one allocation, `_memory.empty_pair`)."""
     from torch_rbln import _memory
 
     allocated = []
-    original = _memory.empty
+    original, original_pair = _memory.empty, _memory.empty_pair
 
     def recording(shape, dtype, index):
         allocated.append(dtype)
         return original(shape, dtype, index)
 
+    def recording_pair(first, second, dtype, index, second_dtype=None):
+        allocated.extend((dtype, second_dtype or dtype))
+        return original_pair(first, second, dtype, index, second_dtype)
+
     x = torch.randn(4, 6)
     d = x.to("rbln")
     monkeypatch.setattr(_memory, "empty", recording)
+    monkeypatch.setattr(_memory, "empty_pair", recording_pair)
+    for name in ("amax.default", "amin.default", "max.dim"):  # plans keep the allocator they were made with
+        registry._kernels[name].plans().clear()
     registry.reset_fallback_report()
-    for _ in range(2):  # the general path, then the fast path
+    for _ in range(2):  # a new plan, then the kept one
         assert torch.equal(d.amax(-1).cpu(), x.amax(-1)) and torch.equal(d.amin(-1).cpu(), x.amin(-1))
         assert torch.equal(d.amax(0).cpu(), x.amax(0))  # the middle kernel (it keeps a scratch index)
     assert allocated.count(torch.int64) == 2 and allocated.count(torch.float32) == 6

@@ -1,0 +1,525 @@
+"""The gather family: index_select (an embedding lookup), the embedding weight's gradient, cat and
+arange, and their plans (one per call signature, `plan.py`).
+
+Each op's launch is decided once (`index_select_launch`, `embedding_backward_launch`, `cat_pair_launch`,
+`arange_launch`) for both the checked implementation (any layout: strided operands are copied first)
+and the plans (contiguous rbln operands of the key's dtypes and shapes), so both launch the same
+specialisation with the same arguments. cat of three or more inputs copies each into its slice with
+the copy kernels' own decision (`_copy`). Indices are range-checked on the host (a compiled scan): an
+index out of range takes the CPU fallback, which raises torch's error.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp, requested_backend
+
+from . import _copy, _launch
+from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
+from ._ops import FLOATS, Decline, _device_index, _k, contiguous, empty
+from .geometry import I32, TILED_MIN, block, cdiv, row_block
+from .plan import NO_PLAN, Family, Plan
+
+INDICES = (torch.int64, torch.int32)
+_NUMBER = (int, float)
+
+
+class Gather(NamedTuple):
+    """A launch `kernel[(programs, rows)](*tensors, *ints, **keywords)` kept under `key`."""
+
+    kernel: Any
+    key: tuple
+    keywords: dict
+    programs: int
+    rows: int
+    ints: tuple
+
+
+def _on(t: Any, index: int) -> bool:
+    return isinstance(t, Tensor) and t.is_contiguous() and t.get_device() == index
+
+
+def _contiguous_rbln(x: Any) -> int:
+    """The device index of a contiguous rbln tensor `x`, else -1."""
+    return x.get_device() if isinstance(x, Tensor) and x.is_contiguous() else -1
+
+
+def _scanner(dtype: torch.dtype, numel: int):
+    """`finite(tensor)` for contiguous tensors of `dtype` and `numel` elements (True in deploy mode)."""
+    scan, mask = contiguous_scan(dtype)
+    deploy_mode = config.deploy_mode
+    if numel < PARALLEL_MIN:
+        return lambda t: deploy_mode() or scan(t.data_ptr(), numel, mask)
+    return lambda t: deploy_mode() or all_finite(t)
+
+
+# ---------------------------------------------------------------- index_select
+
+def index_select_launch(dtype: torch.dtype, index_dtype: torch.dtype, shape: tuple, dim: int,
+                        count: int) -> Gather:
+    """The gather of `count` slices along `dim` (wrapped) of a contiguous tensor of `shape`: programs
+    over (index, outer block), ints (size, count, inner)."""
+    size = shape[dim]
+    outer, inner = math.prod(shape[:dim]), math.prod(shape[dim + 1:])
+    width = row_block(inner)
+    return Gather(_k("embedding").index_select_kernel,
+                  (dtype, index_dtype, width, size < I32, count < I32, inner < I32), {"BLOCK": width}, count,
+                  outer, (size, count, inner))
+
+
+def index_select(x, dim, index_tensor):
+    """x.index_select(dim, index) of a floating tensor of any rank (an embedding lookup is rows of a
+    matrix): one gather launch."""
+    if index_tensor.dtype not in INDICES or index_tensor.dim() > 1:
+        raise Decline("index dtype/shape")
+    if index_tensor.is_cpu:
+        raise Decline("CPU index")
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    nd = x.dim()
+    if nd == 0:
+        raise Decline("zero-dim source")
+    if not -nd <= dim < nd:
+        raise Decline(f"dim {dim} out of range")
+    dim %= nd
+    count = index_tensor.numel()
+    if count == 0 or x.numel() == 0:
+        raise Decline("empty tensor")
+    index_tensor = contiguous(index_tensor)
+    if not _k("embedding").indices_in_range(index_tensor, x.shape[dim]):
+        raise Decline("index out of range")
+    x = contiguous(x)
+    shape = list(x.shape)
+    shape[dim] = count
+    out = empty(shape, x.dtype, x.get_device())
+    g = index_select_launch(x.dtype, index_tensor.dtype, tuple(x.shape), dim, count)
+    _launch.launch(g.kernel, g.programs, g.key, (x, index_tensor, out, *g.ints), g.keywords, rows=g.rows)
+    return out
+
+
+def index_select_family() -> Family:
+    """`index_select(x, dim, index)` with a contiguous int64/int32 index of at most one dim on x's
+    device, range-checked by the compiled scan."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 3 or kwargs:
+            return None
+        x, dim, indices = args
+        index = _contiguous_rbln(x)
+        if index < 0 or type(dim) is not int or not _on(indices, index) or indices.dtype not in INDICES:
+            return None
+        return (x.dtype, x.shape, dim, indices.dtype, indices.shape, index), (x, indices)
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        dtype, shape, dim, index_dtype, index_shape, index = key
+        shape = tuple(shape)
+        nd = len(shape)
+        count = math.prod(index_shape)
+        if dtype not in FLOATS or nd == 0 or not -nd <= dim < nd or len(index_shape) > 1 or count == 0 or \
+                not math.prod(shape):
+            return NO_PLAN
+        dim %= nd
+        g = index_select_launch(dtype, index_dtype, shape, dim, count)
+        out_shape = shape[:dim] + (count,) + shape[dim + 1:]
+        plan = Plan(g.kernel, g.key, g.keywords, g.programs, g.rows, out_shape, dtype, (0,))
+        numel = math.prod(shape)
+        scan, mask = contiguous_scan(dtype)
+        small = numel < PARALLEL_MIN
+        Em = _k("embedding")
+        in_range = Em.in_range_64 if index_dtype is torch.int64 else Em.in_range_32
+        size, programs, rows = shape[dim], g.programs, g.rows
+        split = programs * rows > 1
+        empty_, deploy_mode = _memory.empty, config.deploy_mode
+
+        def run(operands: tuple) -> Tensor | None:
+            x, indices = operands
+            launcher = plan.launcher
+            if launcher is None or plan.backend != requested_backend():
+                launcher = plan.kept()
+            if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
+                return None
+            if not in_range(indices.data_ptr(), count, size, 0):
+                return None  # out of range: the implementation declines (0 stands in for "none ignored")
+            out = empty_(out_shape, dtype, index)
+            if launcher is None or (split and device_tp(index) > 1):
+                plan.launch_checked((x, indices, out, size, count, g.ints[2]))
+            else:
+                launcher(programs, rows, 1, x, indices, out, size, count, g.ints[2])
+            return out
+
+        plan.run = run
+        return plan
+
+    return Family(signature, plan)
+
+
+# ---------------------------------------------------------------- embedding backward
+
+def embedding_backward_launch(dtype: torch.dtype, index_dtype: torch.dtype, count: int, dim: int,
+                              padding_idx: int, num_weights: int) -> Gather:
+    """One program per weight row, summing the grad rows whose index is that row (deterministic, no
+    atomics); ints (count, dim, padding_idx)."""
+    block_d = min(256, max(16, 1 << (dim - 1).bit_length()))
+    ints = (count, dim, padding_idx)
+    key = (dtype, index_dtype, block_d, *(abs(v) < I32 for v in ints))
+    return Gather(_k("embedding").embedding_backward_kernel, key, {"BLOCK_I": 64, "BLOCK_D": block_d},
+                  num_weights, 1, ints)
+
+
+def embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """The embedding weight's gradient (`embedding_backward_launch`)."""
+    if scale_grad_by_freq:
+        raise Decline("scale_grad_by_freq")
+    if grad.dtype not in FLOATS:
+        raise Decline(f"dtype {str(grad.dtype).replace('torch.', '')}")
+    if indices.dtype not in INDICES or indices.is_cpu:
+        raise Decline("index dtype/device")
+    dim = grad.shape[-1] if grad.dim() else 0
+    count = indices.numel()
+    if count == 0 or dim == 0 or num_weights == 0:
+        raise Decline("empty tensor")
+    if grad.numel() != count * dim:
+        raise Decline("grad and indices shapes differ")
+    grad, indices = contiguous(grad), contiguous(indices)
+    out = empty([num_weights, dim], grad.dtype, grad.get_device())
+    g = embedding_backward_launch(grad.dtype, indices.dtype, count, dim, int(padding_idx), num_weights)
+    _launch.launch(g.kernel, g.programs, g.key, (grad, indices, out, *g.ints), g.keywords)
+    return out
+
+
+def embedding_backward_family() -> Family:
+    """`embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq=False)`
+    with contiguous grad and int64/int32 indices on one device."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 5 or kwargs:
+            return None
+        grad, indices, num_weights, padding_idx, scale = args
+        index = _contiguous_rbln(grad)
+        if index < 0 or scale is not False or type(num_weights) is not int or \
+                type(padding_idx) is not int or not _on(indices, index) or indices.dtype not in INDICES:
+            return None
+        return ((grad.dtype, grad.shape, indices.dtype, indices.numel(), num_weights, padding_idx, index),
+                (grad, indices))
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        dtype, shape, index_dtype, count, num_weights, padding_idx, index = key
+        if dtype not in FLOATS or not shape or count == 0 or num_weights <= 0:
+            return NO_PLAN
+        dim = shape[-1]
+        if dim == 0 or math.prod(shape) != count * dim:
+            return NO_PLAN
+        g = embedding_backward_launch(dtype, index_dtype, count, dim, padding_idx, num_weights)
+        out_shape = (num_weights, dim)
+        plan = Plan(g.kernel, g.key, g.keywords, g.programs, 1, out_shape, dtype, (0,))
+        numel = count * dim
+        scan, mask = contiguous_scan(dtype)
+        small = numel < PARALLEL_MIN
+        programs, split = g.programs, g.programs > 1
+        empty_, deploy_mode = _memory.empty, config.deploy_mode
+
+        def run(operands: tuple) -> Tensor | None:
+            grad, indices = operands
+            launcher = plan.launcher
+            if launcher is None or plan.backend != requested_backend():
+                launcher = plan.kept()
+            if not deploy_mode() and not (scan(grad.data_ptr(), numel, mask) if small else all_finite(grad)):
+                return None
+            out = empty_(out_shape, dtype, index)
+            if launcher is None or (split and device_tp(index) > 1):
+                plan.launch_checked((grad, indices, out, count, dim, padding_idx))
+            else:
+                launcher(programs, 1, 1, grad, indices, out, count, dim, padding_idx)
+            return out
+
+        plan.run = run
+        return plan
+
+    return Family(signature, plan)
+
+
+# ---------------------------------------------------------------- cat
+
+def cat_pair_launch(dtype: torch.dtype, a_shape: tuple, b_shape: tuple, dim: int, total: int) -> Gather:
+    """cat of two contiguous inputs whose result has `total` < TILED_MIN elements: one launch reading
+    both (a KV cache, a residual); ints (total, a's and b's elements per index of the dims before)."""
+    size = block(total)
+    return Gather(_k("rows").cat_pair_kernel, (dtype, size), {"BLOCK": size}, cdiv(total, size), 1,
+                  (total, math.prod(a_shape[dim:]), math.prod(b_shape[dim:])))
+
+
+def cat(tensors, dim=0):
+    """Two small contiguous inputs: the pair kernel (`cat_pair_launch`). Otherwise each input is
+    copied into its slice of the result by the copy kernels (`_copy.copy_into`: tiled when large)."""
+    tensors = [t for t in tensors if not (t.dim() == 1 and t.numel() == 0)]
+    if not tensors:
+        raise Decline("only empty tensors")
+    ref = tensors[0]
+    for t in tensors:
+        if t.dtype != ref.dtype:
+            raise Decline("mixed dtypes")
+        if t.dim() != ref.dim():
+            raise Decline("shape mismatch")
+    if ref.dtype not in FLOATS:
+        raise Decline(f"dtype {str(ref.dtype).replace('torch.', '')}")
+    if ref.dim() == 0:
+        raise Decline("zero-dim tensors")
+    dim = dim % ref.dim()
+    shape = list(ref.shape)
+    for t in tensors:
+        if [s for i, s in enumerate(t.shape) if i != dim] != [s for i, s in enumerate(shape) if i != dim]:
+            raise Decline("shape mismatch")
+    shape[dim] = sum(t.shape[dim] for t in tensors)
+    out = empty(shape, ref.dtype, _device_index(*tensors))
+    total = out.numel()
+    if len(tensors) == 2 and 0 < total < TILED_MIN and all(t.is_contiguous() for t in tensors):
+        a, b = tensors
+        g = cat_pair_launch(ref.dtype, tuple(a.shape), tuple(b.shape), dim, total)
+        _launch.launch(g.kernel, g.programs, g.key, (a, b, out, *g.ints), g.keywords)
+        return out
+    offset = 0
+    for t in tensors:  # each part is a copy into its slice of the output (tiled when large)
+        if t.numel():
+            _copy.copy_into(t, out.narrow(dim, offset, t.shape[dim]))
+        offset += t.shape[dim]
+    return out
+
+
+def cat_family() -> Family:
+    """`cat(tensors, dim=0)` of non-empty contiguous tensors of one floating dtype on one device: two
+    small inputs in one pair-kernel launch; more (or larger) a copy per input into its slice, as
+    `_copy` decides it."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if kwargs or not 1 <= len(args) <= 2:
+            return None
+        tensors = args[0]
+        dim = args[1] if len(args) == 2 else 0
+        kind = type(tensors)
+        if (kind is not list and kind is not tuple) or not tensors or type(dim) is not int:
+            return None
+        first = tensors[0]
+        index = _contiguous_rbln(first)
+        if index < 0:
+            return None
+        dtype = first.dtype
+        shapes = []
+        for t in tensors:  # one flat loop: cat of two small tensors is mostly this function's own time
+            if not isinstance(t, Tensor) or t.dtype is not dtype or not t.is_contiguous() or \
+                    t.get_device() != index:
+                return None
+            shapes.append(t.shape)
+        return (dtype, tuple(shapes), dim, index), tuple(tensors)
+
+    return Family(signature, _cat_plan)
+
+
+def _cat_plan(key: tuple, operands: tuple) -> Plan:
+    dtype, shapes, dim, index = key
+    shapes = [tuple(s) for s in shapes]
+    nd = len(shapes[0])
+    if dtype not in FLOATS or nd == 0 or not -nd <= dim < nd:
+        return NO_PLAN
+    dim %= nd
+    ref = [s for i, s in enumerate(shapes[0]) if i != dim]
+    for shape in shapes:
+        if len(shape) != nd or [s for i, s in enumerate(shape) if i != dim] != ref or not math.prod(shape):
+            return NO_PLAN  # (empty inputs: the implementation drops or rejects them)
+    out_shape = list(shapes[0])
+    out_shape[dim] = sum(shape[dim] for shape in shapes)
+    out_shape = tuple(out_shape)
+    total = math.prod(out_shape)
+    empty_ = _memory.empty
+    scanners = [_scanner(dtype, math.prod(shape)) for shape in shapes]
+    if len(shapes) == 2 and total < TILED_MIN:
+        g = cat_pair_launch(dtype, shapes[0], shapes[1], dim, total)
+        plan = Plan(g.kernel, g.key, g.keywords, g.programs, 1, out_shape, dtype, (0, 1))
+        scan, mask = contiguous_scan(dtype)  # (each input has fewer than TILED_MIN <= PARALLEL_MIN elements)
+        a_numel, b_numel = math.prod(shapes[0]), math.prod(shapes[1])
+        programs, split = g.programs, g.programs > 1
+        deploy_mode = config.deploy_mode
+
+        def run_pair(operands: tuple) -> Tensor | None:
+            a, b = operands
+            launcher = plan.launcher
+            if launcher is None or plan.backend != requested_backend():
+                launcher = plan.kept()
+            if not deploy_mode() and not (scan(a.data_ptr(), a_numel, mask) and
+                                          scan(b.data_ptr(), b_numel, mask)):
+                return None
+            out = empty_(out_shape, dtype, index)
+            if launcher is None or (split and device_tp(index) > 1):
+                plan.launch_checked((a, b, out, *g.ints))
+            else:
+                launcher(programs, 1, 1, a, b, out, *g.ints)
+            return out
+
+        plan.run = run_pair
+        return plan
+    out_strides = tuple(_memory.contiguous_strides(out_shape))
+    parts = []
+    offset = 0
+    for shape in shapes:  # the copy kernels' launch of each input into its slice
+        geometry = _copy._geometries[(shape, shape, tuple(_memory.contiguous_strides(shape)), out_strides)]
+        if type(geometry) is str:
+            return NO_PLAN
+        parts.append((geometry, offset, shape[dim]))
+        offset += shape[dim]
+    plan = Plan(shape=out_shape, dtype=dtype, scanned=tuple(range(len(shapes))))
+    run_copy = _copy._run
+
+    def run_parts(operands: tuple) -> Tensor | None:
+        for finite, t in zip(scanners, operands, strict=True):
+            if not finite(t):
+                return None
+        out = empty_(out_shape, dtype, index)
+        for (geometry, start, length), t in zip(parts, operands, strict=True):
+            run_copy(geometry, t, out.narrow(dim, start, length))
+        return out
+
+    plan.run = run_parts
+    return plan
+
+
+# ---------------------------------------------------------------- arange
+
+# PyTorch's CPU arange runs one serial kernel up to this many elements (at::internal::GRAIN_SIZE);
+# beyond, its threads' chunk boundaries (which depend on the thread count) decide the rounding.
+ARANGE_ONE_CHUNK = 32768
+
+
+def arange_vector_layout(dtype: torch.dtype, n: int) -> tuple[int, int]:
+    """(LANES, n_vec) of `arange_kernel`: PyTorch's CPU kernel makes floating values in vectors of 32 bytes
+    (its AVX2 kernel, also used on AVX512 hosts), two vectors per loop step, and the remaining elements
+    one by one; integers are exact either way."""
+    if not dtype.is_floating_point:
+        return 1, 0
+    lanes = 32 // dtype.itemsize
+    return lanes, n // (2 * lanes) * (2 * lanes)
+
+
+def split_double(value: float) -> tuple[float, float, float]:
+    """Three float32 values whose float64 sum is `value` exactly (24 + 24 + 5 of a double's 53 bits), for
+    kernels that need a double but receive float scalars as float32 (`arange_kernel`)."""
+    value = float(value)
+    return (value, 0.0, 0.0) if value == 0.0 else _split_nonzero(value)  # (a zero keeps its sign)
+
+
+@functools.lru_cache(maxsize=1024)  # an arange's bounds repeat from call to call
+def _split_nonzero(value: float) -> tuple[float, float, float]:
+    import numpy as np
+
+    hi = float(np.float32(value))
+    mid = float(np.float32(value - hi))
+    lo = float(np.float32(value - hi - mid))
+    return hi, mid, lo
+
+
+def splits_exactly(value: float) -> bool:
+    """Whether `split_double(value)` sums back to `value`: true unless a part would be a float32
+    subnormal (|value| far below 1e-30) or overflow (beyond 3e38)."""
+    return sum(split_double(value)) == float(value) if value else True
+
+
+def arange_launch(dtype: torch.dtype, n: int) -> Gather:
+    """`arange_kernel` writing n values of `dtype`; ints (n, n_vec)."""
+    size = block(n)
+    lanes, n_vec = arange_vector_layout(dtype, n)
+    return Gather(_k("elementwise").arange_kernel, (dtype, size, n < I32, lanes),
+                  {"BLOCK": size, "LANES": lanes}, cdiv(n, size), 1, (n, n_vec))
+
+
+def _arange_values(start: float, end: float, step: float) -> str | None:
+    """Why the kernel cannot make this arange exactly as the CPU does, or None."""
+    if step == 0:
+        return "zero step"
+    if abs(start) > 2 ** 24 or abs(end) > 2 ** 24:
+        return "values beyond exact float range"
+    if not (splits_exactly(start) and splits_exactly(step)):
+        return "bounds too small for an exact float32 split"
+    return None
+
+
+def arange(start, end, step=1, out=None):
+    """arange into an rbln `out=`: one launch (`arange_launch`)."""
+    if out is None or out.is_cpu:
+        raise Decline("no rbln out=")
+    if out.dtype not in (*INDICES, *FLOATS):
+        raise Decline(f"dtype {str(out.dtype).replace('torch.', '')}")
+    start, end, step = (v.item() if isinstance(v, Tensor) else v for v in (start, end, step))
+    reason = _arange_values(start, end, step)
+    if reason is not None:
+        raise Decline(reason)
+    n = max(0, math.ceil((end - start) / step))
+    if out.dtype.is_floating_point and n > ARANGE_ONE_CHUNK:
+        raise Decline("float arange longer than one CPU chunk (its rounding depends on the CPU threads)")
+    if list(out.shape) != [n]:
+        out.resize_([n])
+    if n:
+        if not out.is_contiguous():
+            raise Decline("non-contiguous output")
+        g = arange_launch(out.dtype, n)
+        _launch.launch(g.kernel, g.programs, g.key, (out, *g.ints, *split_double(start), *split_double(step)),
+                       g.keywords)
+    return out
+
+
+def arange_family() -> Family:
+    """`arange.start_out(start, end, step=1, *, out)` with Python-number bounds into a contiguous rbln
+    `out` that already has the result's length (nothing is read, so nothing is scanned)."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        count = len(args)
+        if not 2 <= count <= 3 or len(kwargs) != 1:
+            return None
+        out = kwargs.get("out")
+        start, end = args[0], args[1]
+        step = args[2] if count == 3 else 1
+        if type(start) not in _NUMBER or type(end) not in _NUMBER or type(step) not in _NUMBER or step == 0:
+            return None
+        index = _contiguous_rbln(out)
+        if index < 0 or out.dim() != 1:
+            return None
+        n = max(0, math.ceil((end - start) / step))
+        if out.shape[0] != n:
+            return None  # out= needs a resize: the implementation
+        return (out.dtype, n, index), (start, end, step, out)
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        dtype, n, index = key
+        if dtype not in (*INDICES, *FLOATS) or n <= 0 or (dtype.is_floating_point and n > ARANGE_ONE_CHUNK):
+            return NO_PLAN
+        g = arange_launch(dtype, n)
+        plan = Plan(g.kernel, g.key, g.keywords, g.programs, 1, (n,), dtype)
+
+        programs, (n_, n_vec) = g.programs, g.ints
+        split = programs > 1
+
+        def run(operands: tuple) -> Tensor | None:
+            start, end, step, out = operands
+            if abs(start) > 2 ** 24 or abs(end) > 2 ** 24:
+                return None  # the implementation declines it (as `_arange_values`)
+            s0, s1, s2 = split_double(start)
+            t0, t1, t2 = split_double(step)
+            if (start and s0 + s1 + s2 != start) or t0 + t1 + t2 != step:
+                return None  # a bound without an exact float32 split (`splits_exactly`)
+            launcher = plan.launcher
+            if launcher is None or plan.backend != requested_backend():
+                launcher = plan.kept()
+            if launcher is None or (split and device_tp(index) > 1):
+                plan.launch_checked((out, n_, n_vec, s0, s1, s2, t0, t1, t2))
+            else:
+                launcher(programs, 1, 1, out, n_, n_vec, s0, s1, s2, t0, t1, t2)
+            return out
+
+        plan.run = run
+        return plan
+
+    return Family(signature, plan)

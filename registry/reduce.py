@@ -1,0 +1,257 @@
+"""The reduction family: sum, mean, amax/amin, max/min with indices, argmax/argmin, var/std over any
+set of dims, and its plans (one per call signature, `plan.py`).
+
+The reduced dims decide the kernel, so no case needs a transposing copy unless the dims are scattered:
+- trailing dims (or all dims): the row kernel (`kernels/rows.py`), one program per output element;
+- one contiguous run of dims in the middle or at the front: the (outer, r, inner) kernel
+  (`kernels/reduce.py`), which reads the reduced rows in place with contiguous vector loads;
+- scattered dims (`dim=(0, 2)` of a 3-d tensor): the kept dims are permuted to the front and copied
+  once by the strided copy kernel, then the row kernel reduces the trailing block.
+
+`decide` makes that choice (kernel, launch key, grid, int arguments) for a contiguous tensor whose
+reduced dims are one run; the checked implementation (`reduce`) and the plans (`family`) both launch
+what it decides, so they launch the same specialisation with the same arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp, requested_backend
+
+from . import _launch as launches
+from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
+from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
+from .geometry import I32, block, cdiv, dims_run, reduced_dims, reduced_shape, row_block
+from .plan import NO_PLAN, Family, Plan
+
+CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3}
+INDEXED = ("max", "min", "argmax", "argmin")  # dim is one int; amax/amin take several dims
+
+
+class Reduction(NamedTuple):
+    """The launch of one reduction of a contiguous tensor over one run of dims: `kernel[(programs,
+    rows)](x, values, indices, *ints, correction, **keywords)`, kept under `key`; `scratch`: the
+    middle kernel needs an index buffer nobody reads (amax/amin)."""
+
+    kernel: Any
+    key: tuple
+    keywords: dict
+    programs: int
+    rows: int
+    ints: tuple
+    scratch: bool
+
+
+def row_key(dtype: torch.dtype, values_dtype: torch.dtype, indices_dtype: torch.dtype, op: int, r: int, *,
+            write_index: bool) -> tuple[tuple, dict]:
+    """(launch key, constexpr keywords) of the row kernel `reduce_kernel` reducing rows of `r` elements
+    of `dtype` with op code `op` into values/indices of the given dtypes, storing indices when
+    `write_index` (max/min with indices, argmax/argmin; not amax/amin, nor sum/mean/var). The key holds
+    every constexpr, so it determines the specialisation."""
+    size = row_block(r)
+    key = (dtype, values_dtype, indices_dtype, op, write_index, size, r < I32)
+    return key, {"OP": op, "WRITE_INDEX": write_index, "BLOCK": size}
+
+
+def decide(op: int, write_index: bool, dtype: torch.dtype, shape: tuple, first: int, last: int) -> Reduction:
+    """The launch reducing dims [first, last) of a contiguous tensor of `shape` (values of `dtype`,
+    indices int64 when `write_index`)."""
+    outer = math.prod(shape[:first])
+    r = math.prod(shape[first:last])
+    inner = math.prod(shape[last:])
+    if inner == 1:
+        key, keywords = row_key(dtype, dtype, torch.int64 if write_index else dtype, op, r,
+                                write_index=write_index)
+        return Reduction(_k("rows").reduce_kernel, key, keywords, outer, 1, (r,), False)
+    # the middle kernel's max/min always store an index: amax/amin give it a scratch buffer
+    scratch = not write_index and (op == CODES["max"] or op == CODES["min"])
+    size = block(inner)
+    key = ("middle", dtype, dtype, torch.int64 if write_index or scratch else dtype, op, size, r < I32,
+           inner < I32)
+    return Reduction(_k("reduce").middle_reduce_kernel, key, {"OP": op, "BLOCK": size}, outer,
+                     cdiv(inner, size), (r, inner), scratch)
+
+
+# ---------------------------------------------------------------- the checked implementation
+
+def reduce(name: str, x: Tensor, dim=None, keepdim=False, dtype=None, correction=None):
+    """`name` over `dim` of `x`: the values, (values, indices) for max/min, indices for argmax/argmin.
+
+    `dim` follows the aten schema of each op: an int for max/min/argmax/argmin (None: all elements,
+    flattened), an int list for the others (None or empty: all dims)."""
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    if dtype is not None and dtype != x.dtype:
+        raise Decline("dtype= conversion")
+    if x.numel() == 0:
+        raise Decline("empty tensor")
+    nd = x.dim()
+    dims = reduced_dims(nd, dim)
+    shape = reduced_shape(tuple(x.shape), dims, keepdim)
+    run = dims_run(nd, dims)
+    if run is None:  # scattered dims: the kept dims first, the reduced ones last, in one copy
+        kept = [d for d in range(nd) if d not in dims]
+        x = cast_copy(x.permute(*kept, *dims), x.dtype)
+        run = (nd - len(dims), nd)
+    x = contiguous(x)
+    index = x.get_device()
+    write_index = name in INDEXED
+    launch = decide(CODES[name], write_index, x.dtype, tuple(x.shape), *run)
+    values = None if name in ("argmax", "argmin") else empty(shape, x.dtype, index)
+    indices = empty(shape, torch.int64, index) if write_index or launch.scratch else None
+    # argmax/argmin pass `x` as the unused values pointer (the specialisation of max/min's dtypes);
+    # without indices the values stand in for the index pointer (never written)
+    args = (x, x if values is None else values, values if indices is None else indices, *launch.ints,
+            1.0 if correction is None else float(correction))
+    launches.launch(launch.kernel, launch.programs, launch.key, args, launch.keywords, rows=launch.rows)
+    if name in ("argmax", "argmin"):
+        return indices
+    if name in ("max", "min"):
+        return values, indices
+    return values
+
+
+# ---------------------------------------------------------------- plans
+
+_DIM, _KEEPDIM = 1, 2  # positions of `dim` and `keepdim` in the forms that take them positionally
+
+
+def family(name: str, *, positional: int = 3, keywords: tuple = ()) -> Family:
+    """The plans of one reduction overload `name(x[, dim[, keepdim]], *, <keywords>)`: at most
+    `positional` positional arguments (1: `sum.default`; 2: `var.correction`, whose keepdim is a
+    keyword), the keyword-only arguments `keywords` ("dtype": None only, no conversion; "correction":
+    a number; "keepdim"). "std" is var's launch followed by sqrt's, in place on its result.
+
+    A call is keyed by (dtype, shape, device, dims, keepdim) of a contiguous rbln `x`; its operands are
+    `(x, correction)`. Scattered dims (a transposing copy first), an empty tensor or another dtype:
+    NO_PLAN (the implementation); a dim out of range: declined (torch's error from the CPU)."""
+    allowed = frozenset(keywords)
+    std = name == "std"
+    op_name = "var" if std else name
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        count = len(args)
+        if not 1 <= count <= positional:
+            return None
+        x = args[0]
+        if not isinstance(x, Tensor) or not x.is_contiguous():
+            return None
+        index = x.get_device()
+        if index < 0:
+            return None
+        dim = args[_DIM] if count > _DIM else None
+        keepdim = args[_KEEPDIM] if count > _KEEPDIM else False
+        correction = 1.0
+        if kwargs:
+            for key, value in kwargs.items():
+                if key not in allowed:
+                    return None
+                if key == "keepdim":
+                    keepdim = value
+                elif key == "correction":
+                    if value is not None:
+                        kind = type(value)
+                        if kind is not float and kind is not int:
+                            return None
+                        correction = float(value)
+                elif value is not None:  # dtype=: a conversion (or its no-op) is the implementation's
+                    return None
+        if type(keepdim) is not bool:
+            return None
+        if dim is not None:
+            kind = type(dim)
+            if kind is int:
+                dim = (dim,)
+            elif kind is list or kind is tuple:
+                for d in dim:
+                    if type(d) is not int:
+                        return None
+                dim = tuple(dim)
+            else:
+                return None
+        return (x.dtype, x.shape, index, dim, keepdim), (x, correction)
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        return _reduce_plan(op_name, key, std)
+
+    return Family(signature, plan)
+
+
+def _reduce_plan(name: str, key: tuple, std: bool) -> Plan:
+    dtype, shape, index, dim, keepdim = key
+    shape = tuple(shape)
+    numel = math.prod(shape)
+    if dtype not in FLOATS or numel == 0:
+        return NO_PLAN
+    nd = len(shape)
+    dims = reduced_dims(nd, dim)  # or Decline: a dim out of range
+    run = dims_run(nd, dims)
+    if run is None:
+        return NO_PLAN  # scattered dims: the implementation's transposing copy
+    write_index = name in INDEXED
+    launch = decide(CODES[name], write_index, dtype, shape, *run)
+    out_shape = reduced_shape(shape, dims, keepdim)
+    plan = Plan(launch.kernel, launch.key, launch.keywords, launch.programs, launch.rows, out_shape, dtype,
+                (0,))
+    root = _sqrt_plan(dtype, out_shape, index) if std else None
+    plan.run = _reduce_run(plan, name, index, numel, launch.ints, launch.scratch, root)
+    return plan
+
+
+def _sqrt_plan(dtype: torch.dtype, shape: tuple, index: int) -> Callable:
+    """std's second launch: the sqrt plan of `elementwise` (`_ops.unary`'s launch), in place on the
+    variance (each element read before it is written: the values of a launch into a new tensor), not
+    scanned (the variance of finite inputs)."""
+    from .elementwise import unary_plan
+
+    sqrt = unary_plan((False, "sqrt", dtype, shape, index, True), (), scanned=False)
+    return sqrt.run
+
+
+def _reduce_run(plan: Plan, name: str, index: int, numel: int, ints: tuple, scratch: bool,
+                root: Callable | None) -> Callable[[tuple], Any]:
+    programs, rows, shape, dtype = plan.programs, plan.rows, plan.shape, plan.dtype
+    split = programs * rows > 1
+    scan, mask = contiguous_scan(dtype)
+    small = numel < PARALLEL_MIN
+    empty_, empty_pair, deploy_mode = _memory.empty, _memory.empty_pair, config.deploy_mode
+    int64 = torch.int64
+    values_too = name not in ("argmax", "argmin")
+    pair = name in ("max", "min")  # values and indices, allocated together
+    indexed = name in INDEXED
+    r = ints[0]
+    middle = len(ints) == 2  # the middle kernel takes (r, inner), the row kernel r
+    inner = ints[-1]
+
+    def run(operands: tuple) -> Any:
+        x, correction = operands
+        launcher = plan.launcher
+        if launcher is None or plan.backend != requested_backend():
+            launcher = plan.kept()
+        if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
+            return None
+        if pair:
+            values, indices = empty_pair(shape, shape, dtype, index, int64)
+        else:
+            values = empty_(shape, dtype, index) if values_too else x
+            indices = empty_(shape, int64, index) if indexed or scratch else values
+        if launcher is None or (split and device_tp(index) > 1):
+            plan.launch_checked((x, values, indices, *ints, correction))
+        elif middle:
+            launcher(programs, rows, 1, x, values, indices, r, inner, correction)
+        else:
+            launcher(programs, rows, 1, x, values, indices, r, correction)
+        if indexed:
+            return (values, indices) if values_too else indices
+        if root is not None:
+            root((values, 0.0, values))
+        return values
+
+    return run

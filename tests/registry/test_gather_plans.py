@@ -1,0 +1,201 @@
+"""The gather family's plans (registry/gather.py): index_select, embedding backward, cat and arange give
+the checked implementation's results bitwise (`planned.general_path`) from the first call on, counted
+as device calls, and every call they do not key is left to the implementation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_rbln.registry import _launch, gather
+
+import torch_rbln  # noqa: F401
+from torch_rbln import registry
+
+from .planned import general_path, planned
+
+A = torch.ops.aten
+
+
+def _row(name: str) -> dict:
+    return registry.fallback_report().get(name, {"device": 0, "cpu": 0, "reasons": {}})
+
+
+def _dev(value):
+    if isinstance(value, torch.Tensor):
+        return value.to("rbln")
+    if isinstance(value, list):
+        return [_dev(v) for v in value]
+    return value
+
+
+def _cpu(value):
+    if isinstance(value, (tuple, list)):
+        return [_cpu(v) for v in value]
+    return None if value is None else value.cpu()
+
+
+@pytest.fixture
+def launches_forbidden(monkeypatch):
+    """Make every checked launch fail: a call that still runs on the device took its plan's kept launch
+    (the dispatcher would turn the failure into a CPU fallback with a 'kernel error' reason)."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("checked launch")
+
+    return lambda: monkeypatch.setattr(_launch, "launch", forbidden)
+
+
+def _x(*shape):
+    return torch.randn(*shape)
+
+
+CASES = {
+    "index_select_1d": ("index_select.default", lambda: ((_x(4), 0, torch.tensor([3, 0, 1, 2])), {})),
+    "index_select_rows": ("index_select.default", lambda: ((_x(5, 3), 0, torch.tensor([4, 0, 4])), {})),
+    "index_select_middle": ("index_select.default",
+                            lambda: ((_x(2, 3, 4), 1, torch.tensor([2, 0], dtype=torch.int32)), {})),
+    "embedding_backward": ("embedding_dense_backward.default",
+                           lambda: ((_x(4, 3), torch.tensor([1, 0, 1, 3]), 5, 1, False), {})),
+    "cat": ("cat.default", lambda: (([_x(2, 3), _x(1, 3)],), {})),
+    "cat_dim1": ("cat.default", lambda: (([_x(2, 3), _x(2, 2)], 1), {})),
+    "cat_three": ("cat.default", lambda: (([_x(2, 3), _x(1, 3), _x(1, 3)],), {})),
+    "cat_large": ("cat.default", lambda: (([_x(40, 64), _x(30, 64)],), {})),  # tiled copies
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_plain_calls_take_the_plan_with_the_general_results(case, launches_forbidden):
+    name, make = CASES[case]
+    overload = registry._overload(name)
+    torch.manual_seed(0)
+    args, kwargs = make()
+    dargs = tuple(_dev(a) for a in args)
+    with general_path():
+        general = overload(*dargs, **kwargs)  # the reference: the checked implementation
+    memo = registry._kernels[name].plans()
+    memo.clear()
+    registry.reset_fallback_report()
+    first = overload(*dargs, **kwargs)  # a new plan: the checked launch
+    if case != "cat_large":  # (tiled copies of a slice: the copy kernels' checked launch each time)
+        launches_forbidden()
+    again = overload(*dargs, **kwargs)  # the kept launch
+    assert len(memo) == 1 and next(iter(memo.values())).run is not None
+    row = _row(f"aten::{name.split('.')[0]}")
+    assert row["device"] == 2 and row["cpu"] == 0, row
+    expected = overload(*args, **kwargs)
+    for fast in (first, again):
+        got = _cpu(fast)
+        torch.testing.assert_close(got, _cpu(general), atol=0, rtol=0)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32])
+def test_arange_out_takes_the_plan(dtype, launches_forbidden):
+    out = torch.empty(6, dtype=dtype).to("rbln")
+    with general_path():
+        general = A.arange.start_out(1, 13, 2, out=torch.empty(6, dtype=dtype).to("rbln")).cpu()
+    registry._kernels["arange.start_out"].plans().clear()
+    registry.reset_fallback_report()
+    A.arange.start_out(1, 13, 2, out=out)  # a new plan: the checked launch
+    assert torch.equal(out.cpu(), general)
+    out.zero_()
+    launches_forbidden()
+    A.arange.start_out(1, 13, 2, out=out)
+    assert torch.equal(out.cpu(), general) and torch.equal(general, torch.arange(1, 13, 2, dtype=dtype))
+    assert _row("aten::arange") == {"device": 2, "cpu": 0, "reasons": {}}
+
+
+def test_index_select_of_a_vector_runs_on_the_device():
+    """index_select(x[4], 0, int64 index) took the CPU fallback ("other than rows of a matrix")."""
+    x, index = _x(4), torch.tensor([3, 0, 1, 2])
+    registry.reset_fallback_report()
+    result = torch.index_select(x.to("rbln"), 0, index.to("rbln"))
+    assert torch.equal(result.cpu(), torch.index_select(x, 0, index))
+    assert _row("aten::index_select") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+@pytest.mark.parametrize("case", ["index_select", "nll_loss"])
+def test_an_out_of_range_index_takes_the_logged_fallback_with_torchs_error(case):
+    x = _x(4, 3)
+    index = torch.tensor([0, 4]).to("rbln")
+    for _ in range(2):  # the second call meets a kept plan: it must still decline
+        registry.reset_fallback_report()
+        with pytest.raises(IndexError):
+            if case == "index_select":
+                torch.index_select(x.to("rbln"), 0, index)
+            else:
+                A.nll_loss_forward.default(x.to("rbln"), torch.tensor([0, 3, 1, 1]).to("rbln"), None, 1, -100)
+        reason = "index out of range" if case == "index_select" else "target out of bounds"
+        assert _row(f"aten::{case}" if case == "index_select" else "aten::nll_loss_forward")["reasons"] == \
+            {reason: 1}
+        if case == "index_select":  # compile the kept launch for the second round
+            torch.index_select(x.to("rbln"), 0, torch.tensor([0, 3]).to("rbln"))
+        else:
+            A.nll_loss_forward.default(x.to("rbln"), torch.tensor([0, 2, 1, 1]).to("rbln"), None, 1, -100)
+
+
+def test_calls_no_plan_takes_go_to_the_implementation():
+    x = _x(3, 5).to("rbln")
+    cat, gather = planned("cat.default"), planned("index_select.default")
+    assert cat(([x, x],), {}) is not None
+    assert cat(([x, x.half()],), {}) is None  # mixed dtypes
+    assert cat(([x, x[:, :2]],), {}) is None  # shapes that do not line up
+    assert cat(([x, x.t().contiguous().t()],), {}) is None  # a non-contiguous input
+    index = torch.tensor([2, 0]).to("rbln")
+    assert gather((x, 0, index), {}) is not None
+    assert gather((x, 0, index.cpu()), {}) is None  # a CPU index
+    assert gather((x, 0, index.float()), {}) is None  # a float index
+    assert gather((x, 0, torch.tensor([5, 0]).to("rbln")), {}) is None  # out of range
+    assert gather((x, 2, index), {}) is None  # a dim out of range: the implementation declines it
+    assert gather((x, 0, index.view(2, 1)), {}) is None  # an index of two dims
+    nan = torch.full((3, 5), float("nan")).to("rbln")
+    assert gather((nan, 0, index), {}) is None  # a NaN source: the implementation reports it
+    assert cat(([x, nan],), {}) is None
+    arange = planned("arange.start_out")
+    out = torch.empty(3).to("rbln")
+    assert arange((0, 4), {"out": out}) is None  # out= needs a resize
+    assert arange((0, 3), {"out": out}) is not None
+    assert arange((0, 3 * 2 ** 24, 2 ** 24), {"out": out}) is None  # beyond exact float range
+    assert arange((0, 3), {"out": out.t()[:2]}) is None  # not the result's length
+    backward = planned("embedding_dense_backward.default")
+    indices = torch.tensor([1, 0, 1]).to("rbln")
+    assert backward((x, indices, 4, -1, False), {}) is not None
+    assert backward((x, indices, 4, -1, True), {}) is None  # scale_grad_by_freq: declined there
+    assert backward((x, indices.cpu(), 4, -1, False), {}) is None  # CPU indices
+    assert backward((x, indices[:2], 4, -1, False), {}) is None  # grad and indices do not line up
+
+
+def test_cat_of_two_contiguous_tensors_is_one_launch_of_the_pair_kernel(monkeypatch):
+    """The implementation (`gather.cat`, called directly: a plan may hold this launch already)
+    launches the pair kernel once, the kernel the plan keeps; a non-contiguous input still takes one
+    copy per input (`_copy.copy_into`); both give torch's result exactly."""
+    from torch_rbln.kernels import rows
+    from torch_rbln.registry import _copy
+
+    launched = []
+    real = _launch.launch
+    monkeypatch.setattr(_launch, "launch",
+                        lambda kernel, *a, **k: (launched.append(kernel), real(kernel, *a, **k)))
+    copy = _copy._run
+    monkeypatch.setattr(_copy, "_run", lambda launch, *a: (launched.append(launch.kernel), copy(launch, *a)))
+    a, b = _x(2, 3), _x(2, 2)
+    got = gather.cat([a.to("rbln"), b.to("rbln")], 1)
+    assert launched == [rows.cat_pair_kernel]
+    assert torch.equal(got.cpu(), torch.cat([a, b], 1))
+    launched.clear()
+    t = _x(3, 2)
+    got = gather.cat([a.to("rbln"), t.to("rbln").t()], 0)  # the transposed view: strided copies
+    assert launched.count("strided_copy_kernel") == 2 and rows.cat_pair_kernel not in launched
+    assert torch.equal(got.cpu(), torch.cat([a, t.t()], 0))
+
+
+def test_arange_plan_keeps_the_bounds_exactly():
+    """The plan's split of the bounds into float32 parts (memoised per value) is exact, and a zero keeps
+    its sign: -0.0 and 0.0 are the same memo key but not the same first value."""
+    for start, end, step in ((0.1, 1.2, 0.3), (-0.0, 2.0, 0.5), (0.0, 2.0, 0.5), (-0.0, 2.0, 0.5)):
+        out = torch.empty(len(torch.arange(start, end, step))).to("rbln")
+        A.arange.start_out(start, end, step, out=out)
+        A.arange.start_out(start, end, step, out=out)
+        expected = torch.arange(start, end, step)
+        assert torch.equal(out.cpu(), expected)
+        assert torch.equal(torch.signbit(out.cpu()), torch.signbit(expected)), (start, end, step)

@@ -1,0 +1,220 @@
+"""The reduction family's plans (registry/reduce.py): the checked implementation's results bitwise
+(`planned.general_path`), close to the CPU's, counted as device calls, from the first call on; every
+call they do not key left to the implementation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_rbln.registry import _launch, reduce
+
+import torch_rbln  # noqa: F401
+from torch_rbln import registry
+
+from .planned import general_path, planned
+
+A = torch.ops.aten
+# sums of n float32 terms accumulate in float32 on the device, in another order than on the CPU
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
+
+
+def _row(name: str) -> dict:
+    return registry.fallback_report().get(name, {"device": 0, "cpu": 0, "reasons": {}})
+
+
+def _cpu(value):
+    if isinstance(value, (tuple, list)):
+        return [_cpu(v) for v in value]
+    return value.cpu()
+
+
+@pytest.fixture
+def reduce_forbidden(monkeypatch):
+    """Make the checked reduction fail loudly: a call that reaches it did not take a plan."""
+
+    def forbid() -> None:
+        def general(*args, **kwargs):
+            raise AssertionError("general reduction reached")
+
+        monkeypatch.setattr(reduce, "reduce", general)
+
+    return forbid
+
+
+@pytest.fixture
+def launches_forbidden(monkeypatch):
+    """Make every checked launch fail: a call that still runs on the device took its plan's kept launch
+    (the dispatcher would turn the failure into a CPU fallback with a 'kernel error' reason)."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("checked launch")
+
+    return lambda: monkeypatch.setattr(_launch, "launch", forbidden)
+
+
+# (aten op name, call): the row kernel (last dim, all elements) and the middle kernel (leading or middle
+# dims), values, indices or both
+CALLS = [
+    ("aten::sum", lambda t: t.sum(-1)),
+    ("aten::sum", lambda t: t.sum(1, keepdim=True)),
+    ("aten::sum", lambda t: torch.sum(t, (), keepdim=True)),
+    ("aten::sum", lambda t: t.sum()),
+    ("aten::sum", lambda t: t.sum(0)),  # a bias gradient: the middle kernel
+    ("aten::mean", lambda t: t.mean()),
+    ("aten::mean", lambda t: t.mean(-1, keepdim=False)),
+    ("aten::amax", lambda t: t.amax(-1)),
+    ("aten::amin", lambda t: t.amin()),
+    ("aten::amax", lambda t: t.amax(0, keepdim=True)),  # the middle kernel with a scratch index buffer
+    ("aten::max", lambda t: torch.max(t, 1, keepdim=True)),
+    ("aten::min", lambda t: torch.min(t, -1)),
+    ("aten::max", lambda t: torch.max(t, 0)),  # the middle kernel storing indices
+    ("aten::argmax", lambda t: torch.argmax(t)),  # flattened
+    ("aten::argmin", lambda t: torch.argmin(t, 1)),
+    ("aten::var", lambda t: torch.var(t, 1, correction=0, keepdim=True)),
+    ("aten::var", lambda t: torch.var(t)),
+    ("aten::std", lambda t: torch.std(t)),
+    ("aten::std", lambda t: torch.std(t, -1, keepdim=True)),
+]
+# float32 for every case, then one float16 and one bfloat16 case, rows longer than the smallest row
+# block, and three-dim tensors (each is a kernel specialisation to compile)
+PARAMS = [(*call, torch.float32, (3, 5)) for call in CALLS] + [
+    (*CALLS[8], torch.float16, (3, 5)),
+    (*CALLS[0], torch.bfloat16, (3, 5)),
+    (*CALLS[0], torch.float32, (2, 300)),
+    ("aten::amax", lambda t: t.amax(1, keepdim=True), torch.float32, (2, 3, 4)),  # middle dim
+    ("aten::mean", lambda t: t.mean((-1, 1)), torch.float32, (2, 3, 4)),  # trailing dims
+    ("aten::sum", lambda t: t.sum((0, 1)), torch.float32, (2, 3, 4)),  # leading dims
+]
+IDS = [f"{name}-{i}-{str(dtype)[6:]}" for i, (name, _, dtype, _) in enumerate(PARAMS)]
+
+
+@pytest.mark.parametrize(("name", "fn", "dtype", "shape"), PARAMS, ids=IDS)
+def test_plain_reduce_calls_take_the_plan_with_the_general_results(name, fn, dtype, shape, reduce_forbidden,
+                                                                  launches_forbidden):
+    x = torch.randn(*shape, dtype=dtype)
+    dx = x.to("rbln")
+    with general_path():
+        general = fn(dx)  # the reference: the checked implementation
+    reduce_forbidden()
+    for memo in (registry._kernels[n].plans() for n in registry._kernels):
+        memo.clear()
+    registry.reset_fallback_report()
+    first = fn(dx)  # a new plan: its first run takes the checked launch
+    launches_forbidden()
+    again = fn(dx)  # the kept launch
+    for result in (first, again):
+        torch.testing.assert_close(_cpu(result), _cpu(general), atol=0, rtol=0)  # also dtype and shape
+        expected = fn(x)
+        atol, rtol = TOL[dtype]
+        torch.testing.assert_close(_cpu(result), _cpu(tuple(expected) if isinstance(expected, tuple)
+                                                      else expected), atol=atol, rtol=rtol)
+    assert _row(name) == {"device": 2, "cpu": 0, "reasons": {}}
+
+
+def test_reduce_calls_no_plan_takes_go_to_the_implementation():
+    base = torch.randn(4, 6)
+    d = base.to("rbln")
+    fast = planned("sum.dim_IntList")
+    assert fast((d, [-1]), {}) is not None
+    assert fast((d, [1], True), {}).shape == (4, 1)  # keepdim either way
+    assert fast((d, [-1], False), {}).shape == (4,)
+    assert fast((d, [-1]), {"dtype": None}) is not None
+    torch.testing.assert_close(fast((d, [0]), {}).cpu(), base.sum(0), atol=1e-5, rtol=1e-5)  # a leading dim
+    torch.testing.assert_close(fast((d, [0, 1]), {}).cpu(), base.sum(), atol=1e-5, rtol=1e-5)  # all dims
+    assert fast((d, [2]), {}) == "decline: dim 2 out of range"  # torch's error from the CPU kernel
+    assert fast((d, [-3]), {}) == "decline: dim -3 out of range"
+    assert fast((d.t(), [-1]), {}) is None  # not contiguous
+    assert fast((d, [-1]), {"dtype": torch.float32}) is None  # dtype= given
+    assert fast((d, [-1]), {"dtype": torch.float64}) is None
+    assert fast((d.long(), [-1]), {}) is None  # integer input
+    assert fast((d.double(), [-1]), {}) is None  # a dtype without kernels
+    assert fast((d, [-1], 1), {}) is None  # keepdim not a bool
+    assert fast((d, [-1.0]), {}) is None  # a dim not an int
+    zero_d = torch.randn(())
+    torch.testing.assert_close(fast((zero_d.to("rbln"), []), {}).cpu(), zero_d)  # 0-d
+    assert fast((torch.empty(0, 3).to("rbln"), [-1]), {}) is None  # empty
+    assert fast((base, [-1]), {}) is None  # a CPU tensor
+    assert planned("mean.default")((d, None), {}) is None  # more arguments than the overload takes
+    cube = torch.randn(2, 3, 4).to("rbln")
+    assert fast((cube, [0, 2]), {}) is None  # scattered dims: a transposing copy first
+    indexed = planned("max.dim")
+    assert indexed((d, 1), {}) is not None
+    assert indexed((d.t(), 1), {}) is None  # not contiguous
+    assert indexed((d, 1), {"keepdim": True}) is None  # a keyword the overload's schema does not make
+    values, indices = indexed((d, 0), {})  # the middle-reduce kernel
+    assert torch.equal(indices.cpu(), base.max(0).indices)
+    values, indices = indexed((d.half(), 1), {})  # a new specialisation: planned on its first call
+    assert torch.equal(indices.cpu(), base.half().max(1).indices)
+    var = planned("var.correction")
+    torch.testing.assert_close(var((d, [1]), {"correction": 2}).cpu(), base.var(1, correction=2), atol=1e-5,
+                               rtol=1e-5)
+    torch.testing.assert_close(var((d, [0, 1]), {}).cpu(), base.var(), atol=1e-5, rtol=1e-5)
+    assert var((d, [1]), {"correction": torch.tensor(1.0)}) is None
+    with pytest.raises(IndexError):
+        d.sum(2)
+    torch.testing.assert_close(d.sum(0).cpu(), base.sum(0), atol=1e-5, rtol=1e-5)
+
+
+def test_scattered_dims_take_the_implementation_on_the_device():
+    x = torch.randn(2, 3, 4)
+    memo = registry._kernels["sum.dim_IntList"].plans()
+    memo.clear()
+    registry.reset_fallback_report()
+    torch.testing.assert_close(x.to("rbln").sum([0, 2]).cpu(), x.sum([0, 2]), atol=1e-5, rtol=1e-5)
+    assert list(memo.values()) == [reduce.NO_PLAN]
+    assert _row("aten::sum") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_reduce_plans_leave_tensor_parallel_grids_to_the_checked_launch(monkeypatch):
+    d = torch.randn(3, 4).to("rbln")
+    d.mean(-1)
+    d.mean()
+    d.max(1)
+    checked = []
+    real = _launch.launch
+    monkeypatch.setattr(_launch, "launch",
+                        lambda kernel, *a, **k: (checked.append(kernel), real(kernel, *a, **k)))
+    monkeypatch.setattr(reduce, "device_tp", lambda index: 2)
+    registry.reset_fallback_report()
+    d.mean()  # one row: one NPU, the kept launch
+    assert checked == []
+    d.mean(-1)  # three rows could be split over a group of NPUs
+    d.max(1)
+    assert len(checked) == 2
+    assert _row("aten::mean") == {"device": 2, "cpu": 0, "reasons": {}}
+
+
+def test_a_nan_input_leaves_the_reduce_plan_for_the_logged_cpu_fallback():
+    x = torch.randn(2, 3)
+    x.to("rbln").sum(-1)
+    x.to("rbln").sum(-1)
+    x[1, 2] = float("nan")
+    registry.reset_fallback_report()
+    result = x.to("rbln").sum(-1)
+    torch.testing.assert_close(result.cpu(), x.sum(-1), equal_nan=True)
+    assert _row("aten::sum") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
+    y = torch.randn(3, 5)
+    A.max.dim(y.to("rbln"), 1)
+    y[1, 2] = float("nan")
+    registry.reset_fallback_report()
+    values, indices = A.max.dim(y.to("rbln"), 1)
+    want_values, want_indices = A.max.dim(y, 1)
+    torch.testing.assert_close(values.cpu(), want_values, equal_nan=True)
+    assert torch.equal(indices.cpu(), want_indices)
+    assert _row("aten::max") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
+
+
+def test_deploy_mode_runs_a_nan_input_on_the_reduce_plan(monkeypatch, reduce_forbidden):
+    x = torch.tensor([[1.0, float("nan"), -2.0], [3.0, 0.5, float("inf")]])
+    dx = x.to("rbln")
+    monkeypatch.setenv("TORCH_RBLN_DEPLOY", "ON")
+    with general_path():
+        general = dx.amax(-1)
+    reduce_forbidden()
+    registry.reset_fallback_report()
+    fast = dx.amax(-1)
+    torch.testing.assert_close(fast.cpu(), general.cpu(), atol=0, rtol=0, equal_nan=True)
+    torch.testing.assert_close(fast.cpu(), x.amax(-1), equal_nan=True)
+    assert torch.equal(A.argmax.default(dx, 1).cpu(), A.argmax.default(x, 1))
+    assert _row("aten::amax") == {"device": 1, "cpu": 0, "reasons": {}}
+    assert _row("aten::argmax") == {"device": 1, "cpu": 0, "reasons": {}}

@@ -295,17 +295,20 @@ def binary_dense_kernel(
 
 # Ops that get a specialisation of their own in binary_dense_kernel (the rest share one, FAST_OP=-1).
 FAST_BINARY = frozenset({ADD, SUB, MUL, DIV})
-# FAST_OP of the comparisons (EQ..GE, the runtime OP picks one): a specialisation with the comparison
-# switch alone. They write bool outputs, which no other op does, so they never shared a specialisation
-# with the other ops anyway; compiled with all 23 ops (FAST_OP=-1) each took ~4-6 s of numba, ~1 s alone.
+# FAST_OP of the comparisons (EQ..GE, the runtime OP picks one) into a bool output: a specialisation with
+# the comparison switch alone. No other op writes bool, so they never shared a specialisation with the
+# other ops anyway; compiled with all 23 ops (FAST_OP=-1) each took ~4-6 s of numba, ~1 s alone. An
+# in-place comparison (`x.lt_(y)`, written in x's float dtype) stays generic: it shares the float ops'
+# specialisation instead of adding one.
 COMPARE_OPS = -2
 
 
-def dense_fast_op(op: int) -> int:
-    """binary_dense_kernel's FAST_OP for the op code `op`: its own, COMPARE_OPS, or -1 (generic)."""
+def dense_fast_op(op: int, bool_out: bool) -> int:
+    """binary_dense_kernel's FAST_OP for the op code `op` (`bool_out`: the output is bool): its own,
+    COMPARE_OPS, or -1 (generic)."""
     if op in FAST_BINARY:
         return op
-    return COMPARE_OPS if op in COMPARISONS else -1
+    return COMPARE_OPS if bool_out and op in COMPARISONS else -1
 
 
 @tl.jit

@@ -193,7 +193,7 @@ def dense_binary_key(E, name: str, dtypes: tuple, ncols: int, modes: tuple[int, 
     elements with operand and output `dtypes` and operand `modes` (see the kernel)."""
     block = _block(ncols)
     op = E.BINARY[name]
-    fast = E.dense_fast_op(op)
+    fast = E.dense_fast_op(op, dtypes[2] == torch.bool)
     keywords = {"OP": op, "FAST_OP": fast, "A_MODE": modes[0], "B_MODE": modes[1], "BLOCK": block}
     return (dtypes, op, fast, modes, block), keywords
 

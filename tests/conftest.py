@@ -80,7 +80,7 @@ def pytest_terminal_summary(terminalreporter):
     seconds = sum(run["seconds"] for run in runs)
     top = sorted((tuple(entry) for run in runs for entry in run["top"]), reverse=True)[:_TOP]
     where = os.environ["TORCH_RBLN_CACHE_DIR"]
-    title = f"numba compiled {compiles} kernels in {seconds:.0f} s (cached under {where})"
+    title = f"numba compiled {compiles} kernels, {seconds:.0f} s of wall time (cached under {where})"
     terminalreporter.write_sep("-", title)
     for test_seconds, count, nodeid in top:
         terminalreporter.write_line(f"{test_seconds:7.1f} s {count:4d} compiles  {nodeid}")

@@ -65,8 +65,10 @@ def _div_floor(a, b):
     return tl.where(b == 0.0, a / b, floordiv)
 
 
-# Unary ops that get a specialisation of their own in unary_kernel (FAST_OP): the hot activations.
-FAST_UNARY = frozenset({EXP, RELU, GELU, GELU_TANH, SILU})
+# Unary ops that get a specialisation of their own in unary_kernel (FAST_OP): the hot activations, and
+# fill (torch.zeros/ones/full, zero_ on gradients: in nearly every program), which reads no input and
+# compiles to a fraction of the generic switch's numba time (~0.4 s against ~2 s).
+FAST_UNARY = frozenset({EXP, RELU, GELU, GELU_TANH, SILU, FILL})
 
 
 @tl.jit
@@ -89,7 +91,9 @@ def unary_kernel(x_ptr, out_ptr, n, p, OP, FAST_OP: tl.constexpr, BLOCK: tl.cons
     elif FAST_OP == 9:
         x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
         y = x * tl.sigmoid(x)
-    elif OP == 11:  # fill
+    elif FAST_OP == 11:  # fill, alone
+        y = tl.zeros((BLOCK,), dtype=tl.float32) + p
+    elif OP == 11:  # fill in the generic specialisation (a launch keyed before fill had its own)
         y = tl.zeros((BLOCK,), dtype=tl.float32) + p
     else:
         x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -268,7 +272,7 @@ def binary_dense_kernel(
     bias vector, any contiguous trailing block of the output's shape), 3 one value per row (a column:
     `x * rsqrt(mean(x * x, -1, keepdim=True))`). FAST_OP (see FAST_BINARY)
     compiles add/sub/mul/div into a specialisation of their own: behind the runtime switch their loops
-    run ~4x slower (no fusion)."""
+    run ~4x slower (no fusion); COMPARE_OPS compiles the comparisons' switch alone (`dense_fast_op`)."""
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < ncols
     offsets = tl.program_id(1) * ncols + cols
@@ -282,6 +286,8 @@ def binary_dense_kernel(
         y = a * b
     elif FAST_OP == 3:
         y = a / b
+    elif FAST_OP == -2:
+        y = _comparison(a, b, OP)
     else:
         y = _binary_op(a, b, alpha, OP, out_ptr)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
@@ -289,6 +295,20 @@ def binary_dense_kernel(
 
 # Ops that get a specialisation of their own in binary_dense_kernel (the rest share one, FAST_OP=-1).
 FAST_BINARY = frozenset({ADD, SUB, MUL, DIV})
+# FAST_OP of the comparisons (EQ..GE, the runtime OP picks one) into a bool output: a specialisation with
+# the comparison switch alone. No other op writes bool, so they never shared a specialisation with the
+# other ops anyway; compiled with all 23 ops (FAST_OP=-1) each took ~4-6 s of numba, ~1 s alone. An
+# in-place comparison (`x.lt_(y)`, written in x's float dtype) stays generic: it shares the float ops'
+# specialisation instead of adding one.
+COMPARE_OPS = -2
+
+
+def dense_fast_op(op: int, bool_out: bool) -> int:
+    """binary_dense_kernel's FAST_OP for the op code `op` (`bool_out`: the output is bool): its own,
+    COMPARE_OPS, or -1 (generic)."""
+    if op in FAST_BINARY:
+        return op
+    return COMPARE_OPS if bool_out and op in COMPARISONS else -1
 
 
 @tl.jit

@@ -193,7 +193,7 @@ def dense_binary_key(E, name: str, dtypes: tuple, ncols: int, modes: tuple[int, 
     elements with operand and output `dtypes` and operand `modes` (see the kernel)."""
     block = _block(ncols)
     op = E.BINARY[name]
-    fast = op if op in E.FAST_BINARY else -1
+    fast = E.dense_fast_op(op, dtypes[2] == torch.bool)
     keywords = {"OP": op, "FAST_OP": fast, "A_MODE": modes[0], "B_MODE": modes[1], "BLOCK": block}
     return (dtypes, op, fast, modes, block), keywords
 
@@ -448,7 +448,7 @@ def fill(x: torch.Tensor, value, *, first_use_ok: bool = True) -> torch.Tensor:
     n = x.numel()
     if n:
         block = _block(n)
-        E.unary_kernel[(_cdiv(n, block),)](x, x, n, float(value), OP=E.FILL, FAST_OP=-1, BLOCK=block)
+        E.unary_kernel[(_cdiv(n, block),)](x, x, n, float(value), OP=E.FILL, FAST_OP=E.FILL, BLOCK=block)
     return x
 
 

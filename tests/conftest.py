@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 for _name in list(os.environ):
     # RBLN_TEST_* configure the test suite itself (e.g. where external kernels are), so they stay
     if _name.startswith(("TORCH_RBLN_", "RBLN_")) and not _name.startswith("RBLN_TEST_"):
@@ -11,3 +13,74 @@ for _name in list(os.environ):
 # Keep kernel caches and autotune databases of test runs out of the user's home.
 os.environ.setdefault("TORCH_RBLN_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache",
                                                            "torch_rbln"))
+
+
+# ---------------------------------------------------------------- numba compile accounting
+# A cold suite spends most of its time in numba; the end of the run says how many kernels this run
+# compiled (in the test processes: child interpreters are not counted), their seconds, and the tests
+# that compiled the most, so a test that adds slow or duplicate specialisations shows. With
+# RBLN_TEST_COMPILE_LOG=FILE each test process also appends one JSON line per test that compiled:
+# {"test", "compiles", "seconds"}.
+
+_EXECUTABLE = "torch_rbln.dsl.backends.numba_backend.executable"
+_compiled_by_test: list[tuple[float, int, str]] = []  # (seconds, compiles, test id) of this process
+_TOP = 12
+
+
+def _compile_count() -> tuple[int, float]:
+    import sys
+
+    module = sys.modules.get(_EXECUTABLE)  # never imported: nothing compiled yet
+    return (0, 0.0) if module is None else module.compile_count()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    before = _compile_count()
+    yield
+    count, seconds = (now - then for now, then in zip(_compile_count(), before, strict=True))
+    if count:
+        _compiled_by_test.append((seconds, count, item.nodeid))
+        path = os.environ.get("RBLN_TEST_COMPILE_LOG")
+        if path:
+            import json
+
+            line = json.dumps({"test": item.nodeid, "compiles": count, "seconds": round(seconds, 3)})
+            with open(path, "a") as stream:
+                stream.write(line + "\n")
+
+
+def _totals() -> dict:
+    return {"compiles": sum(c for _, c, _ in _compiled_by_test),
+            "seconds": sum(s for s, _, _ in _compiled_by_test),
+            "top": sorted(_compiled_by_test, reverse=True)[:_TOP]}
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its totals go to the controller
+        workeroutput["rbln_compiles"] = _totals()
+
+
+_worker_totals: list[dict] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    totals = getattr(node, "workeroutput", {}).get("rbln_compiles")
+    if totals is not None:
+        _worker_totals.append(totals)
+
+
+def pytest_terminal_summary(terminalreporter):
+    runs = _worker_totals or [_totals()]
+    compiles = sum(run["compiles"] for run in runs)
+    if not compiles:
+        return
+    seconds = sum(run["seconds"] for run in runs)
+    top = sorted((tuple(entry) for run in runs for entry in run["top"]), reverse=True)[:_TOP]
+    where = os.environ["TORCH_RBLN_CACHE_DIR"]
+    title = f"numba compiled {compiles} kernels, {seconds:.0f} s of wall time (cached under {where})"
+    terminalreporter.write_sep("-", title)
+    for test_seconds, count, nodeid in top:
+        terminalreporter.write_line(f"{test_seconds:7.1f} s {count:4d} compiles  {nodeid}")

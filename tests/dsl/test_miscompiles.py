@@ -48,6 +48,35 @@ def test_value_defined_before_if_else_taken_first():
     assert torch.equal(out, ref)
 
 
+# A masked load inside a runtime `if` that the kernel enters before anything else, and a store under the
+# same mask after it. The numba backend memoises a mask's active-lane count per region; the first region
+# of a kernel took the function body's id, so the count computed in the branch was reused after it: the
+# other branch's programs stored nothing (or a count left by an earlier program).
+
+
+@triton.jit
+def _masked_load_in_first_if_kernel(x_ptr, o_ptr, n, B: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = tl.arange(0, B)
+    mask = offs < n - pid
+    if pid % 2 == 0:  # nothing before the branch emits code of its own
+        v = tl.load(x_ptr + offs, mask=mask, other=1.0)
+    else:
+        v = tl.zeros((B,), dtype=tl.float32) + tl.load(x_ptr + pid)
+    tl.store(o_ptr + pid * B + offs, v, mask=mask)
+
+
+def test_masked_load_in_the_first_branch_and_a_store_under_its_mask_after():
+    x = torch.arange(8, dtype=torch.float32) + 1.0
+    out = torch.zeros(32)
+    _masked_load_in_first_if_kernel[(4,)](x, out, 6, B=8)  # each program's active lanes: 6, 5, 4, 3
+    ref = torch.zeros(4, 8)
+    for pid in range(4):
+        active = 6 - pid
+        ref[pid, :active] = x[:active] if pid % 2 == 0 else x[pid]
+    assert torch.equal(out, ref.flatten())
+
+
 @triton.jit
 def _value_before_loop_kernel(x_ptr, n_ptr, o_ptr, B: tl.constexpr):
     pid = tl.program_id(0)

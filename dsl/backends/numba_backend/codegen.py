@@ -1792,8 +1792,10 @@ class _Lowering:
         whatever an earlier execution left there.  On exit every value bound before the region gets
         back the representation it had, and its next use materializes it where it is."""
         self.regions += 1
-        self.scope.append(self.counter)
+        # a fresh id, never the function body's 0: a region entered before the first `fresh` call took
+        # the counter's 0, and a count memoised in it (a masked load in a branch) was reused after it
         self.fresh("scope")
+        self.scope.append(self.counter)
         self.rebound.append({})
         try:
             yield

@@ -320,9 +320,9 @@ def where_kernel(
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     c = tl.load(c_ptr + _offsets4(offsets, s1, s2, s3, c0, c1, c2, c3), mask=mask, other=0)
-    a = tl.load(a_ptr + _offsets4(offsets, s1, s2, s3, a0, a1, a2, a3), mask=mask, other=0.0)
-    b = tl.load(b_ptr + _offsets4(offsets, s1, s2, s3, b0, b1, b2, b3), mask=mask, other=0.0)
-    y = tl.where(c != 0, a.to(tl.float32), b.to(tl.float32))
+    a = tl.load(a_ptr + _offsets4(offsets, s1, s2, s3, a0, a1, a2, a3), mask=mask, other=0)
+    b = tl.load(b_ptr + _offsets4(offsets, s1, s2, s3, b0, b1, b2, b3), mask=mask, other=0)
+    y = tl.where(c != 0, a, b)  # the operands' promoted type: exact for integers too
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -344,9 +344,9 @@ def where_tiled_kernel(
     i0 = outer // s1
     i1 = outer % s1
     c = tl.load(c_ptr + i0 * c0 + i1 * c1 + rows * c2 + cols * c3, mask=mask, other=0)
-    a = tl.load(a_ptr + i0 * a0 + i1 * a1 + rows * a2 + cols * a3, mask=mask, other=0.0)
-    b = tl.load(b_ptr + i0 * b0 + i1 * b1 + rows * b2 + cols * b3, mask=mask, other=0.0)
-    y = tl.where(c != 0, a.to(tl.float32), b.to(tl.float32))
+    a = tl.load(a_ptr + i0 * a0 + i1 * a1 + rows * a2 + cols * a3, mask=mask, other=0)
+    b = tl.load(b_ptr + i0 * b0 + i1 * b1 + rows * b2 + cols * b3, mask=mask, other=0)
+    y = tl.where(c != 0, a, b)
     tl.store(out_ptr + (outer * s2 + rows) * s3 + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

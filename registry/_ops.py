@@ -472,7 +472,13 @@ def where(condition: torch.Tensor, a, b, out=None):
         raise Decline("non-bool condition")
     if condition.is_cpu and condition.dim():
         raise Decline("CPU tensor operand")
-    compute = _promoted(a, b)
+    if torch.result_type(a, b) in INTEGERS:
+        # integer operands select exactly in their own type; numbers would need an integer stand-in
+        if not all(isinstance(t, torch.Tensor) and not t.is_cpu for t in (a, b)):
+            raise Decline("integer where with a number operand")
+        compute = torch.result_type(a, b)
+    else:
+        compute = _promoted(a, b)
     shapes = [t.shape for t in (condition, a, b) if isinstance(t, torch.Tensor)]
     shape = _broadcast(*shapes)
     tc = condition

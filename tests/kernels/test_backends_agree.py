@@ -122,3 +122,15 @@ def test_integer_floor_division_abs_and_fill(divisor, monkeypatch):
     _agree(lambda: torch.stack([(x.to("rbln") // divisor), torch.abs(x.to("rbln")),
                                 x.to("rbln").clone().fill_(divisor)]),
            lambda: torch.stack([x // divisor, torch.abs(x), x.clone().fill_(divisor)]), monkeypatch)
+
+
+def test_where_selects_integers_exactly_and_floats_unchanged(monkeypatch):
+    generator = torch.Generator().manual_seed(8)
+    condition = torch.rand(4, 1, 9, generator=generator) > 0.5  # broadcast over dim 1
+    big = torch.randint(-2**62, 2**62, (4, 3, 9), generator=generator)
+    small = torch.randint(-5, 5, (3, 9), generator=generator, dtype=torch.int32)
+    _agree(lambda: torch.where(condition.to("rbln"), big.to("rbln"), small.to("rbln")),
+           lambda: torch.where(condition, big, small), monkeypatch)
+    halves = torch.randn(4, 3, 9, generator=generator).half()
+    _agree(lambda: torch.where(condition.to("rbln"), halves.to("rbln"), -halves.to("rbln")),
+           lambda: torch.where(condition, halves, -halves), monkeypatch)

@@ -19,7 +19,8 @@ O = LazyModule(globals(), "O", "_ops")  # noqa: E741
 R = LazyModule(globals(), "R", "_reduce")
 FP = LazyModule(globals(), "FP", "_fastpath")
 EW = LazyModule(globals(), "EW", "elementwise")
-_FAST_PATH_MODULES = ("_fast_rows", "_fast_matmul")
+MM = LazyModule(globals(), "MM", "matmul")
+_FAST_PATH_MODULES = ("_fast_rows",)
 
 
 @dataclass(frozen=True)
@@ -360,12 +361,14 @@ TABLE: list[Op] = [
        make_fast=lambda: FP.layer_norm()),
     Op("native_layer_norm_backward.default", Ref("_ops", "layer_norm_backward")),
     # ---- (3) matmul family (linear and matmul decompose into these)
-    Op("mm.default", lambda a, b: O.mm(a, b), "mm", tol=MATMUL),
-    Op("mm.out", lambda a, b, out=None: O.mm(a, b, out=out)),
-    Op("bmm.default", lambda a, b: O.bmm(a, b), "bmm", tol=MATMUL),
-    Op("bmm.out", lambda a, b, out=None: O.bmm(a, b, out=out)),
-    Op("addmm.default", lambda c, a, b, beta=1, alpha=1: O.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL),
-    Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: O.addmm(c, a, b, beta, alpha, out=out)),
+    Op("mm.default", lambda a, b: O.mm(a, b), "mm", tol=MATMUL, make_plan=lambda: MM.mm()),
+    Op("mm.out", lambda a, b, out=None: O.mm(a, b, out=out), make_plan=lambda: MM.mm()),
+    Op("bmm.default", lambda a, b: O.bmm(a, b), "bmm", tol=MATMUL, make_plan=lambda: MM.bmm()),
+    Op("bmm.out", lambda a, b, out=None: O.bmm(a, b, out=out), make_plan=lambda: MM.bmm()),
+    Op("addmm.default", lambda c, a, b, beta=1, alpha=1: O.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL,
+       make_plan=lambda: MM.addmm()),
+    Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: O.addmm(c, a, b, beta, alpha, out=out),
+       make_plan=lambda: MM.addmm()),
     # ---- (4) reductions over any dims
     Op("sum.dim_IntList", _sum, "sum", tol=LOOSE),
     Op("sum.default", lambda x, dtype=None: _sum(x, None, False, dtype),

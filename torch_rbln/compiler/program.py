@@ -63,6 +63,10 @@ def _log() -> logging.Logger:
     return get_logger("compiler")
 
 
+class _NotAProgram(Exception):
+    """This graph keeps running node by node (why: for DEBUG logs)."""
+
+
 class _Fault(Exception):
     """A directly launched kernel reported a fault: rerun the call on the fused graph."""
 
@@ -170,6 +174,11 @@ class _Builder:
     # ---------------------------------------------------------------- nodes
     def build(self) -> tuple[str, dict[str, Any]]:
         nodes = list(self.gm.graph.nodes)
+        for node in nodes:
+            schema = getattr(node.target, "_schema", None)
+            if node.op == "call_function" and schema is not None and schema.is_mutable:
+                # a call that reruns on the fused graph (a NaN operand, a kernel fault) would mutate twice
+                raise _NotAProgram(f"the graph mutates a tensor ({node.target})")
         params = []
         for node in nodes:
             if node.op == "placeholder":
@@ -293,6 +302,23 @@ class _Builder:
         parts += [self.render(v) for v in values]
         self.emit(f"if not {function}({', '.join(parts)}):\n        raise Fault({label!r})", reads)
 
+    def scan_operands(self, tensors: list[_Tensor]) -> None:
+        """The NaN/Inf check the registry makes before the plan's launch (unless deploy mode): a call
+        whose operand holds one reruns on the fused graph, whose registry call takes the CPU fallback
+        as eager does. (It also reads the operands once in memory order before a matmul walks them in
+        tiles, which the matmul kernel is measurably faster for.)"""
+        from torch_rbln.registry._finite_scan import contiguous_scan
+
+        checks = []
+        reads: list[str] = []
+        for tensor in tensors:
+            scan, mask = contiguous_scan(tensor.meta.dtype)
+            address = self.address(tensor)
+            checks.append(f"{self.const(scan, 's')}({address}, {_span(tensor.meta)}, {mask})")
+            reads += [*self.reads(address), (tensor.root or tensor).name]
+        if checks:
+            self.emit(f"if checked and not ({' and '.join(checks)}):\n        raise Unplanned()", reads)
+
     def fused(self, node: fx.Node, runner: FusedKernel) -> bool:
         """A fused kernel launched by address, when its launch was kept and needs nothing per call."""
         if not runner._compiled or runner._broken or runner._relayout or runner.launch_tp != 1:
@@ -369,6 +395,8 @@ class _Builder:
                 values.append(item)
         if out is None:
             return False
+        self.scan_operands([tensors[i] for i, (kind, item) in enumerate(
+            a for a in direct.args if a[0] != "value") if kind == "tensor" and item in plan.scanned])
         self.launch(direct.launcher, direct.grid, tensors, values, node.name)
         self.env[node] = out
         self.counter["planned"] += 1
@@ -391,7 +419,8 @@ class _Builder:
             if dead:
                 body.append(f"    {' = '.join(dead)} = None")
         guard = " or ".join(["backend() != BACKEND", f"device_tp({self.index}) != 1", *self.guards])
-        head = [f"def program({', '.join(params)}):", f"    if {guard}:", "        raise Unplanned()"]
+        head = [f"def program({', '.join(params)}):", f"    if {guard}:", "        raise Unplanned()",
+                "    checked = not deploy_mode()"]
         return "\n".join(head + body) + "\n"
 
 
@@ -429,6 +458,7 @@ class Program:
     def __init__(self, gm: fx.GraphModule, index: int, name: str) -> None:
         self.gm, self.index, self.name = gm, index, name
         self.calls = 0
+        self.reruns = 0  # calls a guard, a NaN/Inf operand or a kernel fault sent to the fused graph
         self.function: Callable | None = None
         self.source: str | None = None
         self.report: dict[str, Any] = {}
@@ -442,6 +472,7 @@ class Program:
             try:
                 result = function(*args)
             except (_Unplanned, _Fault):
+                self.reruns += 1
                 return self.gm(*args)
             self._count()
             return result
@@ -462,12 +493,16 @@ class Program:
             _stats.count_launches(self._fused, self._kernels)
 
     def _generate(self, values: dict[fx.Node, Any]) -> None:
-        from torch_rbln import _memory
+        from torch_rbln import _memory, config
         from torch_rbln.tp import device_tp, requested_backend
 
         builder = _Builder(self.gm, values, self.index)
         try:
             source, namespace = builder.build()
+        except _NotAProgram as reason:
+            _log().debug("compiled graph %s runs node by node: %s", self.name, reason)
+            self.calls = -(1 << 62)
+            return
         except Exception as error:  # noqa: BLE001 - the fused graph still runs every call
             _log().warning("compiled graph %s: no program generated (%s: %s); its nodes run one by one",
                            self.name, type(error).__name__, error)
@@ -475,7 +510,7 @@ class Program:
             return
         namespace.update(empty=_memory.empty, empty_strided=_memory.empty_strided,
                          as_strided=aten.as_strided.default, backend=requested_backend,
-                         BACKEND=requested_backend(), device_tp=device_tp,
+                         BACKEND=requested_backend(), device_tp=device_tp, deploy_mode=config.deploy_mode,
                          Fault=_Fault, Unplanned=_Unplanned)
         code = builtins.compile(source, f"<rbln program {self.name}>", "exec")
         exec(code, namespace)  # noqa: S102 - generated from this graph's own nodes

@@ -41,11 +41,15 @@ class Direct(NamedTuple):
     `unchecked.by_address` (each tensor as its address and element count, then the scalars; False after
     a kernel fault). `args` lists the runtime arguments in order: ("tensor", i) the plan's operand i,
     ("out", None) the result (allocated as the plan's `shape` and `dtype`, contiguous), ("value", v) a
-    number."""
+    number. A launch of several outputs lists them in `outputs` ((shape, strides, dtype) each; the
+    call's result is their tuple, followed by `extra`, values the call returns beside them) and names
+    them ("out", j)."""
 
     launcher: Callable
     grid: tuple
     args: tuple
+    outputs: tuple | None = None
+    extra: tuple = ()
 
 
 class Plan:

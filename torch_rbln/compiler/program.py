@@ -353,33 +353,50 @@ class _Builder:
         return True
 
     def planned(self, node: fx.Node) -> bool:
-        """A node whose registry plan describes its kept launch (`Plan.direct`), launched by address."""
+        """A node whose registry plan describes its kept launch (`Plan.direct`; the fused attention
+        op's `attention.fused_forward_direct`), launched by address."""
         from torch_rbln import registry
         from torch_rbln.registry.table import NAMES
 
+        args = tuple(self.values.get(a) if isinstance(a, fx.Node) else a for a in node.args)
+        kwargs = {k: self.values.get(v) if isinstance(v, fx.Node) else v for k, v in node.kwargs.items()}
+        if node.target is aten._scaled_dot_product_fused_attention_overrideable.default:
+            from torch_rbln.registry import attention
+
+            direct = attention.fused_forward_direct(*args, **kwargs)
+            return direct is not None and self.direct(node, direct, args, (), attention.FORWARD)
         name = registry._aten_name(node.target)
         dispatcher = registry._kernels.get(name) if name in NAMES else None
         meta = node.meta.get("val")
         if dispatcher is None or registry._user.get(name) or not isinstance(meta, torch.Tensor):
             return False
-        entry = registry.TABLE[[op.name for op in registry.TABLE].index(name)]
-        family = entry.planner
-        if family is None:
-            return False
-        args = tuple(self.values.get(a) if isinstance(a, fx.Node) else a for a in node.args)
-        kwargs = {k: self.values.get(v) if isinstance(v, fx.Node) else v for k, v in node.kwargs.items()}
-        signed = family.signature(args, kwargs)
+        family = registry.TABLE[[op.name for op in registry.TABLE].index(name)].planner
+        signed = family.signature(args, kwargs) if family is not None else None
         if signed is None:
             return False
         key, operands = signed
         plan = dispatcher.plans().get(key)
         direct = plan.direct(operands) if plan is not None and plan.run is not None else None
-        if direct is None or tuple(meta.shape) != tuple(plan.shape) or meta.dtype != plan.dtype or \
-                not _same_layout(meta, torch.empty(plan.shape, device="meta")):
+        if direct is None or direct.outputs is not None:
             return False
+        direct = direct._replace(outputs=((tuple(plan.shape), _contiguous(plan.shape), plan.dtype),))
+        counted = registry.fallback._plan_for(node.target).name
+        return self.direct(node, direct, operands, plan.scanned, counted)
+
+    def direct(self, node: fx.Node, direct: Any, operands: tuple, scanned: tuple, counted: str) -> bool:
+        """Emit `direct` (a `plan.Direct`) for `node`: its outputs allocated as the graph records them,
+        the NaN/Inf check of the `scanned` operands, the launch by address."""
+        meta = node.meta.get("val")
+        metas = (meta,) if isinstance(meta, torch.Tensor) else tuple(meta or ())
+        if len(metas) < len(direct.outputs):
+            return False
+        for (shape, strides, dtype), recorded in zip(direct.outputs, metas, strict=False):
+            if not isinstance(recorded, torch.Tensor) or recorded.dtype != dtype or \
+                    not _same_layout(recorded, torch.empty_strided(shape, strides, device="meta")):
+                return False
         inputs = {id(self.values.get(a)): a for a in node.all_input_nodes}
-        tensors, values = [], []
-        out = None
+        tensors, values, checked = [], [], []
+        outputs: list[_Tensor | None] = [None] * len(direct.outputs)
         for kind, item in direct.args:
             if kind == "tensor":
                 source = inputs.get(id(operands[item]))
@@ -387,20 +404,26 @@ class _Builder:
                 if not isinstance(value, _Tensor):
                     return False
                 tensors.append(value)
+                if item in scanned and value not in checked:
+                    checked.append(value)
             elif kind == "out":
-                if out is None:
-                    out = _Tensor(self.allocate(meta), meta)
-                tensors.append(out)
+                which = item or 0
+                if outputs[which] is None:
+                    outputs[which] = _Tensor(self.allocate(metas[which]), metas[which])
+                tensors.append(outputs[which])
             else:
                 values.append(item)
-        if out is None:
+        if any(out is None for out in outputs):
             return False
-        self.scan_operands([tensors[i] for i, (kind, item) in enumerate(
-            a for a in direct.args if a[0] != "value") if kind == "tensor" and item in plan.scanned])
+        self.scan_operands(checked)
         self.launch(direct.launcher, direct.grid, tensors, values, node.name)
-        self.env[node] = out
+        if isinstance(meta, torch.Tensor):
+            self.env[node] = outputs[0]
+        else:
+            extra = [("expr", self.const(value, "k")) for value in direct.extra]
+            self.env[node] = ("outputs", [*outputs, *extra])
         self.counter["planned"] += 1
-        self.device_counts[registry.fallback._plan_for(node.target).name] += 1
+        self.device_counts[counted] += 1
         return True
 
     # ---------------------------------------------------------------- source

@@ -166,3 +166,39 @@ def test_programs_can_be_switched_off(fresh_compiler, monkeypatch):
             got = compiled(x.to("rbln"))
     assert not programs
     torch.testing.assert_close(got[0].cpu(), cpu(x)[0], atol=ATOL, rtol=RTOL)
+
+
+class Attention(torch.nn.Module):
+    """Causal self-attention whose q, k and v are strided slices of one projection (as GPT-2's)."""
+
+    def __init__(self, width: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(width, 3 * width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, width = x.shape
+        q, k, v = (t.view(batch, tokens, self.heads, -1).transpose(1, 2)
+                   for t in self.qkv(x).split(width, dim=-1))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return y.transpose(1, 2).reshape(batch, tokens, width)
+
+
+def test_attention_on_strided_slices_is_launched_by_the_program(fresh_compiler, monkeypatch):
+    programs = _programs(monkeypatch)
+    torch.manual_seed(2)
+    cpu = Attention().eval()
+    device = Attention().eval()
+    device.load_state_dict(cpu.state_dict())
+    device.to("rbln")
+    x = torch.randn(2, 8, 32)
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        expected = cpu(x)
+        results = [compiled(x.to("rbln")).cpu() for _ in range(4)]
+    for got in results:
+        torch.testing.assert_close(got, expected, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(got, results[0], atol=0, rtol=0)
+    report = programs[0].report
+    assert not any("attention" in name for name in report["calls"]), report
+    assert report["planned"] >= 2  # the projection and the attention

@@ -117,6 +117,8 @@ class _Builder:
         self.kernels: Counter[str] = Counter()
         self.guards: list[str] = []
         self._names = 0
+        self.constants: set[fx.Node] = set()  # get_attr nodes and nodes computed from them only
+        self.escaping = _escaping(gm.graph)
 
     # ---------------------------------------------------------------- helpers
     def fresh(self, prefix: str) -> str:
@@ -191,6 +193,7 @@ class _Builder:
                 else:
                     self.env[node] = ("expr", name)
             elif node.op == "get_attr":
+                self.constants.add(node)
                 value = self.values[node]
                 name = self.const(value, "c")
                 meta = node.meta.get("val")
@@ -211,6 +214,10 @@ class _Builder:
     def call_function(self, node: fx.Node) -> None:
         target = node.target
         meta = node.meta.get("val")
+        if self.hoist(node):
+            return
+        if target is aten.cat.default and self.cat_as_copy(node):
+            return
         if target is operator.getitem:
             source = self.env.get(node.args[0])
             if isinstance(source, tuple) and source[0] == "outputs":  # a fused kernel's output
@@ -236,6 +243,46 @@ class _Builder:
         if isinstance(target, torch._ops.OpOverload) and self.planned(node):
             return
         self.call(node, meta)
+
+    def hoist(self, node: fx.Node) -> bool:
+        """A node computed from constants only (an `arange` of positions, a copy of a lifted constant),
+        by a deterministic op, whose value never reaches the graph's output: its value from the recorded
+        call, kept as a constant of the program."""
+        target = node.target
+        real, meta = self.values.get(node), node.meta.get("val")
+        if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable or \
+                torch.Tag.nondeterministic_seeded in target.tags or node in self.escaping or \
+                not isinstance(real, torch.Tensor) or not isinstance(meta, torch.Tensor) or \
+                not _same_layout(real, meta) or \
+                not all(source in self.constants for source in node.all_input_nodes):
+            return False
+        self.env[node] = _Tensor(self.const(real, "c"), meta)
+        self.constants.add(node)
+        self.counter["hoisted"] += 1
+        return True
+
+    def cat_as_copy(self, node: fx.Node) -> bool:
+        """`cat` of one tensor with empty ones (a cache of past keys that starts empty): a contiguous copy
+        of that tensor (a clone), without cat's own checks."""
+        tensors, meta = node.args[0], node.meta.get("val")
+        if not isinstance(meta, torch.Tensor) or meta.stride() != _contiguous(meta.shape) or \
+                not all(isinstance(t, fx.Node) and isinstance(t.meta.get("val"), torch.Tensor)
+                        for t in tensors):
+            return False
+        full = [t for t in tensors if t.meta["val"].numel()]
+        if len(full) != 1 or full[0].meta["val"].dtype != meta.dtype or \
+                tuple(full[0].meta["val"].shape) != tuple(meta.shape) or \
+                not isinstance(self.env.get(full[0]), _Tensor):
+            return False
+        source = self.materialise(self.env[full[0]])
+        name = self.fresh("v")
+        layout = self.const(torch.contiguous_format)
+        text = f"{self.const(aten.clone.default, 'f')}({source}, memory_format={layout})"
+        self.emit(f"{name} = {text}", self.reads(text))
+        self.env[node] = _Tensor(name, meta)
+        self.counter["calls"] += 1
+        self.calls["clone.default (cat of one non-empty tensor)"] += 1
+        return True
 
     def view(self, node: fx.Node, source: _Tensor) -> _Tensor | None:
         """`node` as a view of `source` (address arithmetic), when the recorded call agrees."""
@@ -447,6 +494,21 @@ class _Builder:
         return "\n".join(head + body) + "\n"
 
 
+def _escaping(graph: fx.Graph) -> set[fx.Node]:
+    """Nodes whose value the output may alias: the output's operands and what they view."""
+    found: set[fx.Node] = set()
+    output = next(node for node in graph.nodes if node.op == "output")
+    stack = list(output.all_input_nodes)
+    while stack:
+        node = stack.pop()
+        if node in found:
+            continue
+        found.add(node)
+        if node.target in VIEW_OPS or node.target in MULTI_VIEW_OPS or node.target is operator.getitem:
+            stack.extend(node.all_input_nodes)
+    return found
+
+
 def _words(text: str) -> list[str]:
     word, words = [], []
     for char in text:
@@ -543,7 +605,8 @@ class Program:
         self._kernels = tuple(builder.kernels.items())
         self._fused = builder.counter["fused"]
         self.report = {"fused": builder.counter["fused"], "planned": builder.counter["planned"],
-                       "views": builder.counter["views"], "calls": dict(builder.calls)}
+                       "views": builder.counter["views"], "hoisted": builder.counter["hoisted"],
+                       "calls": dict(builder.calls)}
         _stats.count("programs_generated")
         _stats.count("program_direct_nodes", builder.counter["fused"] + builder.counter["planned"])
         _stats.count("program_view_nodes", builder.counter["views"])

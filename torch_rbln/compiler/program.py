@@ -108,7 +108,7 @@ class _Builder:
 
     def __init__(self, gm: fx.GraphModule, values: dict[fx.Node, Any], index: int) -> None:
         self.gm, self.values, self.index = gm, values, index
-        self.lines: list[tuple[str, tuple[str, ...]]] = []  # (statement, names it reads)
+        self.lines: list[tuple[str, tuple[str, ...], str]] = []  # (statement, names it reads, kind)
         self.namespace: dict[str, Any] = {}
         self.env: dict[fx.Node, Any] = {}  # node -> _Tensor, or ("expr", source) for other values
         self.counter = Counter()
@@ -117,6 +117,7 @@ class _Builder:
         self.kernels: Counter[str] = Counter()
         self.guards: list[str] = []
         self._names = 0
+        self.allocs: dict[str, tuple] = {}  # buffer variable -> (shape, strides, dtype)
         self.constants: set[fx.Node] = set()  # get_attr nodes and nodes computed from them only
         self.escaping = _escaping(gm.graph)
 
@@ -130,8 +131,10 @@ class _Builder:
         self.namespace[name] = value
         return name
 
-    def emit(self, statement: str, reads: Sequence[str] = ()) -> None:
-        self.lines.append((statement, tuple(reads)))
+    def emit(self, statement: str, reads: Sequence[str] = (), kind: str = "other") -> None:
+        """One statement; `kind` "launch", "scan", "pointer" or "alloc" for statements that only pass
+        addresses to kernels or allocate (the memory plan may reuse buffers read by those alone)."""
+        self.lines.append((statement, tuple(reads), kind))
 
     def materialise(self, value: _Tensor) -> str:
         """A variable holding `value` as a tensor (a view is made with `as_strided` once)."""
@@ -151,7 +154,7 @@ class _Builder:
             return f"{base} + {value.offset * value.meta.element_size()}" if value.offset else base
         if value.address is None:
             value.address = self.fresh("p")
-            self.emit(f"{value.address} = {value.name}.data_ptr()", (value.name,))
+            self.emit(f"{value.address} = {value.name}.data_ptr()", (value.name,), "pointer")
         return value.address
 
     def render(self, arg: Any) -> str:
@@ -330,9 +333,11 @@ class _Builder:
         shape, strides = tuple(meta.shape), tuple(meta.stride())
         dtype = self.const(meta.dtype, "d")
         if strides == _contiguous(shape) or all(s == 1 for s in shape):
-            self.emit(f"{name} = empty({list(shape)}, {dtype}, {self.index})")
+            self.emit(f"{name} = empty({list(shape)}, {dtype}, {self.index})", (), "alloc")
         else:
-            self.emit(f"{name} = empty_strided({list(shape)}, {list(strides)}, {dtype}, {self.index})")
+            self.emit(f"{name} = empty_strided({list(shape)}, {list(strides)}, {dtype}, {self.index})", (),
+                      "alloc")
+        self.allocs[name] = (shape, strides, meta.dtype)
         return name
 
     def launch(self, launcher: Callable, grid: tuple, tensors: list[_Tensor], values: Sequence[Any],
@@ -347,7 +352,7 @@ class _Builder:
             reads += self.reads(address)
             reads.append((tensor.root or tensor).name)  # the memory must live until the launch
         parts += [self.render(v) for v in values]
-        self.emit(f"if not {function}({', '.join(parts)}):\n        raise Fault({label!r})", reads)
+        self.emit(f"if not {function}({', '.join(parts)}):\n        raise Fault({label!r})", reads, "launch")
 
     def scan_operands(self, tensors: list[_Tensor]) -> None:
         """The NaN/Inf check the registry makes before the plan's launch (unless deploy mode): a call
@@ -364,7 +369,8 @@ class _Builder:
             checks.append(f"{self.const(scan, 's')}({address}, {_span(tensor.meta)}, {mask})")
             reads += [*self.reads(address), (tensor.root or tensor).name]
         if checks:
-            self.emit(f"if checked and not ({' and '.join(checks)}):\n        raise Unplanned()", reads)
+            self.emit(f"if checked and not ({' and '.join(checks)}):\n        raise Unplanned()", reads,
+                      "scan")
 
     def fused(self, node: fx.Node, runner: FusedKernel) -> bool:
         """A fused kernel launched by address, when its launch was kept and needs nothing per call."""
@@ -475,19 +481,40 @@ class _Builder:
 
     # ---------------------------------------------------------------- source
     def source(self, params: list[str]) -> str:
-        """The function: guards, then the statements, each tensor variable released after its last use."""
+        """The function: guards, then the statements, each tensor variable released after its last use.
+
+        The memory plan: a buffer the program allocated and only ever passed to kernels by address (no
+        call, view or output sees it, so nothing can alias it) goes, once dead, to a pool of its layout;
+        a later allocation of that layout takes it instead of allocating (the kernels write every
+        element of their outputs)."""
         last: dict[str, int] = {}
-        for position, (_, reads) in enumerate(self.lines):
+        escaped: set[str] = set()
+        for position, (_, reads, kind) in enumerate(self.lines):
             for name in reads:
                 last[name] = position
+            if kind == "other":
+                escaped.update(reads)
+        pool: dict[tuple, list[str]] = {}
         body = []
         kept = set(params)
-        for position, (statement, _) in enumerate(self.lines):
+        for position, (statement, _, kind) in enumerate(self.lines):
+            if kind == "alloc":
+                name = statement.split(" = ", 1)[0]
+                free = pool.get(self.allocs[name])
+                if free and name not in escaped:
+                    statement = f"{name} = {free.pop()}"
+                    self.counter["reused"] += 1
             body.append(f"    {statement}")
             dead = sorted(name for name, at in last.items() if at == position and name not in kept
                           and name[0] == "v" and not statement.startswith("return"))
-            if dead:
-                body.append(f"    {' = '.join(dead)} = None")
+            released = []
+            for name in dead:
+                if name in self.allocs and name not in escaped:
+                    pool.setdefault(self.allocs[name], []).append(name)
+                else:
+                    released.append(name)
+            if released:
+                body.append(f"    {' = '.join(released)} = None")
         guard = " or ".join(["backend() != BACKEND", f"device_tp({self.index}) != 1", *self.guards])
         head = [f"def program({', '.join(params)}):", f"    if {guard}:", "        raise Unplanned()",
                 "    checked = not deploy_mode()"]
@@ -606,6 +633,7 @@ class Program:
         self._fused = builder.counter["fused"]
         self.report = {"fused": builder.counter["fused"], "planned": builder.counter["planned"],
                        "views": builder.counter["views"], "hoisted": builder.counter["hoisted"],
+                       "reused_buffers": builder.counter["reused"],
                        "calls": dict(builder.calls)}
         _stats.count("programs_generated")
         _stats.count("program_direct_nodes", builder.counter["fused"] + builder.counter["planned"])

@@ -202,3 +202,21 @@ def test_attention_on_strided_slices_is_launched_by_the_program(fresh_compiler, 
     report = programs[0].report
     assert not any("attention" in name for name in report["calls"]), report
     assert report["planned"] >= 2  # the projection and the attention
+
+
+def test_the_memory_plan_reuses_a_dead_buffer_of_the_same_layout(fresh_compiler, monkeypatch):
+    """In a chain of four products, the second product's buffer is dead when the fourth one is
+    allocated: the fourth reuses it, and the results stay right call after call."""
+    programs = _programs(monkeypatch)
+
+    def chain(x, w):
+        return (((x @ w) @ w) @ w) @ w
+
+    torch.manual_seed(3)
+    x, w = torch.randn(8, 8), torch.randn(8, 8) / 3
+    compiled = torch.compile(chain, backend="rbln")
+    xr, wr = x.to("rbln"), w.to("rbln")
+    results = [compiled(xr, wr).cpu() for _ in range(4)]
+    for got in results:
+        torch.testing.assert_close(got, chain(x, w), atol=ATOL, rtol=RTOL)
+    assert programs[0].report["reused_buffers"] >= 1, programs[0].source

@@ -96,11 +96,12 @@ class _Tensor:
     """A value of the program: a tensor variable (`root` None), or a view of the tensor variable `root`
     at `offset` elements from it with the fake tensor's sizes and strides (`meta`)."""
 
-    __slots__ = ("name", "meta", "root", "offset", "address")
+    __slots__ = ("name", "meta", "root", "offset", "address", "escapes")
 
     def __init__(self, name: str | None, meta: torch.Tensor, root: _Tensor | None = None, offset: int = 0):
         self.name, self.meta, self.root, self.offset = name, meta, root, offset
         self.address: str | None = None
+        self.escapes = True  # (views: whether the graph's output may alias it)
 
 
 class _Builder:
@@ -142,7 +143,10 @@ class _Builder:
             root = self.materialise(value.root)
             name = self.fresh("v")
             meta = value.meta
-            self.emit(f"{name} = as_strided({root}, {tuple(meta.shape)}, {tuple(meta.stride())}, "
+            # a view only calls see: the CPU view kernel straight (what the rbln one redispatches to,
+            # a third of its cost); one the output may alias: the view op, so autograd tracks it
+            view, keys = ("as_strided", "") if value.escapes else ("as_strided_below", "CPU_KEYS, ")
+            self.emit(f"{name} = {view}({keys}{root}, {tuple(meta.shape)}, {tuple(meta.stride())}, "
                       f"{root}.storage_offset() + {value.offset})", (root,))
             value.name = name
         return value.name
@@ -300,6 +304,7 @@ class _Builder:
                 tuple(real.shape) != tuple(meta.shape) or real.stride() != meta.stride():
             return None
         self.env[node] = value = _Tensor(None, meta, root, offset)
+        value.escapes = node in self.escaping
         self.counter["views"] += 1
         return value
 
@@ -622,6 +627,8 @@ class Program:
             return
         namespace.update(empty=_memory.empty, empty_strided=_memory.empty_strided,
                          as_strided=aten.as_strided.default, backend=requested_backend,
+                         as_strided_below=aten.as_strided.default._handle.redispatch_boxed,
+                         CPU_KEYS=torch._C.DispatchKeySet(torch._C.DispatchKey.CPU),
                          BACKEND=requested_backend(), device_tp=device_tp, deploy_mode=config.deploy_mode,
                          Fault=_Fault, Unplanned=_Unplanned)
         code = builtins.compile(source, f"<rbln program {self.name}>", "exec")

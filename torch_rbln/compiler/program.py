@@ -281,6 +281,8 @@ class _Builder:
                 tuple(full[0].meta["val"].shape) != tuple(meta.shape) or \
                 not isinstance(self.env.get(full[0]), _Tensor):
             return False
+        if self.tiled_copy(node, full[0], meta):
+            return True
         source = self.materialise(self.env[full[0]])
         name = self.fresh("v")
         layout = self.const(torch.contiguous_format)
@@ -289,6 +291,46 @@ class _Builder:
         self.env[node] = _Tensor(name, meta)
         self.counter["calls"] += 1
         self.calls["clone.default (cat of one non-empty tensor)"] += 1
+        return True
+
+    def tiled_copy(self, node: fx.Node, source: fx.Node, meta: torch.Tensor) -> bool:
+        """The copy of `source` into a fresh tensor laid out as `meta`, launched by address on the
+        registry's tiled copy kernel (`registry._copy._tiled`: rows of contiguous runs, or square tiles
+        of a transpose) whatever its size: the flat strided kernel the registry takes below
+        `TILED_MIN` elements divides every element's index, several times slower on a permuted head
+        split. The launch is made once here on the recorded values and checked against the recorded
+        result."""
+        from torch_rbln.registry import _copy, _launch
+        from torch_rbln.registry.geometry import collapse, expanded_strides
+
+        src_meta, real_src, real_out = source.meta["val"], self.values.get(source), self.values.get(node)
+        if not isinstance(real_src, torch.Tensor) or not isinstance(real_out, torch.Tensor) or \
+                real_src.device.type != "rbln" or meta.dtype not in (torch.float32, torch.float16,
+                                                                      torch.bfloat16):
+            return False
+        stand_in = torch.empty_strided(src_meta.shape, src_meta.stride(), device="meta")
+        sizes, (src_strides, dst_strides) = collapse(
+            list(meta.shape), [list(expanded_strides(stand_in, list(meta.shape))), list(meta.stride())])
+        if not sizes or len(sizes) > 4:
+            return False
+        pad = 4 - len(sizes)
+        launch = _copy._tiled([1] * pad + sizes, [0] * pad + src_strides, [0] * pad + dst_strides, False)
+        if not launch.fits:
+            return False
+        kernel = _launch.kernel_module("elementwise").tiled_copy_kernel
+        key = (meta.dtype, meta.dtype, *launch.constexprs.values())
+        trial = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=real_src.device)
+        _launch.launch(kernel, launch.programs, key, (real_src, trial, *launch.ints), launch.constexprs,
+                       launch.rows)
+        kept = _launch.unchecked(kernel, key)
+        if kept is None or not hasattr(kept, "by_address") or not torch.equal(trial.cpu(), real_out.cpu()):
+            return False
+        out = _Tensor(self.allocate(meta), meta)
+        self.launch(kept.by_address, (launch.programs, launch.rows, 1), [self.env[source], out], launch.ints,
+                    node.name)
+        self.env[node] = out
+        self.counter["planned"] += 1
+        self.device_counts[_copy.NAME] += 1
         return True
 
     def view(self, node: fx.Node, source: _Tensor) -> _Tensor | None:

@@ -220,3 +220,28 @@ def test_the_memory_plan_reuses_a_dead_buffer_of_the_same_layout(fresh_compiler,
     for got in results:
         torch.testing.assert_close(got, chain(x, w), atol=ATOL, rtol=RTOL)
     assert programs[0].report["reused_buffers"] >= 1, programs[0].source
+
+
+def test_a_cat_onto_an_empty_cache_is_a_tiled_copy(fresh_compiler, monkeypatch):
+    """`cat([empty past keys, keys], dim=-2)` (a cache that starts empty) is the contiguous copy of the
+    permuted keys: launched on the tiled copy kernel by address, with the graph's result."""
+    programs = _programs(monkeypatch)
+
+    def f(x, past):
+        keys = x.view(2, 8, 4, 8).transpose(1, 2)
+        cache = torch.cat([past, keys], dim=-2)
+        return cache, cache.sum(-1)
+
+    torch.manual_seed(4)
+    x, past = torch.randn(2, 8, 32), torch.randn(2, 4, 0, 8)
+    compiled = torch.compile(f, backend="rbln")
+    xr, pr = x.to("rbln"), past.to("rbln")
+    expected = f(x, past)
+    for _ in range(4):
+        got = compiled(xr, pr)
+        for actual, reference in zip(got, expected, strict=True):
+            assert actual.stride() == reference.stride()
+            torch.testing.assert_close(actual.cpu(), reference, atol=ATOL, rtol=RTOL)
+    report = programs[0].report
+    assert not any("cat" in name for name in report["calls"]), report
+    assert report["planned"] >= 1

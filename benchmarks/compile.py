@@ -3,9 +3,11 @@
 Run: python benchmarks/compile.py [--repeats 7] [--threads 1,2] [--no-inductor] [--json FILE]
 
 (1) Forward of the GPT-2 demo model (torch_rbln.demo: random config, 2 layers, width 64, batch 2 x 16
-    tokens): eager on rbln:0 (registry kernels op by op), compiled with backend="rbln" (fused DSL kernels
-    plus registry matmuls), eager on the CPU and compiled with inductor on the CPU. Target: compiled rbln
-    at least 1.5x faster than eager rbln.
+    tokens): eager on rbln:0 (registry kernels op by op), compiled with backend="rbln" run node by node
+    on its fused graph ("node by node": fused DSL kernels, every other node through the registry, as
+    before generated programs) and as its generated program (compiler/program.py, from the third call),
+    eager on the CPU and compiled with inductor on the CPU. Target (issue 22): compiled rbln at least 3x
+    faster than eager rbln and as fast as inductor.
 (3) The same four ways on an MLP (batch 64, 1024 -> 1024 -> GELU -> 1024) and, with --llama, a mid-size
     Llama forward (random config: width 512, 4 layers, 8 heads, batch 1 x 128 tokens), 1 thread; with the
     first compiled call's time (Dynamo + backend compile; run the script twice to see it with a warm
@@ -34,6 +36,7 @@ import torch
 import torch_rbln  # noqa: F401
 import torch_rbln.compiler as rbln_compiler
 from torch_rbln import demo
+from torch_rbln.compiler import backend as rbln_backend
 
 
 def median_ms(fn: Callable[[], object], repeats: int, number: int = 1) -> float:
@@ -67,13 +70,17 @@ def _demo_forward(repeats: int, inductor: bool) -> dict:
     device.tie_weights()
     ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
     ids_rbln = ids.to("rbln")
-    compiled = torch.compile(device, backend="rbln")
     results: dict = {"model": description}
     with torch.no_grad():
         reference = cpu(ids).logits
-        error = (compiled(ids_rbln).logits.cpu() - reference).abs().max().item()
-        if error > 1e-4:
-            raise SystemExit(f"compiled rbln forward differs from the CPU by {error}")
+        results["compiled_nodes_ms"] = _node_by_node_ms(lambda: torch.compile(device, backend="rbln"),
+                                                        lambda fn: fn(ids_rbln), repeats, 3)
+        torch._dynamo.reset()
+        compiled = torch.compile(device, backend="rbln")
+        for _ in range(3):  # the third call runs the generated program
+            error = (compiled(ids_rbln).logits.cpu() - reference).abs().max().item()
+            if error > 1e-4:
+                raise SystemExit(f"compiled rbln forward differs from the CPU by {error}")
         results["max_abs_error_vs_cpu"] = error
         results["eager_rbln_ms"] = median_ms(lambda: device(ids_rbln), repeats, 3)
         results["compiled_rbln_ms"] = median_ms(lambda: compiled(ids_rbln), repeats, 3)
@@ -84,6 +91,21 @@ def _demo_forward(repeats: int, inductor: bool) -> dict:
             results["inductor_cpu_ms"] = median_ms(lambda: cpu_compiled(ids), repeats, 3)
     results["fused_launches_per_forward"] = _fused_launches_per_call(lambda: compiled(ids_rbln))
     return results
+
+
+def _node_by_node_ms(make: Callable[[], Callable], call: Callable[[Callable], object], repeats: int,
+                     number: int = 1) -> float:
+    """The compiled model run node by node on its fused graph (`backend.PROGRAMS` off): the figure
+    before compiled graphs ran as generated programs."""
+    torch._dynamo.reset()
+    rbln_backend.PROGRAMS = False
+    try:
+        compiled = make()
+        call(compiled)
+        return median_ms(lambda: call(compiled), repeats, number)
+    finally:
+        rbln_backend.PROGRAMS = True
+        torch._dynamo.reset()
 
 
 def _fused_launches_per_call(fn: Callable[[], object]) -> int:
@@ -112,11 +134,14 @@ def four_ways(name: str, make: Callable[[], torch.nn.Module], inputs: dict, repe
         device.load_state_dict(cpu.state_dict())
         device.to("rbln")
         on_device = {key: value.to("rbln") for key, value in inputs.items()}
-        compiled = torch.compile(device, backend="rbln")
         out = _tensor_of
         row: dict = {"model": name}
         with torch.no_grad():
+            row["compiled_nodes_ms"] = _node_by_node_ms(lambda: torch.compile(device, backend="rbln"),
+                                                        lambda fn: fn(**on_device), repeats)
+            compiled = torch.compile(device, backend="rbln")
             row["compile_rbln_s"] = _first_call_s(lambda: compiled(**on_device))
+            compiled(**on_device)  # the third call runs the generated program
             error = (out(compiled(**on_device)).cpu() - out(cpu(**inputs))).abs().max().item()
             if error > tolerance:
                 raise SystemExit(f"{name}: compiled rbln differs from the CPU by {error}")
@@ -215,10 +240,12 @@ def main(argv: list[str] | None = None) -> int:
 
     forward = demo_forward(args.repeats, not args.no_inductor)
     print(f"(1) demo forward: {forward['model']}, batch 2 x 16 tokens, 1 thread (median ms)")
-    print(f"{'eager rbln':>14} {'compiled rbln':>14} {'eager CPU':>10} {'inductor CPU':>13} "
+    print(f"{'eager rbln':>14} {'node by node':>13} {'compiled rbln':>14} {'eager CPU':>10} "
+          f"{'inductor CPU':>13} "
           f"{'compiled vs eager':>18} {'compiled vs inductor':>21}")
     inductor_ms = forward.get("inductor_cpu_ms")
-    print(f"{forward['eager_rbln_ms']:14.2f} {forward['compiled_rbln_ms']:14.2f} "
+    print(f"{forward['eager_rbln_ms']:14.2f} {forward['compiled_nodes_ms']:13.2f} "
+          f"{forward['compiled_rbln_ms']:14.2f} "
           f"{forward['eager_cpu_ms']:10.2f} "
           f"{inductor_ms if inductor_ms is not None else float('nan'):13.2f} "
           f"{forward['eager_rbln_ms'] / forward['compiled_rbln_ms']:17.2f}x "
@@ -228,13 +255,15 @@ def main(argv: list[str] | None = None) -> int:
 
     model_rows = models(args.repeats, not args.no_inductor, args.llama)
     print("\n(3) models, 1 thread (median ms; first compiled call in s)")
-    print(f"{'model':>24} {'eager rbln':>11} {'compiled':>9} {'eager CPU':>10} {'inductor':>9} "
+    print(f"{'model':>24} {'eager rbln':>11} {'nodes':>7} {'compiled':>9} {'eager CPU':>10} "
+          f"{'inductor':>9} "
           f"{'vs eager':>9} {'vs inductor':>12} {'compile rbln':>13} {'compile ind.':>13}")
     nan = float("nan")
     for row in model_rows:
         ind = row.get("inductor_cpu_ms", nan)
         compiled_ms = row["compiled_rbln_ms"]
-        print(f"{row['model']:>24} {row['eager_rbln_ms']:11.2f} {compiled_ms:9.2f} "
+        print(f"{row['model']:>24} {row['eager_rbln_ms']:11.2f} {row['compiled_nodes_ms']:7.2f} "
+              f"{compiled_ms:9.2f} "
               f"{row['eager_cpu_ms']:10.2f} {ind:9.2f} {row['eager_rbln_ms'] / compiled_ms:8.2f}x "
               f"{ind / row['compiled_rbln_ms']:11.2f}x {row['compile_rbln_s']:13.2f} "
               f"{row.get('compile_inductor_s', nan):13.2f}")

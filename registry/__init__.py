@@ -80,24 +80,24 @@ def _out_overlaps_an_input(out: Any, args: tuple) -> bool:
 
 def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Callable:
     """The PrivateUse1 kernel of one table entry. What it needs beyond the entry's flags (the overload,
-    its fallback plan, the implementation, the family's planner or the fast path, which import the
+    its fallback plan, the implementation, the family's planner, which import the
     kernel modules) is looked up on its first call: registering the ~150 entries at `import torch` must
     stay cheap.
 
     An entry of a migrated family (`Op.planner`, see `plan.py`) keys each call by the family's
     `signature`; the plan kept for that key runs the call (built on the key's first call, or the CPU
-    fallback for a key the family declines). Entries not migrated yet run their fast path (`Op.fast`).
-    Whatever neither takes runs the checked implementation."""
+    fallback for a key the family declines). Whatever the plans do not take runs the checked
+    implementation."""
     short = entry.name
     int_inputs = entry.int_inputs
     overwrites_first = entry.overwrites_first
     counts = _device_counts
-    fallback_plan = name = default = fast = signature = build = None
+    fallback_plan = name = default = signature = build = None
     plans: dict = BoundedMemo(1024)  # signature -> Plan
     resolved = False
 
     def resolve() -> None:
-        nonlocal overload, fallback_plan, name, default, fast, signature, build, resolved
+        nonlocal overload, fallback_plan, name, default, signature, build, resolved
         if overload is None:
             overload = _overload(short)
         fallback_plan = fallback._plan_for(overload)
@@ -106,8 +106,6 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
         family = entry.planner
         if family is not None:
             signature, build = family.signature, family.plan
-        else:
-            fast = entry.fast
         resolved = True
 
     def planned(key: tuple, operands: tuple) -> Any:
@@ -143,11 +141,6 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
                             return result
                     elif plan.reason is not None:
                         return fallback.run_on_cpu(overload, fallback_plan, args, kwargs, plan.reason)
-            elif fast is not None:
-                result = fast(args, kwargs)
-                if result is not None:
-                    counts[name] += 1
-                    return result
         impl, accepts = _user.get(short, default) if _user else default
         reason = check_inputs(args, kwargs, int_inputs or accepts is not None, overwrites_first)
         if reason is None and accepts is not None:

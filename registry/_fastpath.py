@@ -1,5 +1,5 @@
 """`_Plan`, the kept-launch record that the families not yet on per-signature plans (`plan.py`) build
-on (`_fast_matmul`, `attention`, `custom`), and `write_only_buffer`.
+on (`attention`, `custom`), and `write_only_buffer`.
 
 A `_Plan` names one kernel specialisation by a launch key and keeps its direct launch, with the DSL
 backend it was kept for, so a caller's per-call lookup is one compare; `kernel.clear_cache()` resets
@@ -21,8 +21,6 @@ from torch_rbln.tp import requested_backend
 
 from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
-
-FastPath = Callable[[tuple, dict], "Tensor | None"]
 
 
 def _contiguous_rbln(x) -> int:

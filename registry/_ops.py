@@ -254,7 +254,7 @@ def unary_key(E, name: str, dtypes: tuple, n: int) -> tuple[tuple, dict]:
 
 def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=False):
     """The general binary op: promotion, broadcasting, scalars, out=, in place (the plain case of two
-    same-shape contiguous tensors usually takes `_fastpath.binary` before reaching here)."""
+    same-shape contiguous tensors usually takes its plan, `elementwise.py`, before reaching here)."""
     E = _k("elementwise")
     if isinstance(alpha, complex) or (isinstance(alpha, torch.Tensor)):
         raise Decline("tensor/complex alpha")

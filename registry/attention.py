@@ -39,6 +39,7 @@ from ._checks import _device_counts, _run_device, check_inputs
 from ._fastpath import _Plan, write_only_buffer
 from ._finite_scan import PARALLEL_MIN, all_finite, is_dense_permutation
 from ._memo import BoundedMemo
+from .plan import Direct
 
 SDPA = "aten::scaled_dot_product_attention"
 FORWARD = "aten::_scaled_dot_product_fused_attention_overrideable"
@@ -592,6 +593,36 @@ def fused_attention_forward_kernel(query: torch.Tensor, key: torch.Tensor, value
     if plan_key is not None and not tracing(query, key, value, attn_bias):
         _fused_plans[plan_key] = _new_plan(query, key, value, attn_bias, is_causal, scale)
     return result
+
+
+def fused_forward_direct(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                         attn_bias: torch.Tensor | None = None, dropout_p: float = 0.0,
+                         is_causal: bool = False, return_debug_mask: bool = False, *,
+                         scale: float | None = None) -> Direct | None:
+    """The fused op's kept forward launch for a call of this structure (`_fused_plans`), as a compiled
+    graph launches it by address (`plan.Direct`): q, k, v and the mask (q stands in for none), the output
+    and the logsumexp, then the plan's int and float arguments; the op's other results (the unused
+    zero-size tensor, the sequence lengths) as `extra`. Operands need not be dense (q, k and v are often
+    slices of one projection): the caller passes each one's address and the span of elements its strides
+    reach, which the kernel's bounds checks take. None while there is no kept launch by address (the
+    structure has not run on the device twice, 64-bit arguments, a grid split over a tensor-parallel
+    group)."""
+    if dropout_p != 0.0 or return_debug_mask or type(query) is not torch.Tensor or query.dim() != 4:
+        return None
+    plan = _fused_plans.get(_structure(query, key, value, attn_bias, is_causal, scale, False))
+    index = _planned_device(query, key, value, attn_bias)
+    if plan is None or index < 0 or plan.grid[0] <= 0 or \
+            (plan.programs > 1 and _device_tp(index) != 1) or plan.launcher() is None or \
+            plan.by_address is None:
+        return None
+    g = plan.g
+    args = (("tensor", 0), ("tensor", 1), ("tensor", 2), ("tensor", 0 if attn_bias is None else 3),
+            ("out", 0), ("out", 1), *(("value", v) for v in plan.tail))
+    outputs = ((tuple(query.shape), tuple(plan.out_strides), query.dtype),
+               (plan.lse_shape, tuple(_memory.contiguous_strides(plan.lse_shape)), torch.float32))
+    empty = _unused_output(index)
+    return Direct(plan.by_address, (plan.grid[0], plan.grid[1], 1), args, outputs,
+                  (empty, empty, g.q_len, g.kv_len, empty, empty, empty))
 
 
 def _fused_forward(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

@@ -35,6 +35,23 @@ class Family(NamedTuple):
     plan: Callable[[tuple, tuple], Any]
 
 
+class Direct(NamedTuple):
+    """A plan's kept launch as a compiled graph calls it (`torch_rbln.compiler.program`): by address,
+    on a grid decided once, with no per-call check. `launcher(g0, g1, g2, *addressed)` is the kernel's
+    `unchecked.by_address` (each tensor as its address and element count, then the scalars; False after
+    a kernel fault). `args` lists the runtime arguments in order: ("tensor", i) the plan's operand i,
+    ("out", None) the result (allocated as the plan's `shape` and `dtype`, contiguous), ("value", v) a
+    number. A launch of several outputs lists them in `outputs` ((shape, strides, dtype) each; the
+    call's result is their tuple, followed by `extra`, values the call returns beside them) and names
+    them ("out", j)."""
+
+    launcher: Callable
+    grid: tuple
+    args: tuple
+    outputs: tuple | None = None
+    extra: tuple = ()
+
+
 class Plan:
     """Every decision for one call signature. `run(operands)` (set by the family) returns the result or
     None; `reason` is set instead for a signature the CPU fallback takes (`declined`).
@@ -72,6 +89,11 @@ class Plan:
             self.launcher = _launch.unchecked(self.kernel, self.key)
             self.backend = backend
         return self.launcher
+
+    def direct(self, operands: tuple) -> Direct | None:
+        """The kept launch for a compiled graph (see `Direct`), or None (the default: a family that
+        describes none, or no launch kept yet). `operands`: one call's, whose numbers it may bake in."""
+        return None
 
     def launch_checked(self, args: tuple) -> None:
         """The checked launch (`kernel[grid]`, tensor-parallel groups included), which keeps the direct

@@ -21,7 +21,7 @@ EW = LazyModule(globals(), "EW", "elementwise")
 RW = LazyModule(globals(), "RW", "rows")
 LS = LazyModule(globals(), "LS", "loss")
 GA = LazyModule(globals(), "GA", "gather")
-_FAST_PATH_MODULES = ("_fast_matmul",)
+MM = LazyModule(globals(), "MM", "matmul")
 
 
 @dataclass(frozen=True)
@@ -44,17 +44,6 @@ class Op:
             planner = self.make_plan() if self.make_plan is not None else None
             object.__setattr__(self, "_planner", planner)
         return planner
-
-    @property
-    def fast(self) -> Callable | None:
-        """The fast path of a family not migrated to plans (`_FAST_PATH_MODULES`' `FAST_PATHS`: `(args,
-        kwargs) -> result or None`, None for a call it does not take), looked up on first use (which
-        imports those modules)."""
-        fast = self.__dict__.get("_fast", _UNBUILT)
-        if fast is _UNBUILT:
-            fast = _fast_paths().get(self.name) if self.name in NAMES else None
-            object.__setattr__(self, "_fast", fast)
-        return fast
 
     @property
     def kernel(self) -> Callable:
@@ -365,12 +354,14 @@ TABLE: list[Op] = [
     Op("native_layer_norm_backward.default", Ref("rows", "layer_norm_backward"),
        make_plan=lambda: RW.layer_norm_backward_family()),
     # ---- (3) matmul family (linear and matmul decompose into these)
-    Op("mm.default", lambda a, b: O.mm(a, b), "mm", tol=MATMUL),
-    Op("mm.out", lambda a, b, out=None: O.mm(a, b, out=out)),
-    Op("bmm.default", lambda a, b: O.bmm(a, b), "bmm", tol=MATMUL),
-    Op("bmm.out", lambda a, b, out=None: O.bmm(a, b, out=out)),
-    Op("addmm.default", lambda c, a, b, beta=1, alpha=1: O.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL),
-    Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: O.addmm(c, a, b, beta, alpha, out=out)),
+    Op("mm.default", lambda a, b: O.mm(a, b), "mm", tol=MATMUL, make_plan=lambda: MM.mm()),
+    Op("mm.out", lambda a, b, out=None: O.mm(a, b, out=out), make_plan=lambda: MM.mm()),
+    Op("bmm.default", lambda a, b: O.bmm(a, b), "bmm", tol=MATMUL, make_plan=lambda: MM.bmm()),
+    Op("bmm.out", lambda a, b, out=None: O.bmm(a, b, out=out), make_plan=lambda: MM.bmm()),
+    Op("addmm.default", lambda c, a, b, beta=1, alpha=1: O.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL,
+       make_plan=lambda: MM.addmm()),
+    Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: O.addmm(c, a, b, beta, alpha, out=out),
+       make_plan=lambda: MM.addmm()),
     # ---- (4) reductions over any dims
     Op("sum.dim_IntList", _sum, "sum", tol=LOOSE, make_plan=lambda: R.family("sum", keywords=("dtype",))),
     Op("sum.default", lambda x, dtype=None: _sum(x, None, False, dtype),
@@ -452,21 +443,4 @@ TABLE: list[Op] = [
 
 
 
-def _fast_paths() -> dict[str, Callable]:
-    """The fast paths of the families not migrated to plans, kept in their modules' `FAST_PATHS` dicts
-    (overload name -> fast path). Imported on the first call of such an op."""
-    if _FAST_PATHS is None:
-        import importlib
-
-        extra: dict[str, Callable] = {}
-        for name in _FAST_PATH_MODULES:
-            extra.update(importlib.import_module(f"torch_rbln.registry.{name}").FAST_PATHS)
-        unknown = set(extra) - NAMES
-        if unknown:
-            raise RuntimeError(f"fast paths for overloads the table does not register: {sorted(unknown)}")
-        globals()["_FAST_PATHS"] = extra
-    return _FAST_PATHS
-
-
-_FAST_PATHS: dict[str, Callable] | None = None
 NAMES = frozenset(op.name for op in TABLE)

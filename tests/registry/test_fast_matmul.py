@@ -1,4 +1,4 @@
-"""The matmul fast paths (registry/_fast_matmul.py) and the product-path tiles of kernels/matmul.py: the
+"""The matmul family's plans (registry/matmul.py) and the product-path tiles of kernels/matmul.py: the
 general path's results and accounting, F.linear's transposed weight included, and every call that is
 not plain left to the general path (which gives torch's result or torch's error).
 
@@ -12,11 +12,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch_rbln.kernels import matmul
-from torch_rbln.registry import _fast_matmul, _ops
+from torch_rbln.registry import _ops
+from torch_rbln.registry import matmul as family
+from torch_rbln.registry.plan import Plan
 from torch_rbln.registry.table import MATMUL
 
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
+
+from .planned import planned
 
 
 def _row(name: str) -> dict:
@@ -31,7 +35,7 @@ def _close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 @pytest.fixture
 def general_path_forbidden(monkeypatch):
-    """Make the general matmul implementations fail loudly: a call that reaches them took no fast path."""
+    """Make the general matmul implementations fail loudly: a call that reaches them took no plan."""
 
     def forbidden(*args, **kwargs):
         raise AssertionError("general path reached")
@@ -69,13 +73,13 @@ def _operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 
 @pytest.mark.parametrize(("name", "fn"), CASES, ids=IDS)
-def test_plain_calls_take_the_fast_path_with_the_general_results(name, fn, general_path_forbidden):
+def test_plain_calls_take_their_plan_with_the_general_results(name, fn, general_path_forbidden):
     cpu = _operands(torch.float32)
     dev = [t.to("rbln") for t in cpu]
     first = fn(*dev)  # the general path launches (and tunes) the shape once
     general_path_forbidden()
     registry.reset_fallback_report()
-    fast = fn(*dev)  # launched as the general path's next call would, keeping the direct launch
+    fast = fn(*dev)  # the plan launches as the general path's next call would, keeping the direct launch
     again = fn(*dev)  # the kept direct launch
     for result in (fast, again):
         torch.testing.assert_close(result.cpu(), first.cpu(), atol=0, rtol=0)
@@ -85,7 +89,7 @@ def test_plain_calls_take_the_fast_path_with_the_general_results(name, fn, gener
 
 @pytest.mark.parametrize(("dtype", "bias"), [(torch.float16, False), (torch.bfloat16, True)],
                          ids=["float16-mm", "bfloat16-addmm"])
-def test_half_precision_on_the_fast_path(dtype, bias, general_path_forbidden):
+def test_half_precision_takes_its_plan(dtype, bias, general_path_forbidden):
     x, y, z = _operands(dtype)
     fn = (lambda *t: F.linear(t[0], t[1].t().contiguous(), t[2])) if bias else (lambda *t: t[0] @ t[1])
     dev = [t.to("rbln") for t in (x, y, z)]
@@ -97,7 +101,7 @@ def test_half_precision_on_the_fast_path(dtype, bias, general_path_forbidden):
 
 
 @pytest.mark.parametrize("shape", [(12, 10, 16), (20, 24, 18)], ids=["product-16", "dot-32"])
-def test_the_16_product_tile_and_a_dot_tile_take_the_fast_path_too(shape, general_path_forbidden):
+def test_the_16_product_tile_and_a_dot_tile_take_their_plans_too(shape, general_path_forbidden):
     m, k, n = shape
     a, b = torch.randn(m, k), torch.randn(k, n)
     da, db = a.to("rbln"), b.to("rbln")
@@ -120,7 +124,7 @@ def test_product_tiles_are_chosen_alone_for_problems_that_fit_them():
     assert 8 not in tiles(1024, 1024, 1024) and 16 not in tiles(1024, 1024, 1024)
 
 
-def test_a_nan_input_leaves_the_fast_path_for_the_logged_cpu_fallback():
+def test_a_nan_input_leaves_the_plan_for_the_logged_cpu_fallback():
     a, b = torch.randn(2, 3), torch.randn(3, 2)
     da = a.to("rbln")
     for _ in range(2):
@@ -132,7 +136,7 @@ def test_a_nan_input_leaves_the_fast_path_for_the_logged_cpu_fallback():
     assert _row("aten::mm") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
 
 
-def test_deploy_mode_runs_a_nan_input_on_the_fast_path(monkeypatch, general_path_forbidden):
+def test_deploy_mode_runs_a_nan_input_on_the_plan(monkeypatch, general_path_forbidden):
     bias = torch.tensor([1.0, float("nan")])
     a, b = torch.randn(2, 3), torch.randn(3, 2)
     dev = [t.to("rbln") for t in (bias, a, b)]
@@ -144,10 +148,15 @@ def test_deploy_mode_runs_a_nan_input_on_the_fast_path(monkeypatch, general_path
     assert _row("aten::addmm") == {"device": 1, "cpu": 0, "reasons": {}}
 
 
+def _calls():
+    """mm, addmm and bmm as `(args, kwargs) -> result or None`, each call through a fresh plan."""
+    return planned("mm.default"), planned("addmm.default"), planned("bmm.default")
+
+
 def test_non_plain_calls_are_left_to_the_general_path():
     a, b, bias = torch.randn(3, 4), torch.randn(4, 2), torch.randn(2)
     da, db, dbias = a.to("rbln"), b.to("rbln"), bias.to("rbln")
-    mm, addmm, bmm = _fast_matmul.mm(), _fast_matmul.addmm(), _fast_matmul.bmm()  # fresh plans
+    mm, addmm, bmm = _calls()
     assert mm((da, db), {}) is None  # before the general path's first launch of the shape
     da @ db
     torch.addmm(dbias, da, db)
@@ -156,6 +165,7 @@ def test_non_plain_calls_are_left_to_the_general_path():
     assert mm((da, db), {"out": _out(2, 3)}) is None  # an out= to resize
     assert mm((da, db), {"out": torch.empty(3, 2, dtype=torch.float64).to("rbln")}) is None  # another dtype
     assert mm((da, db), {"out": torch.empty(3, 2)}) is None  # a CPU out=
+    assert mm((da, db), {"out": da}) is None  # an out= that is an operand
     assert mm((da, b.half().to("rbln")), {}) is None  # mixed dtypes
     assert mm((da, b), {}) is None  # a CPU operand: the general path raises torch's error
     assert mm((a.long().to("rbln"), b.long().to("rbln")), {}) is None  # integers
@@ -179,13 +189,19 @@ def test_a_grid_split_over_a_tensor_parallel_group_is_left_to_the_general_path(m
     a, b = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
     da, db = a.to("rbln"), b.to("rbln")
     x, y = da[0], db[0]
-    bmm, mm = _fast_matmul.bmm(), _fast_matmul.mm()
+    mm, _, bmm = _calls()
     for _ in range(2):
         torch.bmm(da, db), x @ y
     assert bmm((da, db), {}) is not None and mm((x, y), {}) is not None  # launches kept
-    monkeypatch.setattr(_fast_matmul, "_device_tp", lambda index: 2)
+    monkeypatch.setattr(family, "device_tp", lambda index: 2)
     assert bmm((da, db), {}) is None  # two programs (one per batch): the general launch splits them
     assert mm((x, y), {}) is not None  # one program of a product tile runs on one NPU whatever tp is
+
+
+def _mm_plans() -> list[Plan]:
+    """The dispatcher's plans of mm on 2 x 2 operands (other tests leave plans of other shapes)."""
+    return [plan for plan in registry._kernels["mm.default"].plans().values()
+            if isinstance(plan, family.MatmulPlan) and plan.shape == (2, 2)]
 
 
 def test_clear_cache_drops_the_kept_launch():
@@ -193,13 +209,37 @@ def test_clear_cache_drops_the_kept_launch():
     the checked launch (compiling again), as the general path would, and keeps the new direct launch."""
     a, b = torch.randn(2, 2), torch.randn(2, 2)
     da, db = a.to("rbln"), b.to("rbln")
-    mm = _fast_matmul.mm()
-    da @ db
-    assert mm((da, db), {}) is not None
-    kept = [plan.run for plan in _fast_matmul._PLANS if plan.kernel is matmul.matmul_kernel.fn]
-    matmul.matmul_kernel.fn.clear_cache()
-    assert all(plan.run is None for plan in _fast_matmul._PLANS if plan.kernel is matmul.matmul_kernel.fn)
     for _ in range(2):
-        _close(mm((da, db), {}), a @ b)
-    assert all(plan.run not in kept for plan in _fast_matmul._PLANS
-               if plan.kernel is matmul.matmul_kernel.fn and plan.run is not None)
+        da @ db
+    kept = [plan.launcher for plan in _mm_plans()]
+    assert kept and all(launcher is not None for launcher in kept)
+    matmul.matmul_kernel.fn.clear_cache()
+    assert all(plan.launcher is None for plan in _mm_plans())
+    for _ in range(2):
+        _close(da @ db, a @ b)
+    assert any(plan.launcher is not None and plan.launcher not in kept for plan in _mm_plans())
+
+
+def test_direct_describes_the_kept_launch_for_a_compiled_graph():
+    """`MatmulPlan.direct` (what a compiled graph launches by address) gives the general path's result."""
+    a, b, bias = torch.randn(3, 5), torch.randn(4, 5), torch.randn(4)
+    da, dw, dbias = a.to("rbln"), b.to("rbln"), bias.to("rbln")
+    for _ in range(2):
+        expected = F.linear(da, dw, dbias)  # addmm(bias, a, w.t())
+    plans = [plan for plan in registry._kernels["addmm.default"].plans().values()
+             if isinstance(plan, family.MatmulPlan) and plan.shape == (3, 4) and plan.launcher is not None]
+    assert plans
+    operands = (da, dw.t(), dbias, None, 1.0, 1.0)
+    direct = plans[0].direct(operands)
+    assert direct is not None and direct.args[2] == ("out", None) and direct.args[-2:] == (("value", 1.0),
+                                                                                           ("value", 1.0))
+    out = torch.empty(3, 4).to("rbln")
+    addressed = []
+    for kind, value in direct.args:
+        if kind == "tensor":
+            addressed += [operands[value].data_ptr(), operands[value].numel()]
+        elif kind == "out":
+            addressed += [out.data_ptr(), out.numel()]
+    values = [value for kind, value in direct.args if kind == "value"]
+    assert direct.launcher(*direct.grid, *addressed, *values)
+    torch.testing.assert_close(out.cpu(), expected.cpu(), atol=0, rtol=0)

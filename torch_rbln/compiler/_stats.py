@@ -22,6 +22,15 @@ def count_kernel(name: str) -> None:
         _kernels[name] += 1
 
 
+def count_launches(launches: int, kernels: tuple) -> None:
+    """One compiled program's call: its fused launches (on one NPU) and launches per fused kernel."""
+    with _lock:
+        _counts["fused_launches"] += launches
+        _counts["fused_launches_tp1"] += launches
+        for name, count in kernels:
+            _kernels[name] += count
+
+
 def snapshot() -> dict:
     """Counters (graphs_compiled, memory_hits, disk_hits, kernels_generated, fused_launches, eager_graphs,
     eager_group_calls, compile_errors, tp_failovers) and launches per fused kernel (``kernels``)."""

@@ -38,6 +38,7 @@ from .fused import FusedKernel, subgraph_module
 from .graph import fuse_graph
 from .lowering import Unsupported, copies_for_lifted_constants, decompositions
 from .partition import partition
+from .program import Program
 
 __all__ = ["CompileOptions", "rbln_backend", "compile_graph", "CompiledGraph", "parse_options"]
 
@@ -47,6 +48,9 @@ def _log() -> logging.Logger:
     """The ``torch_rbln.compiler`` logger (configured on first use, per SPEC-device.md "Logging")."""
     return get_logger("compiler")
 KNOWN_OPTIONS = frozenset({"tensor_parallel_size"})
+# Whether graphs on one NPU run as generated programs (`program.Program`) from their third call; False:
+# node by node on the fused graph (benchmarks/compile.py compares the two)
+PROGRAMS = True
 _names = itertools.count()
 
 
@@ -183,6 +187,8 @@ class CompiledGraph:
             _dump(self.name, self.gm, specs)
             runners = [FusedKernel(spec, tp, subgraph_module(self.gm, spec)) for spec in specs]
             module = fuse_graph(self.gm, specs, runners)
+            if PROGRAMS and tp == 1 and self.device_index is not None:
+                module = Program(module, self.device_index, self.name)
             self.specs = specs
             _stats.count("graphs_compiled")
             return module

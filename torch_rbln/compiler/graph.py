@@ -24,6 +24,7 @@ def _as_function(runner: Callable, name: str) -> Callable:
         return runner(*inputs)
 
     call.__name__ = call.__qualname__ = name
+    call.rbln_fused_runner = runner  # type: ignore[attr-defined]  # (compiler.program launches it directly)
     return call
 
 

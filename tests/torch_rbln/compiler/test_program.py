@@ -1,0 +1,247 @@
+"""Compiled graphs as generated programs (torch_rbln/compiler/program.py): from the third call, views are
+address arithmetic, fused kernels and planned matmuls launch by address, every other node is a counted
+call. Each result is compared with the same graph run node by node (bitwise: the same kernels on the same
+operands) and with PyTorch on the CPU, sizes and strides included."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from torch_rbln.compiler import backend as backend_module
+from torch_rbln.compiler.program import Program
+
+ATOL = RTOL = 1e-5
+
+
+class Block(torch.nn.Module):
+    """A small attention-free transformer block: every kind of node the program handles (views, split,
+    permute, fused pointwise and row kernels, addmm / mm / bmm, a call) and an output that is a view."""
+
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.up = torch.nn.Linear(width, 2 * width)
+        self.down = torch.nn.Linear(2 * width, width, bias=False)
+        self.norm = torch.nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch, tokens, width = x.shape
+        q, k, v = self.qkv(self.norm(x)).split(width, dim=-1)
+        heads = lambda t: t.view(batch, tokens, 4, width // 4).transpose(1, 2)  # noqa: E731
+        scores = torch.softmax(heads(q) @ heads(k).transpose(-1, -2) * 0.5, dim=-1)
+        mixed = (scores @ heads(v)).transpose(1, 2).reshape(batch, tokens, width)
+        h = x + mixed
+        out = h + self.down(F.gelu(self.up(h)))
+        return out, heads(k)  # the second output: a strided view of a matmul's result
+
+
+def _programs(monkeypatch) -> list[Program]:
+    made: list[Program] = []
+    original = Program.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Program, "__init__", init)
+    return made
+
+
+def _model() -> tuple[Block, Block, torch.Tensor]:
+    torch.manual_seed(0)
+    cpu = Block().eval()
+    device = Block().eval()
+    device.load_state_dict(cpu.state_dict())
+    return cpu, device.to("rbln"), torch.randn(2, 8, 32)
+
+
+def test_the_program_matches_the_node_by_node_graph_and_the_cpu(fresh_compiler, monkeypatch):
+    programs = _programs(monkeypatch)
+    cpu, device, x = _model()
+    xr = x.to("rbln")
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        expected = cpu(x)
+        node_by_node = [t.cpu() for t in compiled(xr)]  # first call: the fused graph
+        compiled(xr)  # second call: the fused graph, recorded; the program is generated
+        assert len(programs) == 1 and programs[0].function is not None
+        for _ in range(2):
+            got = compiled(xr)
+            for actual, nodes, reference in zip(got, node_by_node, expected, strict=True):
+                assert actual.device.type == "rbln"
+                assert actual.shape == reference.shape and actual.stride() == reference.stride()
+                torch.testing.assert_close(actual.cpu(), nodes, atol=0, rtol=0)
+                torch.testing.assert_close(actual.cpu(), reference, atol=ATOL, rtol=RTOL)
+    report = programs[0].report
+    assert report["fused"] >= 2 and report["planned"] >= 4 and report["views"] >= 8
+    stats = fresh_compiler.stats()
+    assert stats["programs_generated"] == 1
+    assert stats["program_direct_nodes"] == report["fused"] + report["planned"]
+    assert stats["program_call_nodes"] == sum(report["calls"].values())
+    assert "addmm" not in str(report["calls"]) and "view" not in str(report["calls"])
+
+
+def test_the_program_counts_its_launches_as_the_graph_did(fresh_compiler):
+    from torch_rbln import registry
+
+    _, device, x = _model()
+    xr = x.to("rbln")
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        counts = []
+        for _ in range(3):
+            fresh_compiler.reset_stats()
+            registry.reset_fallback_report()
+            compiled(xr)
+            report = registry.fallback_report()
+            counts.append((fresh_compiler.stats()["fused_launches"],
+                           {name: row["device"] for name, row in report.items() if "mm" in name}))
+    assert counts[2] == counts[1] and counts[2][0] > 0 and counts[2][1]
+
+
+def test_inputs_with_other_strides_run_the_fused_graph(fresh_compiler, monkeypatch):
+    """compile_graph used directly (no Dynamo guards): the program's guard sends a call whose input
+    strides differ from the graph's to the fused graph, which handles them."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_rbln.compiler.backend import compile_graph
+
+    def f(a, b):
+        return F.gelu(a @ b + 1.0) * 2.0
+
+    torch.manual_seed(1)
+    a, b = torch.randn(6, 5), torch.randn(5, 7)
+    ar, br = a.to("rbln"), b.to("rbln")
+    gm = make_fx(f, tracing_mode="fake")(ar, br)
+    graph = compile_graph(gm, [node.meta["val"] for node in gm.graph.nodes if node.op == "placeholder"])
+    for _ in range(3):
+        torch.testing.assert_close(graph(ar, br).cpu(), f(a, b), atol=ATOL, rtol=RTOL)
+    program = graph.variant(graph.tp)
+    assert isinstance(program, Program) and program.function is not None
+    transposed = a.t().contiguous().to("rbln").t()
+    torch.testing.assert_close(graph(transposed, br).cpu(), f(a, b), atol=ATOL, rtol=RTOL)
+    assert program.reruns == 1
+
+
+def test_a_nan_operand_of_a_planned_matmul_reruns_on_the_fused_graph(fresh_compiler):
+    """As eagerly: the registry's matmul takes the CPU fallback for a NaN operand (counted as such)."""
+    from torch_rbln import registry
+
+    cpu, device, x = _model()
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x.to("rbln"))
+        x[0, 0, 0] = float("nan")
+        registry.reset_fallback_report()
+        got = compiled(x.to("rbln"))
+    torch.testing.assert_close(got[0].cpu(), cpu(x)[0], atol=ATOL, rtol=RTOL, equal_nan=True)
+    assert any(row["reasons"].get("nan_inf") for row in registry.fallback_report().values())
+
+
+def test_a_kernel_fault_reruns_the_call_on_the_fused_graph(fresh_compiler, monkeypatch):
+    programs = _programs(monkeypatch)
+    cpu, device, x = _model()
+    xr = x.to("rbln")
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(xr)
+        namespace = programs[0].function.__globals__
+        faulty = sorted(name for name in namespace if name.startswith("l"))[-1]
+        namespace[faulty] = lambda *args: False  # the launch reports a fault
+        got = compiled(xr)
+    for actual, reference in zip(got, cpu(x), strict=True):
+        torch.testing.assert_close(actual.cpu(), reference, atol=ATOL, rtol=RTOL)
+
+
+def test_programs_can_be_switched_off(fresh_compiler, monkeypatch):
+    programs = _programs(monkeypatch)
+    monkeypatch.setattr(backend_module, "PROGRAMS", False)
+    cpu, device, x = _model()
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        for _ in range(3):
+            got = compiled(x.to("rbln"))
+    assert not programs
+    torch.testing.assert_close(got[0].cpu(), cpu(x)[0], atol=ATOL, rtol=RTOL)
+
+
+class Attention(torch.nn.Module):
+    """Causal self-attention whose q, k and v are strided slices of one projection (as GPT-2's)."""
+
+    def __init__(self, width: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(width, 3 * width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, width = x.shape
+        q, k, v = (t.view(batch, tokens, self.heads, -1).transpose(1, 2)
+                   for t in self.qkv(x).split(width, dim=-1))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return y.transpose(1, 2).reshape(batch, tokens, width)
+
+
+def test_attention_on_strided_slices_is_launched_by_the_program(fresh_compiler, monkeypatch):
+    programs = _programs(monkeypatch)
+    torch.manual_seed(2)
+    cpu = Attention().eval()
+    device = Attention().eval()
+    device.load_state_dict(cpu.state_dict())
+    device.to("rbln")
+    x = torch.randn(2, 8, 32)
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        expected = cpu(x)
+        results = [compiled(x.to("rbln")).cpu() for _ in range(4)]
+    for got in results:
+        torch.testing.assert_close(got, expected, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(got, results[0], atol=0, rtol=0)
+    report = programs[0].report
+    assert not any("attention" in name for name in report["calls"]), report
+    assert report["planned"] >= 2  # the projection and the attention
+
+
+def test_the_memory_plan_reuses_a_dead_buffer_of_the_same_layout(fresh_compiler, monkeypatch):
+    """In a chain of four products, the second product's buffer is dead when the fourth one is
+    allocated: the fourth reuses it, and the results stay right call after call."""
+    programs = _programs(monkeypatch)
+
+    def chain(x, w):
+        return (((x @ w) @ w) @ w) @ w
+
+    torch.manual_seed(3)
+    x, w = torch.randn(8, 8), torch.randn(8, 8) / 3
+    compiled = torch.compile(chain, backend="rbln")
+    xr, wr = x.to("rbln"), w.to("rbln")
+    results = [compiled(xr, wr).cpu() for _ in range(4)]
+    for got in results:
+        torch.testing.assert_close(got, chain(x, w), atol=ATOL, rtol=RTOL)
+    assert programs[0].report["reused_buffers"] >= 1, programs[0].source
+
+
+def test_a_cat_onto_an_empty_cache_is_a_tiled_copy(fresh_compiler, monkeypatch):
+    """`cat([empty past keys, keys], dim=-2)` (a cache that starts empty) is the contiguous copy of the
+    permuted keys: launched on the tiled copy kernel by address, with the graph's result."""
+    programs = _programs(monkeypatch)
+
+    def f(x, past):
+        keys = x.view(2, 8, 4, 8).transpose(1, 2)
+        cache = torch.cat([past, keys], dim=-2)
+        return cache, cache.sum(-1)
+
+    torch.manual_seed(4)
+    x, past = torch.randn(2, 8, 32), torch.randn(2, 4, 0, 8)
+    compiled = torch.compile(f, backend="rbln")
+    xr, pr = x.to("rbln"), past.to("rbln")
+    expected = f(x, past)
+    for _ in range(4):
+        got = compiled(xr, pr)
+        for actual, reference in zip(got, expected, strict=True):
+            assert actual.stride() == reference.stride()
+            torch.testing.assert_close(actual.cpu(), reference, atol=ATOL, rtol=RTOL)
+    report = programs[0].report
+    assert not any("cat" in name for name in report["calls"]), report
+    assert report["planned"] >= 1

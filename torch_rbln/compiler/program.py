@@ -1,0 +1,691 @@
+"""A compiled graph as one generated Python function: kernels launched by address, views as address
+arithmetic, calls only where nothing better is known.
+
+Why: run node by node (the fused ``GraphModule``), a graph pays for every aten node a dispatcher round
+trip, the registry's per-call checks and an allocation through the allocator's Python entry; a view alone
+(``view``, ``permute``, ``split``) costs 6-10 us on this device, more than many kernels of a small model.
+:class:`Program` runs the fused graph normally on its first two calls (the first compiles kernels and
+lets the autotuner choose matmul tiles, the second keeps the direct launches), recording every node's
+value on the second, then generates one function in which
+
+* a **view** (``view``, ``permute``, ``split`` + ``getitem``, ...) is no code at all: its value is its root
+  tensor's address plus an offset known from the graph's fake tensors (``node.meta["val"]``); a view is
+  made a tensor (``as_strided``) only where a call or the graph's output needs one;
+* a **fused kernel** and every node whose registry plan describes its kept launch (``Plan.direct``:
+  the matmul family) is an allocation of its output, with exactly the sizes and strides the graph
+  records, and a call of the kernel's ``unchecked.by_address`` launch on a grid decided here;
+* every other node stays a call of its aten overload (through the registry): counted
+  (``program_call_nodes``) and listed by ``Program.report``.
+
+Guards are checked once per call: the requested DSL backend, the device's tensor-parallel size (1) and
+every tensor input's strides; a call that fails them runs the fused graph as before. Like the fused
+kernels, directly launched kernels read NaN/Inf as IEEE arithmetic does (no per-call scan). A kernel fault
+(an out-of-bounds access) makes that call rerun on the fused graph, whose checked launches report it.
+Intermediate tensors are released after their last use.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import math
+import operator
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from torch_rbln.log import get_logger
+
+from . import _stats
+from .fused import FusedKernel
+
+__all__ = ["Program", "VIEW_OPS"]
+
+aten = torch.ops.aten
+
+# ops whose result is a view of their first operand (metadata only)
+VIEW_OPS = frozenset({
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
+    aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default,
+    aten.t.default, aten.transpose.int, aten.slice.Tensor, aten.select.int, aten.alias.default,
+    aten.detach.default, aten.as_strided.default, aten.view_as.default, aten.diagonal.default,
+    aten.unflatten.int, aten.flatten.using_ints,
+})
+# ops returning several views of their first operand (picked by getitem)
+MULTI_VIEW_OPS = frozenset({aten.split_with_sizes.default, aten.split.Tensor, aten.unbind.int,
+                            aten.chunk.default})
+
+
+def _log() -> logging.Logger:
+    return get_logger("compiler")
+
+
+class _NotAProgram(Exception):
+    """This graph keeps running node by node (why: for DEBUG logs)."""
+
+
+class _Fault(Exception):
+    """A directly launched kernel reported a fault: rerun the call on the fused graph."""
+
+
+def _span(value: torch.Tensor) -> int:
+    """Elements reachable from a tensor's first element (what a by-address launch may read)."""
+    if value.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(value.shape, value.stride(), strict=True))
+
+
+def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same sizes, and the same strides along every dim of more than one element."""
+    return tuple(a.shape) == tuple(b.shape) and all(
+        size == 1 or x == y for size, x, y in zip(a.shape, a.stride(), b.stride(), strict=True))
+
+
+class _Tensor:
+    """A value of the program: a tensor variable (`root` None), or a view of the tensor variable `root`
+    at `offset` elements from it with the fake tensor's sizes and strides (`meta`)."""
+
+    __slots__ = ("name", "meta", "root", "offset", "address", "escapes")
+
+    def __init__(self, name: str | None, meta: torch.Tensor, root: _Tensor | None = None, offset: int = 0):
+        self.name, self.meta, self.root, self.offset = name, meta, root, offset
+        self.address: str | None = None
+        self.escapes = True  # (views: whether the graph's output may alias it)
+
+
+class _Builder:
+    """Generates the program's source from the fused graph and one call's recorded values."""
+
+    def __init__(self, gm: fx.GraphModule, values: dict[fx.Node, Any], index: int) -> None:
+        self.gm, self.values, self.index = gm, values, index
+        self.lines: list[tuple[str, tuple[str, ...], str]] = []  # (statement, names it reads, kind)
+        self.namespace: dict[str, Any] = {}
+        self.env: dict[fx.Node, Any] = {}  # node -> _Tensor, or ("expr", source) for other values
+        self.counter = Counter()
+        self.calls: Counter[str] = Counter()
+        self.device_counts: Counter[str] = Counter()
+        self.kernels: Counter[str] = Counter()
+        self.guards: list[str] = []
+        self._names = 0
+        self.allocs: dict[str, tuple] = {}  # buffer variable -> (shape, strides, dtype)
+        self.constants: set[fx.Node] = set()  # get_attr nodes and nodes computed from them only
+        self.escaping = _escaping(gm.graph)
+
+    # ---------------------------------------------------------------- helpers
+    def fresh(self, prefix: str) -> str:
+        self._names += 1
+        return f"{prefix}{self._names}"
+
+    def const(self, value: Any, prefix: str = "k") -> str:
+        name = self.fresh(prefix)
+        self.namespace[name] = value
+        return name
+
+    def emit(self, statement: str, reads: Sequence[str] = (), kind: str = "other") -> None:
+        """One statement; `kind` "launch", "scan", "pointer" or "alloc" for statements that only pass
+        addresses to kernels or allocate (the memory plan may reuse buffers read by those alone)."""
+        self.lines.append((statement, tuple(reads), kind))
+
+    def materialise(self, value: _Tensor) -> str:
+        """A variable holding `value` as a tensor (a view is made with `as_strided` once)."""
+        if value.name is None:
+            root = self.materialise(value.root)
+            name = self.fresh("v")
+            meta = value.meta
+            # a view only calls see: the CPU view kernel straight (what the rbln one redispatches to,
+            # a third of its cost); one the output may alias: the view op, so autograd tracks it
+            view, keys = ("as_strided", "") if value.escapes else ("as_strided_below", "CPU_KEYS, ")
+            self.emit(f"{name} = {view}({keys}{root}, {tuple(meta.shape)}, {tuple(meta.stride())}, "
+                      f"{root}.storage_offset() + {value.offset})", (root,))
+            value.name = name
+        return value.name
+
+    def address(self, value: _Tensor) -> str:
+        """An expression of the address of `value`'s first element."""
+        if value.root is not None:
+            base = self.address(value.root)
+            return f"{base} + {value.offset * value.meta.element_size()}" if value.offset else base
+        if value.address is None:
+            value.address = self.fresh("p")
+            self.emit(f"{value.address} = {value.name}.data_ptr()", (value.name,), "pointer")
+        return value.address
+
+    def render(self, arg: Any) -> str:
+        """Source of a call argument: tensors materialised, other values as literals or constants."""
+        if isinstance(arg, fx.Node):
+            value = self.env[arg]
+            if isinstance(value, _Tensor):
+                return self.materialise(value)
+            return value[1]
+        if isinstance(arg, (list, tuple)):
+            inner = ", ".join(self.render(a) for a in arg)
+            return f"[{inner}]" if isinstance(arg, list) else f"({inner}{',' if len(arg) == 1 else ''})"
+        if arg is None or isinstance(arg, (bool, int, str)):
+            return repr(arg)
+        if isinstance(arg, float) and math.isfinite(arg):
+            return repr(arg)
+        return self.const(arg)
+
+    def reads(self, text: str) -> tuple[str, ...]:
+        return tuple(word for word in _words(text) if word[:1] in "vp" and word[1:].isdigit())
+
+    # ---------------------------------------------------------------- nodes
+    def build(self) -> tuple[str, dict[str, Any]]:
+        nodes = list(self.gm.graph.nodes)
+        for node in nodes:
+            schema = getattr(node.target, "_schema", None)
+            if node.op == "call_function" and schema is not None and schema.is_mutable:
+                # a call that reruns on the fused graph (a NaN operand, a kernel fault) would mutate twice
+                raise _NotAProgram(f"the graph mutates a tensor ({node.target})")
+        params = []
+        for node in nodes:
+            if node.op == "placeholder":
+                name = self.fresh("v")
+                params.append(name)
+                meta = node.meta.get("val")
+                if isinstance(meta, torch.Tensor) and isinstance(self.values.get(node), torch.Tensor):
+                    self.env[node] = _Tensor(name, meta)
+                    self.guards.append(f"{name}.stride() != {tuple(meta.stride())}")
+                else:
+                    self.env[node] = ("expr", name)
+            elif node.op == "get_attr":
+                self.constants.add(node)
+                value = self.values[node]
+                name = self.const(value, "c")
+                meta = node.meta.get("val")
+                if isinstance(value, torch.Tensor) and isinstance(meta, torch.Tensor) and \
+                        _same_layout(value, meta):
+                    self.env[node] = _Tensor(name, meta)
+                else:
+                    self.env[node] = ("expr", name)
+            elif node.op == "call_function":
+                self.call_function(node)
+            elif node.op == "output":
+                result = self.render(node.args[0])
+                self.emit(f"return {result}", self.reads(result))
+            else:
+                raise ValueError(f"unsupported node {node.op}")
+        return self.source(params), self.namespace
+
+    def call_function(self, node: fx.Node) -> None:
+        target = node.target
+        meta = node.meta.get("val")
+        if self.hoist(node):
+            return
+        if target is aten.cat.default and self.cat_as_copy(node):
+            return
+        if target is operator.getitem:
+            source = self.env.get(node.args[0])
+            if isinstance(source, tuple) and source[0] == "outputs":  # a fused kernel's output
+                self.env[node] = source[1][node.args[1]]
+                return
+            if isinstance(source, tuple) and source[0] == "views":
+                if self.view(node, source[1]) is not None:
+                    return
+                self.call(node.args[0], node.args[0].meta.get("val"))  # the split itself, as a call
+        if target in VIEW_OPS and isinstance(node.args[0], fx.Node):
+            root = self.env.get(node.args[0])
+            if isinstance(root, _Tensor) and self.view(node, root) is not None:
+                return
+        if target in MULTI_VIEW_OPS and isinstance(node.args[0], fx.Node) and \
+                isinstance(self.env.get(node.args[0]), _Tensor) and \
+                all(user.target is operator.getitem for user in node.users):
+            self.env[node] = ("views", self.env[node.args[0]])
+            self.counter["views"] += 1
+            return
+        runner = getattr(target, "rbln_fused_runner", None)
+        if runner is not None and self.fused(node, runner):
+            return
+        if isinstance(target, torch._ops.OpOverload) and self.planned(node):
+            return
+        self.call(node, meta)
+
+    def hoist(self, node: fx.Node) -> bool:
+        """A node computed from constants only (an `arange` of positions, a copy of a lifted constant),
+        by a deterministic op, whose value never reaches the graph's output: its value from the recorded
+        call, kept as a constant of the program."""
+        target = node.target
+        real, meta = self.values.get(node), node.meta.get("val")
+        if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable or \
+                torch.Tag.nondeterministic_seeded in target.tags or node in self.escaping or \
+                not isinstance(real, torch.Tensor) or not isinstance(meta, torch.Tensor) or \
+                not _same_layout(real, meta) or \
+                not all(source in self.constants for source in node.all_input_nodes):
+            return False
+        self.env[node] = _Tensor(self.const(real, "c"), meta)
+        self.constants.add(node)
+        self.counter["hoisted"] += 1
+        return True
+
+    def cat_as_copy(self, node: fx.Node) -> bool:
+        """`cat` of one tensor with empty ones (a cache of past keys that starts empty): a contiguous copy
+        of that tensor (a clone), without cat's own checks."""
+        tensors, meta = node.args[0], node.meta.get("val")
+        if not isinstance(meta, torch.Tensor) or meta.stride() != _contiguous(meta.shape) or \
+                not all(isinstance(t, fx.Node) and isinstance(t.meta.get("val"), torch.Tensor)
+                        for t in tensors):
+            return False
+        full = [t for t in tensors if t.meta["val"].numel()]
+        if len(full) != 1 or full[0].meta["val"].dtype != meta.dtype or \
+                tuple(full[0].meta["val"].shape) != tuple(meta.shape) or \
+                not isinstance(self.env.get(full[0]), _Tensor):
+            return False
+        if self.tiled_copy(node, full[0], meta):
+            return True
+        source = self.materialise(self.env[full[0]])
+        name = self.fresh("v")
+        layout = self.const(torch.contiguous_format)
+        text = f"{self.const(aten.clone.default, 'f')}({source}, memory_format={layout})"
+        self.emit(f"{name} = {text}", self.reads(text))
+        self.env[node] = _Tensor(name, meta)
+        self.counter["calls"] += 1
+        self.calls["clone.default (cat of one non-empty tensor)"] += 1
+        return True
+
+    def tiled_copy(self, node: fx.Node, source: fx.Node, meta: torch.Tensor) -> bool:
+        """The copy of `source` into a fresh tensor laid out as `meta`, launched by address on the
+        registry's tiled copy kernel (`registry._copy._tiled`: rows of contiguous runs, or square tiles
+        of a transpose) whatever its size: the flat strided kernel the registry takes below
+        `TILED_MIN` elements divides every element's index, several times slower on a permuted head
+        split. The launch is made once here on the recorded values and checked against the recorded
+        result."""
+        from torch_rbln.registry import _copy, _launch
+        from torch_rbln.registry.geometry import collapse, expanded_strides
+
+        src_meta, real_src, real_out = source.meta["val"], self.values.get(source), self.values.get(node)
+        if not isinstance(real_src, torch.Tensor) or not isinstance(real_out, torch.Tensor) or \
+                real_src.device.type != "rbln" or meta.dtype not in (torch.float32, torch.float16,
+                                                                      torch.bfloat16):
+            return False
+        stand_in = torch.empty_strided(src_meta.shape, src_meta.stride(), device="meta")
+        sizes, (src_strides, dst_strides) = collapse(
+            list(meta.shape), [list(expanded_strides(stand_in, list(meta.shape))), list(meta.stride())])
+        if not sizes or len(sizes) > 4:
+            return False
+        pad = 4 - len(sizes)
+        launch = _copy._tiled([1] * pad + sizes, [0] * pad + src_strides, [0] * pad + dst_strides, False)
+        if not launch.fits:
+            return False
+        kernel = _launch.kernel_module("elementwise").tiled_copy_kernel
+        key = (meta.dtype, meta.dtype, *launch.constexprs.values())
+        trial = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=real_src.device)
+        _launch.launch(kernel, launch.programs, key, (real_src, trial, *launch.ints), launch.constexprs,
+                       launch.rows)
+        kept = _launch.unchecked(kernel, key)
+        if kept is None or not hasattr(kept, "by_address") or not torch.equal(trial.cpu(), real_out.cpu()):
+            return False
+        out = _Tensor(self.allocate(meta), meta)
+        self.launch(kept.by_address, (launch.programs, launch.rows, 1), [self.env[source], out], launch.ints,
+                    node.name)
+        self.env[node] = out
+        self.counter["planned"] += 1
+        self.device_counts[_copy.NAME] += 1
+        return True
+
+    def view(self, node: fx.Node, source: _Tensor) -> _Tensor | None:
+        """`node` as a view of `source` (address arithmetic), when the recorded call agrees."""
+        meta, real = node.meta.get("val"), self.values.get(node)
+        root = source if source.root is None else source.root
+        if not isinstance(meta, torch.Tensor) or not isinstance(real, torch.Tensor) or \
+                meta.dtype != root.meta.dtype:
+            return None
+        offset = meta.storage_offset() - root.meta.storage_offset()
+        root_real = self.values_of(root)
+        if root_real is None or real.data_ptr() != root_real.data_ptr() + offset * real.element_size() or \
+                tuple(real.shape) != tuple(meta.shape) or real.stride() != meta.stride():
+            return None
+        self.env[node] = value = _Tensor(None, meta, root, offset)
+        value.escapes = node in self.escaping
+        self.counter["views"] += 1
+        return value
+
+    def values_of(self, value: _Tensor) -> torch.Tensor | None:
+        for node, known in self.env.items():
+            if known is value:
+                real = self.values.get(node)
+                return real if isinstance(real, torch.Tensor) else None
+        return None
+
+    def call(self, node: fx.Node, meta: Any) -> None:
+        """`node` as a call of its target (aten overloads dispatch to the registry)."""
+        target = node.target
+        function = self.const(target, "f")
+        args = [self.render(a) for a in node.args]
+        args += [f"{key}={self.render(value)}" for key, value in node.kwargs.items()]
+        name = self.fresh("v")
+        text = f"{function}({', '.join(args)})"
+        self.emit(f"{name} = {text}", self.reads(text))
+        real = self.values.get(node)
+        if isinstance(meta, torch.Tensor) and isinstance(real, torch.Tensor) and _same_layout(real, meta):
+            self.env[node] = _Tensor(name, meta)
+        else:
+            self.env[node] = ("expr", name)
+        if target is not operator.getitem:
+            self.counter["calls"] += 1
+            self.calls[str(getattr(target, "__name__", target))] += 1
+
+    def allocate(self, meta: torch.Tensor) -> str:
+        name = self.fresh("v")
+        shape, strides = tuple(meta.shape), tuple(meta.stride())
+        dtype = self.const(meta.dtype, "d")
+        if strides == _contiguous(shape) or all(s == 1 for s in shape):
+            self.emit(f"{name} = empty({list(shape)}, {dtype}, {self.index})", (), "alloc")
+        else:
+            self.emit(f"{name} = empty_strided({list(shape)}, {list(strides)}, {dtype}, {self.index})", (),
+                      "alloc")
+        self.allocs[name] = (shape, strides, meta.dtype)
+        return name
+
+    def launch(self, launcher: Callable, grid: tuple, tensors: list[_Tensor], values: Sequence[Any],
+               label: str) -> None:
+        """`launcher(grid, address and span of each tensor, values)`; a fault reruns the call."""
+        function = self.const(launcher, "l")
+        parts = [str(g) for g in grid]
+        reads: list[str] = []
+        for tensor in tensors:
+            address = self.address(tensor)
+            parts += [address, str(_span(tensor.meta))]
+            reads += self.reads(address)
+            reads.append((tensor.root or tensor).name)  # the memory must live until the launch
+        parts += [self.render(v) for v in values]
+        self.emit(f"if not {function}({', '.join(parts)}):\n        raise Fault({label!r})", reads, "launch")
+
+    def scan_operands(self, tensors: list[_Tensor]) -> None:
+        """The NaN/Inf check the registry makes before the plan's launch (unless deploy mode): a call
+        whose operand holds one reruns on the fused graph, whose registry call takes the CPU fallback
+        as eager does. (It also reads the operands once in memory order before a matmul walks them in
+        tiles, which the matmul kernel is measurably faster for.)"""
+        from torch_rbln.registry._finite_scan import contiguous_scan
+
+        checks = []
+        reads: list[str] = []
+        for tensor in tensors:
+            scan, mask = contiguous_scan(tensor.meta.dtype)
+            address = self.address(tensor)
+            checks.append(f"{self.const(scan, 's')}({address}, {_span(tensor.meta)}, {mask})")
+            reads += [*self.reads(address), (tensor.root or tensor).name]
+        if checks:
+            self.emit(f"if checked and not ({' and '.join(checks)}):\n        raise Unplanned()", reads,
+                      "scan")
+
+    def fused(self, node: fx.Node, runner: FusedKernel) -> bool:
+        """A fused kernel launched by address, when its launch was kept and needs nothing per call."""
+        if not runner._compiled or runner._broken or runner._relayout or runner.launch_tp != 1:
+            return False
+        inputs = []
+        for arg, stride in zip(node.args, runner._strides, strict=True):
+            value = self.env.get(arg) if isinstance(arg, fx.Node) else None
+            if not isinstance(value, _Tensor) or tuple(value.meta.stride()) != stride:
+                return False
+            inputs.append(value)
+        outputs = self.values.get(node)
+        options = runner._launch_options
+        if options is None or not isinstance(outputs, (list, tuple)):
+            return False
+        real_inputs = [self.values.get(arg) for arg in node.args]
+        kept = runner.kernel.launcher(*real_inputs, *outputs, *runner._scalars, **options)
+        if kept is None or not hasattr(getattr(kept, "unchecked", None), "by_address"):
+            return False
+        names = []
+        tensors = list(inputs)
+        for shape, dtype in runner._outputs:
+            meta = torch.empty_strided(shape, _contiguous(shape), dtype=dtype, device="meta")
+            name = self.allocate(meta)
+            value = _Tensor(name, meta)
+            names.append(value)
+            tensors.append(value)
+        self.launch(kept.unchecked.by_address, (runner.spec.grid, 1, 1), tensors, runner._scalars,
+                    runner.spec.name)
+        self.env[node] = ("outputs", names)
+        self.counter["fused"] += 1
+        self.kernels[runner.spec.name] += 1
+        return True
+
+    def planned(self, node: fx.Node) -> bool:
+        """A node whose registry plan describes its kept launch (`Plan.direct`; the fused attention
+        op's `attention.fused_forward_direct`), launched by address."""
+        from torch_rbln import registry
+        from torch_rbln.registry.table import NAMES
+
+        args = tuple(self.values.get(a) if isinstance(a, fx.Node) else a for a in node.args)
+        kwargs = {k: self.values.get(v) if isinstance(v, fx.Node) else v for k, v in node.kwargs.items()}
+        if node.target is aten._scaled_dot_product_fused_attention_overrideable.default:
+            from torch_rbln.registry import attention
+
+            direct = attention.fused_forward_direct(*args, **kwargs)
+            return direct is not None and self.direct(node, direct, args, (), attention.FORWARD)
+        name = registry._aten_name(node.target)
+        dispatcher = registry._kernels.get(name) if name in NAMES else None
+        meta = node.meta.get("val")
+        if dispatcher is None or registry._user.get(name) or not isinstance(meta, torch.Tensor):
+            return False
+        family = registry.TABLE[[op.name for op in registry.TABLE].index(name)].planner
+        signed = family.signature(args, kwargs) if family is not None else None
+        if signed is None:
+            return False
+        key, operands = signed
+        plan = dispatcher.plans().get(key)
+        direct = plan.direct(operands) if plan is not None and plan.run is not None else None
+        if direct is None or direct.outputs is not None:
+            return False
+        direct = direct._replace(outputs=((tuple(plan.shape), _contiguous(plan.shape), plan.dtype),))
+        counted = registry.fallback._plan_for(node.target).name
+        return self.direct(node, direct, operands, plan.scanned, counted)
+
+    def direct(self, node: fx.Node, direct: Any, operands: tuple, scanned: tuple, counted: str) -> bool:
+        """Emit `direct` (a `plan.Direct`) for `node`: its outputs allocated as the graph records them,
+        the NaN/Inf check of the `scanned` operands, the launch by address."""
+        meta = node.meta.get("val")
+        metas = (meta,) if isinstance(meta, torch.Tensor) else tuple(meta or ())
+        if len(metas) < len(direct.outputs):
+            return False
+        for (shape, strides, dtype), recorded in zip(direct.outputs, metas, strict=False):
+            if not isinstance(recorded, torch.Tensor) or recorded.dtype != dtype or \
+                    not _same_layout(recorded, torch.empty_strided(shape, strides, device="meta")):
+                return False
+        inputs = {id(self.values.get(a)): a for a in node.all_input_nodes}
+        tensors, values, checked = [], [], []
+        outputs: list[_Tensor | None] = [None] * len(direct.outputs)
+        for kind, item in direct.args:
+            if kind == "tensor":
+                source = inputs.get(id(operands[item]))
+                value = self.env.get(source) if source is not None else None
+                if not isinstance(value, _Tensor):
+                    return False
+                tensors.append(value)
+                if item in scanned and value not in checked:
+                    checked.append(value)
+            elif kind == "out":
+                which = item or 0
+                if outputs[which] is None:
+                    outputs[which] = _Tensor(self.allocate(metas[which]), metas[which])
+                tensors.append(outputs[which])
+            else:
+                values.append(item)
+        if any(out is None for out in outputs):
+            return False
+        self.scan_operands(checked)
+        self.launch(direct.launcher, direct.grid, tensors, values, node.name)
+        if isinstance(meta, torch.Tensor):
+            self.env[node] = outputs[0]
+        else:
+            extra = [("expr", self.const(value, "k")) for value in direct.extra]
+            self.env[node] = ("outputs", [*outputs, *extra])
+        self.counter["planned"] += 1
+        self.device_counts[counted] += 1
+        return True
+
+    # ---------------------------------------------------------------- source
+    def source(self, params: list[str]) -> str:
+        """The function: guards, then the statements, each tensor variable released after its last use.
+
+        The memory plan: a buffer the program allocated and only ever passed to kernels by address (no
+        call, view or output sees it, so nothing can alias it) goes, once dead, to a pool of its layout;
+        a later allocation of that layout takes it instead of allocating (the kernels write every
+        element of their outputs)."""
+        last: dict[str, int] = {}
+        escaped: set[str] = set()
+        for position, (_, reads, kind) in enumerate(self.lines):
+            for name in reads:
+                last[name] = position
+            if kind == "other":
+                escaped.update(reads)
+        pool: dict[tuple, list[str]] = {}
+        body = []
+        kept = set(params)
+        for position, (statement, _, kind) in enumerate(self.lines):
+            if kind == "alloc":
+                name = statement.split(" = ", 1)[0]
+                free = pool.get(self.allocs[name])
+                if free and name not in escaped:
+                    statement = f"{name} = {free.pop()}"
+                    self.counter["reused"] += 1
+            body.append(f"    {statement}")
+            dead = sorted(name for name, at in last.items() if at == position and name not in kept
+                          and name[0] == "v" and not statement.startswith("return"))
+            released = []
+            for name in dead:
+                if name in self.allocs and name not in escaped:
+                    pool.setdefault(self.allocs[name], []).append(name)
+                else:
+                    released.append(name)
+            if released:
+                body.append(f"    {' = '.join(released)} = None")
+        guard = " or ".join(["backend() != BACKEND", f"device_tp({self.index}) != 1", *self.guards])
+        head = [f"def program({', '.join(params)}):", f"    if {guard}:", "        raise Unplanned()",
+                "    checked = not deploy_mode()"]
+        return "\n".join(head + body) + "\n"
+
+
+def _escaping(graph: fx.Graph) -> set[fx.Node]:
+    """Nodes whose value the output may alias: the output's operands and what they view."""
+    found: set[fx.Node] = set()
+    output = next(node for node in graph.nodes if node.op == "output")
+    stack = list(output.all_input_nodes)
+    while stack:
+        node = stack.pop()
+        if node in found:
+            continue
+        found.add(node)
+        if node.target in VIEW_OPS or node.target in MULTI_VIEW_OPS or node.target is operator.getitem:
+            stack.extend(node.all_input_nodes)
+    return found
+
+
+def _words(text: str) -> list[str]:
+    word, words = [], []
+    for char in text:
+        if char.isalnum() or char == "_":
+            word.append(char)
+        elif word:
+            words.append("".join(word))
+            word = []
+    if word:
+        words.append("".join(word))
+    return words
+
+
+class _Unplanned(Exception):
+    """A guard failed: this call runs on the fused graph."""
+
+
+class _Recorder(fx.Interpreter):
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.values: dict[fx.Node, Any] = {}
+
+    def run_node(self, node: fx.Node) -> Any:
+        value = super().run_node(node)
+        self.values[node] = value
+        return value
+
+
+class Program:
+    """The fused graph `gm`, run as one generated function from its third call (see the module)."""
+
+    def __init__(self, gm: fx.GraphModule, index: int, name: str) -> None:
+        self.gm, self.index, self.name = gm, index, name
+        self.calls = 0
+        self.reruns = 0  # calls a guard, a NaN/Inf operand or a kernel fault sent to the fused graph
+        self.function: Callable | None = None
+        self.source: str | None = None
+        self.report: dict[str, Any] = {}
+        self._device_counts: tuple = ()
+        self._kernels: tuple = ()
+        self._fused = 0
+
+    def __call__(self, *args: Any) -> Any:
+        function = self.function
+        if function is not None:
+            try:
+                result = function(*args)
+            except (_Unplanned, _Fault):
+                self.reruns += 1
+                return self.gm(*args)
+            self._count()
+            return result
+        self.calls += 1
+        if self.calls < 2:
+            return self.gm(*args)
+        recorder = _Recorder(self.gm)
+        result = recorder.run(*args)
+        self._generate(recorder.values)
+        return result
+
+    def _count(self) -> None:
+        from torch_rbln.registry._checks import _device_counts
+
+        for name, count in self._device_counts:
+            _device_counts[name] += count
+        if self._fused:
+            _stats.count_launches(self._fused, self._kernels)
+
+    def _generate(self, values: dict[fx.Node, Any]) -> None:
+        from torch_rbln import _memory, config
+        from torch_rbln.tp import device_tp, requested_backend
+
+        builder = _Builder(self.gm, values, self.index)
+        try:
+            source, namespace = builder.build()
+        except _NotAProgram as reason:
+            _log().debug("compiled graph %s runs node by node: %s", self.name, reason)
+            self.calls = -(1 << 62)
+            return
+        except Exception as error:  # noqa: BLE001 - the fused graph still runs every call
+            _log().warning("compiled graph %s: no program generated (%s: %s); its nodes run one by one",
+                           self.name, type(error).__name__, error)
+            self.calls = -(1 << 62)  # do not try again
+            return
+        namespace.update(empty=_memory.empty, empty_strided=_memory.empty_strided,
+                         as_strided=aten.as_strided.default, backend=requested_backend,
+                         as_strided_below=aten.as_strided.default._handle.redispatch_boxed,
+                         CPU_KEYS=torch._C.DispatchKeySet(torch._C.DispatchKey.CPU),
+                         BACKEND=requested_backend(), device_tp=device_tp, deploy_mode=config.deploy_mode,
+                         Fault=_Fault, Unplanned=_Unplanned)
+        code = builtins.compile(source, f"<rbln program {self.name}>", "exec")
+        exec(code, namespace)  # noqa: S102 - generated from this graph's own nodes
+        self.source = source
+        self.function = namespace["program"]
+        self._device_counts = tuple(builder.device_counts.items())
+        self._kernels = tuple(builder.kernels.items())
+        self._fused = builder.counter["fused"]
+        self.report = {"fused": builder.counter["fused"], "planned": builder.counter["planned"],
+                       "views": builder.counter["views"], "hoisted": builder.counter["hoisted"],
+                       "reused_buffers": builder.counter["reused"],
+                       "calls": dict(builder.calls)}
+        _stats.count("programs_generated")
+        _stats.count("program_direct_nodes", builder.counter["fused"] + builder.counter["planned"])
+        _stats.count("program_view_nodes", builder.counter["views"])
+        _stats.count("program_call_nodes", builder.counter["calls"])
+        _log().debug("compiled graph %s as one program: %s\n%s", self.name, self.report, source)

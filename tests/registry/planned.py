@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 from torch_rbln.registry import Decline
 
 from torch_rbln import registry
@@ -49,3 +50,19 @@ def general_path() -> Iterator[None]:
     finally:
         registry._user.clear()
         registry._user.update(saved)
+
+
+def to_rbln(value: Any) -> Any:
+    """`value` with its tensors (also inside lists) moved to rbln."""
+    if isinstance(value, torch.Tensor):
+        return value.to("rbln")
+    if isinstance(value, list):
+        return [to_rbln(v) for v in value]
+    return value
+
+
+def to_cpu(value: Any) -> Any:
+    """`value` with its tensors (also inside tuples and lists, as a list) on the CPU; None stays None."""
+    if isinstance(value, (tuple, list)):
+        return [to_cpu(v) for v in value]
+    return None if value is None else value.cpu()

@@ -11,38 +11,13 @@ from torch_rbln.registry import _launch, gather
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
 
-from .planned import general_path, planned
+from .planned import general_path, planned, to_cpu, to_rbln
 
 A = torch.ops.aten
 
 
 def _row(name: str) -> dict:
     return registry.fallback_report().get(name, {"device": 0, "cpu": 0, "reasons": {}})
-
-
-def _dev(value):
-    if isinstance(value, torch.Tensor):
-        return value.to("rbln")
-    if isinstance(value, list):
-        return [_dev(v) for v in value]
-    return value
-
-
-def _cpu(value):
-    if isinstance(value, (tuple, list)):
-        return [_cpu(v) for v in value]
-    return None if value is None else value.cpu()
-
-
-@pytest.fixture
-def launches_forbidden(monkeypatch):
-    """Make every checked launch fail: a call that still runs on the device took its plan's kept launch
-    (the dispatcher would turn the failure into a CPU fallback with a 'kernel error' reason)."""
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("checked launch")
-
-    return lambda: monkeypatch.setattr(_launch, "launch", forbidden)
 
 
 def _x(*shape):
@@ -69,7 +44,7 @@ def test_plain_calls_take_the_plan_with_the_general_results(case, launches_forbi
     overload = registry._overload(name)
     torch.manual_seed(0)
     args, kwargs = make()
-    dargs = tuple(_dev(a) for a in args)
+    dargs = tuple(to_rbln(a) for a in args)
     with general_path():
         general = overload(*dargs, **kwargs)  # the reference: the checked implementation
     memo = registry._kernels[name].plans()
@@ -84,8 +59,8 @@ def test_plain_calls_take_the_plan_with_the_general_results(case, launches_forbi
     assert row["device"] == 2 and row["cpu"] == 0, row
     expected = overload(*args, **kwargs)
     for fast in (first, again):
-        got = _cpu(fast)
-        torch.testing.assert_close(got, _cpu(general), atol=0, rtol=0)
+        got = to_cpu(fast)
+        torch.testing.assert_close(got, to_cpu(general), atol=0, rtol=0)
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 

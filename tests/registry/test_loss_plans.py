@@ -12,7 +12,7 @@ from torch_rbln.registry import _launch, loss
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
 
-from .planned import general_path, planned
+from .planned import general_path, planned, to_cpu
 
 A = torch.ops.aten
 
@@ -23,12 +23,6 @@ def _row(name: str) -> dict:
 
 def _logp():
     return torch.log_softmax(torch.randn(4, 3), 1)
-
-
-def _cpu(value):
-    if isinstance(value, (tuple, list)):
-        return [_cpu(v) for v in value]
-    return value.cpu()
 
 
 TARGET = [0, 2, -100, 1]  # with an ignored row
@@ -70,8 +64,8 @@ def test_plain_loss_calls_take_the_plan_with_the_general_results(case, monkeypat
     expected = overload(*args, **kwargs)
     expected = list(expected) if isinstance(expected, tuple) else expected
     for fast in (first, again):
-        torch.testing.assert_close(_cpu(fast), _cpu(general), atol=0, rtol=0)
-        torch.testing.assert_close(_cpu(fast), expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(to_cpu(fast), to_cpu(general), atol=0, rtol=0)
+        torch.testing.assert_close(to_cpu(fast), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_the_loss_plans_decline_an_out_of_range_target():

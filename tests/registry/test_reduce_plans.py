@@ -11,7 +11,7 @@ from torch_rbln.registry import _launch, reduce
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
 
-from .planned import general_path, planned
+from .planned import general_path, planned, to_cpu
 
 A = torch.ops.aten
 # sums of n float32 terms accumulate in float32 on the device, in another order than on the CPU
@@ -20,12 +20,6 @@ TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-3), torch.bfloat16:
 
 def _row(name: str) -> dict:
     return registry.fallback_report().get(name, {"device": 0, "cpu": 0, "reasons": {}})
-
-
-def _cpu(value):
-    if isinstance(value, (tuple, list)):
-        return [_cpu(v) for v in value]
-    return value.cpu()
 
 
 @pytest.fixture
@@ -39,17 +33,6 @@ def reduce_forbidden(monkeypatch):
         monkeypatch.setattr(reduce, "reduce", general)
 
     return forbid
-
-
-@pytest.fixture
-def launches_forbidden(monkeypatch):
-    """Make every checked launch fail: a call that still runs on the device took its plan's kept launch
-    (the dispatcher would turn the failure into a CPU fallback with a 'kernel error' reason)."""
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("checked launch")
-
-    return lambda: monkeypatch.setattr(_launch, "launch", forbidden)
 
 
 # (aten op name, call): the row kernel (last dim, all elements) and the middle kernel (leading or middle
@@ -103,10 +86,10 @@ def test_plain_reduce_calls_take_the_plan_with_the_general_results(name, fn, dty
     launches_forbidden()
     again = fn(dx)  # the kept launch
     for result in (first, again):
-        torch.testing.assert_close(_cpu(result), _cpu(general), atol=0, rtol=0)  # also dtype and shape
+        torch.testing.assert_close(to_cpu(result), to_cpu(general), atol=0, rtol=0)  # also dtype and shape
         expected = fn(x)
         atol, rtol = TOL[dtype]
-        torch.testing.assert_close(_cpu(result), _cpu(tuple(expected) if isinstance(expected, tuple)
+        torch.testing.assert_close(to_cpu(result), to_cpu(tuple(expected) if isinstance(expected, tuple)
                                                       else expected), atol=atol, rtol=rtol)
     assert _row(name) == {"device": 2, "cpu": 0, "reasons": {}}
 

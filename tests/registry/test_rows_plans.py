@@ -15,7 +15,7 @@ from torch_rbln.registry import plan as _plan
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
 
-from .planned import entry, general_path, planned
+from .planned import entry, general_path, planned, to_cpu, to_rbln
 
 A = torch.ops.aten
 TOL = {torch.float32: (1e-6, 1e-6), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
@@ -29,29 +29,8 @@ def _x(*shape):
     return torch.randn(*shape)
 
 
-def _dev(value):
-    if isinstance(value, torch.Tensor):
-        return value.to("rbln")
-    if isinstance(value, list):
-        return [_dev(v) for v in value]
-    return value
-
-
-def _cpu(value):
-    if isinstance(value, (tuple, list)):
-        return [_cpu(v) for v in value]
-    return None if value is None else value.cpu()
-
-
 def _failing(what: str):
     return lambda *a, **k: (_ for _ in ()).throw(AssertionError(what))
-
-
-@pytest.fixture
-def launches_forbidden(monkeypatch):
-    """Make every checked launch fail: a call that still runs on the device took its plan's kept launch
-    (the dispatcher would turn the failure into a CPU fallback with a 'kernel error' reason)."""
-    return lambda: monkeypatch.setattr(_launch, "launch", _failing("checked launch"))
 
 
 def _forget_plans() -> None:
@@ -170,7 +149,7 @@ def test_plain_backward_calls_take_the_plan_with_the_general_results(case, launc
     overload = registry._overload(name)
     torch.manual_seed(0)
     args, kwargs = make()
-    dargs = tuple(_dev(a) for a in args)
+    dargs = tuple(to_rbln(a) for a in args)
     with general_path():
         general = overload(*dargs, **kwargs)  # the reference: the checked implementation
     _forget_plans()
@@ -183,8 +162,8 @@ def test_plain_backward_calls_take_the_plan_with_the_general_results(case, launc
     expected = overload(*args, **kwargs)
     expected = list(expected) if isinstance(expected, tuple) else expected
     for fast in (first, again):
-        got = _cpu(fast)
-        torch.testing.assert_close(got, _cpu(general), atol=0, rtol=0)
+        got = to_cpu(fast)
+        torch.testing.assert_close(got, to_cpu(general), atol=0, rtol=0)
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -200,11 +179,11 @@ def test_a_half_precision_layer_norm_backward_takes_the_plan(launches_forbidden)
     launches_forbidden()
     registry.reset_fallback_report()
     fast = A.native_layer_norm_backward.default(*args)
-    torch.testing.assert_close(_cpu(fast), _cpu(general), atol=0, rtol=0)
+    torch.testing.assert_close(to_cpu(fast), to_cpu(general), atol=0, rtol=0)
     stats = (mean.cpu().float(), rstd.cpu().float())
     expected = A.native_layer_norm_backward.default(grad.float(), x.float(), [8], *stats, w.float(),
                                                     b.float(), [True, True, True])
-    torch.testing.assert_close([t.float() for t in _cpu(fast)], list(expected), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close([t.float() for t in to_cpu(fast)], list(expected), atol=2e-2, rtol=2e-2)
     assert _row("aten::native_layer_norm_backward") == {"device": 1, "cpu": 0, "reasons": {}}
 
 
@@ -215,7 +194,7 @@ def test_layer_norm_backward_declines_a_nan_or_inf_in_any_of_its_six_inputs(dtyp
     implementation's logged CPU fallback gives CPU's results. The one-program kernel launched by
     address finds it itself (its CHECK: no scan runs); the two-kernel launch scans first."""
     case, _ = _layer_norm_case([True, True, True], n_rows)
-    args = [_dev(a.to(dtype)) if isinstance(a, torch.Tensor) else a for a in case]
+    args = [to_rbln(a.to(dtype)) if isinstance(a, torch.Tensor) else a for a in case]
     A.native_layer_norm_backward.default(*args)
     A.native_layer_norm_backward.default(*args)  # the plan's kept launch fetched
     backward = _memo_run("native_layer_norm_backward.default")
@@ -254,7 +233,7 @@ def _small_backward_plans(monkeypatch) -> list:
 @pytest.mark.parametrize("mask", [[True, True, True], [True, False, False]])
 def test_small_layer_norm_backward_launches_by_address(mask, monkeypatch, launches_forbidden):
     case, _ = _layer_norm_case(mask)
-    args = [_dev(a) for a in case]
+    args = [to_rbln(a) for a in case]
     with general_path():
         general = A.native_layer_norm_backward.default(*args)
     A.native_layer_norm_backward.default(*args)
@@ -271,7 +250,7 @@ def test_small_layer_norm_backward_launches_by_address(mask, monkeypatch, launch
 
 def test_a_fault_in_the_layer_norm_backward_launch_by_address_takes_the_implementation(monkeypatch):
     case, _ = _layer_norm_case([True, True, True])
-    args = [_dev(a) for a in case]
+    args = [to_rbln(a) for a in case]
     first = A.native_layer_norm_backward.default(*args)
     faulted = []
     for plan in _small_backward_plans(monkeypatch):  # a kernel that reports a fault returns False

@@ -23,14 +23,6 @@ from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 
 
-def _contiguous_rbln(x) -> int:
-    """The device index of `x` when it is a contiguous rbln tensor, else -1 (a CPU or meta tensor, a
-    strided one, not a tensor)."""
-    if not isinstance(x, Tensor) or not x.is_contiguous():
-        return -1
-    return x.get_device()  # -1 for CPU and meta tensors
-
-
 class _Plan:
     """A fast path's launch for one (dtype, size): kernel, launch key, op code, output dtype, the kept
     direct launch with the DSL backend it was kept for (so the per-call lookup is one compare), and the

@@ -16,7 +16,7 @@ from torch_rbln import _memory, config
 
 from . import _launch
 from . import _ops as O
-from ._fastpath import _contiguous_rbln, _Plan, write_only_buffer
+from ._fastpath import _Plan, write_only_buffer
 from ._memo import PlanMemo
 from .custom_ops import (  # noqa: F401  (re-exported)
     _rms_norm_backward_fake,
@@ -24,6 +24,7 @@ from .custom_ops import (  # noqa: F401  (re-exported)
     _rms_norm_reference,
     _rotary_reference,
 )
+from .plan import contiguous_rbln
 
 
 def _rms_norm_backward_device(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
@@ -81,7 +82,7 @@ def _rms_norm_fast(x: Tensor, weight: Tensor | None, eps: float) -> Tensor | Non
     """rms_norm's plain call (contiguous operands of one float dtype on one device, no NaN/Inf outside
     deploy mode, the launch kept by an earlier call): the kernel launch `_rms_norm_device` makes, without
     its checks and dispatch. None for anything else (the checked path decides)."""
-    index = _contiguous_rbln(x)
+    index = contiguous_rbln(x)
     if index < 0 or type(eps) is not float:
         return None
     dtype = x.dtype
@@ -165,8 +166,8 @@ _rotary_plans: dict[tuple, _RotaryPlan | None] = PlanMemo(1024, _new_rotary_plan
 
 def _rotary_fast(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor | None:
     """rotary_embedding's plain call (as `_rms_norm_fast`): the launch `_rotary_device` makes."""
-    index = _contiguous_rbln(x)
-    if index < 0 or _contiguous_rbln(cos) != index or _contiguous_rbln(sin) != index:
+    index = contiguous_rbln(x)
+    if index < 0 or contiguous_rbln(cos) != index or contiguous_rbln(sin) != index:
         return None
     dtype = x.dtype
     if cos.dtype is not dtype or sin.dtype is not dtype or cos.shape != sin.shape:

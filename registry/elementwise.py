@@ -42,7 +42,7 @@ from ._ops import (
     unary_key,
     where_geometry,
 )
-from .plan import NO_PLAN, Family, Plan
+from .plan import NO_PLAN, Family, Plan, contiguous_on
 
 Reader = Callable[[tuple, dict], "tuple | None"]
 
@@ -421,10 +421,6 @@ def fill(*, zero: bool) -> Family:
 
 # ---------------------------------------------------------------- where, masked_fill
 
-def _contiguous_on(x: Any, index: int) -> bool:
-    return isinstance(x, Tensor) and x.is_contiguous() and x.get_device() == index
-
-
 def where(*, out: bool = False) -> Family:
     """`where(condition, a, b)` on contiguous rbln tensors (a bool condition, `a` and `b` of one
     floating dtype) whose shapes broadcast: `_ops.where`'s launch. `out`: `where.self_out`."""
@@ -441,7 +437,7 @@ def where(*, out: bool = False) -> Family:
         if index < 0 or out_key is False:
             return None
         dtype = a.dtype
-        if not (_contiguous_on(b, index) and _contiguous_on(condition, index)) or b.dtype is not dtype or \
+        if not (contiguous_on(b, index) and contiguous_on(condition, index)) or b.dtype is not dtype or \
                 condition.dtype is not torch.bool:
             return None  # (promotion, a non-bool condition: the implementation)
         return (dtype, condition.shape, a.shape, b.shape, index, out_key), (condition, a, b, target)
@@ -545,7 +541,7 @@ def masked_fill(*, inplace: bool) -> Family:
         if not isinstance(x, Tensor) or not x.is_contiguous():
             return None
         index = x.get_device()
-        if index < 0 or not _contiguous_on(mask, index) or mask.dtype is not torch.bool:
+        if index < 0 or not contiguous_on(mask, index) or mask.dtype is not torch.bool:
             return None
         kind = type(value)
         if kind is float or kind is int:

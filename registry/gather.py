@@ -25,7 +25,7 @@ from . import _copy, _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _device_index, _k, contiguous, empty
 from .geometry import I32, TILED_MIN, block, cdiv, row_block
-from .plan import NO_PLAN, Family, Plan
+from .plan import NO_PLAN, Family, Plan, contiguous_on, contiguous_rbln
 
 INDICES = (torch.int64, torch.int32)
 _NUMBER = (int, float)
@@ -40,15 +40,6 @@ class Gather(NamedTuple):
     programs: int
     rows: int
     ints: tuple
-
-
-def _on(t: Any, index: int) -> bool:
-    return isinstance(t, Tensor) and t.is_contiguous() and t.get_device() == index
-
-
-def _contiguous_rbln(x: Any) -> int:
-    """The device index of a contiguous rbln tensor `x`, else -1."""
-    return x.get_device() if isinstance(x, Tensor) and x.is_contiguous() else -1
 
 
 def _scanner(dtype: torch.dtype, numel: int):
@@ -112,8 +103,9 @@ def index_select_family() -> Family:
         if len(args) != 3 or kwargs:
             return None
         x, dim, indices = args
-        index = _contiguous_rbln(x)
-        if index < 0 or type(dim) is not int or not _on(indices, index) or indices.dtype not in INDICES:
+        index = contiguous_rbln(x)
+        if index < 0 or type(dim) is not int or not contiguous_on(indices, index) or \
+                indices.dtype not in INDICES:
             return None
         return (x.dtype, x.shape, dim, indices.dtype, indices.shape, index), (x, indices)
 
@@ -202,9 +194,10 @@ def embedding_backward_family() -> Family:
         if len(args) != 5 or kwargs:
             return None
         grad, indices, num_weights, padding_idx, scale = args
-        index = _contiguous_rbln(grad)
+        index = contiguous_rbln(grad)
         if index < 0 or scale is not False or type(num_weights) is not int or \
-                type(padding_idx) is not int or not _on(indices, index) or indices.dtype not in INDICES:
+                type(padding_idx) is not int or not contiguous_on(indices, index) or \
+                indices.dtype not in INDICES:
             return None
         return ((grad.dtype, grad.shape, indices.dtype, indices.numel(), num_weights, padding_idx, index),
                 (grad, indices))
@@ -306,7 +299,7 @@ def cat_family() -> Family:
         if (kind is not list and kind is not tuple) or not tensors or type(dim) is not int:
             return None
         first = tensors[0]
-        index = _contiguous_rbln(first)
+        index = contiguous_rbln(first)
         if index < 0:
             return None
         dtype = first.dtype
@@ -484,7 +477,7 @@ def arange_family() -> Family:
         step = args[2] if count == 3 else 1
         if type(start) not in _NUMBER or type(end) not in _NUMBER or type(step) not in _NUMBER or step == 0:
             return None
-        index = _contiguous_rbln(out)
+        index = contiguous_rbln(out)
         if index < 0 or out.dim() != 1:
             return None
         n = max(0, math.ceil((end - start) / step))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -27,7 +26,7 @@ from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, contiguous, empty, fill
 from .geometry import I32, block, cdiv, row_block
-from .plan import NO_PLAN, Family, Plan
+from .plan import NO_PLAN, Family, Plan, contiguous_on
 
 REDUCTIONS = (0, 1, 2)  # none, mean, sum (torch.nn._reduction.get_enum)
 
@@ -123,10 +122,6 @@ def nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_we
 
 # ---------------------------------------------------------------- plans
 
-def _on(t: Any, dtype: torch.dtype, index: int) -> bool:
-    return isinstance(t, Tensor) and t.dtype is dtype and t.is_contiguous() and t.get_device() == index
-
-
 _range_entry: list = []  # [in_range_64's compiled entry point] once made
 
 
@@ -178,7 +173,7 @@ def forward_family() -> Family:
         if index < 0 or not isinstance(target, Tensor) or target.dtype is not int64 or \
                 not target.is_contiguous() or target.get_device() != index:
             return None
-        if weight is not None and not _on(weight, dtype, index):
+        if weight is not None and not (contiguous_on(weight, index) and weight.dtype is dtype):
             return None
         w_key = None if weight is None else weight.shape
         return (dtype, x.shape, target.shape, w_key, reduction, ignore_index, index), (x, target, weight)
@@ -250,7 +245,7 @@ def backward_family() -> Family:
         if not isinstance(total_weight, Tensor) or total_weight.dtype is not dtype or \
                 not total_weight.is_contiguous() or total_weight.get_device() != index:
             return None
-        if weight is not None and not _on(weight, dtype, index):
+        if weight is not None and not (contiguous_on(weight, index) and weight.dtype is dtype):
             return None
         return ((dtype, x.shape, target.shape, grad.shape, total_weight.shape,
                  None if weight is None else weight.shape, reduction, ignore_index, index),

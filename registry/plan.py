@@ -20,11 +20,23 @@ import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from torch import Tensor
 from torch_rbln.dsl.jit import on_clear_cache
 
 from torch_rbln.tp import requested_backend
 
 from . import _launch
+
+
+def contiguous_rbln(x: Any) -> int:
+    """The device index of `x` when it is a contiguous rbln tensor, else -1 (a CPU or meta tensor, a
+    strided one, not a tensor): what a family's `signature` keys a plain operand by."""
+    return x.get_device() if isinstance(x, Tensor) and x.is_contiguous() else -1
+
+
+def contiguous_on(x: Any, index: int) -> bool:
+    """Whether `x` is a contiguous tensor on rbln device `index`."""
+    return isinstance(x, Tensor) and x.is_contiguous() and x.get_device() == index
 
 
 class Family(NamedTuple):

@@ -36,18 +36,19 @@ HISTC_BLOCK = 1024
 
 
 @tl.jit
-def _before(xi, xj, i, j, DESCENDING: tl.constexpr):
-    """[len(xi), len(xj)]: does element j come before element i (stable order, NaN largest)?"""
-    a = xj[None, :]
-    b = xi[:, None]
-    nan_a = a != a
-    nan_b = b != b
+def _precedes(av, ai, bv, bi, DESCENDING: tl.constexpr):
+    """Does the element (value av, index ai) come strictly before (bv, bi) in the sorted order: by
+    value, NaN after every number (torch's order: the largest value), equal values (NaN among NaN) in
+    index order, so the order is total and the sort stable. The one definition of the order the rank
+    and select kernels share."""
+    a_nan = av != av
+    b_nan = bv != bv
     if DESCENDING:
-        strict = (a > b) | (nan_a & (b == b))
+        strictly = (av > bv) | (a_nan & (bv == bv))
     else:
-        strict = (a < b) | (nan_b & (a == a))
-    tie = (a == b) | (nan_a & nan_b)
-    return strict | (tie & (j[None, :] < i[:, None]))
+        strictly = (av < bv) | (b_nan & (av == av))
+    tie = (av == bv) | (a_nan & b_nan)
+    return strictly | (tie & (ai < bi))
 
 
 @tl.jit
@@ -68,7 +69,8 @@ def rank_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.cons
         j = start + tl.arange(0, CHUNK)
         inside = j < n
         xj = tl.load(x_ptr + base + j * inner, mask=inside, other=0)
-        hit = _before(xi, xj, i, j, DESCENDING) & inside[None, :]
+        # [BLOCK, CHUNK]: element j comes before element i
+        hit = _precedes(xj[None, :], j[None, :], xi[:, None], i[:, None], DESCENDING) & inside[None, :]
         rank += tl.sum(hit.to(tl.int64), axis=1)
     keep = live & (rank < k)
     out = o * k * inner + c + rank * inner
@@ -78,24 +80,16 @@ def rank_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.cons
 
 @tl.jit
 def _first_descending(av, ai, bv, bi):
-    """Of (value, index) pairs a and b, the one that comes first in descending stable order (NaN
-    largest, ties by lower index); an index < 0 marks an empty slot, which comes last."""
-    a_nan = av != av
-    b_nan = bv != bv
-    strictly = (av > bv) | (a_nan & (bv == bv))
-    tie = (av == bv) | (a_nan & b_nan)
-    a_first = (bi < 0) | ((ai >= 0) & (strictly | (tie & (ai < bi))))
+    """Of (value, index) pairs a and b, the one that comes first in descending order (`_precedes`); an
+    index < 0 marks an empty slot, which comes last. A combine function of `tl.reduce`."""
+    a_first = (bi < 0) | ((ai >= 0) & _precedes(av, ai, bv, bi, True))
     return tl.where(a_first, av, bv), tl.where(a_first, ai, bi)
 
 
 @tl.jit
 def _first_ascending(av, ai, bv, bi):
-    """As `_first_descending` for ascending order (NaN still largest, so last)."""
-    a_nan = av != av
-    b_nan = bv != bv
-    strictly = (av < bv) | (b_nan & (av == av))
-    tie = (av == bv) | (a_nan & b_nan)
-    a_first = (bi < 0) | ((ai >= 0) & (strictly | (tie & (ai < bi))))
+    """As `_first_descending` for ascending order."""
+    a_first = (bi < 0) | ((ai >= 0) & _precedes(av, ai, bv, bi, False))
     return tl.where(a_first, av, bv), tl.where(a_first, ai, bi)
 
 
@@ -119,13 +113,7 @@ def select_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.co
         for start in range(0, n, CHUNK):
             j = start + tl.arange(0, CHUNK)
             xj = tl.load(x_ptr + base + j * inner, mask=j < n, other=0)
-            taken_nan = taken_v != taken_v
-            if DESCENDING:
-                strictly = (taken_v > xj) | (taken_nan & (xj == xj))
-            else:
-                strictly = (taken_v < xj) | ((xj != xj) & (taken_v == taken_v))
-            tie = (taken_v == xj) | (taken_nan & (xj != xj))
-            after = (taken_i < 0) | strictly | (tie & (taken_i < j))
+            after = (taken_i < 0) | _precedes(taken_v, taken_i, xj, j, DESCENDING)
             candidate = tl.where((j < n) & after, j.to(tl.int64), -1)
             if DESCENDING:
                 chunk_v, chunk_i = tl.reduce((xj, candidate), 0, _first_descending)

@@ -25,12 +25,6 @@ from .geometry import (  # noqa: F401  (re-exported: the families import them fr
     I32 as _I32,
 )
 from .geometry import (
-    ONE_BLOCK as _ONE_BLOCK,
-)
-from .geometry import (
-    ROW_CHUNK as _CHUNK,
-)
-from .geometry import (
     TILED_MIN as _TILED_MIN,
 )
 from .geometry import (
@@ -44,9 +38,6 @@ from .geometry import (
 )
 from .geometry import (
     expanded_strides as _expanded_strides,
-)
-from .geometry import (
-    row_block as _row_block,
 )
 from .geometry import (
     tile_shape,
@@ -549,67 +540,6 @@ def _where_launch(condition, a, b, out, n: int, sizes, sc, sa, sb) -> None:
         _launch.launch(kernel, programs, key, args, keywords, rows)
     else:
         kernel[(programs, rows)](*args, **keywords)
-
-
-# ---------------------------------------------------------------- rows: softmax, norms, reductions
-
-def _norm(x, w, b, out, mean, rstd, rows, n, eps, *, rms, has_w, has_b, check=False) -> None:
-    """Layer/RMS norm rows: one load per row when it fits one block, else the chunked kernel."""
-    kernel, key, keywords = norm_launch(x.dtype, w.dtype, b.dtype, out.dtype, mean.dtype, n, rms=rms,
-                                        has_w=has_w, has_b=has_b, check=check)
-    _launch.launch(kernel, rows, key, (x, w, b, out, mean, rstd, n, float(eps)), keywords)
-
-
-def norm_launch(x_dtype, w_dtype, b_dtype, out_dtype, stats_dtype, n: int, *, rms: bool, has_w: bool,
-                has_b: bool, check: bool = False) -> tuple:
-    """(kernel, launch key, constexprs) of a layer/RMS norm launch over rows of `n` elements (`mean`
-    and `rstd` both of `stats_dtype`; `check`: the kernel faults on a NaN/Inf input). n is the launch's
-    only int argument, so the dtypes, the constexprs and n's width make the key."""
-    R = _k("rows")
-    kernel, block = (R.norm_row_kernel, _row_block(n)) if n <= _ONE_BLOCK else (R.norm_kernel, _CHUNK)
-    key = (x_dtype, w_dtype, b_dtype, out_dtype, stats_dtype, stats_dtype, rms, has_w, has_b, check, block,
-           n < _I32)
-    return kernel, key, {"RMS": rms, "HAS_W": has_w, "HAS_B": has_b, "CHECK": check, "BLOCK": block}
-
-
-def column_sum(t: torch.Tensor, rows: int, n: int, dtype: torch.dtype) -> torch.Tensor:
-    """Sum of a contiguous (rows, n) tensor over rows, as ones(1, rows) @ t on the matmul kernel."""
-    index = t.get_device()
-    ones = empty([rows], t.dtype, index)
-    fill(ones, 1.0)
-    out = empty([n], dtype, index)
-    _matmul_launch(ones, t, out, None, 1, n, rows, (0, 0, 1), (0, n, 1), (0, 0, 1), (0, 0), 1.0, 0.0, 1)
-    return out
-
-
-def rms_norm_forward(x, weight, eps):
-    """(y, rstd) of RMS norm over the last dim; rstd is float32 of shape (rows,)."""
-    n = x.shape[-1]
-    x = contiguous(x)
-    rows = x.numel() // n
-    index = x.get_device()
-    out = empty(x.shape, x.dtype, index)
-    rstd = empty([rows], torch.float32, index)
-    w = contiguous(weight) if weight is not None else x
-    _norm(x, w, x, out, rstd, rstd, rows, n, eps, rms=True, has_w=weight is not None, has_b=False)
-    return out, rstd
-
-
-def rms_norm_backward(grad, x, weight, rstd):
-    R = _k("rows")
-    n = x.shape[-1]
-    x = contiguous(x)
-    grad = contiguous(grad)
-    rows = x.numel() // n
-    index = x.get_device()
-    dx = empty(x.shape, x.dtype, index)
-    need_gx = weight is not None
-    gx = empty([rows, n], torch.float32, index) if need_gx else dx
-    w = contiguous(weight) if weight is not None else x
-    R.norm_backward_kernel[(rows,)](grad, x, w, rstd, rstd, dx, gx, n, RMS=True, HAS_W=need_gx,
-                                    NEED_GX=need_gx, BLOCK=_row_block(n))
-    dw = column_sum(gx, rows, n, weight.dtype) if need_gx else None
-    return dx, dw
 
 
 # ---------------------------------------------------------------- matmul

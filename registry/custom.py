@@ -3,6 +3,11 @@
 
 Their definitions (references, fake and autograd formulas) live in `custom_ops`, which registration
 imports at `import torch`; this module, with the kernels it launches, loads on the first call.
+
+Each forward has its checked implementation (`_rms_norm_device`, `_rotary_device`) and its `Family`
+(`rms_norm_family`, `rotary_family`, see `plan.py`), whose plans the custom op's shortcut runs
+(`_rms_norm_fast`, `_rotary_fast`: `plan.memoized`); both launch what one decision function says
+(`rms_norm_launch`, `rotary_launch`).
 """
 
 from __future__ import annotations
@@ -13,176 +18,224 @@ import torch
 from torch import Tensor
 
 from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
-from . import _ops as O
-from ._fastpath import _Plan, write_only_buffer
-from ._memo import PlanMemo
+from ._ops import FLOATS, Decline, _k, _matmul_launch, contiguous, empty, fill
 from .custom_ops import (  # noqa: F401  (re-exported)
     _rms_norm_backward_fake,
     _rms_norm_backward_reference,
     _rms_norm_reference,
     _rotary_reference,
 )
-from .plan import contiguous_rbln
+from .geometry import I32, row_block
+from .plan import (
+    NO_PLAN,
+    Family,
+    Plan,
+    contiguous_on,
+    contiguous_rbln,
+    finite_of,
+    memoized,
+    write_only_buffer,
+)
+from .rows import norm_launch
+
+# ---------------------------------------------------------------- rms_norm
 
 
-def _rms_norm_backward_device(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
-                              eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rms_norm_launch(dtype: torch.dtype, shape: tuple, w_dtype: torch.dtype | None, w_shape: tuple | None
+                    ) -> tuple:
+    """(kernel, launch key, keywords, rows, n) of rms_norm's forward on an x of `shape` with an optional
+    weight (`w_dtype` None: none); Decline for what the kernel does not take."""
+    if not shape or not math.prod(shape):
+        raise Decline("empty tensor")
+    n = shape[-1]
+    if w_dtype is not None and (w_dtype != dtype or tuple(w_shape) != (n,)):
+        raise Decline("weight dtype/shape")
+    kernel, key, keywords = norm_launch(dtype, dtype, dtype, dtype, torch.float32, n, rms=True,
+                                        has_w=w_dtype is not None, has_b=False)
+    return kernel, key, keywords, math.prod(shape) // n, n
+
+
+def rms_norm_forward(x: Tensor, weight: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
+    """(y, rstd) of RMS norm over the last dim; rstd is float32 of shape (rows,)."""
+    kernel, key, keywords, rows, n = rms_norm_launch(
+        x.dtype, tuple(x.shape), None if weight is None else weight.dtype,
+        None if weight is None else tuple(weight.shape))
+    x = contiguous(x)
+    index = x.get_device()
+    out = empty(x.shape, x.dtype, index)
+    rstd = empty([rows], torch.float32, index)
+    w = contiguous(weight) if weight is not None else x
+    _launch.launch(kernel, rows, key, (x, w, x, out, rstd, rstd, n, float(eps)), keywords)
+    return out, rstd
+
+
+def rms_norm_backward(grad: Tensor, x: Tensor, weight: Tensor | None, rstd: Tensor
+                      ) -> tuple[Tensor, Tensor | None]:
+    """(dx, dweight) of RMS norm; dweight (None without a weight) sums the rows of x's float32 share
+    on the matmul kernel (ones(1, rows) @ gx)."""
+    n = x.shape[-1]
+    x, grad = contiguous(x), contiguous(grad)
+    rows = x.numel() // n
+    index = x.get_device()
+    dx = empty(x.shape, x.dtype, index)
+    need_gx = weight is not None
+    gx = empty([rows, n], torch.float32, index) if need_gx else dx
+    w = contiguous(weight) if weight is not None else x
+    _k("rows").norm_backward_kernel[(rows,)](grad, x, w, rstd, rstd, dx, gx, n, RMS=True, HAS_W=need_gx,
+                                             NEED_GX=need_gx, BLOCK=row_block(n))
+    if not need_gx:
+        return dx, None
+    ones = fill(empty([rows], gx.dtype, index), 1.0)
+    dw = empty([n], weight.dtype, index)
+    _matmul_launch(ones, gx, dw, None, 1, n, rows, (0, 0, 1), (0, n, 1), (0, 0, 1), (0, 0), 1.0, 0.0, 1)
+    return dx, dw
+
+
+def _rms_norm_backward_device(grad: Tensor, x: Tensor, weight: Tensor | None, eps: float
+                              ) -> tuple[Tensor, Tensor]:
     if x.dim() == 0 or x.numel() == 0 or grad.shape != x.shape:
-        raise O.Decline("empty tensor or grad shape")
-    if grad.dtype != x.dtype or x.dtype not in O.FLOATS:
-        raise O.Decline("dtypes")
-    if weight is not None and (weight.dtype != x.dtype or weight.shape != x.shape[-1:]):
-        raise O.Decline("weight dtype/shape")
-    _, rstd = O.rms_norm_forward(x, weight, eps)
-    dx, dw = O.rms_norm_backward(grad, x, weight, rstd)
+        raise Decline("empty tensor or grad shape")
+    if grad.dtype != x.dtype or x.dtype not in FLOATS:
+        raise Decline("dtypes")
+    _, rstd = rms_norm_forward(x, weight, eps)
+    dx, dw = rms_norm_backward(grad, x, weight, rstd)
     return dx, (dw.view(weight.shape) if weight is not None else x.new_empty(0))
 
 
-def _rms_norm_device(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    if x.dim() == 0 or x.numel() == 0:
-        raise O.Decline("empty tensor")
-    if weight is not None and (weight.dtype != x.dtype or weight.shape != x.shape[-1:]):
-        raise O.Decline("weight dtype/shape")
-    return O.rms_norm_forward(x, weight, eps)[0]
-
-
-class _RmsNormPlan(_Plan):
-    """rms_norm's launch for a contiguous (dtype, shape) input with or without a weight of its dtype:
-    `programs` rows of `n` elements. The kernel also writes each row's rstd (float32), which a forward
-    call without autograd never reads: up to `_SCRATCH_ROWS` rows it goes to a buffer the plan keeps per
-    device (`scratch`) instead of a fresh allocation per call. Concurrent calls may write it at once:
-    nothing reads it, so that is harmless."""
-
-    __slots__ = ("scratch",)
+def _rms_norm_device(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+    return rms_norm_forward(x, weight, eps)[0]
 
 
 _SCRATCH_ROWS = 1 << 14  # at most 64 KiB of kept rstd scratch per plan and device
 
 
-def _new_rms_plan(plan_key: tuple) -> _RmsNormPlan | None:
-    """The plan of `rms_norm_forward`'s launch; None for a shape it would decline."""
-    dtype, shape, has_w = plan_key
-    if dtype not in O.FLOATS or not shape or shape[-1] == 0 or math.prod(shape) >= O._I32:
-        return None
-    n = shape[-1]
-    kernel, key, _ = O.norm_launch(dtype, dtype, dtype, dtype, torch.float32, n, rms=True, has_w=has_w,
-                                   has_b=False)
-    plan = _RmsNormPlan(kernel, key, 0, dtype, dtype, math.prod(shape) // n)
-    plan.n = n
-    plan.scratch = {}
-    return plan
+def rms_norm_family() -> Family:
+    """`rms_norm(x, weight, eps)` with x (and the weight) contiguous of one floating dtype on one rbln
+    device: `rms_norm_forward`'s one launch. The kernel also writes each row's rstd (float32), which
+    this forward (no autograd) never reads: up to `_SCRATCH_ROWS` rows it goes to a buffer the plan
+    keeps per device (`write_only_buffer`) instead of a fresh allocation per call."""
 
-
-_rms_plans: dict[tuple, _RmsNormPlan | None] = PlanMemo(1024, _new_rms_plan)
-
-
-def _rms_norm_fast(x: Tensor, weight: Tensor | None, eps: float) -> Tensor | None:
-    """rms_norm's plain call (contiguous operands of one float dtype on one device, no NaN/Inf outside
-    deploy mode, the launch kept by an earlier call): the kernel launch `_rms_norm_device` makes, without
-    its checks and dispatch. None for anything else (the checked path decides)."""
-    index = contiguous_rbln(x)
-    if index < 0 or type(eps) is not float:
-        return None
-    dtype = x.dtype
-    has_w = weight is not None
-    if has_w and (not isinstance(weight, Tensor) or weight.dtype is not dtype or not weight.is_contiguous()
-                  or weight.get_device() != index):
-        return None
-    plan = _rms_plans[(dtype, x.shape, has_w)]
-    if plan is None:
-        return None
-    n, rows = plan.n, plan.programs
-    if has_w and (weight.dim() != 1 or weight.shape[0] != n):
-        return None
-    run = plan.kept(index)
-    if run is None:
-        return None
-    if not config.deploy_mode() and not (plan.finite(x, rows * n) and (not has_w or plan.finite(weight, n))):
-        return None
-    rstd = write_only_buffer(plan.scratch, index, (rows,), _SCRATCH_ROWS)
-    out = _memory.empty(x.shape, dtype, index)
-    run(rows, 1, 1, x, weight if has_w else x, x, out, rstd, rstd, n, eps)
-    return out
-
-
-def _rotary_device(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    D = x.shape[-1] if x.dim() else 0
-    if D == 0 or D % 2 or x.numel() == 0:
-        raise O.Decline("last dim must be even and non-empty")
-    if cos.shape != sin.shape or cos.shape[-1] != D or cos.dtype != x.dtype or sin.dtype != x.dtype:
-        raise O.Decline("cos/sin shape or dtype")
-    cs_shape = list(cos.shape)
-    while cs_shape and cs_shape[0] == 1:
-        cs_shape.pop(0)
-    if list(x.shape[x.dim() - len(cs_shape):]) != cs_shape:
-        raise O.Decline("cos/sin broadcast over other than the leading dims")
-    x, cos, sin = O.contiguous(x), O.contiguous(cos), O.contiguous(sin)
-    out = O.empty(x.shape, x.dtype, x.get_device())
-    block = _rotary_block(D)
-    rows, cs_rows = x.numel() // D, cos.numel() // D
-    _launch.launch(O._k("rotary").rotary_kernel, rows, _rotary_key(x.dtype, block, x.numel()),
-                   (x, cos, sin, out, D, cs_rows), {"BLOCK": block})
-    return out
-
-
-def _rotary_block(D: int) -> int:
-    return max(16, 1 << (D // 2 - 1).bit_length())
-
-
-def _rotary_key(dtype: torch.dtype, block: int, numel: int) -> tuple:
-    """The kept launch's key: dtypes and block determine the specialisation while the ints fit 32 bits."""
-    return (dtype, block) if numel < O._I32 else (dtype, block, "int64")
-
-
-class _RotaryPlan(_Plan):
-    """rotary_embedding's launch for contiguous (dtype, x shape, cos/sin shape): `programs` rows of `n`
-    (the head dim) and the rows of cos/sin (`cs_rows`)."""
-
-    __slots__ = ("cs_rows",)
-
-
-def _new_rotary_plan(plan_key: tuple) -> _RotaryPlan | None:
-    dtype, shape, cs_shape = plan_key
-    D = shape[-1] if shape else 0
-    numel = math.prod(shape)
-    if dtype not in O.FLOATS or D == 0 or D % 2 or numel >= O._I32 or not cs_shape or cs_shape[-1] != D:
-        return None
-    core = list(cs_shape)
-    while core and core[0] == 1:
-        core.pop(0)
-    if list(shape[len(shape) - len(core):]) != core:
-        return None
-    block = _rotary_block(D)
-    plan = _RotaryPlan(O._k("rotary").rotary_kernel, _rotary_key(dtype, block, numel), 0, dtype, dtype,
-                       numel // D)
-    plan.n, plan.cs_rows = D, math.prod(cs_shape) // D
-    return plan
-
-
-_rotary_plans: dict[tuple, _RotaryPlan | None] = PlanMemo(1024, _new_rotary_plan)
-
-
-def _rotary_fast(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor | None:
-    """rotary_embedding's plain call (as `_rms_norm_fast`): the launch `_rotary_device` makes."""
-    index = contiguous_rbln(x)
-    if index < 0 or contiguous_rbln(cos) != index or contiguous_rbln(sin) != index:
-        return None
-    dtype = x.dtype
-    if cos.dtype is not dtype or sin.dtype is not dtype or cos.shape != sin.shape:
-        return None
-    plan = _rotary_plans[(dtype, x.shape, cos.shape)]
-    if plan is None:
-        return None
-    n, rows = plan.n, plan.programs
-    run = plan.ready(x, index, rows * n)
-    if run is None:
-        return None
-    if not config.deploy_mode():
-        cs_numel = plan.cs_rows * n
-        if not (plan.finite(cos, cs_numel) and plan.finite(sin, cs_numel)):
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 3 or kwargs or type(args[2]) is not float:
             return None
-    out = _memory.empty(x.shape, dtype, index)
-    run(rows, 1, 1, x, cos, sin, out, n, plan.cs_rows)
+        x, weight = args[0], args[1]
+        index = contiguous_rbln(x)
+        if index < 0 or (weight is not None and
+                         not (contiguous_on(weight, index) and weight.dtype is x.dtype)):
+            return None
+        return (x.dtype, x.shape, None if weight is None else weight.shape, index), args
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        dtype, shape, w_shape, index = key
+        if dtype not in FLOATS or math.prod(shape) >= I32:
+            return NO_PLAN
+        has_w = w_shape is not None
+        kernel, launch_key, keywords, rows, n = rms_norm_launch(dtype, tuple(shape), dtype if has_w else None,
+                                                                w_shape)
+        plan = Plan(kernel, launch_key, keywords, rows, 1, tuple(shape), dtype, (0, 1) if has_w else (0,))
+        finite, deploy_mode, scratch = finite_of(dtype), config.deploy_mode, {}
+
+        def run(operands: tuple) -> Tensor | None:
+            x, weight, eps = operands
+            launcher = plan.launcher
+            if launcher is None or plan.backend != requested_backend():
+                launcher = plan.kept()
+            if not deploy_mode() and not (finite(x, rows * n) and (not has_w or finite(weight, n))):
+                return None
+            rstd = write_only_buffer(scratch, index, (rows,), _SCRATCH_ROWS)
+            out = _memory.empty(shape, dtype, index)
+            w = weight if has_w else x
+            if launcher is None or (rows > 1 and device_tp(index) > 1):
+                plan.launch_checked((x, w, x, out, rstd, rstd, n, eps))
+            else:
+                launcher(rows, 1, 1, x, w, x, out, rstd, rstd, n, eps)
+            return out
+
+        plan.run = run
+        return plan
+
+    return Family(signature, plan)
+
+
+# ---------------------------------------------------------------- rotary_embedding
+
+def rotary_launch(dtype: torch.dtype, shape: tuple, cs_dtypes: tuple, cs_shapes: tuple) -> tuple:
+    """(kernel, launch key, keywords, rows, n, cos/sin rows) of rotary_embedding on an x of `shape` with
+    cos and sin of `cs_dtypes` and `cs_shapes`; Decline for what the kernel does not take (cos/sin
+    broadcast over other than x's leading dims)."""
+    n = shape[-1] if shape else 0
+    numel = math.prod(shape)
+    if n == 0 or n % 2 or numel == 0:
+        raise Decline("last dim must be even and non-empty")
+    cs_shape = tuple(cs_shapes[0])
+    if cs_shape != tuple(cs_shapes[1]) or not cs_shape or cs_shape[-1] != n or \
+            cs_dtypes[0] != dtype or cs_dtypes[1] != dtype:
+        raise Decline("cos/sin shape or dtype")
+    core = cs_shape
+    while core and core[0] == 1:
+        core = core[1:]
+    if tuple(shape[len(shape) - len(core):]) != core:
+        raise Decline("cos/sin broadcast over other than the leading dims")
+    block = max(16, 1 << (n // 2 - 1).bit_length())
+    key = (dtype, block) if numel < I32 else (dtype, block, "int64")
+    return _k("rotary").rotary_kernel, key, {"BLOCK": block}, numel // n, n, math.prod(cs_shape) // n
+
+
+def _rotary_device(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    kernel, key, keywords, rows, n, cs_rows = rotary_launch(x.dtype, tuple(x.shape), (cos.dtype, sin.dtype),
+                                                            (cos.shape, sin.shape))
+    x, cos, sin = contiguous(x), contiguous(cos), contiguous(sin)
+    out = empty(x.shape, x.dtype, x.get_device())
+    _launch.launch(kernel, rows, key, (x, cos, sin, out, n, cs_rows), keywords)
     return out
+
+
+def rotary_family() -> Family:
+    """`rotary_embedding(x, cos, sin)` on contiguous rbln tensors of one floating dtype:
+    `_rotary_device`'s one launch."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 3 or kwargs:
+            return None
+        x, cos, sin = args
+        index = contiguous_rbln(x)
+        if index < 0 or not (contiguous_on(cos, index) and contiguous_on(sin, index)):
+            return None
+        return (x.dtype, x.shape, cos.dtype, cos.shape, sin.dtype, sin.shape, index), args
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        dtype, shape, cos_dtype, cos_shape, sin_dtype, sin_shape, index = key
+        if dtype not in FLOATS:
+            return NO_PLAN
+        kernel, launch_key, keywords, rows, n, cs_rows = rotary_launch(
+            dtype, tuple(shape), (cos_dtype, sin_dtype), (cos_shape, sin_shape))
+        plan = Plan(kernel, launch_key, keywords, rows, 1, tuple(shape), dtype, (0, 1, 2))
+        finite, deploy_mode, numel, cs_numel = finite_of(dtype), config.deploy_mode, rows * n, cs_rows * n
+
+        def run(operands: tuple) -> Tensor | None:
+            x, cos, sin = operands
+            launcher = plan.launcher
+            if launcher is None or plan.backend != requested_backend():
+                launcher = plan.kept()
+            if not deploy_mode() and not (finite(x, numel) and finite(cos, cs_numel) and
+                                          finite(sin, cs_numel)):
+                return None
+            out = _memory.empty(shape, dtype, index)
+            if launcher is None or (rows > 1 and device_tp(index) > 1):
+                plan.launch_checked((x, cos, sin, out, n, cs_rows))
+            else:
+                launcher(rows, 1, 1, x, cos, sin, out, n, cs_rows)
+            return out
+
+        plan.run = run
+        return plan
+
+    return Family(signature, plan)
+
+
+# the custom ops' shortcuts for plain calls (`registry._register_custom`'s `fast`)
+_rms_norm_fast = memoized(rms_norm_family())
+_rotary_fast = memoized(rotary_family())

@@ -20,12 +20,17 @@ import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import torch
 from torch import Tensor
 from torch_rbln.dsl.jit import on_clear_cache
 
+from torch_rbln import _memory
 from torch_rbln.tp import requested_backend
 
 from . import _launch
+from ._base import Decline
+from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
+from ._memo import BoundedMemo
 
 
 def contiguous_rbln(x: Any) -> int:
@@ -37,6 +42,30 @@ def contiguous_rbln(x: Any) -> int:
 def contiguous_on(x: Any, index: int) -> bool:
     """Whether `x` is a contiguous tensor on rbln device `index`."""
     return isinstance(x, Tensor) and x.is_contiguous() and x.get_device() == index
+
+
+def finite_of(dtype: torch.dtype) -> Callable[[Tensor, int], bool]:
+    """`finite(x, n)`: whether the contiguous `x` of `dtype` (`n` elements) holds no NaN/Inf, through
+    the compiled scan of its dtype below the tensor-parallel split size (`all_finite` above it)."""
+    scan, mask = contiguous_scan(dtype)
+
+    def finite(x: Tensor, n: int) -> bool:
+        return scan(x.data_ptr(), n, mask) if n < PARALLEL_MIN else all_finite(x)
+
+    return finite
+
+
+def write_only_buffer(buffers: dict, index: int, shape: tuple, limit: int) -> Tensor:
+    """A float32 rbln:index buffer of `shape` for a kernel output no caller reads (a forward's rstd or
+    logsumexp without autograd): kept in `buffers` (a plan's, per device) when it has at most `limit`
+    elements, so later calls skip the allocation. Concurrent calls may write it at once: nothing reads
+    it, so that is harmless."""
+    buffer = buffers.get(index)
+    if buffer is None:
+        buffer = _memory.empty(shape, torch.float32, index)
+        if buffer.numel() <= limit:
+            buffers[index] = buffer
+    return buffer
 
 
 class Family(NamedTuple):
@@ -116,6 +145,32 @@ class Plan:
 
 NO_PLAN = Plan()  # a signature the implementation takes (it decides every call of it itself)
 NO_PLAN.run = None
+
+
+def memoized(family: Family, limit: int = 1024) -> Callable[..., Any]:
+    """The plans of `family` outside the table's dispatcher (custom ops' shortcuts): `run(*args,
+    **kwargs)` gives the result of the plan kept for the call's signature, or None where the checked
+    path takes the call (no key, NO_PLAN, a declined key: the checked path declines it with its reason,
+    or values that the plan's run leaves to it). Its memo is `run.plans`."""
+    plans: dict = BoundedMemo(limit)
+    signature, build = family.signature, family.plan
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        signed = signature(args, kwargs)
+        if signed is None:
+            return None
+        key, operands = signed
+        plan = plans.get(key)
+        if plan is None:
+            try:
+                plan = build(key, operands)
+            except Decline:
+                plan = NO_PLAN
+            plans[key] = plan
+        return None if plan.run is None else plan.run(operands)
+
+    run.plans = plans  # type: ignore[attr-defined]
+    return run
 
 _PLANS: weakref.WeakSet[Plan] = weakref.WeakSet()
 

@@ -1,7 +1,7 @@
 """The rows family: softmax / log_softmax and their backward, layer norm and its backward: row kernels
 (`kernels/rows.py`) over the last dim, and their plans (one per call signature, `plan.py`).
 
-The launch decisions (`softmax_launch`, `softmax_backward_launch`, `_ops.norm_launch`,
+The launch decisions (`softmax_launch`, `softmax_backward_launch`, `norm_launch`,
 `norm_backward_launches`) are made in one place each and used by both the checked implementations
 (any layout: another dim is moved last by a copy, strided operands are copied first) and the plans
 (contiguous operands of one floating dtype on one device, the last dim), so both launch the same
@@ -26,8 +26,8 @@ from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
-from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty, norm_launch
-from .geometry import I32, ONE_BLOCK, cdiv, row_block
+from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
+from .geometry import I32, ONE_BLOCK, ROW_CHUNK, cdiv, row_block
 from .plan import NO_PLAN, Family, Plan
 
 Launch = tuple  # (kernel, launch key, constexpr keywords)
@@ -225,6 +225,18 @@ def softmax_backward_family(*, log: bool) -> Family:
 
 
 # ---------------------------------------------------------------- layer norm
+
+def norm_launch(x_dtype, w_dtype, b_dtype, out_dtype, stats_dtype, n: int, *, rms: bool, has_w: bool,
+                has_b: bool, check: bool = False) -> tuple:
+    """(kernel, launch key, constexprs) of a layer/RMS norm launch over rows of `n` elements (`mean`
+    and `rstd` both of `stats_dtype`; `check`: the kernel faults on a NaN/Inf input). n is the launch's
+    only int argument, so the dtypes, the constexprs and n's width make the key."""
+    R = _k("rows")
+    kernel, block = (R.norm_row_kernel, row_block(n)) if n <= ONE_BLOCK else (R.norm_kernel, ROW_CHUNK)
+    key = (x_dtype, w_dtype, b_dtype, out_dtype, stats_dtype, stats_dtype, rms, has_w, has_b, check, block,
+           n < I32)
+    return kernel, key, {"RMS": rms, "HAS_W": has_w, "HAS_B": has_b, "CHECK": check, "BLOCK": block}
+
 
 def layer_norm(x, normalized_shape, weight, bias, eps):
     n = math.prod(normalized_shape)

@@ -1,5 +1,6 @@
 """The custom ops' plain-call shortcut (registry `_plain_call_shortcut`) and their fast launches
-(`custom._rms_norm_fast`, `custom._rotary_fast`): same results as the checked path, and every call that
+(`custom._rms_norm_fast`, `custom._rotary_fast`: the plans of `custom.rms_norm_family` and
+`custom.rotary_family`): same results as the checked path, and every call that
 is not plain (a gradient to record, a dispatch mode, fake tensors, NaN inputs) still takes
 `torch.library.custom_op`'s own path."""
 
@@ -10,7 +11,7 @@ import logging
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch_rbln.registry import _ops, custom
+from torch_rbln.registry import custom
 
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
@@ -28,8 +29,8 @@ def general_path_forbidden(monkeypatch):
         raise AssertionError("the checked path ran")
 
     def apply() -> None:
-        monkeypatch.setattr(_ops, "rms_norm_forward", forbid)
-        monkeypatch.setattr(_ops, "contiguous", forbid)  # the first step of the rotary device kernel
+        monkeypatch.setattr(custom, "rms_norm_forward", forbid)
+        monkeypatch.setattr(custom, "contiguous", forbid)  # a step of the rotary device kernel
 
     return apply
 

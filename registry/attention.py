@@ -22,7 +22,7 @@ calls are declined too, so the CPU implementation raises PyTorch's own error mes
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from threading import get_ident
 from typing import Any
@@ -30,16 +30,14 @@ from typing import Any
 import torch
 
 from torch_rbln import _dlpack, _memory, config, fallback
-from torch_rbln.tp import device_tp as _device_tp
-from torch_rbln.tp import requested_backend
+from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from . import _ops as O
 from ._checks import _device_counts, _run_device, check_inputs
-from ._fastpath import _Plan, write_only_buffer
-from ._finite_scan import PARALLEL_MIN, all_finite, is_dense_permutation
+from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan, is_dense_permutation
 from ._memo import BoundedMemo
-from .plan import Direct
+from .plan import Direct, Family, Plan, write_only_buffer
 
 SDPA = "aten::scaled_dot_product_attention"
 FORWARD = "aten::_scaled_dot_product_fused_attention_overrideable"
@@ -242,7 +240,7 @@ def _forward_arguments(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     tail = (*strides, *sizes, scale, g.group, int(is_causal), int(g.has_mask))
     dtypes = (query.dtype, key.dtype, value.dtype, mask.dtype, out_dtype, torch.float32)
     rows = g.batch * g.heads
-    shape_key = (*dtypes, *sizes, g.bool_mask, block_d, rows, _device_tp(index), requested_backend())
+    shape_key = (*dtypes, *sizes, g.bool_mask, block_d, rows, device_tp(index), requested_backend())
     fits = max(max(map(abs, strides)), rows * g.q_len) <= _INT32_MAX
     constexprs = {"BOOL_MASK": g.bool_mask, "BLOCK_D": block_d}
     return tail, dtypes, shape_key, constexprs, _grid(g.q_len, rows), fits
@@ -359,7 +357,7 @@ def _backward_key(g: Geometry, index: int, tensors: tuple, scalars: tuple, const
     dtypes = tuple(t.dtype for t in tensors)
     rows = g.batch * g.heads
     shape_key = (*dtypes, g.heads, g.q_len, g.kv_len, g.head_dim, *constexprs.values(), rows,
-                 _device_tp(index), requested_backend())
+                 device_tp(index), requested_backend())
     fits = max(max(map(abs, scalars)), rows * g.q_len) <= _INT32_MAX  # (the float scale too: harmless)
     return shape_key, dtypes, fits
 
@@ -371,23 +369,19 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  is_causal: bool = False, *, scale: float | None = None,
                                  enable_gqa: bool = False) -> torch.Tensor:
     """rbln kernel (AutogradPrivateUse1 and PrivateUse1) of `aten::scaled_dot_product_attention`."""
-    plan_key = None
+    signed = None
     # an inference call (no gradient needed; written inline: on a few elements each call counts)
     if type(query) is torch.Tensor and query.dim() == 4 and dropout_p == 0.0 and not (
             torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad
                                          or (attn_mask is not None and attn_mask.requires_grad))):
-        plan_key = _structure(query, key, value, attn_mask, is_causal, scale, enable_gqa)
-        plan = _inference_plans.get(plan_key)
-        if plan is not None:
-            if not plan.grid[0]:  # accepted, but launched only once since: keep the tuner's tile now
-                plan = _inference_plans[plan_key] = _new_plan(query, key, value, attn_mask, is_causal, scale)
-            out = _inference(plan, query, key, value, attn_mask, is_causal)
-            if out is not None:
-                return out
+        signed = _INFERENCE.signature((query, key, value, attn_mask, is_causal, scale, enable_gqa), {})
+        out = _planned(_inference_plans, _INFERENCE, signed)
+        if out is not None:
+            return out
     traced = tracing(query, key, value, attn_mask)
     reason = unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, not traced)
-    if reason is None and plan_key is not None and not traced:
-        _inference_plans[plan_key] = _new_plan(query, key, value, attn_mask, is_causal, scale)
+    if reason is None and signed is not None and not traced:
+        _inference_plans[signed[0]] = _INFERENCE.plan(*signed)
     if reason is not None:
         if traced:  # what PyTorch itself runs for PrivateUse1: the math decomposition (traceable)
             return torch.ops.aten._scaled_dot_product_attention_math(
@@ -404,13 +398,41 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     return out.squeeze(1) if three_d else out
 
 
-def _structure(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
-               is_causal: bool, scale: float | None, flag: bool) -> tuple:
-    """A plan key: q/k/v shapes, strides and dtypes, is_causal, scale, `flag` (enable_gqa for SDPA,
-    False for the fused op) and the mask's shape, strides and dtype."""
-    operands = (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
-                query.dtype, key.dtype, value.dtype, is_causal, scale, flag)
-    return operands if mask is None else (*operands, mask.shape, mask.stride(), mask.dtype)
+def forward_family(*, fused: bool) -> Family:
+    """The flash forward of one call structure: SDPA's inference calls (`_inference`: the values
+    scanned, the logsumexp written to scratch) or the fused op's (`fused`: `_fused_forward`). Its
+    signature takes (q, k, v, mask, is_causal, scale, flag) (`flag`: enable_gqa for SDPA, False for the
+    fused op) and keys q/k/v shapes, strides and dtypes, is_causal, scale, flag and the mask's shape,
+    strides and dtype. A plan is built for a structure the general path accepted (`_new_plan`)."""
+    planned = _fused_forward if fused else _inference
+
+    def signature(args: tuple, kwargs: dict) -> tuple:
+        query, key, value, mask, is_causal, scale, flag = args
+        structure = (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(),
+                     query.dtype, key.dtype, value.dtype, is_causal, scale, flag)
+        if mask is not None:
+            structure = (*structure, mask.shape, mask.stride(), mask.dtype)
+        return structure, args[:5]
+
+    def plan(key: tuple, operands: tuple) -> _InferencePlan:
+        built = _new_plan(*operands, key[10])
+        built.run = lambda operands: planned(built, *operands)
+        return built
+
+    return Family(signature, plan)
+
+
+def _planned(memo: dict, family: Family, signed: tuple) -> Any:
+    """The result of the plan `memo` keeps for `signed` (`family`'s (key, operands)), or None: no plan
+    (the structure has not been accepted) or this call's values need the general path. A plan accepted
+    before the autotuner had chosen its tile is built again, with the tile, first."""
+    key, operands = signed
+    plan = memo.get(key)
+    if plan is None:
+        return None
+    if not plan.programs:  # accepted, but launched only once since: keep the tuner's tile now
+        plan = memo[key] = family.plan(key, operands)
+    return plan.run(operands)
 
 
 # (q/k/v shapes, strides and dtypes, is_causal, scale, enable_gqa, mask's) -> (geometry, scale) of a
@@ -418,18 +440,22 @@ def _structure(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask
 _inference_plans: dict[tuple, _InferencePlan] = BoundedMemo(1024)
 
 
-class _InferencePlan(_Plan):
+class _InferencePlan(Plan):
     """An accepted forward structure (`_inference_plans`, `_fused_plans`): its geometry and scale, the
-    output's strides, and once the general path has launched it, the kept launch of the tile the
-    autotuner chose (`_Plan.launcher`, reset by `clear_cache`) with the arguments after the six tensors
-    (`tail`) and the grid. `dense`: every operand covers exactly its elements (what the kept launch may
-    read unchecked, and what `scan_all` scans as one block each). The kernel also writes each row's
-    logsumexp, which an inference call never reads: up to `_SCRATCH_ROWS` rows it goes to a buffer the
-    plan keeps per device (`scratch`) instead of a fresh allocation per call. Concurrent calls may write
-    it at once: nothing reads it, so that is harmless."""
+    output's strides, and once the general path has launched it, the kept launch of the tile the autotuner
+    chose (`Plan.kept`, reset by `clear_cache`) with the arguments after the six tensors (`tail`) and the
+    grid (`Plan.programs`, `Plan.rows`; (0, 0) until the tuner has chosen). `dense`: every operand covers
+    exactly its elements (what the kept launch may read unchecked, and what `scan_all` scans as one block
+    each). The kernel also writes each row's logsumexp, which an inference call never reads: up to
+    `_SCRATCH_ROWS` rows it goes to a buffer the plan keeps per device (`scratch`) instead of a fresh
+    allocation per call. Concurrent calls may write it at once: nothing reads it, so that is harmless."""
 
-    __slots__ = ("g", "scale", "out_strides", "contiguous_out", "lse_shape", "tail", "grid", "dense",
-                 "scratch", "scan_all", "counts", "wide", "spans")
+    __slots__ = ("g", "scale", "out_strides", "contiguous_out", "lse_shape", "tail", "dense", "scratch",
+                 "scan_all", "counts", "mask", "wide", "spans")
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.programs, self.rows
 
 
 _SCRATCH_ROWS = 1 << 12  # at most 16 KiB of kept logsumexp scratch per plan and device (larger: the
@@ -449,9 +475,10 @@ def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     # grid (0, 0): the tuner has not launched this shape yet, ask again next call; (-1, -1): 64-bit
     # arguments, never a kept launch
     grid, keywords = kept if kept is not None else (((0, 0) if fits else (-1, -1)), {})
-    plan = _InferencePlan(tuner.fn, (*dtypes, *keywords.values()), 0, query.dtype, query.dtype,
-                          grid[0] * grid[1])
-    plan.g, plan.scale, plan.out_strides, plan.tail, plan.grid = g, scale, out_strides, tail, grid
+    plan = _InferencePlan(tuner.fn, (*dtypes, *keywords.values()), keywords, grid[0], grid[1],
+                          tuple(query.shape), query.dtype, (0, 1, 2))
+    plan.g, plan.scale, plan.out_strides, plan.tail = g, scale, out_strides, tail
+    plan.mask = contiguous_scan(query.dtype)[1]
     plan.contiguous_out = out_strides == _memory.contiguous_strides(query.shape)
     plan.lse_shape = (g.batch, g.heads, g.q_len)
     plan.scratch = {}
@@ -521,11 +548,11 @@ def _planned_launch(plan: _InferencePlan, index: int, query: torch.Tensor, key: 
     by address that reports a fault leaves the call to the general launch, which raises it with its
     full report."""
     run = None
-    if plan.dense and (plan.programs == 1 or _device_tp(index) == 1):
-        run = plan.run
+    grid = plan.programs, plan.rows
+    if plan.dense and (grid[0] * grid[1] == 1 or device_tp(index) == 1):
+        run = plan.launcher
         if run is None or plan.backend != requested_backend():
-            run = plan.launcher()
-    grid = plan.grid
+            run = plan.kept()
     if run is None:
         _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
     elif plan.by_address is None:
@@ -578,20 +605,16 @@ def fused_attention_forward_kernel(query: torch.Tensor, key: torch.Tensor, value
     """The PrivateUse1 kernel of the fused op: a call whose structure ran on the device before takes
     that structure's plan (`_fused_forward`: the same launch, without the geometry, layout and tuner
     work of `fused_attention_forward`); any other call runs `fused_attention_forward`."""
-    plan_key = None
+    signed = None
     if dropout_p == 0.0 and not return_debug_mask and type(query) is torch.Tensor and query.dim() == 4:
-        plan_key = _structure(query, key, value, attn_bias, is_causal, scale, False)
-        plan = _fused_plans.get(plan_key)
-        if plan is not None:
-            if not plan.grid[0]:  # accepted, but launched only once since: keep the tuner's tile now
-                plan = _fused_plans[plan_key] = _new_plan(query, key, value, attn_bias, is_causal, scale)
-            result = _fused_forward(plan, query, key, value, attn_bias, is_causal)
-            if result is not None:
-                return result
+        signed = _FUSED.signature((query, key, value, attn_bias, is_causal, scale, False), {})
+        result = _planned(_fused_plans, _FUSED, signed)
+        if result is not None:
+            return result
     arguments = (query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask)
     result = _run_device(FORWARD, fused_attention_forward, arguments, {"scale": scale})
-    if plan_key is not None and not tracing(query, key, value, attn_bias):
-        _fused_plans[plan_key] = _new_plan(query, key, value, attn_bias, is_causal, scale)
+    if signed is not None and not tracing(query, key, value, attn_bias):
+        _fused_plans[signed[0]] = _FUSED.plan(*signed)
     return result
 
 
@@ -609,10 +632,10 @@ def fused_forward_direct(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     group)."""
     if dropout_p != 0.0 or return_debug_mask or type(query) is not torch.Tensor or query.dim() != 4:
         return None
-    plan = _fused_plans.get(_structure(query, key, value, attn_bias, is_causal, scale, False))
+    plan = _fused_plans.get(_FUSED.signature((query, key, value, attn_bias, is_causal, scale, False), {})[0])
     index = _planned_device(query, key, value, attn_bias)
-    if plan is None or index < 0 or plan.grid[0] <= 0 or \
-            (plan.programs > 1 and _device_tp(index) != 1) or plan.launcher() is None or \
+    if plan is None or index < 0 or plan.programs <= 0 or \
+            (plan.programs * plan.rows > 1 and device_tp(index) != 1) or plan.kept() is None or \
             plan.by_address is None:
         return None
     g = plan.g
@@ -671,10 +694,10 @@ _DELTA_ROWS = 1 << 12  # delta scratch kept per plan, device and thread up to th
 _DELTA_THREADS = 8  # threads per plan that get a kept delta scratch (the rest allocate per call)
 
 
-class _BackwardPlan:
+class _BackwardPlan(Plan):
     """A fused backward structure whose launches the general path has made (`_backward_calls`: the tiny
     kernel alone, or dQ then dK/dV): the kept launches of the tiles the tuner chose (`first`, `second`
-    (None for the tiny kernel): `_Plan`s, so `clear_cache` resets them), their grids and arguments after
+    (None for the tiny kernel): `Plan`s, so `clear_cache` resets them), their grids and arguments after
     the tensors (`*_grid`, `*_tail`), and the gradients' layouts (`triple`: `_memory.triple_layout` when
     all three are contiguous, else their strides in `strides`). The dQ kernel writes each row's
     delta = rowsum(dO * O) for the dK/dV kernel of the same call: it goes to a buffer kept per device
@@ -683,7 +706,7 @@ class _BackwardPlan:
     `spans`."""
 
     __slots__ = ("first", "second", "first_grid", "second_grid", "first_tail", "second_tail", "triple",
-                 "strides", "delta_shape", "scratch", "spans")
+                 "strides", "delta_shape", "scratch", "spans")  # (`run`: `_planned_backward`)
 
 
 def fused_attention_backward_kernel(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
@@ -696,33 +719,57 @@ def fused_attention_backward_kernel(grad_out: torch.Tensor, query: torch.Tensor,
     runs that structure's kept launches (`_BackwardPlan`); any other call runs
     `fused_attention_backward` (which raises for what it cannot compute), after which its launches are
     kept for the next call of that structure."""
-    plan_key = None
-    plain = type(grad_out) is torch.Tensor and type(query) is torch.Tensor and type(key) is torch.Tensor \
-        and type(value) is torch.Tensor and type(out) is torch.Tensor and type(logsumexp) is torch.Tensor \
-        and (attn_bias is None or type(attn_bias) is torch.Tensor)
-    if plain and dropout_p == 0.0 and not (len(grad_input_mask) > 3 and grad_input_mask[3]) and \
-            not torch._C._len_torch_dispatch_stack():
-        plan_key = (grad_out.shape, grad_out.stride(), grad_out.dtype, query.shape, query.stride(),
-                    query.dtype, key.shape, key.stride(), key.dtype, value.shape, value.stride(), value.dtype,
-                    out.shape, out.stride(), out.dtype, logsumexp.shape, logsumexp.stride(),
-                    logsumexp.dtype, is_causal, scale)
-        if attn_bias is not None:
-            plan_key = (*plan_key, attn_bias.shape, attn_bias.stride(), attn_bias.dtype)
-        plan = _backward_plans.get(plan_key)
+    signed = _BACKWARD.signature((grad_out, query, key, value, attn_bias, out, logsumexp, is_causal, scale,
+                                  dropout_p, grad_input_mask), {})
+    if signed is not None:
+        plan = _backward_plans.get(signed[0])
         if plan is not None:
-            grads = _planned_backward(plan, grad_out, query, key, value, attn_bias, out, logsumexp)
+            grads = plan.run(signed[1])
             if grads is not None:
                 _device_counts[BACKWARD] += 1
                 return grads
     arguments = (grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
                  cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset)
     result = _run_device(BACKWARD, fused_attention_backward, arguments, {"scale": scale})
-    if plan_key is not None:
-        plan = _new_backward_plan(grad_out, query, key, value, attn_bias, out, logsumexp, result[:3],
-                                  is_causal, scale)
+    if signed is not None:
+        plan = _BACKWARD.plan(signed[0], (*signed[1], result[:3]))
         if plan is not None:
-            _backward_plans[plan_key] = plan
+            _backward_plans[signed[0]] = plan
     return result
+
+
+def backward_family() -> Family:
+    """The fused backward of one call structure. Its signature takes (dO, q, k, v, mask, out, lse,
+    is_causal, scale, dropout_p, grad_input_mask) and keys every tensor's shape, strides and dtype,
+    is_causal and scale (None for a call no plan takes: dropout, a mask gradient, a dispatch mode or
+    subclass tensors). Its plan is built from the general path's first run of the structure (operands
+    followed by the gradients it returned: their layouts, the tuner's kept tiles): `_new_backward_plan`,
+    or None where its launches cannot be kept."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        grad_out, query, key, value, attn_bias, out, logsumexp, is_causal, scale, dropout_p, mask = args
+        tensors = (grad_out, query, key, value, out, logsumexp)
+        if any(type(t) is not torch.Tensor for t in tensors) or \
+                not (attn_bias is None or type(attn_bias) is torch.Tensor) or dropout_p != 0.0 or \
+                (len(mask) > 3 and mask[3]) or torch._C._len_torch_dispatch_stack():
+            return None
+        structure = (grad_out.shape, grad_out.stride(), grad_out.dtype, query.shape, query.stride(),
+                     query.dtype, key.shape, key.stride(), key.dtype, value.shape, value.stride(),
+                     value.dtype, out.shape, out.stride(), out.dtype, logsumexp.shape, logsumexp.stride(),
+                     logsumexp.dtype, is_causal, scale)
+        if attn_bias is not None:
+            structure = (*structure, attn_bias.shape, attn_bias.stride(), attn_bias.dtype)
+        return structure, args[:7]
+
+    def plan(key: tuple, operands: tuple) -> _BackwardPlan | None:
+        grad_out, query, key_, value, attn_bias, out, logsumexp, grads = operands
+        built = _new_backward_plan(grad_out, query, key_, value, attn_bias, out, logsumexp, grads, key[18],
+                                   key[19])
+        if built is not None:
+            built.run = lambda operands: _planned_backward(built, *operands)
+        return built
+
+    return Family(signature, plan)
 
 
 def _new_backward_plan(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -747,8 +794,7 @@ def _new_backward_plan(grad_out: torch.Tensor, query: torch.Tensor, key: torch.T
         if not fits or config is None or config[0][2] != 1:
             return None
         grid, keywords = config
-        launch = _Plan(tuner.fn, (*dtypes, *keywords.values()), 0, query.dtype, query.dtype,
-                       grid[0] * grid[1])
+        launch = Plan(tuner.fn, (*dtypes, *keywords.values()), keywords, grid[0], grid[1])
         kept.append((launch, grid[:2], scalars))
     plan = _BackwardPlan()
     plan.first, plan.first_grid, plan.first_tail = kept[0]
@@ -767,6 +813,15 @@ def _new_backward_plan(grad_out: torch.Tensor, query: torch.Tensor, key: torch.T
     return plan
 
 
+def _kept(launch: Plan, index: int) -> Callable | None:
+    """`launch`'s kept launch, or None for a grid split over a tensor-parallel group (the general path
+    splits it) or before one is kept."""
+    if launch.programs * launch.rows > 1 and device_tp(index) > 1:
+        return None
+    run = launch.launcher
+    return run if run is not None and launch.backend == requested_backend() else launch.kept()
+
+
 def _planned_backward(plan: _BackwardPlan, grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
                       value: torch.Tensor, attn_bias: torch.Tensor | None, out: torch.Tensor,
                       logsumexp: torch.Tensor) -> tuple | None:
@@ -779,8 +834,8 @@ def _planned_backward(plan: _BackwardPlan, grad_out: torch.Tensor, query: torch.
             grad_out.get_device() != index or out.get_device() != index or \
             logsumexp.get_device() != index or (attn_bias is not None and attn_bias.get_device() != index):
         return None
-    first = plan.first.kept(index)
-    second = None if plan.second is None else plan.second.kept(index)
+    first = _kept(plan.first, index)
+    second = None if plan.second is None else _kept(plan.second, index)
     if first is None or (second is None and plan.second is not None):
         return None
     dtype = query.dtype
@@ -818,3 +873,8 @@ def _planned_backward(plan: _BackwardPlan, grad_out: torch.Tensor, query: torch.
     second(grid[0], grid[1], 1, query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value,
            *plan.second_tail)
     return grad_query, grad_key, grad_value, None
+
+
+_INFERENCE = forward_family(fused=False)
+_FUSED = forward_family(fused=True)
+_BACKWARD = backward_family()

@@ -97,12 +97,14 @@ class Plan:
     """Every decision for one call signature. `run(operands)` (set by the family) returns the result or
     None; `reason` is set instead for a signature the CPU fallback takes (`declined`).
 
-    The kernel's kept direct launch (`launcher`, with `backend`, the DSL backend it was kept for) is
+    The kernel's kept direct launch (`launcher`, with `backend`, the DSL backend it was kept for, and
+    `by_address`, its launch by address where the backend has one: `by_address(g0, g1, g2, address,
+    count, ..., scalars)`, False after a kernel fault) is
     fetched from `_launch` on the first run after the plan's first checked launch (`launch_checked`),
     and dropped when the kernel's `clear_cache()` runs (`_forget`)."""
 
     __slots__ = ("run", "reason", "kernel", "key", "keywords", "programs", "rows", "shape", "dtype",
-                 "scanned", "launcher", "backend", "__weakref__")
+                 "scanned", "launcher", "by_address", "backend", "__weakref__")
 
     def __init__(self, kernel: Any = None, key: tuple = (), keywords: dict | None = None, programs: int = 1,
                  rows: int = 1, shape: tuple = (), dtype: Any = None, scanned: tuple = ()) -> None:
@@ -113,6 +115,7 @@ class Plan:
         self.shape, self.dtype = shape, dtype  # the output allocation
         self.scanned = scanned  # positions of the operands the NaN/Inf scan reads
         self.launcher: Callable | None = None
+        self.by_address: Callable | None = None  # the kept launch by address, where the backend has one
         self.backend: str | None = None
         if kernel is not None:
             _PLANS.add(self)
@@ -128,6 +131,7 @@ class Plan:
         backend = requested_backend()
         if self.launcher is None or backend != self.backend:
             self.launcher = _launch.unchecked(self.kernel, self.key)
+            self.by_address = getattr(self.launcher, "by_address", None)
             self.backend = backend
         return self.launcher
 
@@ -179,7 +183,7 @@ def _forget(kernel) -> None:
     """`kernel.clear_cache()` ran: its plans fetch their launch afresh (after a checked launch)."""
     for plan in list(_PLANS):
         if plan.kernel is kernel:
-            plan.launcher = plan.backend = None
+            plan.launcher = plan.by_address = plan.backend = None
 
 
 on_clear_cache(_forget)

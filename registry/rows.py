@@ -34,22 +34,15 @@ Launch = tuple  # (kernel, launch key, constexpr keywords)
 
 
 class NormPlan(Plan):
-    """A layer-norm plan: besides the kept launch, the launch by address where the backend has one
-    (`by_address(g0, g1, g2, address, count, ..., ints)`: False on a fault such as the kernel's NaN/Inf
-    check), and `scan_all`, one compiled scan of all inputs (`kernels.rows.inputs_finite`; None for
-    inputs large enough for the tensor-parallel scan)."""
+    """A layer-norm plan: besides the kept launch (and its launch by address, `Plan.by_address`: False
+    on a fault such as the kernel's NaN/Inf check), `scan_all`, one compiled scan of all inputs
+    (`kernels.rows.inputs_finite`; None for inputs large enough for the tensor-parallel scan)."""
 
-    __slots__ = ("by_address", "scan_all")
+    __slots__ = ("scan_all",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.by_address: Callable | None = None
         self.scan_all: Callable | None = None
-
-    def kept(self) -> Callable | None:
-        launcher = super().kept()
-        self.by_address = getattr(launcher, "by_address", None)
-        return launcher
 
 
 def _last_dim(dtype: torch.dtype, shape: tuple, dim: int) -> int | None:

@@ -117,7 +117,7 @@ def test_kept_forward_launches_by_address(monkeypatch):
     tensors (which reads each tensor's address and size) is not used."""
     plans, (q, k, v), first = _kept_forward_plans(0.25)
     for plan in plans:
-        monkeypatch.setattr(plan, "run", lambda *a: (_ for _ in ()).throw(AssertionError("by tensors")))
+        monkeypatch.setattr(plan, "launcher", lambda *a: (_ for _ in ()).throw(AssertionError("by tensors")))
     monkeypatch.setattr(A, "_forward_launch", lambda *a, **k: pytest.fail("general launch reached"))
     again = F.scaled_dot_product_attention(q, k, v, scale=0.25)
     torch.testing.assert_close(again.cpu(), first.cpu(), atol=0, rtol=0)
@@ -254,9 +254,9 @@ def test_repeated_backward_calls_take_the_plan_with_the_same_gradients(name, mon
                    K.attention_backward_dkdv_kernel):
         monkeypatch.setattr(kernel, "run", lambda *a, **k: pytest.fail("the autotuner ran"))
     for kept in A._backward_plans.values():  # the tiny kernel launches by address, never by tensors
-        if kept.second is None and kept.first.launcher() is not None:
+        if kept.second is None and kept.first.kept() is not None:
             assert kept.first.by_address is not None
-            monkeypatch.setattr(kept.first, "run", lambda *a: pytest.fail("launched by tensors"))
+            monkeypatch.setattr(kept.first, "launcher", lambda *a: pytest.fail("launched by tensors"))
     before = _backward_count()
     again = [t.detach().clone().requires_grad_() for t in dev]
     out = F.scaled_dot_product_attention(*again, attn_mask=dev_mask, **kwargs)
@@ -284,7 +284,7 @@ def test_a_fault_in_the_tiny_backward_launch_by_address_takes_the_general_path(m
     _train(*dev, None, grad, **kwargs)
     faulted, general = [], []
     for kept in A._backward_plans.values():
-        if kept.second is None and kept.first.launcher() is not None:
+        if kept.second is None and kept.first.kept() is not None:
             monkeypatch.setattr(kept.first, "by_address", lambda *a: faulted.append(a) or False)
     backward = A.fused_attention_backward
     monkeypatch.setattr(A, "fused_attention_backward", lambda *a, **k: general.append(a) or backward(*a, **k))
@@ -297,15 +297,13 @@ def test_a_fault_in_the_tiny_backward_launch_by_address_takes_the_general_path(m
 def test_backward_plans_leave_tensor_parallel_grids_to_the_general_path(monkeypatch):
     """A kept backward launch of several programs runs on one NPU only: on a tensor-parallel device the
     general path (which splits the grid over the group) takes the call."""
-    from torch_rbln.registry import _fastpath
-
     _, (q, k, v, _) = _operands()  # 2 x 3 heads: six programs
     expected = _train(q, k, v)
     _train(q, k, v)  # the plan's kept launch exists
     general = []
     real = A.fused_attention_backward
     monkeypatch.setattr(A, "fused_attention_backward", lambda *a, **k: general.append(1) or real(*a, **k))
-    monkeypatch.setattr(_fastpath, "_device_tp", lambda index: 2)
+    monkeypatch.setattr(A, "device_tp", lambda index: 2)
     grads = _train(q, k, v)
     assert general == [1]
     for ours, theirs in zip(grads, expected, strict=True):

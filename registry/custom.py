@@ -21,7 +21,7 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
-from ._ops import FLOATS, Decline, _k, _matmul_launch, contiguous, empty, fill
+from ._ops import FLOATS, Decline, _k, _matmul_launch, contiguous, empty, fill_floats
 from .custom_ops import (  # noqa: F401  (re-exported)
     _rms_norm_backward_fake,
     _rms_norm_backward_reference,
@@ -88,7 +88,7 @@ def rms_norm_backward(grad: Tensor, x: Tensor, weight: Tensor | None, rstd: Tens
                                              NEED_GX=need_gx, BLOCK=row_block(n))
     if not need_gx:
         return dx, None
-    ones = fill(empty([rows], gx.dtype, index), 1.0)
+    ones = fill_floats(empty([rows], gx.dtype, index), 1.0)
     dw = empty([n], weight.dtype, index)
     _matmul_launch(ones, gx, dw, None, 1, n, rows, (0, 0, 1), (0, n, 1), (0, 0, 1), (0, 0), 1.0, 0.0, 1)
     return dx, dw

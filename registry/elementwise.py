@@ -1,14 +1,14 @@
-"""The elementwise family's plans: binary ops (`binary_dense_kernel`: same shape, a scalar, a repeated
-row or a per-row column), unary ops and fills (`unary_kernel`), where and masked_fill (`where_kernel`),
-clamp with tensor bounds (two binary launches), functional, in place and into `out=`.
+"""The elementwise family: binary ops (incl. division modes, pow, clamp, backward ops), unary ops,
+fills, where and masked_fill on the kernels of `kernels/elementwise.py`, functional, in place and into
+`out=`; integer results go to `integer.py`.
 
-Each overload gets a `Family` (`binary(...)`, `unary(...)`, `pow_scalar(...)`): its `signature(args,
-kwargs)` reads the overload's argument form (a keyword that picks the kernel op, a bound taken as
-alpha, ...) into the operands `(a, b, alpha, out)` / `(x, p, out)` and keys them by what the plan's
-decisions read: op, dtypes, shapes, device, whether `b` is a number, the `out=` tensor's dtype and
-shape. Only contiguous rbln tensors are keyed (a strided view's layout is decided afresh each call by
-`_ops`). `plan` makes the decisions as `_ops.binary` / `_ops.unary` make them for such operands, so a
-plan launches exactly what the general implementation would (the tests compare them bitwise).
+The checked implementations (`binary`, `unary`, `fill`, `where`, `masked_fill`) take any operands:
+promotion, broadcasting, numbers, strided views. Each overload's `Family` (`binary_family`,
+`unary_family`, `pow_scalar`, `fill_family`, `where_family`, `masked_fill_family`, `clamp_tensor`)
+keys contiguous rbln operands by what the decisions read (op, dtypes, shapes, device, whether `b` is a
+number, the `out=` tensor's dtype and shape) and plans their launch. Both take the launch from one
+decision per kernel (`dense_binary_launch`, `unary_launch`, `where_launch`), so a plan launches
+exactly what the implementation would (the tests compare them bitwise).
 """
 
 from __future__ import annotations
@@ -24,25 +24,325 @@ from torch import Tensor
 from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
+from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
+from ._launch import _modules
+from ._memo import BoundedMemo
 from ._ops import (
-    _I32,
-    _TILED_MIN,
     FLOATS,
+    INTEGERS,
     Decline,
-    _block,
     _broadcast,
-    _cdiv,
-    _dense_layout,
+    _check_out,
+    _device_index,
+    _geometry,
     _k,
-    _modules,
-    _scalar_tensor,
-    dense_binary_key,
-    scalar_value,
-    unary_key,
-    where_geometry,
+    binary_output,
+    contiguous,
+    empty,
+    fill_floats,
 )
-from .plan import NO_PLAN, Family, Plan, contiguous_on
+from .geometry import I32, TILED_MIN, block, cdiv, tile_shape
+from .integer import integer_binary, integer_fill
+from .plan import NO_PLAN, Family, Plan, contiguous_on, finite_of
+
+# ---------------------------------------------------------------- numbers as operands
+
+_scalar_cache: dict[tuple[float, int], Tensor] = BoundedMemo(512)
+
+
+def _scalar_tensor(value: float, index: int) -> Tensor:
+    """A 1-element float32 rbln tensor holding `value` (cached), broadcast with stride 0."""
+    key = (value, index)
+    tensor = _scalar_cache.get(key)
+    if tensor is None:
+        tensor = _memory.empty_strided([1], [1], torch.float32, index)
+        from torch_rbln import _dlpack
+
+        _dlpack.to_host_view(tensor).fill_(value)
+        _scalar_cache[key] = tensor
+    return tensor
+
+
+# Binary ops whose CPU kernels read a scalar operand at full precision; every other op first rounds a
+# scalar to the tensor's dtype (TensorIterator's common dtype): `x_f16 + 1e-3` adds float16(1e-3), and
+# `x_f16 == 0.1` is true for x = float16(0.1).
+_UNROUNDED_SCALAR = frozenset({"mul", "div", "div_trunc", "div_trunc_scalar", "div_floor"})
+_HALVES = (torch.float16, torch.bfloat16)
+_rounded: dict[tuple[float, torch.dtype], float] = BoundedMemo(512)
+
+
+def scalar_value(name: str, value, dtype: torch.dtype) -> float:
+    """The float a scalar operand of op `name` takes part with, as torch's CPU kernels use it."""
+    value = float(value)
+    if dtype not in _HALVES or name in _UNROUNDED_SCALAR:
+        return value
+    key = (value, dtype)
+    rounded = _rounded.get(key)
+    if rounded is None:
+        rounded = _rounded[key] = torch.tensor(value, dtype=dtype).item()
+    return rounded
+
+
+def _operand(value, index: int, name: str = "", dtype: torch.dtype = torch.float32) -> Tensor:
+    """A tensor operand as is; a Python or CPU 0-dim scalar as a one-element float32 rbln tensor holding
+    the value op `name` computes with in `dtype` (see `scalar_value`)."""
+    if isinstance(value, Tensor):
+        if value.is_cpu:
+            if value.dim():
+                raise Decline("CPU tensor operand")
+            return _scalar_tensor(scalar_value(name, value.item(), dtype), index)
+        return value
+    if isinstance(value, complex):
+        raise Decline("complex scalar")
+    return _scalar_tensor(scalar_value(name, value, dtype), index)
+
+
+def _promoted(a, b) -> torch.dtype:
+    dtype = torch.result_type(a, b)
+    if dtype not in FLOATS:
+        raise Decline(f"dtype {str(dtype).replace('torch.', '')}")
+    return dtype
+
+
+# ---------------------------------------------------------------- launch decisions
+
+
+def _dense_layout(operands: tuple, shape: list[int], n: int) -> tuple[tuple[int, int], int] | None:
+    """((mode of each operand), row length) of an elementwise op with a contiguous output of `shape`
+    (`n` elements) in `binary_dense_kernel`, or None when the strided kernel must read them.
+
+    Modes: 0 the output's layout, 1 a single element, 2 a contiguous trailing block of `shape` repeated
+    over the leading dims (its size is the row length), 3 a contiguous leading block of `shape` whose
+    value is broadcast over the trailing dims (one value per row; the broadcast dims make the row).
+    Every operand must agree on the row length; one must span the output."""
+    if n >= I32:
+        return None  # rows x row length must stay int32 arithmetic in the kernel
+    nd = len(shape)
+    modes = []
+    ncols = None
+    for t in operands:
+        numel = t.numel()
+        if numel == 1 and n > 1:
+            modes.append(1)
+            continue
+        if not t.is_contiguous():
+            return None
+        aligned = [1] * (nd - t.dim()) + list(t.shape)
+        lead = 0
+        while lead < nd and aligned[lead] == 1 and shape[lead] != 1:
+            lead += 1  # leading dims it is repeated over
+        tail = nd
+        while tail > lead and aligned[tail - 1] == 1 and shape[tail - 1] != 1:
+            tail -= 1  # trailing dims it is broadcast over
+        if aligned[lead:tail] != shape[lead:tail] or (lead and tail < nd):
+            return None  # broadcast in the middle, or on both sides: the strided kernel
+        if numel == n:
+            mode, row = 0, None
+        elif lead:
+            mode, row = 2, numel
+        else:
+            mode, row = 3, n // numel
+        if row is not None:
+            if ncols is not None and ncols != row:
+                return None  # operands that disagree on the row length
+            ncols = row
+        modes.append(mode)
+    if 0 not in modes:
+        return None  # no operand spans the output: the strided kernel
+    return (modes[0], modes[1]), n if ncols is None else ncols
+
+
+def dense_binary_launch(name: str, operands: tuple, dtypes: tuple, shape: list[int], n: int
+                        ) -> tuple | None:
+    """(launch key, keywords, programs, rows, row length) of `binary_dense_kernel` for op `name` on
+    `operands` (a and b, with a number as its one-element tensor) with a contiguous output of `shape`
+    (`n` elements), operand and output `dtypes`; None when the strided kernel must read them."""
+    layout = _dense_layout(operands, shape, n)
+    if layout is None:
+        return None
+    modes, ncols = layout
+    E = _k("elementwise")
+    size = block(ncols)
+    op = E.BINARY[name]
+    fast = E.dense_fast_op(op, dtypes[2] == torch.bool)
+    keywords = {"OP": op, "FAST_OP": fast, "A_MODE": modes[0], "B_MODE": modes[1], "BLOCK": size}
+    return (dtypes, op, fast, modes, size), keywords, cdiv(ncols, size), n // ncols, ncols
+
+
+def unary_launch(name: str, dtypes: tuple, n: int) -> tuple:
+    """(launch key, keywords, programs) of `unary_kernel` for op `name` over `n` elements with input
+    and output `dtypes`."""
+    E = _k("elementwise")
+    size = block(n)
+    op = E.UNARY[name]
+    fast = op if op in E.FAST_UNARY else -1
+    return (dtypes, op, fast, size, n < I32), {"OP": op, "FAST_OP": fast, "BLOCK": size}, cdiv(n, size)
+
+
+def where_geometry(shape: list[int], operands: list, *, a_scalar: bool) -> tuple:
+    """(sizes, condition strides, a strides, b strides) of `where_kernel` over `shape`: `_geometry`'s,
+    or one flat run of the elements when no operand needs broadcasting (`a_scalar`: `a` is a
+    one-element value tensor, read at offset 0)."""
+    _, sizes, (sc, sa, sb) = _geometry(shape, operands)
+    if sizes == [1, 1, 1] and sc == [0, 0, 0, 0]:
+        value = [0, 0, 0, 0] if a_scalar else [0, 0, 0, 1]
+        return [1, 1, math.prod(shape)], [0, 0, 0, 1], value, [0, 0, 0, 1]
+    return sizes, sc, sa, sb
+
+
+def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> tuple:
+    """(kernel, int arguments after the four tensors, programs, rows, keywords, launch key) of where
+    over `n` elements of `where_geometry`'s layout: `where_kernel`, or `where_tiled_kernel` from
+    `TILED_MIN` on. The key (the four `dtypes` and the blocks: what determines the specialisation when
+    every int fits in 32 bits) is None otherwise."""
+    E = _k("elementwise")
+    if n >= TILED_MIN:
+        _, s2, s3 = sizes
+        block_m, block_n = tile_shape(s2, s3)
+        kernel, ints = E.where_tiled_kernel, (*sizes, *sc, *sa, *sb)
+        programs, rows = cdiv(s2, block_m) * cdiv(s3, block_n), n // (s2 * s3)
+        keywords = {"BLOCK_M": block_m, "BLOCK_N": block_n}
+    else:
+        size = block(n)
+        kernel, ints = E.where_kernel, (n, *sizes, *sc, *sa, *sb)
+        programs, rows, keywords = cdiv(n, size), 1, {"BLOCK": size}
+    fits = max(n, *map(abs, sc), *map(abs, sa), *map(abs, sb)) < I32
+    return kernel, ints, programs, rows, keywords, (*dtypes, *keywords.values()) if fits else None
+
+
+# ---------------------------------------------------------------- the checked implementations
+
+def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=False):
+    """The general binary op: promotion, broadcasting, scalars, out=, in place."""
+    if isinstance(alpha, complex) or (isinstance(alpha, Tensor)):
+        raise Decline("tensor/complex alpha")
+    if torch.result_type(a, b) in INTEGERS:
+        return integer_binary(name, a, b, alpha, out, comparison=comparison, inplace=inplace)
+    index = _device_index(a, b)
+    compute = _promoted(a, b)
+    if name == "div_trunc" and (not isinstance(b, Tensor) or b.is_cpu):
+        name = "div_trunc_scalar"  # a scalar divisor: torch does not round the quotient to a half dtype
+    ta = _operand(a, index, name, compute)
+    tb = _operand(b, index, name, compute)
+    out = binary_output(a, b, compute, out, index, (ta, tb), comparison=comparison, inplace=inplace)
+    shape = list(out.shape)
+    n = out.numel()
+    if n == 0:
+        return out
+    E = _k("elementwise")
+    launch = dense_binary_launch(name, (ta, tb), (ta.dtype, tb.dtype, out.dtype), shape, n)
+    if launch is not None:
+        key, keywords, programs, rows, ncols = launch
+        _launch.launch(E.binary_dense_kernel, programs, key, (ta, tb, out, ncols, float(alpha)), keywords,
+                       rows=rows)
+        return out
+    bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
+    size = block(n)
+    E.binary_kernel[(cdiv(n, size),)](
+        ta, tb, out, n, float(alpha), *sizes, *sa, *sb, OP=E.BINARY[name], BCAST=bcast, BLOCK=size
+    )
+    return out
+
+
+def unary(name: str, x: Tensor, p: float = 0.0, out=None, *, inplace=False):
+    index = _device_index(x)
+    if x.dtype in INTEGERS and name in ("abs", "neg"):
+        # exact on the integer kernel: abs, and neg as x * -1 (both wrap at the minimum, as torch)
+        return integer_binary("abs" if name == "abs" else "mul", x, 0 if name == "abs" else -1, 1, out,
+                              comparison=False, inplace=inplace, compute=x.dtype)
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    if inplace:
+        out = x
+        if not x.is_contiguous():
+            raise Decline("non-contiguous in-place")
+    out = _check_out(out, x.shape, x.dtype, index)
+    n = x.numel()
+    if n == 0:
+        return out
+    src = contiguous(x)
+    key, keywords, programs = unary_launch(name, (src.dtype, out.dtype), n)
+    _launch.launch(_k("elementwise").unary_kernel, programs, key, (src, out, n, float(p)), keywords)
+    return out
+
+
+def fill(x: Tensor, value, *, first_use_ok: bool = True) -> Tensor:
+    if not first_use_ok and "elementwise" not in _modules:
+        # A constant fill (torch.ones/zeros at start-up) does not justify loading the DSL compiler
+        # (numba, jinja2): until another op has loaded the kernels, fills run on the host.
+        raise Decline("DSL not loaded yet")
+    if isinstance(value, Tensor):
+        if value.dim():
+            raise Decline("fill with a non-scalar tensor")
+        value = value.item()
+    if x.dtype in INTEGERS or x.dtype is torch.bool:
+        return integer_fill(x, value)
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    if not x.is_contiguous():
+        raise Decline("non-contiguous in-place")
+    return fill_floats(x, value)
+
+
+def where(condition: Tensor, a, b, out=None):
+    index = _device_index(condition, a, b)
+    if condition.dtype != torch.bool:
+        raise Decline("non-bool condition")
+    if condition.is_cpu and condition.dim():
+        raise Decline("CPU tensor operand")
+    if torch.result_type(a, b) in INTEGERS:
+        # integer operands select exactly in their own type; numbers would need an integer stand-in
+        if not all(isinstance(t, Tensor) and not t.is_cpu for t in (a, b)):
+            raise Decline("integer where with a number operand")
+        compute = torch.result_type(a, b)
+    else:
+        compute = _promoted(a, b)
+    shape = _broadcast(*[t.shape for t in (condition, a, b) if isinstance(t, Tensor)])
+    ta = _operand(a, index, "where", compute)  # a scalar is stored as the result dtype, rounded once
+    tb = _operand(b, index, "where", compute)
+    out = _check_out(out, shape, compute, index)
+    if out.numel():
+        _where(condition, ta, tb, out, a_scalar=False)
+    return out
+
+
+def masked_fill(x: Tensor, mask: Tensor, value, *, inplace=False):
+    if isinstance(value, Tensor):
+        if value.dim():
+            raise Decline("masked_fill with a non-scalar tensor")
+        value = value.item()
+    if x.dtype not in FLOATS:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    index = x.get_device()
+    if inplace:
+        if _broadcast(x.shape, mask.shape) != list(x.shape):
+            raise Decline("in-place result needs broadcasting of self")
+        if not x.is_contiguous():
+            raise Decline("non-contiguous in-place")
+        out = x
+    else:
+        out = empty(_broadcast(mask.shape, x.shape), x.dtype, index)
+    if out.numel():
+        _where(mask, _scalar_tensor(float(value), index), x, out, a_scalar=True)
+    return out
+
+
+def _where(condition: Tensor, a: Tensor, b: Tensor, out: Tensor, *, a_scalar: bool) -> None:
+    """`where_launch`'s launch into `out` (through the launch kept under its key when it has one: a
+    masked_fill on attention scores skips the general launch's per-argument key, 17 arguments)."""
+    n = out.numel()
+    sizes, sc, sa, sb = where_geometry(list(out.shape), [condition, a, b], a_scalar=a_scalar)
+    kernel, ints, programs, rows, keywords, key = where_launch(
+        (condition.dtype, a.dtype, b.dtype, out.dtype), n, sizes, sc, sa, sb)
+    args = (condition, a, b, out, *ints)
+    if key is not None:
+        _launch.launch(kernel, programs, key, args, keywords, rows)
+    else:
+        kernel[(programs, rows)](*args, **keywords)
+
+
+# ---------------------------------------------------------------- plans
 
 Reader = Callable[[tuple, dict], "tuple | None"]
 
@@ -185,7 +485,7 @@ def _binary_key(op: str, a: Any, b: Any, alpha: Any, target: Any, tag: Any = Tru
     return (tag, op, a.dtype, a.shape, index, b_key, out_key), (a, b, alpha, target)
 
 
-def binary(name: str = "", *, inplace: bool = False, comparison: bool = False, out: bool = False,
+def binary_family(name: str = "", *, inplace: bool = False, comparison: bool = False, out: bool = False,
            keyword: str | None = None, ops: dict | None = None, default: Any = None,
            form: str = "plain", only: str | None = None) -> Family:
     """The family of a binary overload: `form` "plain" (`(a, b)`, alpha=, out=, a `keyword` whose value
@@ -212,8 +512,8 @@ def binary(name: str = "", *, inplace: bool = False, comparison: bool = False, o
 
 
 def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool, scan: bool = True) -> Plan:
-    """The plan of `_ops.binary`'s dense launch for `key` (see `_binary_key`), or NO_PLAN where
-    `_ops.binary` would do something else (promotion, the strided kernel, an integer kernel)."""
+    """The plan of `binary`'s dense launch for `key` (see `_binary_key`), or NO_PLAN where `binary`
+    would do something else (promotion, the strided kernel, an integer kernel)."""
     _, op_name, dtype, a_shape, index, b_key, out_key = key
     if dtype not in FLOATS:
         return NO_PLAN
@@ -223,7 +523,7 @@ def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool,
     if scalar:
         shape = tuple(a_shape)
         if op_name == "div_trunc":
-            op_name = "div_trunc_scalar"  # as `_ops.binary`: torch does not round a scalar quotient
+            op_name = "div_trunc_scalar"  # as `binary`: torch does not round a scalar quotient
         b = _scalar_tensor(0.0, index)  # the layout stand-in of the scalar's float32 tensor
     else:
         b_dtype, b_shape, b_index = b_key
@@ -234,13 +534,11 @@ def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool,
     if numel == 0 or (inplace and shape != tuple(a_shape)) or (out_key is not None and
                                                                out_key != (out_dtype, shape, index)):
         return NO_PLAN
-    layout = _dense_layout((a, b), list(shape), numel)
-    if layout is None:
+    launch = dense_binary_launch(op_name, (a, b), (dtype, b.dtype, out_dtype), list(shape), numel)
+    if launch is None:
         return NO_PLAN
-    modes, n = layout
-    E = _k("elementwise")
-    launch_key, keywords = dense_binary_key(E, op_name, (dtype, b.dtype, out_dtype), n, modes)
-    plan = Plan(E.binary_dense_kernel, launch_key, keywords, _cdiv(n, keywords["BLOCK"]), numel // n, shape,
+    launch_key, keywords, programs, rows, n = launch
+    plan = Plan(_k("elementwise").binary_dense_kernel, launch_key, keywords, programs, rows, shape,
                 out_dtype, (0,) if scalar else (0, 1))
     plan.run = _binary_run(plan, op_name, dtype, index, n, a.numel(), 1 if scalar else b.numel(), scalar,
                            inplace, keywords["OP"], scan)
@@ -258,7 +556,7 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
     split = programs * rows > 1
     scan, mask = contiguous_scan(dtype)
     small = a_numel < PARALLEL_MIN and b_numel < PARALLEL_MIN
-    empty, deploy_mode = _memory.empty, config.deploy_mode
+    empty_, deploy_mode = _memory.empty, config.deploy_mode
     if not scanned:  # inputs the caller has checked already (clamp's second launch)
         deploy_mode = _unscanned
 
@@ -280,7 +578,7 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
             elif not (all_finite(a) and (scalar or all_finite(b))):
                 return None
         if target is None:
-            target = a if inplace else empty(shape, out_dtype, index)
+            target = a if inplace else empty_(shape, out_dtype, index)
         if launcher is None or (split and device_tp(index) > 1):
             plan.launch_checked((a, b, target, n, float(alpha)))
         else:
@@ -303,7 +601,7 @@ def _unary_key(op: str, x: Any, p: float, target: Any) -> tuple | None:
     return (False, op, x.dtype, x.shape, index, out_key), (x, p, target)
 
 
-def unary(name: str, *, inplace: bool = False, out: bool = False, keyword: str | None = None,
+def unary_family(name: str, *, inplace: bool = False, out: bool = False, keyword: str | None = None,
           ops: dict | None = None, default: Any = None) -> Family:
     """The family of a unary overload `name(x)`, functional, in place or into `out=`; `keyword`: an
     optional keyword whose value picks the op from `ops` (gelu's `approximate`)."""
@@ -326,21 +624,19 @@ def unary(name: str, *, inplace: bool = False, out: bool = False, keyword: str |
 
 
 def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
-    """The plan of `_ops.unary`'s launch for `key` (see `_unary_key`); NO_PLAN where it would not
-    launch so. `scanned` False: x is only written (a fill), never scanned."""
+    """The plan of `unary`'s launch for `key` (see `_unary_key`); NO_PLAN where it would not launch
+    so. `scanned` False: x is only written (a fill), never scanned."""
     _, op_name, dtype, shape, index, out_key = key
     n = math.prod(shape)
     if dtype not in FLOATS or n == 0 or out_key not in (None, True, (dtype, shape, index)):
         return NO_PLAN
-    E = _k("elementwise")
-    launch_key, keywords = unary_key(E, op_name, (dtype, dtype), n)
-    programs = _cdiv(n, keywords["BLOCK"])
-    plan = Plan(E.unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
+    launch_key, keywords, programs = unary_launch(op_name, (dtype, dtype), n)
+    plan = Plan(_k("elementwise").unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
                 (0,) if scanned else ())
     op = keywords["OP"]
     scan, mask = contiguous_scan(dtype)
     small = n < PARALLEL_MIN
-    empty, deploy_mode = _memory.empty, config.deploy_mode if scanned else _unscanned
+    empty_, deploy_mode = _memory.empty, config.deploy_mode if scanned else _unscanned
 
     def run(operands: tuple) -> Tensor | None:
         x, p, target = operands
@@ -352,7 +648,7 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
         if not deploy_mode() and not (scan(x.data_ptr(), n, mask) if small else all_finite(x)):
             return None
         if target is None:
-            target = empty(shape, dtype, index)
+            target = empty_(shape, dtype, index)
         if launcher is None or (programs > 1 and device_tp(index) > 1):
             plan.launch_checked((x, target, n, float(p)))
         else:
@@ -396,10 +692,10 @@ def pow_scalar(*, out: bool = False) -> Family:
 
 # ---------------------------------------------------------------- fill
 
-def fill(*, zero: bool) -> Family:
+def fill_family(*, zero: bool) -> Family:
     """`fill_(x, value)` (`zero`: `zero_(x)`) on a contiguous floating rbln tensor: the FILL op of
     `unary_kernel`. x is only written, so nothing is scanned. Until another op has loaded the kernels,
-    fills stay on the host (`_ops.fill`): no signature then."""
+    fills stay on the host (`fill`): no signature then."""
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if kwargs or len(args) != 2 - zero or "elementwise" not in _modules:
@@ -421,9 +717,9 @@ def fill(*, zero: bool) -> Family:
 
 # ---------------------------------------------------------------- where, masked_fill
 
-def where(*, out: bool = False) -> Family:
+def where_family(*, out: bool = False) -> Family:
     """`where(condition, a, b)` on contiguous rbln tensors (a bool condition, `a` and `b` of one
-    floating dtype) whose shapes broadcast: `_ops.where`'s launch. `out`: `where.self_out`."""
+    floating dtype) whose shapes broadcast: `where`'s launch. `out`: `where.self_out`."""
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if len(args) != 3 or len(kwargs) != out:
@@ -451,32 +747,29 @@ def where(*, out: bool = False) -> Family:
 
 def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | None, operands: tuple, *,
                a_scalar: bool, inplace: bool = False) -> Plan:
-    """The plan of `_ops._where_launch` (the one-block kernel) on contiguous operands of `shapes`
-    (condition, a, b): `where` (`a_scalar` False), or `masked_fill` (`a` the value's float32 one-element
-    tensor, the result written to b when `inplace`). NO_PLAN for what `_ops` launches otherwise."""
+    """The plan of `_where`'s launch on contiguous operands of `shapes` (condition, a, b): `where`
+    (`a_scalar` False), or `masked_fill` (`a` the value's float32 one-element tensor, the result written
+    to b when `inplace`). NO_PLAN for what `_where` launches otherwise (64-bit ints, > 4 dims)."""
     if dtype not in FLOATS:
         return NO_PLAN
     c_shape, a_shape, b_shape = shapes
     shape = tuple(_broadcast(c_shape, b_shape) if a_scalar else _broadcast(c_shape, a_shape, b_shape))
     n = math.prod(shape)
-    if (inplace and shape != tuple(b_shape)) or n == 0 or n >= _TILED_MIN or \
+    if (inplace and shape != tuple(b_shape)) or n == 0 or \
             (out_key is not None and out_key != (dtype, shape, index)):
-        return NO_PLAN  # (large: the general path launches the tiled kernel)
+        return NO_PLAN
     try:
-        sizes, sc, sa, sb = where_geometry(list(shape), list(operands), a_scalar=a_scalar)
+        geometry = where_geometry(list(shape), list(operands), a_scalar=a_scalar)
     except Decline:
         return NO_PLAN  # more than four dims: the general path decides
-    ints = (n, *sizes, *sc, *sa, *sb)
-    if max(map(abs, ints)) >= _I32:
+    kernel, ints, programs, rows, keywords, launch_key = where_launch(
+        (torch.bool, torch.float32 if a_scalar else dtype, dtype, dtype), n, *geometry)
+    if launch_key is None:
         return NO_PLAN
-    block = _block(n)
-    programs = _cdiv(n, block)
-    key = (torch.bool, torch.float32 if a_scalar else dtype, dtype, dtype, block)
-    plan = Plan(_k("elementwise").where_kernel, key, {"BLOCK": block}, programs, 1, shape, dtype,
-                (2,) if a_scalar else (1, 2))
-    scan, mask = contiguous_scan(dtype)
+    plan = Plan(kernel, launch_key, keywords, programs, rows, shape, dtype, (2,) if a_scalar else (1, 2))
+    finite, deploy_mode, split = finite_of(dtype), config.deploy_mode, programs * rows > 1
     a_numel, b_numel = math.prod(a_shape), math.prod(b_shape)
-    empty, deploy_mode = _memory.empty, config.deploy_mode
+    empty_ = _memory.empty
 
     def run(operands: tuple) -> Tensor | None:
         condition, a, b, target = operands
@@ -489,15 +782,14 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
         launcher = plan.launcher
         if launcher is None or plan.backend != requested_backend():
             launcher = plan.kept()
-        if not deploy_mode() and not (scan(b.data_ptr(), b_numel, mask) and
-                                      (a_scalar or scan(a.data_ptr(), a_numel, mask))):
+        if not deploy_mode() and not (finite(b, b_numel) and (a_scalar or finite(a, a_numel))):
             return None
         if target is None:
-            target = empty(shape, dtype, index)
-        if launcher is None or (programs > 1 and device_tp(index) > 1):
+            target = empty_(shape, dtype, index)
+        if launcher is None or (split and device_tp(index) > 1):
             plan.launch_checked((condition, a, b, target, *ints))
         else:
-            launcher(programs, 1, 1, condition, a, b, target, *ints)
+            launcher(programs, rows, 1, condition, a, b, target, *ints)
         return target
 
     plan.run = run
@@ -508,7 +800,7 @@ _c_float = ctypes.c_float  # a float32 at an address: an rbln tensor's memory is
 
 
 def _value_number(value: Tensor, index: int) -> float | None:
-    """The number a 0-d value tensor holds, as `_ops.masked_fill` reads it (`.item()`), for a value the
+    """The number a 0-d value tensor holds, as `masked_fill` reads it (`.item()`), for a value the
     dispatcher's checks pass (on the CPU or rbln:index; float32/16/bf16 finite unless deploy mode, or an
     integer); None otherwise. A float32 value is read straight from memory (`.item()` costs a
     dispatch)."""
@@ -529,10 +821,10 @@ def _value_number(value: Tensor, index: int) -> float | None:
     return number
 
 
-def masked_fill(*, inplace: bool) -> Family:
+def masked_fill_family(*, inplace: bool) -> Family:
     """`masked_fill(x, mask, value)` / `masked_fill_` with a number or 0-d tensor value, a contiguous
     floating `x` and a contiguous bool `mask` that broadcasts to it (an attention mask): the where
-    launch of `_ops.masked_fill` (the value as a float32 one-element tensor)."""
+    launch of `masked_fill` (the value as a float32 one-element tensor)."""
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if len(args) != 3 or kwargs:

@@ -24,7 +24,7 @@ from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
-from ._ops import FLOATS, Decline, _k, contiguous, empty, fill
+from ._ops import FLOATS, Decline, _k, contiguous, empty, fill_floats
 from .geometry import I32, block, cdiv, row_block
 from .plan import NO_PLAN, Family, Plan, contiguous_on
 
@@ -96,7 +96,7 @@ def nll_loss_forward(x, target, weight, reduction, ignore_index):
     kernel, key, keywords, programs = forward_launch(x.dtype, w.dtype, ints)
     if reduction == 0:
         loss = empty([rows] if x.dim() == 2 else [], x.dtype, index)
-        fill(total_weight, 0.0)  # torch reports a zero total weight when nothing is reduced
+        fill_floats(total_weight, 0.0)  # torch reports a zero total weight when nothing is reduced
     else:
         loss = empty([], x.dtype, index)
     _launch.launch(kernel, programs, key, (x, target, w, loss, total_weight, *ints), keywords)

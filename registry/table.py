@@ -18,6 +18,7 @@ from ._base import INTEGERS, Decline, LazyModule, Ref, resolve
 O = LazyModule(globals(), "O", "_ops")  # noqa: E741
 R = LazyModule(globals(), "R", "reduce")
 EW = LazyModule(globals(), "EW", "elementwise")
+IN = LazyModule(globals(), "IN", "integer")
 RW = LazyModule(globals(), "RW", "rows")
 LS = LazyModule(globals(), "LS", "loss")
 GA = LazyModule(globals(), "GA", "gather")
@@ -58,40 +59,41 @@ def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: b
                    scalar: bool = True) -> list[Op]:
     kw = {"comparison": comparison}
     if alpha:
-        f = lambda a, b, alpha=1: O.binary(name, a, b, alpha, **kw)
-        fo = lambda a, b, alpha=1, out=None: O.binary(name, a, b, alpha, out=out, **kw)
-        fi = lambda a, b, alpha=1: O.binary(name, a, b, alpha, inplace=True, **kw)
+        f = lambda a, b, alpha=1: EW.binary(name, a, b, alpha, **kw)
+        fo = lambda a, b, alpha=1, out=None: EW.binary(name, a, b, alpha, out=out, **kw)
+        fi = lambda a, b, alpha=1: EW.binary(name, a, b, alpha, inplace=True, **kw)
     else:
-        f = lambda a, b: O.binary(name, a, b, **kw)
-        fo = lambda a, b, out=None: O.binary(name, a, b, out=out, **kw)
-        fi = lambda a, b: O.binary(name, a, b, inplace=True, **kw)
+        f = lambda a, b: EW.binary(name, a, b, **kw)
+        fo = lambda a, b, out=None: EW.binary(name, a, b, out=out, **kw)
+        fi = lambda a, b: EW.binary(name, a, b, inplace=True, **kw)
     out_name = f"{name}.Tensor_out" if comparison else f"{name}.out"
-    # int_inputs: integer tensors reach O.binary, which runs the exact integer kernel (add, sub, mul,
+    # int_inputs: integer tensors reach EW.binary, which runs the exact integer kernel (add, sub, mul,
     # comparisons) or declines with the dtype.
-    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True, make_plan=lambda: EW.binary(name, **kw)),
-           Op(out_name, fo, int_inputs=True, make_plan=lambda: EW.binary(name, out=True, **kw)),
-           Op(f"{name}_.Tensor", fi, int_inputs=True, make_plan=lambda: EW.binary(name, inplace=True, **kw))]
+    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True, make_plan=lambda: EW.binary_family(name, **kw)),
+           Op(out_name, fo, int_inputs=True, make_plan=lambda: EW.binary_family(name, out=True, **kw)),
+           Op(f"{name}_.Tensor", fi, int_inputs=True,
+              make_plan=lambda: EW.binary_family(name, inplace=True, **kw))]
     if scalar:
-        ops += [Op(f"{name}.Scalar", f, int_inputs=True, make_plan=lambda: EW.binary(name, **kw)),
+        ops += [Op(f"{name}.Scalar", f, int_inputs=True, make_plan=lambda: EW.binary_family(name, **kw)),
                 Op(f"{name}_.Scalar", fi, int_inputs=True,
-                   make_plan=lambda: EW.binary(name, inplace=True, **kw))]
+                   make_plan=lambda: EW.binary_family(name, inplace=True, **kw))]
     return ops
 
 
 def _unary_family(name: str, opinfo: str | None, kernel: str | None = None, *, inplace: bool = True,
                   out: bool = True, overload: str = "default", int_inputs: bool = False) -> list[Op]:
-    """`int_inputs`: integer tensors reach O.unary, which runs the exact integer kernel (abs, neg) or
+    """`int_inputs`: integer tensors reach EW.unary, which runs the exact integer kernel (abs, neg) or
     declines with the dtype."""
     kernel = kernel or name
     suffix = f".{overload}"
-    ops = [Op(f"{name}{suffix}", lambda x: O.unary(kernel, x), opinfo, int_inputs=int_inputs,
-              make_plan=lambda: EW.unary(kernel))]
+    ops = [Op(f"{name}{suffix}", lambda x: EW.unary(kernel, x), opinfo, int_inputs=int_inputs,
+              make_plan=lambda: EW.unary_family(kernel))]
     if out:
-        ops.append(Op(f"{name}.out", lambda x, out=None: O.unary(kernel, x, out=out), int_inputs=int_inputs,
-                      make_plan=lambda: EW.unary(kernel, out=True)))
+        ops.append(Op(f"{name}.out", lambda x, out=None: EW.unary(kernel, x, out=out), int_inputs=int_inputs,
+                      make_plan=lambda: EW.unary_family(kernel, out=True)))
     if inplace:
-        ops.append(Op(f"{name}_{suffix}", lambda x: O.unary(kernel, x, inplace=True), int_inputs=int_inputs,
-                      make_plan=lambda: EW.unary(kernel, inplace=True)))
+        ops.append(Op(f"{name}_{suffix}", lambda x: EW.unary(kernel, x, inplace=True), int_inputs=int_inputs,
+                      make_plan=lambda: EW.unary_family(kernel, inplace=True)))
     return ops
 
 
@@ -105,7 +107,7 @@ def _gelu(x, approximate="none", out=None, inplace=False):
     kernel = _GELU_KERNELS.get(approximate)
     if kernel is None:
         raise Decline(f"gelu approximate={approximate!r} (neither 'none' nor 'tanh')")
-    return O.unary(kernel, x, out=out, inplace=inplace)
+    return EW.unary(kernel, x, out=out, inplace=inplace)
 
 
 _GELU_BACKWARD_OPS = {"none": "gelu_backward", "tanh": "gelu_tanh_backward"}
@@ -116,41 +118,41 @@ def _gelu_backward(grad, x, approximate="none"):
     name = _GELU_BACKWARD_OPS.get(approximate)
     if name is None:
         raise Decline(f"gelu_backward approximate={approximate!r} (neither 'none' nor 'tanh')")
-    return O.binary(name, grad, x)
+    return EW.binary(name, grad, x)
 
 
 def _pow_scalar(x, exponent, out=None):
     if isinstance(exponent, (complex, bool)) or not isinstance(exponent, (int, float)):
         raise Decline("non-real exponent")
     if exponent == 2:
-        return O.binary("mul", x, x, out=out)
+        return EW.binary("mul", x, x, out=out)
     if exponent == 1:
-        return O.unary("scale", x, 1.0, out=out)
+        return EW.unary("scale", x, 1.0, out=out)
     if exponent == 0.5:
-        return O.unary("sqrt", x, out=out)
+        return EW.unary("sqrt", x, out=out)
     # the exponents torch special-cases, computed as it does (products and a division, no exp/log)
     special = {3: "cube", -1: "reciprocal", -2: "reciprocal_square", -0.5: "rsqrt"}.get(exponent)
     if special is not None:
-        return O.unary(special, x, out=out)
-    return O.unary("pow", x, float(exponent), out=out)
+        return EW.unary(special, x, out=out)
+    return EW.unary("pow", x, float(exponent), out=out)
 
 
 def _div_mode(a, b, rounding_mode=None, out=None, inplace=False):
     if rounding_mode not in (None, "trunc", "floor"):
         raise Decline(f"rounding_mode {rounding_mode!r}")  # the CPU kernel raises torch's error
     name = "div" if rounding_mode is None else f"div_{rounding_mode}"
-    return O.binary(name, a, b, out=out, inplace=inplace)
+    return EW.binary(name, a, b, out=out, inplace=inplace)
 
 
 _DIV_OPS = {None: "div", "trunc": "div_trunc", "floor": "div_floor"}  # rounding_mode -> binary kernel op
 
 
 def _div_plan(*, inplace: bool = False, out: bool = False):
-    return EW.binary(keyword="rounding_mode", ops=_DIV_OPS, inplace=inplace, out=out)
+    return EW.binary_family(keyword="rounding_mode", ops=_DIV_OPS, inplace=inplace, out=out)
 
 
 def _gelu_plan(*, inplace: bool = False, out: bool = False):
-    return EW.unary("gelu", keyword="approximate", ops=_GELU_KERNELS, inplace=inplace, out=out)
+    return EW.unary_family("gelu", keyword="approximate", ops=_GELU_KERNELS, inplace=inplace, out=out)
 
 
 def _clamp(x, low=None, high=None, out=None, inplace=False):
@@ -167,17 +169,17 @@ def _clamp(x, low=None, high=None, out=None, inplace=False):
         raise Decline(f"dtype {str(x.dtype).replace('torch.', '')} with these bounds")
     low = -math.inf if low is None else low
     high = math.inf if high is None else high
-    return O.binary("clamp", x, low, high, out=out, inplace=inplace)
+    return EW.binary("clamp", x, low, high, out=out, inplace=inplace)
 
 
 def _bitwise_family(name: str) -> list[Op]:
     """bitwise_and/or/xor of bool and integer tensors: functional, in place and `out=` (Tensor and
     Scalar overloads)."""
-    f = lambda a, b: O.bitwise(name, a, b)
-    fi = lambda a, b: O.bitwise(name, a, b, inplace=True)
+    f = lambda a, b: IN.bitwise(name, a, b)
+    fi = lambda a, b: IN.bitwise(name, a, b, inplace=True)
     return [Op(f"{name}.Tensor", f, name, int_inputs=True), Op(f"{name}.Scalar", f, int_inputs=True),
             Op(f"{name}_.Tensor", fi, int_inputs=True), Op(f"{name}_.Scalar", fi, int_inputs=True),
-            Op(f"{name}.Tensor_out", lambda a, b, out=None: O.bitwise(name, a, b, out=out), int_inputs=True)]
+            Op(f"{name}.Tensor_out", lambda a, b, out=None: IN.bitwise(name, a, b, out=out), int_inputs=True)]
 
 
 def _clamp_tensor(x, low=None, high=None, out=None, inplace=False):
@@ -186,14 +188,14 @@ def _clamp_tensor(x, low=None, high=None, out=None, inplace=False):
     if low is None and high is None:
         raise Decline("clamp without bounds")
     if low is None:
-        return O.binary("minimum", x, high, out=out, inplace=inplace)
-    result = O.binary("maximum", x, low, out=out, inplace=inplace)
+        return EW.binary("minimum", x, high, out=out, inplace=inplace)
+    result = EW.binary("maximum", x, low, out=out, inplace=inplace)
     # (a decline here re-runs the whole clamp on CPU from `result`: clamping twice changes nothing)
-    return result if high is None else O.binary("minimum", result, high, inplace=True)
+    return result if high is None else EW.binary("minimum", result, high, inplace=True)
 
 
 def _threshold_backward(grad, x, threshold):
-    return O.binary("threshold_backward", grad, x, threshold)
+    return EW.binary("threshold_backward", grad, x, threshold)
 
 
 def _sum(x, dim=None, keepdim=False, dtype=None):
@@ -205,7 +207,7 @@ def _var(x, dim=None, correction=None, keepdim=False):
 
 
 def _std(x, dim=None, correction=None, keepdim=False):
-    return O.unary("sqrt", R.reduce("var", x, dim, keepdim, correction=correction))
+    return EW.unary("sqrt", R.reduce("var", x, dim, keepdim, correction=correction))
 
 
 def _linear(x, w, b=None):
@@ -241,7 +243,7 @@ TABLE: list[Op] = [
     Op("div_.Scalar_mode", lambda a, b, rounding_mode=None: _div_mode(a, b, rounding_mode, inplace=True),
        int_inputs=True, make_plan=lambda: _div_plan(inplace=True)),
     Op("floor_divide.default", lambda a, b: _div_mode(a, b, "floor"), "floor_divide", int_inputs=True,
-       make_plan=lambda: EW.binary("div_floor")),
+       make_plan=lambda: EW.binary_family("div_floor")),
     *_binary_family("eq", "eq", comparison=True),
     *_binary_family("ne", "ne", comparison=True),
     *_binary_family("lt", "lt", comparison=True),
@@ -252,31 +254,31 @@ TABLE: list[Op] = [
     *_bitwise_family("bitwise_and"),
     *_bitwise_family("bitwise_or"),
     *_bitwise_family("bitwise_xor"),
-    Op("bitwise_not.default", lambda x: O.bitwise_not(x), "bitwise_not", int_inputs=True),
-    Op("bitwise_not_.default", lambda x: O.bitwise_not(x, inplace=True), int_inputs=True),
-    Op("bitwise_not.out", lambda x, out=None: O.bitwise_not(x, out=out), int_inputs=True),
-    Op("clamp.default", _clamp, "clamp", int_inputs=True, make_plan=lambda: EW.binary(form="clamp")),
+    Op("bitwise_not.default", lambda x: IN.bitwise_not(x), "bitwise_not", int_inputs=True),
+    Op("bitwise_not_.default", lambda x: IN.bitwise_not(x, inplace=True), int_inputs=True),
+    Op("bitwise_not.out", lambda x, out=None: IN.bitwise_not(x, out=out), int_inputs=True),
+    Op("clamp.default", _clamp, "clamp", int_inputs=True, make_plan=lambda: EW.binary_family(form="clamp")),
     Op("clamp.out", lambda x, low=None, high=None, out=None: _clamp(x, low, high, out=out), int_inputs=True,
-       make_plan=lambda: EW.binary(form="clamp", out=True)),
+       make_plan=lambda: EW.binary_family(form="clamp", out=True)),
     Op("clamp_.default", lambda x, low=None, high=None: _clamp(x, low, high, inplace=True), int_inputs=True,
-       make_plan=lambda: EW.binary(form="clamp", inplace=True)),
+       make_plan=lambda: EW.binary_family(form="clamp", inplace=True)),
     Op("clamp.Tensor", _clamp_tensor, make_plan=lambda: EW.clamp_tensor()),
     Op("clamp.Tensor_out", lambda x, low=None, high=None, out=None: _clamp_tensor(x, low, high, out=out),
        make_plan=lambda: EW.clamp_tensor(out=True)),
     Op("clamp_.Tensor", lambda x, low=None, high=None: _clamp_tensor(x, low, high, inplace=True),
        make_plan=lambda: EW.clamp_tensor(inplace=True)),
     Op("clamp_min.default", lambda x, low: _clamp(x, low, None),
-       make_plan=lambda: EW.binary(form="clamp", only="min")),
+       make_plan=lambda: EW.binary_family(form="clamp", only="min")),
     Op("clamp_max.default", lambda x, high: _clamp(x, None, high),
-       make_plan=lambda: EW.binary(form="clamp", only="max")),
+       make_plan=lambda: EW.binary_family(form="clamp", only="max")),
     Op("clamp_min_.default", lambda x, low: _clamp(x, low, None, inplace=True),
-       make_plan=lambda: EW.binary(form="clamp", only="min", inplace=True)),
+       make_plan=lambda: EW.binary_family(form="clamp", only="min", inplace=True)),
     Op("clamp_max_.default", lambda x, high: _clamp(x, None, high, inplace=True),
-       make_plan=lambda: EW.binary(form="clamp", only="max", inplace=True)),
-    Op("maximum.default", lambda a, b: O.binary("maximum", a, b), "maximum", int_inputs=True,
-       make_plan=lambda: EW.binary("maximum")),
-    Op("minimum.default", lambda a, b: O.binary("minimum", a, b), "minimum", int_inputs=True,
-       make_plan=lambda: EW.binary("minimum")),
+       make_plan=lambda: EW.binary_family(form="clamp", only="max", inplace=True)),
+    Op("maximum.default", lambda a, b: EW.binary("maximum", a, b), "maximum", int_inputs=True,
+       make_plan=lambda: EW.binary_family("maximum")),
+    Op("minimum.default", lambda a, b: EW.binary("minimum", a, b), "minimum", int_inputs=True,
+       make_plan=lambda: EW.binary_family("minimum")),
     # ---- unary
     *_unary_family("neg", "neg", int_inputs=True),
     *_unary_family("exp", "exp"),
@@ -289,57 +291,57 @@ TABLE: list[Op] = [
     *_unary_family("cos", "cos"),  # RoPE's tables in every Llama-style model
     *_unary_family("sin", "sin"),
     *_unary_family("reciprocal", "reciprocal"),
-    Op("relu.default", lambda x: O.unary("relu", x), "nn.functional.relu",
-       make_plan=lambda: EW.unary("relu")),
-    Op("relu_.default", lambda x: O.unary("relu", x, inplace=True),
-       make_plan=lambda: EW.unary("relu", inplace=True)),
-    Op("silu.default", lambda x: O.unary("silu", x), "nn.functional.silu",
-       make_plan=lambda: EW.unary("silu")),
-    Op("silu.out", lambda x, out=None: O.unary("silu", x, out=out),
-       make_plan=lambda: EW.unary("silu", out=True)),
-    Op("silu_.default", lambda x: O.unary("silu", x, inplace=True),
-       make_plan=lambda: EW.unary("silu", inplace=True)),
+    Op("relu.default", lambda x: EW.unary("relu", x), "nn.functional.relu",
+       make_plan=lambda: EW.unary_family("relu")),
+    Op("relu_.default", lambda x: EW.unary("relu", x, inplace=True),
+       make_plan=lambda: EW.unary_family("relu", inplace=True)),
+    Op("silu.default", lambda x: EW.unary("silu", x), "nn.functional.silu",
+       make_plan=lambda: EW.unary_family("silu")),
+    Op("silu.out", lambda x, out=None: EW.unary("silu", x, out=out),
+       make_plan=lambda: EW.unary_family("silu", out=True)),
+    Op("silu_.default", lambda x: EW.unary("silu", x, inplace=True),
+       make_plan=lambda: EW.unary_family("silu", inplace=True)),
     Op("gelu.default", lambda x, approximate="none": _gelu(x, approximate), "nn.functional.gelu", tol=LOOSE,
        make_plan=lambda: _gelu_plan()),
     Op("gelu.out", lambda x, approximate="none", out=None: _gelu(x, approximate, out=out),
        make_plan=lambda: _gelu_plan(out=True)),
     Op("gelu_.default", lambda x, approximate="none": _gelu(x, approximate, inplace=True),
        make_plan=lambda: _gelu_plan(inplace=True)),
-    Op("pow.Tensor_Tensor", lambda x, e: O.binary("pow", x, e), "pow", tol=LOOSE,
-       make_plan=lambda: EW.binary("pow")),
-    Op("pow.Tensor_Tensor_out", lambda x, e, out=None: O.binary("pow", x, e, out=out),
-       make_plan=lambda: EW.binary("pow", out=True)),
+    Op("pow.Tensor_Tensor", lambda x, e: EW.binary("pow", x, e), "pow", tol=LOOSE,
+       make_plan=lambda: EW.binary_family("pow")),
+    Op("pow.Tensor_Tensor_out", lambda x, e, out=None: EW.binary("pow", x, e, out=out),
+       make_plan=lambda: EW.binary_family("pow", out=True)),
     Op("pow.Tensor_Scalar", lambda x, e: _pow_scalar(x, e), tol=LOOSE, make_plan=lambda: EW.pow_scalar()),
     Op("pow.Tensor_Scalar_out", lambda x, e, out=None: _pow_scalar(x, e, out=out),
        make_plan=lambda: EW.pow_scalar(out=True)),
     # ---- elementwise backward
-    Op("gelu_backward.default", _gelu_backward, tol=LOOSE, make_plan=lambda: EW.binary(
+    Op("gelu_backward.default", _gelu_backward, tol=LOOSE, make_plan=lambda: EW.binary_family(
         keyword="approximate", ops=_GELU_BACKWARD_OPS, default="none")),
     Op("threshold_backward.default", _threshold_backward,
-       make_plan=lambda: EW.binary("threshold_backward", form="third_as_alpha")),
-    Op("sigmoid_backward.default", lambda g, y: O.binary("sigmoid_backward", g, y),
-       make_plan=lambda: EW.binary("sigmoid_backward")),
-    Op("tanh_backward.default", lambda g, y: O.binary("tanh_backward", g, y),
-       make_plan=lambda: EW.binary("tanh_backward")),
-    Op("silu_backward.default", lambda g, x: O.binary("silu_backward", g, x),
-       make_plan=lambda: EW.binary("silu_backward")),
+       make_plan=lambda: EW.binary_family("threshold_backward", form="third_as_alpha")),
+    Op("sigmoid_backward.default", lambda g, y: EW.binary("sigmoid_backward", g, y),
+       make_plan=lambda: EW.binary_family("sigmoid_backward")),
+    Op("tanh_backward.default", lambda g, y: EW.binary("tanh_backward", g, y),
+       make_plan=lambda: EW.binary_family("tanh_backward")),
+    Op("silu_backward.default", lambda g, x: EW.binary("silu_backward", g, x),
+       make_plan=lambda: EW.binary_family("silu_backward")),
     # ---- where, masked_fill, fill/zero
-    Op("where.self", lambda c, a, b: O.where(c, a, b), "where", int_inputs=True,
-       make_plan=lambda: EW.where()),
-    Op("where.self_out", lambda c, a, b, out=None: O.where(c, a, b, out=out), int_inputs=True,
-       make_plan=lambda: EW.where(out=True)),
-    Op("masked_fill.Scalar", lambda x, m, v: O.masked_fill(x, m, v), "masked_fill", int_inputs=True,
-       make_plan=lambda: EW.masked_fill(inplace=False)),
-    Op("masked_fill_.Scalar", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True,
-       make_plan=lambda: EW.masked_fill(inplace=True)),
-    Op("masked_fill.Tensor", lambda x, m, v: O.masked_fill(x, m, v), int_inputs=True,
-       make_plan=lambda: EW.masked_fill(inplace=False)),
-    Op("masked_fill_.Tensor", lambda x, m, v: O.masked_fill(x, m, v, inplace=True), int_inputs=True,
-       make_plan=lambda: EW.masked_fill(inplace=True)),
-    Op("fill_.Scalar", lambda x, v: O.fill(x, v, first_use_ok=False), "fill", overwrites_first=True,
-       make_plan=lambda: EW.fill(zero=False)),
-    Op("zero_.default", lambda x: O.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True,
-       make_plan=lambda: EW.fill(zero=True)),
+    Op("where.self", lambda c, a, b: EW.where(c, a, b), "where", int_inputs=True,
+       make_plan=lambda: EW.where_family()),
+    Op("where.self_out", lambda c, a, b, out=None: EW.where(c, a, b, out=out), int_inputs=True,
+       make_plan=lambda: EW.where_family(out=True)),
+    Op("masked_fill.Scalar", lambda x, m, v: EW.masked_fill(x, m, v), "masked_fill", int_inputs=True,
+       make_plan=lambda: EW.masked_fill_family(inplace=False)),
+    Op("masked_fill_.Scalar", lambda x, m, v: EW.masked_fill(x, m, v, inplace=True), int_inputs=True,
+       make_plan=lambda: EW.masked_fill_family(inplace=True)),
+    Op("masked_fill.Tensor", lambda x, m, v: EW.masked_fill(x, m, v), int_inputs=True,
+       make_plan=lambda: EW.masked_fill_family(inplace=False)),
+    Op("masked_fill_.Tensor", lambda x, m, v: EW.masked_fill(x, m, v, inplace=True), int_inputs=True,
+       make_plan=lambda: EW.masked_fill_family(inplace=True)),
+    Op("fill_.Scalar", lambda x, v: EW.fill(x, v, first_use_ok=False), "fill", overwrites_first=True,
+       make_plan=lambda: EW.fill_family(zero=False)),
+    Op("zero_.default", lambda x: EW.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True,
+       make_plan=lambda: EW.fill_family(zero=True)),
     # ---- (2) softmax, log_softmax, layer norm (+ backward)
     Op("_softmax.default", lambda x, d, h: RW.softmax(x, d, h, log=False), "softmax", tol=LOOSE,
        make_plan=lambda: RW.softmax_family(log=False)),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch_rbln.registry import _ops, elementwise
+from torch_rbln.registry import _launch, elementwise
 
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
@@ -33,9 +33,9 @@ def _general(*args, **kwargs):
 
 @pytest.fixture
 def general_path_forbidden(monkeypatch):
-    """`forbid()` replaces the `_ops` implementations the table's elementwise entries call with `_general`:
+    """`forbid()` replaces the checked implementations the elementwise entries call with `_general`:
     a call that reaches them did not take a fast path, and runs on the CPU, counted."""
-    return lambda: [monkeypatch.setattr(_ops, name, _general)
+    return lambda: [monkeypatch.setattr(elementwise, name, _general)
                     for name in ("binary", "unary", "where", "masked_fill", "fill")]
 
 
@@ -124,7 +124,7 @@ def test_zero_fills_a_tensor_holding_nan_without_scanning_it(general_path_forbid
 def test_fills_stay_on_the_host_until_the_kernels_are_loaded(monkeypatch):
     x = torch.randn(6).to("rbln")
     x.fill_(1.0)
-    monkeypatch.delitem(_ops._modules, "elementwise")
+    monkeypatch.delitem(_launch._modules, "elementwise")
     assert planned("fill_.Scalar")((x, 2.0), {}) is None
     registry.reset_fallback_report()
     torch.testing.assert_close(x.fill_(2.0).cpu(), torch.full((6,), 2.0))

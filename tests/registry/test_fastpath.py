@@ -197,7 +197,7 @@ def test_a_user_override_wins_over_the_fast_path():
 
 
 def test_plan_signatures_reject_unknown_keywords():
-    gelu = elementwise.unary("gelu", keyword="approximate", ops={"none": "gelu"})
+    gelu = elementwise.unary_family("gelu", keyword="approximate", ops={"none": "gelu"})
     d = torch.randn(3).to("rbln")
     assert gelu.signature((d,), {"approximate": "cubic"}) is None
     assert gelu.signature((d,), {"other": 1}) is None

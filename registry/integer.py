@@ -1,0 +1,97 @@
+"""Integer and bool elementwise ops on the exact integer kernel (`kernels/integer.py`): binary ops on
+int32/int64 tensors (position ids, cache positions, index arithmetic: add/sub with alpha, mul,
+comparisons, maximum/minimum, floor division by a number), bitwise and/or/xor/not, integer abs, neg
+and fill. `elementwise.binary` / `unary` / `fill` send integer results here; ops without an integer
+kernel (true division, pow, ...) decline with the dtype as the reason.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._ops import Decline, _device_index, _geometry, _k, binary_output
+from .geometry import block, cdiv
+
+_INTEGER_NAMES = ("add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "div_floor",
+                  "abs", "fill")
+_INT64 = (-(2**63), 2**63)
+
+
+def integer_scalar(value) -> int | None:
+    """A Python int (or 0-dim CPU integer tensor, a wrapped number) as an int; None otherwise."""
+    if isinstance(value, torch.Tensor):
+        if value.is_cpu and value.dim() == 0 and not value.dtype.is_floating_point and \
+                not value.dtype.is_complex and value.dtype != torch.bool:
+            return int(value.item())
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and _INT64[0] <= value < _INT64[1]:
+        return value
+    return None
+
+
+_BITWISE_NAMES = ("bitwise_and", "bitwise_or", "bitwise_xor")
+_BITWISE_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def bitwise(name: str, a, b, out=None, *, inplace: bool = False) -> torch.Tensor:
+    """bitwise_and/or/xor of bool and integer tensors (or an int), exact on the integer kernel; float
+    operands are declined, so the CPU fallback raises torch's error."""
+    compute = torch.result_type(a, b)
+    if compute not in _BITWISE_DTYPES:
+        raise Decline(f"dtype {str(compute).replace('torch.', '')}")
+    return integer_binary(name, a, b, 1, out, comparison=False, inplace=inplace)
+
+
+def bitwise_not(x, out=None, *, inplace: bool = False) -> torch.Tensor:
+    """~x: xor with all bits set (1 for bool), in x's dtype."""
+    if not isinstance(x, torch.Tensor) or x.dtype not in _BITWISE_DTYPES:
+        raise Decline(f"dtype {str(getattr(x, 'dtype', type(x))).replace('torch.', '')}")
+    return integer_binary("bitwise_xor", x, 1 if x.dtype == torch.bool else -1, 1, out, comparison=False,
+                          inplace=inplace, compute=x.dtype)
+
+
+def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bool,
+                   compute: torch.dtype | None = None) -> torch.Tensor:
+    """`name` on the exact integer kernel; `compute` (the result dtype) defaults to torch's promotion."""
+    compute = torch.result_type(a, b) if compute is None else compute
+    if name not in _INTEGER_NAMES and name not in _BITWISE_NAMES or not isinstance(a, torch.Tensor) or \
+            a.is_cpu:
+        raise Decline(f"dtype {str(compute).replace('torch.', '')}")
+    if isinstance(alpha, bool) or not isinstance(alpha, int):
+        raise Decline("non-integer alpha")  # the CPU kernel raises torch's error for float alpha
+    scalar = integer_scalar(b)
+    if scalar is None and (not isinstance(b, torch.Tensor) or b.is_cpu):
+        raise Decline("operand")
+    if name == "div_floor" and not scalar:
+        # torch raises ZeroDivisionError for an integer divisor of 0, which a kernel cannot
+        raise Decline("integer floor division by a tensor or by zero")
+    index = _device_index(a)
+    operands = (a,) if scalar is not None else (a, b)
+    out = binary_output(a, b, compute, out, index, operands, comparison=comparison, inplace=inplace)
+    n = out.numel()
+    if n == 0:
+        return out
+    bcast, sizes, strides = _geometry(list(out.shape), list(operands))
+    a_strides = strides[0]
+    b_strides = strides[1] if scalar is None else [0, 0, 0, 0]
+    size = block(n)
+    _k("integer").int_binary_kernel[(cdiv(n, size),)](
+        a, b if scalar is None else a, 0 if scalar is None else scalar, out, n, alpha, *sizes, *a_strides,
+        *b_strides, OP=_k("integer").INTEGER_ONLY.get(name) or _k("elementwise").BINARY[name],
+        B_SCALAR=scalar is not None, BCAST=bcast, BLOCK=size,
+    )
+    return out
+
+
+def integer_fill(x: torch.Tensor, value) -> torch.Tensor:
+    """fill_ of a bool or integer tensor with a number its dtype holds, on the integer kernel."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int):
+        raise Decline(f"fill of {str(x.dtype).replace('torch.', '')} with {value!r}")  # torch decides
+    info = (0, 1) if x.dtype is torch.bool else (torch.iinfo(x.dtype).min, torch.iinfo(x.dtype).max)
+    if not info[0] <= int(value) <= info[1]:
+        raise Decline("fill value out of the dtype's range")  # torch's overflow error from the CPU
+    if not x.is_contiguous():
+        raise Decline("non-contiguous in-place")
+    return integer_binary("fill", x, int(value), 1, x, comparison=False, inplace=True, compute=x.dtype)

@@ -30,8 +30,8 @@ def general_path_forbidden(monkeypatch):
         raise AssertionError("general path reached")
 
     def forbid() -> None:
-        monkeypatch.setattr(_ops, "binary", forbidden)
-        monkeypatch.setattr(_ops, "unary", forbidden)
+        monkeypatch.setattr(elementwise, "binary", forbidden)
+        monkeypatch.setattr(elementwise, "unary", forbidden)
 
     return forbid
 
@@ -259,7 +259,8 @@ def test_where_takes_the_plan_with_the_general_results(c_shape, a_shape, b_shape
     dc, da, db = condition.to("rbln"), a.to("rbln"), b.to("rbln")
     with general_path():
         first = torch.where(dc, da, db)  # the reference: the checked implementation
-    monkeypatch.setattr(_ops, "where", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
+    monkeypatch.setattr(elementwise, "where",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("general")))
     registry.reset_fallback_report()
     fast = torch.where(dc, da, db)
     assert fast.shape == first.shape and fast.dtype == first.dtype
@@ -304,8 +305,8 @@ def test_masked_fill_and_clamp_take_the_plan_with_the_general_results(name, x_sh
     with general_path():
         first = fn(dx, dmask)  # the reference: the checked implementation
     fail = lambda *a, **k: (_ for _ in ()).throw(AssertionError("general path reached"))  # noqa: E731
-    monkeypatch.setattr(_ops, "masked_fill", fail)
-    monkeypatch.setattr(_ops, "binary", fail)
+    monkeypatch.setattr(elementwise, "masked_fill", fail)
+    monkeypatch.setattr(elementwise, "binary", fail)
     registry.reset_fallback_report()
     fast = fn(dx, dmask)
     torch.testing.assert_close(fast.cpu(), first.cpu(), atol=0, rtol=0)

@@ -140,9 +140,7 @@ def rms_norm_family() -> Family:
 
         def run(operands: tuple) -> Tensor | None:
             x, weight, eps = operands
-            launcher = plan.launcher
-            if launcher is None or plan.backend != requested_backend():
-                launcher = plan.kept()
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not deploy_mode() and not (finite(x, rows * n) and (not has_w or finite(weight, n))):
                 return None
             rstd = write_only_buffer(scratch, index, (rows,), _SCRATCH_ROWS)
@@ -217,9 +215,7 @@ def rotary_family() -> Family:
 
         def run(operands: tuple) -> Tensor | None:
             x, cos, sin = operands
-            launcher = plan.launcher
-            if launcher is None or plan.backend != requested_backend():
-                launcher = plan.kept()
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not deploy_mode() and not (finite(x, numel) and finite(cos, cs_numel) and
                                           finite(sin, cs_numel)):
                 return None

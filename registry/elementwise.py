@@ -568,9 +568,7 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
             return None  # self overlaps the other operand: the implementation decides
         if target is not None and (_overlaps(target, a) if scalar else _overlaps(target, a, b)):
             return None  # out= shares memory with an input: the implementation decides
-        launcher = plan.launcher
-        if launcher is None or plan.backend != requested_backend():
-            launcher = plan.kept()
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode():
             if small:
                 if not scan(a.data_ptr(), a_numel, mask) or not (scalar or scan(b.data_ptr(), b_numel, mask)):
@@ -642,9 +640,7 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
         x, p, target = operands
         if target is not None and target is not x and _overlaps(target, x):
             return None
-        launcher = plan.launcher
-        if launcher is None or plan.backend != requested_backend():
-            launcher = plan.kept()
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode() and not (scan(x.data_ptr(), n, mask) if small else all_finite(x)):
             return None
         if target is None:
@@ -779,9 +775,7 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
                 target = b
         elif target is not None and _overlaps(target, condition, a, b):
             return None
-        launcher = plan.launcher
-        if launcher is None or plan.backend != requested_backend():
-            launcher = plan.kept()
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode() and not (finite(b, b_numel) and (a_scalar or finite(a, a_numel))):
             return None
         if target is None:

@@ -132,9 +132,7 @@ def index_select_family() -> Family:
 
         def run(operands: tuple) -> Tensor | None:
             x, indices = operands
-            launcher = plan.launcher
-            if launcher is None or plan.backend != requested_backend():
-                launcher = plan.kept()
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
                 return None
             if not in_range(indices.data_ptr(), count, size, 0):
@@ -220,9 +218,7 @@ def embedding_backward_family() -> Family:
 
         def run(operands: tuple) -> Tensor | None:
             grad, indices = operands
-            launcher = plan.launcher
-            if launcher is None or plan.backend != requested_backend():
-                launcher = plan.kept()
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not deploy_mode() and not (scan(grad.data_ptr(), numel, mask) if small else all_finite(grad)):
                 return None
             out = empty_(out_shape, dtype, index)
@@ -341,9 +337,7 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
 
         def run_pair(operands: tuple) -> Tensor | None:
             a, b = operands
-            launcher = plan.launcher
-            if launcher is None or plan.backend != requested_backend():
-                launcher = plan.kept()
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not deploy_mode() and not (scan(a.data_ptr(), a_numel, mask) and
                                           scan(b.data_ptr(), b_numel, mask)):
                 return None
@@ -503,9 +497,7 @@ def arange_family() -> Family:
             t0, t1, t2 = split_double(step)
             if (start and s0 + s1 + s2 != start) or t0 + t1 + t2 != step:
                 return None  # a bound without an exact float32 split (`splits_exactly`)
-            launcher = plan.launcher
-            if launcher is None or plan.backend != requested_backend():
-                launcher = plan.kept()
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if launcher is None or (split and device_tp(index) > 1):
                 plan.launch_checked((out, n_, n_vec, s0, s1, s2, t0, t1, t2))
             else:

@@ -200,9 +200,7 @@ def _forward_plan(key: tuple, operands: tuple) -> Plan:
 
     def run(operands: tuple) -> tuple | None:
         x, target, weight = operands
-        launcher = plan.launcher
-        if launcher is None or plan.backend != requested_backend():
-            launcher = plan.kept()
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         w = x if weight is None else weight  # not read without HAS_W: x stands in
         if plain is not None:  # targets in range and x, weight finite: one compiled call
             if not plain(target.data_ptr(), rows, classes, ignore_index, (x.data_ptr(), w.data_ptr()),
@@ -278,9 +276,7 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
 
     def run(operands: tuple) -> Tensor | None:
         grad, x, target, weight, total_weight = operands
-        launcher = plan.launcher
-        if launcher is None or plan.backend != requested_backend():
-            launcher = plan.kept()
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         w = grad if weight is None else weight  # not read without HAS_W: grad stands in
         if plain is not None:  # targets in range and grad, x, weight, total_weight finite: one call
             if not plain(target.data_ptr(), rows, classes, ignore_index,

@@ -127,7 +127,9 @@ class Plan:
         return plan
 
     def kept(self) -> Callable | None:
-        """The kept unchecked launch for the requested backend, or None before the first launch."""
+        """The kept unchecked launch for the requested backend, or None before the first launch. A run
+        reads it as `plan.launcher if plan.backend == requested_backend() else plan.kept()`: `backend`
+        is None until a launch is kept (and again after each checked launch), so that is one compare."""
         backend = requested_backend()
         if self.launcher is None or backend != self.backend:
             self.launcher = _launch.unchecked(self.kernel, self.key)
@@ -144,7 +146,7 @@ class Plan:
         """The checked launch (`kernel[grid]`, tensor-parallel groups included), which keeps the direct
         launch that later runs use."""
         _launch.launch(self.kernel, self.programs, self.key, args, self.keywords, rows=self.rows)
-        self.launcher = None
+        self.launcher = self.backend = None  # the next run fetches the launch this one kept
 
 
 NO_PLAN = Plan()  # a signature the implementation takes (it decides every call of it itself)

@@ -232,9 +232,7 @@ def _reduce_run(plan: Plan, name: str, index: int, numel: int, ints: tuple, scra
 
     def run(operands: tuple) -> Any:
         x, correction = operands
-        launcher = plan.launcher
-        if launcher is None or plan.backend != requested_backend():
-            launcher = plan.kept()
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
             return None
         if pair:

@@ -135,9 +135,7 @@ def _row_plan(launch: Launch, dtype: torch.dtype, shape: tuple, index: int, n: i
 
     def run(operands: tuple) -> Tensor | None:  # one input (softmax)
         x, = operands
-        launcher = plan.launcher
-        if launcher is None or plan.backend != requested_backend():
-            launcher = plan.kept()
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
             return None
         out = empty_(shape, dtype, index)
@@ -149,9 +147,7 @@ def _row_plan(launch: Launch, dtype: torch.dtype, shape: tuple, index: int, n: i
 
     def run_two(operands: tuple) -> Tensor | None:  # two inputs (softmax backward: grad, output)
         g, y = operands
-        launcher = plan.launcher
-        if launcher is None or plan.backend != requested_backend():
-            launcher = plan.kept()
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode() and not (scan(g.data_ptr(), numel, mask) and scan(y.data_ptr(), numel, mask)
                                       if small else all_finite(g) and all_finite(y)):
             return None
@@ -328,9 +324,7 @@ def _layer_norm_plan(key: tuple, operands: tuple) -> Plan:
 
     def run(operands: tuple) -> tuple | None:
         x, weight, bias, eps = operands
-        launcher = plan.launcher
-        if launcher is None or plan.backend != requested_backend():
-            launcher = plan.kept()
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         w = x if weight is None else weight  # an absent weight/bias is not read (HAS_W/HAS_B): x stands in
         b = x if bias is None else bias
         by_address = plan.by_address
@@ -543,9 +537,7 @@ def _layer_norm_backward_plan(key: tuple, operands: tuple) -> Plan:
 
         def run_fused(operands: tuple) -> tuple | None:
             grad, x, mean, rstd, weight, bias = operands
-            launcher = fused.launcher
-            if launcher is None or fused.backend != requested_backend():
-                launcher = fused.kept()
+            launcher = fused.launcher if fused.backend == requested_backend() else fused.kept()
             by_address = fused.by_address
             if by_address is None and not deploy and not scanned(grad, x, mean, rstd, weight, bias,
                                                                  fused.scan_all):
@@ -591,18 +583,14 @@ def _layer_norm_backward_plan(key: tuple, operands: tuple) -> Plan:
             return None
         dx, dw, db = results()
         if first is not None:
-            launcher = first.launcher
-            if launcher is None or first.backend != requested_backend():
-                launcher = first.kept()
+            launcher = first.launcher if first.backend == requested_backend() else first.kept()
             w = x if weight is None else weight
             if launcher is None or (tp and rows > 1):
                 first.launch_checked((grad, x, w, mean, rstd, dx, dx, n))
             else:
                 launcher(rows, 1, 1, grad, x, w, mean, rstd, dx, dx, n)
         if params is not None:
-            launcher = params.launcher
-            if launcher is None or params.backend != requested_backend():
-                launcher = params.kept()
+            launcher = params.launcher if params.backend == requested_backend() else params.kept()
             dw_t = grad if dw is None else dw
             db_t = grad if db is None else db
             if launcher is None or (tp and params.programs > 1):

@@ -142,11 +142,7 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
                     elif plan.reason is not None:
                         return fallback.run_on_cpu(overload, fallback_plan, args, kwargs, plan.reason)
         impl, accepts = _user.get(short, default) if _user else default
-        reason = check_inputs(args, kwargs, int_inputs or accepts is not None, overwrites_first)
-        if reason is None and accepts is not None:
-            verdict = accepts(*args, **kwargs)
-            if verdict is not True:
-                reason = verdict if isinstance(verdict, str) else "declined by accepts"
+        reason = _refusal(args, kwargs, accepts, int_inputs, overwrites_first)
         if reason is None:
             try:
                 result = impl(*args, **kwargs)
@@ -165,6 +161,18 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
     kernel.__name__ = f"rbln_{short.replace('.', '_')}"
     kernel.plans = lambda: plans  # type: ignore[attr-defined]  # the memo, for tests and benchmarks
     return kernel
+
+
+def _refusal(args: tuple, kwargs: dict, accepts: Callable | None, int_inputs: bool, overwrites_first: bool
+             ) -> str | None:
+    """Why the checked path declines this call: `check_inputs` (dtypes, devices, NaN/Inf), then the
+    user's `accepts` (False or a reason); None when the implementation runs."""
+    reason = check_inputs(args, kwargs, int_inputs or accepts is not None, overwrites_first)
+    if reason is None and accepts is not None:
+        verdict = accepts(*args, **kwargs)
+        if verdict is not True:
+            reason = verdict if isinstance(verdict, str) else "declined by accepts"
+    return reason
 
 
 def _deferred(ref: Ref) -> Callable:
@@ -315,11 +323,7 @@ def _register_custom(qualname: str, impl: Callable | Ref, accepts: Callable | No
         nonlocal impl
         if impl.__class__ is Ref:
             impl = impl.get()
-        reason = check_inputs(args, kwargs, True)
-        if reason is None and accepts is not None:
-            verdict = accepts(*args, **kwargs)
-            if verdict is not True:
-                reason = verdict if isinstance(verdict, str) else "declined by accepts"
+        reason = _refusal(args, kwargs, accepts, True, False)
         if reason is None:
             try:
                 return _run_device(name, impl, args, kwargs)
@@ -344,8 +348,8 @@ def _register_custom(qualname: str, impl: Callable | Ref, accepts: Callable | No
     if not mutates_args:
         library = torch.library.Library(namespace, "IMPL")
         _libraries.append(library)
-        library.impl(opname, _plain_call_shortcut(custom, namespace, opname, checked, fast, name),
-                     "AutogradPrivateUse1", with_keyset=True)
+        library.impl(opname, _plain_call_shortcut(custom, namespace, opname, kernel), "AutogradPrivateUse1",
+                     with_keyset=True)
     return custom
 
 
@@ -355,10 +359,10 @@ _PLAIN_CALL_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1).add
     torch._C.DispatchKey.AutogradPrivateUse1).raw_repr()
 
 
-def _plain_call_shortcut(custom: Any, namespace: str, opname: str, kernel: Callable,
-                         fast: Callable | Ref | None, name: str) -> Callable:
+def _plain_call_shortcut(custom: Any, namespace: str, opname: str, kernel: Callable) -> Callable:
     """The AutogradPrivateUse1 kernel of a functional custom op: a call on plain rbln tensors that records
-    no gradient runs `fast` (else `kernel`, the checked PrivateUse1 kernel) right here.
+    no gradient runs `kernel` (the PrivateUse1 kernel: its `fast` shortcut, else the checked path) right
+    here.
     `torch.library.custom_op`'s own path to it (its Python autograd kernel, a redispatch, the backend
     wrapper that checks aliasing and disables dynamo) costs about 30 us, twice a small op. Every other
     call (a gradient to record, a dispatch mode, fake or functional tensors under tracing) takes
@@ -368,18 +372,10 @@ def _plain_call_shortcut(custom: Any, namespace: str, opname: str, kernel: Calla
     grad_enabled = torch.is_grad_enabled
     any_requires_grad = torch._C._any_requires_grad
     plain = _PLAIN_CALL_KEYS
-    counts = _device_counts
 
     def autograd_kernel(keyset: torch._C.DispatchKeySet, *args: Any, **kwargs: Any) -> Any:
-        nonlocal fast, general
+        nonlocal general
         if keyset.raw_repr() == plain and not (grad_enabled() and any_requires_grad(*args, **kwargs)):
-            if fast is not None:
-                if fast.__class__ is Ref:
-                    fast = fast.get()
-                result = fast(*args, **kwargs)
-                if result is not None:
-                    counts[name] += 1
-                    return result
             return kernel(*args, **kwargs)
         if general is None:
             from torch._library.autograd import make_autograd_impl

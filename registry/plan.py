@@ -116,7 +116,7 @@ class Plan:
         self.scanned = scanned  # positions of the operands the NaN/Inf scan reads
         self.launcher: Callable | None = None
         self.by_address: Callable | None = None  # the kept launch by address, where the backend has one
-        self.backend: str | None = None
+        self.backend: str | None | bool = False  # False: no launch fetched (None is the default backend)
         if kernel is not None:
             _PLANS.add(self)
 
@@ -129,7 +129,8 @@ class Plan:
     def kept(self) -> Callable | None:
         """The kept unchecked launch for the requested backend, or None before the first launch. A run
         reads it as `plan.launcher if plan.backend == requested_backend() else plan.kept()`: `backend`
-        is None until a launch is kept (and again after each checked launch), so that is one compare."""
+        is False (never a backend's name, nor None, the default's) until a launch is fetched, and again
+        after each checked launch, so that is one compare."""
         backend = requested_backend()
         if self.launcher is None or backend != self.backend:
             self.launcher = _launch.unchecked(self.kernel, self.key)
@@ -146,7 +147,7 @@ class Plan:
         """The checked launch (`kernel[grid]`, tensor-parallel groups included), which keeps the direct
         launch that later runs use."""
         _launch.launch(self.kernel, self.programs, self.key, args, self.keywords, rows=self.rows)
-        self.launcher = self.backend = None  # the next run fetches the launch this one kept
+        self.launcher, self.backend = None, False  # the next run fetches the launch this one kept
 
 
 NO_PLAN = Plan()  # a signature the implementation takes (it decides every call of it itself)
@@ -185,7 +186,8 @@ def _forget(kernel) -> None:
     """`kernel.clear_cache()` ran: its plans fetch their launch afresh (after a checked launch)."""
     for plan in list(_PLANS):
         if plan.kernel is kernel:
-            plan.launcher = plan.by_address = plan.backend = None
+            plan.launcher = plan.by_address = None
+            plan.backend = False
 
 
 on_clear_cache(_forget)

@@ -91,7 +91,7 @@ def test_repeated_calls_run_the_kept_launch_of_the_tuned_tile(monkeypatch):
     first = F.scaled_dot_product_attention(q, k, v, scale=0.5)  # accepted, tuned
     F.scaled_dot_product_attention(q, k, v, scale=0.5)  # the plan takes the tile; the launch is kept
     F.scaled_dot_product_attention(q, k, v, scale=0.5)  # the plan takes the kept launch
-    plans = [plan for plan in A._inference_plans.values() if plan.run is not None and plan.scale == 0.5]
+    plans = [plan for plan in A._inference_plans.values() if plan.launcher is not None and plan.scale == 0.5]
     assert plans and all(plan.grid[0] > 0 for plan in plans)
 
     def general_launch(*args, **kwargs):
@@ -107,7 +107,8 @@ def _kept_forward_plans(scale: float) -> list:
     first = F.scaled_dot_product_attention(q, k, v, scale=scale)
     for _ in range(2):  # accepted and tuned, then the plan keeps the launch
         F.scaled_dot_product_attention(q, k, v, scale=scale)
-    plans = [plan for plan in A._inference_plans.values() if plan.run is not None and plan.scale == scale]
+    plans = [plan for plan in A._inference_plans.values()
+             if plan.launcher is not None and plan.scale == scale]
     assert plans and all(plan.by_address is not None for plan in plans)
     return plans, (q, k, v), first
 
@@ -150,7 +151,7 @@ def test_inference_calls_write_no_fresh_logsumexp_and_a_later_backward_is_still_
     cpu, (q, k, v) = _tiny()
     for _ in range(3):  # accepted and tuned, the tile taken, the kept launch taken
         F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    (plan,) = [p for p in A._inference_plans.values() if p.run is not None and p.lse_shape == (1, 1, 2)
+    (plan,) = [p for p in A._inference_plans.values() if p.launcher is not None and p.lse_shape == (1, 1, 2)
                and p.tail[-2] == 1]
     scratch = plan.scratch[q.get_device()]
     allocated: list[tuple] = []

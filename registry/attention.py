@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from threading import get_ident
 from typing import Any
 
@@ -375,9 +376,11 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
             torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad
                                          or (attn_mask is not None and attn_mask.requires_grad))):
         signed = _INFERENCE.signature((query, key, value, attn_mask, is_causal, scale, enable_gqa), {})
-        out = _planned(_inference_plans, _INFERENCE, signed)
-        if out is not None:
-            return out
+        plan = _inference_plans.get(signed[0])
+        if plan is not None:
+            out = (plan if plan.programs else _retuned(_inference_plans, _INFERENCE, signed)).run(signed[1])
+            if out is not None:
+                return out
     traced = tracing(query, key, value, attn_mask)
     reason = unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, not traced)
     if reason is None and signed is not None and not traced:
@@ -416,23 +419,17 @@ def forward_family(*, fused: bool) -> Family:
 
     def plan(key: tuple, operands: tuple) -> _InferencePlan:
         built = _new_plan(*operands, key[10])
-        built.run = lambda operands: planned(built, *operands)
+        built.run = partial(planned, built)
         return built
 
     return Family(signature, plan)
 
 
-def _planned(memo: dict, family: Family, signed: tuple) -> Any:
-    """The result of the plan `memo` keeps for `signed` (`family`'s (key, operands)), or None: no plan
-    (the structure has not been accepted) or this call's values need the general path. A plan accepted
-    before the autotuner had chosen its tile is built again, with the tile, first."""
-    key, operands = signed
-    plan = memo.get(key)
-    if plan is None:
-        return None
-    if not plan.programs:  # accepted, but launched only once since: keep the tuner's tile now
-        plan = memo[key] = family.plan(key, operands)
-    return plan.run(operands)
+def _retuned(memo: dict, family: Family, signed: tuple) -> _InferencePlan:
+    """The plan of a structure accepted before the autotuner had chosen its tile (grid (0, 0)), built
+    again with the tile now (and kept in `memo`)."""
+    plan = memo[signed[0]] = family.plan(*signed)
+    return plan
 
 
 # (q/k/v shapes, strides and dtypes, is_causal, scale, enable_gqa, mask's) -> (geometry, scale) of a
@@ -508,14 +505,14 @@ def _planned_device(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return index
 
 
-def _inference(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attn_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor | None:
-    """The forward launch of an inference call whose structure was accepted before (`plan`), without
-    the dispatch of the fused op and its structural checks: the result `fused_attention_forward` gives,
-    counted as it. None when the values or devices need the general path (NaN/Inf outside deploy mode,
-    a NaN in a float mask, operands on several devices, a dispatch mode or subclass tensors). It shares
-    its device check and launch with the fused op's planned forward (`_planned_device`,
-    `_planned_launch`)."""
+def _inference(plan: _InferencePlan, operands: tuple) -> torch.Tensor | None:
+    """(q, k, v, mask, is_causal) = `operands`: the forward launch of an inference call whose structure
+    was accepted before (`plan`), without the dispatch of the fused op and its structural checks: the
+    result `fused_attention_forward` gives, counted as it. None when the values or devices need the
+    general path (NaN/Inf outside deploy mode, a NaN in a float mask, operands on several devices, a
+    dispatch mode or subclass tensors). It shares its device check and launch with the fused op's planned
+    forward (`_planned_device`, `_planned_launch`)."""
+    query, key, value, attn_mask, is_causal = operands
     index = _planned_device(query, key, value, attn_mask)
     if index < 0:
         return None
@@ -608,9 +605,11 @@ def fused_attention_forward_kernel(query: torch.Tensor, key: torch.Tensor, value
     signed = None
     if dropout_p == 0.0 and not return_debug_mask and type(query) is torch.Tensor and query.dim() == 4:
         signed = _FUSED.signature((query, key, value, attn_bias, is_causal, scale, False), {})
-        result = _planned(_fused_plans, _FUSED, signed)
-        if result is not None:
-            return result
+        plan = _fused_plans.get(signed[0])
+        if plan is not None:
+            result = (plan if plan.programs else _retuned(_fused_plans, _FUSED, signed)).run(signed[1])
+            if result is not None:
+                return result
     arguments = (query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask)
     result = _run_device(FORWARD, fused_attention_forward, arguments, {"scale": scale})
     if signed is not None and not tracing(query, key, value, attn_bias):
@@ -648,12 +647,13 @@ def fused_forward_direct(query: torch.Tensor, key: torch.Tensor, value: torch.Te
                   (empty, empty, g.q_len, g.kv_len, empty, empty, empty))
 
 
-def _fused_forward(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                   attn_bias: torch.Tensor | None, is_causal: bool) -> tuple | None:
-    """`fused_attention_forward`'s result for a call of `plan`'s structure, counted as it; None when the
-    call needs the general path (operands on several devices, a dispatch mode or subclass tensors).
-    Unlike `_inference` it scans no value: the fused op's general path runs NaN/Inf operands on the
-    device too (only `scaled_dot_product_attention` sends them to the CPU, before calling this op)."""
+def _fused_forward(plan: _InferencePlan, operands: tuple) -> tuple | None:
+    """(q, k, v, mask, is_causal) = `operands`: `fused_attention_forward`'s result for a call of `plan`'s
+    structure, counted as it; None when the call needs the general path (operands on several devices, a
+    dispatch mode or subclass tensors). Unlike `_inference` it scans no value: the fused op's general path
+    runs NaN/Inf operands on the device too (only `scaled_dot_product_attention` sends them to the CPU,
+    before calling this op)."""
+    query, key, value, attn_bias, is_causal = operands
     index = _planned_device(query, key, value, attn_bias)
     if index < 0:
         return None
@@ -748,9 +748,10 @@ def backward_family() -> Family:
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         grad_out, query, key, value, attn_bias, out, logsumexp, is_causal, scale, dropout_p, mask = args
-        tensors = (grad_out, query, key, value, out, logsumexp)
-        if any(type(t) is not torch.Tensor for t in tensors) or \
-                not (attn_bias is None or type(attn_bias) is torch.Tensor) or dropout_p != 0.0 or \
+        tensor = torch.Tensor
+        if type(grad_out) is not tensor or type(query) is not tensor or type(key) is not tensor or \
+                type(value) is not tensor or type(out) is not tensor or type(logsumexp) is not tensor or \
+                not (attn_bias is None or type(attn_bias) is tensor) or dropout_p != 0.0 or \
                 (len(mask) > 3 and mask[3]) or torch._C._len_torch_dispatch_stack():
             return None
         structure = (grad_out.shape, grad_out.stride(), grad_out.dtype, query.shape, query.stride(),
@@ -766,7 +767,7 @@ def backward_family() -> Family:
         built = _new_backward_plan(grad_out, query, key_, value, attn_bias, out, logsumexp, grads, key[18],
                                    key[19])
         if built is not None:
-            built.run = lambda operands: _planned_backward(built, *operands)
+            built.run = partial(_planned_backward, built)
         return built
 
     return Family(signature, plan)
@@ -822,13 +823,12 @@ def _kept(launch: Plan, index: int) -> Callable | None:
     return run if run is not None and launch.backend == requested_backend() else launch.kept()
 
 
-def _planned_backward(plan: _BackwardPlan, grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
-                      value: torch.Tensor, attn_bias: torch.Tensor | None, out: torch.Tensor,
-                      logsumexp: torch.Tensor) -> tuple | None:
-    """`fused_attention_backward`'s result through `plan`'s kept launches, or None when the general path
-    must take the call (operands on several devices, a grid split over a tensor-parallel group, no kept
-    launch for the requested backend yet). Written flat: on a few elements each Python call on the way
-    to the launches is a measurable share."""
+def _planned_backward(plan: _BackwardPlan, operands: tuple) -> tuple | None:
+    """(dO, q, k, v, mask, out, lse) = `operands`: `fused_attention_backward`'s result through `plan`'s
+    kept launches, or None when the general path must take the call (operands on several devices, a grid
+    split over a tensor-parallel group, no kept launch for the requested backend yet). Written flat: on a
+    few elements each Python call on the way to the launches is a measurable share."""
+    grad_out, query, key, value, attn_bias, out, logsumexp = operands
     index = query.get_device()
     if index < 0 or key.get_device() != index or value.get_device() != index or \
             grad_out.get_device() != index or out.get_device() != index or \

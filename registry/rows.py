@@ -124,28 +124,41 @@ def softmax_backward(grad: Tensor, output: Tensor, dim: int, input_dtype, *, log
 
 def _row_plan(launch: Launch, dtype: torch.dtype, shape: tuple, index: int, n: int, inputs: int) -> Plan:
     """The plan of one row-kernel launch `kernel(*inputs, out, n)` over contiguous inputs of `shape`
-    (softmax: x; its backward: grad, output) with an output of that shape."""
+    with an output of that shape (written out per input count: on a few elements each step counts)."""
     kernel, key, keywords = launch
     numel = math.prod(shape)
     rows = numel // n
     plan = Plan(kernel, key, keywords, rows, 1, shape, dtype, tuple(range(inputs)))
-    (scan, mask), small = contiguous_scan(dtype), numel < PARALLEL_MIN
+    scan, mask = contiguous_scan(dtype)
+    small = numel < PARALLEL_MIN
     empty_, deploy_mode = _memory.empty, config.deploy_mode
 
-    def run(operands: tuple) -> Tensor | None:
+    def run(operands: tuple) -> Tensor | None:  # one input (softmax)
+        x, = operands
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-        if not deploy_mode():
-            for t in operands:
-                if not (scan(t.data_ptr(), numel, mask) if small else all_finite(t)):
-                    return None
+        if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
+            return None
         out = empty_(shape, dtype, index)
         if launcher is None or (rows > 1 and device_tp(index) > 1):
-            plan.launch_checked((*operands, out, n))
+            plan.launch_checked((x, out, n))
         else:
-            launcher(rows, 1, 1, *operands, out, n)
+            launcher(rows, 1, 1, x, out, n)
         return out
 
-    plan.run = run
+    def run_two(operands: tuple) -> Tensor | None:  # two inputs (softmax backward: grad, output)
+        g, y = operands
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
+        if not deploy_mode() and not (scan(g.data_ptr(), numel, mask) and scan(y.data_ptr(), numel, mask)
+                                      if small else all_finite(g) and all_finite(y)):
+            return None
+        out = empty_(shape, dtype, index)
+        if launcher is None or (rows > 1 and device_tp(index) > 1):
+            plan.launch_checked((g, y, out, n))
+        else:
+            launcher(rows, 1, 1, g, y, out, n)
+        return out
+
+    plan.run = run if inputs == 1 else run_two
     return plan
 
 

@@ -415,10 +415,10 @@ def forward_family(*, fused: bool) -> Family:
                      query.dtype, key.dtype, value.dtype, is_causal, scale, flag)
         if mask is not None:
             structure = (*structure, mask.shape, mask.stride(), mask.dtype)
-        return structure, args[:5]
+        return structure, args
 
     def plan(key: tuple, operands: tuple) -> _InferencePlan:
-        built = _new_plan(*operands, key[10])
+        built = _new_plan(*operands[:6])
         built.run = partial(planned, built)
         return built
 
@@ -506,13 +506,13 @@ def _planned_device(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
 
 def _inference(plan: _InferencePlan, operands: tuple) -> torch.Tensor | None:
-    """(q, k, v, mask, is_causal) = `operands`: the forward launch of an inference call whose structure
-    was accepted before (`plan`), without the dispatch of the fused op and its structural checks: the
-    result `fused_attention_forward` gives, counted as it. None when the values or devices need the
-    general path (NaN/Inf outside deploy mode, a NaN in a float mask, operands on several devices, a
-    dispatch mode or subclass tensors). It shares its device check and launch with the fused op's planned
-    forward (`_planned_device`, `_planned_launch`)."""
-    query, key, value, attn_mask, is_causal = operands
+    """(q, k, v, mask, is_causal, scale, flag) = `operands`: the forward launch of an inference call whose
+    structure was accepted before (`plan`), without the dispatch of the fused op and its structural
+    checks: the result `fused_attention_forward` gives, counted as it. None when the values or devices
+    need the general path (NaN/Inf outside deploy mode, a NaN in a float mask, operands on several
+    devices, a dispatch mode or subclass tensors). It shares its device check and launch with the fused
+    op's planned forward (`_planned_device`, `_planned_launch`)."""
+    query, key, value, attn_mask, is_causal, _, _ = operands
     index = _planned_device(query, key, value, attn_mask)
     if index < 0:
         return None
@@ -648,12 +648,12 @@ def fused_forward_direct(query: torch.Tensor, key: torch.Tensor, value: torch.Te
 
 
 def _fused_forward(plan: _InferencePlan, operands: tuple) -> tuple | None:
-    """(q, k, v, mask, is_causal) = `operands`: `fused_attention_forward`'s result for a call of `plan`'s
-    structure, counted as it; None when the call needs the general path (operands on several devices, a
-    dispatch mode or subclass tensors). Unlike `_inference` it scans no value: the fused op's general path
-    runs NaN/Inf operands on the device too (only `scaled_dot_product_attention` sends them to the CPU,
-    before calling this op)."""
-    query, key, value, attn_bias, is_causal = operands
+    """(q, k, v, mask, is_causal, scale, flag) = `operands`: `fused_attention_forward`'s result for a call
+    of `plan`'s structure, counted as it; None when the call needs the general path (operands on several
+    devices, a dispatch mode or subclass tensors). Unlike `_inference` it scans no value: the fused op's
+    general path runs NaN/Inf operands on the device too (only `scaled_dot_product_attention` sends them
+    to the CPU, before calling this op)."""
+    query, key, value, attn_bias, is_causal, _, _ = operands
     index = _planned_device(query, key, value, attn_bias)
     if index < 0:
         return None

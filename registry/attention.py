@@ -375,7 +375,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     if type(query) is torch.Tensor and query.dim() == 4 and dropout_p == 0.0 and not (
             torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad
                                          or (attn_mask is not None and attn_mask.requires_grad))):
-        signed = _INFERENCE.signature((query, key, value, attn_mask, is_causal, scale, enable_gqa), {})
+        signed = _INFERENCE.signature((query, key, value, attn_mask, is_causal, scale, enable_gqa), _NONE)
         plan = _inference_plans.get(signed[0])
         if plan is not None:
             out = (plan if plan.programs else _retuned(_inference_plans, _INFERENCE, signed)).run(signed[1])
@@ -604,7 +604,7 @@ def fused_attention_forward_kernel(query: torch.Tensor, key: torch.Tensor, value
     work of `fused_attention_forward`); any other call runs `fused_attention_forward`."""
     signed = None
     if dropout_p == 0.0 and not return_debug_mask and type(query) is torch.Tensor and query.dim() == 4:
-        signed = _FUSED.signature((query, key, value, attn_bias, is_causal, scale, False), {})
+        signed = _FUSED.signature((query, key, value, attn_bias, is_causal, scale, False), _NONE)
         plan = _fused_plans.get(signed[0])
         if plan is not None:
             result = (plan if plan.programs else _retuned(_fused_plans, _FUSED, signed)).run(signed[1])
@@ -875,6 +875,7 @@ def _planned_backward(plan: _BackwardPlan, operands: tuple) -> tuple | None:
     return grad_query, grad_key, grad_value, None
 
 
+_NONE: dict = {}  # the keyword arguments the kernels' signature calls pass (never written)
 _INFERENCE = forward_family(fused=False)
 _FUSED = forward_family(fused=True)
 _BACKWARD = backward_family()

@@ -54,6 +54,9 @@ class KernelSpec:
     # row-major, and an output recorded with other strides is handed on in the recorded layout, since
     # later nodes (views) were traced against it. None: row-major (entries cached before this field)
     output_strides: list[list[int]] | None = None
+    # whether the kernel itself stores each output at its recorded strides (pointwise kernels since
+    # cache format 3); False: it writes row-major and the runner copies an output recorded otherwise
+    stores_recorded: bool = False
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -213,6 +216,12 @@ class _Generator:
         contiguous = _contiguous(shape)
         kinds: dict[int, str] = {}
         strided: list[int] = []
+        # outputs recorded with other strides than row-major (a RoPE applied to a permuted q): stored
+        # there, since later nodes (views) were traced against that layout
+        strided_out = [j for j, node in enumerate(self.outputs)
+                       if any(size != 1 and a != b for size, a, b in
+                              zip(shape, node.meta["val"].stride(), contiguous, strict=True))]
+        stores: dict[int, str] = {}
         for j, node in enumerate(self.inputs):
             value = node.meta["val"]
             if tuple(value.shape) == shape and (tuple(value.stride()) == contiguous or value.is_contiguous()):
@@ -224,16 +233,20 @@ class _Generator:
                 strided.append(j)
         self._scalar("numel", numel)
         lines = ["offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "mask = offs < numel"]
-        if strided:
+        if strided or strided_out:
             stride_sets = [_aligned_strides(self.inputs[j], len(shape)) for j in strided]
+            stride_sets += [_aligned_strides(self.outputs[j], len(shape)) for j in strided_out]
             sizes, strides = _collapse(list(shape), stride_sets)
             dims = len(sizes)
             for d in range(1, dims):
                 self._scalar(f"size{d}", sizes[d])
             lines += _decompose("offs", "i", "size", dims)
-            for j, st in zip(strided, strides, strict=True):
+            for j, st in zip(strided, strides[:len(strided)], strict=True):
                 names = [self._scalar(f"in{j}_stride{d}", st[d]) for d in range(dims)]
                 kinds[j] = _dot("i", names)
+            for j, st in zip(strided_out, strides[len(strided):], strict=True):
+                names = [self._scalar(f"out{j}_stride{d}", st[d]) for d in range(dims)]
+                stores[j] = _dot("i", names)
         values: dict[fx.Node, tuple[str, bool]] = {}
         for j, node in enumerate(self.inputs):
             kind = kinds[j]
@@ -248,7 +261,7 @@ class _Generator:
         for node in self.members:
             lines.append(f"{self.var[node]} = {self._expr(node, values.get)}")
             values[node] = (self.var[node], self.boolean[node])
-        lines += [self._store(node, "offs", True) for node in self.outputs]
+        lines += [self._store(node, stores.get(j, "offs"), True) for j, node in enumerate(self.outputs)]
         block = _block("pointwise", numel, self.tp)
         ops = " -> ".join(_op_name(n) for n in self.members)
         doc = f"Fused pointwise kernel: {ops}; one program per BLOCK of the numel elements."
@@ -445,6 +458,7 @@ def generate(group: Group, tp: int = 1) -> KernelSpec:
         output_dtypes=[str(node.meta["val"].dtype).replace("torch.", "") for node in gen.outputs],
         output_strides=[list(node.meta["val"].stride()) for node in gen.outputs],
         scalars=gen.scalars,
+        stores_recorded=not group.is_rows,
         grid=context["grid"],
         block=context["block"],
     )

@@ -105,7 +105,7 @@ def test_broadcast_and_strided_operands(fresh_compiler):
 def test_fused_outputs_keep_the_strides_the_graph_recorded(fresh_compiler):
     """A pointwise group over a permuted operand has a permuted output in the traced graph; a later view
     that is valid only for that layout (as in Llama's attention after RoPE) must work on the compiled
-    graph too (the fused kernel writes row-major and hands the output on in the recorded layout)."""
+    graph too (the fused kernel stores the output at the recorded strides)."""
     (q,), (qr,) = inputs((2, 3, 4, 5), seed=3)
 
     def f(q):

@@ -104,7 +104,8 @@ def _fitted_tile(M: int, N: int, K: int, tp: int) -> Config | None:
     M rows (up to 128) so no row is padded, a K block that spans K when K is a power of 2 up to 1024 (a
     row-major A tile, and `linear`'s transposed weight, go to BLAS as views), else the block that
     minimises padding plus per-step cost, and N columns filling `_FITTED_AREA`. One config and no
-    benchmarking: a model's handful of linear shapes compile a handful of specialisations.
+    benchmarking: a model's handful of linear shapes compile a handful of specialisations. A K block
+    that spans K sets ONE_STEP: the tile's product is the accumulator (no zero-filled tile, no add).
     128 x 512 x 1376 linear (1 thread): 256x256x512 from the list ~8 ms, fitted 128x256x512 ~2 ms."""
     if min(M, N, K) < 16 or M * N * K < _FITTED_MIN_VOLUME:
         return None
@@ -118,7 +119,7 @@ def _fitted_tile(M: int, N: int, K: int, tp: int) -> Config | None:
         block_m //= 2
     if -(-M // block_m) * -(-N // block_n) < tp:
         return None
-    return Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k})
+    return Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "ONE_STEP": block_k >= K})
 
 
 def _choose_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
@@ -136,14 +137,14 @@ def _choose_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[
         # the whole (contiguous) K extent is passed to BLAS as a view, with no staging copy: at 1024^3
         # on one thread 512x512x1024 measured ~90% of torch's GFLOP/s for mm and linear alike,
         # 256x256x512 ~60-70%, 128x128x128 ~50%.
-        Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}),
-        Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128}),
-        Config({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 512}),
-        Config({"BLOCK_M": 512, "BLOCK_N": 512, "BLOCK_K": 1024}),
+        Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "ONE_STEP": False}),
+        Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "ONE_STEP": False}),
+        Config({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 512, "ONE_STEP": False}),
+        Config({"BLOCK_M": 512, "BLOCK_N": 512, "BLOCK_K": 1024, "ONE_STEP": False}),
         # The product path's tiles, only ever chosen alone, for problems that fit them whole (see the
         # module docstring); last, so the first config stays the smallest `tl.dot` tile.
-        Config({"BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 8}),
-        Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+        Config({"BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 8, "ONE_STEP": False}),
+        Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "ONE_STEP": False}),
     ],
     key=["M", "N", "K"],
     prune_configs_by={"early_config_prune": _choose_tiles},
@@ -153,6 +154,7 @@ def matmul_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
     sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, s_bias_m, s_bias_n, alpha, beta,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ONE_STEP: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -162,17 +164,26 @@ def matmul_kernel(
     rk = tl.arange(0, BLOCK_K)
     a_base = a_ptr + batch * sab
     b_base = b_ptr + batch * sbb
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        kk = k * BLOCK_K + rk
-        a = tl.load(a_base + rm[:, None] * sam + kk[None, :] * sak,
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = tl.load(b_base + kk[:, None] * sbk + rn[None, :] * sbn,
-                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        if BLOCK_M <= PRODUCT_BLOCK and BLOCK_N <= PRODUCT_BLOCK and BLOCK_K <= PRODUCT_BLOCK:
-            acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
-        else:
-            acc += tl.dot(a, b)
+    if ONE_STEP:
+        # the K block spans K (fitted tiles): the product is the accumulator, with no zero-filled tile
+        # and no add pass over it
+        a = tl.load(a_base + rm[:, None] * sam + rk[None, :] * sak,
+                    mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(b_base + rk[:, None] * sbk + rn[None, :] * sbn,
+                    mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            kk = k * BLOCK_K + rk
+            a = tl.load(a_base + rm[:, None] * sam + kk[None, :] * sak,
+                        mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+            b = tl.load(b_base + kk[:, None] * sbk + rn[None, :] * sbn,
+                        mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            if BLOCK_M <= PRODUCT_BLOCK and BLOCK_N <= PRODUCT_BLOCK and BLOCK_K <= PRODUCT_BLOCK:
+                acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
+            else:
+                acc += tl.dot(a, b)
     acc = acc * alpha
     # Each access spells its mask out: a single-use bounds mask stays a box, so the load and the store
     # are one bounds check and a vectorisable loop (a shared mask is materialised and checked per lane).

@@ -305,7 +305,8 @@ class _Generator:
 
         for j, st in zip(strided, strides[:len(strided)], strict=True):
             kinds[j] = address(f"in{j}", st)
-        stores = {j: address(f"out{j}", st) for j, st in zip(strided_out, strides[len(strided):], strict=True)}
+        stores = {j: address(f"out{j}", st)
+                  for j, st in zip(strided_out, strides[len(strided):], strict=True)}
         values: dict[fx.Node, tuple[str, bool]] = {}
         for j, node in enumerate(self.inputs):
             kind = kinds[j]

@@ -63,6 +63,73 @@ def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[C
     return kept or list(configs)[:1]
 
 
+# Fitted tiles (`_fitted_tile`): the problems they take, and the tile's size limits. Below this volume a
+# problem keeps `_prune_tiles`'s small tiles (one or a few 32 tiles, cheap to stage).
+_FITTED_MIN_VOLUME = 1 << 18
+_FITTED_MAX_M = 128
+_FITTED_MAX_K = 1024
+_FITTED_AREA = 1 << 15  # BLOCK_M x BLOCK_N: the accumulator and the epilogue's tile
+# What one more program (N tiles) or one more K step costs, in padded columns of work: a K step stages
+# and adds a tile, a program re-reads A (measured on the numba backend, 128 x {512, 1376} x 512 linears)
+_STEP_COST = 64
+_PROGRAM_COST = 32
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _padded_choice(extent: int, largest: int, smallest: int, cost: int) -> int:
+    """The power-of-2 block for `extent` in [smallest, largest] that minimises padded work plus `cost`
+    per block (ties: the larger block)."""
+    best, best_cost = largest, None
+    block = largest
+    while block >= smallest:
+        blocks = -(-extent // block)
+        total = blocks * block + blocks * cost
+        if best_cost is None or total < best_cost:
+            best, best_cost = block, total
+        block //= 2
+    return best
+
+
+def _fitted_tile(M: int, N: int, K: int, tp: int) -> Config | None:
+    """One tile shaped to the problem, for a problem of at least `_FITTED_MIN_VOLUME` multiply-adds
+    with every side >= 16 (None otherwise, or when no such tile gives each of `tp` NPUs a program).
+
+    Why: on the numba backend a `tl.dot` tile is one BLAS gemm of the full (padded) tile, plus staging
+    copies for operands that are not a full contiguous tile; the fixed tile list padded a 64-row problem
+    to 256 rows and a 512-deep one to 1024 (4x and 2x the gemm's work, and a staging copy each), and its
+    small tiles cost a gemm call and an accumulator pass per 128 x 128 x 128 block. The fitted tile has
+    M rows (up to 128) so no row is padded, a K block that spans K when K is a power of 2 up to 1024 (a
+    row-major A tile, and `linear`'s transposed weight, go to BLAS as views), else the block that
+    minimises padding plus per-step cost, and N columns filling `_FITTED_AREA`. One config and no
+    benchmarking: a model's handful of linear shapes compile a handful of specialisations. A K block
+    that spans K sets ONE_STEP: the tile's product is the accumulator (no zero-filled tile, no add).
+    128 x 512 x 1376 linear (1 thread): 256x256x512 from the list ~8 ms, fitted 128x256x512 ~2 ms."""
+    if min(M, N, K) < 16 or M * N * K < _FITTED_MIN_VOLUME:
+        return None
+    block_m = min(_pow2_at_least(M), _FITTED_MAX_M)
+    block_k = _padded_choice(K, min(_pow2_at_least(K), _FITTED_MAX_K), 32, _STEP_COST)
+    widest = max(16, min(_pow2_at_least(N), _FITTED_AREA // block_m))
+    block_n = _padded_choice(N, widest, min(32, widest), _PROGRAM_COST)
+    while -(-M // block_m) * -(-N // block_n) < tp and block_n > 16:
+        block_n //= 2
+    while -(-M // block_m) * -(-N // block_n) < tp and block_m > 16:
+        block_m //= 2
+    if -(-M // block_m) * -(-N // block_n) < tp:
+        return None
+    return Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "ONE_STEP": block_k >= K})
+
+
+def _choose_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
+    """The autotuner's candidates: the fitted tile alone where one applies (`_fitted_tile`), else the
+    listed tiles `_prune_tiles` keeps."""
+    tp = launch_tp_size(tuple(nargs.values()), dict(kwargs))
+    fitted = _fitted_tile(nargs["M"], nargs["N"], nargs["K"], tp)
+    return [fitted] if fitted is not None else _prune_tiles(configs, nargs, **kwargs)
+
+
 @autotune(
     configs=[
         # tl.dot is one BLAS gemm per tile on the numba backend, so large tiles amortise the per-tile
@@ -70,23 +137,24 @@ def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[C
         # the whole (contiguous) K extent is passed to BLAS as a view, with no staging copy: at 1024^3
         # on one thread 512x512x1024 measured ~90% of torch's GFLOP/s for mm and linear alike,
         # 256x256x512 ~60-70%, 128x128x128 ~50%.
-        Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}),
-        Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128}),
-        Config({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 512}),
-        Config({"BLOCK_M": 512, "BLOCK_N": 512, "BLOCK_K": 1024}),
+        Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "ONE_STEP": False}),
+        Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "ONE_STEP": False}),
+        Config({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 512, "ONE_STEP": False}),
+        Config({"BLOCK_M": 512, "BLOCK_N": 512, "BLOCK_K": 1024, "ONE_STEP": False}),
         # The product path's tiles, only ever chosen alone, for problems that fit them whole (see the
         # module docstring); last, so the first config stays the smallest `tl.dot` tile.
-        Config({"BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 8}),
-        Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+        Config({"BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 8, "ONE_STEP": False}),
+        Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "ONE_STEP": False}),
     ],
     key=["M", "N", "K"],
-    prune_configs_by={"early_config_prune": _prune_tiles},
+    prune_configs_by={"early_config_prune": _choose_tiles},
 )
 @tl.jit
 def matmul_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
     sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, s_bias_m, s_bias_n, alpha, beta,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ONE_STEP: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -96,17 +164,26 @@ def matmul_kernel(
     rk = tl.arange(0, BLOCK_K)
     a_base = a_ptr + batch * sab
     b_base = b_ptr + batch * sbb
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        kk = k * BLOCK_K + rk
-        a = tl.load(a_base + rm[:, None] * sam + kk[None, :] * sak,
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = tl.load(b_base + kk[:, None] * sbk + rn[None, :] * sbn,
-                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        if BLOCK_M <= PRODUCT_BLOCK and BLOCK_N <= PRODUCT_BLOCK and BLOCK_K <= PRODUCT_BLOCK:
-            acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
-        else:
-            acc += tl.dot(a, b)
+    if ONE_STEP:
+        # the K block spans K (fitted tiles): the product is the accumulator, with no zero-filled tile
+        # and no add pass over it
+        a = tl.load(a_base + rm[:, None] * sam + rk[None, :] * sak,
+                    mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(b_base + rk[:, None] * sbk + rn[None, :] * sbn,
+                    mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            kk = k * BLOCK_K + rk
+            a = tl.load(a_base + rm[:, None] * sam + kk[None, :] * sak,
+                        mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+            b = tl.load(b_base + kk[:, None] * sbk + rn[None, :] * sbn,
+                        mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            if BLOCK_M <= PRODUCT_BLOCK and BLOCK_N <= PRODUCT_BLOCK and BLOCK_K <= PRODUCT_BLOCK:
+                acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
+            else:
+                acc += tl.dot(a, b)
     acc = acc * alpha
     # Each access spells its mask out: a single-use bounds mask stays a box, so the load and the store
     # are one bounds check and a vectorisable loop (a shared mask is materialised and checked per lane).

@@ -28,7 +28,7 @@ from .codegen import KernelSpec, template_digest
 
 __all__ = ["graph_key", "lookup", "store", "clear_memory", "graphs_dir", "FORMAT"]
 
-FORMAT = 2  # 2: kernel specs record their outputs' strides
+FORMAT = 3  # 2: kernel specs record their outputs' strides; 3: pointwise kernels store at them
 
 
 def _log() -> logging.Logger:

@@ -54,6 +54,9 @@ class KernelSpec:
     # row-major, and an output recorded with other strides is handed on in the recorded layout, since
     # later nodes (views) were traced against it. None: row-major (entries cached before this field)
     output_strides: list[list[int]] | None = None
+    # whether the kernel itself stores each output at its recorded strides (pointwise kernels since
+    # cache format 3); False: it writes row-major and the runner copies an output recorded otherwise
+    stores_recorded: bool = False
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -136,6 +139,16 @@ def _block(kind: str, extent: int, tp: int = 1) -> int:
     return block
 
 
+# Strided pointwise groups whose innermost collapsed dim has this many elements run a program per line
+# (`_Generator._pointwise_rows`); shorter lines would leave most of a program's lanes idle.
+_ROW_MIN = 16
+_ROW_MAX = 4096
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def _decompose(index: str, prefix: str, size_param: str, dims: int) -> list[str]:
     """Lines splitting the flat ``index`` into coordinates ``<prefix>0..`` over collapsed dims."""
     if dims == 1:
@@ -213,6 +226,12 @@ class _Generator:
         contiguous = _contiguous(shape)
         kinds: dict[int, str] = {}
         strided: list[int] = []
+        # outputs recorded with other strides than row-major (a RoPE applied to a permuted q): stored
+        # there, since later nodes (views) were traced against that layout
+        strided_out = [j for j, node in enumerate(self.outputs)
+                       if any(size != 1 and a != b for size, a, b in
+                              zip(shape, node.meta["val"].stride(), contiguous, strict=True))]
+        stores: dict[int, str] = {}
         for j, node in enumerate(self.inputs):
             value = node.meta["val"]
             if tuple(value.shape) == shape and (tuple(value.stride()) == contiguous or value.is_contiguous()):
@@ -222,18 +241,27 @@ class _Generator:
             else:
                 kinds[j] = "strided"
                 strided.append(j)
+        sizes: list[int] = []
+        strides: list[list[int]] = []
+        if strided or strided_out:
+            stride_sets = [_aligned_strides(self.inputs[j], len(shape)) for j in strided]
+            stride_sets += [_aligned_strides(self.outputs[j], len(shape)) for j in strided_out]
+            sizes, strides = _collapse(list(shape), stride_sets)
+        if len(sizes) >= 2 and _ROW_MIN <= sizes[-1] <= _ROW_MAX:
+            return self._pointwise_rows(kinds, strided, strided_out, sizes, strides, numel)
         self._scalar("numel", numel)
         lines = ["offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "mask = offs < numel"]
-        if strided:
-            stride_sets = [_aligned_strides(self.inputs[j], len(shape)) for j in strided]
-            sizes, strides = _collapse(list(shape), stride_sets)
+        if strided or strided_out:
             dims = len(sizes)
             for d in range(1, dims):
                 self._scalar(f"size{d}", sizes[d])
             lines += _decompose("offs", "i", "size", dims)
-            for j, st in zip(strided, strides, strict=True):
+            for j, st in zip(strided, strides[:len(strided)], strict=True):
                 names = [self._scalar(f"in{j}_stride{d}", st[d]) for d in range(dims)]
                 kinds[j] = _dot("i", names)
+            for j, st in zip(strided_out, strides[len(strided):], strict=True):
+                names = [self._scalar(f"out{j}_stride{d}", st[d]) for d in range(dims)]
+                stores[j] = _dot("i", names)
         values: dict[fx.Node, tuple[str, bool]] = {}
         for j, node in enumerate(self.inputs):
             kind = kinds[j]
@@ -248,12 +276,53 @@ class _Generator:
         for node in self.members:
             lines.append(f"{self.var[node]} = {self._expr(node, values.get)}")
             values[node] = (self.var[node], self.boolean[node])
-        lines += [self._store(node, "offs", True) for node in self.outputs]
+        lines += [self._store(node, stores.get(j, "offs"), True) for j, node in enumerate(self.outputs)]
         block = _block("pointwise", numel, self.tp)
         ops = " -> ".join(_op_name(n) for n in self.members)
         doc = f"Fused pointwise kernel: {ops}; one program per BLOCK of the numel elements."
         return {"phases": [{"before": lines, "loop": [], "after": []}], "docstring": doc,
                 "grid": -(-numel // block), "block": block}
+
+    def _pointwise_rows(self, kinds: dict[int, str], strided: list[int], strided_out: list[int],
+                        sizes: list[int], strides: list[list[int]], numel: int) -> dict:
+        """A pointwise group with strided operands, one program per line of the innermost (collapsed)
+        dim: the flat kernel splits every element's index into coordinates (a division and a remainder
+        per dim, per element: Llama's RoPE on a permuted q, 65536 elements, ~35 ns each); here a program
+        splits its line number once and walks the line with unit steps (or the operand's stride)."""
+        inner = sizes[-1]
+        dims = len(sizes)
+        self._scalar("inner", inner)
+        for d in range(1, dims - 1):
+            self._scalar(f"size{d}", sizes[d])
+        lines = ["row = tl.program_id(0)", "c = tl.arange(0, BLOCK)", "mask = c < inner",
+                 "offs = row * inner + c"]
+        lines += _decompose("row", "r", "size", dims - 1)
+
+        def address(prefix: str, st: list[int]) -> str:
+            names = [self._scalar(f"{prefix}_stride{d}", st[d]) for d in range(dims)]
+            outer = " + ".join(f"r{d} * {names[d]}" for d in range(dims - 1))
+            return f"{outer} + c * {names[-1]}"
+
+        for j, st in zip(strided, strides[:len(strided)], strict=True):
+            kinds[j] = address(f"in{j}", st)
+        stores = {j: address(f"out{j}", st)
+                  for j, st in zip(strided_out, strides[len(strided):], strict=True)}
+        values: dict[fx.Node, tuple[str, bool]] = {}
+        for j, node in enumerate(self.inputs):
+            kind = kinds[j]
+            where = {"direct": "offs", "scalar": None}.get(kind, kind)
+            load = self._load(j, "0", False) if where is None else self._load(j, where, True)
+            lines.append(f"in{j} = {load}")
+            values[node] = (f"in{j}", node.meta["val"].dtype == torch.bool)
+        for node in self.members:
+            lines.append(f"{self.var[node]} = {self._expr(node, values.get)}")
+            values[node] = (self.var[node], self.boolean[node])
+        lines += [self._store(node, stores.get(j, "offs"), True) for j, node in enumerate(self.outputs)]
+        ops = " -> ".join(_op_name(n) for n in self.members)
+        doc = (f"Fused pointwise kernel: {ops}; one program per line of {inner} elements (operands "
+               "with strides).")
+        return {"phases": [{"before": lines, "loop": [], "after": []}], "docstring": doc,
+                "grid": numel // inner, "block": _pow2(inner)}
 
     # ---------------------------------------------------------------- rows
     def rows(self) -> dict:
@@ -445,6 +514,7 @@ def generate(group: Group, tp: int = 1) -> KernelSpec:
         output_dtypes=[str(node.meta["val"].dtype).replace("torch.", "") for node in gen.outputs],
         output_strides=[list(node.meta["val"].stride()) for node in gen.outputs],
         scalars=gen.scalars,
+        stores_recorded=not group.is_rows,
         grid=context["grid"],
         block=context["block"],
     )

@@ -52,14 +52,18 @@ class FusedKernel:
         self.eager = eager
         self.kernel = load_kernel(spec.name, spec.source)
         self._strides = [tuple(s) for s in spec.input_strides]
-        self._outputs = [(tuple(shape), getattr(torch, dtype))
-                         for shape, dtype in zip(spec.output_shapes, spec.output_dtypes, strict=True)]
+        recorded = spec.output_strides or [None] * len(spec.output_shapes)
+        # (shape, dtype, strides the kernel writes): the recorded ones where it stores there
+        stores = spec.stores_recorded
+        self._outputs = [(tuple(shape), getattr(torch, dtype),
+                          tuple(stride) if stores and stride is not None else _contiguous(shape))
+                         for shape, dtype, stride in zip(spec.output_shapes, spec.output_dtypes, recorded,
+                                                         strict=True)]
         self._scalars = list(spec.scalars)
-        # outputs whose recorded strides are not row-major: (index, shape, strides)
-        recorded = spec.output_strides or [None] * len(self._outputs)
-        self._relayout = [(i, shape, tuple(stride)) for i, ((shape, _), stride) in
+        # outputs the kernel writes row-major though recorded otherwise: (index, shape, strides)
+        self._relayout = [(i, shape, tuple(stride)) for i, ((shape, _, _), stride) in
                           enumerate(zip(self._outputs, recorded, strict=True))
-                          if stride is not None and _differs(shape, stride)]
+                          if stride is not None and not spec.stores_recorded and _differs(shape, stride)]
         self._grid = (spec.grid,)
         # a kernel with fewer programs than NPUs runs on as many NPUs as it has programs
         self.launch_tp = max(1, min(tp, spec.grid))
@@ -87,9 +91,10 @@ class FusedKernel:
             from torch_rbln import _memory
 
             index = device.index or 0
-            return [_memory.empty_strided(list(shape), _contiguous(shape), dtype, index)
-                    for shape, dtype in self._outputs]
-        return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self._outputs]
+            return [_memory.empty_strided(list(shape), list(strides), dtype, index)
+                    for shape, dtype, strides in self._outputs]
+        return [torch.empty_strided(shape, strides, dtype=dtype, device=device)
+                for shape, dtype, strides in self._outputs]
 
     def _run_eager(self, inputs: Sequence[torch.Tensor], reason: str) -> list[torch.Tensor]:
         _stats.count("eager_group_calls")
@@ -148,9 +153,9 @@ def _differs(shape: tuple[int, ...], stride: Sequence[int]) -> bool:
     return any(size != 1 and a != b for size, a, b in zip(shape, stride, _contiguous(shape), strict=True))
 
 
-def _contiguous(shape: tuple[int, ...]) -> list[int]:
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, running = [], 1
     for size in reversed(shape):
         strides.append(running)
         running *= max(size, 1)
-    return list(reversed(strides))
+    return tuple(reversed(strides))

@@ -439,8 +439,8 @@ class _Builder:
             return False
         names = []
         tensors = list(inputs)
-        for shape, dtype in runner._outputs:
-            meta = torch.empty_strided(shape, _contiguous(shape), dtype=dtype, device="meta")
+        for shape, dtype, strides in runner._outputs:
+            meta = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
             name = self.allocate(meta)
             value = _Tensor(name, meta)
             names.append(value)

@@ -245,3 +245,30 @@ def test_a_cat_onto_an_empty_cache_is_a_tiled_copy(fresh_compiler, monkeypatch):
     report = programs[0].report
     assert not any("cat" in name for name in report["calls"]), report
     assert report["planned"] >= 1
+
+
+def test_a_fused_output_recorded_permuted_is_stored_there_and_launched(fresh_compiler, monkeypatch):
+    """RoPE on a permuted q: the traced graph records the pointwise result with q's permuted strides.
+    The fused kernel stores it at those strides (no row-major copy afterwards), so the program launches
+    it by address; the later view, valid only for that layout, works, and the strides match the CPU's."""
+    programs = _programs(monkeypatch)
+
+    def rope(x, cos, sin):
+        q = x.view(2, 8, 4, 16).transpose(1, 2)
+        half = torch.cat([-q[..., 8:], q[..., :8]], dim=-1)
+        rotated = q * cos + half * sin
+        return rotated, rotated.transpose(1, 2).reshape(2, 8, 64) * 2.0
+
+    torch.manual_seed(5)
+    x, cos, sin = torch.randn(2, 8, 64), torch.randn(8, 16), torch.randn(8, 16)
+    compiled = torch.compile(rope, backend="rbln")
+    args = [t.to("rbln") for t in (x, cos, sin)]
+    expected = rope(x, cos, sin)
+    for _ in range(4):
+        got = compiled(*args)
+        for actual, reference in zip(got, expected, strict=True):
+            assert actual.shape == reference.shape and actual.stride() == reference.stride()
+            torch.testing.assert_close(actual.cpu(), reference, atol=ATOL, rtol=RTOL)
+    report = programs[0].report
+    assert report["fused"] >= 1 and not any("fused" in name for name in report["calls"]), report
+    assert expected[0].stride() != expected[0].contiguous().stride()  # the premise: a permuted result

@@ -70,10 +70,10 @@ def test_installed_on_the_numba_it_was_written_for():
     assert ir_utils.compute_live_map is liveness.compute_live_map
 
 
-@settings(max_examples=3, deadline=None, derandomize=True, database=None,
+@settings(max_examples=2, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
-@given(case=fuzzgen.kernel_cases(max_statements=6))
+@given(case=fuzzgen.kernel_cases(max_statements=5))
 def test_random_kernels_same_liveness_and_results(case, compared, fresh_cache):
     # a marker comment gives the kernel a file (and numba cache entry) of its own: it compiles here
     case = dataclasses.replace(case, source=case.source + "\n# liveness differential\n")

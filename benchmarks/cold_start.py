@@ -1,6 +1,7 @@
 """Cold and warm start: what a new user waits for, each figure against issue 20's target.
 
     python benchmarks/cold_start.py [--only demo,kernel,autotune,diagnose,import] [--json FILE]
+                                    [--fresh-install]
 
 Every case runs in a fresh interpreter with its own empty ``TORCH_RBLN_CACHE_DIR`` (cold), then again
 with the cache that run left (warm). CPU seconds are user + system time of the child and everything it
@@ -174,11 +175,20 @@ def run_case(argv: list[str], cache: str, extra_env: dict | None = None) -> dict
     return row
 
 
+# --fresh-install: numba's own cache of the package's compiled helpers (dsl support functions, the
+# allocator, ...) also starts empty. It lives in __pycache__ beside their sources, which survives between
+# runs of this script but not a fresh clone: without the flag, "cold" is a new cache directory on a
+# checkout that has run before.
+FRESH_INSTALL = [False]
+
+
 def cold_and_warm(argv: list[str], extra_env: dict | None = None,
                   script: str | None = None) -> tuple[dict, dict]:
     """Run `argv` (or `script`, written to a file: kernels need their source file) twice on one new
     cache directory: cold, then warm."""
     cache = tempfile.mkdtemp(prefix="rbln-cold-start-")
+    if FRESH_INSTALL[0]:
+        extra_env = {**(extra_env or {}), "NUMBA_CACHE_DIR": os.path.join(cache, "numba-helpers")}
     try:
         if script is not None:
             path = os.path.join(cache, "user_kernels.py")
@@ -238,11 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra environment for every child (e.g. TORCH_RBLN_COMPILE=background)")
+    parser.add_argument("--fresh-install", action="store_true",
+                        help="also start numba's cache of the package's own helpers empty (NUMBA_CACHE_DIR), "
+                             "as on a fresh clone")
     args = parser.parse_args(argv)
+    FRESH_INSTALL[0] = args.fresh_install
     cases = set(args.only.split(","))
     extra = dict(item.split("=", 1) for item in args.env)
     results: dict = {"load_average": os.getloadavg(), "cpus": os.cpu_count(), "env": extra}
-    print(f"cold start (empty TORCH_RBLN_CACHE_DIR per case); load average "
+    caches = "TORCH_RBLN_CACHE_DIR and NUMBA_CACHE_DIR" if args.fresh_install else "TORCH_RBLN_CACHE_DIR"
+    print(f"cold start (empty {caches} per case); load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs; env {extra or '-'}")
     if "demo" in cases:
         cold, warm = cold_and_warm(["-m", "torch_rbln.demo"], extra)

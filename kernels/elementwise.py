@@ -67,8 +67,10 @@ def _div_floor(a, b):
 
 # Unary ops that get a specialisation of their own in unary_kernel (FAST_OP): the hot activations, and
 # fill (torch.zeros/ones/full, zero_ on gradients: in nearly every program), which reads no input and
-# compiles to a fraction of the generic switch's numba time (~0.4 s against ~2 s).
-FAST_UNARY = frozenset({EXP, RELU, GELU, GELU_TANH, SILU, FILL})
+# compiles to a fraction of the generic switch's numba time (~0.4 s against ~2 s). TANH and CUBE are
+# GPT-2's GELU as transformers writes it (`NewGELUActivation`: `torch.pow(x, 3.0)` is CUBE, then
+# `torch.tanh`): the README demo needed the generic switch for these two ops alone.
+FAST_UNARY = frozenset({EXP, TANH, RELU, GELU, GELU_TANH, SILU, FILL, CUBE})
 
 
 @tl.jit
@@ -91,6 +93,11 @@ def unary_kernel(x_ptr, out_ptr, n, p, OP, FAST_OP: tl.constexpr, BLOCK: tl.cons
     elif FAST_OP == 9:
         x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
         y = x * tl.sigmoid(x)
+    elif FAST_OP == 5:
+        y = tl.tanh(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32))
+    elif FAST_OP == 15:
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        y = x * x * x
     elif FAST_OP == 11:  # fill, alone
         y = tl.zeros((BLOCK,), dtype=tl.float32) + p
     elif OP == 11:  # fill in the generic specialisation (a launch keyed before fill had its own)
@@ -270,9 +277,9 @@ def binary_dense_kernel(
     (grid: column blocks x rows; one row when nothing repeats). Each operand is, by its MODE: 0 dense
     (the output's layout), 1 a scalar (one element, broadcast), 2 one row repeated for every row (a
     bias vector, any contiguous trailing block of the output's shape), 3 one value per row (a column:
-    `x * rsqrt(mean(x * x, -1, keepdim=True))`). FAST_OP (see FAST_BINARY)
-    compiles add/sub/mul/div into a specialisation of their own: behind the runtime switch their loops
-    run ~4x slower (no fusion); COMPARE_OPS compiles the comparisons' switch alone (`dense_fast_op`)."""
+    `x * rsqrt(mean(x * x, -1, keepdim=True))`). FAST_OP (see FAST_BINARY) compiles add/sub/mul/div
+    and tanh backward into a specialisation of their own: behind the runtime switch their loops run ~4x
+    slower (no fusion); COMPARE_OPS compiles the comparisons' switch alone (`dense_fast_op`)."""
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < ncols
     offsets = tl.program_id(1) * ncols + cols
@@ -286,6 +293,8 @@ def binary_dense_kernel(
         y = a * b
     elif FAST_OP == 3:
         y = a / b
+    elif FAST_OP == 16:  # tanh backward: a = grad, b = output
+        y = a * (1.0 - b * b)
     elif FAST_OP == -2:
         y = _comparison(a, b, OP)
     else:
@@ -294,7 +303,9 @@ def binary_dense_kernel(
 
 
 # Ops that get a specialisation of their own in binary_dense_kernel (the rest share one, FAST_OP=-1).
-FAST_BINARY = frozenset({ADD, SUB, MUL, DIV})
+# TANH_BWD is the backward of GPT-2's GELU (see FAST_UNARY): alone it compiles in a tenth of the 23-op
+# switch's numba time (the README demo compiled that switch for this op only: ~3.5 s of its cold start).
+FAST_BINARY = frozenset({ADD, SUB, MUL, DIV, TANH_BWD})
 # FAST_OP of the comparisons (EQ..GE, the runtime OP picks one) into a bool output: a specialisation with
 # the comparison switch alone. No other op writes bool, so they never shared a specialisation with the
 # other ops anyway; compiled with all 23 ops (FAST_OP=-1) each took ~4-6 s of numba, ~1 s alone. An

@@ -1,3 +1,7 @@
 """The numba backend: IR -> jinja2 template -> Python source -> numba machine code."""
 
-from .executable import Executable, compile  # noqa: F401
+from . import liveness
+
+liveness.install()  # before any kernel compiles: numba's liveness analysis on bit sets (see liveness.py)
+
+from .executable import Executable, compile  # noqa: E402, F401

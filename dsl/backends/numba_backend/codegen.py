@@ -85,7 +85,11 @@ def _fp8_support_digest() -> str:
     return hashlib.sha256(text).hexdigest()[:16]
 
 
+@functools.cache
 def _template():
+    """The kernel template, parsed once per process: jinja2 compiles a template to Python each time it
+    parses it (~15 ms), which every kernel's lowering paid again, cached kernels included (a warm README
+    demo lowers ~30 kernels)."""
     import jinja2
 
     source = resources.files(__package__).joinpath("templates", "kernel.py.j2").read_text()

@@ -11,7 +11,7 @@ The result is the same least fixed point as numba's (both iterate monotone union
 until nothing changes), returned in the same form (a dict of sets of names per block, in the order of
 `blocks`). `install()` replaces numba's function only when its source is the one this module was
 written against (numba 0.68's, hashed in `_EXPECTED_SOURCE`); any other numba keeps its own.
-`tests/dsl/test_numba_liveness.py` compares both on the IR of generated kernels.
+`tests/dsl/backends/test_numba_liveness.py` compares both on the IR of generated kernels.
 """
 
 from __future__ import annotations

@@ -86,6 +86,7 @@ def _samples() -> dict[str, Callable[[], tuple[tuple, dict]]]:
     x = lambda *shape: torch.rand(*shape) + 0.5  # noqa: E731 - positive: log/sqrt/pow stay finite
     m22 = lambda: x(2, 2)  # noqa: E731
     logp = lambda: torch.log_softmax(torch.randn(2, 2), 1)  # noqa: E731
+    index = lambda: torch.tensor([3, 0, 1, 2])  # noqa: E731
     return {
         "_softmax.default": lambda: ((x(4), 0, False), {}),
         "_log_softmax.default": lambda: ((x(4), 0, False), {}),
@@ -142,7 +143,37 @@ def _samples() -> dict[str, Callable[[], tuple[tuple, dict]]]:
         "sum.default": lambda: ((x(4),), {}),
         "std.correction": lambda: ((x(4),), {}),
         "var.correction": lambda: ((x(4),), {}),
+        "select_scatter.default": lambda: ((m22(), x(2), 0, 0), {}),
+        "max_pool2d_with_indices.default": lambda: ((x(1, 1, 2, 2), [2, 2]), {}),
+        "max_pool2d_with_indices_backward.default": lambda: (
+            (x(1, 1, 1, 1), x(1, 1, 2, 2), [2, 2], [2, 2], [0, 0], [1, 1], False, torch.tensor([[[[3]]]])),
+            {}),
+        "avg_pool2d.default": lambda: ((x(1, 1, 2, 2), [2, 2]), {}),
+        "gather.default": lambda: ((x(4), 0, index()), {}),
+        "scatter_add.default": lambda: ((x(4), 0, index(), x(4)), {}),
+        "scatter_add_.default": lambda: ((x(4), 0, index(), x(4)), {}),
+        "scatter.src": lambda: ((x(4), 0, index(), x(4)), {}),
+        "scatter_.src": lambda: ((x(4), 0, index(), x(4)), {}),
+        "scatter.value": lambda: ((x(4), 0, index(), 0.5), {}),
+        "scatter_.value": lambda: ((x(4), 0, index(), 0.5), {}),
+        **_bitwise_samples(),
     }
+
+
+def _bitwise_samples() -> dict[str, Callable[[], tuple[tuple, dict]]]:
+    """The bitwise ops on int64 operands (a schema's float tensor is not a valid input for them)."""
+    import torch
+
+    ints = lambda: torch.tensor([1, 6, 3, 12])  # noqa: E731
+    samples: dict[str, Callable[[], tuple[tuple, dict]]] = {}
+    for op in ("and", "or", "xor"):
+        name = f"bitwise_{op}"
+        samples[f"{name}.Tensor"] = samples[f"{name}_.Tensor"] = lambda: ((ints(), ints().flip(0)), {})
+        samples[f"{name}.Scalar"] = samples[f"{name}_.Scalar"] = lambda: ((ints(), 5), {})
+        samples[f"{name}.Tensor_out"] = lambda: ((ints(), ints().flip(0)), {"out": ints()})
+    samples["bitwise_not.default"] = samples["bitwise_not_.default"] = lambda: ((ints(),), {})
+    samples["bitwise_not.out"] = lambda: ((ints(),), {"out": ints()})
+    return samples
 
 
 def _from_schema(overload: Any) -> tuple[tuple, dict] | None:
@@ -176,6 +207,17 @@ def _from_schema(overload: Any) -> tuple[tuple, dict] | None:
         else:
             args.append(value)
     return tuple(args), kwargs
+
+
+def _clones(values: Any) -> Any:
+    """`values` (a tuple or dict of arguments) with every tensor cloned: a trial call of an in-place
+    overload must not change the inputs the timed calls use."""
+    import torch
+
+    clone = lambda v: v.clone() if isinstance(v, torch.Tensor) else v  # noqa: E731
+    if isinstance(values, dict):
+        return {key: clone(value) for key, value in values.items()}
+    return tuple(clone(value) for value in values)
 
 
 def _is_comparison(overload: Any) -> bool:
@@ -214,6 +256,12 @@ def _cases(only: set[str] | None) -> list[tuple[str, _Side, _Side]]:
             print(f"no sample for {entry.name}; skipped", file=sys.stderr)
             continue
         args, kwargs = made
+        try:  # a sample the CPU itself refuses would time nothing: say so and go on with the sweep
+            overload(*_clones(args), **_clones(kwargs))
+        except Exception as error:  # noqa: BLE001 - any refusal is reported the same way
+            print(f"the sample for {entry.name} fails on the CPU ({type(error).__name__}: {error}); skipped",
+                  file=sys.stderr)
+            continue
         dargs = tuple(_device_copy(a) for a in args)
         dkwargs = {k: _device_copy(v) for k, v in kwargs.items()}
         inplace = overload._schema.name.endswith("_")

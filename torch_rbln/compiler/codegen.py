@@ -218,6 +218,27 @@ class _Generator:
         return f"tl.store(out{j}_ptr + {address}, {value}" + (", mask=mask)" if masked else ")")
 
     # ---------------------------------------------------------------- pointwise
+    def _pointwise_body(self, kinds: dict[int, str], stores: dict[int, str]) -> list[str]:
+        """The loads, member expressions and stores shared by both pointwise layouts: input ``j`` is read
+        at ``offs`` ("direct"), once unmasked ("scalar") or at the address expression ``kinds[j]``;
+        output ``j`` is stored at ``stores[j]`` (default ``offs``). Both layouts define ``offs`` and
+        ``mask`` before these lines."""
+        lines: list[str] = []
+        values: dict[fx.Node, tuple[str, bool]] = {}
+        for j, node in enumerate(self.inputs):
+            kind = kinds[j]
+            if kind == "scalar":
+                load = self._load(j, "0", False)
+            else:
+                load = self._load(j, "offs" if kind == "direct" else kind, True)
+            lines.append(f"in{j} = {load}")
+            values[node] = (f"in{j}", node.meta["val"].dtype == torch.bool)
+        for node in self.members:
+            lines.append(f"{self.var[node]} = {self._expr(node, values.get)}")
+            values[node] = (self.var[node], self.boolean[node])
+        lines += [self._store(node, stores.get(j, "offs"), True) for j, node in enumerate(self.outputs)]
+        return lines
+
     def pointwise(self) -> dict:
         shape = self.group.shape
         numel = 1
@@ -262,21 +283,7 @@ class _Generator:
             for j, st in zip(strided_out, strides[len(strided):], strict=True):
                 names = [self._scalar(f"out{j}_stride{d}", st[d]) for d in range(dims)]
                 stores[j] = _dot("i", names)
-        values: dict[fx.Node, tuple[str, bool]] = {}
-        for j, node in enumerate(self.inputs):
-            kind = kinds[j]
-            if kind == "direct":
-                load = self._load(j, "offs", True)
-            elif kind == "scalar":
-                load = self._load(j, "0", False)
-            else:
-                load = self._load(j, kind, True)
-            lines.append(f"in{j} = {load}")
-            values[node] = (f"in{j}", node.meta["val"].dtype == torch.bool)
-        for node in self.members:
-            lines.append(f"{self.var[node]} = {self._expr(node, values.get)}")
-            values[node] = (self.var[node], self.boolean[node])
-        lines += [self._store(node, stores.get(j, "offs"), True) for j, node in enumerate(self.outputs)]
+        lines += self._pointwise_body(kinds, stores)
         block = _block("pointwise", numel, self.tp)
         ops = " -> ".join(_op_name(n) for n in self.members)
         doc = f"Fused pointwise kernel: {ops}; one program per BLOCK of the numel elements."
@@ -307,17 +314,7 @@ class _Generator:
             kinds[j] = address(f"in{j}", st)
         stores = {j: address(f"out{j}", st)
                   for j, st in zip(strided_out, strides[len(strided):], strict=True)}
-        values: dict[fx.Node, tuple[str, bool]] = {}
-        for j, node in enumerate(self.inputs):
-            kind = kinds[j]
-            where = {"direct": "offs", "scalar": None}.get(kind, kind)
-            load = self._load(j, "0", False) if where is None else self._load(j, where, True)
-            lines.append(f"in{j} = {load}")
-            values[node] = (f"in{j}", node.meta["val"].dtype == torch.bool)
-        for node in self.members:
-            lines.append(f"{self.var[node]} = {self._expr(node, values.get)}")
-            values[node] = (self.var[node], self.boolean[node])
-        lines += [self._store(node, stores.get(j, "offs"), True) for j, node in enumerate(self.outputs)]
+        lines += self._pointwise_body(kinds, stores)
         ops = " -> ".join(_op_name(n) for n in self.members)
         doc = (f"Fused pointwise kernel: {ops}; one program per line of {inner} elements (operands "
                "with strides).")

@@ -9,6 +9,12 @@ pair of layouts results takes a dozen loop nests and four gemm specialisations. 
 kernel they tripled a matmul kernel's compile time (3.5 s -> 12 s); here they compile once per operand
 dtype and are cached on disk, and a kernel only links them.
 
+Full tiles of memory of the work dtype whose rows or columns have a unit stride (every tile of a
+float32 matmul but the edges) skip staging: one BLAS gemm reads both operands where they lie, each
+with its own leading dimension (`numba_xxgemm`, the gemm entry numba's `np.dot` itself links, takes
+them as Fortran BLAS does). Staging copied each operand tile on every `tl.dot` (two of the three
+memory passes of a 64x64x64 product).
+
 An operand is described as a box load: `rows x cols` lanes, lane (i, j) reading
 `memory[base + i * row_stride + j * col_stride]` when `i < count_rows and j < count_cols`, else
 `fill`; f16/bf16 memory holds raw bits (`bits` 1/2) and is converted while staging. Generated
@@ -21,10 +27,23 @@ from __future__ import annotations
 import numba
 import numba.extending
 import numpy as np
+from numba import types
+from numba.np.linalg import ensure_blas
 
 from .support import bf16_bits_to_f32, f16_bits_to_f32
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
+
+ensure_blas()  # (scipy's BLAS: np.dot needs it as well; a clear ImportError without it)
+
+# numba's own binding of BLAS gemm (numba/_helperlib.c, resolved by name, so cached kernels link it
+# again in a new process): kind ('s' float32, 'd' float64), transa, transb, m, n, k, alpha, a, lda,
+# b, ldb, beta, c, ldc; column-major as Fortran BLAS; returns 0, or -1 with a Python error set.
+_xxgemm = types.ExternalFunction("numba_xxgemm", types.intc(
+    types.char, types.char, types.char, types.intp, types.intp, types.intp,
+    types.voidptr, types.voidptr, types.intp, types.voidptr, types.intp, types.voidptr,
+    types.voidptr, types.intp))
+_NOTRANS, _TRANS = ord("n"), ord("t")
 
 # `_stage` results: which array holds the operand
 VIEW_C, VIEW_F, STAGED_C, STAGED_F = 0, 1, 2, 3
@@ -105,11 +124,76 @@ def _stage(memory, base, row_stride, col_stride, count_rows, count_cols, fill, s
     return STAGED_F
 
 
+def _blas_kind(out):  # pragma: no cover  (numba overload below)
+    raise NotImplementedError
+
+
+@numba.extending.overload(_blas_kind, jit_options={"cache": True})
+def _blas_kind_impl(out):
+    """BLAS's letter for the product's dtype (float32 's', float64 'd')."""
+    letter = ord("d") if out.dtype == types.float64 else ord("s")
+    return lambda out: np.int8(letter)
+
+
+@_jit
+def _leading(row_stride, col_stride, rows, cols):
+    """How gemm reads an operand tile where it lies: (0, ld) when its columns have unit stride (a
+    row-major matrix with leading dimension `ld`), (1, ld) when its rows do (column-major), (-1, 0)
+    when neither or when `ld` would be below what BLAS accepts (the contiguous extent) or overlap.
+    A dim of one element has no stride that matters."""
+    if (cols == 1 or col_stride == 1) and (rows == 1 or row_stride >= cols):
+        return 0, row_stride if rows > 1 else cols
+    if (rows == 1 or row_stride == 1) and (cols == 1 or col_stride >= rows):
+        return 1, col_stride if cols > 1 else rows
+    return -1, 0
+
+
+@_jit
+def _direct(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_count_rows, a_count_cols, a_fill,
+            b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_count_rows, b_count_cols, b_fill,
+            out):
+    """`out` = a @ b by one gemm on the operands' memory (of the work dtype), or False with nothing
+    written. Both tiles must be whole in M and N; in K too, or masked at the same count with fill 0
+    on both sides (the padded lanes add 0 * 0: the product is the counted part's). `out` is (M, N)
+    C-contiguous: gemm writes its column-major transpose, b^T a^T."""
+    if a_count_rows != a_rows or b_count_cols != b_cols:
+        return False
+    if a_count_cols != a_cols or b_count_rows != b_rows:
+        if a_count_cols != b_count_rows or a_fill != 0 or b_fill != 0:
+            return False
+    depth = a_count_cols
+    if depth <= 0:
+        out[:, :] = 0
+        return True
+    a_order, a_ld = _leading(a_row_stride, a_col_stride, a_rows, depth)
+    b_order, b_ld = _leading(b_row_stride, b_col_stride, depth, b_cols)
+    if a_order < 0 or b_order < 0 or a_base < 0 or b_base < 0:
+        return False
+    # b row-major is b^T column-major ('n'); a row-major is a^T column-major ('n')
+    transa = np.int8(_NOTRANS) if b_order == 0 else np.int8(_TRANS)
+    transb = np.int8(_NOTRANS) if a_order == 0 else np.int8(_TRANS)
+    alpha = np.ones(1, dtype=out.dtype)
+    beta = np.zeros(1, dtype=out.dtype)
+    status = _xxgemm(_blas_kind(out), transa, transb, b_cols, a_rows, depth, alpha.ctypes,
+                     b_memory[b_base:].ctypes, b_ld, a_memory[a_base:].ctypes, a_ld, beta.ctypes,
+                     out.ctypes, b_cols)
+    if status != 0:
+        raise RuntimeError("BLAS gemm failed")
+    return True
+
+
 @_jit
 def tile_dot(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fill, a_c, a_t, a_bits, a_exact,
              b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t, b_bits, b_exact):
     """The (M, N) C-contiguous product of two box-load tiles (see the module docstring); `a_c`/`b_c`
     are their C staging buffers, `a_t`/`b_t` those of their transposes, all of the work dtype."""
+    if a_exact and b_exact:
+        rows, depth = a_c.shape
+        out = np.empty((rows, b_c.shape[1]), dtype=a_c.dtype)
+        if _direct(a_memory, a_base, a_row_stride, a_col_stride, rows, depth, a_rows, a_cols, a_fill,
+                   b_memory, b_base, b_row_stride, b_col_stride, depth, b_c.shape[1], b_rows, b_cols, b_fill,
+                   out):
+            return out
     a_kind = _stage(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fill, a_c, a_t, a_bits,
                     a_exact)
     b_kind = _stage(b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t, b_bits,

@@ -19,7 +19,10 @@ value on the second, then generates one function in which
 
 Guards are checked once per call: the requested DSL backend, the device's tensor-parallel size (1) and
 every tensor input's strides; a call that fails them runs the fused graph as before. Like the fused
-kernels, directly launched kernels read NaN/Inf as IEEE arithmetic does (no per-call scan). A kernel fault
+kernels, directly launched kernels read NaN/Inf as IEEE arithmetic does, but for the matmul family,
+whose result is checked for NaN/Inf after its launch (a finite one proves its operands finite, see
+`_Builder.direct`); a call that finds one reruns on the fused graph, whose registry call takes the CPU
+fallback as eager does. A kernel fault
 (an out-of-bounds access) makes that call rerun on the fused graph, whose checked launches report it.
 Intermediate tensors are released after their last use.
 """
@@ -402,10 +405,9 @@ class _Builder:
         self.emit(f"if not {function}({', '.join(parts)}):\n        raise Fault({label!r})", reads, "launch")
 
     def scan_operands(self, tensors: list[_Tensor]) -> None:
-        """The NaN/Inf check the registry makes before the plan's launch (unless deploy mode): a call
-        whose operand holds one reruns on the fused graph, whose registry call takes the CPU fallback
-        as eager does. (It also reads the operands once in memory order before a matmul walks them in
-        tiles, which the matmul kernel is measurably faster for.)"""
+        """The NaN/Inf check the registry makes before the plan's launch (unless deploy mode), or of a
+        matmul's result after it (`direct`): a call that finds one reruns on the fused graph, whose
+        registry call takes the CPU fallback as eager does."""
         from torch_rbln.registry._finite_scan import contiguous_scan
 
         checks = []
@@ -481,11 +483,24 @@ class _Builder:
             return False
         direct = direct._replace(outputs=((tuple(plan.shape), _contiguous(plan.shape), plan.dtype),))
         counted = registry.fallback._plan_for(node.target).name
-        return self.direct(node, direct, operands, plan.scanned, counted)
+        from torch_rbln.registry.matmul import MatmulPlan
 
-    def direct(self, node: fx.Node, direct: Any, operands: tuple, scanned: tuple, counted: str) -> bool:
+        return self.direct(node, direct, operands, plan.scanned, counted,
+                           scan_result=isinstance(plan, MatmulPlan))
+
+    def direct(self, node: fx.Node, direct: Any, operands: tuple, scanned: tuple, counted: str,
+               scan_result: bool = False) -> bool:
         """Emit `direct` (a `plan.Direct`) for `node`: its outputs allocated as the graph records them,
-        the NaN/Inf check of the `scanned` operands, the launch by address."""
+        the NaN/Inf check of the `scanned` operands, the launch by address.
+
+        `scan_result` (the matmul family: alpha * a @ b + beta * bias): the check reads the result
+        after the launch instead of the operands before it. A NaN/Inf in an operand makes every
+        result element whose sum it enters NaN or Inf (a product with it is NaN or +-Inf, and a sum
+        with a NaN/Inf term cannot be finite), and every operand element enters some sum; so a
+        finite result proves finite operands, and a result with a NaN/Inf (an operand's, or an
+        overflow) reruns the call on the fused graph, whose registry call scans the operands as
+        eagerly. The result (M x N) is what the kernel wrote; the operands include the weight,
+        K x N, read on every call: the scan of Llama's weights was a sixth of its compiled forward."""
         meta = node.meta.get("val")
         metas = (meta,) if isinstance(meta, torch.Tensor) else tuple(meta or ())
         if len(metas) < len(direct.outputs):
@@ -515,8 +530,12 @@ class _Builder:
                 values.append(item)
         if any(out is None for out in outputs):
             return False
-        self.scan_operands(checked)
-        self.launch(direct.launcher, direct.grid, tensors, values, node.name)
+        if scan_result:
+            self.launch(direct.launcher, direct.grid, tensors, values, node.name)
+            self.scan_operands([out for out in outputs if out is not None])
+        else:
+            self.scan_operands(checked)
+            self.launch(direct.launcher, direct.grid, tensors, values, node.name)
         if isinstance(meta, torch.Tensor):
             self.env[node] = outputs[0]
         else:

@@ -5,6 +5,7 @@ operands) and with PyTorch on the CPU, sizes and strides included."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -138,6 +139,86 @@ def test_a_nan_operand_of_a_planned_matmul_reruns_on_the_fused_graph(fresh_compi
         got = compiled(x.to("rbln"))
     torch.testing.assert_close(got[0].cpu(), cpu(x)[0], atol=ATOL, rtol=RTOL, equal_nan=True)
     assert any(row["reasons"].get("nan_inf") for row in registry.fallback_report().values())
+
+
+class _Linears(torch.nn.Module):
+    """Two linears (addmm, then mm) with nothing between them that a NaN/Inf could meet first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(16, 24)
+        self.down = torch.nn.Linear(24, 8, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.up(x))
+
+
+def _linears_program(monkeypatch):
+    programs = _programs(monkeypatch)
+    torch.manual_seed(0)
+    cpu = _Linears().eval()
+    device = _Linears().eval()
+    device.load_state_dict(cpu.state_dict())
+    device.to("rbln")
+    x = torch.randn(5, 16)
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x.to("rbln")).cpu(), cpu(x), atol=ATOL, rtol=RTOL)
+    assert len(programs) == 1 and programs[0].function is not None and programs[0].reruns == 0
+    return cpu, device, compiled, x, programs[0]
+
+
+def test_a_planned_matmul_checks_its_result_after_the_launch_not_its_operands(fresh_compiler, monkeypatch):
+    """The matmuls' NaN/Inf check reads each result after its launch (a finite result proves finite
+    operands), so a weight is not scanned on every call: every check follows a launch."""
+    *_, program = _linears_program(monkeypatch)
+    lines = program.source.splitlines()
+    checks = [i for i, line in enumerate(lines) if line.strip().startswith("if checked and not")]
+    assert len(checks) == 2  # one per matmul
+    for i in checks:
+        assert lines[i - 1].strip().startswith("raise Fault(")  # right after a launch
+        assert lines[i].count("(p") == 1  # one tensor scanned: the result
+
+
+@pytest.mark.parametrize("where, value", [("up.weight", float("inf")), ("up.bias", float("nan")),
+                                          ("down.weight", float("-inf"))])
+def test_a_nan_or_inf_weight_of_a_planned_matmul_reruns_on_the_fused_graph(fresh_compiler, monkeypatch,
+                                                                          where, value):
+    """A weight is a graph input that no per-call scan reads any more: its NaN/Inf still reaches the
+    matmul's result, whose check reruns the call on the fused graph, whose registry call takes the CPU
+    fallback as eagerly (counted as nan_inf). Also an Inf that only ever meets zeros (Inf * 0 = NaN)."""
+    from torch_rbln import registry
+
+    cpu, device, compiled, x, program = _linears_program(monkeypatch)
+    with torch.no_grad():
+        for model in (cpu, device):
+            parameter = model.get_parameter(where)
+            if parameter.dim() == 2:
+                parameter[0, 0] = value
+            else:
+                parameter[0] = value
+        x[:, 0] = 0.0  # up.weight[0, 0] meets zeros only
+        registry.reset_fallback_report()
+        got = compiled(x.to("rbln"))
+    torch.testing.assert_close(got.cpu(), cpu(x), atol=ATOL, rtol=RTOL, equal_nan=True)
+    assert program.reruns == 1
+    assert any(row["reasons"].get("nan_inf") for row in registry.fallback_report().values())
+
+
+def test_a_finite_matmul_that_overflows_reruns_as_eager_rbln(fresh_compiler, monkeypatch):
+    """Finite operands whose product overflows: the result's Inf reruns the call (a false alarm of the
+    result check, which only costs time), and the fused graph computes what eager rbln does (the first
+    matmul on the device, where the order of its sums decides between Inf and NaN; the second, whose
+    operand is not finite, on the CPU fallback)."""
+    cpu, device, compiled, x, program = _linears_program(monkeypatch)
+    big = torch.full((5, 16), 3e38)
+    with torch.no_grad():
+        got = compiled(big.to("rbln"))
+        eager = device(big.to("rbln"))
+    assert not torch.isfinite(eager.cpu()).all()
+    torch.testing.assert_close(got.cpu(), eager.cpu(), atol=0, rtol=0, equal_nan=True)
+    assert program.reruns == 1
 
 
 def test_a_kernel_fault_reruns_the_call_on_the_fused_graph(fresh_compiler, monkeypatch):

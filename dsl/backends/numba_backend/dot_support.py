@@ -9,11 +9,12 @@ pair of layouts results takes a dozen loop nests and four gemm specialisations. 
 kernel they tripled a matmul kernel's compile time (3.5 s -> 12 s); here they compile once per operand
 dtype and are cached on disk, and a kernel only links them.
 
-Full tiles of memory of the work dtype whose rows or columns have a unit stride (every tile of a
-float32 matmul but the edges) skip staging: one BLAS gemm reads both operands where they lie, each
-with its own leading dimension (`numba_xxgemm`, the gemm entry numba's `np.dot` itself links, takes
-them as Fortran BLAS does). Staging copied each operand tile on every `tl.dot` (two of the three
-memory passes of a 64x64x64 product).
+Tiles of memory of the work dtype whose rows or columns have a unit stride (every tile of a float32
+matmul, edges included when their masked lanes read 0) skip staging: one BLAS gemm reads both
+operands where they lie, each with its own leading dimension (`numba_xxgemm`, the gemm entry numba's
+`np.dot` itself links, takes them as Fortran BLAS does). Staging copied each operand tile on every
+`tl.dot` (two of the three memory passes of a 64x64x64 product) and multiplied the masked rows of an
+edge tile too (a 256-row tile over Llama's 128 tokens did twice the work).
 
 An operand is described as a box load: `rows x cols` lanes, lane (i, j) reading
 `memory[base + i * row_stride + j * col_stride]` when `i < count_rows and j < count_cols`, else
@@ -149,24 +150,46 @@ def _leading(row_stride, col_stride, rows, cols):
 
 
 @_jit
+def _finite(value):
+    return value - value == 0  # False for NaN and +-Inf
+
+
+@_jit
+def _zero_or_nan(memory, base, stride, count):
+    """The padded lane's sum, fill 0 times each of `count` elements: 0, or NaN when one of them is NaN
+    or Inf (0 * Inf is NaN)."""
+    for k in range(count):
+        if not _finite(memory[base + k * stride]):
+            return np.nan
+    return 0.0
+
+
+@_jit
 def _direct(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_count_rows, a_count_cols, a_fill,
             b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_count_rows, b_count_cols, b_fill,
             out):
-    """`out` = a @ b by one gemm on the operands' memory (of the work dtype), or False with nothing
-    written. Both tiles must be whole in M and N; in K too, or masked at the same count with fill 0
-    on both sides (the padded lanes add 0 * 0: the product is the counted part's). `out` is (M, N)
-    C-contiguous: gemm writes its column-major transpose, b^T a^T."""
-    if a_count_rows != a_rows or b_count_cols != b_cols:
+    """`out` = a @ b by one gemm on the counted part of the operands' memory (of the work dtype), or
+    False with nothing written. `out` is (M, N) C-contiguous: gemm writes the column-major transpose
+    of its counted (count_m, count_n) block, b^T a^T, with leading dimension N.
+
+    Masked lanes must be exact too (nothing says a caller stores only counted ones), so each edge
+    needs fill 0 there: K lanes masked on both sides alike add 0 * 0 to every sum; a masked row of a
+    sums 0 * b[k, n] over k, which is 0 unless column n of b holds a NaN/Inf (then NaN), and that
+    column's NaN/Inf would make the counted row 0's sum non-finite as well, so b is read only when
+    out[0, n] is not finite (rare); masked columns of b likewise; the corner is 0."""
+    count_m, count_n, depth = a_count_rows, b_count_cols, a_count_cols
+    if count_m <= 0 or count_n <= 0 or depth < 0:
+        return False
+    if (count_m != a_rows and a_fill != 0) or (count_n != b_cols and b_fill != 0):
         return False
     if a_count_cols != a_cols or b_count_rows != b_rows:
         if a_count_cols != b_count_rows or a_fill != 0 or b_fill != 0:
             return False
-    depth = a_count_cols
-    if depth <= 0:
+    if depth == 0:
         out[:, :] = 0
         return True
-    a_order, a_ld = _leading(a_row_stride, a_col_stride, a_rows, depth)
-    b_order, b_ld = _leading(b_row_stride, b_col_stride, depth, b_cols)
+    a_order, a_ld = _leading(a_row_stride, a_col_stride, count_m, depth)
+    b_order, b_ld = _leading(b_row_stride, b_col_stride, depth, count_n)
     if a_order < 0 or b_order < 0 or a_base < 0 or b_base < 0:
         return False
     # b row-major is b^T column-major ('n'); a row-major is a^T column-major ('n')
@@ -174,11 +197,27 @@ def _direct(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_coun
     transb = np.int8(_NOTRANS) if a_order == 0 else np.int8(_TRANS)
     alpha = np.ones(1, dtype=out.dtype)
     beta = np.zeros(1, dtype=out.dtype)
-    status = _xxgemm(_blas_kind(out), transa, transb, b_cols, a_rows, depth, alpha.ctypes,
+    status = _xxgemm(_blas_kind(out), transa, transb, count_n, count_m, depth, alpha.ctypes,
                      b_memory[b_base:].ctypes, b_ld, a_memory[a_base:].ctypes, a_ld, beta.ctypes,
-                     out.ctypes, b_cols)
+                     out.ctypes, out.shape[1])
     if status != 0:
         raise RuntimeError("BLAS gemm failed")
+    rows, cols = out.shape
+    if count_m < rows:
+        for n in range(count_n):
+            value = 0.0
+            if not _finite(out[0, n]):
+                value = _zero_or_nan(b_memory, b_base + n * b_col_stride, b_row_stride, depth)
+            for m in range(count_m, rows):
+                out[m, n] = value
+    if count_n < cols:
+        for m in range(count_m):
+            value = 0.0
+            if not _finite(out[m, 0]):
+                value = _zero_or_nan(a_memory, a_base + m * a_row_stride, a_col_stride, depth)
+            for n in range(count_n, cols):
+                out[m, n] = value
+        out[count_m:, count_n:] = 0
     return True
 
 

@@ -2,7 +2,8 @@
 operand reads `memory[base + i * row_stride + j * col_stride]` when `i < count_rows and j < count_cols`,
 else `fill`. Covers the direct gemm on memory (row- and column-major tiles, leading dimensions, a K
 tail masked on both sides) and the staged path it must leave alone (edges in M or N, a nonzero fill,
-f16 memory, strides without a unit one)."""
+f16 memory, strides without a unit one). NaN/Inf in memory must reach the masked lanes of an edge
+tile as they do through staging (0 * Inf is NaN)."""
 
 from __future__ import annotations
 
@@ -48,9 +49,12 @@ CASES = [
     (16, 8, 16, "row", "col", (16, 5), (5, 16), 0.0),  # K tail masked on both sides: direct
     (16, 8, 16, "row", "row", (16, 5), (8, 16), 0.0),  # K tail on one side only: staged
     (16, 8, 16, "row", "row", (16, 0), (0, 16), 0.0),  # nothing counted in K
-    (16, 8, 16, "row", "row", (9, 8), (8, 16), 0.0),  # M edge: staged
-    (16, 8, 16, "col", "row", (16, 8), (8, 11), 0.0),  # N edge: staged
+    (16, 8, 16, "row", "row", (9, 8), (8, 16), 0.0),  # M edge: direct, masked rows 0
+    (16, 8, 16, "col", "row", (16, 8), (8, 11), 0.0),  # N edge: direct
+    (16, 8, 16, "row", "col", (9, 5), (5, 11), 0.0),  # all three edges: direct
     (16, 8, 16, "row", "row", (16, 5), (5, 16), 1.5),  # nonzero fill: staged
+    (16, 8, 16, "row", "row", (9, 8), (8, 16), 1.5),  # M edge, nonzero fill: staged
+    (16, 8, 16, "row", "row", (0, 8), (8, 16), 0.0),  # no row counted: staged
     (16, 8, 16, "none", "row", (16, 8), (8, 16), 0.0),  # no unit stride: staged
     (1, 8, 16, "row", "col", (1, 8), (8, 16), 0.0),
     (16, 1, 1, "col", "row", (16, 1), (1, 1), 0.0),
@@ -75,6 +79,28 @@ def test_tile_dot_matches_numpy(case, dtype, pad):
     assert got.shape == (m, n) and got.dtype == dtype and got.flags.c_contiguous
     tolerance = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("order", ["row", "col"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_tile_dot_edges_carry_nan_and_inf_into_masked_lanes(order, bad):
+    """A NaN/Inf in the counted part of b reaches the masked rows of a (0 * Inf = NaN) and one in a
+    reaches the masked columns of b, as the staged product of zero-filled tiles computes them."""
+    rng = np.random.default_rng(3)
+    memory_a = rng.standard_normal(2048).astype(np.float32)
+    memory_b = rng.standard_normal(2048).astype(np.float32)
+    a_rs, a_cs = _layouts(16, 8, order, 2)
+    b_rs, b_cs = _layouts(8, 16, order, 2)
+    memory_b[5 + 3 * b_rs + 4 * b_cs] = bad  # b[3, 4]
+    memory_a[7 + 2 * a_rs + 6 * a_cs] = bad  # a[2, 6]
+    a = _operand(memory_a, 7, a_rs, a_cs, (16, 8), (9, 8), 0.0, np.dtype(np.float32))
+    b = _operand(memory_b, 5, b_rs, b_cs, (8, 16), (8, 11), 0.0, np.dtype(np.float32))
+    with np.errstate(invalid="ignore"):
+        expected = _box(memory_a, 7, a_rs, a_cs, 16, 8, 9, 8, 0.0, np.float64) @ \
+            _box(memory_b, 5, b_rs, b_cs, 8, 16, 8, 11, 0.0, np.float64)
+    got = dot_support.tile_dot(*a, *b)
+    assert np.isnan(got[12, 4]) and np.isnan(got[2, 13]) and got[12, 13] == 0 and got[12, 5] == 0
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_tile_dot_f16_memory_is_staged_and_converted():

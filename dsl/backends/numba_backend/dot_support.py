@@ -11,8 +11,8 @@ dtype and are cached on disk, and a kernel only links them.
 
 Tiles of memory of the work dtype whose rows or columns have a unit stride (every tile of a float32
 matmul, edges included when their masked lanes read 0) skip staging: one BLAS gemm reads both
-operands where they lie, each with its own leading dimension (`numba_xxgemm`, the gemm entry numba's
-`np.dot` itself links, takes them as Fortran BLAS does). Staging copied each operand tile on every
+operands where they lie, each with its own leading dimension (Fortran BLAS gemm: torch's MKL where
+torch exports it, else scipy's, see `_bind_gemm`). Staging copied each operand tile on every
 `tl.dot` (two of the three memory passes of a 64x64x64 product) and multiplied the masked rows of an
 edge tile too (a 256-row tile over Llama's 128 tokens did twice the work).
 
@@ -24,6 +24,9 @@ from a stale numba cache of a kernel that inlined an older one.
 """
 
 from __future__ import annotations
+
+import ctypes
+from pathlib import Path
 
 import numba
 import numba.extending
@@ -37,14 +40,68 @@ _jit = numba.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False
 
 ensure_blas()  # (scipy's BLAS: np.dot needs it as well; a clear ImportError without it)
 
-# numba's own binding of BLAS gemm (numba/_helperlib.c, resolved by name, so cached kernels link it
-# again in a new process): kind ('s' float32, 'd' float64), transa, transb, m, n, k, alpha, a, lda,
-# b, ldb, beta, c, ldc; column-major as Fortran BLAS; returns 0, or -1 with a Python error set.
-_xxgemm = types.ExternalFunction("numba_xxgemm", types.intc(
-    types.char, types.char, types.char, types.intp, types.intp, types.intp,
-    types.voidptr, types.voidptr, types.intp, types.voidptr, types.intp, types.voidptr,
-    types.voidptr, types.intp))
+
+def _capsule_address(module: object, name: str) -> int:
+    """The address of a Cython module's exported C function (its `__pyx_capi__` capsule)."""
+    capsule = module.__pyx_capi__[name]
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return get_pointer(capsule, get_name(capsule))
+
+
+def _torch_blas() -> dict[str, int]:
+    """The Fortran gemm entries of the BLAS linked into torch's CPU library (MKL in the x86-64 wheels:
+    sgemm_, dgemm_ and its per-thread thread count), by address; {} where it exports none."""
+    import torch
+
+    path = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    try:
+        library = ctypes.CDLL(str(path))
+        return {name: ctypes.cast(getattr(library, name), ctypes.c_void_p).value
+                for name in ("sgemm_", "dgemm_", "mkl_set_num_threads_local")}
+    except (OSError, AttributeError):
+        return {}
+
+
+@numba.cfunc(types.intc(types.voidptr))
+def _no_thread_setting(count):  # pragma: no cover  (called from compiled code)
+    return 0
+
+
+def _bind_gemm() -> str:
+    """Bind the symbols `tile_dot`'s direct gemm calls: `torch_rbln_sgemm`/`torch_rbln_dgemm` (Fortran
+    BLAS gemm: pointers to transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) and
+    `torch_rbln_blas_threads_local` (MKL's `mkl_set_num_threads_local`, its count by address as the
+    Fortran entry it exports takes it: 1 for this thread's gemm,
+    then the previous setting back, so a kernel's gemm stays on its simulated NPU's one thread and
+    torch's own MKL calls keep theirs). Torch's MKL where it exports them: at Llama's shapes it ran
+    ~107 GFLOP/s on one thread where scipy's OpenBLAS ran ~80. Else scipy's BLAS (whose threads
+    `blas.py` limits) and a no-op thread setting. Bound by name at import, before any kernel is
+    loaded, so kernels cached by another process link whichever this one has. Returns the source."""
+    import llvmlite.binding as ll
+    import scipy.linalg.cython_blas as cython_blas
+
+    found = _torch_blas()
+    if len(found) == 3:
+        ll.add_symbol("torch_rbln_sgemm", found["sgemm_"])
+        ll.add_symbol("torch_rbln_dgemm", found["dgemm_"])
+        ll.add_symbol("torch_rbln_blas_threads_local", found["mkl_set_num_threads_local"])
+        return "torch (MKL)"
+    ll.add_symbol("torch_rbln_sgemm", _capsule_address(cython_blas, "sgemm"))
+    ll.add_symbol("torch_rbln_dgemm", _capsule_address(cython_blas, "dgemm"))
+    ll.add_symbol("torch_rbln_blas_threads_local", _no_thread_setting.address)
+    return "scipy"
+
+
+GEMM_SOURCE = _bind_gemm()
+_GEMM_SIGNATURE = types.void(*[types.voidptr] * 13)
+_sgemm = types.ExternalFunction("torch_rbln_sgemm", _GEMM_SIGNATURE)
+_dgemm = types.ExternalFunction("torch_rbln_dgemm", _GEMM_SIGNATURE)
+_threads_local = types.ExternalFunction("torch_rbln_blas_threads_local", types.intc(types.voidptr))
 _NOTRANS, _TRANS = ord("n"), ord("t")
+_INT32_MAX = 2**31 - 1
 
 # `_stage` results: which array holds the operand
 VIEW_C, VIEW_F, STAGED_C, STAGED_F = 0, 1, 2, 3
@@ -125,15 +182,21 @@ def _stage(memory, base, row_stride, col_stride, count_rows, count_cols, fill, s
     return STAGED_F
 
 
-def _blas_kind(out):  # pragma: no cover  (numba overload below)
+def _gemm(out, *args):  # pragma: no cover  (numba overload below)
     raise NotImplementedError
 
 
-@numba.extending.overload(_blas_kind, jit_options={"cache": True})
-def _blas_kind_impl(out):
-    """BLAS's letter for the product's dtype (float32 's', float64 'd')."""
-    letter = ord("d") if out.dtype == types.float64 else ord("s")
-    return lambda out: np.int8(letter)
+@numba.extending.overload(_gemm, jit_options={"cache": True})
+def _gemm_impl(out, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+    """The Fortran gemm of `out`'s dtype (float32 sgemm, float64 dgemm), on one BLAS thread."""
+    gemm = _dgemm if out.dtype == types.float64 else _sgemm
+
+    def call(out, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        threads = np.ones(1, dtype=np.int32)
+        threads[0] = _threads_local(threads.ctypes)
+        gemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+        _threads_local(threads.ctypes)  # (0, the usual previous setting, means torch's global count)
+    return call
 
 
 @_jit
@@ -190,18 +253,21 @@ def _direct(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_coun
         return True
     a_order, a_ld = _leading(a_row_stride, a_col_stride, count_m, depth)
     b_order, b_ld = _leading(b_row_stride, b_col_stride, depth, count_n)
-    if a_order < 0 or b_order < 0 or a_base < 0 or b_base < 0:
-        return False
-    # b row-major is b^T column-major ('n'); a row-major is a^T column-major ('n')
-    transa = np.int8(_NOTRANS) if b_order == 0 else np.int8(_TRANS)
-    transb = np.int8(_NOTRANS) if a_order == 0 else np.int8(_TRANS)
-    alpha = np.ones(1, dtype=out.dtype)
-    beta = np.zeros(1, dtype=out.dtype)
-    status = _xxgemm(_blas_kind(out), transa, transb, count_n, count_m, depth, alpha.ctypes,
-                     b_memory[b_base:].ctypes, b_ld, a_memory[a_base:].ctypes, a_ld, beta.ctypes,
-                     out.ctypes, out.shape[1])
-    if status != 0:
-        raise RuntimeError("BLAS gemm failed")
+    if a_order < 0 or b_order < 0 or a_base < 0 or b_base < 0 or max(a_ld, b_ld, out.shape[1]) > _INT32_MAX:
+        return False  # (LP64 BLAS takes 32-bit sizes)
+    # b row-major is b^T column-major ('n'); a row-major is a^T column-major ('n'). Fortran BLAS takes
+    # every argument by address: [transa, transb] and [m, n, k, lda, ldb, ldc], [alpha, beta].
+    flags = np.empty(2, dtype=np.uint8)
+    flags[0] = _NOTRANS if b_order == 0 else _TRANS
+    flags[1] = _NOTRANS if a_order == 0 else _TRANS
+    sizes = np.empty(6, dtype=np.int32)
+    sizes[0], sizes[1], sizes[2] = count_n, count_m, depth
+    sizes[3], sizes[4], sizes[5] = b_ld, a_ld, out.shape[1]
+    scale = np.empty(2, dtype=out.dtype)
+    scale[0], scale[1] = 1, 0
+    _gemm(out, flags[0:].ctypes, flags[1:].ctypes, sizes[0:].ctypes, sizes[1:].ctypes, sizes[2:].ctypes,
+          scale[0:].ctypes, b_memory[b_base:].ctypes, sizes[3:].ctypes, a_memory[a_base:].ctypes,
+          sizes[4:].ctypes, scale[1:].ctypes, out.ctypes, sizes[5:].ctypes)
     rows, cols = out.shape
     if count_m < rows:
         for n in range(count_n):

@@ -127,3 +127,35 @@ def test_direct_gemm_taken_for_whole_unit_stride_tiles():
     np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
     # a leading dimension below the tile's width (overlapping rows) is not a BLAS matrix: staged
     assert not dot_support._direct(memory, 0, 4, 1, 4, 8, 4, 8, 0.0, memory, 100, 1, 9, 8, 6, 8, 6, 0.0, out)
+
+
+def test_gemm_binds_torch_blas_or_falls_back_to_scipy():
+    """Where torch exports its BLAS, `tile_dot` runs on it; a process without it binds scipy's under
+    the same symbols, so a kernel cached by either links in the other (the product checked there)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    assert dot_support.GEMM_SOURCE in ("torch (MKL)", "scipy")
+    script = textwrap.dedent("""
+        import ctypes
+        real = ctypes.CDLL
+        def refuse(name, *args, **kwargs):
+            if "libtorch_cpu" in str(name):
+                raise OSError("hidden for the test")
+            return real(name, *args, **kwargs)
+        ctypes.CDLL = refuse
+        import numpy as np
+        from torch_rbln.dsl.backends.numba_backend import dot_support
+        ctypes.CDLL = real
+        assert dot_support.GEMM_SOURCE == "scipy", dot_support.GEMM_SOURCE
+        memory = np.random.default_rng(0).standard_normal(1024).astype(np.float32)
+        out = np.empty((4, 6), dtype=np.float32)
+        assert dot_support._direct(memory, 0, 10, 1, 4, 8, 4, 8, 0.0, memory, 100, 1, 9, 8, 6, 8, 6, 0.0, out)
+        a = np.array([[memory[i * 10 + j] for j in range(8)] for i in range(4)])
+        b = np.array([[memory[100 + i + j * 9] for j in range(6)] for i in range(8)])
+        np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

@@ -226,7 +226,7 @@ class _Builder:
         meta = node.meta.get("val")
         if self.hoist(node):
             return
-        if target is aten.cat.default and self.cat_as_copy(node):
+        if target is aten.cat.default and (self.cat_as_copy(node) or self.cat_as_copies(node)):
             return
         if target is operator.getitem:
             source = self.env.get(node.args[0])
@@ -296,6 +296,103 @@ class _Builder:
         self.calls["clone.default (cat of one non-empty tensor)"] += 1
         return True
 
+    def cat_as_copies(self, node: fx.Node) -> bool:
+        """`cat` as one tiled copy per non-empty input into its slice of the output, allocated as the
+        graph records it (`tiled_copy`'s kernel, launched by address): a cat in the registry pays its
+        dispatch, its checks and a launch per input through the checked path; Llama's RoPE
+        (`rotate_half`) makes one per q and k per layer. The copies are made once here on the
+        recorded values and checked against the recorded result."""
+        tensors, meta = node.args[0], node.meta.get("val")
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        real_out = self.values.get(node)
+        if not isinstance(meta, torch.Tensor) or not isinstance(real_out, torch.Tensor) or \
+                real_out.device.type != "rbln" or meta.dim() == 0 or \
+                not _same_layout(real_out, meta) or not isinstance(tensors, (list, tuple)):
+            return False
+        dim = dim % meta.dim()
+        pieces, start, guards = [], 0, []
+        for tensor in tensors:
+            value = self.env.get(tensor) if isinstance(tensor, fx.Node) else None
+            source = tensor.meta.get("val") if isinstance(tensor, fx.Node) else None
+            real = self.values.get(tensor) if isinstance(tensor, fx.Node) else None
+            if not isinstance(source, torch.Tensor) or not isinstance(real, torch.Tensor) or \
+                    source.dtype != meta.dtype or real.dtype != meta.dtype:
+                return False
+            if source.numel() == 0:
+                continue
+            if isinstance(value, tuple) and value[0] == "expr" and tuple(real.shape) == tuple(source.shape) \
+                    and real.storage_offset() == 0:
+                # a call whose result has other strides than the graph records (the registry's `neg`
+                # of a strided view): copied from the layout it has, which a guard checks per call
+                source = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="meta")
+                value = _Tensor(value[1], source)
+                guards.append(f"{value.name}.stride() != {tuple(real.stride())} or "
+                              f"{value.name}.storage_offset() != 0")
+            if not isinstance(value, _Tensor):
+                return False
+            if source.dim() != meta.dim() or any(a != b for d, (a, b) in enumerate(
+                    zip(source.shape, meta.shape, strict=True)) if d != dim):
+                return False
+            pieces.append((source, value, real, start))
+            start += source.shape[dim]
+        if start != meta.shape[dim] or not pieces:
+            return False
+        trial = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=real_out.device)
+        launches = []
+        for source, value, real, offset in pieces:
+            shape = list(meta.shape)
+            shape[dim] = source.shape[dim]
+            view = torch.empty_strided(shape, meta.stride(), dtype=meta.dtype, device="meta")
+            kept = self._copy_launch(source, real, view, trial.narrow(dim, offset, shape[dim]))
+            if kept is None:
+                return False
+            launches.append((value, view, offset * meta.stride()[dim], kept))
+        if not torch.equal(trial.cpu(), real_out.cpu()):
+            return False
+        if guards:
+            self.emit(f"if {' or '.join(guards)}:\n        raise Unplanned()",
+                      self.reads(" ".join(guards)))
+        out = _Tensor(self.allocate(meta), meta)
+        for value, view, offset, (launcher, grid, ints) in launches:
+            self.launch(launcher, grid, [value, _Tensor(None, view, out, offset)], ints, node.name)
+        self.env[node] = out
+        self.counter["planned"] += 1
+        from torch_rbln.registry import _copy
+
+        self.device_counts[_copy.NAME] += len(launches)
+        return True
+
+    def _copy_launch(self, src_meta: torch.Tensor, real_src: torch.Tensor, dst_meta: torch.Tensor,
+                     real_dst: torch.Tensor) -> tuple | None:
+        """The registry's tiled copy of `src_meta` into `dst_meta`'s layout, launched once on the real
+        tensors (which writes `real_dst`), as (by-address launcher, grid, int arguments); None where
+        the kernel cannot take it (more than four dims after merging, ints over 32 bits, a dtype it
+        has no specialisation for) or kept no direct launch."""
+        from torch_rbln.registry import _copy, _launch
+        from torch_rbln.registry.geometry import collapse, expanded_strides
+
+        if real_src.device.type != "rbln" or dst_meta.dtype not in (torch.float32, torch.float16,
+                                                                    torch.bfloat16):
+            return None
+        stand_in = torch.empty_strided(src_meta.shape, src_meta.stride(), device="meta")
+        sizes, (src_strides, dst_strides) = collapse(
+            list(dst_meta.shape), [list(expanded_strides(stand_in, list(dst_meta.shape))),
+                                   list(dst_meta.stride())])
+        if not sizes or len(sizes) > 4:
+            return None
+        pad = 4 - len(sizes)
+        launch = _copy._tiled([1] * pad + sizes, [0] * pad + src_strides, [0] * pad + dst_strides, False)
+        if not launch.fits:
+            return None
+        kernel = _launch.kernel_module("elementwise").tiled_copy_kernel
+        key = (dst_meta.dtype, dst_meta.dtype, *launch.constexprs.values())
+        _launch.launch(kernel, launch.programs, key, (real_src, real_dst, *launch.ints), launch.constexprs,
+                       launch.rows)
+        kept = _launch.unchecked(kernel, key)
+        if kept is None or not hasattr(kept, "by_address"):
+            return None
+        return kept.by_address, (launch.programs, launch.rows, 1), launch.ints
+
     def tiled_copy(self, node: fx.Node, source: fx.Node, meta: torch.Tensor) -> bool:
         """The copy of `source` into a fresh tensor laid out as `meta`, launched by address on the
         registry's tiled copy kernel (`registry._copy._tiled`: rows of contiguous runs, or square tiles
@@ -303,34 +400,19 @@ class _Builder:
         `TILED_MIN` elements divides every element's index, several times slower on a permuted head
         split. The launch is made once here on the recorded values and checked against the recorded
         result."""
-        from torch_rbln.registry import _copy, _launch
-        from torch_rbln.registry.geometry import collapse, expanded_strides
+        from torch_rbln.registry import _copy
 
         src_meta, real_src, real_out = source.meta["val"], self.values.get(source), self.values.get(node)
         if not isinstance(real_src, torch.Tensor) or not isinstance(real_out, torch.Tensor) or \
-                real_src.device.type != "rbln" or meta.dtype not in (torch.float32, torch.float16,
-                                                                      torch.bfloat16):
+                real_src.device.type != "rbln":
             return False
-        stand_in = torch.empty_strided(src_meta.shape, src_meta.stride(), device="meta")
-        sizes, (src_strides, dst_strides) = collapse(
-            list(meta.shape), [list(expanded_strides(stand_in, list(meta.shape))), list(meta.stride())])
-        if not sizes or len(sizes) > 4:
-            return False
-        pad = 4 - len(sizes)
-        launch = _copy._tiled([1] * pad + sizes, [0] * pad + src_strides, [0] * pad + dst_strides, False)
-        if not launch.fits:
-            return False
-        kernel = _launch.kernel_module("elementwise").tiled_copy_kernel
-        key = (meta.dtype, meta.dtype, *launch.constexprs.values())
         trial = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=real_src.device)
-        _launch.launch(kernel, launch.programs, key, (real_src, trial, *launch.ints), launch.constexprs,
-                       launch.rows)
-        kept = _launch.unchecked(kernel, key)
-        if kept is None or not hasattr(kept, "by_address") or not torch.equal(trial.cpu(), real_out.cpu()):
+        kept = self._copy_launch(src_meta, real_src, meta, trial)
+        if kept is None or not torch.equal(trial.cpu(), real_out.cpu()):
             return False
+        launcher, grid, ints = kept
         out = _Tensor(self.allocate(meta), meta)
-        self.launch(kept.by_address, (launch.programs, launch.rows, 1), [self.env[source], out], launch.ints,
-                    node.name)
+        self.launch(launcher, grid, [self.env[source], out], ints, node.name)
         self.env[node] = out
         self.counter["planned"] += 1
         self.device_counts[_copy.NAME] += 1

@@ -328,6 +328,41 @@ def test_a_cat_onto_an_empty_cache_is_a_tiled_copy(fresh_compiler, monkeypatch):
     assert report["planned"] >= 1
 
 
+@pytest.mark.parametrize("case", ["rotate_half", "three_on_dim0", "strided_pieces"])
+def test_a_cat_is_one_tiled_copy_per_input_into_its_slice(fresh_compiler, monkeypatch, case):
+    """`cat` of several tensors (Llama's `rotate_half`: cat of a negated half and the other half of a
+    permuted q; pieces on dim 0; pieces that are transposed views) is one tiled copy per input, launched
+    by address into the slice of an output laid out as the graph records it: no `cat` call, and the
+    same values and strides as the node-by-node graph and the CPU."""
+    programs = _programs(monkeypatch)
+
+    def f(x, y):
+        if case == "rotate_half":
+            q = x.view(2, 8, 4, 8).transpose(1, 2)
+            return torch.cat((-q[..., 4:], q[..., :4]), dim=-1) * 2.0
+        if case == "three_on_dim0":
+            return torch.cat([x[0] + 1.0, y, x[1]], dim=0) - 1.0
+        return torch.cat([x.transpose(1, 2), y.view(2, 8, 8, 4).transpose(0, 1)[0]], dim=-1) * 0.5
+
+    torch.manual_seed(5)
+    x, y = torch.randn(2, 8, 32), torch.randn(16, 32)
+    if case == "strided_pieces":
+        x, y = torch.randn(2, 32, 8), torch.randn(2, 8, 32)
+    compiled = torch.compile(f, backend="rbln")
+    xr, yr = x.to("rbln"), y.to("rbln")
+    expected = f(x, y)
+    with torch.no_grad():
+        first = compiled(xr, yr).cpu()
+        for _ in range(3):
+            got = compiled(xr, yr)
+            assert got.shape == expected.shape and got.stride() == expected.stride()
+            torch.testing.assert_close(got.cpu(), first, atol=0, rtol=0)
+            torch.testing.assert_close(got.cpu(), expected, atol=ATOL, rtol=RTOL)
+    report = programs[0].report
+    assert programs[0].function is not None and programs[0].reruns == 0
+    assert not any("cat" in name for name in report["calls"]), report
+
+
 def test_a_fused_output_recorded_permuted_is_stored_there_and_launched(fresh_compiler, monkeypatch):
     """RoPE on a permuted q: the traced graph records the pointwise result with q's permuted strides.
     The fused kernel stores it at those strides (no row-major copy afterwards), so the program launches

@@ -74,10 +74,10 @@ def _bind_gemm() -> str:
     """Bind the symbols `tile_dot`'s direct gemm calls: `torch_rbln_sgemm`/`torch_rbln_dgemm` (Fortran
     BLAS gemm: pointers to transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) and
     `torch_rbln_blas_threads_local` (MKL's `mkl_set_num_threads_local`, its count by address as the
-    Fortran entry it exports takes it: 1 for this thread's gemm,
-    then the previous setting back, so a kernel's gemm stays on its simulated NPU's one thread and
-    torch's own MKL calls keep theirs). Torch's MKL where it exports them: at Llama's shapes it ran
-    ~107 GFLOP/s on one thread where scipy's OpenBLAS ran ~80. Else scipy's BLAS (whose threads
+    Fortran entry it exports takes it: 1 for this thread's gemm, then the previous setting back, so a
+    kernel's gemm stays on its simulated NPU's one thread and torch's own MKL calls keep theirs).
+    Torch's MKL where it exports them: at Llama's shapes it ran ~107 GFLOP/s on one thread where
+    scipy's OpenBLAS ran ~80. Else scipy's BLAS (whose threads
     `blas.py` limits) and a no-op thread setting. Bound by name at import, before any kernel is
     loaded, so kernels cached by another process link whichever this one has. Returns the source."""
     import llvmlite.binding as ll

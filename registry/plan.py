@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 from torch_rbln.dsl.jit import on_clear_cache
 
-from torch_rbln import _memory
-from torch_rbln.tp import requested_backend
+from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from ._base import Decline
@@ -55,6 +55,16 @@ def finite_of(dtype: torch.dtype) -> Callable[[Tensor, int], bool]:
     return finite
 
 
+def scanner(dtype: torch.dtype, numel: int) -> Callable[[Tensor], bool]:
+    """`finite(x)`: whether the contiguous `x` of `dtype` (`numel` elements) holds no NaN/Inf, True in
+    deploy mode (`config.deploy_mode`, read per call)."""
+    scan, mask = contiguous_scan(dtype)
+    deploy_mode = config.deploy_mode
+    if numel < PARALLEL_MIN:
+        return lambda x: deploy_mode() or scan(x.data_ptr(), numel, mask)
+    return lambda x: deploy_mode() or all_finite(x)
+
+
 def write_only_buffer(buffers: dict, index: int, shape: tuple, limit: int) -> Tensor:
     """A float32 rbln:index buffer of `shape` for a kernel output no caller reads (a forward's rstd or
     logsumexp without autograd): kept in `buffers` (a plan's, per device) when it has at most `limit`
@@ -66,6 +76,19 @@ def write_only_buffer(buffers: dict, index: int, shape: tuple, limit: int) -> Te
         if buffer.numel() <= limit:
             buffers[index] = buffer
     return buffer
+
+
+class Launch(NamedTuple):
+    """One launch decided for a signature, shared by a family's checked implementation and its plans:
+    `kernel[(programs, rows)](*tensors, *ints, **keywords)`, kept under `key` (which determines the
+    specialisation)."""
+
+    kernel: Any
+    key: tuple
+    keywords: dict
+    programs: int = 1
+    rows: int = 1
+    ints: tuple = ()
 
 
 class Family(NamedTuple):
@@ -121,6 +144,12 @@ class Plan:
             _PLANS.add(self)
 
     @classmethod
+    def of(cls, launch: Launch, shape: tuple, dtype: Any, scanned: tuple = (0,)) -> Plan:
+        """The plan of one decided `launch` writing a result of `shape` and `dtype`."""
+        return cls(launch.kernel, launch.key, launch.keywords, launch.programs, launch.rows, shape, dtype,
+                   scanned)
+
+    @classmethod
     def declined(cls, reason: str) -> Plan:
         plan = cls()
         plan.reason = reason
@@ -148,6 +177,24 @@ class Plan:
         launch that later runs use."""
         _launch.launch(self.kernel, self.programs, self.key, args, self.keywords, rows=self.rows)
         self.launcher, self.backend = None, False  # the next run fetches the launch this one kept
+
+
+    def launch_fn(self, index: int) -> Callable[..., None]:
+        """`launch(*args)`: a run's launch of this plan's grid on rbln:`index`, through the kept direct
+        launch, or the checked one (`launch_checked`) on the first run (none kept yet), after the
+        kernel's `clear_cache()` or a change of DSL backend, and for a grid of several programs on a
+        device whose tensor-parallel size is above 1 (the checked launch splits it over the group)."""
+        programs, rows = self.programs, self.rows
+        split = programs * rows > 1
+
+        def launch(*args: Any) -> None:
+            launcher = self.launcher if self.backend == requested_backend() else self.kept()
+            if launcher is None or (split and device_tp(index) > 1):
+                self.launch_checked(args)
+            else:
+                launcher(programs, rows, 1, *args)
+
+        return launch
 
 
 NO_PLAN = Plan()  # a signature the implementation takes (it decides every call of it itself)

@@ -20,7 +20,6 @@ import torch
 from torch import Tensor
 
 from torch_rbln import _memory, config
-from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
@@ -196,11 +195,10 @@ def _forward_plan(key: tuple, operands: tuple) -> Plan:
     counts = (rows * classes, classes if has_w else 0)  # x, weight
     plain, check = _checks(dtype, counts)
     unscanned, (_, mask), wide = (0, 0), contiguous_scan(dtype), int(dtype == torch.float32)
-    empty_pair, deploy_mode = _memory.empty_pair, config.deploy_mode
+    empty_pair, deploy_mode, launch = _memory.empty_pair, config.deploy_mode, plan.launch_fn(index)
 
     def run(operands: tuple) -> tuple | None:
         x, target, weight = operands
-        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         w = x if weight is None else weight  # not read without HAS_W: x stands in
         if plain is not None:  # targets in range and x, weight finite: one compiled call
             if not plain(target.data_ptr(), rows, classes, ignore_index, (x.data_ptr(), w.data_ptr()),
@@ -209,10 +207,7 @@ def _forward_plan(key: tuple, operands: tuple) -> Plan:
         elif not check(target, rows, classes, ignore_index, (x, w)):
             return None
         loss, total_weight = empty_pair((), (), dtype, index)
-        if launcher is None:
-            plan.launch_checked((x, target, w, loss, total_weight, *ints))
-        else:
-            launcher(1, 1, 1, x, target, w, loss, total_weight, *ints)
+        launch(x, target, w, loss, total_weight, *ints)
         return loss, total_weight
 
     plan.run = run
@@ -271,12 +266,10 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
     counts = (grad_numel, rows * classes, classes if has_w else 0, 1)
     plain, check = _checks(dtype, counts)
     unscanned, (_, mask), wide = (0, 0, 0, 0), contiguous_scan(dtype), int(dtype == torch.float32)
-    empty_, deploy_mode = _memory.empty, config.deploy_mode
-    split, weighted = rows > 1, int(has_w)
+    empty_, deploy_mode, launch = _memory.empty, config.deploy_mode, plan.launch_fn(index)
 
     def run(operands: tuple) -> Tensor | None:
         grad, x, target, weight, total_weight = operands
-        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         w = grad if weight is None else weight  # not read without HAS_W: grad stands in
         if plain is not None:  # targets in range and grad, x, weight, total_weight finite: one call
             if not plain(target.data_ptr(), rows, classes, ignore_index,
@@ -286,11 +279,7 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
         elif not check(target, rows, classes, ignore_index, (grad, x, w, total_weight)):
             return None
         dx = empty_(shape, dtype, index)
-        if launcher is None or (split and device_tp(index) > 1):
-            plan.launch_checked((grad, target, w, total_weight, dx, *ints))
-        else:
-            launcher(rows, 1, 1, grad, target, w, total_weight, dx, classes, ignore_index, reduction,
-                     weighted)
+        launch(grad, target, w, total_weight, dx, *ints)
         return dx
 
     plan.run = run

@@ -20,8 +20,9 @@ from torch_rbln import _memory
 from ._base import FLOATS, Decline
 from ._launch import kernel_module as _k
 from ._launch import launch_grid as _run
-from ._ops import _matmul_launch, contiguous, empty
+from ._ops import contiguous, empty
 from .geometry import I32, cdiv
+from .matmul import launch as _matmul_launch
 
 _HALVES = (torch.float16, torch.bfloat16)
 

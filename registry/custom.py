@@ -20,7 +20,7 @@ from torch import Tensor
 from torch_rbln import _memory, config
 
 from . import _launch
-from ._ops import FLOATS, Decline, _k, _matmul_launch, contiguous, empty, fill_floats
+from ._ops import FLOATS, Decline, _k, contiguous, empty, fill_floats
 from .custom_ops import (  # noqa: F401  (re-exported)
     _rms_norm_backward_fake,
     _rms_norm_backward_reference,
@@ -28,6 +28,7 @@ from .custom_ops import (  # noqa: F401  (re-exported)
     _rotary_reference,
 )
 from .geometry import I32, row_block
+from .matmul import launch as _matmul_launch
 from .plan import (
     NO_PLAN,
     Family,

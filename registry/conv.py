@@ -247,13 +247,6 @@ def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation,
 
 # ---------------------------------------------------------------- batch norm
 
-def _param_dtype(x, weight, running_mean) -> torch.dtype:
-    for t in (weight, running_mean):
-        if t is not None:
-            return t.dtype
-    return x.dtype
-
-
 def _check_params(x, *params) -> torch.dtype:
     """The statistics' dtype; Decline unless every parameter is (C,) of x's dtype, or float32 with a
     half-precision x (torch's mixed form; other mixes are torch errors)."""

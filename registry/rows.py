@@ -239,14 +239,18 @@ def layer_norm(x, normalized_shape, weight, bias, eps):
     return out, mean, rstd
 
 
-def _normalized(dtype: torch.dtype, shape: tuple, normalized: tuple) -> int | None:
-    """The row length of a layer norm of a tensor of `shape` over its trailing dims `normalized`, or
-    None where no plan takes it (another dtype, shapes that do not line up, an empty tensor)."""
+def _normalized(dtype: torch.dtype, shape: tuple, normalized: tuple, w_shape: tuple | None,
+                b_shape: tuple | None) -> int | None:
+    """The row length of a layer norm of a tensor of `shape` over its trailing dims `normalized` with a
+    weight and bias of those shapes (None: absent), or None where no plan takes it (another dtype,
+    shapes that do not line up, an empty tensor)."""
     tail = len(normalized)
     if dtype not in FLOATS or tail == 0 or tail > len(shape) or tuple(shape[-tail:]) != normalized:
         return None
     n = math.prod(normalized)
-    return n if n and math.prod(shape) else None
+    if not n or not math.prod(shape) or any(s is not None and math.prod(s) != n for s in (w_shape, b_shape)):
+        return None
+    return n
 
 
 def layer_norm_family() -> Family:
@@ -289,10 +293,10 @@ def layer_norm_family() -> Family:
 def _layer_norm_plan(key: tuple, operands: tuple) -> Plan:
     dtype, shape, index, normalized, w_shape, b_shape, deploy = key
     shape = tuple(shape)
-    n = _normalized(dtype, shape, normalized)
-    has_w, has_b = w_shape is not None, b_shape is not None
-    if n is None or (has_w and math.prod(w_shape) != n) or (has_b and math.prod(b_shape) != n):
+    n = _normalized(dtype, shape, normalized, w_shape, b_shape)
+    if n is None:
         return NO_PLAN
+    has_w, has_b = w_shape is not None, b_shape is not None
     numel = math.prod(shape)
     rows = numel // n
     kernel, launch_key, keywords = norm_launch(dtype, dtype, dtype, dtype, dtype, n, rms=False, has_w=has_w,
@@ -475,10 +479,10 @@ def layer_norm_backward_family() -> Family:
 def _layer_norm_backward_plan(key: tuple, operands: tuple) -> Plan:
     dtype, shape, index, normalized, mean_shape, rstd_shape, w_shape, b_shape, mask, deploy = key
     shape = tuple(shape)
-    n = _normalized(dtype, shape, normalized)
-    has_w, has_b = w_shape is not None, b_shape is not None
-    if n is None or (has_w and math.prod(w_shape) != n) or (has_b and math.prod(b_shape) != n):
+    n = _normalized(dtype, shape, normalized, w_shape, b_shape)
+    if n is None:
         return NO_PLAN
+    has_w, has_b = w_shape is not None, b_shape is not None
     numel = math.prod(shape)
     rows = numel // n
     if math.prod(mean_shape) != rows or math.prod(rstd_shape) != rows:

@@ -210,10 +210,6 @@ def _std(x, dim=None, correction=None, keepdim=False):
     return EW.unary("sqrt", R.reduce("var", x, dim, keepdim, correction=correction))
 
 
-def _linear(x, w, b=None):
-    raise Decline("linear decomposes")  # pragma: no cover  (linear is CompositeImplicit)
-
-
 F = "float32"
 LOOSE = {"float16": (2e-2, 2e-2), "bfloat16": (5e-2, 5e-2), "float32": (1e-4, 1e-4)}
 MATMUL = {"float16": (5e-2, 2e-2), "bfloat16": (2e-1, 5e-2), "float32": (1e-3, 1e-4)}

@@ -655,10 +655,16 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
     return plan
 
 
-# pow(x, exponent) -> (unary op, its parameter) for the exponents `table._pow_scalar` special-cases as
-# torch does (2 is x * x, a binary mul); every other exponent is the generic "pow" with p = exponent
+# pow(x, exponent) -> (unary op, its parameter) for the exponents torch special-cases, computed as it
+# does (products and a division, no exp/log; 2 is x * x, a binary mul)
 _POW_UNARY = {1: ("scale", 1.0), 0.5: ("sqrt", 0.0), 3: ("cube", 0.0), -1: ("reciprocal", 0.0),
               -2: ("reciprocal_square", 0.0), -0.5: ("rsqrt", 0.0)}
+
+
+def pow_unary(exponent: float) -> tuple[str, float]:
+    """(unary op, its parameter) of `pow(x, exponent)` for a real exponent other than 2: a special case
+    above, else the generic "pow" with p = exponent (the checked `table._pow_scalar` and the plans)."""
+    return _POW_UNARY.get(exponent) or ("pow", float(exponent))
 
 
 def pow_scalar(*, out: bool = False) -> Family:
@@ -675,7 +681,7 @@ def pow_scalar(*, out: bool = False) -> Family:
             return None
         if exponent == 2:
             return _binary_key("mul", x, x, 1.0, target)
-        op, p = _POW_UNARY.get(exponent) or ("pow", float(exponent))
+        op, p = pow_unary(exponent)
         return _unary_key(op, x, p, target)
 
     def plan(key: tuple, operands: tuple) -> Plan:

@@ -126,15 +126,7 @@ def _pow_scalar(x, exponent, out=None):
         raise Decline("non-real exponent")
     if exponent == 2:
         return EW.binary("mul", x, x, out=out)
-    if exponent == 1:
-        return EW.unary("scale", x, 1.0, out=out)
-    if exponent == 0.5:
-        return EW.unary("sqrt", x, out=out)
-    # the exponents torch special-cases, computed as it does (products and a division, no exp/log)
-    special = {3: "cube", -1: "reciprocal", -2: "reciprocal_square", -0.5: "rsqrt"}.get(exponent)
-    if special is not None:
-        return EW.unary(special, x, out=out)
-    return EW.unary("pow", x, float(exponent), out=out)
+    return EW.unary(*EW.pow_unary(exponent), out=out)
 
 
 def _div_mode(a, b, rounding_mode=None, out=None, inplace=False):

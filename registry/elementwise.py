@@ -25,6 +25,7 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
+from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._launch import _modules
 from ._memo import BoundedMemo
@@ -100,8 +101,7 @@ def _operand(value, index: int, name: str = "", dtype: torch.dtype = torch.float
 
 def _promoted(a, b) -> torch.dtype:
     dtype = torch.result_type(a, b)
-    if dtype not in FLOATS:
-        raise Decline(f"dtype {str(dtype).replace('torch.', '')}")
+    require_float(dtype)
     return dtype
 
 
@@ -251,8 +251,7 @@ def unary(name: str, x: Tensor, p: float = 0.0, out=None, *, inplace=False):
         # exact on the integer kernel: abs, and neg as x * -1 (both wrap at the minimum, as torch)
         return integer_binary("abs" if name == "abs" else "mul", x, 0 if name == "abs" else -1, 1, out,
                               comparison=False, inplace=inplace, compute=x.dtype)
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     if inplace:
         out = x
         if not x.is_contiguous():
@@ -278,8 +277,7 @@ def fill(x: Tensor, value, *, first_use_ok: bool = True) -> Tensor:
         value = value.item()
     if x.dtype in INTEGERS or x.dtype is torch.bool:
         return integer_fill(x, value)
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     if not x.is_contiguous():
         raise Decline("non-contiguous in-place")
     return fill_floats(x, value)
@@ -312,8 +310,7 @@ def masked_fill(x: Tensor, mask: Tensor, value, *, inplace=False):
         if value.dim():
             raise Decline("masked_fill with a non-scalar tensor")
         value = value.item()
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     index = x.get_device()
     if inplace:
         if _broadcast(x.shape, mask.shape) != list(x.shape):

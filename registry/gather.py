@@ -20,6 +20,7 @@ from torch import Tensor
 from torch_rbln import _memory
 
 from . import _copy, _launch
+from ._base import require_float
 from ._ops import FLOATS, Decline, _device_index, _k, contiguous, empty
 from .geometry import I32, TILED_MIN, block, cdiv, row_block
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, contiguous_rbln, scanner
@@ -49,8 +50,7 @@ def index_select(x, dim, index_tensor):
         raise Decline("index dtype/shape")
     if index_tensor.is_cpu:
         raise Decline("CPU index")
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     nd = x.dim()
     if nd == 0:
         raise Decline("zero-dim source")
@@ -137,8 +137,7 @@ def embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_fr
     """The embedding weight's gradient (`embedding_backward_launch`)."""
     if scale_grad_by_freq:
         raise Decline("scale_grad_by_freq")
-    if grad.dtype not in FLOATS:
-        raise Decline(f"dtype {str(grad.dtype).replace('torch.', '')}")
+    require_float(grad.dtype)
     if indices.dtype not in INDICES or indices.is_cpu:
         raise Decline("index dtype/device")
     dim = grad.shape[-1] if grad.dim() else 0
@@ -219,8 +218,7 @@ def cat(tensors, dim=0):
             raise Decline("mixed dtypes")
         if t.dim() != ref.dim():
             raise Decline("shape mismatch")
-    if ref.dtype not in FLOATS:
-        raise Decline(f"dtype {str(ref.dtype).replace('torch.', '')}")
+    require_float(ref.dtype)
     if ref.dim() == 0:
         raise Decline("zero-dim tensors")
     dim = dim % ref.dim()

@@ -22,6 +22,7 @@ from torch import Tensor
 from torch_rbln import _memory, config
 
 from . import _launch
+from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, contiguous, empty, fill_floats
 from .geometry import I32, block, cdiv, row_block
@@ -45,8 +46,7 @@ def _geometry(x_shape: tuple, target_shape: tuple) -> tuple[int, int] | None:
 def _checked(x: Tensor, target: Tensor, weight: Tensor | None, reduction: int, ignore_index: int
              ) -> tuple[int, int]:
     """(rows, classes) once the operands are within what the kernels support; Decline otherwise."""
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     if x.dim() not in (1, 2) or target.dim() != x.dim() - 1:
         raise Decline("input other than (N, C) or (C,)")
     if target.dtype != torch.int64 or target.is_cpu:

@@ -30,6 +30,7 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
+from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan, is_dense_permutation
 from ._ops import FLOATS, Decline, _broadcast, _check_out, _device_index, _k, fill_floats
 from .geometry import I32, cdiv, expanded_strides
@@ -92,8 +93,7 @@ def _product(a, b, bias, out, alpha, beta, batched: bool):
     for t in (a, b) if bias is None else (bias, a, b):
         if t.dtype != dtype:
             raise Decline("mixed dtypes")
-    if dtype not in FLOATS:
-        raise Decline(f"dtype {str(dtype).replace('torch.', '')}")
+    require_float(dtype)
     batch, M, N, K = _dims(a.shape, b.shape, batched)
     c = _check_out(out, [batch, M, N] if batched else [M, N], dtype, _device_index(a, b))
     if bias is None:

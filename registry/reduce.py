@@ -25,6 +25,7 @@ from torch import Tensor
 from torch_rbln import _memory
 
 from . import _launch as launches
+from ._base import require_float
 from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
 from .geometry import I32, block, cdiv, dims_run, reduced_dims, reduced_shape, row_block
 from .plan import NO_PLAN, Family, Launch, Plan, scanner
@@ -73,8 +74,7 @@ def reduce(name: str, x: Tensor, dim=None, keepdim=False, dtype=None, correction
 
     `dim` follows the aten schema of each op: an int for max/min/argmax/argmin (None: all elements,
     flattened), an int list for the others (None or empty: all dims)."""
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     if dtype is not None and dtype != x.dtype:
         raise Decline("dtype= conversion")
     if x.numel() == 0:

@@ -126,7 +126,8 @@ def _pow_scalar(x, exponent, out=None):
         raise Decline("non-real exponent")
     if exponent == 2:
         return EW.binary("mul", x, x, out=out)
-    return EW.unary(*EW.pow_unary(exponent), out=out)
+    op, p = EW.pow_unary(exponent)
+    return EW.unary(op, x, p, out=out)
 
 
 def _div_mode(a, b, rounding_mode=None, out=None, inplace=False):

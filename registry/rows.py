@@ -30,7 +30,7 @@ from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
 from .geometry import I32, ONE_BLOCK, ROW_CHUNK, cdiv, row_block
 from .plan import NO_PLAN, Family, Plan, scanner
 
-Launch = tuple  # (kernel, launch key, constexpr keywords)
+KernelKey = tuple  # (kernel, launch key, constexpr keywords): a launch whose grid the caller decides
 
 
 class NormPlan(Plan):
@@ -76,13 +76,14 @@ def _moved_back(out: Tensor, dim: int | None) -> Tensor:
     return out if dim is None else cast_copy(out.movedim(-1, dim), out.dtype)
 
 
-def softmax_launch(dtype: torch.dtype, n: int, log: bool) -> Launch:
+def softmax_launch(dtype: torch.dtype, n: int, log: bool) -> KernelKey:
     """The one-pass row kernel over rows of `n` <= ONE_BLOCK elements."""
     block = row_block(n)
     return _k("rows").softmax_row_kernel, (dtype, log, block, n < I32), {"LOG": log, "BLOCK": block}
 
 
-def softmax_backward_launch(grad_dtype: torch.dtype, output_dtype: torch.dtype, n: int, log: bool) -> Launch:
+def softmax_backward_launch(grad_dtype: torch.dtype, output_dtype: torch.dtype, n: int, log: bool
+                            ) -> KernelKey:
     block = row_block(n)
     return (_k("rows").softmax_backward_kernel, (grad_dtype, output_dtype, log, block, n < I32),
             {"LOG": log, "BLOCK": block})
@@ -122,7 +123,7 @@ def softmax_backward(grad: Tensor, output: Tensor, dim: int, input_dtype, *, log
     return _moved_back(out, moved)
 
 
-def _row_plan(launch: Launch, dtype: torch.dtype, shape: tuple, index: int, n: int, inputs: int) -> Plan:
+def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n: int, inputs: int) -> Plan:
     """The plan of one row-kernel launch `kernel(*inputs, out, n)` over contiguous inputs of `shape`
     with an output of that shape (written out per input count: on a few elements each step counts)."""
     kernel, key, keywords = launch
@@ -362,8 +363,8 @@ class NormBackward(NamedTuple):
     `dx` (the row kernel) and `params` (the dw/db column kernel, with its program count), each None
     when not needed."""
 
-    fused: Launch | None
-    dx: Launch | None
+    fused: KernelKey | None
+    dx: KernelKey | None
     params: tuple | None
 
 

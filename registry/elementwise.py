@@ -45,7 +45,7 @@ from ._ops import (
 )
 from .geometry import I32, TILED_MIN, block, cdiv, tile_shape
 from .integer import integer_binary, integer_fill
-from .plan import NO_PLAN, Family, Plan, contiguous_on, finite_of
+from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, finite_of
 
 # ---------------------------------------------------------------- numbers as operands
 
@@ -191,11 +191,10 @@ def where_geometry(shape: list[int], operands: list, *, a_scalar: bool) -> tuple
     return sizes, sc, sa, sb
 
 
-def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> tuple:
-    """(kernel, int arguments after the four tensors, programs, rows, keywords, launch key) of where
-    over `n` elements of `where_geometry`'s layout: `where_kernel`, or `where_tiled_kernel` from
-    `TILED_MIN` on. The key (the four `dtypes` and the blocks: what determines the specialisation when
-    every int fits in 32 bits) is None otherwise."""
+def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> Launch:
+    """where over `n` elements of `where_geometry`'s layout (ints: after the four tensors):
+    `where_kernel`, or `where_tiled_kernel` from `TILED_MIN` on. The key (the four `dtypes` and the
+    blocks: what determines the specialisation when every int fits in 32 bits) is None otherwise."""
     E = _k("elementwise")
     if n >= TILED_MIN:
         _, s2, s3 = sizes
@@ -208,7 +207,7 @@ def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> tuple:
         kernel, ints = E.where_kernel, (n, *sizes, *sc, *sa, *sb)
         programs, rows, keywords = cdiv(n, size), 1, {"BLOCK": size}
     fits = max(n, *map(abs, sc), *map(abs, sa), *map(abs, sb)) < I32
-    return kernel, ints, programs, rows, keywords, (*dtypes, *keywords.values()) if fits else None
+    return Launch(kernel, (*dtypes, *keywords.values()) if fits else None, keywords, programs, rows, ints)
 
 
 # ---------------------------------------------------------------- the checked implementations
@@ -330,13 +329,12 @@ def _where(condition: Tensor, a: Tensor, b: Tensor, out: Tensor, *, a_scalar: bo
     masked_fill on attention scores skips the general launch's per-argument key, 17 arguments)."""
     n = out.numel()
     sizes, sc, sa, sb = where_geometry(list(out.shape), [condition, a, b], a_scalar=a_scalar)
-    kernel, ints, programs, rows, keywords, key = where_launch(
-        (condition.dtype, a.dtype, b.dtype, out.dtype), n, sizes, sc, sa, sb)
-    args = (condition, a, b, out, *ints)
-    if key is not None:
-        _launch.launch(kernel, programs, key, args, keywords, rows)
+    g = where_launch((condition.dtype, a.dtype, b.dtype, out.dtype), n, sizes, sc, sa, sb)
+    args = (condition, a, b, out, *g.ints)
+    if g.key is not None:
+        _launch.launch(g.kernel, g.programs, g.key, args, g.keywords, g.rows)
     else:
-        kernel[(programs, rows)](*args, **keywords)
+        g.kernel[(g.programs, g.rows)](*args, **g.keywords)
 
 
 # ---------------------------------------------------------------- plans
@@ -761,11 +759,10 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
         geometry = where_geometry(list(shape), list(operands), a_scalar=a_scalar)
     except Decline:
         return NO_PLAN  # more than four dims: the general path decides
-    kernel, ints, programs, rows, keywords, launch_key = where_launch(
-        (torch.bool, torch.float32 if a_scalar else dtype, dtype, dtype), n, *geometry)
-    if launch_key is None:
+    g = where_launch((torch.bool, torch.float32 if a_scalar else dtype, dtype, dtype), n, *geometry)
+    if g.key is None:
         return NO_PLAN
-    plan = Plan(kernel, launch_key, keywords, programs, rows, shape, dtype, (2,) if a_scalar else (1, 2))
+    plan, ints = Plan.of(g, shape, dtype, (2,) if a_scalar else (1, 2)), g.ints
     finite, deploy_mode, launch = finite_of(dtype), config.deploy_mode, plan.launch_fn(index)
     a_numel, b_numel = math.prod(a_shape), math.prod(b_shape)
     empty_ = _memory.empty

@@ -17,10 +17,11 @@ import math
 import torch
 from torch import Tensor
 
-from torch_rbln import _memory
+from torch_rbln import _memory, config
 
 from . import _copy, _launch
 from ._base import require_float
+from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _device_index, _k, contiguous, empty
 from .geometry import I32, TILED_MIN, block, cdiv, row_block
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, contiguous_rbln, scanner
@@ -98,15 +99,16 @@ def index_select_family() -> Family:
         g = index_select_launch(dtype, index_dtype, shape, dim, count)
         out_shape = shape[:dim] + (count,) + shape[dim + 1:]
         plan = Plan.of(g, out_shape, dtype)
-        finite = scanner(dtype, math.prod(shape))
+        numel = math.prod(shape)
+        scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (inline: per-call cost)
         Em = _k("embedding")
         in_range = Em.in_range_64 if index_dtype is torch.int64 else Em.in_range_32
         size, inner = shape[dim], g.ints[2]
-        launch, empty_ = plan.launch_fn(index), _memory.empty
+        launch, empty_, deploy_mode = plan.launch_fn(index), _memory.empty, config.deploy_mode
 
         def run(operands: tuple) -> Tensor | None:
             x, indices = operands
-            if not finite(x):
+            if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
                 return None
             if not in_range(indices.data_ptr(), count, size, 0):
                 return None  # out of range: the implementation declines (0 stands in for "none ignored")
@@ -179,12 +181,13 @@ def embedding_backward_family() -> Family:
         g = embedding_backward_launch(dtype, index_dtype, count, dim, padding_idx, num_weights)
         out_shape = (num_weights, dim)
         plan = Plan.of(g, out_shape, dtype)
-        finite = scanner(dtype, count * dim)
-        launch, empty_ = plan.launch_fn(index), _memory.empty
+        numel = count * dim
+        scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (inline: per-call cost)
+        launch, empty_, deploy_mode = plan.launch_fn(index), _memory.empty, config.deploy_mode
 
         def run(operands: tuple) -> Tensor | None:
             grad, indices = operands
-            if not finite(grad):
+            if not deploy_mode() and not (scan(grad.data_ptr(), numel, mask) if small else all_finite(grad)):
                 return None
             out = empty_(out_shape, dtype, index)
             launch(grad, indices, out, count, dim, padding_idx)
@@ -291,12 +294,14 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
     if len(shapes) == 2 and total < TILED_MIN:
         g = cat_pair_launch(dtype, shapes[0], shapes[1], dim, total)
         plan = Plan.of(g, out_shape, dtype, (0, 1))
-        finite_a, finite_b = scanners
-        launch, ints = plan.launch_fn(index), g.ints
+        scan, mask = contiguous_scan(dtype)  # (each input has fewer than TILED_MIN <= PARALLEL_MIN elements)
+        a_numel, b_numel = math.prod(shapes[0]), math.prod(shapes[1])
+        launch, ints, deploy_mode = plan.launch_fn(index), g.ints, config.deploy_mode
 
         def run_pair(operands: tuple) -> Tensor | None:
             a, b = operands
-            if not (finite_a(a) and finite_b(b)):
+            if not deploy_mode() and not (scan(a.data_ptr(), a_numel, mask) and
+                                          scan(b.data_ptr(), b_numel, mask)):
                 return None
             out = empty_(out_shape, dtype, index)
             launch(a, b, out, *ints)

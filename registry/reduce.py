@@ -22,13 +22,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torch_rbln import _memory
+from torch_rbln import _memory, config
 
 from . import _launch as launches
 from ._base import require_float
+from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
 from .geometry import I32, block, cdiv, dims_run, reduced_dims, reduced_shape, row_block
-from .plan import NO_PLAN, Family, Launch, Plan, scanner
+from .plan import NO_PLAN, Family, Launch, Plan
 
 CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3}
 INDEXED = ("max", "min", "argmax", "argmin")  # dim is one int; amax/amin take several dims
@@ -204,8 +205,9 @@ def _sqrt_plan(dtype: torch.dtype, shape: tuple, index: int) -> Callable:
 def _reduce_run(plan: Plan, name: str, index: int, numel: int, ints: tuple, scratch: bool,
                 root: Callable | None) -> Callable[[tuple], Any]:
     shape, dtype = plan.shape, plan.dtype
-    finite, launch = scanner(dtype, numel), plan.launch_fn(index)
-    empty_, empty_pair = _memory.empty, _memory.empty_pair
+    scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (the scan inline: per-call cost)
+    launch, empty_, empty_pair, deploy_mode = plan.launch_fn(index), _memory.empty, _memory.empty_pair, \
+        config.deploy_mode
     int64 = torch.int64
     values_too = name not in ("argmax", "argmin")
     pair = name in ("max", "min")  # values and indices, allocated together
@@ -213,7 +215,7 @@ def _reduce_run(plan: Plan, name: str, index: int, numel: int, ints: tuple, scra
 
     def run(operands: tuple) -> Any:
         x, correction = operands
-        if not finite(x):
+        if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
             return None
         if pair:
             values, indices = empty_pair(shape, shape, dtype, index, int64)

@@ -28,7 +28,7 @@ from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
 from .geometry import I32, ONE_BLOCK, ROW_CHUNK, cdiv, row_block
-from .plan import NO_PLAN, Family, Plan, scanner
+from .plan import NO_PLAN, Family, Plan
 
 KernelKey = tuple  # (kernel, launch key, constexpr keywords): a launch whose grid the caller decides
 
@@ -130,11 +130,12 @@ def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n
     numel = math.prod(shape)
     rows = numel // n
     plan = Plan(kernel, key, keywords, rows, 1, shape, dtype, tuple(range(inputs)))
-    finite, launch, empty_ = scanner(dtype, numel), plan.launch_fn(index), _memory.empty
+    scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (the scans inline: per-call cost)
+    launch, empty_, deploy_mode = plan.launch_fn(index), _memory.empty, config.deploy_mode
 
     def run(operands: tuple) -> Tensor | None:  # one input (softmax)
         x, = operands
-        if not finite(x):
+        if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
             return None
         out = empty_(shape, dtype, index)
         launch(x, out, n)
@@ -142,7 +143,8 @@ def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n
 
     def run_two(operands: tuple) -> Tensor | None:  # two inputs (softmax backward: grad, output)
         g, y = operands
-        if not (finite(g) and finite(y)):
+        if not deploy_mode() and not (scan(g.data_ptr(), numel, mask) and scan(y.data_ptr(), numel, mask)
+                                      if small else all_finite(g) and all_finite(y)):
             return None
         out = empty_(shape, dtype, index)
         launch(g, y, out, n)

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from ._ops import FLOATS, Decline, _k, contiguous, empty, fill_floats
@@ -136,15 +137,20 @@ def rms_norm_family() -> Family:
         g = rms_norm_launch(dtype, tuple(shape), dtype if has_w else None, w_shape)
         plan = Plan.of(g, tuple(shape), dtype, (0, 1) if has_w else (0,))
         rows, (n,) = g.programs, g.ints
-        finite, deploy_mode, scratch, launch = finite_of(dtype), config.deploy_mode, {}, plan.launch_fn(index)
+        finite, deploy_mode, scratch = finite_of(dtype), config.deploy_mode, {}
 
         def run(operands: tuple) -> Tensor | None:
             x, weight, eps = operands
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not deploy_mode() and not (finite(x, rows * n) and (not has_w or finite(weight, n))):
                 return None
             rstd = write_only_buffer(scratch, index, (rows,), _SCRATCH_ROWS)
             out = _memory.empty(shape, dtype, index)
-            launch(x, weight if has_w else x, x, out, rstd, rstd, n, eps)
+            w = weight if has_w else x
+            if launcher is None or (rows > 1 and device_tp(index) > 1):
+                plan.launch_checked((x, w, x, out, rstd, rstd, n, eps))
+            else:
+                launcher(rows, 1, 1, x, w, x, out, rstd, rstd, n, eps)
             return out
 
         plan.run = run
@@ -207,15 +213,18 @@ def rotary_family() -> Family:
         plan = Plan.of(g, tuple(shape), dtype, (0, 1, 2))
         rows, (n, cs_rows) = g.programs, g.ints
         finite, deploy_mode, numel, cs_numel = finite_of(dtype), config.deploy_mode, rows * n, cs_rows * n
-        launch = plan.launch_fn(index)
 
         def run(operands: tuple) -> Tensor | None:
             x, cos, sin = operands
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not deploy_mode() and not (finite(x, numel) and finite(cos, cs_numel) and
                                           finite(sin, cs_numel)):
                 return None
             out = _memory.empty(shape, dtype, index)
-            launch(x, cos, sin, out, n, cs_rows)
+            if launcher is None or (rows > 1 and device_tp(index) > 1):
+                plan.launch_checked((x, cos, sin, out, n, cs_rows))
+            else:
+                launcher(rows, 1, 1, x, cos, sin, out, n, cs_rows)
             return out
 
         plan.run = run

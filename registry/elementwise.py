@@ -763,7 +763,8 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
     if g.key is None:
         return NO_PLAN
     plan, ints = Plan.of(g, shape, dtype, (2,) if a_scalar else (1, 2)), g.ints
-    finite, deploy_mode, launch = finite_of(dtype), config.deploy_mode, plan.launch_fn(index)
+    finite, deploy_mode, programs, rows = finite_of(dtype), config.deploy_mode, g.programs, g.rows
+    split = programs * rows > 1
     a_numel, b_numel = math.prod(a_shape), math.prod(b_shape)
     empty_ = _memory.empty
 
@@ -775,11 +776,15 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
                 target = b
         elif target is not None and _overlaps(target, condition, a, b):
             return None
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode() and not (finite(b, b_numel) and (a_scalar or finite(a, a_numel))):
             return None
         if target is None:
             target = empty_(shape, dtype, index)
-        launch(condition, a, b, target, *ints)
+        if launcher is None or (split and device_tp(index) > 1):
+            plan.launch_checked((condition, a, b, target, *ints))
+        else:
+            launcher(programs, rows, 1, condition, a, b, target, *ints)
         return target
 
     plan.run = run

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp, requested_backend
 
 from . import _copy, _launch
 from ._base import require_float
@@ -104,16 +105,21 @@ def index_select_family() -> Family:
         Em = _k("embedding")
         in_range = Em.in_range_64 if index_dtype is torch.int64 else Em.in_range_32
         size, inner = shape[dim], g.ints[2]
-        launch, empty_, deploy_mode = plan.launch_fn(index), _memory.empty, config.deploy_mode
+        programs, rows, empty_, deploy_mode = g.programs, g.rows, _memory.empty, config.deploy_mode
+        split = programs * rows > 1
 
         def run(operands: tuple) -> Tensor | None:
             x, indices = operands
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
                 return None
             if not in_range(indices.data_ptr(), count, size, 0):
                 return None  # out of range: the implementation declines (0 stands in for "none ignored")
             out = empty_(out_shape, dtype, index)
-            launch(x, indices, out, size, count, inner)
+            if launcher is None or (split and device_tp(index) > 1):
+                plan.launch_checked((x, indices, out, size, count, inner))
+            else:
+                launcher(programs, rows, 1, x, indices, out, size, count, inner)
             return out
 
         plan.run = run
@@ -183,14 +189,18 @@ def embedding_backward_family() -> Family:
         plan = Plan.of(g, out_shape, dtype)
         numel = count * dim
         scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (inline: per-call cost)
-        launch, empty_, deploy_mode = plan.launch_fn(index), _memory.empty, config.deploy_mode
+        programs, empty_, deploy_mode = g.programs, _memory.empty, config.deploy_mode
 
         def run(operands: tuple) -> Tensor | None:
             grad, indices = operands
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not deploy_mode() and not (scan(grad.data_ptr(), numel, mask) if small else all_finite(grad)):
                 return None
             out = empty_(out_shape, dtype, index)
-            launch(grad, indices, out, count, dim, padding_idx)
+            if launcher is None or (programs > 1 and device_tp(index) > 1):
+                plan.launch_checked((grad, indices, out, count, dim, padding_idx))
+            else:
+                launcher(programs, 1, 1, grad, indices, out, count, dim, padding_idx)
             return out
 
         plan.run = run
@@ -296,15 +306,19 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
         plan = Plan.of(g, out_shape, dtype, (0, 1))
         scan, mask = contiguous_scan(dtype)  # (each input has fewer than TILED_MIN <= PARALLEL_MIN elements)
         a_numel, b_numel = math.prod(shapes[0]), math.prod(shapes[1])
-        launch, ints, deploy_mode = plan.launch_fn(index), g.ints, config.deploy_mode
+        programs, ints, deploy_mode = g.programs, g.ints, config.deploy_mode
 
         def run_pair(operands: tuple) -> Tensor | None:
             a, b = operands
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not deploy_mode() and not (scan(a.data_ptr(), a_numel, mask) and
                                           scan(b.data_ptr(), b_numel, mask)):
                 return None
             out = empty_(out_shape, dtype, index)
-            launch(a, b, out, *ints)
+            if launcher is None or (programs > 1 and device_tp(index) > 1):
+                plan.launch_checked((a, b, out, *ints))
+            else:
+                launcher(programs, 1, 1, a, b, out, *ints)
             return out
 
         plan.run = run_pair
@@ -444,7 +458,7 @@ def arange_family() -> Family:
             return NO_PLAN
         g = arange_launch(dtype, n)
         plan = Plan.of(g, (n,), dtype, ())
-        launch, (n_, n_vec) = plan.launch_fn(index), g.ints
+        programs, (n_, n_vec) = g.programs, g.ints
 
         def run(operands: tuple) -> Tensor | None:
             start, end, step, out = operands
@@ -454,7 +468,11 @@ def arange_family() -> Family:
             t0, t1, t2 = split_double(step)
             if (start and s0 + s1 + s2 != start) or t0 + t1 + t2 != step:
                 return None  # a bound without an exact float32 split (`splits_exactly`)
-            launch(out, n_, n_vec, s0, s1, s2, t0, t1, t2)
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
+            if launcher is None or (programs > 1 and device_tp(index) > 1):
+                plan.launch_checked((out, n_, n_vec, s0, s1, s2, t0, t1, t2))
+            else:
+                launcher(programs, 1, 1, out, n_, n_vec, s0, s1, s2, t0, t1, t2)
             return out
 
         plan.run = run

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from ._base import require_float
@@ -195,10 +196,11 @@ def _forward_plan(key: tuple, operands: tuple) -> Plan:
     counts = (rows * classes, classes if has_w else 0)  # x, weight
     plain, check = _checks(dtype, counts)
     unscanned, (_, mask), wide = (0, 0), contiguous_scan(dtype), int(dtype == torch.float32)
-    empty_pair, deploy_mode, launch = _memory.empty_pair, config.deploy_mode, plan.launch_fn(index)
+    empty_pair, deploy_mode = _memory.empty_pair, config.deploy_mode
 
     def run(operands: tuple) -> tuple | None:
         x, target, weight = operands
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         w = x if weight is None else weight  # not read without HAS_W: x stands in
         if plain is not None:  # targets in range and x, weight finite: one compiled call
             if not plain(target.data_ptr(), rows, classes, ignore_index, (x.data_ptr(), w.data_ptr()),
@@ -207,7 +209,10 @@ def _forward_plan(key: tuple, operands: tuple) -> Plan:
         elif not check(target, rows, classes, ignore_index, (x, w)):
             return None
         loss, total_weight = empty_pair((), (), dtype, index)
-        launch(x, target, w, loss, total_weight, *ints)
+        if launcher is None:  # (one program: reduction mean or sum)
+            plan.launch_checked((x, target, w, loss, total_weight, *ints))
+        else:
+            launcher(1, 1, 1, x, target, w, loss, total_weight, *ints)
         return loss, total_weight
 
     plan.run = run
@@ -265,10 +270,12 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
     counts = (grad_numel, rows * classes, classes if has_w else 0, 1)
     plain, check = _checks(dtype, counts)
     unscanned, (_, mask), wide = (0, 0, 0, 0), contiguous_scan(dtype), int(dtype == torch.float32)
-    empty_, deploy_mode, launch = _memory.empty, config.deploy_mode, plan.launch_fn(index)
+    empty_, deploy_mode = _memory.empty, config.deploy_mode
+    classes, ignore_index, reduction, weighted = ints
 
     def run(operands: tuple) -> Tensor | None:
         grad, x, target, weight, total_weight = operands
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         w = grad if weight is None else weight  # not read without HAS_W: grad stands in
         if plain is not None:  # targets in range and grad, x, weight, total_weight finite: one call
             if not plain(target.data_ptr(), rows, classes, ignore_index,
@@ -278,7 +285,11 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
         elif not check(target, rows, classes, ignore_index, (grad, x, w, total_weight)):
             return None
         dx = empty_(shape, dtype, index)
-        launch(grad, target, w, total_weight, dx, *ints)
+        if launcher is None or (rows > 1 and device_tp(index) > 1):
+            plan.launch_checked((grad, target, w, total_weight, dx, *ints))
+        else:
+            launcher(rows, 1, 1, grad, target, w, total_weight, dx, classes, ignore_index, reduction,
+                     weighted)
         return dx
 
     plan.run = run

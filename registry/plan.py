@@ -25,7 +25,7 @@ from torch import Tensor
 from torch_rbln.dsl.jit import on_clear_cache
 
 from torch_rbln import _memory, config
-from torch_rbln.tp import device_tp, requested_backend
+from torch_rbln.tp import requested_backend
 
 from . import _launch
 from ._base import Decline
@@ -177,24 +177,6 @@ class Plan:
         launch that later runs use."""
         _launch.launch(self.kernel, self.programs, self.key, args, self.keywords, rows=self.rows)
         self.launcher, self.backend = None, False  # the next run fetches the launch this one kept
-
-
-    def launch_fn(self, index: int) -> Callable[..., None]:
-        """`launch(*args)`: a run's launch of this plan's grid on rbln:`index`, through the kept direct
-        launch, or the checked one (`launch_checked`) on the first run (none kept yet), after the
-        kernel's `clear_cache()` or a change of DSL backend, and for a grid of several programs on a
-        device whose tensor-parallel size is above 1 (the checked launch splits it over the group)."""
-        programs, rows = self.programs, self.rows
-        split = programs * rows > 1
-
-        def launch(*args: Any) -> None:
-            launcher = self.launcher if self.backend == requested_backend() else self.kept()
-            if launcher is None or (split and device_tp(index) > 1):
-                self.launch_checked(args)
-            else:
-                launcher(programs, rows, 1, *args)
-
-        return launch
 
 
 NO_PLAN = Plan()  # a signature the implementation takes (it decides every call of it itself)

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from torch_rbln import _memory, config
+from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch as launches
 from ._base import require_float
@@ -206,8 +207,10 @@ def _reduce_run(plan: Plan, name: str, index: int, numel: int, ints: tuple, scra
                 root: Callable | None) -> Callable[[tuple], Any]:
     shape, dtype = plan.shape, plan.dtype
     scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (the scan inline: per-call cost)
-    launch, empty_, empty_pair, deploy_mode = plan.launch_fn(index), _memory.empty, _memory.empty_pair, \
-        config.deploy_mode
+    empty_, empty_pair, deploy_mode = _memory.empty, _memory.empty_pair, config.deploy_mode
+    programs, rows = plan.programs, plan.rows
+    split = programs * rows > 1
+    r, middle, inner = ints[0], len(ints) == 2, ints[-1]  # the middle kernel takes (r, inner), the row one r
     int64 = torch.int64
     values_too = name not in ("argmax", "argmin")
     pair = name in ("max", "min")  # values and indices, allocated together
@@ -215,6 +218,7 @@ def _reduce_run(plan: Plan, name: str, index: int, numel: int, ints: tuple, scra
 
     def run(operands: tuple) -> Any:
         x, correction = operands
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
             return None
         if pair:
@@ -222,7 +226,12 @@ def _reduce_run(plan: Plan, name: str, index: int, numel: int, ints: tuple, scra
         else:
             values = empty_(shape, dtype, index) if values_too else x
             indices = empty_(shape, int64, index) if indexed or scratch else values
-        launch(x, values, indices, *ints, correction)
+        if launcher is None or (split and device_tp(index) > 1):
+            plan.launch_checked((x, values, indices, *ints, correction))
+        elif middle:
+            launcher(programs, rows, 1, x, values, indices, r, inner, correction)
+        else:
+            launcher(programs, rows, 1, x, values, indices, r, correction)
         if indexed:
             return (values, indices) if values_too else indices
         if root is not None:

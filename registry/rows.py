@@ -131,23 +131,31 @@ def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n
     rows = numel // n
     plan = Plan(kernel, key, keywords, rows, 1, shape, dtype, tuple(range(inputs)))
     scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (the scans inline: per-call cost)
-    launch, empty_, deploy_mode = plan.launch_fn(index), _memory.empty, config.deploy_mode
+    empty_, deploy_mode = _memory.empty, config.deploy_mode
 
     def run(operands: tuple) -> Tensor | None:  # one input (softmax)
         x, = operands
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
             return None
         out = empty_(shape, dtype, index)
-        launch(x, out, n)
+        if launcher is None or (rows > 1 and device_tp(index) > 1):
+            plan.launch_checked((x, out, n))
+        else:
+            launcher(rows, 1, 1, x, out, n)
         return out
 
     def run_two(operands: tuple) -> Tensor | None:  # two inputs (softmax backward: grad, output)
         g, y = operands
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode() and not (scan(g.data_ptr(), numel, mask) and scan(y.data_ptr(), numel, mask)
                                       if small else all_finite(g) and all_finite(y)):
             return None
         out = empty_(shape, dtype, index)
-        launch(g, y, out, n)
+        if launcher is None or (rows > 1 and device_tp(index) > 1):
+            plan.launch_checked((g, y, out, n))
+        else:
+            launcher(rows, 1, 1, g, y, out, n)
         return out
 
     plan.run = run if inputs == 1 else run_two
@@ -571,20 +579,28 @@ def _layer_norm_backward_plan(key: tuple, operands: tuple) -> Plan:
         kernel, launch_key, keywords, programs = launches.params
         params = Plan(kernel, launch_key, keywords, programs, 1, (n,), dtype)
     plan = Plan(scanned=(0, 1, 2, 3, 4, 5))
-    launch_dx = None if first is None else first.launch_fn(index)
-    launch_params = None if params is None else params.launch_fn(index)
 
     def run(operands: tuple) -> tuple | None:
         grad, x, mean, rstd, weight, bias = operands
+        tp = device_tp(index) > 1  # grids of several programs: the checked launch splits them
         if not deploy and not scanned(grad, x, mean, rstd, weight, bias, scan_all):
             return None
         dx, dw, db = results()
-        if launch_dx is not None:
-            launch_dx(grad, x, x if weight is None else weight, mean, rstd, dx, dx, n)
-        if launch_params is not None:
-            # an absent result is never written: grad stands in
-            launch_params(grad, x, mean, rstd, grad if dw is None else dw, grad if db is None else db, rows,
-                          n)
+        if first is not None:
+            launcher = first.launcher if first.backend == requested_backend() else first.kept()
+            w = x if weight is None else weight
+            if launcher is None or (tp and rows > 1):
+                first.launch_checked((grad, x, w, mean, rstd, dx, dx, n))
+            else:
+                launcher(rows, 1, 1, grad, x, w, mean, rstd, dx, dx, n)
+        if params is not None:
+            launcher = params.launcher if params.backend == requested_backend() else params.kept()
+            dw_t = grad if dw is None else dw
+            db_t = grad if db is None else db
+            if launcher is None or (tp and params.programs > 1):
+                params.launch_checked((grad, x, mean, rstd, dw_t, db_t, rows, n))
+            else:
+                launcher(params.programs, 1, 1, grad, x, mean, rstd, dw_t, db_t, rows, n)
         return dx, dw, db
 
     plan.run = run

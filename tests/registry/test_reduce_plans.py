@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch_rbln.registry import _launch, plan, reduce
+from torch_rbln.registry import _launch, reduce
 
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
@@ -157,7 +157,7 @@ def test_reduce_plans_leave_tensor_parallel_grids_to_the_checked_launch(monkeypa
     real = _launch.launch
     monkeypatch.setattr(_launch, "launch",
                         lambda kernel, *a, **k: (checked.append(kernel), real(kernel, *a, **k)))
-    monkeypatch.setattr(plan, "device_tp", lambda index: 2)  # (the plans' launch, `Plan.launch_fn`)
+    monkeypatch.setattr(reduce, "device_tp", lambda index: 2)
     registry.reset_fallback_report()
     d.mean()  # one row: one NPU, the kept launch
     assert checked == []

@@ -24,6 +24,13 @@ class Decline(Exception):
         self.reason = reason
 
 
+def require_float(dtype: torch.dtype) -> None:
+    """Decline a dtype the floating kernels do not take (the CPU fallback computes it, or raises torch's
+    error)."""
+    if dtype not in FLOATS:
+        raise Decline(f"dtype {str(dtype).replace('torch.', '')}")
+
+
 class InvalidCall(RuntimeError):
     """Raised by an implementation for a call that torch rejects too (with torch's message), where the
     CPU fallback could not tell: our host views hide aliasing between rbln tensors from torch. The

@@ -1,7 +1,6 @@
 """What the families' implementations share: output allocation and checks (`empty`, `_check_out`,
 `binary_output`), operands (`contiguous`, `cast_copy`, `_device_index`), broadcasting (`_broadcast`,
-`_geometry`: up to four collapsed dims), and the general matmul path (`mm`, `addmm`, `bmm`, through
-`_matmul_launch`, which `conv` and `custom` launch too).
+`_geometry`: up to four collapsed dims) and `fill_floats`.
 
 Each implementation returns a result, or a `Decline(reason)` when the inputs are outside what its
 kernel supports; the dispatcher then runs the CPU fallback with that reason. Kernels are imported on
@@ -15,15 +14,11 @@ from collections.abc import Sequence
 import torch
 
 from torch_rbln import _memory
-from torch_rbln.tp import device_tp, requested_backend
 
-from . import _launch
 from ._base import FLOATS, INTEGERS, Decline, InvalidCall  # noqa: F401  (re-exported for the families)
 from ._launch import kernel_module as _k
 from ._memo import BoundedMemo
-from .geometry import I32, block, cdiv, collapse, expanded_strides
-
-_expanded_strides = expanded_strides  # (matmul.py reads it here)
+from .geometry import block, cdiv, collapse, expanded_strides
 
 
 def empty(shape: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
@@ -152,88 +147,3 @@ def _broadcast(*shapes) -> list[int]:
                 elif size != 1:
                     raise Decline("shapes do not broadcast")  # the CPU path raises torch's error
     return out
-
-
-# ---------------------------------------------------------------- matmul
-
-def matmul_shape_key(dtypes: tuple, M: int, N: int, K: int, has_bias: bool, batch: int, index: int) -> tuple:
-    """The launch shape `_matmul_launch` keeps the autotuner's tile under (`_launch.tuned`): the four
-    tensors' dtypes, M, N, K, bias, batch, the device's tensor-parallel size and the requested DSL
-    backend, everything the tuner's decision depends on."""
-    return (*dtypes, M, N, K, has_bias, batch, device_tp(index), requested_backend())
-
-
-def _matmul_launch(a, b, c, bias, M, N, K, sa, sb, sc, sbias, alpha, beta, batch):
-    """One matmul_kernel launch. The autotuner picks the tile config on the first launch of a shape;
-    later launches of that shape run the kernel with that config directly (`_launch.tuned`), since the
-    tuner's own per-call key and grid callback cost more than a small matmul computes. A transposed
-    weight is dense too: the kept unchecked launch takes it."""
-    has_bias = bias is not None
-    operand = bias if has_bias else c
-    tensors = (a, b, c, operand)
-    dtypes = (a.dtype, b.dtype, c.dtype, operand.dtype)
-    args = (*tensors, M, N, K, *sa, *sb, *sc, *sbias, float(alpha), float(beta))
-    tiles = lambda meta: (cdiv(M, meta["BLOCK_M"]), cdiv(N, meta["BLOCK_N"]), batch)  # noqa: E731
-    shape_key = matmul_shape_key(dtypes, M, N, K, has_bias, batch, c.get_device())
-    _launch.tuned(_k("matmul").matmul_kernel, shape_key, args, {"HAS_BIAS": has_bias}, tiles, dtypes, tensors,
-                  max(M, N, K, *map(abs, (*sa, *sb, *sc, *sbias))) < I32)
-
-
-def _mm_check(*tensors):
-    dtype = tensors[0].dtype
-    for t in tensors:
-        if t.dtype != dtype:
-            raise Decline("mixed dtypes")
-    if dtype not in FLOATS:
-        raise Decline(f"dtype {str(dtype).replace('torch.', '')}")
-
-
-def mm(a, b, out=None):
-    _mm_check(a, b)
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise Decline("shape mismatch")
-    M, K = a.shape
-    N = b.shape[1]
-    index = _device_index(a, b)
-    c = _check_out(out, [M, N], a.dtype, index)
-    if c.numel() == 0:
-        return c
-    if K == 0:
-        return fill_floats(c, 0.0)
-    _matmul_launch(a, b, c, None, M, N, K, (0, *a.stride()), (0, *b.stride()), (0, *c.stride()),
-                   (0, 0), 1.0, 0.0, 1)
-    return c
-
-
-def addmm(bias, a, b, beta=1, alpha=1, out=None):
-    _mm_check(bias, a, b)
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise Decline("shape mismatch")
-    M, K = a.shape
-    N = b.shape[1]
-    index = _device_index(a, b)
-    c = _check_out(out, [M, N], a.dtype, index)
-    if c.numel() == 0 or K == 0:
-        raise Decline("empty tensor")
-    if _broadcast(bias.shape, (M, N)) != [M, N]:
-        raise Decline("shape mismatch")
-    sbias = expanded_strides(bias, [M, N])
-    _matmul_launch(a, b, c, bias, M, N, K, (0, *a.stride()), (0, *b.stride()), (0, *c.stride()),
-                   tuple(sbias), alpha, beta, 1)
-    return c
-
-
-def bmm(a, b, out=None):
-    _mm_check(a, b)
-    if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
-        raise Decline("shape mismatch")
-    B, M, K = a.shape
-    N = b.shape[2]
-    index = _device_index(a, b)
-    c = _check_out(out, [B, M, N], a.dtype, index)
-    if c.numel() == 0:
-        return c
-    if K == 0:
-        return fill_floats(c, 0.0)
-    _matmul_launch(a, b, c, None, M, N, K, a.stride(), b.stride(), c.stride(), (0, 0), 1.0, 0.0, B)
-    return c

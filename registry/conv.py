@@ -17,11 +17,12 @@ import torch
 
 from torch_rbln import _memory
 
-from ._base import FLOATS, Decline
+from ._base import FLOATS, Decline, require_float
 from ._launch import kernel_module as _k
 from ._launch import launch_grid as _run
-from ._ops import _matmul_launch, contiguous, empty
+from ._ops import contiguous, empty
 from .geometry import I32, cdiv
+from .matmul import launch as _matmul_launch
 
 _HALVES = (torch.float16, torch.bfloat16)
 
@@ -85,8 +86,7 @@ def _plane(t: torch.Tensor) -> tuple[torch.Tensor, int, int, int]:
 
 def _same_floats(*tensors: torch.Tensor | None) -> torch.dtype:
     dtype = tensors[0].dtype
-    if dtype not in FLOATS:
-        raise Decline(f"dtype {str(dtype).replace('torch.', '')}")
+    require_float(dtype)
     for t in tensors[1:]:
         if t is not None and t.dtype != dtype:
             raise Decline("mixed dtypes")
@@ -246,18 +246,10 @@ def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation,
 
 # ---------------------------------------------------------------- batch norm
 
-def _param_dtype(x, weight, running_mean) -> torch.dtype:
-    for t in (weight, running_mean):
-        if t is not None:
-            return t.dtype
-    return x.dtype
-
-
 def _check_params(x, *params) -> torch.dtype:
     """The statistics' dtype; Decline unless every parameter is (C,) of x's dtype, or float32 with a
     half-precision x (torch's mixed form; other mixes are torch errors)."""
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     if x.dim() < 2 or x.numel() == 0:
         raise Decline("batch norm of fewer than 2 dims or an empty tensor")
     dtype = next((p.dtype for p in params if p is not None), x.dtype)
@@ -377,8 +369,7 @@ def _planes(t: torch.Tensor) -> tuple[torch.Tensor, int, int, int, int, int]:
 
 def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     """aten::max_pool2d_with_indices: (values, int64 flat indices within each plane), in x's layout."""
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     g = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
     shape = [*x.shape[:-2], g["OH"], g["OW"]]
     index = x.get_device()
@@ -425,8 +416,7 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
 # ---------------------------------------------------------------- average pooling
 
 def _avg_args(x, kernel_size, stride, padding, ceil_mode, divisor_override) -> dict:
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override <= 0):
         raise Decline("divisor_override must be a positive int")
     return _pool_geometry(x, kernel_size, stride, padding, (1, 1), ceil_mode)

@@ -21,7 +21,7 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
-from ._ops import FLOATS, Decline, _k, _matmul_launch, contiguous, empty, fill_floats
+from ._ops import FLOATS, Decline, _k, contiguous, empty, fill_floats
 from .custom_ops import (  # noqa: F401  (re-exported)
     _rms_norm_backward_fake,
     _rms_norm_backward_reference,
@@ -29,9 +29,11 @@ from .custom_ops import (  # noqa: F401  (re-exported)
     _rotary_reference,
 )
 from .geometry import I32, row_block
+from .matmul import launch as _matmul_launch
 from .plan import (
     NO_PLAN,
     Family,
+    Launch,
     Plan,
     contiguous_on,
     contiguous_rbln,
@@ -45,9 +47,9 @@ from .rows import norm_launch
 
 
 def rms_norm_launch(dtype: torch.dtype, shape: tuple, w_dtype: torch.dtype | None, w_shape: tuple | None
-                    ) -> tuple:
-    """(kernel, launch key, keywords, rows, n) of rms_norm's forward on an x of `shape` with an optional
-    weight (`w_dtype` None: none); Decline for what the kernel does not take."""
+                    ) -> Launch:
+    """rms_norm's forward on an x of `shape` with an optional weight (`w_dtype` None: none), one program
+    per row, ints (n,); Decline for what the kernel does not take."""
     if not shape or not math.prod(shape):
         raise Decline("empty tensor")
     n = shape[-1]
@@ -55,20 +57,19 @@ def rms_norm_launch(dtype: torch.dtype, shape: tuple, w_dtype: torch.dtype | Non
         raise Decline("weight dtype/shape")
     kernel, key, keywords = norm_launch(dtype, dtype, dtype, dtype, torch.float32, n, rms=True,
                                         has_w=w_dtype is not None, has_b=False)
-    return kernel, key, keywords, math.prod(shape) // n, n
+    return Launch(kernel, key, keywords, math.prod(shape) // n, 1, (n,))
 
 
 def rms_norm_forward(x: Tensor, weight: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
     """(y, rstd) of RMS norm over the last dim; rstd is float32 of shape (rows,)."""
-    kernel, key, keywords, rows, n = rms_norm_launch(
-        x.dtype, tuple(x.shape), None if weight is None else weight.dtype,
-        None if weight is None else tuple(weight.shape))
+    g = rms_norm_launch(x.dtype, tuple(x.shape), None if weight is None else weight.dtype,
+                        None if weight is None else tuple(weight.shape))
     x = contiguous(x)
     index = x.get_device()
     out = empty(x.shape, x.dtype, index)
-    rstd = empty([rows], torch.float32, index)
+    rstd = empty([g.programs], torch.float32, index)
     w = contiguous(weight) if weight is not None else x
-    _launch.launch(kernel, rows, key, (x, w, x, out, rstd, rstd, n, float(eps)), keywords)
+    _launch.launch(g.kernel, g.programs, g.key, (x, w, x, out, rstd, rstd, *g.ints, float(eps)), g.keywords)
     return out, rstd
 
 
@@ -133,9 +134,9 @@ def rms_norm_family() -> Family:
         if dtype not in FLOATS or math.prod(shape) >= I32:
             return NO_PLAN
         has_w = w_shape is not None
-        kernel, launch_key, keywords, rows, n = rms_norm_launch(dtype, tuple(shape), dtype if has_w else None,
-                                                                w_shape)
-        plan = Plan(kernel, launch_key, keywords, rows, 1, tuple(shape), dtype, (0, 1) if has_w else (0,))
+        g = rms_norm_launch(dtype, tuple(shape), dtype if has_w else None, w_shape)
+        plan = Plan.of(g, tuple(shape), dtype, (0, 1) if has_w else (0,))
+        rows, (n,) = g.programs, g.ints
         finite, deploy_mode, scratch = finite_of(dtype), config.deploy_mode, {}
 
         def run(operands: tuple) -> Tensor | None:
@@ -160,10 +161,10 @@ def rms_norm_family() -> Family:
 
 # ---------------------------------------------------------------- rotary_embedding
 
-def rotary_launch(dtype: torch.dtype, shape: tuple, cs_dtypes: tuple, cs_shapes: tuple) -> tuple:
-    """(kernel, launch key, keywords, rows, n, cos/sin rows) of rotary_embedding on an x of `shape` with
-    cos and sin of `cs_dtypes` and `cs_shapes`; Decline for what the kernel does not take (cos/sin
-    broadcast over other than x's leading dims)."""
+def rotary_launch(dtype: torch.dtype, shape: tuple, cs_dtypes: tuple, cs_shapes: tuple) -> Launch:
+    """rotary_embedding on an x of `shape` with cos and sin of `cs_dtypes` and `cs_shapes`, one program
+    per row, ints (n, cos/sin rows); Decline for what the kernel does not take (cos/sin broadcast over
+    other than x's leading dims)."""
     n = shape[-1] if shape else 0
     numel = math.prod(shape)
     if n == 0 or n % 2 or numel == 0:
@@ -179,15 +180,15 @@ def rotary_launch(dtype: torch.dtype, shape: tuple, cs_dtypes: tuple, cs_shapes:
         raise Decline("cos/sin broadcast over other than the leading dims")
     block = max(16, 1 << (n // 2 - 1).bit_length())
     key = (dtype, block) if numel < I32 else (dtype, block, "int64")
-    return _k("rotary").rotary_kernel, key, {"BLOCK": block}, numel // n, n, math.prod(cs_shape) // n
+    return Launch(_k("rotary").rotary_kernel, key, {"BLOCK": block}, numel // n, 1,
+                  (n, math.prod(cs_shape) // n))
 
 
 def _rotary_device(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    kernel, key, keywords, rows, n, cs_rows = rotary_launch(x.dtype, tuple(x.shape), (cos.dtype, sin.dtype),
-                                                            (cos.shape, sin.shape))
+    g = rotary_launch(x.dtype, tuple(x.shape), (cos.dtype, sin.dtype), (cos.shape, sin.shape))
     x, cos, sin = contiguous(x), contiguous(cos), contiguous(sin)
     out = empty(x.shape, x.dtype, x.get_device())
-    _launch.launch(kernel, rows, key, (x, cos, sin, out, n, cs_rows), keywords)
+    _launch.launch(g.kernel, g.programs, g.key, (x, cos, sin, out, *g.ints), g.keywords)
     return out
 
 
@@ -208,9 +209,9 @@ def rotary_family() -> Family:
         dtype, shape, cos_dtype, cos_shape, sin_dtype, sin_shape, index = key
         if dtype not in FLOATS:
             return NO_PLAN
-        kernel, launch_key, keywords, rows, n, cs_rows = rotary_launch(
-            dtype, tuple(shape), (cos_dtype, sin_dtype), (cos_shape, sin_shape))
-        plan = Plan(kernel, launch_key, keywords, rows, 1, tuple(shape), dtype, (0, 1, 2))
+        g = rotary_launch(dtype, tuple(shape), (cos_dtype, sin_dtype), (cos_shape, sin_shape))
+        plan = Plan.of(g, tuple(shape), dtype, (0, 1, 2))
+        rows, (n, cs_rows) = g.programs, g.ints
         finite, deploy_mode, numel, cs_numel = finite_of(dtype), config.deploy_mode, rows * n, cs_rows * n
 
         def run(operands: tuple) -> Tensor | None:

@@ -25,6 +25,7 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
+from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._launch import _modules
 from ._memo import BoundedMemo
@@ -44,7 +45,7 @@ from ._ops import (
 )
 from .geometry import I32, TILED_MIN, block, cdiv, tile_shape
 from .integer import integer_binary, integer_fill
-from .plan import NO_PLAN, Family, Plan, contiguous_on, finite_of
+from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, finite_of
 
 # ---------------------------------------------------------------- numbers as operands
 
@@ -100,8 +101,7 @@ def _operand(value, index: int, name: str = "", dtype: torch.dtype = torch.float
 
 def _promoted(a, b) -> torch.dtype:
     dtype = torch.result_type(a, b)
-    if dtype not in FLOATS:
-        raise Decline(f"dtype {str(dtype).replace('torch.', '')}")
+    require_float(dtype)
     return dtype
 
 
@@ -191,11 +191,10 @@ def where_geometry(shape: list[int], operands: list, *, a_scalar: bool) -> tuple
     return sizes, sc, sa, sb
 
 
-def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> tuple:
-    """(kernel, int arguments after the four tensors, programs, rows, keywords, launch key) of where
-    over `n` elements of `where_geometry`'s layout: `where_kernel`, or `where_tiled_kernel` from
-    `TILED_MIN` on. The key (the four `dtypes` and the blocks: what determines the specialisation when
-    every int fits in 32 bits) is None otherwise."""
+def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> Launch:
+    """where over `n` elements of `where_geometry`'s layout (ints: after the four tensors):
+    `where_kernel`, or `where_tiled_kernel` from `TILED_MIN` on. The key (the four `dtypes` and the
+    blocks: what determines the specialisation when every int fits in 32 bits) is None otherwise."""
     E = _k("elementwise")
     if n >= TILED_MIN:
         _, s2, s3 = sizes
@@ -208,7 +207,7 @@ def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> tuple:
         kernel, ints = E.where_kernel, (n, *sizes, *sc, *sa, *sb)
         programs, rows, keywords = cdiv(n, size), 1, {"BLOCK": size}
     fits = max(n, *map(abs, sc), *map(abs, sa), *map(abs, sb)) < I32
-    return kernel, ints, programs, rows, keywords, (*dtypes, *keywords.values()) if fits else None
+    return Launch(kernel, (*dtypes, *keywords.values()) if fits else None, keywords, programs, rows, ints)
 
 
 # ---------------------------------------------------------------- the checked implementations
@@ -251,8 +250,7 @@ def unary(name: str, x: Tensor, p: float = 0.0, out=None, *, inplace=False):
         # exact on the integer kernel: abs, and neg as x * -1 (both wrap at the minimum, as torch)
         return integer_binary("abs" if name == "abs" else "mul", x, 0 if name == "abs" else -1, 1, out,
                               comparison=False, inplace=inplace, compute=x.dtype)
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     if inplace:
         out = x
         if not x.is_contiguous():
@@ -278,8 +276,7 @@ def fill(x: Tensor, value, *, first_use_ok: bool = True) -> Tensor:
         value = value.item()
     if x.dtype in INTEGERS or x.dtype is torch.bool:
         return integer_fill(x, value)
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     if not x.is_contiguous():
         raise Decline("non-contiguous in-place")
     return fill_floats(x, value)
@@ -312,8 +309,7 @@ def masked_fill(x: Tensor, mask: Tensor, value, *, inplace=False):
         if value.dim():
             raise Decline("masked_fill with a non-scalar tensor")
         value = value.item()
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     index = x.get_device()
     if inplace:
         if _broadcast(x.shape, mask.shape) != list(x.shape):
@@ -333,13 +329,12 @@ def _where(condition: Tensor, a: Tensor, b: Tensor, out: Tensor, *, a_scalar: bo
     masked_fill on attention scores skips the general launch's per-argument key, 17 arguments)."""
     n = out.numel()
     sizes, sc, sa, sb = where_geometry(list(out.shape), [condition, a, b], a_scalar=a_scalar)
-    kernel, ints, programs, rows, keywords, key = where_launch(
-        (condition.dtype, a.dtype, b.dtype, out.dtype), n, sizes, sc, sa, sb)
-    args = (condition, a, b, out, *ints)
-    if key is not None:
-        _launch.launch(kernel, programs, key, args, keywords, rows)
+    g = where_launch((condition.dtype, a.dtype, b.dtype, out.dtype), n, sizes, sc, sa, sb)
+    args = (condition, a, b, out, *g.ints)
+    if g.key is not None:
+        _launch.launch(g.kernel, g.programs, g.key, args, g.keywords, g.rows)
     else:
-        kernel[(programs, rows)](*args, **keywords)
+        g.kernel[(g.programs, g.rows)](*args, **g.keywords)
 
 
 # ---------------------------------------------------------------- plans
@@ -655,10 +650,16 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
     return plan
 
 
-# pow(x, exponent) -> (unary op, its parameter) for the exponents `table._pow_scalar` special-cases as
-# torch does (2 is x * x, a binary mul); every other exponent is the generic "pow" with p = exponent
+# pow(x, exponent) -> (unary op, its parameter) for the exponents torch special-cases, computed as it
+# does (products and a division, no exp/log; 2 is x * x, a binary mul)
 _POW_UNARY = {1: ("scale", 1.0), 0.5: ("sqrt", 0.0), 3: ("cube", 0.0), -1: ("reciprocal", 0.0),
               -2: ("reciprocal_square", 0.0), -0.5: ("rsqrt", 0.0)}
+
+
+def pow_unary(exponent: float) -> tuple[str, float]:
+    """(unary op, its parameter) of `pow(x, exponent)` for a real exponent other than 2: a special case
+    above, else the generic "pow" with p = exponent (the checked `table._pow_scalar` and the plans)."""
+    return _POW_UNARY.get(exponent) or ("pow", float(exponent))
 
 
 def pow_scalar(*, out: bool = False) -> Family:
@@ -675,7 +676,7 @@ def pow_scalar(*, out: bool = False) -> Family:
             return None
         if exponent == 2:
             return _binary_key("mul", x, x, 1.0, target)
-        op, p = _POW_UNARY.get(exponent) or ("pow", float(exponent))
+        op, p = pow_unary(exponent)
         return _unary_key(op, x, p, target)
 
     def plan(key: tuple, operands: tuple) -> Plan:
@@ -758,12 +759,12 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
         geometry = where_geometry(list(shape), list(operands), a_scalar=a_scalar)
     except Decline:
         return NO_PLAN  # more than four dims: the general path decides
-    kernel, ints, programs, rows, keywords, launch_key = where_launch(
-        (torch.bool, torch.float32 if a_scalar else dtype, dtype, dtype), n, *geometry)
-    if launch_key is None:
+    g = where_launch((torch.bool, torch.float32 if a_scalar else dtype, dtype, dtype), n, *geometry)
+    if g.key is None:
         return NO_PLAN
-    plan = Plan(kernel, launch_key, keywords, programs, rows, shape, dtype, (2,) if a_scalar else (1, 2))
-    finite, deploy_mode, split = finite_of(dtype), config.deploy_mode, programs * rows > 1
+    plan, ints = Plan.of(g, shape, dtype, (2,) if a_scalar else (1, 2)), g.ints
+    finite, deploy_mode, programs, rows = finite_of(dtype), config.deploy_mode, g.programs, g.rows
+    split = programs * rows > 1
     a_numel, b_numel = math.prod(a_shape), math.prod(b_shape)
     empty_ = _memory.empty
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -22,45 +21,26 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _copy, _launch
+from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _device_index, _k, contiguous, empty
 from .geometry import I32, TILED_MIN, block, cdiv, row_block
-from .plan import NO_PLAN, Family, Plan, contiguous_on, contiguous_rbln
+from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, contiguous_rbln, scanner
 
 INDICES = (torch.int64, torch.int32)
 _NUMBER = (int, float)
 
 
-class Gather(NamedTuple):
-    """A launch `kernel[(programs, rows)](*tensors, *ints, **keywords)` kept under `key`."""
-
-    kernel: Any
-    key: tuple
-    keywords: dict
-    programs: int
-    rows: int
-    ints: tuple
-
-
-def _scanner(dtype: torch.dtype, numel: int):
-    """`finite(tensor)` for contiguous tensors of `dtype` and `numel` elements (True in deploy mode)."""
-    scan, mask = contiguous_scan(dtype)
-    deploy_mode = config.deploy_mode
-    if numel < PARALLEL_MIN:
-        return lambda t: deploy_mode() or scan(t.data_ptr(), numel, mask)
-    return lambda t: deploy_mode() or all_finite(t)
-
-
 # ---------------------------------------------------------------- index_select
 
 def index_select_launch(dtype: torch.dtype, index_dtype: torch.dtype, shape: tuple, dim: int,
-                        count: int) -> Gather:
+                        count: int) -> Launch:
     """The gather of `count` slices along `dim` (wrapped) of a contiguous tensor of `shape`: programs
     over (index, outer block), ints (size, count, inner)."""
     size = shape[dim]
     outer, inner = math.prod(shape[:dim]), math.prod(shape[dim + 1:])
     width = row_block(inner)
-    return Gather(_k("embedding").index_select_kernel,
+    return Launch(_k("embedding").index_select_kernel,
                   (dtype, index_dtype, width, size < I32, count < I32, inner < I32), {"BLOCK": width}, count,
                   outer, (size, count, inner))
 
@@ -72,8 +52,7 @@ def index_select(x, dim, index_tensor):
         raise Decline("index dtype/shape")
     if index_tensor.is_cpu:
         raise Decline("CPU index")
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     nd = x.dim()
     if nd == 0:
         raise Decline("zero-dim source")
@@ -120,15 +99,14 @@ def index_select_family() -> Family:
         dim %= nd
         g = index_select_launch(dtype, index_dtype, shape, dim, count)
         out_shape = shape[:dim] + (count,) + shape[dim + 1:]
-        plan = Plan(g.kernel, g.key, g.keywords, g.programs, g.rows, out_shape, dtype, (0,))
+        plan = Plan.of(g, out_shape, dtype)
         numel = math.prod(shape)
-        scan, mask = contiguous_scan(dtype)
-        small = numel < PARALLEL_MIN
+        scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (inline: per-call cost)
         Em = _k("embedding")
         in_range = Em.in_range_64 if index_dtype is torch.int64 else Em.in_range_32
-        size, programs, rows = shape[dim], g.programs, g.rows
+        size, inner = shape[dim], g.ints[2]
+        programs, rows, empty_, deploy_mode = g.programs, g.rows, _memory.empty, config.deploy_mode
         split = programs * rows > 1
-        empty_, deploy_mode = _memory.empty, config.deploy_mode
 
         def run(operands: tuple) -> Tensor | None:
             x, indices = operands
@@ -139,9 +117,9 @@ def index_select_family() -> Family:
                 return None  # out of range: the implementation declines (0 stands in for "none ignored")
             out = empty_(out_shape, dtype, index)
             if launcher is None or (split and device_tp(index) > 1):
-                plan.launch_checked((x, indices, out, size, count, g.ints[2]))
+                plan.launch_checked((x, indices, out, size, count, inner))
             else:
-                launcher(programs, rows, 1, x, indices, out, size, count, g.ints[2])
+                launcher(programs, rows, 1, x, indices, out, size, count, inner)
             return out
 
         plan.run = run
@@ -153,13 +131,13 @@ def index_select_family() -> Family:
 # ---------------------------------------------------------------- embedding backward
 
 def embedding_backward_launch(dtype: torch.dtype, index_dtype: torch.dtype, count: int, dim: int,
-                              padding_idx: int, num_weights: int) -> Gather:
+                              padding_idx: int, num_weights: int) -> Launch:
     """One program per weight row, summing the grad rows whose index is that row (deterministic, no
     atomics); ints (count, dim, padding_idx)."""
     block_d = min(256, max(16, 1 << (dim - 1).bit_length()))
     ints = (count, dim, padding_idx)
     key = (dtype, index_dtype, block_d, *(abs(v) < I32 for v in ints))
-    return Gather(_k("embedding").embedding_backward_kernel, key, {"BLOCK_I": 64, "BLOCK_D": block_d},
+    return Launch(_k("embedding").embedding_backward_kernel, key, {"BLOCK_I": 64, "BLOCK_D": block_d},
                   num_weights, 1, ints)
 
 
@@ -167,8 +145,7 @@ def embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_fr
     """The embedding weight's gradient (`embedding_backward_launch`)."""
     if scale_grad_by_freq:
         raise Decline("scale_grad_by_freq")
-    if grad.dtype not in FLOATS:
-        raise Decline(f"dtype {str(grad.dtype).replace('torch.', '')}")
+    require_float(grad.dtype)
     if indices.dtype not in INDICES or indices.is_cpu:
         raise Decline("index dtype/device")
     dim = grad.shape[-1] if grad.dim() else 0
@@ -209,12 +186,10 @@ def embedding_backward_family() -> Family:
             return NO_PLAN
         g = embedding_backward_launch(dtype, index_dtype, count, dim, padding_idx, num_weights)
         out_shape = (num_weights, dim)
-        plan = Plan(g.kernel, g.key, g.keywords, g.programs, 1, out_shape, dtype, (0,))
+        plan = Plan.of(g, out_shape, dtype)
         numel = count * dim
-        scan, mask = contiguous_scan(dtype)
-        small = numel < PARALLEL_MIN
-        programs, split = g.programs, g.programs > 1
-        empty_, deploy_mode = _memory.empty, config.deploy_mode
+        scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (inline: per-call cost)
+        programs, empty_, deploy_mode = g.programs, _memory.empty, config.deploy_mode
 
         def run(operands: tuple) -> Tensor | None:
             grad, indices = operands
@@ -222,7 +197,7 @@ def embedding_backward_family() -> Family:
             if not deploy_mode() and not (scan(grad.data_ptr(), numel, mask) if small else all_finite(grad)):
                 return None
             out = empty_(out_shape, dtype, index)
-            if launcher is None or (split and device_tp(index) > 1):
+            if launcher is None or (programs > 1 and device_tp(index) > 1):
                 plan.launch_checked((grad, indices, out, count, dim, padding_idx))
             else:
                 launcher(programs, 1, 1, grad, indices, out, count, dim, padding_idx)
@@ -236,11 +211,11 @@ def embedding_backward_family() -> Family:
 
 # ---------------------------------------------------------------- cat
 
-def cat_pair_launch(dtype: torch.dtype, a_shape: tuple, b_shape: tuple, dim: int, total: int) -> Gather:
+def cat_pair_launch(dtype: torch.dtype, a_shape: tuple, b_shape: tuple, dim: int, total: int) -> Launch:
     """cat of two contiguous inputs whose result has `total` < TILED_MIN elements: one launch reading
     both (a KV cache, a residual); ints (total, a's and b's elements per index of the dims before)."""
     size = block(total)
-    return Gather(_k("rows").cat_pair_kernel, (dtype, size), {"BLOCK": size}, cdiv(total, size), 1,
+    return Launch(_k("rows").cat_pair_kernel, (dtype, size), {"BLOCK": size}, cdiv(total, size), 1,
                   (total, math.prod(a_shape[dim:]), math.prod(b_shape[dim:])))
 
 
@@ -256,8 +231,7 @@ def cat(tensors, dim=0):
             raise Decline("mixed dtypes")
         if t.dim() != ref.dim():
             raise Decline("shape mismatch")
-    if ref.dtype not in FLOATS:
-        raise Decline(f"dtype {str(ref.dtype).replace('torch.', '')}")
+    require_float(ref.dtype)
     if ref.dim() == 0:
         raise Decline("zero-dim tensors")
     dim = dim % ref.dim()
@@ -326,14 +300,13 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
     out_shape = tuple(out_shape)
     total = math.prod(out_shape)
     empty_ = _memory.empty
-    scanners = [_scanner(dtype, math.prod(shape)) for shape in shapes]
+    scanners = [scanner(dtype, math.prod(shape)) for shape in shapes]
     if len(shapes) == 2 and total < TILED_MIN:
         g = cat_pair_launch(dtype, shapes[0], shapes[1], dim, total)
-        plan = Plan(g.kernel, g.key, g.keywords, g.programs, 1, out_shape, dtype, (0, 1))
+        plan = Plan.of(g, out_shape, dtype, (0, 1))
         scan, mask = contiguous_scan(dtype)  # (each input has fewer than TILED_MIN <= PARALLEL_MIN elements)
         a_numel, b_numel = math.prod(shapes[0]), math.prod(shapes[1])
-        programs, split = g.programs, g.programs > 1
-        deploy_mode = config.deploy_mode
+        programs, ints, deploy_mode = g.programs, g.ints, config.deploy_mode
 
         def run_pair(operands: tuple) -> Tensor | None:
             a, b = operands
@@ -342,10 +315,10 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
                                           scan(b.data_ptr(), b_numel, mask)):
                 return None
             out = empty_(out_shape, dtype, index)
-            if launcher is None or (split and device_tp(index) > 1):
-                plan.launch_checked((a, b, out, *g.ints))
+            if launcher is None or (programs > 1 and device_tp(index) > 1):
+                plan.launch_checked((a, b, out, *ints))
             else:
-                launcher(programs, 1, 1, a, b, out, *g.ints)
+                launcher(programs, 1, 1, a, b, out, *ints)
             return out
 
         plan.run = run_pair
@@ -415,11 +388,11 @@ def splits_exactly(value: float) -> bool:
     return sum(split_double(value)) == float(value) if value else True
 
 
-def arange_launch(dtype: torch.dtype, n: int) -> Gather:
+def arange_launch(dtype: torch.dtype, n: int) -> Launch:
     """`arange_kernel` writing n values of `dtype`; ints (n, n_vec)."""
     size = block(n)
     lanes, n_vec = arange_vector_layout(dtype, n)
-    return Gather(_k("elementwise").arange_kernel, (dtype, size, n < I32, lanes),
+    return Launch(_k("elementwise").arange_kernel, (dtype, size, n < I32, lanes),
                   {"BLOCK": size, "LANES": lanes}, cdiv(n, size), 1, (n, n_vec))
 
 
@@ -484,10 +457,8 @@ def arange_family() -> Family:
         if dtype not in (*INDICES, *FLOATS) or n <= 0 or (dtype.is_floating_point and n > ARANGE_ONE_CHUNK):
             return NO_PLAN
         g = arange_launch(dtype, n)
-        plan = Plan(g.kernel, g.key, g.keywords, g.programs, 1, (n,), dtype)
-
+        plan = Plan.of(g, (n,), dtype, ())
         programs, (n_, n_vec) = g.programs, g.ints
-        split = programs > 1
 
         def run(operands: tuple) -> Tensor | None:
             start, end, step, out = operands
@@ -498,7 +469,7 @@ def arange_family() -> Family:
             if (start and s0 + s1 + s2 != start) or t0 + t1 + t2 != step:
                 return None  # a bound without an exact float32 split (`splits_exactly`)
             launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-            if launcher is None or (split and device_tp(index) > 1):
+            if launcher is None or (programs > 1 and device_tp(index) > 1):
                 plan.launch_checked((out, n_, n_vec, s0, s1, s2, t0, t1, t2))
             else:
                 launcher(programs, 1, 1, out, n_, n_vec, s0, s1, s2, t0, t1, t2)

@@ -23,10 +23,11 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
+from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, contiguous, empty, fill_floats
 from .geometry import I32, block, cdiv, row_block
-from .plan import NO_PLAN, Family, Plan, contiguous_on
+from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on
 
 REDUCTIONS = (0, 1, 2)  # none, mean, sum (torch.nn._reduction.get_enum)
 
@@ -46,8 +47,7 @@ def _geometry(x_shape: tuple, target_shape: tuple) -> tuple[int, int] | None:
 def _checked(x: Tensor, target: Tensor, weight: Tensor | None, reduction: int, ignore_index: int
              ) -> tuple[int, int]:
     """(rows, classes) once the operands are within what the kernels support; Decline otherwise."""
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     if x.dim() not in (1, 2) or target.dim() != x.dim() - 1:
         raise Decline("input other than (N, C) or (C,)")
     if target.dtype != torch.int64 or target.is_cpu:
@@ -65,24 +65,25 @@ def _checked(x: Tensor, target: Tensor, weight: Tensor | None, reduction: int, i
     return rows, classes
 
 
-def forward_launch(x_dtype: torch.dtype, w_dtype: torch.dtype, ints: tuple) -> tuple:
-    """(kernel, launch key, keywords, programs) of `nll_loss_kernel` (target int64, loss and total
-    weight of x's dtype) for its int arguments `ints` (rows, classes, ignore_index, reduction, has_w):
-    the dtypes, the block and the width of each int determine its specialisation; one program reduces
-    (mean, sum), several write per-row losses (none)."""
+def forward_launch(x_dtype: torch.dtype, w_dtype: torch.dtype, ints: tuple) -> Launch:
+    """`nll_loss_kernel` (target int64, loss and total weight of x's dtype) for its int arguments `ints`
+    (rows, classes, ignore_index, reduction, has_w): the dtypes, the block and the width of each int
+    determine its specialisation; one program reduces (mean, sum), several write per-row losses
+    (none)."""
     rows, reduction = ints[0], ints[3]
     size = block(rows)
     key = (x_dtype, w_dtype, size, *(-I32 <= v < I32 for v in ints))
-    return _k("loss").nll_loss_kernel, key, {"BLOCK": size}, cdiv(rows, size) if reduction == 0 else 1
+    return Launch(_k("loss").nll_loss_kernel, key, {"BLOCK": size}, cdiv(rows, size) if reduction == 0 else 1,
+                  1, ints)
 
 
 def backward_launch(g_dtype: torch.dtype, w_dtype: torch.dtype, tw_dtype: torch.dtype, dx_dtype: torch.dtype,
-                    ints: tuple) -> tuple:
-    """(kernel, launch key, keywords) of `nll_loss_backward_kernel`, one program per row, as
-    `forward_launch` (ints: classes, ignore_index, reduction, has_w)."""
+                    rows: int, ints: tuple) -> Launch:
+    """`nll_loss_backward_kernel`, one program per row, as `forward_launch` (ints: classes,
+    ignore_index, reduction, has_w)."""
     size = row_block(ints[0])
     key = (g_dtype, w_dtype, tw_dtype, dx_dtype, size, *(-I32 <= v < I32 for v in ints))
-    return _k("loss").nll_loss_backward_kernel, key, {"BLOCK": size}
+    return Launch(_k("loss").nll_loss_backward_kernel, key, {"BLOCK": size}, rows, 1, ints)
 
 
 def nll_loss_forward(x, target, weight, reduction, ignore_index):
@@ -92,14 +93,14 @@ def nll_loss_forward(x, target, weight, reduction, ignore_index):
     weight = contiguous(weight) if weight is not None else None
     w = weight if weight is not None else x  # not read without HAS_W: x stands in
     total_weight = empty([], x.dtype, index)
-    ints = (rows, classes, int(ignore_index), int(reduction), int(weight is not None))
-    kernel, key, keywords, programs = forward_launch(x.dtype, w.dtype, ints)
+    g = forward_launch(x.dtype, w.dtype, (rows, classes, int(ignore_index), int(reduction),
+                                          int(weight is not None)))
     if reduction == 0:
         loss = empty([rows] if x.dim() == 2 else [], x.dtype, index)
         fill_floats(total_weight, 0.0)  # torch reports a zero total weight when nothing is reduced
     else:
         loss = empty([], x.dtype, index)
-    _launch.launch(kernel, programs, key, (x, target, w, loss, total_weight, *ints), keywords)
+    _launch.launch(g.kernel, g.programs, g.key, (x, target, w, loss, total_weight, *g.ints), g.keywords)
     return loss, total_weight
 
 
@@ -114,9 +115,9 @@ def nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_we
     weight = contiguous(weight) if weight is not None else None
     w = weight if weight is not None else grad  # not read without HAS_W: grad stands in
     dx = empty(list(x.shape), x.dtype, index)  # every element is written: no zero fill
-    ints = (classes, int(ignore_index), int(reduction), int(weight is not None))
-    kernel, key, keywords = backward_launch(grad.dtype, w.dtype, total_weight.dtype, dx.dtype, ints)
-    _launch.launch(kernel, rows, key, (grad, target, w, total_weight, dx, *ints), keywords)
+    g = backward_launch(grad.dtype, w.dtype, total_weight.dtype, dx.dtype, rows,
+                        (classes, int(ignore_index), int(reduction), int(weight is not None)))
+    _launch.launch(g.kernel, rows, g.key, (grad, target, w, total_weight, dx, *g.ints), g.keywords)
     return dx
 
 
@@ -190,9 +191,8 @@ def _forward_plan(key: tuple, operands: tuple) -> Plan:
     has_w = w_shape is not None
     if has_w and math.prod(w_shape) != classes:
         return NO_PLAN
-    ints = (rows, classes, ignore_index, reduction, int(has_w))
-    kernel, launch_key, keywords, programs = forward_launch(dtype, dtype, ints)
-    plan = Plan(kernel, launch_key, keywords, programs, 1, (), dtype, (0, 2) if has_w else (0,))
+    g = forward_launch(dtype, dtype, (rows, classes, ignore_index, reduction, int(has_w)))
+    plan, ints = Plan.of(g, (), dtype, (0, 2) if has_w else (0,)), g.ints
     counts = (rows * classes, classes if has_w else 0)  # x, weight
     plain, check = _checks(dtype, counts)
     unscanned, (_, mask), wide = (0, 0), contiguous_scan(dtype), int(dtype == torch.float32)
@@ -209,7 +209,7 @@ def _forward_plan(key: tuple, operands: tuple) -> Plan:
         elif not check(target, rows, classes, ignore_index, (x, w)):
             return None
         loss, total_weight = empty_pair((), (), dtype, index)
-        if launcher is None:
+        if launcher is None:  # (one program: reduction mean or sum)
             plan.launch_checked((x, target, w, loss, total_weight, *ints))
         else:
             launcher(1, 1, 1, x, target, w, loss, total_weight, *ints)
@@ -263,16 +263,15 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
     if grad_numel != (rows if reduction == 0 and len(shape) == 2 else 1) or \
             (has_w and math.prod(w_shape) != classes):
         return NO_PLAN
-    ints = (classes, ignore_index, reduction, int(has_w))
-    kernel, launch_key, keywords = backward_launch(dtype, dtype, dtype, dtype, ints)
+    g = backward_launch(dtype, dtype, dtype, dtype, rows, (classes, ignore_index, reduction, int(has_w)))
     shape = tuple(shape)
-    plan = Plan(kernel, launch_key, keywords, rows, 1, shape, dtype, (0, 1, 3, 4) if has_w else (0, 1, 4))
+    plan, ints = Plan.of(g, shape, dtype, (0, 1, 3, 4) if has_w else (0, 1, 4)), g.ints
     # grad, x, weight, total_weight
     counts = (grad_numel, rows * classes, classes if has_w else 0, 1)
     plain, check = _checks(dtype, counts)
     unscanned, (_, mask), wide = (0, 0, 0, 0), contiguous_scan(dtype), int(dtype == torch.float32)
     empty_, deploy_mode = _memory.empty, config.deploy_mode
-    split, weighted = rows > 1, int(has_w)
+    classes, ignore_index, reduction, weighted = ints
 
     def run(operands: tuple) -> Tensor | None:
         grad, x, target, weight, total_weight = operands
@@ -286,7 +285,7 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
         elif not check(target, rows, classes, ignore_index, (grad, x, w, total_weight)):
             return None
         dx = empty_(shape, dtype, index)
-        if launcher is None or (split and device_tp(index) > 1):
+        if launcher is None or (rows > 1 and device_tp(index) > 1):
             plan.launch_checked((grad, target, w, total_weight, dx, *ints))
         else:
             launcher(rows, 1, 1, grad, target, w, total_weight, dx, classes, ignore_index, reduction,

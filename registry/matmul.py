@@ -1,16 +1,17 @@
-"""The matmul family's plans: `mm`, `bmm`, `addmm` and their `out=` forms (`F.linear` reaches `addmm` /
-`mm` with the transposed weight `w.t()`).
+"""The matmul family: `mm`, `bmm`, `addmm` and their `out=` forms (`F.linear` reaches `addmm` / `mm`
+with the transposed weight `w.t()`), its general path and its plans; `launch` is also the product that
+`conv` and `custom` launch.
 
-Why plans: on small operands (a linear layer on a few tokens, attention on a short sequence) the general
-path's generic checks, `out=` handling, bias broadcasting and launch bookkeeping cost several times the
-product itself. A signature keys everything the general path (`_ops.mm` / `addmm` / `bmm`, through
-`_ops._matmul_launch`) decides from: dtype, device, the operands' shapes and strides (dense ones only:
-contiguous, or a permutation of a contiguous block such as `linear`'s `w.t()`, which the kernel reads
-through its strides), the bias's (contiguous), and the `out=` tensor's (the result's exact shape,
-strides and dtype). The plan holds the result's allocation and the launch's int arguments; the tile
-config is the autotuner's choice for that launch shape, which the general path keeps in
-`_launch.tuned` when it first launches the shape: until then a plan's run leaves the call to the
-general path (which tunes), after that it launches that config itself and keeps the direct launch.
+The general path (`mm`, `addmm`, `bmm`: any strides, the kernel reads them) launches through `launch`,
+which keeps the autotuner's tile per launch shape (`_launch.tuned`). Why plans: on small operands (a
+linear layer on a few tokens, attention on a short sequence) the general path's generic checks, `out=`
+handling, bias broadcasting and launch bookkeeping cost several times the product itself. A signature
+keys everything the general path decides from (`_dims`): dtype, device, the operands' shapes and
+strides (dense ones only: contiguous, or a permutation of a contiguous block such as `linear`'s `w.t()`),
+the bias's (contiguous), and the `out=` tensor's (the result's exact shape, strides and dtype). The
+plan holds the result's allocation and the launch's int arguments; the tile config is the one the
+general path's first launch of that shape kept: until then a plan's run leaves the call to the general
+path (which tunes), after that it launches that config itself and keeps the direct launch.
 
 `MatmulPlan.direct(operands)` describes the kept launch for a compiled graph (`torch_rbln.compiler`),
 which launches it by address with no per-call check (see `plan.Direct`).
@@ -28,16 +29,99 @@ from torch import Tensor
 from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
-from . import _launch, _ops
+from . import _launch
+from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan, is_dense_permutation
+from ._ops import FLOATS, Decline, _broadcast, _check_out, _device_index, _k, fill_floats
+from .geometry import I32, cdiv, expanded_strides
 from .plan import NO_PLAN, Direct, Family, Plan
 
-_NO_BIAS = (0, 0)  # bias strides of a launch without bias (as `_ops.mm` / `bmm` pass them)
+_NO_BIAS = (0, 0)  # bias strides of a launch without bias
+
+
+def shape_key(dtypes: tuple, M: int, N: int, K: int, has_bias: bool, batch: int, index: int) -> tuple:
+    """The launch shape `launch` keeps the autotuner's tile under (`_launch.tuned`): the four tensors'
+    dtypes, M, N, K, bias, batch, the device's tensor-parallel size and the requested DSL backend,
+    everything the tuner's decision depends on."""
+    return (*dtypes, M, N, K, has_bias, batch, device_tp(index), requested_backend())
+
+
+def launch(a, b, c, bias, M, N, K, sa, sb, sc, sbias, alpha, beta, batch) -> None:
+    """One matmul_kernel launch. The autotuner picks the tile config on the first launch of a shape;
+    later launches of that shape run the kernel with that config directly (`_launch.tuned`), since the
+    tuner's own per-call key and grid callback cost more than a small matmul computes. A transposed
+    weight is dense too: the kept unchecked launch takes it."""
+    has_bias = bias is not None
+    operand = bias if has_bias else c
+    tensors = (a, b, c, operand)
+    dtypes = (a.dtype, b.dtype, c.dtype, operand.dtype)
+    args = (*tensors, M, N, K, *sa, *sb, *sc, *sbias, float(alpha), float(beta))
+    tiles = lambda meta: (cdiv(M, meta["BLOCK_M"]), cdiv(N, meta["BLOCK_N"]), batch)  # noqa: E731
+    key = shape_key(dtypes, M, N, K, has_bias, batch, c.get_device())
+    _launch.tuned(_k("matmul").matmul_kernel, key, args, {"HAS_BIAS": has_bias}, tiles, dtypes, tensors,
+                  max(M, N, K, *map(abs, (*sa, *sb, *sc, *sbias))) < I32)
+
+
+def _dims(a_shape: tuple, b_shape: tuple, batched: bool) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of `a @ b` (3-D operands when `batched`, else 2-D), or Decline."""
+    if batched:
+        if len(a_shape) != 3 or len(b_shape) != 3 or a_shape[0] != b_shape[0] or a_shape[2] != b_shape[1]:
+            raise Decline("shape mismatch")
+        return a_shape[0], a_shape[1], b_shape[2], a_shape[2]
+    if len(a_shape) != 2 or len(b_shape) != 2 or a_shape[1] != b_shape[0]:
+        raise Decline("shape mismatch")
+    return 1, a_shape[0], b_shape[1], a_shape[1]
+
+
+# ---------------------------------------------------------------- the general path
+
+def mm(a, b, out=None):
+    return _product(a, b, None, out, 1.0, 0.0, False)
+
+
+def bmm(a, b, out=None):
+    return _product(a, b, None, out, 1.0, 0.0, True)
+
+
+def addmm(bias, a, b, beta=1, alpha=1, out=None):
+    return _product(a, b, bias, out, alpha, beta, False)
+
+
+def _product(a, b, bias, out, alpha, beta, batched: bool):
+    """`alpha * a @ b + beta * bias` (a bias only unbatched) into `out` or a new tensor, any strides."""
+    dtype = a.dtype
+    for t in (a, b) if bias is None else (bias, a, b):
+        if t.dtype != dtype:
+            raise Decline("mixed dtypes")
+    require_float(dtype)
+    batch, M, N, K = _dims(a.shape, b.shape, batched)
+    c = _check_out(out, [batch, M, N] if batched else [M, N], dtype, _device_index(a, b))
+    if bias is None:
+        if c.numel() == 0:
+            return c
+        if K == 0:
+            return fill_floats(c, 0.0)
+        sbias = _NO_BIAS
+    else:
+        if c.numel() == 0 or K == 0:
+            raise Decline("empty tensor")
+        if _broadcast(bias.shape, (M, N)) != [M, N]:
+            raise Decline("shape mismatch")
+        sbias = tuple(expanded_strides(bias, [M, N]))
+    if batched:
+        sa, sb, sc = a.stride(), b.stride(), c.stride()
+    else:  # an unbatched launch: batch strides 0
+        sa, sb, sc = (0, *a.stride()), (0, *b.stride()), (0, *c.stride())
+    launch(a, b, c, bias, M, N, K, sa, sb, sc, sbias, alpha, beta, batch)
+    return c
+
+
+# ---------------------------------------------------------------- plans
 
 
 class MatmulPlan(Plan):
     """One launch geometry: the result's shape and strides, the launch's int arguments after the four
-    tensors (`_ops._matmul_launch`'s order), the autotuner's shape key, the element counts of the read
+    tensors (`launch`'s order), the autotuner's shape key, the element counts of the read
     operands (their NaN/Inf scans), and once resolved the tuned config's grid (`grid`), keywords and
     whether a call must check the device's tensor-parallel size (`needs_tp`)."""
 
@@ -46,14 +130,14 @@ class MatmulPlan(Plan):
 
     def __init__(self, dtype: torch.dtype, shape: tuple, index: int, M: int, N: int, K: int, sa: tuple,
                  sb: tuple, sbias: tuple | None, batch: int, numels: tuple) -> None:
-        super().__init__(_ops._k("matmul").matmul_kernel.fn, (), None, 1, 1, shape, dtype,
+        super().__init__(_k("matmul").matmul_kernel.fn, (), None, 1, 1, shape, dtype,
                          tuple(range(len(numels))))
         self.index = index
         self.c_strides = tuple(_memory.contiguous_strides(list(shape)))
         sc = self.c_strides if len(shape) == 3 else (0, *self.c_strides)  # mm: batch stride 0
         bias = sbias is not None
         self.tail = (M, N, K, *sa, *sb, *sc, *(sbias if bias else _NO_BIAS))
-        self.shape_key = (dtype, dtype, dtype, dtype, M, N, K, bias, batch)
+        self.shape_key = (dtype, dtype, dtype, dtype, M, N, K, bias, batch)  # (`shape_key`'s, tp aside)
         self.numels = numels
         self.small = max(numels) < PARALLEL_MIN  # every read operand is scanned in one compiled call
         self.scan_fn, self.mask = contiguous_scan(dtype)
@@ -74,9 +158,9 @@ class MatmulPlan(Plan):
         current backend and tensor-parallel size) or when the launch needs the general path's
         tensor-parallel handling (a grid of several programs, or a config that depends on the group
         size, on a device with tp > 1)."""
-        K = _ops._k("matmul")
-        shape_key = _ops.matmul_shape_key(self.shape_key[:4], *self.shape_key[4:], self.index)
-        found = _launch.tuned_config(K.matmul_kernel, shape_key)
+        K = _k("matmul")
+        found = _launch.tuned_config(K.matmul_kernel, shape_key(self.shape_key[:4], *self.shape_key[4:],
+                                                                self.index))
         if found is None:
             return None
         grid, keywords = tuple(found[0][:3]), found[1]
@@ -208,30 +292,22 @@ def _without_bias(batched: bool) -> Family:
         out_key = _out_key(out, key[1])
         if out_key is False:
             return None
-        return (batched, *key, None, out_key), (a, b, None, out, 1.0, 0.0)
+        return (*key, None, out_key), (a, b, None, out, 1.0, 0.0)
 
-    def plan(key: tuple, operands: tuple) -> Plan:
-        _, dtype, index, a_shape, a_strides, b_shape, b_strides, _, out_key = key
-        if batched:
-            built = _plan_bmm(dtype, index, a_shape, a_strides, b_shape, b_strides)
-        else:
-            built = _plan_2d(dtype, index, a_shape, a_strides, b_shape, b_strides, None)
-        return _finish(built, out_key)
-
-    return Family(signature, plan)
+    return Family(signature, lambda key, operands: _plan(key, batched))
 
 
-def mm() -> Family:
+def mm_family() -> Family:
     """`mm(a, b)` and `mm.out(a, b, out=)`."""
     return _without_bias(False)
 
 
-def bmm() -> Family:
+def bmm_family() -> Family:
     """`bmm(a, b)` and `bmm.out(a, b, out=)`."""
     return _without_bias(True)
 
 
-def addmm() -> Family:
+def addmm_family() -> Family:
     """`addmm(bias, a, b, beta=, alpha=)` and its `out=` form."""
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
@@ -252,62 +328,43 @@ def addmm() -> Family:
         out_key = _out_key(out, key[1])
         if out_key is False:
             return None
-        return (None, *key, (bias.shape, bias.stride()), out_key), (a, b, bias, out, alpha, beta)
+        return (*key, (bias.shape, bias.stride()), out_key), (a, b, bias, out, alpha, beta)
 
-    def plan(key: tuple, operands: tuple) -> Plan:
-        _, dtype, index, a_shape, a_strides, b_shape, b_strides, bias, out_key = key
-        return _finish(_plan_2d(dtype, index, a_shape, a_strides, b_shape, b_strides, bias), out_key)
-
-    return Family(signature, plan)
+    return Family(signature, lambda key, operands: _plan(key, False))
 
 
-def _finish(plan: MatmulPlan | None, out_key: tuple | None) -> Plan:
-    """`plan` with its run, or NO_PLAN (no plan, or an `out=` other than the result's exact layout)."""
-    if plan is None or (out_key is not None and out_key != (plan.dtype, plan.shape, plan.c_strides)):
+def _plan(key: tuple, batched: bool) -> Plan:
+    """The plan of `a @ b` (dense operands) with an optional bias (shape, strides) as `_product` launches
+    it, or NO_PLAN for a call it would launch otherwise (another dtype, an empty result or K, a bias
+    that is not contiguous or does not broadcast, an `out=` other than the result's exact layout)."""
+    dtype, index, a_shape, a_strides, b_shape, b_strides, bias, out_key = key
+    if dtype not in FLOATS:
+        return NO_PLAN
+    try:
+        batch, M, N, K = _dims(a_shape, b_shape, batched)
+        if bias is not None and _broadcast(bias[0], (M, N)) != [M, N]:
+            return NO_PLAN
+    except Decline:
+        return NO_PLAN  # the general path declines it (the CPU raises torch's error)
+    if batch * M * N * K == 0 or not (is_dense_permutation(a_shape, a_strides) and
+                                      is_dense_permutation(b_shape, b_strides)):
+        return NO_PLAN
+    if batched:
+        sa, sb = tuple(a_strides), tuple(b_strides)
+    else:
+        sa, sb = (0, *a_strides), (0, *b_strides)
+    sbias = None
+    numels = (batch * M * K, batch * K * N)
+    if bias is not None:
+        bias_shape, bias_strides = bias
+        if tuple(bias_strides) != tuple(_memory.contiguous_strides(list(bias_shape))) or 0 in bias_shape:
+            return NO_PLAN  # only a contiguous bias is scanned for NaN/Inf here
+        stand_in = torch.empty(bias_shape, device="meta")
+        sbias = tuple(expanded_strides(stand_in, [M, N]))
+        numels += (stand_in.numel(),)
+    shape = (batch, M, N) if batched else (M, N)
+    plan = MatmulPlan(dtype, shape, index, M, N, K, sa, sb, sbias, batch, numels)
+    if out_key is not None and out_key != (plan.dtype, plan.shape, plan.c_strides):
         return NO_PLAN
     plan.run = _run(plan)
     return plan
-
-
-def _plan_2d(dtype: torch.dtype, index: int, a_shape: tuple, a_strides: tuple, b_shape: tuple,
-             b_strides: tuple, bias: tuple | None) -> MatmulPlan | None:
-    """The plan of `a @ b` (2-D, dense) with an optional bias (shape, strides), as `_ops.mm` and
-    `_ops.addmm` launch it; None for a call they would not launch so (another dtype, shapes that do not
-    match, an empty result or K, a bias that does not broadcast or is not contiguous)."""
-    if dtype not in _ops.FLOATS or len(a_shape) != 2 or len(b_shape) != 2 or a_shape[1] != b_shape[0]:
-        return None
-    (M, K), N = a_shape, b_shape[1]
-    if M == 0 or N == 0 or K == 0 or not (is_dense_permutation(a_shape, a_strides) and
-                                          is_dense_permutation(b_shape, b_strides)):
-        return None
-    sbias = None
-    numels = (M * K, K * N)
-    if bias is not None:
-        bias_shape, bias_strides = bias
-        if tuple(bias_strides) != tuple(_memory.contiguous_strides(list(bias_shape))) or \
-                0 in bias_shape:
-            return None  # only a contiguous bias is scanned for NaN/Inf here
-        try:
-            if _ops._broadcast(bias_shape, (M, N)) != [M, N]:
-                return None
-        except _ops.Decline:
-            return None  # the general path raises torch's error
-        stand_in = torch.empty(bias_shape, device="meta")
-        sbias = tuple(_ops._expanded_strides(stand_in, [M, N]))
-        numels += (stand_in.numel(),)
-    return MatmulPlan(dtype, (M, N), index, M, N, K, (0, *a_strides), (0, *b_strides), sbias, 1, numels)
-
-
-def _plan_bmm(dtype: torch.dtype, index: int, a_shape: tuple, a_strides: tuple, b_shape: tuple,
-              b_strides: tuple) -> MatmulPlan | None:
-    """The plan of a batched `a @ b` (3-D, dense) as `_ops.bmm` launches it, or None."""
-    if dtype not in _ops.FLOATS or len(a_shape) != 3 or len(b_shape) != 3 or a_shape[0] != b_shape[0] or \
-            a_shape[2] != b_shape[1]:
-        return None
-    B, M, K = a_shape
-    N = b_shape[2]
-    if B * M * N * K == 0 or not (is_dense_permutation(a_shape, a_strides) and
-                                  is_dense_permutation(b_shape, b_strides)):
-        return None
-    return MatmulPlan(dtype, (B, M, N), index, M, N, K, tuple(a_strides), tuple(b_strides), None, B,
-                      (B * M * K, B * K * N))

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch_rbln.dsl.jit import on_clear_cache
 
-from torch_rbln import _memory
+from torch_rbln import _memory, config
 from torch_rbln.tp import requested_backend
 
 from . import _launch
@@ -55,6 +55,16 @@ def finite_of(dtype: torch.dtype) -> Callable[[Tensor, int], bool]:
     return finite
 
 
+def scanner(dtype: torch.dtype, numel: int) -> Callable[[Tensor], bool]:
+    """`finite(x)`: whether the contiguous `x` of `dtype` (`numel` elements) holds no NaN/Inf, True in
+    deploy mode (`config.deploy_mode`, read per call)."""
+    scan, mask = contiguous_scan(dtype)
+    deploy_mode = config.deploy_mode
+    if numel < PARALLEL_MIN:
+        return lambda x: deploy_mode() or scan(x.data_ptr(), numel, mask)
+    return lambda x: deploy_mode() or all_finite(x)
+
+
 def write_only_buffer(buffers: dict, index: int, shape: tuple, limit: int) -> Tensor:
     """A float32 rbln:index buffer of `shape` for a kernel output no caller reads (a forward's rstd or
     logsumexp without autograd): kept in `buffers` (a plan's, per device) when it has at most `limit`
@@ -66,6 +76,19 @@ def write_only_buffer(buffers: dict, index: int, shape: tuple, limit: int) -> Te
         if buffer.numel() <= limit:
             buffers[index] = buffer
     return buffer
+
+
+class Launch(NamedTuple):
+    """One launch decided for a signature, shared by a family's checked implementation and its plans:
+    `kernel[(programs, rows)](*tensors, *ints, **keywords)`, kept under `key` (which determines the
+    specialisation)."""
+
+    kernel: Any
+    key: tuple
+    keywords: dict
+    programs: int = 1
+    rows: int = 1
+    ints: tuple = ()
 
 
 class Family(NamedTuple):
@@ -119,6 +142,12 @@ class Plan:
         self.backend: str | None | bool = False  # False: no launch fetched (None is the default backend)
         if kernel is not None:
             _PLANS.add(self)
+
+    @classmethod
+    def of(cls, launch: Launch, shape: tuple, dtype: Any, scanned: tuple = (0,)) -> Plan:
+        """The plan of one decided `launch` writing a result of `shape` and `dtype`."""
+        return cls(launch.kernel, launch.key, launch.keywords, launch.programs, launch.rows, shape, dtype,
+                   scanned)
 
     @classmethod
     def declined(cls, reason: str) -> Plan:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ._base import FLOATS, Decline
+from ._base import FLOATS, Decline, require_float
 from ._launch import kernel_module as _k
 from ._launch import launch_grid
 from ._ops import contiguous, empty
@@ -28,8 +28,7 @@ def _scale(p: float) -> float:
 
 def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch.Tensor, torch.Tensor]:
     """`aten::native_dropout`: (output, bool mask)."""
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     if not 0 <= p <= 1:
         raise Decline("p outside [0, 1]")  # torch's error from the CPU fallback
     if x.numel() == 0:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -26,27 +26,14 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch as launches
+from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
 from .geometry import I32, block, cdiv, dims_run, reduced_dims, reduced_shape, row_block
-from .plan import NO_PLAN, Family, Plan
+from .plan import NO_PLAN, Family, Launch, Plan
 
 CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3}
 INDEXED = ("max", "min", "argmax", "argmin")  # dim is one int; amax/amin take several dims
-
-
-class Reduction(NamedTuple):
-    """The launch of one reduction of a contiguous tensor over one run of dims: `kernel[(programs,
-    rows)](x, values, indices, *ints, correction, **keywords)`, kept under `key`; `scratch`: the
-    middle kernel needs an index buffer nobody reads (amax/amin)."""
-
-    kernel: Any
-    key: tuple
-    keywords: dict
-    programs: int
-    rows: int
-    ints: tuple
-    scratch: bool
 
 
 def row_key(dtype: torch.dtype, values_dtype: torch.dtype, indices_dtype: torch.dtype, op: int, r: int, *,
@@ -60,23 +47,26 @@ def row_key(dtype: torch.dtype, values_dtype: torch.dtype, indices_dtype: torch.
     return key, {"OP": op, "WRITE_INDEX": write_index, "BLOCK": size}
 
 
-def decide(op: int, write_index: bool, dtype: torch.dtype, shape: tuple, first: int, last: int) -> Reduction:
-    """The launch reducing dims [first, last) of a contiguous tensor of `shape` (values of `dtype`,
-    indices int64 when `write_index`)."""
+def decide(op: int, write_index: bool, dtype: torch.dtype, shape: tuple, first: int, last: int
+           ) -> tuple[Launch, bool]:
+    """(launch, scratch) reducing dims [first, last) of a contiguous tensor of `shape` (values of
+    `dtype`, indices int64 when `write_index`): `kernel[(programs, rows)](x, values, indices, *ints,
+    correction, **keywords)`; `scratch`: the middle kernel needs an index buffer nobody reads
+    (amax/amin)."""
     outer = math.prod(shape[:first])
     r = math.prod(shape[first:last])
     inner = math.prod(shape[last:])
     if inner == 1:
         key, keywords = row_key(dtype, dtype, torch.int64 if write_index else dtype, op, r,
                                 write_index=write_index)
-        return Reduction(_k("rows").reduce_kernel, key, keywords, outer, 1, (r,), False)
+        return Launch(_k("rows").reduce_kernel, key, keywords, outer, 1, (r,)), False
     # the middle kernel's max/min always store an index: amax/amin give it a scratch buffer
     scratch = not write_index and (op == CODES["max"] or op == CODES["min"])
     size = block(inner)
     key = ("middle", dtype, dtype, torch.int64 if write_index or scratch else dtype, op, size, r < I32,
            inner < I32)
-    return Reduction(_k("reduce").middle_reduce_kernel, key, {"OP": op, "BLOCK": size}, outer,
-                     cdiv(inner, size), (r, inner), scratch)
+    return Launch(_k("reduce").middle_reduce_kernel, key, {"OP": op, "BLOCK": size}, outer, cdiv(inner, size),
+                  (r, inner)), scratch
 
 
 # ---------------------------------------------------------------- the checked implementation
@@ -86,8 +76,7 @@ def reduce(name: str, x: Tensor, dim=None, keepdim=False, dtype=None, correction
 
     `dim` follows the aten schema of each op: an int for max/min/argmax/argmin (None: all elements,
     flattened), an int list for the others (None or empty: all dims)."""
-    if x.dtype not in FLOATS:
-        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    require_float(x.dtype)
     if dtype is not None and dtype != x.dtype:
         raise Decline("dtype= conversion")
     if x.numel() == 0:
@@ -103,9 +92,9 @@ def reduce(name: str, x: Tensor, dim=None, keepdim=False, dtype=None, correction
     x = contiguous(x)
     index = x.get_device()
     write_index = name in INDEXED
-    launch = decide(CODES[name], write_index, x.dtype, tuple(x.shape), *run)
+    launch, scratch = decide(CODES[name], write_index, x.dtype, tuple(x.shape), *run)
     values = None if name in ("argmax", "argmin") else empty(shape, x.dtype, index)
-    indices = empty(shape, torch.int64, index) if write_index or launch.scratch else None
+    indices = empty(shape, torch.int64, index) if write_index or scratch else None
     # argmax/argmin pass `x` as the unused values pointer (the specialisation of max/min's dtypes);
     # without indices the values stand in for the index pointer (never written)
     args = (x, x if values is None else values, values if indices is None else indices, *launch.ints,
@@ -196,12 +185,11 @@ def _reduce_plan(name: str, key: tuple, std: bool) -> Plan:
     if run is None:
         return NO_PLAN  # scattered dims: the implementation's transposing copy
     write_index = name in INDEXED
-    launch = decide(CODES[name], write_index, dtype, shape, *run)
+    launch, scratch = decide(CODES[name], write_index, dtype, shape, *run)
     out_shape = reduced_shape(shape, dims, keepdim)
-    plan = Plan(launch.kernel, launch.key, launch.keywords, launch.programs, launch.rows, out_shape, dtype,
-                (0,))
+    plan = Plan.of(launch, out_shape, dtype)
     root = _sqrt_plan(dtype, out_shape, index) if std else None
-    plan.run = _reduce_run(plan, name, index, numel, launch.ints, launch.scratch, root)
+    plan.run = _reduce_run(plan, name, index, numel, launch.ints, scratch, root)
     return plan
 
 
@@ -217,18 +205,16 @@ def _sqrt_plan(dtype: torch.dtype, shape: tuple, index: int) -> Callable:
 
 def _reduce_run(plan: Plan, name: str, index: int, numel: int, ints: tuple, scratch: bool,
                 root: Callable | None) -> Callable[[tuple], Any]:
-    programs, rows, shape, dtype = plan.programs, plan.rows, plan.shape, plan.dtype
-    split = programs * rows > 1
-    scan, mask = contiguous_scan(dtype)
-    small = numel < PARALLEL_MIN
+    shape, dtype = plan.shape, plan.dtype
+    scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (the scan inline: per-call cost)
     empty_, empty_pair, deploy_mode = _memory.empty, _memory.empty_pair, config.deploy_mode
+    programs, rows = plan.programs, plan.rows
+    split = programs * rows > 1
+    r, middle, inner = ints[0], len(ints) == 2, ints[-1]  # the middle kernel takes (r, inner), the row one r
     int64 = torch.int64
     values_too = name not in ("argmax", "argmin")
     pair = name in ("max", "min")  # values and indices, allocated together
     indexed = name in INDEXED
-    r = ints[0]
-    middle = len(ints) == 2  # the middle kernel takes (r, inner), the row kernel r
-    inner = ints[-1]
 
     def run(operands: tuple) -> Any:
         x, correction = operands

@@ -30,7 +30,7 @@ from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
 from .geometry import I32, ONE_BLOCK, ROW_CHUNK, cdiv, row_block
 from .plan import NO_PLAN, Family, Plan
 
-Launch = tuple  # (kernel, launch key, constexpr keywords)
+KernelKey = tuple  # (kernel, launch key, constexpr keywords): a launch whose grid the caller decides
 
 
 class NormPlan(Plan):
@@ -76,13 +76,14 @@ def _moved_back(out: Tensor, dim: int | None) -> Tensor:
     return out if dim is None else cast_copy(out.movedim(-1, dim), out.dtype)
 
 
-def softmax_launch(dtype: torch.dtype, n: int, log: bool) -> Launch:
+def softmax_launch(dtype: torch.dtype, n: int, log: bool) -> KernelKey:
     """The one-pass row kernel over rows of `n` <= ONE_BLOCK elements."""
     block = row_block(n)
     return _k("rows").softmax_row_kernel, (dtype, log, block, n < I32), {"LOG": log, "BLOCK": block}
 
 
-def softmax_backward_launch(grad_dtype: torch.dtype, output_dtype: torch.dtype, n: int, log: bool) -> Launch:
+def softmax_backward_launch(grad_dtype: torch.dtype, output_dtype: torch.dtype, n: int, log: bool
+                            ) -> KernelKey:
     block = row_block(n)
     return (_k("rows").softmax_backward_kernel, (grad_dtype, output_dtype, log, block, n < I32),
             {"LOG": log, "BLOCK": block})
@@ -122,15 +123,14 @@ def softmax_backward(grad: Tensor, output: Tensor, dim: int, input_dtype, *, log
     return _moved_back(out, moved)
 
 
-def _row_plan(launch: Launch, dtype: torch.dtype, shape: tuple, index: int, n: int, inputs: int) -> Plan:
+def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n: int, inputs: int) -> Plan:
     """The plan of one row-kernel launch `kernel(*inputs, out, n)` over contiguous inputs of `shape`
     with an output of that shape (written out per input count: on a few elements each step counts)."""
     kernel, key, keywords = launch
     numel = math.prod(shape)
     rows = numel // n
     plan = Plan(kernel, key, keywords, rows, 1, shape, dtype, tuple(range(inputs)))
-    scan, mask = contiguous_scan(dtype)
-    small = numel < PARALLEL_MIN
+    scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (the scans inline: per-call cost)
     empty_, deploy_mode = _memory.empty, config.deploy_mode
 
     def run(operands: tuple) -> Tensor | None:  # one input (softmax)
@@ -250,14 +250,18 @@ def layer_norm(x, normalized_shape, weight, bias, eps):
     return out, mean, rstd
 
 
-def _normalized(dtype: torch.dtype, shape: tuple, normalized: tuple) -> int | None:
-    """The row length of a layer norm of a tensor of `shape` over its trailing dims `normalized`, or
-    None where no plan takes it (another dtype, shapes that do not line up, an empty tensor)."""
+def _normalized(dtype: torch.dtype, shape: tuple, normalized: tuple, w_shape: tuple | None,
+                b_shape: tuple | None) -> int | None:
+    """The row length of a layer norm of a tensor of `shape` over its trailing dims `normalized` with a
+    weight and bias of those shapes (None: absent), or None where no plan takes it (another dtype,
+    shapes that do not line up, an empty tensor)."""
     tail = len(normalized)
     if dtype not in FLOATS or tail == 0 or tail > len(shape) or tuple(shape[-tail:]) != normalized:
         return None
     n = math.prod(normalized)
-    return n if n and math.prod(shape) else None
+    if not n or not math.prod(shape) or any(s is not None and math.prod(s) != n for s in (w_shape, b_shape)):
+        return None
+    return n
 
 
 def layer_norm_family() -> Family:
@@ -300,10 +304,10 @@ def layer_norm_family() -> Family:
 def _layer_norm_plan(key: tuple, operands: tuple) -> Plan:
     dtype, shape, index, normalized, w_shape, b_shape, deploy = key
     shape = tuple(shape)
-    n = _normalized(dtype, shape, normalized)
-    has_w, has_b = w_shape is not None, b_shape is not None
-    if n is None or (has_w and math.prod(w_shape) != n) or (has_b and math.prod(b_shape) != n):
+    n = _normalized(dtype, shape, normalized, w_shape, b_shape)
+    if n is None:
         return NO_PLAN
+    has_w, has_b = w_shape is not None, b_shape is not None
     numel = math.prod(shape)
     rows = numel // n
     kernel, launch_key, keywords = norm_launch(dtype, dtype, dtype, dtype, dtype, n, rms=False, has_w=has_w,
@@ -369,8 +373,8 @@ class NormBackward(NamedTuple):
     `dx` (the row kernel) and `params` (the dw/db column kernel, with its program count), each None
     when not needed."""
 
-    fused: Launch | None
-    dx: Launch | None
+    fused: KernelKey | None
+    dx: KernelKey | None
     params: tuple | None
 
 
@@ -486,10 +490,10 @@ def layer_norm_backward_family() -> Family:
 def _layer_norm_backward_plan(key: tuple, operands: tuple) -> Plan:
     dtype, shape, index, normalized, mean_shape, rstd_shape, w_shape, b_shape, mask, deploy = key
     shape = tuple(shape)
-    n = _normalized(dtype, shape, normalized)
-    has_w, has_b = w_shape is not None, b_shape is not None
-    if n is None or (has_w and math.prod(w_shape) != n) or (has_b and math.prod(b_shape) != n):
+    n = _normalized(dtype, shape, normalized, w_shape, b_shape)
+    if n is None:
         return NO_PLAN
+    has_w, has_b = w_shape is not None, b_shape is not None
     numel = math.prod(shape)
     rows = numel // n
     if math.prod(mean_shape) != rows or math.prod(rstd_shape) != rows:

@@ -126,15 +126,8 @@ def _pow_scalar(x, exponent, out=None):
         raise Decline("non-real exponent")
     if exponent == 2:
         return EW.binary("mul", x, x, out=out)
-    if exponent == 1:
-        return EW.unary("scale", x, 1.0, out=out)
-    if exponent == 0.5:
-        return EW.unary("sqrt", x, out=out)
-    # the exponents torch special-cases, computed as it does (products and a division, no exp/log)
-    special = {3: "cube", -1: "reciprocal", -2: "reciprocal_square", -0.5: "rsqrt"}.get(exponent)
-    if special is not None:
-        return EW.unary(special, x, out=out)
-    return EW.unary("pow", x, float(exponent), out=out)
+    op, p = EW.pow_unary(exponent)
+    return EW.unary(op, x, p, out=out)
 
 
 def _div_mode(a, b, rounding_mode=None, out=None, inplace=False):
@@ -208,10 +201,6 @@ def _var(x, dim=None, correction=None, keepdim=False):
 
 def _std(x, dim=None, correction=None, keepdim=False):
     return EW.unary("sqrt", R.reduce("var", x, dim, keepdim, correction=correction))
-
-
-def _linear(x, w, b=None):
-    raise Decline("linear decomposes")  # pragma: no cover  (linear is CompositeImplicit)
 
 
 F = "float32"
@@ -356,14 +345,14 @@ TABLE: list[Op] = [
     Op("native_layer_norm_backward.default", Ref("rows", "layer_norm_backward"),
        make_plan=lambda: RW.layer_norm_backward_family()),
     # ---- (3) matmul family (linear and matmul decompose into these)
-    Op("mm.default", lambda a, b: O.mm(a, b), "mm", tol=MATMUL, make_plan=lambda: MM.mm()),
-    Op("mm.out", lambda a, b, out=None: O.mm(a, b, out=out), make_plan=lambda: MM.mm()),
-    Op("bmm.default", lambda a, b: O.bmm(a, b), "bmm", tol=MATMUL, make_plan=lambda: MM.bmm()),
-    Op("bmm.out", lambda a, b, out=None: O.bmm(a, b, out=out), make_plan=lambda: MM.bmm()),
-    Op("addmm.default", lambda c, a, b, beta=1, alpha=1: O.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL,
-       make_plan=lambda: MM.addmm()),
-    Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: O.addmm(c, a, b, beta, alpha, out=out),
-       make_plan=lambda: MM.addmm()),
+    Op("mm.default", lambda a, b: MM.mm(a, b), "mm", tol=MATMUL, make_plan=lambda: MM.mm_family()),
+    Op("mm.out", lambda a, b, out=None: MM.mm(a, b, out=out), make_plan=lambda: MM.mm_family()),
+    Op("bmm.default", lambda a, b: MM.bmm(a, b), "bmm", tol=MATMUL, make_plan=lambda: MM.bmm_family()),
+    Op("bmm.out", lambda a, b, out=None: MM.bmm(a, b, out=out), make_plan=lambda: MM.bmm_family()),
+    Op("addmm.default", lambda c, a, b, beta=1, alpha=1: MM.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL,
+       make_plan=lambda: MM.addmm_family()),
+    Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: MM.addmm(c, a, b, beta, alpha, out=out),
+       make_plan=lambda: MM.addmm_family()),
     # ---- (4) reductions over any dims
     Op("sum.dim_IntList", _sum, "sum", tol=LOOSE, make_plan=lambda: R.family("sum", keywords=("dtype",))),
     Op("sum.default", lambda x, dtype=None: _sum(x, None, False, dtype),

@@ -323,6 +323,22 @@ def _environ_get(name: str) -> str | None:
     return None if value is None else os.environ.decodevalue(value)  # type: ignore[attr-defined]
 
 
+def environ_reader(name: str) -> Callable[[], str | None]:
+    """`read()`: ``os.environ.get(name)`` for a variable read on every call of a hot path (a kernel
+    launch's requested backend), bound once: one C-level dict lookup in ``os.environ._data`` where
+    `_environ_get` also looks up the encoded key (CPython; elsewhere ``os.environ.get``)."""
+    data = getattr(os.environ, "_data", None)
+    if not isinstance(data, dict):  # pragma: no cover - non-CPython os.environ
+        return lambda: os.environ.get(name)
+    get, key, decode = data.get, os.environ.encodekey(name), os.environ.decodevalue  # type: ignore[attr-defined]
+
+    def read() -> str | None:
+        value = get(key)
+        return None if value is None else decode(value)
+
+    return read
+
+
 def raw(name: str) -> str | None:
     """The raw value of a known variable; ``None`` when unset or empty."""
     if name not in _BY_NAME:

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from torch_rbln import config, topology
-from torch_rbln.config import _environ_get
 from torch_rbln.log import get_logger
 
 __all__ = ["tp_size_for", "group_size", "root_npu", "compile_tp_size", "run_with_tp_failover", "check_tp",
@@ -87,11 +86,10 @@ def device_tp(device_index: int) -> int:
 _DSL_BACKEND = "TORCH_RBLN_DSL_BACKEND"
 
 
-def requested_backend() -> str | None:
-    """The raw $TORCH_RBLN_DSL_BACKEND (validated where a backend is chosen), read without
-    `os.environ.get`'s KeyError path for a missing key, which cost more than the rest of a cached
-    launch's key."""
-    return _environ_get(_DSL_BACKEND)
+# `requested_backend()`: the raw $TORCH_RBLN_DSL_BACKEND (validated where a backend is chosen), read
+# without `os.environ.get`'s KeyError path for a missing key, which cost more than the rest of a cached
+# launch's key (every plan's run reads it)
+requested_backend: Callable[[], str | None] = config.environ_reader(_DSL_BACKEND)
 
 
 def run_with_tp_failover(

@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch_rbln.kernels import matmul
-from torch_rbln.registry import _ops
 from torch_rbln.registry import matmul as family
 from torch_rbln.registry.plan import Plan
 from torch_rbln.registry.table import MATMUL
@@ -20,7 +19,7 @@ from torch_rbln.registry.table import MATMUL
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
 
-from .planned import planned
+from .planned import general_path, planned
 
 
 def _row(name: str) -> dict:
@@ -42,7 +41,7 @@ def general_path_forbidden(monkeypatch):
 
     def forbid() -> None:
         for name in ("mm", "addmm", "bmm"):
-            monkeypatch.setattr(_ops, name, forbidden)
+            monkeypatch.setattr(family, name, forbidden)
 
     return forbid
 
@@ -194,6 +193,8 @@ def test_a_grid_split_over_a_tensor_parallel_group_is_left_to_the_general_path(m
         torch.bmm(da, db), x @ y
     assert bmm((da, db), {}) is not None and mm((x, y), {}) is not None  # launches kept
     monkeypatch.setattr(family, "device_tp", lambda index: 2)
+    with general_path():  # the general path keeps its tiles under the tp=2 launch shapes first
+        torch.bmm(da, db), x @ y
     assert bmm((da, db), {}) is None  # two programs (one per batch): the general launch splits them
     assert mm((x, y), {}) is not None  # one program of a product tile runs on one NPU whatever tp is
 

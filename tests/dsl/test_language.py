@@ -491,16 +491,18 @@ def test_import_is_cheap_and_lazy(tmp_path):
     env["PYTHONPYCACHEPREFIX"] = str(tmp_path)
     # a full cyclic-GC pass over torch's heap takes ~90 ms and runs wherever the allocation counter
     # crosses its threshold: collect first, so the timing is the DSL import's own work
-    code = ("import gc, time, sys, torch, torch_rbln; gc.collect(); t = time.perf_counter(); "
+    # CPU time, not wall: on a loaded machine the wall clock also counts other processes' turns. The
+    # bound is far below what importing numba or jinja2 with it would cost (~0.3-0.6 s).
+    code = ("import gc, time, sys, torch, torch_rbln; gc.collect(); t = time.process_time(); "
             "import torch_rbln.dsl; "
-            "dt = time.perf_counter() - t; print(dt, 'numba' in sys.modules, 'jinja2' in sys.modules, "
+            "dt = time.process_time() - t; print(dt, 'numba' in sys.modules, 'jinja2' in sys.modules, "
             "'torch_rbln.dsl.frontend' in sys.modules)")
     runs = []
     for _ in range(3):  # the first run populates the bytecode cache; the best of the others is measured
         runs.append(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                    env=env).stdout.split())
     out = min(runs[1:], key=lambda r: float(r[0]))
-    assert float(out[0]) < 0.05, runs
+    assert float(out[0]) < 0.1, runs
     assert out[3] == "False"  # the frontend loads on first compile
 
 

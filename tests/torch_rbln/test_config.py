@@ -433,10 +433,17 @@ def test_fallback_disabled_is_cheap(env, monkeypatch, value):
     def call() -> bool:
         return config.fallback_disabled("unsupported_op")
 
+    def environ_lookup() -> str | None:  # the yardstick: one plain read of the environment
+        return os.environ.get("TORCH_RBLN_DISABLE_FALLBACK")
+
     call()
     n = 20000
+    # relative to the yardstick measured in the same moment (a loaded machine slows both alike): the
+    # setting is parsed once, so a check costs about one environment read, not a parse
     best = min(timeit.repeat(call, number=n, repeat=5)) / n
-    assert best < 2e-6, f"fallback_disabled() took {best * 1e9:.0f} ns"
+    yardstick = min(timeit.repeat(environ_lookup, number=n, repeat=5)) / n
+    assert best < 5 * yardstick, (f"fallback_disabled() took {best * 1e9:.0f} ns, "
+                                  f"{best / yardstick:.1f}x one os.environ.get")
 
 
 def test_raw_sees_direct_environ_changes(env):

@@ -49,12 +49,18 @@ def _programs(monkeypatch) -> list[Program]:
     return made
 
 
-def _model() -> tuple[Block, Block, torch.Tensor]:
-    torch.manual_seed(0)
-    cpu = Block().eval()
-    device = Block().eval()
+def _twins(module: type[torch.nn.Module], seed: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A CPU module and an rbln copy with the same weights (in eval mode), after seeding `seed`."""
+    torch.manual_seed(seed)
+    cpu = module().eval()
+    device = module().eval()
     device.load_state_dict(cpu.state_dict())
-    return cpu, device.to("rbln"), torch.randn(2, 8, 32)
+    return cpu, device.to("rbln")
+
+
+def _model() -> tuple[Block, Block, torch.Tensor]:
+    cpu, device = _twins(Block, 0)
+    return cpu, device, torch.randn(2, 8, 32)
 
 
 def test_the_program_matches_the_node_by_node_graph_and_the_cpu(fresh_compiler, monkeypatch):
@@ -155,11 +161,7 @@ class _Linears(torch.nn.Module):
 
 def _linears_program(monkeypatch):
     programs = _programs(monkeypatch)
-    torch.manual_seed(0)
-    cpu = _Linears().eval()
-    device = _Linears().eval()
-    device.load_state_dict(cpu.state_dict())
-    device.to("rbln")
+    cpu, device = _twins(_Linears, 0)
     x = torch.randn(5, 16)
     compiled = torch.compile(device, backend="rbln")
     with torch.no_grad():
@@ -267,11 +269,7 @@ class Attention(torch.nn.Module):
 
 def test_attention_on_strided_slices_is_launched_by_the_program(fresh_compiler, monkeypatch):
     programs = _programs(monkeypatch)
-    torch.manual_seed(2)
-    cpu = Attention().eval()
-    device = Attention().eval()
-    device.load_state_dict(cpu.state_dict())
-    device.to("rbln")
+    cpu, device = _twins(Attention, 2)
     x = torch.randn(2, 8, 32)
     compiled = torch.compile(device, backend="rbln")
     with torch.no_grad():

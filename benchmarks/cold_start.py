@@ -43,7 +43,6 @@ DEMO_BASELINE = ("import torch; from transformers import GPT2Config, GPT2LMHeadM
                  "attn_implementation='sdpa'); GPT2LMHeadModel(c); GPT2LMHeadModel(c)")
 
 # The user-kernel case's child: prints one JSON line with the in-process timings of each first launch.
-
 KERNEL_SCRIPT = r'''
 import json, time
 t0 = time.perf_counter()
@@ -222,22 +221,25 @@ def import_cost(runs: int) -> dict:
     return {"import_ms": statistics.median(deltas), "budget_ms": import_time.BUDGET_MS}
 
 
-def _verdict(value: float, target: float, rc: int = 0) -> str:
-    """OK or OVER against the target; FAILED when the child did not finish (its figure means nothing)."""
-    if rc:
-        return "FAILED"
+def _verdict(value: float, target: float) -> str:
     return "OK" if value <= target else "OVER"
+
+
+def _outcome(value: float, target: float | None, row: dict) -> str:
+    """The end of a figure's line: its target and verdict (FAILED when the child did not finish: its
+    figure means nothing), and the child's exit status when it failed."""
+    failed = f"  (exit {row['rc']})" if row.get("rc") else ""
+    if target is None:
+        return failed
+    return f" target <= {target:5.1f} s  {'FAILED' if row.get('rc') else _verdict(value, target)}{failed}"
 
 
 def _line(label: str, row: dict, target: float | None = None, key: str = "cpu_s") -> None:
     figure = row.get(key, float("nan"))
     if key == "cpu_s":  # all of it: the program's and its compile workers', also those that outlived it
         figure += row.get("detached_worker_cpu_s", 0.0)
-    verdict = _verdict(figure, target, row.get("rc", 0)) if target is not None else ""
-    goal = f" target <= {target:5.1f} s  {verdict}" if target is not None else ""
-    failed = f"  (exit {row['rc']})" if row.get("rc") else ""
-    print(f"  {label:<34} {figure:7.2f} s  (cpu {row['cpu_s']:6.1f} s, wall {row['wall_s']:6.1f} s){goal}"
-          f"{failed}")
+    print(f"  {label:<34} {figure:7.2f} s  (cpu {row['cpu_s']:6.1f} s, wall {row['wall_s']:6.1f} s)"
+          f"{_outcome(figure, target, row)}")
     if "detached_worker_cpu_s" in row:
         print(f"  {'':<34} + {row['detached_worker_cpu_s']:.1f} s CPU of compile workers that finished "
               f"{row['detached_worker_wall_s']:.1f} s after the program exited")
@@ -247,10 +249,7 @@ def _launch_line(label: str, row: dict, name: str, target: float | None = None) 
     """A launch timed inside the child: its CPU seconds (what a quiet machine's wall time would be)
     against the target, and its wall seconds on this host."""
     cpu, wall = row.get(name + "_cpu_s", float("nan")), row.get(name + "_s", float("nan"))
-    verdict = _verdict(cpu, target, row.get("rc", 0)) if target is not None else ""
-    goal = f" target <= {target:5.1f} s  {verdict}" if target is not None else ""
-    failed = f"  (exit {row['rc']})" if row.get("rc") else ""
-    print(f"  {label:<34} {cpu:7.2f} s  [wall {wall:6.2f} s]{goal}{failed}")
+    print(f"  {label:<34} {cpu:7.2f} s  [wall {wall:6.2f} s]{_outcome(cpu, target, row)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,8 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         _line("cold", cold, 30.0)
         _line("warm", warm, 4.0)
         # what the demo pays before torch_rbln does anything: torch, transformers and the model itself
-        baseline = run_case(["-c", DEMO_BASELINE], tempfile.mkdtemp(prefix="rbln-cold-start-"),
-                            {**extra, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+        with tempfile.TemporaryDirectory(prefix="rbln-cold-start-") as unused_cache:
+            baseline = run_case(["-c", DEMO_BASELINE], unused_cache,
+                                {**extra, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
         results["demo"]["baseline"] = baseline
         _line("of which torch + transformers + model", baseline)
     if "kernel" in cases:

@@ -614,7 +614,7 @@ class _Builder:
             return False
         if scan_result:
             self.launch(direct.launcher, direct.grid, tensors, values, node.name)
-            self.scan_operands([out for out in outputs if out is not None])
+            self.scan_operands(outputs)  # every output is allocated (checked above)
         else:
             self.scan_operands(checked)
             self.launch(direct.launcher, direct.grid, tensors, values, node.name)

@@ -161,8 +161,12 @@ def test_direct_path_reuses_views_and_lets_tensors_go(group):
     cycle()  # first: the ops' own caches (kept launches, scalar tensors) fill, which is not a leak
     gc.collect()  # earlier tests' cyclic garbage would otherwise be freed in the middle of this one
     before = torch.rbln.memory_allocated()
-    cycle()
-    assert torch.rbln.memory_allocated() == before
+    for _ in range(4):
+        cycle()
+    # A view kept past its tensor would keep each cycle's 4 KiB storage: 16 KiB over four cycles. What
+    # earlier tests left in the ops' bounded caches can still fill by a few bytes once (CI saw +32 B
+    # after the whole suite had run in the worker), which is not a leak.
+    assert torch.rbln.memory_allocated() - before < 4 * 1024
 
 
 def test_direct_path_leaves_strided_and_mode_calls_to_the_kernels(group):

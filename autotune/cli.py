@@ -451,8 +451,10 @@ def warm_one(manifest_path: str, launch_id: tuple, db: str, time_budget, retune:
 def _torchrun_ranks() -> tuple[int, int] | None:
     """(rank, world size) when started by torchrun (or anything setting RANK and WORLD_SIZE) with more
     than one rank; None for a plain run."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    return (int(os.environ.get("RANK", "0")), world) if world > 1 else None
+    from torch_rbln import config
+
+    ranks = config.launcher_ranks()
+    return (ranks.rank, ranks.world_size) if ranks.world_size > 1 else None
 
 
 def _share_of(launches: list, db: str, rank: int, world: int) -> tuple[list, str]:

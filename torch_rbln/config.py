@@ -455,3 +455,42 @@ def reset_for_tests() -> None:
         _settings = None
         _live.clear()
         _deploy_cache = (_UNPARSED, False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Variables set by a launcher (torchrun, SLURM wrappers): not ours to document, but read here too, so a
+# malformed value gets the same precise message as ours instead of a bare int() ValueError.
+# ----------------------------------------------------------------------------------------------
+
+_RANK_INDEX = _bounded_int(0, 1 << 20)
+_RANK_COUNT = _bounded_int(1, 1 << 20)
+
+
+@dataclass(frozen=True)
+class LauncherRanks:
+    """Where this process sits in a job, as the launcher told it (torchrun's variables)."""
+
+    rank: int  # RANK: global rank, 0 when unset
+    world_size: int  # WORLD_SIZE: 1 when unset
+    local_rank: int | None  # LOCAL_RANK: None when unset (not started by a launcher)
+    local_world_size: int | None  # LOCAL_WORLD_SIZE: None when unset
+
+
+def launcher_ranks() -> LauncherRanks:
+    """The launcher's rank variables, re-read on each call (a job sets them before the first use).
+
+    ConfigError names the variable and its value when one is not a non-negative integer (a positive one
+    for the sizes), or when a rank is not below its size."""
+
+    def read(name: str, parse: Callable[[str, str], int]) -> int | None:
+        value = _environ_get(name)
+        return None if value is None or value == "" else parse(name, value)
+
+    rank, world = read("RANK", _RANK_INDEX), read("WORLD_SIZE", _RANK_COUNT)
+    local, local_world = read("LOCAL_RANK", _RANK_INDEX), read("LOCAL_WORLD_SIZE", _RANK_COUNT)
+    ranks = LauncherRanks(rank or 0, world or 1, local, local_world)
+    if ranks.rank >= ranks.world_size and world is not None:
+        raise _invalid("RANK", str(ranks.rank), f"an integer below WORLD_SIZE={ranks.world_size}")
+    if local is not None and local_world is not None and local >= local_world:
+        raise _invalid("LOCAL_RANK", str(local), f"an integer below LOCAL_WORLD_SIZE={local_world}")
+    return ranks

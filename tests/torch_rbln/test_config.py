@@ -455,3 +455,34 @@ def test_raw_sees_direct_environ_changes(env):
     finally:
         del os.environ["TORCH_RBLN_SIM_NPUS"]
     assert config.raw("TORCH_RBLN_SIM_NPUS") is None and config.get("TORCH_RBLN_SIM_NPUS") == 8
+
+
+_LAUNCHER = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def test_launcher_ranks_unset_is_a_plain_run(monkeypatch):
+    for name in _LAUNCHER:
+        monkeypatch.delenv(name, raising=False)
+    assert config.launcher_ranks() == config.LauncherRanks(0, 1, None, None)
+
+
+def test_launcher_ranks_as_torchrun_sets_them(monkeypatch):
+    for name, value in zip(_LAUNCHER, ("5", "8", "1", "4"), strict=True):
+        monkeypatch.setenv(name, value)
+    assert config.launcher_ranks() == config.LauncherRanks(5, 8, 1, 4)
+
+
+@pytest.mark.parametrize(("variables", "message"), [
+    ({"LOCAL_RANK": "one"}, "Invalid LOCAL_RANK 'one', expected an integer from 0 to"),
+    ({"WORLD_SIZE": "0"}, "Invalid WORLD_SIZE '0', expected an integer from 1 to"),
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "Invalid RANK '-1'"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "Invalid RANK '2', expected an integer below WORLD_SIZE=2"),
+    ({"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"}, "expected an integer below LOCAL_WORLD_SIZE=2"),
+])
+def test_launcher_ranks_malformed_name_the_variable(monkeypatch, variables, message):
+    for name in _LAUNCHER:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        config.launcher_ranks()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import datetime
 import importlib.abc
 import importlib.util
-import os
 import sys
 import threading
 import types
@@ -149,18 +148,20 @@ def bind_local_device() -> int | None:
 
     RuntimeError when this host runs more ranks (LOCAL_WORLD_SIZE, or LOCAL_RANK + 1) than it has
     logical rbln devices: two ranks on one device would share its memory and streams."""
-    local = os.environ.get("LOCAL_RANK")
-    if local is None:
+    from .. import config
+
+    ranks = config.launcher_ranks()
+    if ranks.local_rank is None:
         return None
     from .. import device_module, topology
 
-    index = int(local)
-    ranks_here = max(int(os.environ.get("LOCAL_WORLD_SIZE", index + 1)), index + 1)
+    index = ranks.local_rank
+    ranks_here = max(ranks.local_world_size or 0, index + 1)
     count = device_module.device_count()
     if ranks_here > count:
         raise RuntimeError(
             f"rbln-ccl: this host runs {ranks_here} ranks (LOCAL_RANK={index}, LOCAL_WORLD_SIZE="
-            f"{os.environ.get('LOCAL_WORLD_SIZE', '-')}) but has {count} logical rbln device(s), one per "
+            f"{ranks.local_world_size or '-'}) but has {count} logical rbln device(s), one per "
             f"rank is needed. Start at most {count} processes per host (torchrun --nproc-per-node={count}) "
             f"or assign more devices. {topology.get_topology().env_note()}"
         )

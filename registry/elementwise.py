@@ -44,7 +44,7 @@ from ._ops import (
     fill_floats,
 )
 from .geometry import I32, TILED_MIN, block, cdiv, tile_shape
-from .integer import integer_binary, integer_fill
+from .integer import integer_binary, integer_fill, true_division_operands
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, finite_of
 
 # ---------------------------------------------------------------- numbers as operands
@@ -216,6 +216,8 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
     """The general binary op: promotion, broadcasting, scalars, out=, in place."""
     if isinstance(alpha, complex) or (isinstance(alpha, Tensor)):
         raise Decline("tensor/complex alpha")
+    if name == "div" and not inplace:
+        a, b = true_division_operands(a, b)
     if torch.result_type(a, b) in INTEGERS:
         return integer_binary(name, a, b, alpha, out, comparison=comparison, inplace=inplace)
     index = _device_index(a, b)

@@ -2,7 +2,8 @@
 int32/int64 tensors (position ids, cache positions, index arithmetic: add/sub with alpha, mul,
 comparisons, maximum/minimum, floor division by a number), bitwise and/or/xor/not, integer abs, neg
 and fill. `elementwise.binary` / `unary` / `fill` send integer results here; ops without an integer
-kernel (true division, pow, ...) decline with the dtype as the reason.
+kernel (pow, ...) decline with the dtype as the reason. True division of integers converts them to the
+default float dtype on the device first (`true_division_operands`), as torch computes it.
 """
 
 from __future__ import annotations
@@ -81,6 +82,17 @@ def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bo
         B_SCALAR=scalar is not None, BCAST=bcast, BLOCK=size,
     )
     return out
+
+
+def true_division_operands(a, b) -> tuple:
+    """(a, b) ready for the float `div` kernel: when both are integers or bools, the device tensors among
+    them converted to the default float dtype, which is the result's dtype and the dtype torch divides
+    in (each operand converted, then divided: int64 values beyond 2**24 round the same way); numbers and
+    CPU scalar tensors stay as they are (the float kernel promotes them). Anything else unchanged."""
+    if torch.result_type(a, b).is_floating_point or torch.result_type(a, b).is_complex:
+        return a, b
+    dtype = torch.get_default_dtype()
+    return tuple(x.to(dtype) if isinstance(x, torch.Tensor) and not x.is_cpu else x for x in (a, b))
 
 
 def integer_fill(x: torch.Tensor, value) -> torch.Tensor:

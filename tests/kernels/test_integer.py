@@ -31,6 +31,12 @@ CASES = {
         torch.full((1,), -2**31, dtype=torch.int32).to(a.device)),
     "fill int64 beyond float32": lambda a, b: a.clone().fill_(2**40 + 1),
     "fill bool and zero_": lambda a, b: (a > 0).fill_(True).long() + a.clone().zero_(),
+    # true division: each operand converted to the default float dtype, then divided (as torch does,
+    # so int64 values beyond float32's exact integers round identically)
+    "true division by a number": lambda a, b: a / 7,
+    "true division by a tensor (broadcast, int64 by int32)": lambda a, b: a / b,
+    "true division of bools by a wrapped-number tensor": lambda a, b: (b > 0) / torch.tensor(3),
+    "true division into out=": lambda a, b: torch.div(b, 3, out=torch.empty(4).to(b.device)),
 }
 
 
@@ -53,14 +59,15 @@ def test_in_place_and_declines():
     x *= 3
     assert torch.equal(x.cpu(), (A + 2 * B) * 3)
     registry.reset_fallback_report()
-    assert torch.equal((a / 2).cpu(), A / 2)  # true division: float result, no integer kernel
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type"):
+        a.clone().div_(2)  # true division in place of an integer tensor: torch's error, from the CPU
     with pytest.raises(RuntimeError, match="alpha must not be a floating point"):
         torch.add(a, b, alpha=1.5)
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         a // 0  # integer division by zero: torch's error, from the CPU
     report = registry.fallback_report()
     assert report["aten::floor_divide"]["reasons"] == {"integer floor division by a tensor or by zero": 1}
-    assert report["aten::div"]["reasons"] == {"dtype int64": 1}
+    assert report["aten::div_"]["reasons"] == {"dtype int64": 1}
     assert report["aten::add"]["reasons"] == {"non-integer alpha": 1}
 
 

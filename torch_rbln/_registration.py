@@ -15,6 +15,7 @@ from . import (
     _autocast,
     _autograd,
     _module_conversion,
+    _printing,
     _serialization,
     _structural,
     device_module,
@@ -117,6 +118,7 @@ def register() -> None:
             torch.nn.Module.rbln = _module_conversion.swap_for_rbln(torch.nn.Module.rbln)
         _module_conversion.install()
         _accelerator.install()
+        _printing.install()
         module = sys.modules.get("torch.rbln")
         if module is None:
             torch._register_device_module(BACKEND, device_module)

@@ -95,20 +95,21 @@ def _same_floats(*tensors: torch.Tensor | None) -> torch.dtype:
 
 # ---------------------------------------------------------------- convolution
 
-def _conv_geometry(x, weight, stride, padding, dilation, transposed, output_padding, groups):
-    """The convolution's geometry as a dict, or Decline for what the kernels do not cover."""
-    if transposed:
-        raise Decline("transposed convolution")
-    if x.dim() not in (3, 4) or weight.dim() != x.dim():
-        raise Decline(f"{x.dim() - 2}-d convolution (1-d and 2-d only)")
-    one_d = x.dim() == 3
+def _conv_geometry(x, weight, stride, padding, dilation, groups, *, input_shape=None):
+    """The (direct) convolution's geometry as a dict, or Decline for what the kernels do not cover.
+    `input_shape`: the input's shape when `x` is not that input (a transposed convolution's)."""
+    shape = list(x.shape if input_shape is None else input_shape)
+    if len(shape) not in (3, 4) or weight.dim() != len(shape):
+        raise Decline(f"{len(shape) - 2}-d convolution (1-d and 2-d only)")
+    one_d = len(shape) == 3
     stride, padding, dilation = (list(v) for v in (stride, padding, dilation))
     if one_d:
         stride, padding, dilation = [1] + stride, [0] + padding, [1] + dilation
+        shape.insert(2, 1)
     sh, sw = _pair(stride, "stride")
     ph, pw = _pair(padding, "padding")
     dh, dw = _pair(dilation, "dilation")
-    N, C, H, W, *_ = _as_nchw(x)
+    N, C, H, W = shape
     Cout, Cg, KH, KW, *_ = _as_nchw(weight)
     if min(sh, sw, dh, dw, groups) <= 0 or min(ph, pw) < 0:
         raise Decline("non-positive stride, dilation or groups, or negative padding")
@@ -123,7 +124,35 @@ def _conv_geometry(x, weight, stride, padding, dilation, transposed, output_padd
         raise Decline("column matrix over 2^31 elements")
     pointwise = KH == KW == 1 and sh == sw == 1 and ph == pw == 0
     return dict(one_d=one_d, N=N, C=C, H=H, W=W, Cout=Cout, Cg=Cg, KH=KH, KW=KW, OH=OH, OW=OW, P=P, K=K,
-                G=groups, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, pointwise=pointwise)
+                G=groups, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, pointwise=pointwise,
+                input_shape=shape if not one_d else [N, C, W])
+
+
+def _transposed_geometry(x, weight, stride, padding, dilation, output_padding, groups) -> dict:
+    """A transposed convolution of `x` is the input gradient of the direct convolution whose output has
+    x's shape: that convolution's geometry, its input being the transposed convolution's result
+    (`input_shape`). torch sizes that result (H - 1) * stride - 2 * padding + dilation * (K - 1) +
+    output_padding + 1 per spatial dim."""
+    if x.dim() not in (3, 4) or weight.dim() != x.dim():
+        raise Decline(f"{x.dim() - 2}-d convolution (1-d and 2-d only)")
+    spatial = x.dim() - 2
+    params = [list(v) for v in (stride, padding, dilation, output_padding)]
+    if any(len(v) != spatial for v in params) or not all(isinstance(i, int) for v in params for i in v):
+        raise Decline("convolution parameters do not match the input's dims")
+    stride, padding, dilation, output_padding = params
+    if any(p < 0 or p >= max(s, d) for p, s, d in zip(output_padding, stride, dilation, strict=True)):
+        raise Decline("output_padding not below the stride or the dilation")  # torch's error, from the CPU
+    sizes = [(size - 1) * s - 2 * p + d * (k - 1) + o + 1 for size, s, p, d, k, o in zip(
+        x.shape[2:], stride, padding, dilation, weight.shape[2:], output_padding, strict=True)]
+    shape = [x.shape[0], weight.shape[1] * groups, *sizes]
+    if min(sizes) <= 0:
+        raise Decline("transposed convolution output would be empty")
+    g = _conv_geometry(x, weight, stride, padding, dilation, groups, input_shape=shape)
+    if _output_shape(g) != list(x.shape):
+        # output_padding at or over the stride (allowed below the dilation): the direct convolution of
+        # the result would not give back x's size, so this is not its input gradient
+        raise Decline("output_padding at or over the stride")
+    return g
 
 
 def _output_shape(g: dict) -> list[int]:
@@ -144,14 +173,11 @@ def _im2col(x: torch.Tensor, g: dict, dtype: torch.dtype, *, images_inner: bool 
     return col
 
 
-def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    """aten::convolution for 1-d and 2-d inputs: per group, one batched matmul over the images of the
+def _direct(x, weight, bias, g: dict, dtype: torch.dtype) -> torch.Tensor:
+    """The direct convolution of geometry `g`: per group, one batched matmul over the images of the
     column matrix (the input itself for a 1x1 stride-1 unpadded convolution) with the weight, the bias
     added in the matmul's epilogue, written straight into the (N, Cout, OH, OW) result."""
-    dtype = _same_floats(x, weight, bias)
-    g = _conv_geometry(x, weight, stride, padding, dilation, transposed, output_padding, groups)
-    index = x.get_device()
-    out = _alloc(_output_shape(g), dtype, index, _channels_last(x))
+    out = _alloc(_output_shape(g), dtype, x.get_device(), _channels_last(x))
     weight = contiguous(weight)
     G, Coutg, Kg, P = g["G"], g["Cout"] // g["G"], g["K"] // g["G"], g["P"]
     _, son, soc, sop = _plane(out)
@@ -171,76 +197,125 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     return out
 
 
-def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
-                         groups, output_mask):
-    """aten::convolution_backward: (grad_input, grad_weight, grad_bias), each only where output_mask
-    asks. grad_input: per group, grad (N, Cout, P) times the weight into a float32 column gradient,
-    folded back by the col2im gather (a 1x1 stride-1 convolution: one matmul straight into grad_input).
-    grad_weight: the output gradient laid out (Cout, N*P) times the column matrix (N*P, K), one matmul
-    per group over all images. grad_bias: a per-channel sum."""
-    dtype = _same_floats(grad, x, weight)
-    g = _conv_geometry(x, weight, stride, padding, dilation, transposed, output_padding, groups)
-    if list(grad.shape) != _output_shape(g):
-        raise Decline("grad_output shape does not match the convolution")
-    index = x.get_device()
+def _input_gradient(grad, weight, g: dict, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
+    """The input gradient of the direct convolution `g` (input shape `g["input_shape"]`): per group,
+    grad (N, Cout, P) times the weight into a float32 column gradient, folded back by the col2im gather
+    (a 1x1 stride-1 convolution: one matmul straight into the result)."""
+    index = grad.get_device()
     weight = contiguous(weight)
     G, Coutg, Cg, Kg, P, N = g["G"], g["Cout"] // g["G"], g["Cg"], g["K"] // g["G"], g["P"], g["N"]
     grad, sgn, sgc, sgp = _plane(grad)
-    grad_input = grad_weight = grad_bias = None
-    if output_mask[0]:
-        grad_input = _alloc(x.shape, dtype, index, _channels_last(x))
-        if g["pointwise"]:
-            _, sdn, sdc, sdp = _plane(grad_input)
-            for group in range(G):
-                # gx[n, c, p] = sum_co w[co, c] * grad[n, co, p]
-                _matmul_launch(
-                    weight.narrow(0, group * Coutg, Coutg),
-                    grad.narrow(1, group * Coutg, Coutg), grad_input.narrow(1, group * Cg, Cg), None,
-                    Cg, P, Coutg, (0, 1, Kg), (sgn, sgc, sgp), (sdn, sdc, sdp), (0, 0), 1.0, 0.0, N)
-        else:
-            gcol = empty([N, g["K"], P], torch.float32, index)
-            for group in range(G):
-                # gcol[n] (K, P) = weight^T (K, Cout) @ grad[n] (Cout, P)
-                _matmul_launch(
-                    weight.narrow(0, group * Coutg, Coutg), grad.narrow(1, group * Coutg, Coutg),
-                    gcol.narrow(1, group * Kg, Kg), None,
-                    Kg, P, Coutg, (0, 1, Kg), (sgn, sgc, sgp), (P * g["K"], P, 1), (0, 0), 1.0, 0.0, N)
-            direct = dtype == torch.float32 and grad_input.is_contiguous()
-            planes = grad_input if direct else empty(x.shape, torch.float32, index)
-            _, _, H, W, *_ = _as_nchw(x)
-            kernels = _k("conv")
-            _run(kernels.col2im_kernel, (g["C"], N),
-                 (gcol, planes, H, W, g["OH"], g["OW"], g["KH"], g["KW"], g["K"] * P, P,
-                  g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]),
-                 BLOCK=kernels.IM2COL_BLOCK, ZBLOCK=kernels.PLANE_BLOCK)
-            if not direct:
-                from ._copy import copy_into
-
-                copy_into(planes, grad_input)
-    if output_mask[1]:
+    grad_input = _alloc(g["input_shape"], dtype, index, channels_last)
+    if g["pointwise"]:
+        _, sdn, sdc, sdp = _plane(grad_input)
+        for group in range(G):
+            # gx[n, c, p] = sum_co w[co, c] * grad[n, co, p]
+            _matmul_launch(
+                weight.narrow(0, group * Coutg, Coutg),
+                grad.narrow(1, group * Coutg, Coutg), grad_input.narrow(1, group * Cg, Cg), None,
+                Cg, P, Coutg, (0, 1, Kg), (sgn, sgc, sgp), (sdn, sdc, sdp), (0, 0), 1.0, 0.0, N)
+        return grad_input
+    gcol = empty([N, g["K"], P], torch.float32, index)
+    for group in range(G):
+        # gcol[n] (K, P) = weight^T (K, Cout) @ grad[n] (Cout, P)
+        _matmul_launch(
+            weight.narrow(0, group * Coutg, Coutg), grad.narrow(1, group * Coutg, Coutg),
+            gcol.narrow(1, group * Kg, Kg), None,
+            Kg, P, Coutg, (0, 1, Kg), (sgn, sgc, sgp), (P * g["K"], P, 1), (0, 0), 1.0, 0.0, N)
+    direct = dtype == torch.float32 and grad_input.is_contiguous()
+    planes = grad_input if direct else empty(g["input_shape"], torch.float32, index)
+    kernels = _k("conv")
+    _run(kernels.col2im_kernel, (g["C"], N),
+         (gcol, planes, g["H"], g["W"], g["OH"], g["OW"], g["KH"], g["KW"], g["K"] * P, P,
+          g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]),
+         BLOCK=kernels.IM2COL_BLOCK, ZBLOCK=kernels.PLANE_BLOCK)
+    if not direct:
         from ._copy import copy_into
 
-        grad_weight = empty(weight.shape, dtype, index)
-        # the output gradient as (Cout, N, P): its (n, p) positions one matmul dim with one stride
-        rows = empty([g["Cout"], N, P], dtype, index)
-        copy_into(grad.as_strided((N, g["Cout"], P), (sgn, sgc, sgp)), rows.permute(1, 0, 2))
-        if g["pointwise"]:
-            cols = empty([g["C"], N, P], dtype, index)
-            xv, sxn, sxc, sxp = _plane(x)
-            copy_into(xv.as_strided((N, g["C"], P), (sxn, sxc, sxp)), cols.permute(1, 0, 2))
-            col, col_stride, col_dim, col_step = cols, (0, 1, N * P), 0, Cg
-        else:
-            col, col_stride, col_dim, col_step = _im2col(x, g, dtype, images_inner=True), (0, 1, N * P), 0, Kg
-        for group in range(G):
-            _matmul_launch(
-                rows.narrow(0, group * Coutg, Coutg), col.narrow(col_dim, group * col_step, col_step),
-                grad_weight.narrow(0, group * Coutg, Coutg), None,
-                Coutg, Kg, N * P, (0, N * P, 1), col_stride, (0, Kg, 1), (0, 0), 1.0, 0.0, 1)
-    if output_mask[2]:
-        grad_bias = empty([g["Cout"]], dtype, index)
-        kernels = _k("conv")
-        _run(kernels.channel_sum_kernel, (g["Cout"], 1), (grad, grad_bias, N, P, sgn, sgc, sgp),
-             BLOCK=kernels.PLANE_BLOCK)
+        copy_into(planes, grad_input)
+    return grad_input
+
+
+def _weight_gradient(grad, x, weight_shape, g: dict, dtype: torch.dtype) -> torch.Tensor:
+    """The weight gradient of the direct convolution `g` of input x: the output gradient laid out
+    (Cout, N*P) times the column matrix (N*P, K), one matmul per group over all images."""
+    from ._copy import copy_into
+
+    index = x.get_device()
+    G, Coutg, Cg, Kg, P, N = g["G"], g["Cout"] // g["G"], g["Cg"], g["K"] // g["G"], g["P"], g["N"]
+    grad, sgn, sgc, sgp = _plane(grad)
+    grad_weight = empty(weight_shape, dtype, index)
+    # the output gradient as (Cout, N, P): its (n, p) positions one matmul dim with one stride
+    rows = empty([g["Cout"], N, P], dtype, index)
+    copy_into(grad.as_strided((N, g["Cout"], P), (sgn, sgc, sgp)), rows.permute(1, 0, 2))
+    if g["pointwise"]:
+        cols = empty([g["C"], N, P], dtype, index)
+        xv, sxn, sxc, sxp = _plane(x)
+        copy_into(xv.as_strided((N, g["C"], P), (sxn, sxc, sxp)), cols.permute(1, 0, 2))
+        col, col_step = cols, Cg
+    else:
+        col, col_step = _im2col(x, g, dtype, images_inner=True), Kg
+    for group in range(G):
+        _matmul_launch(
+            rows.narrow(0, group * Coutg, Coutg), col.narrow(0, group * col_step, col_step),
+            grad_weight.narrow(0, group * Coutg, Coutg), None,
+            Coutg, Kg, N * P, (0, N * P, 1), (0, 1, N * P), (0, Kg, 1), (0, 0), 1.0, 0.0, 1)
+    return grad_weight
+
+
+def _channel_sum(grad, channels: int, dtype: torch.dtype) -> torch.Tensor:
+    grad, sgn, sgc, sgp = _plane(grad)
+    n, p = grad.shape[0], math.prod(grad.shape[2:])
+    out = empty([channels], dtype, grad.get_device())
+    kernels = _k("conv")
+    _run(kernels.channel_sum_kernel, (channels, 1), (grad, out, n, p, sgn, sgc, sgp),
+         BLOCK=kernels.PLANE_BLOCK)
+    return out
+
+
+def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """aten::convolution for 1-d and 2-d inputs, direct (`_direct`) or transposed: the input gradient
+    of the direct convolution whose output has x's shape (`_input_gradient`), then the bias added per
+    channel."""
+    dtype = _same_floats(x, weight, bias)
+    if not transposed:
+        return _direct(x, weight, bias, _conv_geometry(x, weight, stride, padding, dilation, groups), dtype)
+    g = _transposed_geometry(x, weight, stride, padding, dilation, output_padding, groups)
+    out = _input_gradient(x, weight, g, dtype, _channels_last(x))
+    if bias is not None:
+        from .elementwise import binary
+
+        binary("add", out, bias.view(-1, *[1] * (x.dim() - 2)), inplace=True)
+    return out
+
+
+def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
+                         groups, output_mask):
+    """aten::convolution_backward: (grad_input, grad_weight, grad_bias), each only where output_mask
+    asks. Direct: `_input_gradient`, `_weight_gradient` and a per-channel sum. Transposed (a direct
+    convolution D with x as D's output gradient): grad_input is D applied to grad, grad_weight is D's
+    weight gradient with grad as D's input and x as its output gradient."""
+    dtype = _same_floats(grad, x, weight)
+    if transposed:
+        g = _transposed_geometry(x, weight, stride, padding, dilation, output_padding, groups)
+        if list(grad.shape) != g["input_shape"]:
+            raise Decline("grad_output shape does not match the convolution")
+        grad_input = _direct(grad, weight, None, g, dtype) if output_mask[0] else None
+        grad_weight = _weight_gradient(x, grad, weight.shape, g, dtype) if output_mask[1] else None
+        grad_bias = _channel_sum(grad, grad.shape[1], dtype) if output_mask[2] else None
+        if grad_input is not None and _channels_last(x) != _channels_last(grad_input):
+            from ._copy import copy_into
+
+            laid_out = _alloc(x.shape, dtype, x.get_device(), _channels_last(x))
+            copy_into(grad_input, laid_out)
+            grad_input = laid_out
+        return grad_input, grad_weight, grad_bias
+    g = _conv_geometry(x, weight, stride, padding, dilation, groups)
+    if list(grad.shape) != _output_shape(g):
+        raise Decline("grad_output shape does not match the convolution")
+    grad_input = _input_gradient(grad, weight, g, dtype, _channels_last(x)) if output_mask[0] else None
+    grad_weight = _weight_gradient(grad, x, weight.shape, g, dtype) if output_mask[1] else None
+    grad_bias = _channel_sum(grad, g["Cout"], dtype) if output_mask[2] else None
     return grad_input, grad_weight, grad_bias
 
 

@@ -109,16 +109,69 @@ def test_conv2d_half_precision(dtype, tol):
         torch.testing.assert_close(g.cpu().float(), e, atol=tol["atol"] * scale, rtol=tol["rtol"])
 
 
-def test_transposed_and_3d_convolutions_decline_with_reason():
-    x = torch.randn(1, 2, 5, 5)
-    w = torch.randn(2, 3, 3, 3)
+# (x shape, weight shape, stride, padding, output_padding, groups, dilation)
+TRANSPOSED = [
+    ((2, 4, 5, 6), (4, 3, 3, 3), 2, 1, 1, 1, 1),  # a decoder's 2x upsampling
+    ((2, 4, 5, 6), (4, 2, 3, 2), (2, 1), (0, 1), (1, 0), 2, 1),  # grouped, per-dim parameters
+    ((1, 3, 4, 4), (3, 5, 1, 1), 1, 0, 0, 1, 1),  # 1x1: one matmul, no col2im
+    ((2, 2, 5, 5), (2, 2, 3, 3), 1, 2, 0, 1, 2),  # dilated
+    ((2, 3, 7), (3, 4, 3), 3, 1, 2, 1, 1),  # 1-d
+]
+
+
+@pytest.mark.parametrize("case", TRANSPOSED, ids=str)
+def test_transposed_convolution_forward_backward_match_cpu(case):
+    """A transposed convolution is the input gradient of the direct one whose output has x's shape;
+    its backward is that direct convolution and its weight gradient, with the roles swapped."""
+    x_shape, w_shape, stride, padding, output_padding, groups, dilation = case
+    gen = torch.Generator().manual_seed(sum(x_shape))
+    x, w = torch.randn(*x_shape, generator=gen), torch.randn(*w_shape, generator=gen)
+    b = torch.randn(w_shape[1] * groups, generator=gen)
+    conv = F.conv_transpose2d if len(x_shape) == 4 else F.conv_transpose1d
+
+    def run(x, w, b):
+        x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
+        y = conv(x, w, b, stride, padding, output_padding, groups, dilation)
+        weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(3)).to(y.device)
+        (y * weights).sum().backward()
+        return y, x.grad, w.grad, b.grad
+
+    expected = run(x, w, b)
     registry.reset_fallback_report()
-    got = F.conv_transpose2d(x.to("rbln"), w.to("rbln"))
-    torch.testing.assert_close(got.cpu(), F.conv_transpose2d(x, w))
+    got = run(x.to("rbln"), w.to("rbln"), b.to("rbln"))
+    for name, g, e in zip(("output", "grad_input", "grad_weight", "grad_bias"), got, expected, strict=True):
+        torch.testing.assert_close(g.cpu(), e, **F32, msg=lambda m, name=name: f"{name}: {m}")
+    report = registry.fallback_report()
+    for op in ("aten::convolution", "aten::convolution_backward"):
+        assert report[op]["cpu"] == 0 and report[op]["device"] == 1, registry.format_report(report)
+
+
+def test_transposed_convolution_layouts_and_half_precision():
+    gen = torch.Generator().manual_seed(13)
+    x, w = torch.randn(2, 4, 5, 6, generator=gen), torch.randn(4, 3, 3, 3, generator=gen)
+    x_last = x.contiguous(memory_format=torch.channels_last)
+    expected = F.conv_transpose2d(x_last, w, stride=2, padding=1, output_padding=1)
+    got = F.conv_transpose2d(x_last.to("rbln"), w.to("rbln"), stride=2, padding=1, output_padding=1)
+    torch.testing.assert_close(got.cpu(), expected, **F32)
+    assert got.stride() == expected.stride()  # channels-last in, channels-last out, as on the CPU
+    half = F.conv_transpose2d(x.half().to("rbln"), w.half().to("rbln"), stride=2)
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half.cpu().float(), F.conv_transpose2d(x.half().float(), w.half().float(),
+                                                                     stride=2), atol=2e-2, rtol=2e-2)
+
+
+def test_3d_convolutions_and_padding_only_the_dilation_allows_decline_with_reason():
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(2, 3, 3, 3)
+    registry.reset_fallback_report()
+    # output_padding 1 with stride 1 is valid only because the dilation is 2: not the input gradient
+    # of a direct convolution of the result, so the CPU computes it
+    got = F.conv_transpose2d(x.to("rbln"), w.to("rbln"), output_padding=1, dilation=2)
+    torch.testing.assert_close(got.cpu(), F.conv_transpose2d(x, w, output_padding=1, dilation=2), **F32)
     x3, w3 = torch.randn(1, 2, 4, 4, 4), torch.randn(3, 2, 2, 2, 2)
     torch.testing.assert_close(F.conv3d(x3.to("rbln"), w3.to("rbln")).cpu(), F.conv3d(x3, w3), **F32)
     reasons = registry.fallback_report()["aten::convolution"]["reasons"]
-    assert set(reasons) == {"transposed convolution", "3-d convolution (1-d and 2-d only)"}, reasons
+    assert set(reasons) == {"output_padding at or over the stride", "3-d convolution (1-d and 2-d only)"}, \
+        reasons
 
 
 def test_bad_input_raises_torchs_error():

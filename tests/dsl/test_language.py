@@ -646,7 +646,11 @@ def philox_kernel(o_ptr, u_ptr, n_ptr, seed, N: tl.constexpr):
     tl.store(n_ptr + offs, tl.randn(seed, offs))
 
 
-def test_philox_random_numbers():
+def test_philox_random_numbers(monkeypatch):
+    # numba compiles the philox rounds (umulhi) itself: a compile error would raise here instead of
+    # running dropout's generator on the interpreter tier
+    monkeypatch.setenv("TORCH_RBLN_DISABLE_FALLBACK", "compile_error")
+    philox_kernel.clear_cache()
     o = torch.empty(4, dtype=torch.int64)
     u, z = torch.empty(4096), torch.empty(4096)
     philox_kernel[(1,)](o, u, z, 0, N=4096)

@@ -825,6 +825,9 @@ class _Lowering:
                 return _typed(dt, f"{function}({x}, {y})")
             if kind == "atan2":
                 return _typed(dt, f"math.atan2({x}, {y})")
+            if kind == "umulhi":  # the high half of the double-width product (philox rounds use it)
+                wide = "np.uint64" if dt.is_int_unsigned() else "np.int64"
+                return _typed(dt, f"({wide}({x}) * {wide}({y})) >> {wide}({dt.primitive_bitwidth})")
             raise UnsupportedByNumba(f"binary op {kind}")
 
         cost, transcendental = self.operand_cost(a, b)

@@ -13,8 +13,11 @@ decomposition (bmm, softmax, masking ops). We bind one level higher instead:
 * `aten::_scaled_dot_product_fused_attention_overrideable` (+ `_backward`) get the flash forward and
   backward kernels for PrivateUse1. Both are counted in `torch_rbln.registry.device_counts()`.
 
-Calls the kernels do not support (dropout_p > 0, unsupported dtypes/shapes, NaN/Inf inputs unless
-`TORCH_RBLN_DEPLOY=ON`, an attn_mask that needs a gradient, ...) are declined: they run PyTorch's CPU
+Calls with dropout_p > 0 or an attn_mask that needs a gradient (T5's position bias), and otherwise
+supported, run PyTorch's math decomposition on the device: its matmuls, softmax, masking and dropout are
+op-library kernels that autograd differentiates (INFO once per reason; counted as device calls of
+`aten::scaled_dot_product_attention`). Other calls the kernels do not support (unsupported
+dtypes/shapes, NaN/Inf inputs unless `TORCH_RBLN_DEPLOY=ON`, ...) are declined: they run PyTorch's CPU
 SDPA, logged at INFO and counted under `aten::scaled_dot_product_attention` with the reason. Invalid
 calls are declined too, so the CPU implementation raises PyTorch's own error message.
 """
@@ -41,6 +44,8 @@ from ._memo import BoundedMemo
 from .plan import Direct, Family, Plan, write_only_buffer
 
 SDPA = "aten::scaled_dot_product_attention"
+DROPOUT = "dropout_p > 0 (the rbln attention kernels have no dropout)"
+MASK_GRAD = "attn_mask requires grad"
 FORWARD = "aten::_scaled_dot_product_fused_attention_overrideable"
 BACKWARD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
 MAX_HEAD_DIM = 256
@@ -104,7 +109,7 @@ def unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, att
     the CPU implementation then raises PyTorch's error for them. `inspect_values=False` (tracing) skips
     the checks that read tensor data (NaN/Inf)."""
     if dropout_p > 0.0:
-        return "dropout_p > 0 (the rbln attention kernels have no dropout)"
+        return DROPOUT
     if any(t is not None and t.is_nested for t in (query, key, value, attn_mask)):
         return "nested tensor operand"
     reason = check_inputs((query, key, value), {}) if inspect_values else _operand_problem(query, key, value)
@@ -156,8 +161,6 @@ def _mask_problem(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor,
         return f"attn_mask dtype {str(mask.dtype).replace('torch.', '')}"
     if mask.is_cpu or mask.get_device() != query.get_device():
         return "attn_mask on another device"
-    if mask.requires_grad and torch.is_grad_enabled():
-        return "attn_mask requires grad"
     shape = _shape4(query, key)
     if mask_strides(mask, shape, query.dim()) is None:
         return "attn_mask does not broadcast to (B, H, L, S)"
@@ -166,6 +169,8 @@ def _mask_problem(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor,
 
         if torch.isnan(_dlpack.to_host_view(mask)).any():
             return "NaN in attn_mask"
+    if mask.requires_grad and torch.is_grad_enabled():
+        return MASK_GRAD  # checked last: every other property of the call is fine
     return None
 
 
@@ -386,11 +391,17 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     if reason is None and signed is not None and not traced:
         _inference_plans[signed[0]] = _INFERENCE.plan(*signed)
     if reason is not None:
-        if traced:  # what PyTorch itself runs for PrivateUse1: the math decomposition (traceable)
-            return torch.ops.aten._scaled_dot_product_attention_math(
-                query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
-                enable_gqa=enable_gqa)[0]
-        return _on_cpu(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, reason)
+        decomposed = traced or _decomposes_on_device(reason, query, key, value, attn_mask, is_causal,
+                                                     enable_gqa)
+        if not decomposed:
+            return _on_cpu(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, reason)
+        if not traced:
+            _record_decomposed(reason)
+        # what PyTorch itself runs for PrivateUse1: the math decomposition (traceable; its matmuls,
+        # softmax, masking and dropout are op-library kernels, and autograd differentiates them)
+        return torch.ops.aten._scaled_dot_product_attention_math(
+            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
+            enable_gqa=enable_gqa)[0]
     three_d = query.dim() == 3
     if three_d:
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
@@ -563,6 +574,34 @@ def _planned_launch(plan: _InferencePlan, index: int, query: torch.Tensor, key: 
                                sl, *plan.tail):
             _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
     _device_counts[FORWARD] += 1
+
+
+def _decomposes_on_device(reason: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                          attn_mask: torch.Tensor | None, is_causal: bool, enable_gqa: bool) -> bool:
+    """Whether a call the flash kernels decline is one whose math decomposition runs on our kernels:
+    an attn_mask that needs its gradient (T5's position bias), or dropout (the op library has dropout),
+    on a call that is otherwise supported. Anything else (a dtype without kernels, NaN/Inf values that
+    take the exact CPU path, an invalid call whose error torch's CPU SDPA raises) stays on the CPU."""
+    if reason == DROPOUT:
+        reason = unsupported(query, key, value, attn_mask, 0.0, is_causal, enable_gqa) or ""
+        return reason in ("", MASK_GRAD)
+    return reason == MASK_GRAD
+
+
+_decomposed_reasons: set[str] = set()
+
+
+def _record_decomposed(reason: str) -> None:
+    """Count a decomposed call as a device call of SDPA (its ops ran on device kernels, each counted
+    too) and say once per reason at INFO why it did not take the flash kernels."""
+    _device_counts[SDPA] += 1
+    if reason not in _decomposed_reasons:
+        _decomposed_reasons.add(reason)
+        from torch_rbln import log
+
+        log.get_logger("fallback").info(
+            "`%s` ran as its math decomposition on rbln kernels, not the flash kernels (%s); later "
+            "calls for this reason are counted, not logged", SDPA, reason)
 
 
 def _on_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,

@@ -192,12 +192,12 @@ def test_strided_inputs_need_no_copy_and_output_follows_query_layout():
 def test_opinfo_samples_match_cpu(dtype, backward):
     """The OpInfo samples of nn.functional.scaled_dot_product_attention, forward and backward (half
     precision backward is `slow`: two more kernel compilations per dtype). Samples the kernels decline
-    (dropout, 3-D queries with 4-D keys) run on the CPU and must carry a reason; with the same seed,
-    dropout samples equal the CPU run. float32 outputs are compared with CPU's directly, float32
+    (3-D queries with 4-D keys) run on the CPU and must carry a reason; dropout samples run the math
+    decomposition on the device. float32 outputs are compared with CPU's directly, float32
     gradients through the float64 reference (see F32_TOL)."""
     op_db = pytest.importorskip("torch.testing._internal.common_methods_invocations").op_db
     info = next(i for i in op_db if i.name == "nn.functional.scaled_dot_product_attention")
-    on_device = declined = 0
+    on_device = declined = decomposed = 0
     for number, sample in enumerate(info.sample_inputs("cpu", dtype, requires_grad=backward)):
         kwargs = dict(sample.kwargs)
         mask = kwargs.pop("attn_mask", None)
@@ -211,45 +211,86 @@ def test_opinfo_samples_match_cpu(dtype, backward):
             for i in range(3 if backward else 0):
                 assert_like_cpu(grads[1][i], grads[0][i], grads[2][i] if grads[2] else None,
                                 f"sample {number}, grad {i}")
+        elif counts.get(A.SDPA):
+            # dropout: the math decomposition on device kernels, whose draw is not the CPU's (the
+            # values are checked in test_dropout_runs_the_math_decomposition_on_device)
+            assert kwargs.get("dropout_p", 0.0) > 0.0, f"sample {number} decomposed without dropout"
+            decomposed += 1
+            assert outputs[1].shape == outputs[0].shape and outputs[1].dtype == outputs[0].dtype
+            assert torch.isfinite(outputs[1].detach().cpu().float()).all()
         else:
             assert registry.fallback_report()[A.SDPA]["reasons"], "a declined call must carry its reason"
             declined += 1
             torch.testing.assert_close(outputs[1].detach().cpu(), outputs[0].detach())
             for i in range(3 if backward else 0):
                 torch.testing.assert_close(grads[1][i].cpu(), grads[0][i])
-    assert on_device >= 8 and declined >= 1, (on_device, declined)
+    assert on_device >= 8 and declined + decomposed >= 1, (on_device, declined, decomposed)
 
 
-def test_dropout_declines_to_cpu_with_logged_reason(fallback_logs):
-    q, k, v = _qkv(1, 2, 12, 12, 16)
-    cpu_leaf, dev_leaf = _leaf(q, True), _device(q, True)
-    torch.manual_seed(3)
-    expected = F.scaled_dot_product_attention(cpu_leaf, k, v, dropout_p=0.5)
+def test_dropout_runs_the_math_decomposition_on_device(fallback_logs):
+    """dropout_p > 0: PyTorch's math decomposition on the device (op-library matmul, softmax and
+    dropout). With v the identity, each output entry is P * m / (1 - p) for the CPU's probabilities P and
+    a 0/1 keep mask m, so the mask can be read back and the whole call, gradients included, checked
+    against the CPU computing the same function with that mask."""
+    p, scale = 0.5, 0.25
+    A._decomposed_reasons.clear()  # logged once per reason and process
+    q, k, _ = _qkv(1, 2, 12, 16, 16)
+    v = torch.eye(16).expand(1, 2, 16, 16).contiguous()
+    q_dev, k_dev, v_dev = _device(q, True), _device(k, True), _device(v, True)
     registry.reset_fallback_report()
     torch.manual_seed(3)
-    actual = F.scaled_dot_product_attention(dev_leaf, k.to("rbln"), v.to("rbln"), dropout_p=0.5)
-    torch.testing.assert_close(actual.detach().cpu(), expected.detach())  # the same CPU dropout draw
-    expected.sum().backward()
-    actual.sum().backward()
-    torch.testing.assert_close(dev_leaf.grad.cpu(), cpu_leaf.grad)
-    row = registry.fallback_report()[A.SDPA]
-    assert row["cpu"] == 1 and any("dropout_p > 0" in reason for reason in row["reasons"])
-    assert FORWARD not in registry.device_counts()
-    assert any("scaled_dot_product_attention" in r.getMessage() and "dropout" in r.getMessage()
-               for r in fallback_logs)
+    actual = F.scaled_dot_product_attention(q_dev, k_dev, v_dev, dropout_p=p, scale=scale)
+    torch.manual_seed(3)
+    again = F.scaled_dot_product_attention(q_dev.detach(), k_dev.detach(), v_dev.detach(), dropout_p=p,
+                                           scale=scale)
+    assert torch.equal(actual.detach().cpu(), again.cpu())  # the device generator is seeded by torch's
+    probabilities = torch.softmax(q @ k.transpose(-1, -2) * scale, dim=-1)
+    keep = actual.detach().cpu() * (1 - p) / probabilities
+    mask = keep.round()
+    torch.testing.assert_close(keep, mask, atol=1e-4, rtol=0)  # every entry dropped or kept, scaled
+    assert 0.35 < mask.mean().item() < 0.65 and set(mask.unique().tolist()) == {0.0, 1.0}
+    weights = torch.randn(actual.shape, generator=torch.Generator().manual_seed(5))
+    (actual * weights.to("rbln")).sum().backward()
+    q_cpu, k_cpu, v_cpu = _leaf(q, True), _leaf(k, True), _leaf(v, True)
+    scores = torch.softmax(q_cpu @ k_cpu.transpose(-1, -2) * scale, dim=-1) * mask / (1 - p)
+    ((scores @ v_cpu) * weights).sum().backward()
+    for got, want in ((q_dev, q_cpu), (k_dev, k_cpu), (v_dev, v_cpu)):
+        torch.testing.assert_close(got.grad.cpu(), want.grad, atol=1e-4, rtol=1e-4)
+    assert A.SDPA not in {name for name, row in registry.fallback_report().items() if row["cpu"]}
+    assert registry.device_counts()[A.SDPA] >= 2 and FORWARD not in registry.device_counts()
+    assert registry.device_counts()["aten::native_dropout"] >= 2
+    assert any("math decomposition" in r.getMessage() and "dropout" in r.getMessage() for r in fallback_logs)
+
+
+def test_mask_that_requires_grad_runs_the_math_decomposition_on_device():
+    """T5's position bias: the mask's gradient comes from differentiating the decomposition."""
+    q, k, v = _qkv(1, 2, 10, 12, 16)
+    bias = torch.randn(2, 10, 12, requires_grad=True)
+    leaves = [_leaf(t, True) for t in (q, k, v)]
+    devices = [_device(t, True) for t in (q, k, v)]
+    dev_bias = bias.detach().to("rbln").requires_grad_()
+    expected = F.scaled_dot_product_attention(*leaves, attn_mask=bias)
+    registry.reset_fallback_report()
+    actual = F.scaled_dot_product_attention(*devices, attn_mask=dev_bias)
+    torch.testing.assert_close(actual.detach().cpu(), expected.detach(), atol=1e-5, rtol=1e-5)
+    weights = torch.randn(expected.shape, generator=torch.Generator().manual_seed(2))
+    (expected * weights).sum().backward()
+    (actual * weights.to("rbln")).sum().backward()
+    for got, want in ((dev_bias, bias), *zip(devices, leaves, strict=True)):
+        torch.testing.assert_close(got.grad.cpu(), want.grad, atol=1e-5, rtol=1e-5)
+    report = registry.fallback_report()
+    assert A.SDPA not in report or report[A.SDPA]["cpu"] == 0, registry.format_report(report)
+    assert registry.device_counts()[A.SDPA] == 1
+    # a mask that needs a gradient on a call the decomposition must not take: NaN in q -> exact CPU path
+    bad = q.clone()
+    bad[0, 0, 0, 0] = math.nan
+    registry.reset_fallback_report()
+    F.scaled_dot_product_attention(bad.to("rbln"), k.to("rbln"), v.to("rbln"), attn_mask=dev_bias)
+    assert registry.fallback_report()[A.SDPA]["reasons"] == {"nan_inf": 1}
 
 
 def test_other_declines_run_pytorch_cpu_and_say_why():
     q, k, v = _qkv(1, 2, 10, 12, 16)
-    bias = torch.randn(10, 12, requires_grad=True)
-    dev_bias = bias.detach().to("rbln").requires_grad_()
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-    registry.reset_fallback_report()
-    actual = F.scaled_dot_product_attention(q.to("rbln"), k.to("rbln"), v.to("rbln"), attn_mask=dev_bias)
-    expected.sum().backward()
-    actual.sum().backward()
-    torch.testing.assert_close(dev_bias.grad.cpu(), bias.grad, atol=1e-5, rtol=1e-5)
-    assert registry.fallback_report()[A.SDPA]["reasons"] == {"attn_mask requires grad": 1}
     bad = q.clone()
     bad[0, 0, 0, 0] = math.nan
     registry.reset_fallback_report()
@@ -258,6 +299,8 @@ def test_other_declines_run_pytorch_cpu_and_say_why():
     assert registry.fallback_report()[A.SDPA]["reasons"] == {"nan_inf": 1}
     with pytest.raises(RuntimeError):  # invalid calls raise PyTorch's own error (from its CPU kernel)
         F.scaled_dot_product_attention(q.to("rbln"), k.to("rbln")[..., :8], v.to("rbln"))
+    with pytest.raises(RuntimeError):  # ... with dropout too: not decomposed, the CPU raises
+        F.scaled_dot_product_attention(q.to("rbln"), k.to("rbln")[..., :8], v.to("rbln"), dropout_p=0.5)
 
 
 def test_fused_op_rejects_what_it_cannot_compute():

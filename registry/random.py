@@ -1,12 +1,13 @@
-"""Random ops: `native_dropout` and `native_dropout_backward` on device (`kernels/random.py`).
+"""Random ops: `native_dropout` and `native_dropout_backward`, `uniform_` and `normal_` (what
+`torch.rand` / `torch.randn` on rbln call) on device (`kernels/random.py`).
 
-Each dropout call draws one seed from PyTorch's default generator (which rbln's random ops use; see
+Each call draws one seed from PyTorch's default generator (which rbln's random ops use; see
 `torch.rbln.manual_seed`), so seeded runs repeat exactly; the mask itself comes from the kernel's
 Philox generator, not from the CPU's, so it differs from what the same seed gives on the CPU (as on
 CUDA). Everything else follows torch's CPU kernels: `scale = 1 / (1 - p)` (0 for p = 1), values
 computed as `(x * mask) * scale`, `train=False` keeps everything. What the kernels do not cover
-(non-floating dtypes, empty tensors, p outside [0, 1]) declines, so the CPU runs it and raises torch's
-own errors.
+(non-floating dtypes, empty tensors, p outside [0, 1], a negative std, an explicit `generator=`, whose
+own stream only the CPU can draw from) declines, so the CPU runs it and raises torch's own errors.
 """
 
 from __future__ import annotations
@@ -59,3 +60,36 @@ def native_dropout_backward(grad: torch.Tensor, mask: torch.Tensor, scale: float
     launch_grid(kernels.dropout_backward_kernel, (cdiv(n, kernels.BLOCK), 1),
                 (contiguous(grad), contiguous(mask), out, n, float(scale)), BLOCK=kernels.BLOCK)
     return out
+
+
+def _fill_random(kernel_name: str, x: torch.Tensor, a: float, b: float, generator, **constexprs
+                 ) -> torch.Tensor:
+    """`x` overwritten in place by `kernel_name(out, n, a, b, seed)`, one seed drawn per call."""
+    require_float(x.dtype)
+    if generator is not None:
+        raise Decline("explicit generator")  # its stream is the CPU's: the fallback draws from it
+    if not x.is_contiguous():
+        raise Decline("non-contiguous in-place")
+    n = x.numel()
+    if n == 0:
+        return x
+    seed = int(torch.randint(0, _SEEDS, ()).item())
+    kernels = _k("random")
+    launch_grid(getattr(kernels, kernel_name), (cdiv(n, kernels.BLOCK), 1), (x, n, float(a), float(b), seed),
+                BLOCK=kernels.BLOCK, **constexprs)
+    return x
+
+
+def uniform_(x: torch.Tensor, low: float = 0.0, high: float = 1.0, *, generator=None) -> torch.Tensor:
+    """`aten::uniform_`: values in [low, high) (torch's own check of the bounds runs on the CPU)."""
+    if not (isinstance(low, (int, float)) and isinstance(high, (int, float))) or not low <= high:
+        raise Decline("bounds")  # torch's error from the CPU fallback
+    digits = {torch.float16: 11, torch.bfloat16: 8}.get(x.dtype, 24)  # significand bits, as torch's
+    return _fill_random("uniform_kernel", x, low, high, generator, STEPS=float(2**digits))
+
+
+def normal_(x: torch.Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None) -> torch.Tensor:
+    """`aten::normal_`: mean + std * a standard normal draw."""
+    if not (isinstance(mean, (int, float)) and isinstance(std, (int, float))) or std < 0:
+        raise Decline("negative or non-real std")  # torch's error from the CPU fallback
+    return _fill_random("normal_kernel", x, mean, std, generator)

@@ -427,9 +427,11 @@ TABLE: list[Op] = [
     Op("cumsum.default", Ref("sorting", "cumsum"), "cumsum", int_inputs=True),
     Op("cumsum_.default", Ref("sorting", "cumsum_"), int_inputs=True),
     Op("histc.default", Ref("sorting", "histc"), "histc", int_inputs=True),
-    # ---- random ops (registry/random.py): dropout, seeded from the default generator
+    # ---- random ops (registry/random.py): dropout, rand/randn, seeded from the default generator
     Op("native_dropout.default", Ref("random", "native_dropout")),
     Op("native_dropout_backward.default", Ref("random", "native_dropout_backward"), int_inputs=True),
+    Op("uniform_.default", Ref("random", "uniform_"), overwrites_first=True),
+    Op("normal_.default", Ref("random", "normal_"), overwrites_first=True),
 ]
 
 

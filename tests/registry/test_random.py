@@ -1,5 +1,6 @@
-"""Dropout on device (`native_dropout` and its backward): the mask's statistics, values computed as
-torch's CPU kernel computes them from that mask, seeded runs that repeat, and the forms that decline."""
+"""Random ops on device. Dropout (`native_dropout` and its backward): the mask's statistics, values
+computed as torch's CPU kernel computes them from that mask, seeded runs that repeat, and the forms that
+decline. `torch.rand`/`torch.randn` (`uniform_`, `normal_`): range, moments, seeding, declines."""
 
 from __future__ import annotations
 
@@ -94,3 +95,74 @@ def test_dropout_declines_what_it_does_not_cover():
     with pytest.raises(RuntimeError, match="expects p to be in"):  # p > 1: torch's own error, from the CPU
         torch.ops.aten.native_dropout(torch.ones(3).to("rbln"), 1.5, True)
     assert "p outside" in next(iter(_row("aten::native_dropout")["reasons"].keys() - {"empty tensor"}))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rand_and_randn_on_device_have_the_right_distribution(dtype):
+    n = 200_000
+    torch.manual_seed(0)
+    u = torch.rand(n, device="rbln", dtype=dtype).cpu().float()
+    z = torch.randn(n, device="rbln", dtype=dtype).cpu().float()
+    assert u.min() >= 0 and u.max() < 1 and u.max() > 0.99 and u.min() < 0.01  # [0, 1), halves too
+    # moments within 6 standard errors (n = 200k): catches a wrong scale, offset or a stuck stream
+    assert abs(u.mean() - 0.5) < 6 * (1 / 12 / n) ** 0.5 + 1e-3 and abs(u.var() - 1 / 12) < 2e-3
+    assert abs(z.mean()) < 6 / n**0.5 + 1e-3 and abs(z.std() - 1) < 1e-2
+    assert abs((z.abs() < 1).float().mean() - 0.6827) < 6e-3  # the normal's shape, not just its moments
+    steps = 2 ** {torch.float16: 11, torch.bfloat16: 8}.get(dtype, 24)  # the values torch's rand can take
+    assert len(u.unique()) > min(n // 4, steps // 2)  # not a short cycle
+    for op in ("aten::uniform_", "aten::normal_"):
+        assert _row(op) == {"device": 1, "cpu": 0, "reasons": {}}, registry.format_report()
+
+
+def test_uniform_and_normal_parameters_seeding_and_offsets():
+    torch.manual_seed(5)
+    a = torch.empty(3000, device="rbln").uniform_(-2.0, 3.0).cpu()
+    b = torch.empty(3000, device="rbln").normal_(10.0, 0.5).cpu()
+    torch.manual_seed(5)
+    assert torch.equal(torch.empty(3000, device="rbln").uniform_(-2.0, 3.0).cpu(), a)  # repeats
+    assert not torch.equal(torch.empty(3000, device="rbln").uniform_(-2.0, 3.0).cpu(), a)  # next draw
+    assert a.min() >= -2 and a.max() < 3 and abs(a.mean() - 0.5) < 0.2
+    assert abs(b.mean() - 10) < 0.05 and abs(b.std() - 0.5) < 0.03
+    same = torch.empty(0, device="rbln").normal_()  # empty: nothing drawn, nothing launched
+    assert same.numel() == 0
+
+
+def test_rand_declines_explicit_generators_and_invalid_parameters():
+    generator = torch.Generator().manual_seed(1)
+    got = torch.empty(4, device="rbln").normal_(generator=generator).cpu()
+    assert torch.equal(got, torch.empty(4).normal_(generator=torch.Generator().manual_seed(1)))
+    with pytest.raises(RuntimeError, match="std"):
+        torch.empty(4, device="rbln").normal_(0.0, -1.0)
+    with pytest.raises(RuntimeError, match="from"):
+        torch.empty(4, device="rbln").uniform_(3.0, 2.0)
+    strided = torch.zeros(4, 4, device="rbln").t()
+    strided.uniform_()
+    assert (strided.cpu() != 0).any()
+    assert _row("aten::normal_")["reasons"] == {"explicit generator": 1, "negative or non-real std": 1}
+    assert _row("aten::uniform_")["reasons"] == {"bounds": 1, "non-contiguous in-place": 1}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_random_kernels_numba_and_interpreter_draw_the_same_numbers(dtype):
+    """Differential: the compiled kernels and the numpy interpreter run the same Philox stream (its
+    integer rounds exactly; Box-Muller's log/cos to float32 rounding)."""
+    from torch_rbln.kernels import random as kernels
+
+    n, seed = 3000, 1234
+    for name, args, tol in (("uniform_kernel", (-1.0, 2.0), 0.0), ("normal_kernel", (0.5, 2.0), 1e-5)):
+        outputs = []
+        for backend in ("numba", "interpret"):
+            out = torch.zeros(n, dtype=dtype)
+            extra = {"STEPS": 2048.0} if name == "uniform_kernel" else {}
+            getattr(kernels, name)[(3,)](out, n, *args, seed, BLOCK=kernels.BLOCK, backend=backend, **extra)
+            outputs.append(out)
+        torch.testing.assert_close(outputs[0], outputs[1], atol=tol, rtol=tol, msg=name)
+        assert outputs[0].abs().sum() > 0
+    x = torch.randn(n, dtype=dtype)
+    results = []
+    for backend in ("numba", "interpret"):
+        out, mask = torch.empty(n, dtype=dtype), torch.empty(n, dtype=torch.bool)
+        kernels.dropout_kernel[(3,)](x, out, mask, n, 0.3, 1 / 0.7, seed, BLOCK=kernels.BLOCK,
+                                     backend=backend)
+        results.append((out, mask))
+    assert torch.equal(results[0][1], results[1][1]) and torch.equal(results[0][0], results[1][0])

@@ -33,7 +33,7 @@ from torch import Tensor
 from torch_rbln import _structural, config, fallback
 
 from ._base import FLOATS, Decline, InvalidCall, Ref  # noqa: F401  (FLOATS re-exported)
-from ._checks import _device_counts, _run_device, check_inputs
+from ._checks import _device_counts, _device_notes, _run_device, check_inputs
 from ._memo import BoundedMemo
 from .table import NAMES, TABLE, Op
 
@@ -409,6 +409,7 @@ def fallback_report() -> dict[str, dict[str, Any]]:
 
 def reset_fallback_report() -> None:
     _device_counts.clear()
+    _device_notes.clear()
     fallback.reset_fallback_counts()
 
 

@@ -18,6 +18,9 @@ from ._base import FLOATS
 from ._finite_scan import all_finite
 
 _device_counts: Counter[str] = Counter()  # op name -> calls that ran a device kernel
+# (op name, reason) of device calls that took a slower device path and said why at INFO, once until the
+# next `registry.reset_fallback_report()` (as CPU fallbacks are logged once per op and reason)
+_device_notes: set[tuple[str, str]] = set()
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -38,7 +38,7 @@ from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from . import _ops as O
-from ._checks import _device_counts, _run_device, check_inputs
+from ._checks import _device_counts, _device_notes, _run_device, check_inputs
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan, is_dense_permutation
 from ._memo import BoundedMemo
 from .plan import Direct, Family, Plan, write_only_buffer
@@ -588,15 +588,12 @@ def _decomposes_on_device(reason: str, query: torch.Tensor, key: torch.Tensor, v
     return reason == MASK_GRAD
 
 
-_decomposed_reasons: set[str] = set()
-
-
 def _record_decomposed(reason: str) -> None:
     """Count a decomposed call as a device call of SDPA (its ops ran on device kernels, each counted
     too) and say once per reason at INFO why it did not take the flash kernels."""
     _device_counts[SDPA] += 1
-    if reason not in _decomposed_reasons:
-        _decomposed_reasons.add(reason)
+    if (SDPA, reason) not in _device_notes:
+        _device_notes.add((SDPA, reason))
         from torch_rbln import log
 
         log.get_logger("fallback").info(

@@ -326,3 +326,70 @@ def avg_pool_backward_kernel(
             div = _avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w, divisor, count_pad)
             acc += tl.where(ok, g / div, 0.0)
     tl.store(gx_ptr + n * sdn + c * sdc + ih * sdh + iw * sdw, acc.to(gx_ptr.dtype.element_ty), mask=live)
+
+
+@tl.jit
+def adaptive_avg_pool_kernel(
+    x_ptr, y_ptr, C, H, W, OH, OW, P, KH, KW, sxn, sxc, sxh, sxw, syn, syc, syp, BLOCK: tl.constexpr,
+):
+    """Adaptive average pooling: y[n, c, oh, ow] = the mean of rows [oh*H // OH, ceil((oh+1)*H / OH)) and
+    columns likewise (torch's windows, which differ in size when OH does not divide H), summed in float32
+    row by row as torch's CPU kernel sums them. KH, KW: the largest window. Grid (cdiv(P, BLOCK), N*C)."""
+    pid = tl.program_id(0)
+    nc = tl.program_id(1)
+    n = nc // C
+    c = nc % C
+    rp = pid * BLOCK + tl.arange(0, BLOCK)
+    live = rp < P
+    oh = rp // OW
+    ow = rp % OW
+    h0 = (oh * H) // OH
+    h1 = ((oh + 1) * H + OH - 1) // OH
+    w0 = (ow * W) // OW
+    w1 = ((ow + 1) * W + OW - 1) // OW
+    base = x_ptr + n * sxn + c * sxc
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for kh in range(0, KH):
+        ih = h0 + kh
+        row_ok = live & (ih < h1)
+        for kw in range(0, KW):
+            iw = w0 + kw
+            v = tl.load(base + ih * sxh + iw * sxw, mask=row_ok & (iw < w1), other=0.0)
+            acc += v.to(tl.float32)
+    # divided by the window's height, then its width, as torch's CPU kernel divides
+    mean = acc / (h1 - h0).to(tl.float32) / (w1 - w0).to(tl.float32)
+    tl.store(y_ptr + n * syn + c * syc + rp * syp, mean.to(y_ptr.dtype.element_ty), mask=live)
+
+
+@tl.jit
+def adaptive_avg_pool_backward_kernel(
+    g_ptr, gx_ptr, C, H, W, OH, OW, MH, MW, sgn, sgc, sgh, sgw, sdn, sdc, sdh, sdw, BLOCK: tl.constexpr,
+):
+    """gx[n, c, ih, iw] = sum over the adaptive windows holding (ih, iw) of g / the window's area: output
+    rows [ih*OH // H, ceil((ih+1)*OH / H)) and columns likewise (a gather: no two programs write one
+    element). MH, MW: the most windows one input row / column lies in. Grid (cdiv(H*W, BLOCK), N*C)."""
+    pid = tl.program_id(0)
+    nc = tl.program_id(1)
+    n = nc // C
+    c = nc % C
+    r = pid * BLOCK + tl.arange(0, BLOCK)
+    live = r < H * W
+    ih = r // W
+    iw = r % W
+    oh0 = (ih * OH) // H
+    oh1 = ((ih + 1) * OH + H - 1) // H
+    ow0 = (iw * OW) // W
+    ow1 = ((iw + 1) * OW + W - 1) // W
+    base = g_ptr + n * sgn + c * sgc
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for i in range(0, MH):
+        oh = oh0 + i
+        row_ok = live & (oh < oh1)
+        rows = ((oh + 1) * H + OH - 1) // OH - (oh * H) // OH
+        for j in range(0, MW):
+            ow = ow0 + j
+            ok = row_ok & (ow < ow1)
+            cols = ((ow + 1) * W + OW - 1) // OW - (ow * W) // OW
+            v = tl.load(base + oh * sgh + ow * sgw, mask=ok, other=0.0).to(tl.float32)
+            acc += tl.where(ok, v / rows.to(tl.float32) / cols.to(tl.float32), 0.0)
+    tl.store(gx_ptr + n * sdn + c * sdc + ih * sdh + iw * sdw, acc.to(gx_ptr.dtype.element_ty), mask=live)

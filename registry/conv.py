@@ -535,6 +535,57 @@ def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_
     return grad_input
 
 
+def _adaptive_sizes(x, output_size) -> tuple[int, int, int, int]:
+    """(H, W, OH, OW) of an adaptive pooling of a 3-d (C, H, W) or 4-d x to `output_size`."""
+    sizes = list(output_size)
+    if x.dim() not in (3, 4) or len(sizes) != 2 or min(sizes) <= 0 or min(x.shape) <= 0:
+        raise Decline("adaptive pooling sizes")  # torch's error (or result) from the CPU
+    return x.shape[-2], x.shape[-1], sizes[0], sizes[1]
+
+
+def _most_windows(size: int, out: int) -> int:
+    """The largest adaptive window along a dim of `size` pooled to `out`, and (swapped) how many windows
+    one input index lies in at most: max over i of ceil((i+1)*size/out) - floor(i*size/out)."""
+    return max(-(-(i + 1) * size // out) - i * size // out for i in range(out))
+
+
+def adaptive_avg_pool2d(x, output_size):
+    """aten::_adaptive_avg_pool2d: the mean of each of torch's adaptive windows (sizes may differ), summed
+    in float32 in torch's order."""
+    require_float(x.dtype)
+    H, W, OH, OW = _adaptive_sizes(x, output_size)
+    out = _alloc([*x.shape[:-2], OH, OW], x.dtype, x.get_device(), _channels_last(x))
+    x4 = x if x.dim() == 4 else x.unsqueeze(0)
+    _, _, _, _, sxn, sxc, sxh, sxw = _as_nchw(x4)
+    _, N, C, syn, syc, syp = _planes(out)
+    kernels = _k("cnn")
+    _run(kernels.adaptive_avg_pool_kernel, (cdiv(OH * OW, kernels.POOL_BLOCK), N * C),
+         (x4, out, C, H, W, OH, OW, OH * OW, _most_windows(H, OH), _most_windows(W, OW),
+          sxn, sxc, sxh, sxw, syn, syc, syp), BLOCK=kernels.POOL_BLOCK)
+    return out
+
+
+def adaptive_avg_pool2d_backward(grad, x):
+    """aten::_adaptive_avg_pool2d_backward: each input element gathers grad / area of the windows that
+    hold it."""
+    if grad.dtype != x.dtype:
+        raise Decline("mixed dtypes")
+    require_float(x.dtype)
+    H, W, OH, OW = _adaptive_sizes(x, grad.shape[-2:])
+    if grad.shape[:-2] != x.shape[:-2]:
+        raise Decline("grad shape does not match the pooling")
+    grad_input = _alloc(x.shape, x.dtype, x.get_device(), _channels_last(x))
+    g4 = grad if grad.dim() == 4 else grad.unsqueeze(0)
+    gi4 = grad_input if grad_input.dim() == 4 else grad_input.unsqueeze(0)
+    N, C, _, _, sgn, sgc, sgh, sgw = _as_nchw(g4)
+    _, _, _, _, sdn, sdc, sdh, sdw = _as_nchw(gi4)
+    kernels = _k("cnn")
+    _run(kernels.adaptive_avg_pool_backward_kernel, (cdiv(H * W, kernels.POOL_BLOCK), N * C),
+         (g4, gi4, C, H, W, OH, OW, _most_windows(OH, H), _most_windows(OW, W),
+          sgn, sgc, sgh, sgw, sdn, sdc, sdh, sdw), BLOCK=kernels.POOL_BLOCK)
+    return grad_input
+
+
 # ---------------------------------------------------------------- gather / scatter / scatter_add
 
 def _in_range(index: torch.Tensor, stop: int) -> bool:

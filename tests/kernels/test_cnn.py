@@ -267,3 +267,47 @@ def test_avg_pool2d_matches_cpu(case):
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g.cpu(), e, **F32)
     _on_device("aten::avg_pool2d", "aten::avg_pool2d_backward")
+
+
+ADAPTIVE_POOLS = [  # (input shape, output size)
+    ((2, 3, 8, 8), 4),  # equal windows
+    ((2, 3, 7, 7), 3),  # overlapping windows of sizes 3, 3, 3 with shared edges
+    ((2, 3, 5, 13), (7, 4)),  # more outputs than input rows: windows of one row, repeated
+    ((3, 6, 5), (4, 2)),  # 3-d input
+    ((1, 4, 14, 14), 1),  # to 1x1 (the module's common case; torch itself takes `mean` for it)
+]
+
+
+@pytest.mark.parametrize("case", ADAPTIVE_POOLS, ids=str)
+def test_adaptive_avg_pool2d_matches_cpu_exactly(case):
+    """torch's windows [floor(i*H/OH), ceil((i+1)*H/OH)) summed and divided in torch's order: float32
+    results equal the CPU's bit for bit, forward and backward."""
+    shape, size = case
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape)))
+
+    def step(t):
+        t = t.detach().requires_grad_()
+        y = F.adaptive_avg_pool2d(t, size)
+        weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(3)).to(y.device)
+        (y * weights).sum().backward()
+        return y, t.grad
+    expected = step(x)
+    registry.reset_fallback_report()
+    got = step(x.to("rbln"))
+    exact = {"atol": 0, "rtol": 0} if size != 1 else F32  # 1x1 is torch's `mean`: its own sum order
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.cpu(), e, **exact)
+    if size != 1:
+        _on_device("aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d_backward")
+
+
+def test_adaptive_avg_pool2d_channels_last_and_half():
+    x = torch.randn(2, 4, 9, 6, generator=torch.Generator().manual_seed(1))
+    last = x.contiguous(memory_format=torch.channels_last)
+    got = F.adaptive_avg_pool2d(last.to("rbln"), (4, 5))
+    expected = F.adaptive_avg_pool2d(last, (4, 5))
+    torch.testing.assert_close(got.cpu(), expected, atol=0, rtol=0)
+    assert got.stride() == expected.stride()
+    half = F.adaptive_avg_pool2d(x.half().to("rbln"), (2, 5))
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half.cpu(), F.adaptive_avg_pool2d(x.half(), (2, 5)), atol=1e-3, rtol=1e-3)

@@ -91,6 +91,7 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
     short = entry.name
     int_inputs = entry.int_inputs
     overwrites_first = entry.overwrites_first
+    exact = entry.exact
     counts = _device_counts
     fallback_plan = name = default = signature = build = None
     plans: dict = BoundedMemo(1024)  # signature -> Plan
@@ -142,7 +143,7 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
                     elif plan.reason is not None:
                         return fallback.run_on_cpu(overload, fallback_plan, args, kwargs, plan.reason)
         impl, accepts = _user.get(short, default) if _user else default
-        reason = _refusal(args, kwargs, accepts, int_inputs, overwrites_first)
+        reason = _refusal(args, kwargs, accepts, int_inputs, overwrites_first, exact)
         if reason is None:
             try:
                 result = impl(*args, **kwargs)
@@ -163,11 +164,11 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
     return kernel
 
 
-def _refusal(args: tuple, kwargs: dict, accepts: Callable | None, int_inputs: bool, overwrites_first: bool
-             ) -> str | None:
+def _refusal(args: tuple, kwargs: dict, accepts: Callable | None, int_inputs: bool, overwrites_first: bool,
+             exact: bool = False) -> str | None:
     """Why the checked path declines this call: `check_inputs` (dtypes, devices, NaN/Inf), then the
     user's `accepts` (False or a reason); None when the implementation runs."""
-    reason = check_inputs(args, kwargs, int_inputs or accepts is not None, overwrites_first)
+    reason = check_inputs(args, kwargs, int_inputs or accepts is not None, overwrites_first, exact)
     if reason is None and accepts is not None:
         verdict = accepts(*args, **kwargs)
         if verdict is not True:

@@ -27,17 +27,18 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False, overwrites_first: bool = False
-                 ) -> str | None:
+def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False, overwrites_first: bool = False,
+                 exact: bool = False) -> str | None:
     """The generic per-call decision: None when a device kernel may run, else the reason.
 
     Every tensor (also inside list arguments) must be on one rbln device (a 0-dim CPU tensor is a
     wrapped scalar); tensors the kernel reads must be float32/float16/bfloat16 (any integer dtype with
     `int_inputs`) and, outside deploy mode, free of NaN/Inf. Not read: `out=` and the first argument of
-    ops that overwrite it whole (fill_, zero_), whose old contents may be anything. This runs on every
-    call, so it is one flat loop (no generators, no helper objects) and a compiled scan per checked
-    tensor."""
-    check_values = not config.deploy_mode()
+    ops that overwrite it whole (fill_, zero_), whose old contents may be anything. `exact`: the op
+    moves values without arithmetic (tril, triu), so NaN/Inf come out as they went in and need no scan.
+    This runs on every call, so it is one flat loop (no generators, no helper objects) and a compiled
+    scan per checked tensor."""
+    check_values = not exact and not config.deploy_mode()
     written = kwargs.get("out") if kwargs else None
     device = None
     skip_first = overwrites_first

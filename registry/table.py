@@ -33,6 +33,7 @@ class Op:
     int_inputs: bool = False  # integer/bool tensors are legitimate inputs (indices, masks)
     tol: dict = field(default_factory=dict)  # dtype name -> (atol, rtol) for the tests
     overwrites_first: bool = False  # the first argument is only written (fill_, zero_): no NaN/Inf check
+    exact: bool = False  # values are moved, never computed on (tril, triu): NaN/Inf need no check
     # builds the entry's family planner (`signature`, `plan`: see plan.py) for families migrated to
     # per-signature plans; an entry with one has no fast path
     make_plan: Callable[[], object] | None = None
@@ -433,6 +434,11 @@ TABLE: list[Op] = [
     # ---- random ops (registry/random.py): dropout, rand/randn, seeded from the default generator
     Op("native_dropout.default", Ref("random", "native_dropout")),
     Op("native_dropout_backward.default", Ref("random", "native_dropout_backward"), int_inputs=True),
+    # ---- triangles (causal masks): values moved, not computed on, so -inf masks stay on the device
+    Op("tril.default", Ref("triangle", "tril"), "tril", int_inputs=True, exact=True),
+    Op("triu.default", Ref("triangle", "triu"), "triu", int_inputs=True, exact=True),
+    Op("tril_.default", Ref("triangle", "tril_"), int_inputs=True, exact=True),
+    Op("triu_.default", Ref("triangle", "triu_"), int_inputs=True, exact=True),
     Op("uniform_.default", Ref("random", "uniform_"), overwrites_first=True),
     Op("normal_.default", Ref("random", "normal_"), overwrites_first=True),
 ]

@@ -130,7 +130,7 @@ def register() -> None:
         _structural.register(aten_impl)
         from torch_rbln.registry.table import NAMES as kernel_ops  # no kernels imported here
 
-        structural = set(_structural.METADATA_OPS)
+        structural = {*_structural.METADATA_OPS, *_structural.KERNELS}
         for name in _functional_variants():
             if name not in structural and _with_default(name) not in kernel_ops:
                 aten_impl.impl(name, _direct_fallback(name), "PrivateUse1")

@@ -40,6 +40,13 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     return _memory.empty_strided(size, stride, dtype or torch.get_default_dtype(), _target_index(device))
 
 
+def new_empty_strided(self, size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    """`x.new_empty_strided(...)` (SDPA's math decomposition calls it): self's dtype and device unless
+    given."""
+    index = self.get_device() if device is None else _target_index(device)
+    return _memory.empty_strided(size, stride, dtype or self.dtype, index)
+
+
 def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     if memory_format in (None, torch.contiguous_format, torch.preserve_format):
         if all(s >= 0 for s in size):  # negative sizes: empty_strided raises torch's error
@@ -285,18 +292,26 @@ def convolution_backward_overrideable(grad_output, input, weight, stride, paddin
     return fallback.run_on_cpu(aten.convolution_backward.default, plan, args, {}, reason=None)
 
 
+# aten overload -> this module's PrivateUse1 kernel (the registration binds no fallback over them)
+KERNELS = {
+    "empty_strided": empty_strided,
+    "new_empty_strided": new_empty_strided,
+    "empty.memory_format": empty_memory_format,
+    "_copy_from": copy_from,
+    "clone": clone,
+    "_to_copy": to_copy,
+    "_copy_from_and_resize": copy_from_and_resize,
+    "resize_": resize_,
+    "_local_scalar_dense": local_scalar_dense,
+    "_efficientzerotensor": efficient_zero_tensor,
+    "convolution_overrideable": convolution_overrideable,
+    "convolution_backward_overrideable": convolution_backward_overrideable,
+}
+
+
 def register(library: torch.library.Library) -> None:
-    library.impl("empty_strided", empty_strided, "PrivateUse1")
-    library.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
-    library.impl("_copy_from", copy_from, "PrivateUse1")
-    library.impl("clone", clone, "PrivateUse1")
-    library.impl("_to_copy", to_copy, "PrivateUse1")
-    library.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
-    library.impl("resize_", resize_, "PrivateUse1")
-    library.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
-    library.impl("_efficientzerotensor", efficient_zero_tensor, "PrivateUse1")
-    library.impl("convolution_overrideable", convolution_overrideable, "PrivateUse1")
-    library.impl("convolution_backward_overrideable", convolution_backward_overrideable, "PrivateUse1")
+    for name, kernel in KERNELS.items():
+        library.impl(name, kernel, "PrivateUse1")
     # Our copies honour conj/neg bits themselves (host views carry them). Without these
     # fallthroughs the Conjugate/Negative fallback resolves the source with clone(), which copies
     # through _copy_from again: infinite recursion.

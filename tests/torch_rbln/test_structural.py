@@ -111,3 +111,16 @@ def test_resize_to_a_negative_size_raises_torchs_error():
     with pytest.raises(RuntimeError) as on_device:
         torch.empty(2, device="rbln").resize_(-1)
     assert str(on_device.value) == str(on_cpu.value)
+
+
+def test_new_empty_strided_allocates_on_the_device_without_a_fallback():
+    """SDPA's math decomposition calls it; it is an allocation, not a CPU op."""
+    from torch_rbln import registry
+
+    x = torch.ones(3, device="rbln")
+    registry.reset_fallback_report()
+    a = x.new_empty_strided((2, 3), (1, 2))
+    b = x.new_empty_strided((2,), (1,), dtype=torch.int64, device="rbln:1")
+    assert (a.device, a.stride(), a.dtype) == (torch.device("rbln:0"), (1, 2), torch.float32)
+    assert (b.device, b.dtype) == (torch.device("rbln:1"), torch.int64)
+    assert registry.fallback_report() == {}

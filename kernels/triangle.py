@@ -1,7 +1,7 @@
 """Triangles of matrices (`tril`, `triu`): the causal masks of attention and their like.
 
 One kernel for both: element (r, c) of each matrix is kept when c - r lies on the kept side of
-`diagonal` (UPPER: c - r >= diagonal; lower: c - r <= diagonal), else written as zero. Values are only
+`diagonal` (upper: c - r >= diagonal; lower: c - r <= diagonal), else written as zero. Values are only
 moved, so any dtype (float, integer, bool) is exact and NaN/Inf pass through as they are.
 """
 
@@ -14,8 +14,8 @@ BLOCK_C = 64
 
 
 @tl.jit
-def triangle_kernel(x_ptr, y_ptr, R, C, sxb, sxr, sxc, syb, syr, syc, diagonal, col_tiles,
-                    UPPER: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def triangle_kernel(x_ptr, y_ptr, R, C, sxb, sxr, sxc, syb, syr, syc, diagonal, col_tiles, upper,
+                    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """y[b, r, c] = x[b, r, c] on the kept side of the diagonal, else 0. Grid (row tiles * col_tiles,
     matrices); x and y may be the same tensor (in place: each element is read before it is written,
     by the same program)."""
@@ -24,9 +24,7 @@ def triangle_kernel(x_ptr, y_ptr, R, C, sxb, sxr, sxc, syb, syr, syc, diagonal, 
     r = (tile // col_tiles) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]
     c = (tile % col_tiles) * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]
     live = (r < R) & (c < C)
-    if UPPER:
-        keep = (c - r) >= diagonal
-    else:
-        keep = (c - r) <= diagonal
+    # `upper` is a runtime flag, not a constexpr: tril and triu share one compiled kernel per dtype
+    keep = tl.where(upper != 0, (c - r) >= diagonal, (c - r) <= diagonal)
     v = tl.load(x_ptr + b * sxb + r * sxr + c * sxc, mask=live & keep, other=0)
     tl.store(y_ptr + b * syb + r * syr + c * syc, v, mask=live)

@@ -51,8 +51,8 @@ def _triangle(x: torch.Tensor, diagonal: int, upper: bool, out: torch.Tensor | N
     diagonal = max(min(diagonal, C), -R)  # beyond the matrix the result no longer changes
     launch_grid(kernels.triangle_kernel, (cdiv(R, kernels.BLOCK_R) * col_tiles, matrices),
                 (source.view(matrices, R, C) if source.dim() > 3 else source, out,
-                 R, C, sxb, sxr, sxc, R * C, C, 1, diagonal, col_tiles),
-                UPPER=upper, BLOCK_R=kernels.BLOCK_R, BLOCK_C=kernels.BLOCK_C)
+                 R, C, sxb, sxr, sxc, R * C, C, 1, diagonal, col_tiles, int(upper)),
+                BLOCK_R=kernels.BLOCK_R, BLOCK_C=kernels.BLOCK_C)
     return out
 
 

@@ -483,7 +483,10 @@ def test_runs_under_a_tracer():
     assert calls and torch.equal(out, x + x)
 
 
-def test_import_is_cheap_and_lazy(tmp_path):
+# Importing the DSL does not depend on the backend a launch would use: the parametrisation overrides the
+# autouse `dsl_backend` fixture, so its three fresh interpreters (~11 s of CPU) run once, not per backend.
+@pytest.mark.parametrize("dsl_backend", ["any"])
+def test_import_is_cheap_and_lazy(tmp_path, dsl_backend):
     import os
 
     # bytecode caching on (this environment may disable it); the first run only populates the cache

@@ -194,6 +194,14 @@ class _Builder:
             return repr(arg)
         return self.const(arg)
 
+    def meta_of(self, node: fx.Node) -> Any:
+        """The node's recorded value (`meta["val"]`); for the `getitem` of a fused kernel's output, which
+        the fused graph adds without one, the layout the kernel stores (its `_Tensor`'s)."""
+        meta = node.meta.get("val")
+        if meta is None and isinstance(self.env.get(node), _Tensor):
+            return self.env[node].meta
+        return meta
+
     def reads(self, text: str) -> tuple[str, ...]:
         return tuple(word for word in _words(text) if word[:1] in "vp" and word[1:].isdigit())
 
@@ -292,12 +300,12 @@ class _Builder:
         of that tensor (a clone), without cat's own checks."""
         tensors, meta = node.args[0], node.meta.get("val")
         if not isinstance(meta, torch.Tensor) or meta.stride() != _contiguous(meta.shape) or \
-                not all(isinstance(t, fx.Node) and isinstance(t.meta.get("val"), torch.Tensor)
+                not all(isinstance(t, fx.Node) and isinstance(self.meta_of(t), torch.Tensor)
                         for t in tensors):
             return False
-        full = [t for t in tensors if t.meta["val"].numel()]
-        if len(full) != 1 or full[0].meta["val"].dtype != meta.dtype or \
-                tuple(full[0].meta["val"].shape) != tuple(meta.shape) or \
+        full = [t for t in tensors if self.meta_of(t).numel()]
+        if len(full) != 1 or self.meta_of(full[0]).dtype != meta.dtype or \
+                tuple(self.meta_of(full[0]).shape) != tuple(meta.shape) or \
                 not isinstance(self.env.get(full[0]), _Tensor):
             return False
         if self.tiled_copy(node, full[0], meta):
@@ -329,7 +337,7 @@ class _Builder:
         pieces, start, guards = [], 0, []
         for tensor in tensors:
             value = self.env.get(tensor) if isinstance(tensor, fx.Node) else None
-            source = tensor.meta.get("val") if isinstance(tensor, fx.Node) else None
+            source = self.meta_of(tensor) if isinstance(tensor, fx.Node) else None
             real = self.values.get(tensor) if isinstance(tensor, fx.Node) else None
             if not isinstance(source, torch.Tensor) or not isinstance(real, torch.Tensor) or \
                     source.dtype != meta.dtype or real.dtype != meta.dtype:
@@ -418,7 +426,7 @@ class _Builder:
         result."""
         from torch_rbln.registry import _copy
 
-        src_meta, real_src, real_out = source.meta["val"], self.values.get(source), self.values.get(node)
+        src_meta, real_src, real_out = self.meta_of(source), self.values.get(source), self.values.get(node)
         if not isinstance(real_src, torch.Tensor) or not isinstance(real_out, torch.Tensor) or \
                 real_src.device.type != "rbln":
             return False

@@ -157,10 +157,17 @@ class _Builder:
             name = self.fresh("v")
             meta = value.meta
             # a view only calls see: the CPU view kernel straight (what the rbln one redispatches to,
-            # a third of its cost); one the output may alias: the view op, so autograd tracks it
-            view, keys = ("as_strided", "") if value.escapes else ("as_strided_below", "CPU_KEYS, ")
-            self.emit(f"{name} = {view}({keys}{root}, {tuple(meta.shape)}, {tuple(meta.stride())}, "
-                      f"{root}.storage_offset() + {value.offset})", (root,))
+            # a third of its cost); one the output may alias: through ADInplaceOrView too, so that it is
+            # a view of its base as AOTAutograd expects of an output that aliases an intermediate (the
+            # program's tensors come from kernels: none requires grad, so autograd has nothing to record)
+            # (a base that requires grad, an input's, takes the view op, which autograd sees)
+            geometry = (f"{tuple(meta.shape)}, {tuple(meta.stride())}, "
+                        f"{root}.storage_offset() + {value.offset}")
+            text = f"as_strided_below(CPU_KEYS, {root}, {geometry})"
+            if value.escapes:
+                text = (f"as_strided({root}, {geometry}) if {root}.requires_grad else "
+                        f"as_strided_below(VIEW_KEYS, {root}, {geometry})")
+            self.emit(f"{name} = {text}", (root,))
             value.name = name
         return value.name
 
@@ -942,6 +949,8 @@ class Program:
                          as_strided=aten.as_strided.default, backend=requested_backend,
                          as_strided_below=aten.as_strided.default._handle.redispatch_boxed,
                          CPU_KEYS=torch._C.DispatchKeySet(torch._C.DispatchKey.CPU),
+                         VIEW_KEYS=torch._C.DispatchKeySet(torch._C.DispatchKey.CPU) |
+                         torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView),
                          BACKEND=requested_backend(), device_tp=device_tp, deploy_mode=config.deploy_mode,
                          Fault=_Fault, Unplanned=_Unplanned)
         code = builtins.compile(source, f"<rbln program {self.name}>", "exec")

@@ -9,6 +9,7 @@ that a NaN operand wins), so fused kernels need no NaN/Inf pre-check.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -326,7 +327,13 @@ def _var(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: b
 def decompositions() -> dict:
     """AOTAutograd's decomposition table: PyTorch's core ATen set, plus layer norm and (log-)softmax
     (forward and backward) down to reductions and pointwise ops, so they fuse with their neighbours
-    (a residual add with the layer norm after it, an attention mask with its softmax)."""
+    (a residual add with the layer norm after it, an attention mask with its softmax). Built once per
+    process (it took ~0.15 s of every graph's compile) and copied per caller."""
+    return dict(_decompositions())
+
+
+@functools.cache
+def _decompositions() -> dict:
     from torch._decomp import core_aten_decompositions, get_decompositions
 
     table = dict(core_aten_decompositions())

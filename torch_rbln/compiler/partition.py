@@ -12,7 +12,8 @@ Two kinds of group, both over a static iteration shape ``S`` taken from the node
 Everything else (matmuls, attention, views, embeddings, ops without a rule) stays a call into aten,
 which dispatches to the registry's kernels. The partition is greedy in graph order: a node joins the
 group of one of its operands when the shapes fit and no path leaves the group and comes back (which
-would make the fused graph cyclic); groups of a single node are dropped (the registry runs those).
+would make the fused graph cyclic); groups of a single node are dropped (the registry runs those), but
+for a pointwise node that reads a strided operand (one launch instead of a copy and a launch).
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ class _Partitioner:
                 break
             else:
                 self._start(node, kind)
-        kept = [g for g in self.groups if len(g.nodes) >= 2]
+        kept = [g for g in self.groups if len(g.nodes) >= 2 or _reads_strided(g)]
         for number, group in enumerate(kept):
             group.index = number
         return kept
@@ -347,6 +348,20 @@ class _Partitioner:
         self._add(group, node)
 
 
+def _reads_strided(group: Group) -> bool:
+    """Whether a single-node pointwise group reads a tensor that is not contiguous (Llama's RoPE negates
+    a half-slice of q and k): its fused kernel reads it through its strides in one launch, where the
+    registry would copy it contiguous first, and scan it, as two dispatched calls."""
+    if group.is_rows or len(group.nodes) != 1:
+        return False
+    for operand in group.nodes[0].all_input_nodes:
+        value = operand.meta.get("val")
+        if isinstance(value, torch.Tensor) and value.numel() > 1 and not value.is_contiguous():
+            return True
+    return False
+
+
 def partition(graph: fx.Graph) -> list[Group]:
-    """Fusable groups of ``graph`` (each of at least two nodes), in graph order of their first node."""
+    """Fusable groups of ``graph`` (each of at least two nodes, or one pointwise node that reads a
+    strided tensor), in graph order of their first node."""
     return _Partitioner(graph).run()

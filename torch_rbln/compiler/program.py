@@ -24,7 +24,8 @@ whose result is checked for NaN/Inf after its launch (a finite one proves its op
 `_Builder.direct`); a call that finds one reruns on the fused graph, whose registry call takes the CPU
 fallback as eager does. A kernel fault
 (an out-of-bounds access) makes that call rerun on the fused graph, whose checked launches report it.
-Intermediate tensors are released after their last use.
+Intermediate tensors are released after their last use; the buffers only kernels see are allocated
+once, when the program is generated, their addresses constants of it (`_Builder.source`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import builtins
 import logging
 import math
 import operator
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -60,6 +62,14 @@ VIEW_OPS = frozenset({
 # ops returning several views of their first operand (picked by getitem)
 MULTI_VIEW_OPS = frozenset({aten.split_with_sizes.default, aten.split.Tensor, aten.unbind.int,
                             aten.chunk.default})
+
+
+# A planned float32 matmul of at least this many multiply-adds runs as one tile (`_Builder.one_tile`),
+# when the tile (M x N rounded up to powers of 2) is at most ONE_TILE_MAX_AREA elements (its float32
+# accumulator: 1 MiB) and K rounded up at most ONE_TILE_MAX_K.
+ONE_TILE_MIN_VOLUME = 1 << 18
+ONE_TILE_MAX_AREA = 1 << 18
+ONE_TILE_MAX_K = 4096
 
 
 def _log() -> logging.Logger:
@@ -147,10 +157,17 @@ class _Builder:
             name = self.fresh("v")
             meta = value.meta
             # a view only calls see: the CPU view kernel straight (what the rbln one redispatches to,
-            # a third of its cost); one the output may alias: the view op, so autograd tracks it
-            view, keys = ("as_strided", "") if value.escapes else ("as_strided_below", "CPU_KEYS, ")
-            self.emit(f"{name} = {view}({keys}{root}, {tuple(meta.shape)}, {tuple(meta.stride())}, "
-                      f"{root}.storage_offset() + {value.offset})", (root,))
+            # a third of its cost); one the output may alias: through ADInplaceOrView too, so that it is
+            # a view of its base as AOTAutograd expects of an output that aliases an intermediate (the
+            # program's tensors come from kernels: none requires grad, so autograd has nothing to record)
+            # (a base that requires grad, an input's, takes the view op, which autograd sees)
+            geometry = (f"{tuple(meta.shape)}, {tuple(meta.stride())}, "
+                        f"{root}.storage_offset() + {value.offset}")
+            text = f"as_strided_below(CPU_KEYS, {root}, {geometry})"
+            if value.escapes:
+                text = (f"as_strided({root}, {geometry}) if {root}.requires_grad else "
+                        f"as_strided_below(VIEW_KEYS, {root}, {geometry})")
+            self.emit(f"{name} = {text}", (root,))
             value.name = name
         return value.name
 
@@ -160,6 +177,10 @@ class _Builder:
             base = self.address(value.root)
             return f"{base} + {value.offset * value.meta.element_size()}" if value.offset else base
         if value.address is None:
+            constant = self.namespace.get(value.name)
+            if isinstance(constant, torch.Tensor):  # a constant of the program: its address is one too
+                value.address = str(constant.data_ptr())
+                return value.address
             value.address = self.fresh("p")
             self.emit(f"{value.address} = {value.name}.data_ptr()", (value.name,), "pointer")
         return value.address
@@ -179,6 +200,14 @@ class _Builder:
         if isinstance(arg, float) and math.isfinite(arg):
             return repr(arg)
         return self.const(arg)
+
+    def meta_of(self, node: fx.Node) -> Any:
+        """The node's recorded value (`meta["val"]`); for the `getitem` of a fused kernel's output, which
+        the fused graph adds without one, the layout the kernel stores (its `_Tensor`'s)."""
+        meta = node.meta.get("val")
+        if meta is None and isinstance(self.env.get(node), _Tensor):
+            return self.env[node].meta
+        return meta
 
     def reads(self, text: str) -> tuple[str, ...]:
         return tuple(word for word in _words(text) if word[:1] in "vp" and word[1:].isdigit())
@@ -250,6 +279,8 @@ class _Builder:
         runner = getattr(target, "rbln_fused_runner", None)
         if runner is not None and self.fused(node, runner):
             return
+        if target in (aten.embedding.default, aten.index_select.default) and self.gather(node):
+            return
         if isinstance(target, torch._ops.OpOverload) and self.planned(node):
             return
         self.call(node, meta)
@@ -276,12 +307,12 @@ class _Builder:
         of that tensor (a clone), without cat's own checks."""
         tensors, meta = node.args[0], node.meta.get("val")
         if not isinstance(meta, torch.Tensor) or meta.stride() != _contiguous(meta.shape) or \
-                not all(isinstance(t, fx.Node) and isinstance(t.meta.get("val"), torch.Tensor)
+                not all(isinstance(t, fx.Node) and isinstance(self.meta_of(t), torch.Tensor)
                         for t in tensors):
             return False
-        full = [t for t in tensors if t.meta["val"].numel()]
-        if len(full) != 1 or full[0].meta["val"].dtype != meta.dtype or \
-                tuple(full[0].meta["val"].shape) != tuple(meta.shape) or \
+        full = [t for t in tensors if self.meta_of(t).numel()]
+        if len(full) != 1 or self.meta_of(full[0]).dtype != meta.dtype or \
+                tuple(self.meta_of(full[0]).shape) != tuple(meta.shape) or \
                 not isinstance(self.env.get(full[0]), _Tensor):
             return False
         if self.tiled_copy(node, full[0], meta):
@@ -313,7 +344,7 @@ class _Builder:
         pieces, start, guards = [], 0, []
         for tensor in tensors:
             value = self.env.get(tensor) if isinstance(tensor, fx.Node) else None
-            source = tensor.meta.get("val") if isinstance(tensor, fx.Node) else None
+            source = self.meta_of(tensor) if isinstance(tensor, fx.Node) else None
             real = self.values.get(tensor) if isinstance(tensor, fx.Node) else None
             if not isinstance(source, torch.Tensor) or not isinstance(real, torch.Tensor) or \
                     source.dtype != meta.dtype or real.dtype != meta.dtype:
@@ -402,7 +433,7 @@ class _Builder:
         result."""
         from torch_rbln.registry import _copy
 
-        src_meta, real_src, real_out = source.meta["val"], self.values.get(source), self.values.get(node)
+        src_meta, real_src, real_out = self.meta_of(source), self.values.get(source), self.values.get(node)
         if not isinstance(real_src, torch.Tensor) or not isinstance(real_out, torch.Tensor) or \
                 real_src.device.type != "rbln":
             return False
@@ -416,6 +447,78 @@ class _Builder:
         self.env[node] = out
         self.counter["planned"] += 1
         self.device_counts[_copy.NAME] += 1
+        return True
+
+    def gather(self, node: fx.Node) -> bool:
+        """An embedding lookup (`embedding(weight, indices)`, `index_select(x, dim, indices)`) launched
+        by address on the registry's gather kernel (`registry.gather.index_select_launch`): as a call
+        it went through the composite embedding, the registry's dispatch, its signature and plan, a
+        weight scan and an allocation, two thirds of the demo model's per-call time outside kernels.
+
+        Per call, as the registry does: the indices are range-checked first (one out of range reruns
+        the call on the fused graph, whose registry call takes the CPU fallback that raises torch's
+        error). The NaN/Inf check reads the result instead of the weight (the gather copies the rows
+        it reads, so a result without NaN/Inf holds none of the weight's that it used; a weight row
+        with one that no index reads is not used, and the whole weight was a 512K-element scan per
+        Llama call); a result with one reruns the call on the fused graph as eagerly. The launch is
+        made once here on the recorded values and checked against the recorded result."""
+        from torch_rbln.registry import _launch, gather
+        from torch_rbln.registry._ops import _k
+
+        args = node.args
+        if node.target is aten.embedding.default:
+            if len(args) < 2 or any(node.kwargs.values()):
+                return False
+            source, indices, dim = args[0], args[1], 0
+        else:
+            if len(args) != 3 or node.kwargs:
+                return False
+            source, dim, indices = args
+        if not isinstance(source, fx.Node) or not isinstance(indices, fx.Node) or type(dim) is not int:
+            return False
+        weight, index = self.env.get(source), self.env.get(indices)
+        meta, real_out = node.meta.get("val"), self.values.get(node)
+        real_x, real_i = self.values.get(source), self.values.get(indices)
+        if not isinstance(weight, _Tensor) or not isinstance(index, _Tensor) or \
+                not isinstance(meta, torch.Tensor) or not isinstance(real_out, torch.Tensor) or \
+                not isinstance(real_x, torch.Tensor) or not isinstance(real_i, torch.Tensor) or \
+                real_x.device.type != "rbln" or real_i.device.type != "rbln":
+            return False
+        x_meta, i_meta = weight.meta, index.meta
+        if x_meta.dtype not in (torch.float32, torch.float16, torch.bfloat16) or \
+                i_meta.dtype not in gather.INDICES or x_meta.dim() == 0 or \
+                x_meta.stride() != _contiguous(x_meta.shape) or i_meta.stride() != _contiguous(i_meta.shape) \
+                or meta.stride() != _contiguous(meta.shape) or meta.dtype != x_meta.dtype or \
+                (node.target is aten.index_select.default and i_meta.dim() > 1) or \
+                (node.target is aten.embedding.default and x_meta.dim() != 2):
+            return False
+        dim %= x_meta.dim()
+        count, size = i_meta.numel(), x_meta.shape[dim]
+        if count == 0 or x_meta.numel() == 0 or meta.numel() != count * x_meta.numel() // size:
+            return False
+        g = gather.index_select_launch(x_meta.dtype, i_meta.dtype, tuple(x_meta.shape), dim, count)
+        trial = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=real_out.device)
+        _launch.launch(g.kernel, g.programs, g.key, (real_x, real_i, trial, *g.ints), g.keywords, rows=g.rows)
+        kept = _launch.unchecked(g.kernel, g.key)
+        if kept is None or not hasattr(kept, "by_address") or not torch.equal(trial.cpu(), real_out.cpu()):
+            return False
+        scan = _k("embedding").in_range_64 if i_meta.dtype is torch.int64 else _k("embedding").in_range_32
+        address = self.address(index)
+        if indices in self.constants:  # the same indices every call: checked here, once
+            if not scan(real_i.data_ptr(), count, size, 0):
+                return False
+        else:
+            check = f"{self.const(scan, 's')}({address}, {count}, {size}, 0)"
+            self.emit(f"if not {check}:\n        raise Unplanned()",
+                      (*self.reads(address), (index.root or index).name), "scan")
+        out = _Tensor(self.allocate(meta), meta)
+        self.launch(kept.by_address, (g.programs, g.rows, 1), [weight, index, out], g.ints, node.name)
+        self.scan_operands([out])
+        self.env[node] = out
+        self.counter["planned"] += 1
+        from torch_rbln import registry
+
+        self.device_counts[registry.fallback._plan_for(aten.index_select.default).name] += 1
         return True
 
     def view(self, node: fx.Node, source: _Tensor) -> _Tensor | None:
@@ -567,8 +670,56 @@ class _Builder:
         counted = registry.fallback._plan_for(node.target).name
         from torch_rbln.registry.matmul import MatmulPlan
 
+        if isinstance(plan, MatmulPlan):
+            direct = self.one_tile(node, plan, operands, direct)
         return self.direct(node, direct, operands, plan.scanned, counted,
                            scan_result=isinstance(plan, MatmulPlan))
+
+    def one_tile(self, node: fx.Node, plan: Any, operands: tuple, direct: Any) -> Any:
+        """`direct` (a planned matmul's kept launch) on one tile that covers the whole product, where
+        the product is large enough for its tiling to cost (`ONE_TILE_MIN_VOLUME`) and the tile small
+        enough (`ONE_TILE_MAX_AREA`, `ONE_TILE_MAX_K`); `direct` unchanged otherwise.
+
+        Why: on the numba backend `tl.dot` of a tile is one BLAS gemm on the tile's real extent (its
+        masked edges filled after it), so one tile is one gemm for the whole product, as inductor's
+        extern mm calls; the registry's tiles (up to 128 x 256, chosen for any caller and for
+        tensor-parallel groups) split Llama's 128 x 1376 x 512 projection into six gemms, and its
+        K = 1376 one into three K steps with staging copies: ~0.6-0.7x torch's addmm per linear,
+        against ~1.0x for one tile (1 thread). A program runs on one NPU (its guard checks tp == 1), so
+        a grid of one program loses nothing. The specialisation is launched once here on the recorded
+        operands and its result compared with the recorded one (the same products summed in another
+        order: a tolerance, not equality)."""
+        from torch_rbln.registry.geometry import I32
+
+        keywords, (a, b, bias, _, alpha, beta) = plan.tuned, operands
+        M, N, K = plan.tail[:3]
+        batch = plan.shape_key[-1]
+        real_out = self.values.get(node)
+        if keywords is None or set(keywords) != {"HAS_BIAS", "BLOCK_M", "BLOCK_N", "BLOCK_K", "ONE_STEP"} or \
+                batch != 1 or plan.dtype is not torch.float32 or M * N * K < ONE_TILE_MIN_VOLUME or \
+                not isinstance(real_out, torch.Tensor) or real_out.device.type != "rbln" or \
+                max(M, N, K, *map(abs, plan.tail)) >= I32:
+            return direct
+        block_m, block_n, block_k = (1 << max(x - 1, 0).bit_length() for x in (M, N, K))
+        if block_m * block_n > ONE_TILE_MAX_AREA or block_k > ONE_TILE_MAX_K or \
+                (plan.grid == (1, 1, 1) and keywords["ONE_STEP"]):
+            return direct
+        tile = {**keywords, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "ONE_STEP": True}
+        trial = torch.empty_strided(real_out.shape, real_out.stride(), dtype=real_out.dtype,
+                                    device=real_out.device)
+        args = (a, b, trial, trial if bias is None else bias, *plan.tail, float(alpha), float(beta))
+        kernel = plan.kernel
+        try:
+            kernel.run(*args, grid=(1, 1, 1), **tile)
+            kept = kernel.launcher(*args, **tile)
+        except Exception as error:  # noqa: BLE001 - the registry's kept launch still serves
+            _log().debug("one-tile matmul %s not used: %s: %s", node.name, type(error).__name__, error)
+            return direct
+        by_address = getattr(getattr(kept, "unchecked", None), "by_address", None)
+        if by_address is None or not torch.allclose(trial.cpu(), real_out.cpu(), rtol=1e-4, atol=1e-4):
+            return direct
+        self.counter["one_tile"] += 1
+        return direct._replace(launcher=by_address, grid=(1, 1, 1))
 
     def direct(self, node: fx.Node, direct: Any, operands: tuple, scanned: tuple, counted: str,
                scan_result: bool = False) -> bool:
@@ -631,10 +782,17 @@ class _Builder:
     def source(self, params: list[str]) -> str:
         """The function: guards, then the statements, each tensor variable released after its last use.
 
-        The memory plan: a buffer the program allocated and only ever passed to kernels by address (no
-        call, view or output sees it, so nothing can alias it) goes, once dead, to a pool of its layout;
-        a later allocation of that layout takes it instead of allocating (the kernels write every
-        element of their outputs)."""
+        The static memory plan: a buffer the program allocates and only ever passes to kernels by
+        address (no call, view or output sees it, so nothing can alias it past the call) is allocated
+        once, here, and its address is a constant of the program; a buffer of the same layout that is
+        dead by then is taken instead of a new one (the kernels write every element of their outputs),
+        so the buffers are as many as the most of a layout alive at once. Why: an allocation and a
+        `data_ptr()` per buffer were a quarter of the demo model's per-call time outside kernels, as
+        in inductor's wrapper they are not. A lock makes the buffers one call's at a time: a call made
+        while another runs (another thread) runs on the fused graph. Outputs, and buffers a call reads,
+        are allocated per call."""
+        from torch_rbln import _memory
+
         last: dict[str, int] = {}
         escaped: set[str] = set()
         for position, (_, reads, kind) in enumerate(self.lines):
@@ -643,29 +801,48 @@ class _Builder:
             if kind == "other":
                 escaped.update(reads)
         pool: dict[tuple, list[str]] = {}
+        static: dict[str, torch.Tensor] = {}  # buffer variable -> the tensor allocated here
         body = []
         kept = set(params)
         for position, (statement, _, kind) in enumerate(self.lines):
             if kind == "alloc":
                 name = statement.split(" = ", 1)[0]
-                free = pool.get(self.allocs[name])
-                if free and name not in escaped:
-                    statement = f"{name} = {free.pop()}"
-                    self.counter["reused"] += 1
-            body.append(f"    {statement}")
+                if name not in escaped:
+                    free = pool.get(self.allocs[name])
+                    if free:
+                        static[name] = static[free.pop()]
+                        self.counter["reused"] += 1
+                    else:
+                        shape, strides, dtype = self.allocs[name]
+                        static[name] = _memory.empty_strided(shape, strides, dtype, self.index)
+                        self.counter["static"] += 1
+                    statement = ""
+            elif kind == "pointer":
+                name, _, expression = statement.partition(" = ")
+                root = expression.split(".", 1)[0]
+                if root in static:
+                    statement = f"{name} = {static[root].data_ptr()}"
+            if statement:
+                body.append(f"    {statement}")
             dead = sorted(name for name, at in last.items() if at == position and name not in kept
                           and name[0] == "v" and not statement.startswith("return"))
             released = []
             for name in dead:
-                if name in self.allocs and name not in escaped:
+                if name in static:
                     pool.setdefault(self.allocs[name], []).append(name)
                 else:
                     released.append(name)
             if released:
                 body.append(f"    {' = '.join(released)} = None")
+        self.namespace["_static_buffers"] = tuple({id(t): t for t in static.values()}.values())
         guard = " or ".join(["backend() != BACKEND", f"device_tp({self.index}) != 1", *self.guards])
         head = [f"def program({', '.join(params)}):", f"    if {guard}:", "        raise Unplanned()",
                 "    checked = not deploy_mode()"]
+        if static:
+            self.namespace["_lock"] = threading.Lock()
+            head += ["    if not _lock.acquire(False):", "        raise Unplanned()", "    try:"]
+            body = ["    " + line.replace("\n", "\n    ") for line in body] + \
+                ["    finally:", "        _lock.release()"]
         return "\n".join(head + body) + "\n"
 
 
@@ -772,6 +949,8 @@ class Program:
                          as_strided=aten.as_strided.default, backend=requested_backend,
                          as_strided_below=aten.as_strided.default._handle.redispatch_boxed,
                          CPU_KEYS=torch._C.DispatchKeySet(torch._C.DispatchKey.CPU),
+                         VIEW_KEYS=torch._C.DispatchKeySet(torch._C.DispatchKey.CPU) |
+                         torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView),
                          BACKEND=requested_backend(), device_tp=device_tp, deploy_mode=config.deploy_mode,
                          Fault=_Fault, Unplanned=_Unplanned)
         code = builtins.compile(source, f"<rbln program {self.name}>", "exec")
@@ -784,6 +963,8 @@ class Program:
         self.report = {"fused": builder.counter["fused"], "planned": builder.counter["planned"],
                        "views": builder.counter["views"], "hoisted": builder.counter["hoisted"],
                        "reused_buffers": builder.counter["reused"],
+                       "static_buffers": builder.counter["static"],
+                       "one_tile_matmuls": builder.counter["one_tile"],
                        "calls": dict(builder.calls)}
         _stats.count("programs_generated")
         _stats.count("program_direct_nodes", builder.counter["fused"] + builder.counter["planned"])

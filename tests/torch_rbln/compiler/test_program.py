@@ -5,6 +5,8 @@ operands) and with PyTorch on the CPU, sizes and strides included."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -386,3 +388,139 @@ def test_a_fused_output_recorded_permuted_is_stored_there_and_launched(fresh_com
     report = programs[0].report
     assert report["fused"] >= 1 and not any("fused" in name for name in report["calls"]), report
     assert expected[0].stride() != expected[0].contiguous().stride()  # the premise: a permuted result
+
+
+class _Lookup(torch.nn.Module):
+    """Token and position embeddings (a lookup of the input ids and of a constant arange) and a linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = torch.nn.Embedding(50, 16)
+        self.positions = torch.nn.Embedding(12, 16)
+        self.out = torch.nn.Linear(16, 8)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[-1], device=ids.device)
+        return self.out(self.tokens(ids) + self.positions(positions))
+
+
+def test_an_embedding_is_launched_by_address_and_range_checked_per_call(fresh_compiler, monkeypatch):
+    """Both lookups are gather launches of the program (no call); an index out of range reruns the call
+    on the fused graph, which raises torch's error as eager rbln does."""
+    programs = _programs(monkeypatch)
+    cpu, device = _twins(_Lookup, 6)
+    ids = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(0))
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        for _ in range(4):
+            got = compiled(ids.to("rbln"))
+            assert got.shape == (2, 12, 8) and got.stride() == cpu(ids).stride()
+            torch.testing.assert_close(got.cpu(), cpu(ids), atol=ATOL, rtol=RTOL)
+        program = programs[0]
+        assert program.function is not None and program.reruns == 0
+        assert not any("embedding" in name for name in program.report["calls"]), program.report
+        assert program.source.count("Fault('embedding") == 2
+        other = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(1))
+        torch.testing.assert_close(compiled(other.to("rbln")).cpu(), cpu(other), atol=ATOL, rtol=RTOL)
+        assert program.reruns == 0
+        bad = other.clone()
+        bad[1, 3] = 50
+        with pytest.raises(IndexError):
+            compiled(bad.to("rbln"))
+    assert program.reruns == 1
+
+
+def test_buffers_only_kernels_see_are_allocated_once_and_outputs_per_call(fresh_compiler, monkeypatch):
+    """The block's intermediates live in buffers the program allocated when it was generated (their
+    addresses are constants of its source); every call's outputs are fresh, so a result kept from one
+    call is not overwritten by the next. A call made while another holds the buffers (the lock taken)
+    runs on the fused graph, right."""
+    programs = _programs(monkeypatch)
+    cpu, device, x = _model()
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x.to("rbln"))
+        program = programs[0]
+        assert program.report["static_buffers"] >= 1, program.report
+        assert re.search(r"\bp\d+ = \d+$", program.source, re.MULTILINE), program.source  # a constant address
+        first = compiled(x.to("rbln"))
+        kept = [t.cpu() for t in first]
+        y = torch.randn(2, 8, 32)
+        second = compiled(y.to("rbln"))
+        for actual, reference in zip(first, kept, strict=True):
+            torch.testing.assert_close(actual.cpu(), reference, atol=0, rtol=0)
+        for actual, reference in zip(second, cpu(y), strict=True):
+            torch.testing.assert_close(actual.cpu(), reference, atol=ATOL, rtol=RTOL)
+        assert all(a.data_ptr() != b.data_ptr() for a, b in zip(first, second, strict=True))
+        lock = program.function.__globals__["_lock"]
+        assert lock.acquire(False)
+        try:
+            busy = compiled(y.to("rbln"))
+        finally:
+            lock.release()
+        assert program.reruns == 1
+        for actual, reference in zip(busy, cpu(y), strict=True):
+            torch.testing.assert_close(actual.cpu(), reference, atol=ATOL, rtol=RTOL)
+
+
+class _Deep(torch.nn.Module):
+    """A linear whose K (1100) the registry's tiles take in several K steps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(1100, 48)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)
+
+
+def test_a_large_matmul_runs_as_one_tile(fresh_compiler, monkeypatch):
+    """16 x 48 x 1100 (above ONE_TILE_MIN_VOLUME): the program launches it on a grid of one program
+    whose tile covers the product (one gemm), and the result matches the CPU and the fused graph's
+    within float32 summation-order tolerance."""
+    from torch_rbln.compiler import program as program_module
+
+    assert 16 * 48 * 1100 >= program_module.ONE_TILE_MIN_VOLUME
+    programs = _programs(monkeypatch)
+    cpu, device = _twins(_Deep, 7)
+    x = torch.randn(16, 1100)
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        node_by_node = compiled(x.to("rbln")).cpu()
+        for _ in range(3):
+            got = compiled(x.to("rbln"))
+            assert got.shape == (16, 48) and got.stride() == (48, 1)
+            torch.testing.assert_close(got.cpu(), cpu(x), atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(got.cpu(), node_by_node, atol=1e-4, rtol=1e-4)
+    program = programs[0]
+    assert program.report["one_tile_matmuls"] == 1 and program.reruns == 0, program.report
+    launch = next(line for line in program.source.splitlines() if "addmm" in line or "(1, 1, 1," in line)
+    assert "(1, 1, 1," in launch, program.source
+
+
+def test_a_negated_half_slice_is_one_fused_launch_and_its_cat_copies(fresh_compiler, monkeypatch):
+    """rotate_half on a strided q: the neg of a slice is a fused kernel of one node (it reads the slice
+    through its strides) and the cat of its result copies by address: no call is left."""
+    programs = _programs(monkeypatch)
+
+    def rotate(x, w):
+        q = (x @ w).view(1, 8, 8, 16).transpose(1, 2)
+        return q * 2.0 + torch.cat((-q[..., 8:], q[..., :8]), dim=-1) * 3.0
+
+    torch.manual_seed(8)
+    x, w = torch.randn(8, 128), torch.randn(128, 128) / 8
+    compiled = torch.compile(rotate, backend="rbln")
+    args = [x.to("rbln"), w.to("rbln")]
+    expected = rotate(x, w)
+    for _ in range(4):
+        got = compiled(*args)
+        assert got.shape == expected.shape and got.stride() == expected.stride()
+        torch.testing.assert_close(got.cpu(), expected, atol=ATOL, rtol=RTOL)
+    report = programs[0].report
+    assert report["calls"] == {}, report
+    assert any(name.startswith("fused_neg") for name in _kernel_names(programs[0])), programs[0].source
+
+
+def _kernel_names(program: Program) -> list[str]:
+    return [name for name, _ in program._kernels]

@@ -241,7 +241,7 @@ def test_gather_out_of_range_raises_torchs_error():
 
 # ---------------------------------------------------------------- average pooling
 
-def _pool_step(pool, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _avg_pool_step(pool, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(pool(x), the gradient of x under a fixed random weighting of the output)."""
     x = x.detach().requires_grad_()
     y = pool(x)
@@ -264,9 +264,9 @@ def test_avg_pool2d_matches_cpu(case):
     shape, kernel, stride, padding, ceil_mode, count_pad, divisor = case
     x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape)))
     pool = lambda t: F.avg_pool2d(t, kernel, stride, padding, ceil_mode, count_pad, divisor)  # noqa: E731
-    expected = _pool_step(pool, x)
+    expected = _avg_pool_step(pool, x)
     registry.reset_fallback_report()
-    got = _pool_step(pool, x.to("rbln"))
+    got = _avg_pool_step(pool, x.to("rbln"))
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g.cpu(), e, **F32)
     _on_device("aten::avg_pool2d", "aten::avg_pool2d_backward")
@@ -287,9 +287,9 @@ def test_adaptive_avg_pool2d_matches_cpu_exactly(case):
     results equal the CPU's bit for bit, forward and backward."""
     shape, size = case
     x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape)))
-    expected = _pool_step(lambda t: F.adaptive_avg_pool2d(t, size), x)
+    expected = _avg_pool_step(lambda t: F.adaptive_avg_pool2d(t, size), x)
     registry.reset_fallback_report()
-    got = _pool_step(lambda t: F.adaptive_avg_pool2d(t, size), x.to("rbln"))
+    got = _avg_pool_step(lambda t: F.adaptive_avg_pool2d(t, size), x.to("rbln"))
     exact = {"atol": 0, "rtol": 0} if size != 1 else F32  # 1x1 is torch's `mean`: its own sum order
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g.cpu(), e, **exact)

@@ -93,3 +93,56 @@ def test_generated_kernel_declares_the_entry_instead_of_linking_tile_dot():
     assert 'register_tile_dot("float32", "float32", "float32")' in source
     assert "dot_call import register as register_tile_dot, tile_dot" in source
     assert "dot_support import" not in source
+
+
+def test_the_entry_runs_dot_supports_own_tile_dot_into():
+    """The entry is `dot_support.tile_dot_into` (the direct gemm on the operands' memory first), not a
+    copy of its staging: a change there reaches generated kernels."""
+    assert "tile_dot_into(" in dot_call._ENTRY_SOURCE
+    assert "_stage" not in dot_call._ENTRY_SOURCE and "np.dot" not in dot_call._ENTRY_SOURCE
+
+
+_CACHED_KERNEL = r'''
+import sys
+import torch
+import torch_rbln.dsl as tl
+from torch_rbln import dsl as triton
+
+
+@triton.jit
+def cached_dot_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=rm[:, None] < M - 3, other=0.0)
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b))
+
+
+a, b = torch.randn(32, 64), torch.randn(64, 16)
+c = torch.empty(32, 16)
+cached_dot_kernel[(1,)](a, b, c, M=32, N=16, K=64)
+a[29:] = 0
+torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)
+from torch_rbln.dsl.backends.numba_backend import executable
+print("compiled", executable.compile_count()[0])
+'''
+
+
+def test_a_new_process_loads_a_cached_kernel_with_its_entry_registered(tmp_path):
+    """A kernel's machine code loaded from numba's cache in a fresh process calls the entry's symbol:
+    the generated module registers it on import, before numba loads the code (an unresolved symbol would
+    abort the process inside LLVM). Run twice on one cache: the second run compiles nothing."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "cached_dot.py"
+    script.write_text(_CACHED_KERNEL)
+    env = {**os.environ, "TORCH_RBLN_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                           timeout=600)
+            for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    assert "compiled 1" in runs[0].stdout and "compiled 0" in runs[1].stdout, [r.stdout for r in runs]

@@ -124,6 +124,11 @@ c = torch.empty(32, 16)
 cached_dot_kernel[(1,)](a, b, c, M=32, N=16, K=64)
 a[29:] = 0
 torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)
+# float16 memory: raw uint16 bits, an entry of its own (registered by the header as well)
+half_a, half_b = torch.randn(32, 64).half(), torch.randn(64, 16).half()
+cached_dot_kernel[(1,)](half_a, half_b, c, M=32, N=16, K=64)
+half_a[29:] = 0
+torch.testing.assert_close(c, half_a.float() @ half_b.float(), rtol=1e-3, atol=1e-3)
 from torch_rbln.dsl.backends.numba_backend import executable
 print("compiled", executable.compile_count()[0])
 '''
@@ -132,7 +137,8 @@ print("compiled", executable.compile_count()[0])
 def test_a_new_process_loads_a_cached_kernel_with_its_entry_registered(tmp_path):
     """A kernel's machine code loaded from numba's cache in a fresh process calls the entry's symbol:
     the generated module registers it on import, before numba loads the code (an unresolved symbol would
-    abort the process inside LLVM). Run twice on one cache: the second run compiles nothing."""
+    abort the process inside LLVM), float32 and float16 (uint16 bits) memory alike. Run twice on one
+    cache: the second run compiles nothing."""
     import os
     import subprocess
     import sys
@@ -145,4 +151,4 @@ def test_a_new_process_loads_a_cached_kernel_with_its_entry_registered(tmp_path)
             for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stderr[-2000:]
-    assert "compiled 1" in runs[0].stdout and "compiled 0" in runs[1].stdout, [r.stdout for r in runs]
+    assert "compiled 2" in runs[0].stdout and "compiled 0" in runs[1].stdout, [r.stdout for r in runs]

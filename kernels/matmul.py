@@ -4,11 +4,7 @@ Operands are addressed through strides, so transposed weights (`linear`) need no
 the numba backend stages each tile for BLAS in the layout its memory has (a transposed weight as a
 Fortran array that gemm reads through its transpose flag) and passes a full, contiguous fp32 tile as a
 view. Accumulates in float32; the optional bias is broadcast through its strides (0 where broadcast)
-and added in the output loop. Whether there is a bias is a runtime argument (`has_bias`, 0 or 1; without
-one `bias_ptr` is any tensor of the output's dtype, never read), not a constexpr: a model's linears with
-and without bias (and their backward's products) then share one specialisation per tile, where a
-`HAS_BIAS` constexpr compiled each tile twice (~2 s of numba each; the branch costs nothing measurable
-at run time).
+and added in the output loop.
 
 Tiles of at most `PRODUCT_BLOCK` per side skip `tl.dot`: they sum elementwise products over K
 (`tl.sum` of an (M, K, N) broadcast) instead. On the numba backend a `tl.dot` tile is a BLAS call
@@ -156,8 +152,8 @@ def _choose_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[
 @tl.jit
 def matmul_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
-    sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, s_bias_m, s_bias_n, alpha, beta, has_bias,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, s_bias_m, s_bias_n, alpha, beta,
+    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ONE_STEP: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -191,7 +187,7 @@ def matmul_kernel(
     acc = acc * alpha
     # Each access spells its mask out: a single-use bounds mask stays a box, so the load and the store
     # are one bounds check and a vectorisable loop (a shared mask is materialised and checked per lane).
-    if has_bias != 0:
+    if HAS_BIAS:
         bias = tl.load(bias_ptr + rm[:, None] * s_bias_m + rn[None, :] * s_bias_n,
                        mask=(rm[:, None] < M) & (rn[None, :] < N), other=0.0)
         acc += beta * bias.to(tl.float32)

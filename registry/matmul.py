@@ -55,10 +55,10 @@ def launch(a, b, c, bias, M, N, K, sa, sb, sc, sbias, alpha, beta, batch) -> Non
     operand = bias if has_bias else c
     tensors = (a, b, c, operand)
     dtypes = (a.dtype, b.dtype, c.dtype, operand.dtype)
-    args = (*tensors, M, N, K, *sa, *sb, *sc, *sbias, float(alpha), float(beta), int(has_bias))
+    args = (*tensors, M, N, K, *sa, *sb, *sc, *sbias, float(alpha), float(beta))
     tiles = lambda meta: (cdiv(M, meta["BLOCK_M"]), cdiv(N, meta["BLOCK_N"]), batch)  # noqa: E731
     key = shape_key(dtypes, M, N, K, has_bias, batch, c.get_device())
-    _launch.tuned(_k("matmul").matmul_kernel, key, args, {}, tiles, dtypes, tensors,
+    _launch.tuned(_k("matmul").matmul_kernel, key, args, {"HAS_BIAS": has_bias}, tiles, dtypes, tensors,
                   max(M, N, K, *map(abs, (*sa, *sb, *sc, *sbias))) < I32)
 
 
@@ -195,8 +195,7 @@ class MatmulPlan(Plan):
             return None
         _, _, bias, _, alpha, beta = operands
         args = (("tensor", 0), ("tensor", 1), ("out", None), ("out", None) if bias is None else ("tensor", 2),
-                *(("value", v) for v in self.tail), ("value", float(alpha)), ("value", float(beta)),
-                ("value", int(bias is not None)))
+                *(("value", v) for v in self.tail), ("value", float(alpha)), ("value", float(beta)))
         return Direct(launcher.by_address, self.grid, args)
 
 
@@ -217,8 +216,7 @@ def _run(plan: MatmulPlan) -> Callable[[tuple], Tensor | None]:
         if not deploy_mode() and not plan.finite((a, b) if bias is None else (a, b, bias)):
             return None
         c = empty(shape, dtype, index) if out is None else out
-        args = (a, b, c, c if bias is None else bias, *plan.tail, float(alpha), float(beta),
-                0 if bias is None else 1)
+        args = (a, b, c, c if bias is None else bias, *plan.tail, float(alpha), float(beta))
         if fresh:
             keywords = plan.resolve()
             if keywords is None:

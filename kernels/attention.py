@@ -20,9 +20,9 @@ its rows (saved for the second kernel) and `dQ = scale * dS k` with `P = exp(S -
 `dP = dO v^T`, `dS = P * (dP - delta)`. `attention_backward_dkdv_kernel` (one program per BLOCK_N
 keys of one key/value head, looping over the `group` query heads that share it, so no atomics are
 needed) accumulates `dV = P^T dO` and `dK = dS^T (scale q)`. Both recompute P from the saved lse
-instead of storing the (L, S) probabilities. A problem that fits one product tile takes
-`attention_backward_tiny_kernel` instead: the same formulas in one launch (one program per key/value
-head, P computed once per query head).
+instead of storing the (L, S) probabilities. A problem that fits one tile (a product tile, or
+sequences of at most 16: `one_launch_backward`) takes `attention_backward_tiny_kernel` instead: the
+same formulas in one launch (one program per key/value head, P computed once per query head).
 
 Tiles: `tl.dot` tiles of 16 and more; a tiny problem (sequences and head dim <= PRODUCT_BLOCK) takes a
 4x4 or 8x8 product tile instead (`_mm`, `block_d`, `_prune_tiles`), in the forward and both backward
@@ -60,6 +60,16 @@ def block_d(head_dim: int, q_len: int, kv_len: int) -> int:
     if _fits_product(q_len, kv_len, head_dim):
         return max(PRODUCT_TILES[0], covering)
     return max(_MIN_BLOCK_D, covering)
+
+
+def one_launch_backward(q_len: int, kv_len: int, block_d_: int) -> bool:
+    """Whether the backward of a problem is one launch of `attention_backward_tiny_kernel`: every query
+    and key of a head fits one tile, a product tile (`block_d_` <= PRODUCT_BLOCK, see `block_d`) or the
+    16x16 `tl.dot` tile that `_prune_tiles` gives sequences of at most `_TINY`. Why the `tl.dot` case: the
+    dQ and dK/dV kernels are the two largest numba compiles of a short-sequence model (the README demo's
+    16 tokens: ~7 and ~9 s of CPU, cold), the tiny kernel is one compile in their place, and at run time
+    one launch (P computed once per query head, no delta buffer) instead of two."""
+    return block_d_ <= PRODUCT_BLOCK or max(q_len, kv_len) <= _TINY
 
 
 def _fits_product(q_len: int, kv_len: int, head_dim: int) -> bool:
@@ -333,10 +343,11 @@ def attention_backward_tiny_kernel(
     BOOL_MASK: tl.constexpr, EXACT_DELTA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """The whole backward of a problem that fits one product tile (every query and key of a head in one
-    BLOCK_M x BLOCK_N tile): one program per key/value head computes P once per query head of its group
-    and from it dQ, and dK, dV summed over the group, in one launch instead of the dQ and dK/dV kernels'
-    two (and without their delta buffer). Same formulas and `_mm` products as those kernels."""
+    """The whole backward of a problem that fits one tile (every query and key of a head in one
+    BLOCK_M x BLOCK_N tile, `one_launch_backward`): one program per key/value head computes P once per
+    query head of its group and from it dQ, and dK, dV summed over the group, in one launch instead of
+    the dQ and dK/dV kernels' two (and without their delta buffer). Same formulas and `_mm` products as
+    those kernels."""
     bhk = tl.program_id(1)
     HK = H // group
     b = bhk // HK

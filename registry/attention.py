@@ -317,9 +317,9 @@ def fused_attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: t
 
 
 def _one_tile(g: Geometry) -> bool:
-    """Whether the problem fits one product tile: its backward is one launch of
-    `attention_backward_tiny_kernel` (no delta buffer)."""
-    return g.block_d <= O._k("attention").PRODUCT_BLOCK
+    """Whether the problem fits one tile (`kernels.attention.one_launch_backward`): its backward is one
+    launch of `attention_backward_tiny_kernel` (no delta buffer)."""
+    return O._k("attention").one_launch_backward(g.q_len, g.kv_len, g.block_d)
 
 
 def _backward_calls(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -328,7 +328,7 @@ def _backward_calls(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tens
                     scale: float | None, is_causal: bool) -> tuple[tuple, ...]:
     """The backward's launches, each as (autotuner, grid callback, tensor arguments, int/float
     arguments, constexprs): what the general path launches and a backward plan keeps. A problem that
-    fits one product tile (`_one_tile`) is one launch of the tiny kernel; any other is the dQ kernel
+    fits one tile (`_one_tile`) is one launch of the tiny kernel; any other is the dQ kernel
     (which writes `delta`) then the dK/dV kernel."""
     K = O._k("attention")
     grad_query, grad_key, grad_value = grads

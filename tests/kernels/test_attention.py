@@ -431,6 +431,43 @@ def test_product_tiles_match_cpu(name):
     assert _backward_tiles(*dev, *where) == [tile]  # the tiny kernel, one launch
 
 
+ONE_TILE_DOT_CASES = {
+    # name: ((b, h, m, n, d), hk, mask maker or None, sdpa kwargs, dtype): sequences of at most 16 with
+    # a head dim past the product tiles: 16x16 tl.dot tiles, and the backward in one tiny launch
+    "demo_causal": ((2, 4, 16, 16, 16), None, None, {"is_causal": True}, torch.float32),
+    "gqa_bool_mask_partial": ((1, 4, 11, 16, 24), 2, "bool", {"enable_gqa": True}, torch.float32),
+    "float_mask_kv_shorter": ((2, 2, 16, 9, 32), None, "float", {"scale": 0.4}, torch.float32),
+    "causal_half": ((1, 2, 13, 13, 16), None, None, {"is_causal": True}, torch.float16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONE_TILE_DOT_CASES))
+def test_short_sequences_backward_in_one_tiled_launch(name):
+    """Sequences of at most 16 (`kernels.attention.one_launch_backward`) with a head dim past the
+    product tiles: the forward takes the 16x16 tl.dot tile and the backward is one launch of the tiny
+    kernel on that tile (one numba compile where the dQ and dK/dV kernels were two); gradients match
+    the CPU, masked rows, partial tiles and grouped heads included."""
+    (b, h, m, n, d), hk, kind, kwargs, dtype = ONE_TILE_DOT_CASES[name]
+    q, k, v = _qkv(b, h, m, n, d, hk=hk, dtype=dtype, seed=len(name))
+    mask = _product_mask(kind, m, n)
+    check_sdpa(q, k, v, mask, **kwargs)
+    dev = [t.to("rbln") for t in (q, k, v)]
+    dev_mask = None if mask is None else mask.to("rbln")
+    where = (dev_mask, kwargs.get("is_causal", False), kwargs.get("scale"))
+    tile = (16, 16, max(16, 1 << (d - 1).bit_length()))
+    assert _forward_tile(*dev, *where) == tile
+    assert _backward_tiles(*dev, *where) == [tile]  # the tiny kernel, one launch
+
+
+def test_a_sequence_past_one_tile_keeps_the_two_backward_kernels():
+    q, k, v = (t.to("rbln") for t in _qkv(1, 2, 17, 16, 16, seed=2))
+    g = A.geometry(q, k, None)
+    assert not A._one_tile(g)
+    calls = A._backward_calls(q, q, k, v, None, q, q, q, (q, k, v), g, None, True)
+    K = A.O._k("attention")
+    assert [call[0] for call in calls] == [K.attention_backward_dq_kernel, K.attention_backward_dkdv_kernel]
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.slow)])
 def test_product_tiles_half_precision_forward(dtype):
     q, k, v = _qkv(1, 2, 3, 4, 4, dtype=dtype, seed=7)

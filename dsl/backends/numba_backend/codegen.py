@@ -72,9 +72,11 @@ def _support_digest() -> str:
 
 @functools.cache
 def _dot_support_digest() -> str:
-    """Hash of dot_support.py, named in the source of kernels that call `tile_dot`: numba caches a
-    kernel's machine code with the helpers it links, so a changed helper must give a new file."""
-    text = resources.files(__package__).joinpath("dot_support.py").read_bytes()
+    """Hash of dot_support.py and dot_call.py, named in the source of kernels that call `tile_dot`:
+    numba caches a kernel's machine code with the helpers it links and the C entry it declares
+    (`dot_call`), so a changed helper or entry must give a new file."""
+    package = resources.files(__package__)
+    text = package.joinpath("dot_support.py").read_bytes() + package.joinpath("dot_call.py").read_bytes()
     return hashlib.sha256(text).hexdigest()[:16]
 
 
@@ -435,6 +437,9 @@ class _Lowering:
         # variables whose magnitude is bounded by their type (int32 and narrower; see `_static_bound`)
         self.leaf_bounds: dict[str, int] = {f"{n}{axis}": 2**31 for n in ("pid", "g") for axis in range(3)}
         self.uses_dot_support = False  # a 2-D tl.dot calls dot_support.tile_dot
+        # (a memory, b memory, work) numpy dtype names of those calls: the C entries (`dot_call`) the
+        # generated module registers when it is imported
+        self.dot_entries: set[tuple[str, str, str]] = set()
         self._count_uses(fn.body)
 
     # ---- bookkeeping
@@ -590,6 +595,7 @@ class _Lowering:
             support_digest=_support_digest(),
             dot_support=self.uses_dot_support,
             dot_support_digest=_dot_support_digest() if self.uses_dot_support else "",
+            dot_entries=sorted(self.dot_entries),
             fp8=fp8,
             fp8_support_digest=_fp8_support_digest() if fp8 else "",
         )
@@ -1468,6 +1474,8 @@ class _Lowering:
         if len(result_shape) == 2:
             arguments = self._tile_dot_operand(a, work_dt) + self._tile_dot_operand(b, work_dt)
             self.uses_dot_support = True
+            self.dot_entries.add((self._dot_memory(a, work_dt), self._dot_memory(b, work_dt),
+                                  compute_type(work_dt)[3:]))
             self.emit(f"{product} = tile_dot({', '.join(arguments)})")
         else:
             operands = [self._dot_array(value, work_dt) for value in (a, b)]
@@ -1502,6 +1510,15 @@ class _Lowering:
         self.emit(f"{name}[{', '.join(index)}] = {representation.render(index)}")
         self.close_loops(shape)
         return name
+
+    def _dot_memory(self, value: Value, work_dt: D.dtype) -> str:
+        """numpy dtype name of the memory `_tile_dot_operand` passes for `value` (its argument's
+        memory for a box load read by `tile_dot`, else a work-dtype array)."""
+        box = self.box_loads.get(value.id)
+        if box is not None and box.fill is not None and isinstance(self.get(value), Lazy):
+            # the prologue's `m{root}` array of that pointer argument
+            return memory_dtype_name(self.fn.params[box.root].type.dtype.element_ty)
+        return compute_type(work_dt)[3:]
 
     def _tile_dot_operand(self, value: Value, work_dt: D.dtype) -> list[str]:
         """The 11 `tile_dot` arguments of one 2-D operand: memory, offset, row and column strides,

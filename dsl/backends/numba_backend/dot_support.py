@@ -288,17 +288,19 @@ def _direct(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_coun
 
 
 @_jit
-def tile_dot(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fill, a_c, a_t, a_bits, a_exact,
-             b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t, b_bits, b_exact):
-    """The (M, N) C-contiguous product of two box-load tiles (see the module docstring); `a_c`/`b_c`
-    are their C staging buffers, `a_t`/`b_t` those of their transposes, all of the work dtype."""
+def tile_dot_into(out, a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fill, a_c, a_t, a_bits,
+                  a_exact, b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t,
+                  b_bits, b_exact):
+    """`tile_dot`'s product written into `out`, an (M, N) C-contiguous array of the work dtype, instead
+    of a new array: what `dot_call`'s C entry runs (its caller owns the product). The direct gemm where
+    both operands' memory has the work dtype and a unit stride, else the staged tiles' gemm (np.dot with
+    `out`: gemm writes the product in place, the same call as without it)."""
     if a_exact and b_exact:
         rows, depth = a_c.shape
-        out = np.empty((rows, b_c.shape[1]), dtype=a_c.dtype)
         if _direct(a_memory, a_base, a_row_stride, a_col_stride, rows, depth, a_rows, a_cols, a_fill,
                    b_memory, b_base, b_row_stride, b_col_stride, depth, b_c.shape[1], b_rows, b_cols, b_fill,
                    out):
-            return out
+            return
     a_kind = _stage(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fill, a_c, a_t, a_bits,
                     a_exact)
     b_kind = _stage(b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t, b_bits,
@@ -316,9 +318,24 @@ def tile_dot(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fil
     a_is_c = a_kind == VIEW_C or a_kind == STAGED_C
     b_is_c = b_kind == VIEW_C or b_kind == STAGED_C
     if a_is_c and b_is_c:
-        return np.dot(a_row_major, b_row_major)
-    if a_is_c:
-        return np.dot(a_row_major, b_col_major)
-    if b_is_c:
-        return np.dot(a_col_major, b_row_major)
-    return np.dot(a_col_major, b_col_major)
+        np.dot(a_row_major, b_row_major, out)
+    elif a_is_c:
+        np.dot(a_row_major, b_col_major, out)
+    elif b_is_c:
+        np.dot(a_col_major, b_row_major, out)
+    else:
+        np.dot(a_col_major, b_col_major, out)
+
+
+@_jit
+def tile_dot(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fill, a_c, a_t, a_bits, a_exact,
+             b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t, b_bits, b_exact):
+    """The (M, N) C-contiguous product of two box-load tiles (see the module docstring); `a_c`/`b_c`
+    are their C staging buffers, `a_t`/`b_t` those of their transposes, all of the work dtype.
+    Generated kernels reach it through `dot_call`'s C entry (`tile_dot_into`); this is its array
+    interface, the reference that `tests/dsl/backends/test_dot_call.py` holds the entry to."""
+    out = np.empty((a_c.shape[0], b_c.shape[1]), dtype=a_c.dtype)
+    tile_dot_into(out, a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fill, a_c, a_t, a_bits,
+                  a_exact, b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t,
+                  b_bits, b_exact)
+    return out

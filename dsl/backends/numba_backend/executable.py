@@ -82,24 +82,25 @@ class _SlowCompileNotice:
         self._timer.daemon = True
         self._timer.start()
 
-    def finish(self, seconds: float, compiled: bool) -> None:
+    def finish(self, seconds: float, cpu_seconds: float, compiled: bool) -> None:
         self._timer.cancel()
         with _notice_lock:
             _in_flight[0] -= 1
         if compiled:
-            _report_compile(self.name, seconds)
+            _report_compile(self.name, seconds, cpu_seconds)
 
 
-def _report_compile(name: str, seconds: float) -> None:
+def _report_compile(name: str, seconds: float, cpu_seconds: float) -> None:
     """List a compile that made a launch wait at INFO, with the running total (the first one of the
-    process is announced at WARNING, if the timer has not done so yet)."""
+    process is announced at WARNING, if the timer has not done so yet). `cpu_seconds` is the compiling
+    thread's CPU time: on a loaded host the wall time says little about the compile itself."""
     if seconds < SLOW_COMPILE_SECONDS:
         return
     _slow_compiles[0] += 1
     _slow_compiles[1] += seconds
     _announce(name)
-    _log().info("compiled '%s' with numba in %.1f s (%d slow compiles, %.1f s in all this run)", name,
-                seconds, _slow_compiles[0], _slow_compiles[1])
+    _log().info("compiled '%s' with numba in %.1f s, %.2f s CPU (%d slow compiles, %.1f s in all this run)",
+                name, seconds, cpu_seconds, _slow_compiles[0], _slow_compiles[1])
 
 
 # TORCH_RBLN_COMPILE=background: per kernel name, [launches run on the interpreter while a worker
@@ -615,7 +616,7 @@ class Executable:
             misses = sum(self.kernel._cache_misses.values())
             # nothing in numba's cache: this launch compiles, and says so if that takes a while
             notice = None if _numba_cache_files(self.module.__file__) else _SlowCompileNotice(self.fn.name)
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.thread_time()
             try:
                 if profiling.active():
                     with profiling.region("compile", self.fn.name, stage="numba (or its disk cache)"):
@@ -627,10 +628,11 @@ class Executable:
                 if compiled:
                     _compiles[0] += 1
                     _compiles[1] += time.perf_counter() - began
+                cpu = time.thread_time() - began_cpu
                 if notice is not None:
-                    notice.finish(time.perf_counter() - began, compiled)
+                    notice.finish(time.perf_counter() - began, cpu, compiled)
                 elif compiled:
-                    _report_compile(self.fn.name, time.perf_counter() - began)
+                    _report_compile(self.fn.name, time.perf_counter() - began, cpu)
         self._compiled = True
 
     def _run_programs(self, grid, arguments: list, tp: int) -> None:

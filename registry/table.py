@@ -131,6 +131,14 @@ def _pow_scalar(x, exponent, out=None):
     return EW.unary(op, x, p, out=out)
 
 
+def _float(x):
+    """x when it is a floating tensor; Decline otherwise (an integer tensor has no NaN/Inf: the CPU
+    answers False everywhere without a kernel)."""
+    if not x.dtype.is_floating_point:
+        raise Decline(f"dtype {str(x.dtype).replace('torch.', '')}")
+    return x
+
+
 def _div_mode(a, b, rounding_mode=None, out=None, inplace=False):
     if rounding_mode not in (None, "trunc", "floor"):
         raise Decline(f"rounding_mode {rounding_mode!r}")  # the CPU kernel raises torch's error
@@ -434,6 +442,14 @@ TABLE: list[Op] = [
     # ---- random ops (registry/random.py): dropout, rand/randn, seeded from the default generator
     Op("native_dropout.default", Ref("random", "native_dropout")),
     Op("native_dropout_backward.default", Ref("random", "native_dropout_backward"), int_inputs=True),
+    # ---- float predicates: exact comparisons (IEEE NaN/Inf semantics), so their inputs are not scanned
+    Op("isnan.default", lambda x: EW.binary("ne", _float(x), x, comparison=True), "isnan", exact=True),
+    Op("isinf.default", lambda x: EW.binary("eq", EW.unary("abs", _float(x)), math.inf, comparison=True),
+       "isinf", exact=True),
+    Op("isposinf.default", lambda x: EW.binary("eq", _float(x), math.inf, comparison=True), "isposinf",
+       exact=True),
+    Op("isneginf.default", lambda x: EW.binary("eq", _float(x), -math.inf, comparison=True), "isneginf",
+       exact=True),
     # ---- triangles (causal masks): values moved, not computed on, so -inf masks stay on the device
     Op("tril.default", Ref("triangle", "tril"), "tril", int_inputs=True, exact=True),
     Op("triu.default", Ref("triangle", "triu"), "triu", int_inputs=True, exact=True),

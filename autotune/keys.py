@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import platform
+
+from torch_rbln import config
 
 __all__ = ["launch_tp_size", "bucket_policy", "device_kind", "KeySpec"]
 
@@ -100,7 +101,7 @@ def device_kind(args, kwargs) -> str:
 
 
 def hostname() -> str:
-    return platform.node() or os.environ.get("HOSTNAME", "") or "unknown"
+    return platform.node() or config.external("HOSTNAME") or "unknown"
 
 
 class KeySpec:

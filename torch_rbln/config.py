@@ -476,6 +476,19 @@ class LauncherRanks:
     local_world_size: int | None  # LOCAL_WORLD_SIZE: None when unset
 
 
+# Variables other programs own that torch-rbln only reads: listed so that every environment read of
+# the package goes through this module (and `tests/torch_rbln/test_config.py` can check that none
+# bypasses it), without showing them among torch-rbln's own settings.
+EXTERNAL = frozenset({"OPENBLAS_NUM_THREADS", "HOSTNAME"})
+
+
+def external(name: str) -> str | None:
+    """The value of a variable another program owns (`EXTERNAL`); ``None`` when unset or empty."""
+    if name not in EXTERNAL:
+        raise KeyError(f"{name!r} is not an external variable torch-rbln reads; add it to config.EXTERNAL")
+    return _environ_get(name) or None
+
+
 def launcher_ranks() -> LauncherRanks:
     """The launcher's rank variables, re-read on each call (a job sets them before the first use).
 

@@ -486,3 +486,53 @@ def test_launcher_ranks_malformed_name_the_variable(monkeypatch, variables, mess
         monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         config.launcher_ranks()
+
+
+def _environment_reads(tree: ast.AST) -> list[int]:
+    """Lines that read a variable from the environment: `os.getenv(...)`, `os.environ.get(...)`,
+    `os.environ[...]` as a value, and `... in os.environ`."""
+
+    def is_environ(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "environ"
+                and isinstance(node.value, ast.Name) and node.value.id == "os")
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            function = node.func
+            if (function.attr == "getenv" and isinstance(function.value, ast.Name)
+                    and function.value.id == "os") or (function.attr == "get" and is_environ(function.value)):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Subscript) and is_environ(node.value) and isinstance(node.ctx, ast.Load):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Compare) and any(is_environ(c) for c in node.comparators):
+            lines.append(node.lineno)
+    return lines
+
+
+# Reads that are not settings: the precompile command saves the variables it sets for its own run and
+# restores them afterwards.
+_NOT_SETTINGS = {"autotune/cli.py"}
+
+
+def test_every_environment_read_goes_through_config():
+    """A variable read elsewhere escapes config's validation and its listing in `describe()` (issue 21
+    found TORCH_RBLN_DUMP_KERNELS read in dsl/jit.py without `~` expansion)."""
+    root = pathlib.Path(config.__file__).resolve().parent.parent
+    offenders = []
+    for package in ("torch_rbln", "dsl", "kernels", "autotune", "registry"):
+        for path in sorted((root / package).rglob("*.py")):
+            relative = path.relative_to(root).as_posix()
+            if relative in ("torch_rbln/config.py", *_NOT_SETTINGS):
+                continue
+            offenders += [f"{relative}:{line}" for line in _environment_reads(ast.parse(path.read_text()))]
+    assert offenders == [], f"environment read outside torch_rbln/config.py: {offenders}"
+
+
+def test_external_variables_are_read_and_unknown_ones_refused(monkeypatch):
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    assert config.external("OPENBLAS_NUM_THREADS") == "4"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "")
+    assert config.external("OPENBLAS_NUM_THREADS") is None
+    with pytest.raises(KeyError, match="add it to config.EXTERNAL"):
+        config.external("PATH")

@@ -13,12 +13,14 @@ import functools
 import logging
 import os
 
+from torch_rbln import config
+
 
 @functools.cache
 def limit_kernel_blas() -> int:
     """Set scipy's BLAS to one thread (once per process); returns how many libraries were limited."""
     log = logging.getLogger("torch_rbln")
-    if "OPENBLAS_NUM_THREADS" in os.environ:
+    if config.external("OPENBLAS_NUM_THREADS") is not None:
         return 0
     try:
         import scipy

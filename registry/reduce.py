@@ -107,6 +107,28 @@ def reduce(name: str, x: Tensor, dim=None, keepdim=False, dtype=None, correction
     return values
 
 
+def logical(name: str, x: Tensor, dim=None, keepdim=False) -> Tensor:
+    """`all`/`any` over `dim` (an int list; None: every dim; empty: none, elementwise): whether every /
+    some element is non-zero. NaN counts as non-zero, as in torch.
+
+    Each element becomes 1.0 or 0.0 in float32 (`x != 0`: exact for every value, NaN and Inf included,
+    so the op needs no NaN/Inf scan and a -inf attention mask stays on the device), amin / amax reduces
+    those flags, and the copy kernel casts the result to bool (uint8 for uint8 input, as torch). Flags
+    in float32 whatever the input's dtype reuse the float32 amin/amax specialisations."""
+    if x.is_complex():
+        raise Decline("complex input")
+    if x.numel() == 0:
+        raise Decline("empty tensor")
+    from .elementwise import binary  # the elementwise family does not import this one
+
+    flags = x if x.dtype is torch.bool else binary("ne", x, 0, comparison=True)
+    result_dtype = torch.uint8 if x.dtype is torch.uint8 else torch.bool
+    if dim is not None and len(dim) == 0:  # all.dims(x, []) reduces nothing
+        return cast_copy(flags, result_dtype)
+    values = reduce("amin" if name == "all" else "amax", cast_copy(flags, torch.float32), dim, keepdim)
+    return cast_copy(values, result_dtype)
+
+
 # ---------------------------------------------------------------- plans
 
 _DIM, _KEEPDIM = 1, 2  # positions of `dim` and `keepdim` in the forms that take them positionally

@@ -24,3 +24,42 @@ def test_predicates_on_nan_and_inf_run_on_device(predicate):
     # integers hold no NaN/Inf: the CPU answers (all False) without a kernel
     assert not predicate(torch.arange(3).to("rbln")).cpu().any()
     assert registry.fallback_report()[name]["reasons"] == {"dtype int64": 1}
+
+
+# all/any: `x != 0` (NaN counts as non-zero) reduced as float32 flags, also `exact`
+LOGICAL_INPUTS = [
+    VALUES,  # NaN and +-Inf: not scanned, so on the device
+    torch.tensor([[1.0, 0.0, 2.0], [3.0, 4.0, 5.0]]).half(),
+    torch.tensor([[True, False, True], [True, True, True]]),
+    torch.tensor([[0, 3, -1], [1, 2, 7]]),  # int64 through the exact integer comparison
+    torch.full((3, 3), -float("inf")).triu(1),  # an SDPA causal mask
+]
+
+
+@pytest.mark.parametrize("reduction", [torch.all, torch.any], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("x", LOGICAL_INPUTS, ids=["nan_inf", "float16", "bool", "int64", "mask"])
+def test_all_any_match_the_cpu_on_device(reduction, x):
+    registry.reset_fallback_report()
+    device = x.to("rbln")
+    calls = [(), (0,), (1,), (-1, True)]
+    for args in calls:
+        got, expected = reduction(device, *args), reduction(x, *args)
+        assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected), args
+    overload = getattr(torch.ops.aten, reduction.__name__).dims
+    for dims in (None, [], [0, 1], [1]):  # None: every dim; []: none (elementwise)
+        got, expected = overload(device, dims, True), overload(x, dims, True)
+        assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected), dims
+    report = registry.fallback_report()[f"aten::{reduction.__name__}"]
+    assert report == {"device": len(calls) + 4, "cpu": 0, "reasons": {}}
+
+
+def test_all_any_decline_what_they_cannot_reduce():
+    registry.reset_fallback_report()
+    empty = torch.zeros(0, 3)
+    assert torch.equal(torch.all(empty.to("rbln"), 1).cpu(), torch.all(empty, 1))
+    ones = torch.ones(2, 2, dtype=torch.uint8)  # uint8 results are uint8, as torch's
+    got = torch.any(ones.to("rbln"))
+    assert got.dtype == torch.uint8 and got.item() == 1
+    reasons = registry.fallback_report()
+    assert reasons["aten::all"]["reasons"] == {"empty tensor": 1}
+    assert reasons["aten::any"]["cpu"] == 1

@@ -34,8 +34,9 @@ def check_inputs(args: tuple, kwargs: dict, int_inputs: bool = False, overwrites
     Every tensor (also inside list arguments) must be on one rbln device (a 0-dim CPU tensor is a
     wrapped scalar); tensors the kernel reads must be float32/float16/bfloat16 (any integer dtype with
     `int_inputs`) and, outside deploy mode, free of NaN/Inf. Not read: `out=` and the first argument of
-    ops that overwrite it whole (fill_, zero_), whose old contents may be anything. `exact`: the op
-    moves values without arithmetic (tril, triu), so NaN/Inf come out as they went in and need no scan.
+    ops that overwrite it whole (fill_, zero_), whose old contents may be anything. `exact`: the op's
+    kernel gives torch's CPU result for NaN/Inf too (it moves values, as tril, or does IEEE arithmetic
+    on the same values, as mul), so its inputs need no scan.
     This runs on every call, so it is one flat loop (no generators, no helper objects) and a compiled
     scan per checked tensor."""
     check_values = not exact and not config.deploy_mode()

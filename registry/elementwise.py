@@ -49,12 +49,19 @@ from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, finite_of
 
 # ---------------------------------------------------------------- numbers as operands
 
-_scalar_cache: dict[tuple[float, int], Tensor] = BoundedMemo(512)
+_scalar_cache: dict[tuple[float | str, int], Tensor] = BoundedMemo(512)
+
+
+def _number_key(value: float) -> float | str:
+    """`value` as a memo key that tells -0.0 from 0.0 (equal floats with the same hash, so a dict
+    would hand one's entry to the other: `x + -0.0` gave +0.0 for x = -0.0) and finds NaN again (NaN is
+    not equal to itself)."""
+    return value if value != 0.0 and value == value else repr(value)
 
 
 def _scalar_tensor(value: float, index: int) -> Tensor:
     """A 1-element float32 rbln tensor holding `value` (cached), broadcast with stride 0."""
-    key = (value, index)
+    key = (_number_key(value), index)
     tensor = _scalar_cache.get(key)
     if tensor is None:
         tensor = _memory.empty_strided([1], [1], torch.float32, index)
@@ -70,7 +77,7 @@ def _scalar_tensor(value: float, index: int) -> Tensor:
 # `x_f16 == 0.1` is true for x = float16(0.1).
 _UNROUNDED_SCALAR = frozenset({"mul", "div", "div_trunc", "div_trunc_scalar", "div_floor"})
 _HALVES = (torch.float16, torch.bfloat16)
-_rounded: dict[tuple[float, torch.dtype], float] = BoundedMemo(512)
+_rounded: dict[tuple[float | str, torch.dtype], float] = BoundedMemo(512)
 
 
 def scalar_value(name: str, value, dtype: torch.dtype) -> float:
@@ -78,7 +85,7 @@ def scalar_value(name: str, value, dtype: torch.dtype) -> float:
     value = float(value)
     if dtype not in _HALVES or name in _UNROUNDED_SCALAR:
         return value
-    key = (value, dtype)
+    key = (_number_key(value), dtype)
     rounded = _rounded.get(key)
     if rounded is None:
         rounded = _rounded[key] = torch.tensor(value, dtype=dtype).item()
@@ -212,10 +219,28 @@ def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> Launch:
 
 # ---------------------------------------------------------------- the checked implementations
 
+# add/sub compute a + alpha * b. With an alpha other than 1, alpha * b can overflow to Inf where torch's
+# vectorised CPU kernel fuses the multiply-add and does not (Inf + 2 * -3.4e38: Inf on the CPU, NaN
+# here), so the table's `exact` (no NaN/Inf scan) holds for alpha 1 only: other alphas scan.
+_ALPHA_SCANNED = frozenset({"add", "sub"})
+
+
+def _alpha_scan(name: str, alpha: Any, *operands: Any) -> None:
+    """Decline("nan_inf") for add/sub with alpha other than 1 and a NaN/Inf float operand (see
+    `_ALPHA_SCANNED`); nothing outside deploy mode's reach otherwise."""
+    if alpha == 1 or name not in _ALPHA_SCANNED or config.deploy_mode():
+        return
+    for operand in operands:
+        if isinstance(operand, Tensor) and not operand.is_cpu and operand.dtype in FLOATS \
+                and not all_finite(operand):
+            raise Decline("nan_inf")
+
+
 def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=False):
     """The general binary op: promotion, broadcasting, scalars, out=, in place."""
     if isinstance(alpha, complex) or (isinstance(alpha, Tensor)):
         raise Decline("tensor/complex alpha")
+    _alpha_scan(name, alpha, a, b)
     if name == "div" and not inplace:
         a, b = true_division_operands(a, b)
     if torch.result_type(a, b) in INTEGERS:
@@ -484,9 +509,10 @@ def _binary_key(op: str, a: Any, b: Any, alpha: Any, target: Any, tag: Any = Tru
 
 def binary_family(name: str = "", *, inplace: bool = False, comparison: bool = False, out: bool = False,
            keyword: str | None = None, ops: dict | None = None, default: Any = None,
-           form: str = "plain", only: str | None = None) -> Family:
+           form: str = "plain", only: str | None = None, scan: bool = True) -> Family:
     """The family of a binary overload: `form` "plain" (`(a, b)`, alpha=, out=, a `keyword` whose value
-    picks the op from `ops`), "third_as_alpha", or "clamp" (number bounds, `only` "min"/"max")."""
+    picks the op from `ops`), "third_as_alpha", or "clamp" (number bounds, `only` "min"/"max").
+    `scan` False: the op is IEEE-exact (the table's `exact`), its inputs are not scanned for NaN/Inf."""
     if form == "plain":
         read = _plain(out, keyword, ops, default, name)
     elif form == "third_as_alpha":
@@ -503,7 +529,7 @@ def binary_family(name: str = "", *, inplace: bool = False, comparison: bool = F
         return None if operands is None else _binary_key(*operands)
 
     def plan(key: tuple, operands: tuple) -> Plan:
-        return binary_plan(key, operands, inplace=inplace, comparison=comparison)
+        return binary_plan(key, operands, inplace=inplace, comparison=comparison, scan=scan)
 
     return Family(signature, plan)
 
@@ -536,7 +562,7 @@ def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool,
         return NO_PLAN
     launch_key, keywords, programs, rows, n = launch
     plan = Plan(_k("elementwise").binary_dense_kernel, launch_key, keywords, programs, rows, shape,
-                out_dtype, (0,) if scalar else (0, 1))
+                out_dtype, () if not scan else (0,) if scalar else (0, 1))
     plan.run = _binary_run(plan, op_name, dtype, index, n, a.numel(), 1 if scalar else b.numel(), scalar,
                            inplace, keywords["OP"], scan)
     return plan
@@ -554,7 +580,10 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
     scan, mask = contiguous_scan(dtype)
     small = a_numel < PARALLEL_MIN and b_numel < PARALLEL_MIN
     empty_, deploy_mode = _memory.empty, config.deploy_mode
-    if not scanned:  # inputs the caller has checked already (clamp's second launch)
+    # add/sub registered `exact` still scan for an alpha other than 1 (see `_ALPHA_SCANNED`)
+    alpha_scanned = not scanned and op_name in _ALPHA_SCANNED
+    configured_deploy = deploy_mode
+    if not scanned:  # inputs the caller has checked already (clamp's second launch), or an exact op
         deploy_mode = _unscanned
 
     def run(operands: tuple) -> Tensor | None:
@@ -566,7 +595,7 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
         if target is not None and (_overlaps(target, a) if scalar else _overlaps(target, a, b)):
             return None  # out= shares memory with an input: the implementation decides
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-        if not deploy_mode():
+        if not deploy_mode() or (alpha_scanned and alpha != 1 and not configured_deploy()):
             if small:
                 if not scan(a.data_ptr(), a_numel, mask) or not (scalar or scan(b.data_ptr(), b_numel, mask)):
                     return None

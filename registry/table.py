@@ -33,7 +33,9 @@ class Op:
     int_inputs: bool = False  # integer/bool tensors are legitimate inputs (indices, masks)
     tol: dict = field(default_factory=dict)  # dtype name -> (atol, rtol) for the tests
     overwrites_first: bool = False  # the first argument is only written (fill_, zero_): no NaN/Inf check
-    exact: bool = False  # values are moved, never computed on (tril, triu): NaN/Inf need no check
+    # the kernel gives torch's CPU result for NaN/Inf too (values moved, as tril; IEEE arithmetic, as mul):
+    # no input is scanned for NaN/Inf
+    exact: bool = False
     # builds the entry's family planner (`signature`, `plan`: see plan.py) for families migrated to
     # per-signature plans; an entry with one has no fast path
     make_plan: Callable[[], object] | None = None
@@ -57,8 +59,12 @@ _UNBUILT = object()
 
 
 def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: bool = False,
-                   scalar: bool = True) -> list[Op]:
+                   scalar: bool = True, exact: bool = False) -> list[Op]:
+    """The Tensor, out=, in-place (and Scalar) overloads of a binary op. `exact`: the kernel computes
+    what torch's CPU kernel does for every input, NaN and Inf included (IEEE arithmetic and comparisons
+    on the same float32 values), so no input is scanned for NaN/Inf: the scan would only cost time."""
     kw = {"comparison": comparison}
+    family = {**kw, "scan": not exact}
     if alpha:
         f = lambda a, b, alpha=1: EW.binary(name, a, b, alpha, **kw)
         fo = lambda a, b, alpha=1, out=None: EW.binary(name, a, b, alpha, out=out, **kw)
@@ -70,14 +76,17 @@ def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: b
     out_name = f"{name}.Tensor_out" if comparison else f"{name}.out"
     # int_inputs: integer tensors reach EW.binary, which runs the exact integer kernel (add, sub, mul,
     # comparisons) or declines with the dtype.
-    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True, make_plan=lambda: EW.binary_family(name, **kw)),
-           Op(out_name, fo, int_inputs=True, make_plan=lambda: EW.binary_family(name, out=True, **kw)),
-           Op(f"{name}_.Tensor", fi, int_inputs=True,
-              make_plan=lambda: EW.binary_family(name, inplace=True, **kw))]
+    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True, exact=exact,
+              make_plan=lambda: EW.binary_family(name, **family)),
+           Op(out_name, fo, int_inputs=True, exact=exact,
+              make_plan=lambda: EW.binary_family(name, out=True, **family)),
+           Op(f"{name}_.Tensor", fi, int_inputs=True, exact=exact,
+              make_plan=lambda: EW.binary_family(name, inplace=True, **family))]
     if scalar:
-        ops += [Op(f"{name}.Scalar", f, int_inputs=True, make_plan=lambda: EW.binary_family(name, **kw)),
-                Op(f"{name}_.Scalar", fi, int_inputs=True,
-                   make_plan=lambda: EW.binary_family(name, inplace=True, **kw))]
+        ops += [Op(f"{name}.Scalar", f, int_inputs=True, exact=exact,
+                   make_plan=lambda: EW.binary_family(name, **family)),
+                Op(f"{name}_.Scalar", fi, int_inputs=True, exact=exact,
+                   make_plan=lambda: EW.binary_family(name, inplace=True, **family))]
     return ops
 
 
@@ -227,10 +236,10 @@ def _scatter_add_inplace(x, dim, index, src):
 
 TABLE: list[Op] = [
     # ---- (1) elementwise binary with broadcasting and type promotion
-    *_binary_family("add", "add", alpha=True),
-    *_binary_family("sub", "sub", alpha=True),
-    *_binary_family("mul", "mul"),
-    *_binary_family("div", "div:no_rounding_mode"),
+    *_binary_family("add", "add", alpha=True, exact=True),
+    *_binary_family("sub", "sub", alpha=True, exact=True),
+    *_binary_family("mul", "mul", exact=True),
+    *_binary_family("div", "div:no_rounding_mode", exact=True),
     # int_inputs: integer floor division by a non-zero number runs the exact integer kernel
     Op("div.Tensor_mode", _div_mode, "div:trunc_rounding", int_inputs=True, make_plan=lambda: _div_plan()),
     Op("div.Scalar_mode", _div_mode, int_inputs=True, make_plan=lambda: _div_plan()),
@@ -242,12 +251,12 @@ TABLE: list[Op] = [
        int_inputs=True, make_plan=lambda: _div_plan(inplace=True)),
     Op("floor_divide.default", lambda a, b: _div_mode(a, b, "floor"), "floor_divide", int_inputs=True,
        make_plan=lambda: EW.binary_family("div_floor")),
-    *_binary_family("eq", "eq", comparison=True),
-    *_binary_family("ne", "ne", comparison=True),
-    *_binary_family("lt", "lt", comparison=True),
-    *_binary_family("le", "le", comparison=True),
-    *_binary_family("gt", "gt", comparison=True),
-    *_binary_family("ge", "ge", comparison=True),
+    *_binary_family("eq", "eq", comparison=True, exact=True),
+    *_binary_family("ne", "ne", comparison=True, exact=True),
+    *_binary_family("lt", "lt", comparison=True, exact=True),
+    *_binary_family("le", "le", comparison=True, exact=True),
+    *_binary_family("gt", "gt", comparison=True, exact=True),
+    *_binary_family("ge", "ge", comparison=True, exact=True),
     # bool/integer masks (attention masks, compiled embedding backward)
     *_bitwise_family("bitwise_and"),
     *_bitwise_family("bitwise_or"),

@@ -1,0 +1,123 @@
+"""add, sub, mul, div (true division) and the comparisons are registered `exact`: their kernels compute
+torch's CPU results for every input, NaN and Inf included, so their inputs are not scanned for NaN/Inf
+and such calls stay on the device. These tests are what makes that claim safe: every pair of special
+values (NaN, +-Inf, +-0, subnormal, the dtype's largest value) in each float dtype, tensor-tensor with
+broadcasting, tensor-scalar, alpha, in place and out=, must equal the CPU result exactly (NaN where the
+CPU has NaN, the sign of zero and of Inf included)."""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import pytest
+import torch
+
+import torch_rbln  # noqa: F401
+from torch_rbln import registry
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def _specials(dtype: torch.dtype) -> torch.Tensor:
+    info = torch.finfo(dtype)
+    values = [math.nan, math.inf, -math.inf, 0.0, -0.0, info.tiny / 4, -info.max, info.max, 1.0, -2.5, 3.0]
+    return torch.tensor(values, dtype=torch.float32).to(dtype)
+
+
+def _same(got: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal values, NaN where the CPU has NaN, and the same sign bits on zeros and Infs."""
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    if got.dtype.is_floating_point:
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+        finite_or_inf = ~torch.isnan(expected)
+        assert torch.equal(torch.signbit(got[finite_or_inf]), torch.signbit(expected[finite_or_inf]))
+    else:
+        assert torch.equal(got, expected)
+
+
+def _row(op: str) -> dict:
+    return registry.fallback_report().get(op, {"device": 0, "cpu": 0, "reasons": {}})
+
+
+def _rows(name: str) -> dict:
+    """The op's and its in-place form's rows together (`aten::add` and `aten::add_`)."""
+    rows = [_row(f"aten::{name}"), _row(f"aten::{name}_")]
+    reasons: dict = {}
+    for row in rows:
+        for reason, count in row["reasons"].items():
+            reasons[reason] = reasons.get(reason, 0) + count
+    return {"device": sum(r["device"] for r in rows), "cpu": sum(r["cpu"] for r in rows), "reasons": reasons}
+
+
+ARITHMETIC = [torch.add, torch.sub, torch.mul, torch.div]
+COMPARISONS = [torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("op", ARITHMETIC + COMPARISONS, ids=lambda f: f.__name__)
+def test_every_pair_of_special_values_matches_the_cpu_on_device(op, dtype):
+    values = _specials(dtype)
+    a, b = values[:, None], values[None, :]  # every pair, through broadcasting
+    registry.reset_fallback_report()
+    _same(op(a.to("rbln"), b.to("rbln")).cpu(), op(a, b))
+    grid_a, grid_b = a.expand(-1, len(values)).contiguous(), b.expand(len(values), -1).contiguous()
+    _same(op(grid_a.to("rbln"), grid_b.to("rbln")).cpu(), op(grid_a, grid_b))  # same-shape operands
+    for scalar in (math.nan, math.inf, -math.inf, 0.0, -0.0, 2.0):
+        _same(op(values.to("rbln"), scalar).cpu(), op(values, scalar))
+    row = _row(f"aten::{op.__name__}")
+    assert row["cpu"] == 0 and row["device"] == 8, row
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("name", ["add", "sub"])
+def test_alpha_in_place_and_out_on_special_values(name, dtype):
+    """alpha 1 is exact on the device; another alpha's `alpha * b` can overflow where torch's fused
+    multiply-add does not (Inf + 2 * -max: Inf on the CPU, Inf - Inf = NaN unfused), so those calls
+    still scan and send NaN/Inf to the CPU."""
+    values = _specials(dtype)
+    a, b = values[:, None].expand(-1, len(values)).contiguous(), values[None, :].expand(len(values), -1)
+    b = b.contiguous()
+    op, op_ = getattr(torch, name), f"{name}_"
+    registry.reset_fallback_report()
+    _same(op(a.to("rbln"), b.to("rbln"), alpha=1).cpu(), op(a, b, alpha=1))
+    target = a.clone().to("rbln")
+    getattr(target, op_)(b.to("rbln"))
+    _same(target.cpu(), getattr(a.clone(), op_)(b))
+    out = torch.empty_like(a).to("rbln")
+    op(a.to("rbln"), b.to("rbln"), out=out)
+    _same(out.cpu(), op(a, b))
+    assert _rows(name) == {"device": 3, "cpu": 0, "reasons": {}}
+    for alpha in (2.0, -0.5, 0):  # alpha 0 times Inf is NaN, as on the CPU
+        _same(op(a.to("rbln"), b.to("rbln"), alpha=alpha).cpu(), op(a, b, alpha=alpha))
+    target = a.clone().to("rbln")
+    getattr(target, op_)(b.to("rbln"), alpha=3.0)
+    _same(target.cpu(), getattr(a.clone(), op_)(b, alpha=3.0))
+    assert _rows(name)["reasons"] == {"nan_inf": 4}
+    # finite values with alpha 2 stay on the device (away from the float max, where alpha * b alone
+    # overflows: torch's fused multiply-add does not, a known difference of the unfused kernel)
+    finite = a.nan_to_num(0.0, 1.0, -1.0).clamp(-1e4, 1e4)
+    _same(op(finite.to("rbln"), finite.to("rbln"), alpha=2.0).cpu(), op(finite, finite, alpha=2.0))
+    assert _rows(name)["device"] == 4
+
+
+def test_inplace_div_and_mul_by_special_scalars_stay_on_device():
+    values = _specials(torch.float32)
+    registry.reset_fallback_report()
+    for op in (operator.imul, operator.itruediv):
+        for scalar in (math.inf, -0.0, math.nan):
+            device = values.clone().to("rbln")
+            op(device, scalar)
+            _same(device.cpu(), op(values.clone(), scalar))
+    assert _rows("mul")["cpu"] == 0 and _rows("div")["cpu"] == 0
+    assert _rows("mul")["device"] == 3 and _rows("div")["device"] == 3
+
+
+def test_ops_not_marked_exact_still_send_nan_to_the_cpu():
+    """The scan stays where a kernel's formula differs from torch's on NaN/Inf (exp's, a reduction's)."""
+    x = torch.tensor([1.0, math.nan, math.inf])
+    registry.reset_fallback_report()
+    torch.exp(x.to("rbln"))
+    torch.sum(x.to("rbln"))
+    assert _row("aten::exp")["reasons"] == {"nan_inf": 1}
+    assert _row("aten::sum")["reasons"] == {"nan_inf": 1}

@@ -626,9 +626,10 @@ def _unary_key(op: str, x: Any, p: float, target: Any) -> tuple | None:
 
 
 def unary_family(name: str, *, inplace: bool = False, out: bool = False, keyword: str | None = None,
-          ops: dict | None = None, default: Any = None) -> Family:
+          ops: dict | None = None, default: Any = None, scan: bool = True) -> Family:
     """The family of a unary overload `name(x)`, functional, in place or into `out=`; `keyword`: an
-    optional keyword whose value picks the op from `ops` (gelu's `approximate`)."""
+    optional keyword whose value picks the op from `ops` (gelu's `approximate`). `scan` False: the op
+    is IEEE-exact (the table's `exact`: neg, abs), its input is not scanned for NaN/Inf."""
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if len(args) != 1:
@@ -642,14 +643,14 @@ def unary_family(name: str, *, inplace: bool = False, out: bool = False, keyword
         return _unary_key(op, args[0], 0.0, args[0] if inplace else target)
 
     def plan(key: tuple, operands: tuple) -> Plan:
-        return unary_plan(key, operands)
+        return unary_plan(key, operands, scanned=scan)
 
     return Family(signature, plan)
 
 
 def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
     """The plan of `unary`'s launch for `key` (see `_unary_key`); NO_PLAN where it would not launch
-    so. `scanned` False: x is only written (a fill), never scanned."""
+    so. `scanned` False: x is only written (a fill) or the op is exact (neg, abs): never scanned."""
     _, op_name, dtype, shape, index, out_key = key
     n = math.prod(shape)
     if dtype not in FLOATS or n == 0 or out_key not in (None, True, (dtype, shape, index)):

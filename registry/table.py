@@ -91,19 +91,22 @@ def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: b
 
 
 def _unary_family(name: str, opinfo: str | None, kernel: str | None = None, *, inplace: bool = True,
-                  out: bool = True, overload: str = "default", int_inputs: bool = False) -> list[Op]:
+                  out: bool = True, overload: str = "default", int_inputs: bool = False,
+                  exact: bool = False) -> list[Op]:
     """`int_inputs`: integer tensors reach EW.unary, which runs the exact integer kernel (abs, neg) or
-    declines with the dtype."""
+    declines with the dtype. `exact`: the kernel gives torch's result for NaN/Inf too (neg, abs), so
+    the input is not scanned."""
     kernel = kernel or name
     suffix = f".{overload}"
-    ops = [Op(f"{name}{suffix}", lambda x: EW.unary(kernel, x), opinfo, int_inputs=int_inputs,
-              make_plan=lambda: EW.unary_family(kernel))]
+    flags = {"int_inputs": int_inputs, "exact": exact}
+    ops = [Op(f"{name}{suffix}", lambda x: EW.unary(kernel, x), opinfo, **flags,
+              make_plan=lambda: EW.unary_family(kernel, scan=not exact))]
     if out:
-        ops.append(Op(f"{name}.out", lambda x, out=None: EW.unary(kernel, x, out=out), int_inputs=int_inputs,
-                      make_plan=lambda: EW.unary_family(kernel, out=True)))
+        ops.append(Op(f"{name}.out", lambda x, out=None: EW.unary(kernel, x, out=out), **flags,
+                      make_plan=lambda: EW.unary_family(kernel, out=True, scan=not exact)))
     if inplace:
-        ops.append(Op(f"{name}_{suffix}", lambda x: EW.unary(kernel, x, inplace=True), int_inputs=int_inputs,
-                      make_plan=lambda: EW.unary_family(kernel, inplace=True)))
+        ops.append(Op(f"{name}_{suffix}", lambda x: EW.unary(kernel, x, inplace=True), **flags,
+                      make_plan=lambda: EW.unary_family(kernel, inplace=True, scan=not exact)))
     return ops
 
 
@@ -287,13 +290,13 @@ TABLE: list[Op] = [
     Op("minimum.default", lambda a, b: EW.binary("minimum", a, b), "minimum", int_inputs=True,
        make_plan=lambda: EW.binary_family("minimum")),
     # ---- unary
-    *_unary_family("neg", "neg", int_inputs=True),
+    *_unary_family("neg", "neg", int_inputs=True, exact=True),
     *_unary_family("exp", "exp"),
     *_unary_family("sqrt", "sqrt"),
     *_unary_family("rsqrt", "rsqrt"),
     *_unary_family("sigmoid", "sigmoid"),
     *_unary_family("tanh", "tanh"),
-    *_unary_family("abs", "abs", int_inputs=True),
+    *_unary_family("abs", "abs", int_inputs=True, exact=True),
     *_unary_family("log", "log"),
     *_unary_family("cos", "cos"),  # RoPE's tables in every Llama-style model
     *_unary_family("sin", "sin"),

@@ -1,9 +1,9 @@
-"""add, sub, mul, div (true division) and the comparisons are registered `exact`: their kernels compute
-torch's CPU results for every input, NaN and Inf included, so their inputs are not scanned for NaN/Inf
-and such calls stay on the device. These tests are what makes that claim safe: every pair of special
-values (NaN, +-Inf, +-0, subnormal, the dtype's largest value) in each float dtype, tensor-tensor with
-broadcasting, tensor-scalar, alpha, in place and out=, must equal the CPU result exactly (NaN where the
-CPU has NaN, the sign of zero and of Inf included)."""
+"""add, sub, mul, div (true division), the comparisons, neg and abs are registered `exact`: their
+kernels compute torch's CPU results for every input, NaN and Inf included, so their inputs are not
+scanned for NaN/Inf and such calls stay on the device. These tests are what makes that claim safe:
+every pair of special values (NaN, +-Inf, +-0, subnormal, the dtype's largest value) in each float
+dtype, tensor-tensor with broadcasting, tensor-scalar, alpha, in place and out=, must equal the CPU
+result exactly (NaN where the CPU has NaN, the sign of zero and of Inf included)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,21 @@ def test_alpha_in_place_and_out_on_special_values(name, dtype):
     finite = a.nan_to_num(0.0, 1.0, -1.0).clamp(-1e4, 1e4)
     _same(op(finite.to("rbln"), finite.to("rbln"), alpha=2.0).cpu(), op(finite, finite, alpha=2.0))
     assert _rows(name)["device"] == 4
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", ["neg", "abs"])
+def test_neg_and_abs_of_special_values_match_the_cpu_on_device(name, dtype):
+    values = _specials(dtype)
+    registry.reset_fallback_report()
+    _same(getattr(torch, name)(values.to("rbln")).cpu(), getattr(torch, name)(values))
+    out = torch.empty_like(values).to("rbln")
+    getattr(torch, name)(values.to("rbln"), out=out)
+    _same(out.cpu(), getattr(torch, name)(values))
+    target = values.clone().to("rbln")
+    getattr(target, f"{name}_")()
+    _same(target.cpu(), getattr(values.clone(), f"{name}_")())
+    assert _rows(name) == {"device": 3, "cpu": 0, "reasons": {}}
 
 
 def test_inplace_div_and_mul_by_special_scalars_stay_on_device():

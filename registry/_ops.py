@@ -54,6 +54,61 @@ def _compute_geometry(
     return True, sizes[1:], [[0] * pad + st for st in strides]
 
 
+_orders: dict[tuple, tuple[int, ...] | None] = BoundedMemo(4096)  # operands' layouts -> output dim order
+
+
+def output_order(*operands) -> tuple[int, ...] | None:
+    """The dim order (outermost first) in which torch's elementwise kernels lay out the output of an op
+    on `operands` (tensors; numbers and 0-dim CPU scalars are ignored), or None for the contiguous
+    order.
+
+    TensorIterator keeps its inputs' memory layout: `x.transpose(1, 2) * c` comes out with x's
+    transposed strides, a channels_last input gives a channels_last result. A contiguous result
+    instead breaks what works on the CPU (a `.view` of the result's transpose) and graphs traced with
+    torch's strides (`aot_eager`: "view size is not compatible"). The order is torch's own: the op runs
+    once per layout on meta tensors and the result's strides are read (remembered per layout)."""
+    tensors = [t for t in operands if isinstance(t, torch.Tensor) and not (t.is_cpu and t.dim() == 0)]
+    if all(t.is_contiguous() for t in tensors):
+        return None
+    key = tuple((t.shape, t.stride()) for t in tensors)
+    try:
+        return _orders[key]
+    except KeyError:
+        pass
+    metas = [torch.empty_strided(t.shape, t.stride(), device="meta") for t in tensors]  # float32
+    if len(metas) == 1:
+        result = -metas[0]
+    elif len(metas) == 2:
+        result = metas[0] + metas[1]
+    else:  # where(condition, a, b): the layout rule reads the operands in this order
+        result = torch.where(metas[0] != 0, metas[1], metas[2])
+    order = None
+    if not result.is_contiguous():
+        # outermost first: larger strides first; a size-1 dim's stride says nothing, keep it in place
+        order = tuple(sorted(range(result.dim()), key=lambda d: (-result.stride(d), d)))
+        if order == tuple(range(result.dim())):
+            order = None
+    _orders[key] = order
+    return order
+
+
+def in_order(t, order: tuple[int, ...], nd: int):
+    """Tensor `t` (broadcastable to `nd` dims) seen with its dims in `order`; numbers pass through."""
+    if not isinstance(t, torch.Tensor) or (t.is_cpu and t.dim() == 0):
+        return t
+    if t.dim() < nd:
+        t = t.reshape((1,) * (nd - t.dim()) + tuple(t.shape))
+    return t.permute(order)
+
+
+def restored(t: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    """The result computed in `order` (`in_order`), with the op's dims back in place."""
+    inverse = [0] * len(order)
+    for position, dim in enumerate(order):
+        inverse[dim] = position
+    return t.permute(inverse)
+
+
 def fill_floats(x: torch.Tensor, value: float) -> torch.Tensor:
     """The contiguous floating `x` filled with `value` by `unary_kernel`'s FILL op (`elementwise.fill`
     once it has checked the call; the zeros of a product over K = 0)."""

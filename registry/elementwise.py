@@ -42,6 +42,9 @@ from ._ops import (
     contiguous,
     empty,
     fill_floats,
+    in_order,
+    output_order,
+    restored,
 )
 from .geometry import I32, TILED_MIN, block, cdiv, tile_shape
 from .integer import integer_binary, integer_fill, true_division_operands
@@ -236,11 +239,19 @@ def _alpha_scan(name: str, alpha: Any, *operands: Any) -> None:
             raise Decline("nan_inf")
 
 
-def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=False):
-    """The general binary op: promotion, broadcasting, scalars, out=, in place."""
+def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=False, ordered=False):
+    """The general binary op: promotion, broadcasting, scalars, out=, in place. A new result is laid
+    out as torch lays it out (`output_order`): the op runs on the operands seen in that order
+    (`ordered`: they are), so a transposed input also gives the dense kernel its contiguous operand."""
     if isinstance(alpha, complex) or (isinstance(alpha, Tensor)):
         raise Decline("tensor/complex alpha")
     _alpha_scan(name, alpha, a, b)
+    if out is None and not inplace and not ordered:
+        order = output_order(a, b)
+        if order is not None:
+            nd = len(order)
+            return restored(binary(name, in_order(a, order, nd), in_order(b, order, nd), alpha,
+                                   comparison=comparison, ordered=True), order)
     if name == "div" and not inplace:
         a, b = true_division_operands(a, b)
     if torch.result_type(a, b) in INTEGERS:
@@ -272,6 +283,12 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
 
 
 def unary(name: str, x: Tensor, p: float = 0.0, out=None, *, inplace=False):
+    """The unary op `name` (parameter `p`): a new result is laid out as torch lays it out
+    (`output_order`), so a transposed input is read in place instead of copied."""
+    if out is None and not inplace:
+        order = output_order(x)
+        if order is not None:
+            return restored(unary(name, x.permute(order), p), order)
     index = _device_index(x)
     if x.dtype in INTEGERS and name in ("abs", "neg"):
         # exact on the integer kernel: abs, and neg as x * -1 (both wrap at the minimum, as torch)
@@ -309,7 +326,13 @@ def fill(x: Tensor, value, *, first_use_ok: bool = True) -> Tensor:
     return fill_floats(x, value)
 
 
-def where(condition: Tensor, a, b, out=None):
+def where(condition: Tensor, a, b, out=None, *, ordered=False):
+    """`torch.where`; a new result is laid out as torch lays it out (`output_order`, see `binary`)."""
+    if out is None and not ordered:
+        order = output_order(condition, a, b)
+        if order is not None:
+            nd = len(order)
+            return restored(where(*(in_order(t, order, nd) for t in (condition, a, b)), ordered=True), order)
     index = _device_index(condition, a, b)
     if condition.dtype != torch.bool:
         raise Decline("non-bool condition")

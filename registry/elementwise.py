@@ -165,7 +165,7 @@ def dense_binary_launch(name: str, operands: tuple, dtypes: tuple, shape: list[i
     E = _k("elementwise")
     op = E.BINARY[name]
     fast = E.dense_fast_op(op, dtypes[2] == torch.bool)
-    size = fused_block(ncols, fast >= 0)  # (COMPARE_OPS and the generic switch: < 0)
+    size = fused_block(ncols, fast in E.FUSED_BINARY)
     keywords = {"OP": op, "FAST_OP": fast, "A_MODE": modes[0], "B_MODE": modes[1], "BLOCK": size}
     return (dtypes, op, fast, modes, size), keywords, cdiv(ncols, size), n // ncols, ncols
 
@@ -176,7 +176,7 @@ def unary_launch(name: str, dtypes: tuple, n: int) -> tuple:
     E = _k("elementwise")
     op = E.UNARY[name]
     fast = op if op in E.FAST_UNARY else -1
-    size = fused_block(n, fast >= 0)
+    size = fused_block(n, fast in E.FUSED_UNARY)
     return (dtypes, op, fast, size, n < I32), {"OP": op, "FAST_OP": fast, "BLOCK": size}, cdiv(n, size)
 
 

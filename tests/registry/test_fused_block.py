@@ -29,7 +29,8 @@ def test_fused_launches_take_one_block_and_generic_ones_keep_the_buckets():
         assert binary_blocks(name) == {FUSED_BLOCK}, name
     assert binary_blocks("maximum") == {16, 1024, 4096}  # the runtime switch's temporaries: small blocks
     assert {elementwise.unary_launch("exp", f32[:2], n)[1]["BLOCK"] for n in (4, 100, 3000)} == {FUSED_BLOCK}
-    assert elementwise.unary_launch("sqrt", f32[:2], 4)[1]["BLOCK"] == 16
+    assert elementwise.unary_launch("sqrt", f32[:2], 4)[1]["BLOCK"] == 16  # the generic switch
+    assert elementwise.unary_launch("relu", f32[:2], 4)[1]["BLOCK"] == 16  # x read twice: materialised
 
 
 @pytest.mark.parametrize("n", SIZES)

@@ -71,6 +71,11 @@ def _div_floor(a, b):
 # GPT-2's GELU as transformers writes it (`NewGELUActivation`: `torch.pow(x, 3.0)` is CUBE, then
 # `torch.tanh`): the README demo needed the generic switch for these two ops alone.
 FAST_UNARY = frozenset({EXP, TANH, RELU, GELU, GELU_TANH, SILU, FILL, CUBE})
+# The FAST_UNARY ops whose specialisation reads each value once: the numba backend fuses its load, math
+# and store into one loop over the lanes that exist, so BLOCK only bounds that loop and one BLOCK serves
+# every size (`registry.geometry.fused_block`). The others use x more than once (relu's where, gelu,
+# silu, cube): x is materialised in a BLOCK-long buffer whose masked lanes are filled on every launch.
+FUSED_UNARY = frozenset({EXP, TANH, FILL})
 
 
 @tl.jit
@@ -306,6 +311,8 @@ def binary_dense_kernel(
 # TANH_BWD is the backward of GPT-2's GELU (see FAST_UNARY): alone it compiles in a tenth of the 23-op
 # switch's numba time (the README demo compiled that switch for this op only: ~3.5 s of its cold start).
 FAST_BINARY = frozenset({ADD, SUB, MUL, DIV, TANH_BWD})
+# The FAST_BINARY ops that read each operand value once (see FUSED_UNARY); TANH_BWD reads b twice.
+FUSED_BINARY = frozenset({ADD, SUB, MUL, DIV})
 # FAST_OP of the comparisons (EQ..GE, the runtime OP picks one) into a bool output: a specialisation with
 # the comparison switch alone. No other op writes bool, so they never shared a specialisation with the
 # other ops anyway; compiled with all 23 ops (FAST_OP=-1) each took ~4-6 s of numba, ~1 s alone. An

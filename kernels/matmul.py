@@ -14,6 +14,7 @@ matmuls (a model's linear layers on a few tokens, attention on short sequences) 
 
 from __future__ import annotations
 
+import torch
 import torch_rbln.dsl as tl
 from torch_rbln.autotune import Config, autotune, launch_tp_size
 
@@ -73,6 +74,11 @@ _FITTED_AREA = 1 << 15  # BLOCK_M x BLOCK_N: the accumulator and the epilogue's 
 # and adds a tile, a program re-reads A (measured on the numba backend, 128 x {512, 1376} x 512 linears)
 _STEP_COST = 64
 _PROGRAM_COST = 32
+# The K block of a fitted tile over operands gemm reads in place (`_fitted_tile`'s `in_place`) when K is
+# at most this: one block, one step, for every such K. A longer K keeps the block fitted to it: a longer
+# block's staging buffers, allocated by each launch even when unused, cost (32 x 256 x 300 in a
+# 1024 block instead of 512: ~57 us against ~44).
+_IN_PLACE_K = 256
 
 
 def _pow2_at_least(n: int) -> int:
@@ -93,7 +99,7 @@ def _padded_choice(extent: int, largest: int, smallest: int, cost: int) -> int:
     return best
 
 
-def _fitted_tile(M: int, N: int, K: int, tp: int) -> Config | None:
+def _fitted_tile(M: int, N: int, K: int, tp: int, in_place: bool = False) -> Config | None:
     """One tile shaped to the problem, for a problem of at least `_FITTED_MIN_VOLUME` multiply-adds
     with every side >= 16 (None otherwise, or when no such tile gives each of `tp` NPUs a program).
 
@@ -106,11 +112,23 @@ def _fitted_tile(M: int, N: int, K: int, tp: int) -> Config | None:
     minimises padding plus per-step cost, and N columns filling `_FITTED_AREA`. One config and no
     benchmarking: a model's handful of linear shapes compile a handful of specialisations. A K block
     that spans K sets ONE_STEP: the tile's product is the accumulator (no zero-filled tile, no add).
-    128 x 512 x 1376 linear (1 thread): 256x256x512 from the list ~8 ms, fitted 128x256x512 ~2 ms."""
-    if min(M, N, K) < 16 or M * N * K < _FITTED_MIN_VOLUME:
+    128 x 512 x 1376 linear (1 thread): 256x256x512 from the list ~8 ms, fitted 128x256x512 ~2 ms.
+
+    `in_place` (`_reads_in_place`: float32 operands that gemm reads where they lie): the backend's gemm
+    then runs on the real K extent, so a K block longer than K costs nothing but an unused staging
+    buffer; every K up to `_IN_PLACE_K` then takes that one block (one step), so problems that differ
+    only in such a K share a specialisation (the README demo's K of 32, 64, 128, 192 and 256 compiled
+    one each), and problems below `_FITTED_MIN_VOLUME` take a fitted tile too: one gemm where the 32 tile
+    made a gemm and an accumulator pass per 32 x 32 x 32 block (32 x 64 x 64 with a bias, 1 thread:
+    ~10 us against ~5.5). Rows and columns keep their exact power-of-2 blocks: padded M or N lanes are
+    filled after the gemm (a 2x wider N block cost 32 x 64 x 64 ~1 us of its ~5)."""
+    if min(M, N, K) < 16 or (M * N * K < _FITTED_MIN_VOLUME and not in_place):
         return None
     block_m = min(_pow2_at_least(M), _FITTED_MAX_M)
-    block_k = _padded_choice(K, min(_pow2_at_least(K), _FITTED_MAX_K), 32, _STEP_COST)
+    if in_place and K <= _IN_PLACE_K:
+        block_k = _IN_PLACE_K
+    else:
+        block_k = _padded_choice(K, min(_pow2_at_least(K), _FITTED_MAX_K), 32, _STEP_COST)
     widest = max(16, min(_pow2_at_least(N), _FITTED_AREA // block_m))
     block_n = _padded_choice(N, widest, min(32, widest), _PROGRAM_COST)
     while -(-M // block_m) * -(-N // block_n) < tp and block_n > 16:
@@ -122,11 +140,31 @@ def _fitted_tile(M: int, N: int, K: int, tp: int) -> Config | None:
     return Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "ONE_STEP": block_k >= K})
 
 
+def _unit_stride(row_stride: int, col_stride: int, rows: int, cols: int) -> bool:
+    """Whether a rows x cols operand is row- or column-major with a leading dimension BLAS accepts
+    (dot_support's `_leading`): gemm reads its tiles where they lie."""
+    if (cols == 1 or col_stride == 1) and (rows == 1 or row_stride >= cols):
+        return True
+    return (rows == 1 or row_stride == 1) and (cols == 1 or col_stride >= rows)
+
+
+def _reads_in_place(nargs: dict) -> bool:
+    """Whether the launch's operands are float32 tensors (the product's work dtype) with a unit stride
+    each: the numba backend's `tl.dot` then calls gemm on their memory for the real M, N, K (no staging
+    copy, no padded K; see `_fitted_tile`). False when `nargs` holds no tensors (a caller asking about
+    sizes only)."""
+    a, b = nargs.get("a_ptr"), nargs.get("b_ptr")
+    if getattr(a, "dtype", None) is not torch.float32 or getattr(b, "dtype", None) is not torch.float32:
+        return False
+    M, N, K = nargs["M"], nargs["N"], nargs["K"]
+    return _unit_stride(nargs["sam"], nargs["sak"], M, K) and _unit_stride(nargs["sbk"], nargs["sbn"], K, N)
+
+
 def _choose_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
-    """The autotuner's candidates: the fitted tile alone where one applies (`_fitted_tile`), else the
-    listed tiles `_prune_tiles` keeps."""
+    """The autotuner's candidates: the fitted tile alone where one applies (`_fitted_tile`, told whether
+    gemm reads the operands in place), else the listed tiles `_prune_tiles` keeps."""
     tp = launch_tp_size(tuple(nargs.values()), dict(kwargs))
-    fitted = _fitted_tile(nargs["M"], nargs["N"], nargs["K"], tp)
+    fitted = _fitted_tile(nargs["M"], nargs["N"], nargs["K"], tp, _reads_in_place(nargs))
     return [fitted] if fitted is not None else _prune_tiles(configs, nargs, **kwargs)
 
 

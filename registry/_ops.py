@@ -18,7 +18,7 @@ from torch_rbln import _memory
 from ._base import FLOATS, INTEGERS, Decline, InvalidCall  # noqa: F401  (re-exported for the families)
 from ._launch import kernel_module as _k
 from ._memo import BoundedMemo
-from .geometry import block, cdiv, collapse, expanded_strides
+from .geometry import cdiv, collapse, expanded_strides, fused_block
 
 
 def empty(shape: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
@@ -115,7 +115,7 @@ def fill_floats(x: torch.Tensor, value: float) -> torch.Tensor:
     n = x.numel()
     if n:
         E = _k("elementwise")
-        size = block(n)
+        size = fused_block(n, True)  # FILL has a specialisation of its own
         E.unary_kernel[(cdiv(n, size),)](x, x, n, float(value), OP=E.FILL, FAST_OP=E.FILL, BLOCK=size)
     return x
 

@@ -46,7 +46,7 @@ from ._ops import (
     output_order,
     restored,
 )
-from .geometry import I32, TILED_MIN, block, cdiv, tile_shape
+from .geometry import I32, TILED_MIN, block, cdiv, fused_block, tile_shape
 from .integer import integer_binary, integer_fill, true_division_operands
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, finite_of
 
@@ -173,9 +173,9 @@ def dense_binary_launch(name: str, operands: tuple, dtypes: tuple, shape: list[i
         return None
     modes, ncols = layout
     E = _k("elementwise")
-    size = block(ncols)
     op = E.BINARY[name]
     fast = E.dense_fast_op(op, dtypes[2] == torch.bool)
+    size = fused_block(ncols, fast in E.FUSED_BINARY)
     keywords = {"OP": op, "FAST_OP": fast, "A_MODE": modes[0], "B_MODE": modes[1], "BLOCK": size}
     return (dtypes, op, fast, modes, size), keywords, cdiv(ncols, size), n // ncols, ncols
 
@@ -184,9 +184,9 @@ def unary_launch(name: str, dtypes: tuple, n: int) -> tuple:
     """(launch key, keywords, programs) of `unary_kernel` for op `name` over `n` elements with input
     and output `dtypes`."""
     E = _k("elementwise")
-    size = block(n)
     op = E.UNARY[name]
     fast = op if op in E.FAST_UNARY else -1
+    size = fused_block(n, fast in E.FUSED_UNARY)
     return (dtypes, op, fast, size, n < I32), {"OP": op, "FAST_OP": fast, "BLOCK": size}, cdiv(n, size)
 
 

@@ -32,6 +32,24 @@ def block(n: int) -> int:
     return 4096
 
 
+FUSED_BLOCK = 4096
+
+
+def fused_block(n: int, fused: bool) -> int:
+    """BLOCK of a flat elementwise launch over `n` elements: `FUSED_BLOCK` for every `n` when `fused`
+    (a specialisation whose loads, arithmetic and store the numba backend fuses into one loop over the
+    lanes that exist: `kernels.elementwise.FUSED_UNARY` and `FUSED_BINARY`), else `block(n)`.
+
+    Why: a fused specialisation's BLOCK only bounds that loop (a clamp, no buffer), so a 4-element and
+    a 4096-element launch cost the same per element under either BLOCK, and one grid program covers
+    up to `FUSED_BLOCK` elements either way; `block`'s three buckets only made up to three compiles of
+    the same code (the README demo compiled the fill and add ones twice each). A specialisation that
+    uses a value twice (relu's where) or switches on a runtime op materialises BLOCK-long buffers and
+    fills their masked lanes on every launch, so it keeps `block`'s buckets. (The interpret backend
+    computes every lane: a tiny launch there costs a few us more.)"""
+    return FUSED_BLOCK if fused else block(n)
+
+
 ONE_BLOCK = 4096  # rows up to this long are processed in one block (one load per element)
 # From this many elements on, copies (cat's parts too) and where/masked_fill run tiled kernels
 # (`tiled_copy_kernel`, `where_tiled_kernel`): the flat kernels find each element's place by dividing

@@ -62,3 +62,85 @@ def test_bmm_on_a_fitted_tile_matches_the_cpu():
     got = torch.bmm(a.to("rbln"), b.to("rbln"))
     atol, rtol = MATMUL["float32"]
     torch.testing.assert_close(got.cpu(), torch.bmm(a, b), atol=atol, rtol=rtol)
+
+
+def _contiguous_nargs(m: int, n: int, k: int, dtype: torch.dtype = torch.float32, **strides: int) -> dict:
+    """The autotuner's named arguments of `a (m x k) @ b (k x n)`, both row-major unless `strides`
+    says otherwise (sam, sak, sbk, sbn)."""
+    a, b = torch.empty(m, k, dtype=dtype), torch.empty(k, n, dtype=dtype)
+    nargs = {"a_ptr": a, "b_ptr": b, "M": m, "N": n, "K": k, "sam": k, "sak": 1, "sbk": n, "sbn": 1}
+    return {**nargs, **strides}
+
+
+def test_operands_read_in_place_are_float32_with_a_unit_stride_each():
+    assert matmul._reads_in_place(_contiguous_nargs(32, 64, 48))
+    assert matmul._reads_in_place(_contiguous_nargs(32, 64, 48, sbk=1, sbn=48))  # linear's w.t()
+    assert matmul._reads_in_place(_contiguous_nargs(32, 64, 48, sam=1, sak=32))  # a.t(): a weight gradient
+    assert not matmul._reads_in_place(_contiguous_nargs(32, 64, 48, sak=2, sam=96))  # no unit stride
+    assert not matmul._reads_in_place(_contiguous_nargs(32, 64, 48, sam=16))  # overlapping rows
+    assert not matmul._reads_in_place(_contiguous_nargs(32, 64, 48, dtype=torch.float16))  # staged
+    assert not matmul._reads_in_place({"M": 32, "N": 64, "K": 48})  # sizes only
+
+
+def test_in_place_operands_share_one_k_block_up_to_256():
+    tiles = {_in_place_tile(32, 64, k) for k in (16, 32, 64, 100, 128, 192, 256)}
+    assert tiles == {(32, 64, 256, True)}  # one specialisation for every K up to 256
+    assert _in_place_tile(32, 192, 64) == (32, 256, 256, True)  # rows and columns as without in_place
+    assert _in_place_tile(64, 64, 32) == (64, 64, 256, True)  # below _FITTED_MIN_VOLUME as well
+    assert _in_place_tile(128, 512, 1376) == _tile(128, 512, 1376)  # a longer K: its fitted block
+    assert _in_place_tile(32, 256, 300) == _tile(32, 256, 300) == (32, 256, 512, True)
+    assert _in_place_tile(8, 64, 64) is None  # a side under 16: the listed tiles
+    assert _in_place_tile(16, 16, 16, tp=4) is None  # no program per NPU: the listed tiles
+
+
+def _in_place_tile(m: int, n: int, k: int, tp: int = 1) -> tuple | None:
+    config = matmul._fitted_tile(m, n, k, tp, in_place=True)
+    if config is None:
+        return None
+    return tuple(config.kwargs[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ONE_STEP"))
+
+
+def _operand(rows: int, cols: int, transposed: bool) -> torch.Tensor:
+    """A rows x cols float32 operand, row-major or a transposed (column-major) view."""
+    return torch.randn(cols, rows).t() if transposed else torch.randn(rows, cols)
+
+
+# Problems that share the in-place K block of 256 (odd sizes, K = 1 step of a longer block, partial
+# M and N blocks), with each operand row- or column-major; the float16 row stages instead.
+_SHARED_K = [(37, 70, 17), (32, 64, 64), (64, 64, 32), (20, 200, 255), (128, 48, 256), (17, 33, 16)]
+
+
+@pytest.mark.parametrize("m,n,k", _SHARED_K, ids=[f"{m}x{n}x{k}" for m, n, k in _SHARED_K])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_products_on_the_shared_k_block_match_the_cpu(m: int, n: int, k: int, layout: str):
+    assert _in_place_tile(m, n, k)[2:] == (256, True)  # the premise: these share the K block
+    torch.manual_seed(m * n + k)
+    a, b = _operand(m, k, layout[0] == "t"), _operand(k, n, layout[1] == "t")
+    bias = torch.randn(n)
+    atol, rtol = MATMUL["float32"]
+    got = torch.mm(a.to("rbln"), b.to("rbln"))
+    torch.testing.assert_close(got.cpu(), a @ b, atol=atol, rtol=rtol)
+    got = torch.addmm(bias.to("rbln"), a.to("rbln"), b.to("rbln"), beta=0.5, alpha=2.0)
+    torch.testing.assert_close(got.cpu(), torch.addmm(bias, a, b, beta=0.5, alpha=2.0), atol=atol, rtol=rtol)
+
+
+def test_batched_products_on_the_shared_k_block_match_the_cpu():
+    torch.manual_seed(11)
+    a, b = torch.randn(3, 37, 100), torch.randn(3, 70, 100).transpose(1, 2)
+    atol, rtol = MATMUL["float32"]
+    got = torch.bmm(a.to("rbln"), b.to("rbln"))
+    torch.testing.assert_close(got.cpu(), torch.bmm(a, b), atol=atol, rtol=rtol)
+
+
+def test_the_shared_k_block_keeps_nan_and_inf_where_the_cpu_has_them():
+    a, b = torch.randn(20, 24), torch.randn(24, 40)
+    a[3, 5], b[7, 11] = float("nan"), float("inf")
+    got = torch.mm(a.to("rbln"), b.to("rbln")).cpu()
+    torch.testing.assert_close(got, a @ b, equal_nan=True, atol=1e-4, rtol=1e-4)
+
+
+def test_operands_without_a_unit_stride_keep_their_fitted_k_block():
+    torch.manual_seed(5)
+    a, b = torch.randn(40, 2 * 96)[:, ::2], torch.randn(96, 3 * 80)[:, ::3]  # K = 96: staged tiles
+    atol, rtol = MATMUL["float32"]
+    torch.testing.assert_close(torch.mm(a.to("rbln"), b.to("rbln")).cpu(), a @ b, atol=atol, rtol=rtol)

@@ -54,8 +54,23 @@ ARITHMETIC = [torch.add, torch.sub, torch.mul, torch.div]
 COMPARISONS = [torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge]
 
 
-@pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("op", ARITHMETIC + COMPARISONS, ids=lambda f: f.__name__)
+# Each (op, half dtype) is a compiled specialisation or more, and compiling is most of the suite's cold
+# time: by default float16/bfloat16 run one fast-path arithmetic op, true division and one comparison
+# (the rounding on store is the same code for every op); `-m slow` runs the whole matrix.
+HALF_SUBSET = frozenset({"add", "div", "lt"})
+
+
+def _matrix() -> list:
+    cases = []
+    for op in ARITHMETIC + COMPARISONS:
+        for dtype in FLOATS:
+            slow = dtype != torch.float32 and op.__name__ not in HALF_SUBSET
+            cases.append(pytest.param(op, dtype, marks=pytest.mark.slow if slow else (),
+                                      id=f"{op.__name__}-{str(dtype).replace('torch.', '')}"))
+    return cases
+
+
+@pytest.mark.parametrize(("op", "dtype"), _matrix())
 def test_every_pair_of_special_values_matches_the_cpu_on_device(op, dtype):
     values = _specials(dtype)
     a, b = values[:, None], values[None, :]  # every pair, through broadcasting

@@ -4,8 +4,8 @@ Why a compiled helper rather than generated code: numba hands `np.dot` to BLAS g
 Fortran-contiguous arrays (it copies anything else first), and a tile's layout is known only at run
 time, from the strides. Staging each operand in the layout of its memory (a row-major tile as a C
 array, a column-major one such as `linear`'s transposed weight as a Fortran array that gemm reads
-through its transpose flag), passing a full contiguous tile as a view, and calling gemm with the
-transpose flags of whichever pair of layouts results takes a dozen loop nests. Emitted into every
+through its transpose flag), passing a full contiguous tile as a view, and calling gemm for whichever
+pair of layouts results takes a dozen loop nests and four gemm specialisations. Emitted into every
 kernel they tripled a matmul kernel's compile time (3.5 s -> 12 s); here they compile once per operand
 dtype and are cached on disk, and a kernel only links them.
 
@@ -15,10 +15,6 @@ operands where they lie, each with its own leading dimension (Fortran BLAS gemm:
 torch exports it, else scipy's, see `_bind_gemm`). Staging copied each operand tile on every
 `tl.dot` (two of the three memory passes of a 64x64x64 product) and multiplied the masked rows of an
 edge tile too (a 256-row tile over Llama's 128 tokens did twice the work).
-
-Both paths end in one gemm call (`_product`, on operand addresses) rather than numba's `np.dot`:
-its four layout pairs were four specialisations of numba's dot, a third of the ~5 s of CPU that a
-fresh install spent compiling this module's C entry (`dot_call`) before the first matmul.
 
 An operand is described as a box load: `rows x cols` lanes, lane (i, j) reading
 `memory[base + i * row_stride + j * col_stride]` when `i < count_rows and j < count_cols`, else
@@ -42,7 +38,7 @@ from .support import bf16_bits_to_f32, f16_bits_to_f32
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
 
-ensure_blas()  # (scipy's BLAS, the fallback `_bind_gemm` binds: a clear ImportError without it)
+ensure_blas()  # (scipy's BLAS: np.dot needs it as well; a clear ImportError without it)
 
 
 def _capsule_address(module: object, name: str) -> int:
@@ -129,6 +125,23 @@ def _element_impl(value, bits):
     return lambda value, bits: value
 
 
+def _view(memory, base, like):  # pragma: no cover  (numba overload below)
+    raise NotImplementedError
+
+
+@numba.extending.overload(_view, jit_options={"cache": True})
+def _view_impl(memory, base, like):
+    """`like`-shaped C view of `memory[base:]` when the memory has the work dtype; otherwise `like`
+    itself (never asked for: `_stage` only views memory of the work dtype, but both branches must
+    type-check)."""
+    if memory.dtype == like.dtype:
+        def view(memory, base, like):
+            rows, cols = like.shape
+            return memory[base:base + rows * cols].reshape((rows, cols))
+        return view
+    return lambda memory, base, like: like
+
+
 @_jit
 def _copy(memory, base, outer_stride, inner_stride, count_outer, count_inner, out, bits):
     """out[i, j] = memory[base + i * outer_stride + j * inner_stride] over the counted box; the unit
@@ -154,8 +167,6 @@ def _stage(memory, base, row_stride, col_stride, count_rows, count_cols, fill, s
     Fortran operand). `exact`: the memory holds the work dtype, so a full contiguous tile is a view."""
     rows, cols = staged_c.shape
     full = count_rows == rows and count_cols == cols
-    # a view is read where it lies (`tile_dot_into` hands gemm its address): all of it inside `memory`
-    exact = exact and base >= 0 and base + rows * cols <= memory.shape[0]
     if abs(col_stride) <= abs(row_stride):  # row-major (or no unit stride: either order will do)
         if exact and full and col_stride == 1 and row_stride == cols:
             return VIEW_C
@@ -202,27 +213,6 @@ def _leading(row_stride, col_stride, rows, cols):
 
 
 @_jit
-def _product(out, a, a_order, a_ld, b, b_order, b_ld, count_m, count_n, depth):
-    """out[:count_m, :count_n] = a @ b by one gemm: `a` and `b` are the addresses of the operands'
-    element (0, 0), each row-major (order 0) or column-major (1) with leading dimension `ld`, of `out`'s
-    dtype. Addresses rather than arrays: one specialisation serves the direct path (operands in their
-    memory) and the staged one (operands in the staging buffers), both on the same BLAS."""
-    # b row-major is b^T column-major ('n'); a row-major is a^T column-major ('n'). Fortran BLAS takes
-    # every argument by address: [transa, transb] and [m, n, k, lda, ldb, ldc], [alpha, beta].
-    flags = np.empty(2, dtype=np.uint8)
-    flags[0] = _NOTRANS if b_order == 0 else _TRANS
-    flags[1] = _NOTRANS if a_order == 0 else _TRANS
-    sizes = np.empty(6, dtype=np.int32)
-    sizes[0], sizes[1], sizes[2] = count_n, count_m, depth
-    sizes[3], sizes[4], sizes[5] = b_ld, a_ld, out.shape[1]
-    scale = np.empty(2, dtype=out.dtype)
-    scale[0], scale[1] = 1, 0
-    _gemm(out, flags[0:].ctypes, flags[1:].ctypes, sizes[0:].ctypes, sizes[1:].ctypes, sizes[2:].ctypes,
-          scale[0:].ctypes, np.uintp(b), sizes[3:].ctypes, np.uintp(a), sizes[4:].ctypes, scale[1:].ctypes,
-          out.ctypes, sizes[5:].ctypes)
-
-
-@_jit
 def _finite(value):
     return value - value == 0  # False for NaN and +-Inf
 
@@ -265,8 +255,19 @@ def _direct(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_coun
     b_order, b_ld = _leading(b_row_stride, b_col_stride, depth, count_n)
     if a_order < 0 or b_order < 0 or a_base < 0 or b_base < 0 or max(a_ld, b_ld, out.shape[1]) > _INT32_MAX:
         return False  # (LP64 BLAS takes 32-bit sizes)
-    _product(out, a_memory[a_base:].ctypes.data, a_order, a_ld, b_memory[b_base:].ctypes.data, b_order, b_ld,
-             count_m, count_n, depth)
+    # b row-major is b^T column-major ('n'); a row-major is a^T column-major ('n'). Fortran BLAS takes
+    # every argument by address: [transa, transb] and [m, n, k, lda, ldb, ldc], [alpha, beta].
+    flags = np.empty(2, dtype=np.uint8)
+    flags[0] = _NOTRANS if b_order == 0 else _TRANS
+    flags[1] = _NOTRANS if a_order == 0 else _TRANS
+    sizes = np.empty(6, dtype=np.int32)
+    sizes[0], sizes[1], sizes[2] = count_n, count_m, depth
+    sizes[3], sizes[4], sizes[5] = b_ld, a_ld, out.shape[1]
+    scale = np.empty(2, dtype=out.dtype)
+    scale[0], scale[1] = 1, 0
+    _gemm(out, flags[0:].ctypes, flags[1:].ctypes, sizes[0:].ctypes, sizes[1:].ctypes, sizes[2:].ctypes,
+          scale[0:].ctypes, b_memory[b_base:].ctypes, sizes[3:].ctypes, a_memory[a_base:].ctypes,
+          sizes[4:].ctypes, scale[1:].ctypes, out.ctypes, sizes[5:].ctypes)
     rows, cols = out.shape
     if count_m < rows:
         for n in range(count_n):
@@ -292,8 +293,8 @@ def tile_dot_into(out, a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_c
                   b_bits, b_exact):
     """`tile_dot`'s product written into `out`, an (M, N) C-contiguous array of the work dtype, instead
     of a new array: what `dot_call`'s C entry runs (its caller owns the product). The direct gemm where
-    both operands' memory has the work dtype and a unit stride, else the staged tiles' gemm (`_product`
-    with each operand's layout as its transpose flag)."""
+    both operands' memory has the work dtype and a unit stride, else the staged tiles' gemm (np.dot with
+    `out`: gemm writes the product in place, the same call as without it)."""
     if a_exact and b_exact:
         rows, depth = a_c.shape
         if _direct(a_memory, a_base, a_row_stride, a_col_stride, rows, depth, a_rows, a_cols, a_fill,
@@ -304,31 +305,26 @@ def tile_dot_into(out, a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_c
                     a_exact)
     b_kind = _stage(b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t, b_bits,
                     b_exact)
-    # each operand's element (0, 0) and layout: row-major (order 0: a C array of the tile, leading
-    # dimension its row length) or column-major (1: a C array of its transpose), in its memory (a view:
-    # memory of the work dtype, `_stage` checked) or in a staging buffer
-    a_address, a_order, a_ld = a_c.ctypes.data, 0, a_c.shape[1]
+    a_row_major, a_col_major = a_c, a_t.T
     if a_kind == VIEW_C:
-        a_address = a_memory[a_base:].ctypes.data
+        a_row_major = _view(a_memory, a_base, a_c)
     elif a_kind == VIEW_F:
-        a_address, a_order, a_ld = a_memory[a_base:].ctypes.data, 1, a_t.shape[1]
-    elif a_kind == STAGED_F:
-        a_address, a_order, a_ld = a_t.ctypes.data, 1, a_t.shape[1]
-    b_address, b_order, b_ld = b_c.ctypes.data, 0, b_c.shape[1]
+        a_col_major = _view(a_memory, a_base, a_t).T
+    b_row_major, b_col_major = b_c, b_t.T
     if b_kind == VIEW_C:
-        b_address = b_memory[b_base:].ctypes.data
+        b_row_major = _view(b_memory, b_base, b_c)
     elif b_kind == VIEW_F:
-        b_address, b_order, b_ld = b_memory[b_base:].ctypes.data, 1, b_t.shape[1]
-    elif b_kind == STAGED_F:
-        b_address, b_order, b_ld = b_t.ctypes.data, 1, b_t.shape[1]
-    rows, depth = a_c.shape
-    cols = b_c.shape[1]
-    if rows == 0 or cols == 0:
-        return
-    if depth == 0:  # (an empty sum; BLAS would reject the leading dimension 0)
-        out[:, :] = 0
-        return
-    _product(out, a_address, a_order, a_ld, b_address, b_order, b_ld, rows, cols, depth)
+        b_col_major = _view(b_memory, b_base, b_t).T
+    a_is_c = a_kind == VIEW_C or a_kind == STAGED_C
+    b_is_c = b_kind == VIEW_C or b_kind == STAGED_C
+    if a_is_c and b_is_c:
+        np.dot(a_row_major, b_row_major, out)
+    elif a_is_c:
+        np.dot(a_row_major, b_col_major, out)
+    elif b_is_c:
+        np.dot(a_col_major, b_row_major, out)
+    else:
+        np.dot(a_col_major, b_col_major, out)
 
 
 @_jit

@@ -251,7 +251,7 @@ def _box_block(typ, val, c):
 # `_new_block`, compiled once for all lengths; what reads the tuple (`_nbytes`, `_set_dims`) is inlined
 # into each entry at numba's IR level, not compiled, optimised and cached as a function of its own per
 # length. This cut the README demo's allocator compiles (four lengths of allocate_contiguous, two of
-# allocate_triple, one of allocate_pair) from ~7 s to ~3 s of CPU.
+# allocate_triple, one of allocate_pair) from 5.5-7 s to 3-4 s of CPU on a loaded 2-core host.
 _inline = numba.njit(cache=True, inline="always")
 
 

@@ -386,21 +386,29 @@ def cat_pair_kernel(a_ptr, b_ptr, out_ptr, total, a_inner, b_inner, BLOCK: tl.co
 # ---------------------------------------------------------------- host-side input scan of the row fast paths
 
 
+# Compile cost: `inputs_finite` is compiled once per tensor count (numba types a tuple by its length;
+# the README demo uses four counts), so the scan itself is `_words_finite`, of int64 arguments only and
+# compiled once for all counts, and `inputs_finite` is only the loop over the tuples: inlined at numba's
+# IR level into `kernels.loss.inputs_plain` (its per-count entries then do not compile it again).
+
+
 @numba.njit(nogil=True, cache=True, boundscheck=False)
+def _words_finite(address, count, mask, wide):
+    """No NaN/Inf among the `count` contiguous floats at `address` (see `inputs_finite`)."""
+    if wide:
+        return _no_word_has_mask(numba.carray(as_pointer(address, np.uint32), count), np.uint32(mask))
+    return _no_word_has_mask(numba.carray(as_pointer(address, np.uint16), count), np.uint16(mask))
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def inputs_finite(addresses, counts, mask, wide):
     """No NaN/Inf among `counts[i]` contiguous floats at each `addresses[i]`: the per-call input scan of
     a fast path that reads several tensors (a layer norm's x, weight and bias; its backward's six), as
     one compiled call instead of one per tensor. `mask` is the exponent mask of the dtype, `wide` 1 for
     32-bit words (float32), 0 for 16-bit ones (float16, bfloat16): the same test as `_finite_numba`."""
     for i in range(len(addresses)):
-        if wide:
-            words32 = numba.carray(as_pointer(addresses[i], np.uint32), counts[i])
-            if not _no_word_has_mask(words32, np.uint32(mask)):
-                return False
-        else:
-            words16 = numba.carray(as_pointer(addresses[i], np.uint16), counts[i])
-            if not _no_word_has_mask(words16, np.uint16(mask)):
-                return False
+        if not _words_finite(addresses[i], counts[i], mask, wide):
+            return False
     return True
 
 

@@ -223,7 +223,11 @@ def _sole_argument(expression: str, function: str) -> str | None:
     return None
 
 
-def _store_value(dt: D.dtype, value: str) -> str:
+def _store_value(dt: D.dtype, value: str, exact: bool = False) -> str:
+    """`value` as written to memory of `dt`; `exact`: it already has `dt`'s compute type (`_Lowering.exact`),
+    which for a plain dtype is also the memory's, so it is written as it is."""
+    if exact and dt.name in _PLAIN:
+        return value
     if dt.name in ("bf16", "fp16"):
         # a value already rounded to the memory's dtype (`x.to(tl.float16)` before the store) converts
         # to the same bits unrounded: one rounding per element instead of two
@@ -1282,7 +1286,7 @@ class _Lowering:
                 index = self.open_loops_to(counts)
                 address = unit.render(index)
                 with self.hazards.hosted(root, address if _injective(unit, value.type.shape) else None):
-                    stored = _store_value(value.type.dtype, representation.render(index))
+                    stored = _store_value(value.type.dtype, representation.render(index), self.exact(value))
                 self.emit(f"{_memory(root, address)} = {stored}")
                 self.close_loops(tuple(counts))
 
@@ -1299,7 +1303,7 @@ class _Lowering:
             self.depth += 1
         offset = self._address(op, root, rp.render(index), None, "store", wrapped(index))
         with self.hazards.hosted(root, None):
-            stored = _store_value(dt, rv.render(index))
+            stored = _store_value(dt, rv.render(index), self.exact(value))
         self.emit(f"{_memory(root, offset)} = {stored}")
         if rm is not None:
             self.depth -= 1

@@ -1022,7 +1022,9 @@ class _Lowering:
             op.result,
             lambda index: f"({ra.render(index)} if {rc.render(index)} else {rb.render(index)})",
             *self.operand_cost(c, a, b),
-            exact=self.exact(a) and self.exact(b),  # numba unifies two values of one type to that type
+            # numba unifies two values of one type to that type
+            exact=self.exact(a) and self.exact(b)
+            and a.type.dtype.name == b.type.dtype.name == op.result.type.dtype.name,
         )
 
     # ---- memory

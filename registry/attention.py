@@ -717,10 +717,13 @@ def _unused_output(index: int) -> torch.Tensor:
     zero-size tensor has no element to write. Autograd saves them for the backward, so one that someone
     changed in place or resized (its version moved) or made require grad is replaced for later calls.
     (A backward whose forward saved it before such a change would then report the in-place change, as
-    for any saved tensor changed in place.)"""
+    for any saved tensor changed in place.) It is made outside inference mode even in a call under it: an
+    inference tensor has no version counter to read, and a later call outside the mode read it."""
     empty = _unused_outputs.get(index)
-    if empty is None or empty._version or empty.requires_grad or empty.numel() or empty.dim() != 1:
-        empty = _unused_outputs[index] = _memory.empty((0,), torch.float32, index)
+    if empty is None or empty.is_inference() or empty._version or empty.requires_grad or empty.numel() \
+            or empty.dim() != 1:
+        with torch.inference_mode(False):
+            empty = _unused_outputs[index] = _memory.empty((0,), torch.float32, index)
     return empty
 
 

@@ -5,10 +5,12 @@ Layout: q (B, H, M, D), k and v (B, H // group, N, D), all addressed through str
 key/value head (grouped-query attention; 1 = ordinary multi-head attention).
 
 Masking: `causal` (nonzero) keeps key j for query i when j <= i (the top-left aligned lower triangle,
-as `torch.nn.functional.scaled_dot_product_attention`); with `has_mask`, `mask_ptr` is read through
+as `torch.nn.functional.scaled_dot_product_attention`); with `HAS_MASK`, `mask_ptr` is read through
 its own strides (0 on broadcast dimensions, so a (L, S) or (B, 1, 1, S) mask is never expanded in
-memory) as a boolean keep-mask (`BOOL_MASK`) or as an additive float bias. `group`, `causal` and
-`has_mask` are runtime scalars: the compiled specialisations are only dtype x BOOL_MASK x tiles.
+memory) as a boolean keep-mask (`BOOL_MASK`) or as an additive float bias. `group` and `causal` are
+runtime scalars; `HAS_MASK` is a constexpr, so the common mask-less launch compiles no mask read (the
+mask's lane-by-lane load, bounds check and add were a sixth of a forward kernel's numba compile): the
+compiled specialisations are dtype x HAS_MASK x BOOL_MASK x tiles.
 
 Forward (one program per BLOCK_M query rows of one head): online softmax over BLOCK_N key tiles with
 the running row maximum `m` and row sum `l` in float32 and `acc = sum(p @ v)` in float32; the output
@@ -114,10 +116,10 @@ _TUNING = {"configs": _configs(), "key": ["M", "N", "D", "BLOCK_D"],
 
 
 @tl.jit
-def _masked_scores(s, keep, mask_ptrs, has_mask, BOOL_MASK: tl.constexpr):
+def _masked_scores(s, keep, mask_ptrs, HAS_MASK: tl.constexpr, BOOL_MASK: tl.constexpr):
     """Scores `s` with the masks applied: -inf where `keep` (bounds, causal) or a boolean mask is false;
     an additive mask is added elsewhere."""
-    if has_mask != 0:
+    if HAS_MASK:
         if BOOL_MASK:
             keep = keep & (tl.load(mask_ptrs, mask=keep, other=0) != 0)
         else:
@@ -144,8 +146,9 @@ def attention_forward_kernel(
     q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, lse_ptr,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     smb, smh, smm, smn, sob, soh, som, sod,
-    H, M, N, D, scale, group, causal, has_mask,
-    BOOL_MASK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    H, M, N, D, scale, group, causal,
+    HAS_MASK: tl.constexpr, BOOL_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -178,7 +181,7 @@ def attention_forward_kernel(
                      mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
         keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
         s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
-                           has_mask, BOOL_MASK)
+                           HAS_MASK, BOOL_MASK)
         m_new = tl.maximum(m_i, tl.max(s, axis=1), propagate_nan=tl.PropagateNan.ALL)
         m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
         alpha = tl.exp(m_i - m_safe)
@@ -202,8 +205,8 @@ def attention_backward_dq_kernel(
     q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, dout_ptr, lse_ptr, delta_ptr, dq_ptr,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     smb, smh, smm, smn, sob, soh, som, sod, sgb, sgh, sgm, sgd, sdqb, sdqh, sdqm, sdqd,
-    H, M, N, D, scale, group, causal, has_mask,
-    BOOL_MASK: tl.constexpr, EXACT_DELTA: tl.constexpr,
+    H, M, N, D, scale, group, causal,
+    HAS_MASK: tl.constexpr, BOOL_MASK: tl.constexpr, EXACT_DELTA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """delta = rowsum(dO * O) (stored for the dK/dV kernel) and dQ for BLOCK_M query rows of one head.
@@ -243,7 +246,7 @@ def attention_backward_dq_kernel(
                          mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
             keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
             s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
-                           has_mask, BOOL_MASK)
+                           HAS_MASK, BOOL_MASK)
             v = tl.load(v_base + rn[:, None] * svn + rd[None, :] * svd,
                         mask=col_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
             o += _mm(tl.exp(s - lse[:, None]), v, BLOCK_M, BLOCK_N, BLOCK_D)
@@ -260,7 +263,7 @@ def attention_backward_dq_kernel(
                      mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
         keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
         s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
-                           has_mask, BOOL_MASK)
+                           HAS_MASK, BOOL_MASK)
         p = tl.exp(s - lse[:, None])
         vt = tl.load(v_base + rn[None, :] * svn + rd[:, None] * svd,
                      mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
@@ -277,8 +280,9 @@ def attention_backward_dkdv_kernel(
     q_ptr, k_ptr, v_ptr, mask_ptr, dout_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     smb, smh, smm, smn, sgb, sgh, sgm, sgd, sdkb, sdkh, sdkn, sdkd, sdvb, sdvh, sdvn, sdvd,
-    H, M, N, D, scale, group, causal, has_mask,
-    BOOL_MASK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    H, M, N, D, scale, group, causal,
+    HAS_MASK: tl.constexpr, BOOL_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """dK and dV for BLOCK_N keys of one key/value head, summed over the `group` query heads sharing it.
     Works on transposed tiles (keys along rows): S^T = k (scale q)^T, dV += P^T dO, dK += dS^T (scale q)."""
@@ -316,7 +320,7 @@ def attention_backward_dkdv_kernel(
             qt = qt * scale
             keep = col_ok[:, None] & row_ok[None, :] & ((rn[:, None] <= rm[None, :]) | (causal == 0))
             st = _masked_scores(_mm(k, qt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_cols + rm[None, :] * smm,
-                                has_mask, BOOL_MASK)
+                                HAS_MASK, BOOL_MASK)
             lse = tl.load(lse_ptr + bh * M + rm, mask=row_ok, other=0.0)
             lse = tl.where(lse == -float("inf"), float("inf"), lse)
             pt = tl.exp(st - lse[None, :])
@@ -339,8 +343,8 @@ def attention_backward_tiny_kernel(
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     smb, smh, smm, smn, sob, soh, som, sod, sgb, sgh, sgm, sgd,
     sdqb, sdqh, sdqm, sdqd, sdkb, sdkh, sdkn, sdkd, sdvb, sdvh, sdvn, sdvd,
-    H, M, N, D, scale, group, causal, has_mask,
-    BOOL_MASK: tl.constexpr, EXACT_DELTA: tl.constexpr,
+    H, M, N, D, scale, group, causal,
+    HAS_MASK: tl.constexpr, BOOL_MASK: tl.constexpr, EXACT_DELTA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """The whole backward of a problem that fits one tile (every query and key of a head in one
@@ -374,14 +378,15 @@ def attention_backward_tiny_kernel(
         bh = b * H + h
         q = tl.load(q_ptr + b * sqb + h * sqh + rm[:, None] * sqm + rd[None, :] * sqd,
                     mask=q_ok, other=0.0).to(tl.float32)
-        q = q * scale
+        # kept in a buffer: read by two products, which otherwise each copied (and scaled) it again
+        q = tl.reshape(tl.reshape(q * scale, (BLOCK_M * BLOCK_D,)), (BLOCK_M, BLOCK_D))
         do = tl.load(dout_ptr + b * sgb + h * sgh + rm[:, None] * sgm + rd[None, :] * sgd,
                      mask=q_ok, other=0.0).to(tl.float32)
         lse = tl.load(lse_ptr + bh * M + rm, mask=row_ok, other=0.0)
         lse = tl.where(lse == -float("inf"), float("inf"), lse)  # rows that saw no key: P = 0
         s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep,
                            mask_ptr + b * smb + h * smh + rm[:, None] * smm + rn[None, :] * smn,
-                           has_mask, BOOL_MASK)
+                           HAS_MASK, BOOL_MASK)
         p = tl.exp(s - lse[:, None])
         if EXACT_DELTA:
             o = _mm(p, v, BLOCK_M, BLOCK_N, BLOCK_D)

@@ -243,12 +243,13 @@ def _forward_arguments(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     strides = (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides, *out_strides)
     sizes = (g.heads, g.q_len, g.kv_len, g.head_dim)
     block_d = g.block_d
-    tail = (*strides, *sizes, scale, g.group, int(is_causal), int(g.has_mask))
+    tail = (*strides, *sizes, scale, g.group, int(is_causal))
     dtypes = (query.dtype, key.dtype, value.dtype, mask.dtype, out_dtype, torch.float32)
     rows = g.batch * g.heads
-    shape_key = (*dtypes, *sizes, g.bool_mask, block_d, rows, device_tp(index), requested_backend())
+    shape_key = (*dtypes, *sizes, g.has_mask, g.bool_mask, block_d, rows, device_tp(index),
+                 requested_backend())
     fits = max(max(map(abs, strides)), rows * g.q_len) <= _INT32_MAX
-    constexprs = {"BOOL_MASK": g.bool_mask, "BLOCK_D": block_d}
+    constexprs = {"HAS_MASK": g.has_mask, "BOOL_MASK": g.bool_mask, "BLOCK_D": block_d}
     return tail, dtypes, shape_key, constexprs, _grid(g.q_len, rows), fits
 
 
@@ -334,7 +335,7 @@ def _backward_calls(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tens
     grad_query, grad_key, grad_value = grads
     mask = attn_bias if attn_bias is not None else query
     shared = (g.heads, g.q_len, g.kv_len, g.head_dim, _default_scale(scale, g.head_dim), g.group,
-              int(is_causal), int(g.has_mask))
+              int(is_causal))
     inputs = (*query.stride(), *key.stride(), *value.stride(), *g.mask_strides)
     exact = query.dtype != torch.float32
     kv_programs = g.batch * (g.heads // g.group)
@@ -343,15 +344,16 @@ def _backward_calls(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tens
                  (query, key, value, mask, out, grad_out, logsumexp, grad_query, grad_key, grad_value),
                  (*inputs, *out.stride(), *grad_out.stride(), *grad_query.stride(), *grad_key.stride(),
                   *grad_value.stride(), *shared),
-                 {"BOOL_MASK": g.bool_mask, "EXACT_DELTA": exact, "BLOCK_D": g.block_d}),)
+                 {"HAS_MASK": g.has_mask, "BOOL_MASK": g.bool_mask, "EXACT_DELTA": exact,
+                  "BLOCK_D": g.block_d}),)
     dq = (K.attention_backward_dq_kernel, _grid(g.q_len, g.batch * g.heads),
           (query, key, value, mask, out, grad_out, logsumexp, delta, grad_query),
           (*inputs, *out.stride(), *grad_out.stride(), *grad_query.stride(), *shared),
-          {"BOOL_MASK": g.bool_mask, "EXACT_DELTA": exact, "BLOCK_D": g.block_d})
+          {"HAS_MASK": g.has_mask, "BOOL_MASK": g.bool_mask, "EXACT_DELTA": exact, "BLOCK_D": g.block_d})
     dkdv = (K.attention_backward_dkdv_kernel, _kv_grid(g.kv_len, kv_programs),
             (query, key, value, mask, grad_out, logsumexp, delta, grad_key, grad_value),
             (*inputs, *grad_out.stride(), *grad_key.stride(), *grad_value.stride(), *shared),
-            {"BOOL_MASK": g.bool_mask, "BLOCK_D": g.block_d})
+            {"HAS_MASK": g.has_mask, "BOOL_MASK": g.bool_mask, "BLOCK_D": g.block_d})
     return dq, dkdv
 
 
@@ -715,10 +717,13 @@ def _unused_output(index: int) -> torch.Tensor:
     zero-size tensor has no element to write. Autograd saves them for the backward, so one that someone
     changed in place or resized (its version moved) or made require grad is replaced for later calls.
     (A backward whose forward saved it before such a change would then report the in-place change, as
-    for any saved tensor changed in place.)"""
+    for any saved tensor changed in place.) It is made outside inference mode even in a call under it: an
+    inference tensor has no version counter to read, and a later call outside the mode read it."""
     empty = _unused_outputs.get(index)
-    if empty is None or empty._version or empty.requires_grad or empty.numel() or empty.dim() != 1:
-        empty = _unused_outputs[index] = _memory.empty((0,), torch.float32, index)
+    if empty is None or empty.is_inference() or empty._version or empty.requires_grad or empty.numel() \
+            or empty.dim() != 1:
+        with torch.inference_mode(False):
+            empty = _unused_outputs[index] = _memory.empty((0,), torch.float32, index)
     return empty
 
 

@@ -56,6 +56,11 @@ _TRANSCENDENTAL = {
 }
 
 
+# binary ops without an operator symbol whose rendering is `_typed` (the rest are symbols, also `_typed`
+# or, when `closed`, of the exact type already)
+_TYPED_BINARY = frozenset(("floordiv", "mod", "maximum", "minimum", "atan2", "umulhi"))
+
+
 class UnsupportedByNumba(NotImplementedError):
     """The IR uses something this backend does not lower (the caller falls back to the interpreter)."""
 
@@ -149,6 +154,25 @@ def _itemsize(dt: D.dtype) -> int:
     return np.dtype(memory_dtype_name(dt)).itemsize
 
 
+def _cast(type_name: str, expression: str) -> str:
+    """`type_name(expression)`, or `expression` itself when it already is that very call: the second
+    cast of `np.int64(np.int64(x))` changes nothing, and every call is numba IR to type and lower (an
+    attention kernel rendered ~360 casts, many of them such repeats)."""
+    if _sole_argument(expression, type_name) is not None:
+        return expression
+    return f"{type_name}({expression})"
+
+
+# dtypes whose `_typed` rendering is a plain numpy constructor call (`np.float32(...)`), so the rendered
+# value has exactly the compute type: f16/bf16/fp8 (rounding helpers) and int1 (a comparison) are not
+_PLAIN = frozenset(("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "fp32", "fp64"))
+# dtypes whose `+ - *` (and `/` for floats) of two operands of exactly that type give exactly that type
+# in numba, rounded or wrapped as the cast would: float32 op float32 is float32 (not float64), int64
+# op int64 is int64. Narrower integers are promoted to int64 by numba and need their cast to wrap.
+_CLOSED = {"fp32": ("add", "sub", "mul", "div"), "fp64": ("add", "sub", "mul", "div"),
+           "int64": ("add", "sub", "mul")}
+
+
 def _typed(dt: D.dtype, expression: str) -> str:
     """`expression` converted to (and rounded to) the representation of `dt`."""
     if dt.name == "bf16":
@@ -159,7 +183,7 @@ def _typed(dt: D.dtype, expression: str) -> str:
         return f"round_{dt.name}({expression})"
     if dt.name == "int1":
         return f"({expression} != 0)"
-    return f"{compute_type(dt)}({expression})"
+    return _cast(compute_type(dt), expression)
 
 
 def _literal(dt: D.dtype, value) -> str:
@@ -199,7 +223,11 @@ def _sole_argument(expression: str, function: str) -> str | None:
     return None
 
 
-def _store_value(dt: D.dtype, value: str) -> str:
+def _store_value(dt: D.dtype, value: str, exact: bool = False) -> str:
+    """`value` as written to memory of `dt`; `exact`: it already has `dt`'s compute type (`_Lowering.exact`),
+    which for a plain dtype is also the memory's, so it is written as it is."""
+    if exact and dt.name in _PLAIN:
+        return value
     if dt.name in ("bf16", "fp16"):
         # a value already rounded to the memory's dtype (`x.to(tl.float16)` before the store) converts
         # to the same bits unrounded: one rounding per element instead of two
@@ -210,7 +238,7 @@ def _store_value(dt: D.dtype, value: str) -> str:
         return f"f32_to_{dt.name}_bits({_sole_argument(value, 'round_' + dt.name) or value})"
     if dt.name == "int1":
         return f"({value} != 0)"
-    return f"{compute_type(dt)}({value})"
+    return _cast(compute_type(dt), value)
 
 
 def _memory(root: int, offset: str) -> str:
@@ -250,12 +278,12 @@ class Affine:
     coefficients: tuple
 
     def render(self, index: list[str]) -> str:
-        terms = [self.base]
+        terms = [] if _is_zero(self.base) else [self.base]
         for i, c in zip(index, self.coefficients, strict=True):
             if c == 0:
                 continue
             terms.append(i if c == 1 else f"{i} * {c}")
-        return f"np.int64({' + '.join(terms)})"
+        return _cast("np.int64", " + ".join(terms) or "0")
 
 
 @dataclass(frozen=True)
@@ -275,6 +303,8 @@ class Lazy:
     transcendental: bool = False
     affine: Affine | None = None
     interval: Interval | None = None
+    # the rendering always has exactly the compute type of the value's dtype (`_Lowering.exact`)
+    exact: bool = False
 
     def render(self, index: list[str]) -> str:
         return self.build(index)
@@ -440,6 +470,10 @@ class _Lowering:
         # (a memory, b memory, work) numpy dtype names of those calls: the C entries (`dot_call`) the
         # generated module registers when it is imported
         self.dot_entries: set[tuple[str, str, str]] = set()
+        # scalar variables that hold exactly the compute type of their value's dtype (see `exact`)
+        self.exact_scalars: set[str] = set()
+        # `tl.trans` results of a 2-D buffer, by value id: the buffer's name (`tl.dot` reads it strided)
+        self.transposed: dict[int, str] = {}
         self._count_uses(fn.body)
 
     # ---- bookkeeping
@@ -516,24 +550,42 @@ class _Lowering:
         *,
         affine: Affine | None = None,
         interval: Interval | None = None,
+        exact: bool = False,
     ) -> None:
-        """Bind a pure elementwise result: a scalar variable now, or a lazy expression."""
+        """Bind a pure elementwise result: a scalar variable now, or a lazy expression. `exact`: every
+        rendering has exactly the compute type of the value's dtype (consumers may then skip a cast)."""
         shape = value.type.shape
         if not shape:
             name = f"v{value.id}"
-            self.emit(f"{name} = {build([])}")
+            text = build([])
+            self.emit(f"{name} = {text}")
             self.values[value.id] = Scalar(name)
             self._bound_leaf(name, value.type.dtype)
+            if exact or _sole_argument(text, compute_type(value.type.dtype)) is not None:
+                self.exact_scalars.add(name)
             return
         if affine is not None:
             build = affine.render
-        lazy = Lazy(shape, build, cost, transcendental, affine, interval)
+            exact = compute_type(value.type.dtype) == "np.int64"  # `Affine.render` is an np.int64 call
+        lazy = Lazy(shape, build, cost, transcendental, affine, interval, exact)
         self.values[value.id] = lazy
         # a value used twice is computed once into a buffer when it is costly, except an index or a
         # mask whose affine or interval form lets a load or store check and address a whole box at once
         if self.uses.get(value.id, 0) >= 2 and (transcendental or cost >= 6) and affine is None \
                 and interval is None:
             self.materialize(value)
+
+    def exact(self, value: Value) -> bool:
+        """Whether every rendering of `value` has exactly the numpy type `compute_type` gives its dtype:
+        a buffer element (buffers are allocated with that type), a scalar variable assigned a value of
+        that type, or a lazy expression built so. Then an operation whose numba result type already is
+        that type (`_CLOSED`) needs no cast around it."""
+        representation = self.get(value)
+        if isinstance(representation, Buffer):
+            return True
+        if isinstance(representation, Scalar):
+            return representation.name in self.exact_scalars
+        return isinstance(representation, Lazy) and representation.exact
 
     def affine_of(self, value: Value) -> Affine | None:
         """`value` as an affine function of the block indices, when it is one (integers and pointers)."""
@@ -544,7 +596,7 @@ class _Lowering:
         if value.id in self.pointer_affine:
             return self.pointer_affine[value.id]
         if isinstance(representation, Scalar) and (dt.is_ptr() or (dt.is_int() and not dt.is_bool())):
-            return Affine(f"np.int64({representation.name})", (0,) * len(value.type.shape))
+            return Affine(_cast("np.int64", representation.name), (0,) * len(value.type.shape))
         return None
 
     def interval_of(self, value: Value) -> Interval | None:
@@ -579,6 +631,8 @@ class _Lowering:
                 name = f"v{param.value.id}"
                 prologue.append(f"{name} = {_typed(param.type.dtype, f's{index}')}")
                 self.values[param.value.id] = Scalar(name)
+                if param.type.dtype.name in _PLAIN:
+                    self.exact_scalars.add(name)
                 self._bound_leaf(name, param.type.dtype)
         self.depth = 0
         self.block(fn.body)
@@ -636,10 +690,12 @@ class _Lowering:
         affine = None
         if dt.is_int() and not dt.is_bool():
             affine = Affine(str(int(op.attrs["value"])), (0,) * len(op.result.type.shape))
-        self.define(op.result, lambda index: text, affine=affine)
+        self.define(op.result, lambda index: text, affine=affine, exact=dt.name in _PLAIN)
 
     def op_program_id(self, op: Op) -> None:
         self.values[op.result.id] = Scalar(f"pid{op.attrs['axis']}")
+        if compute_type(op.result.type.dtype) == "np.int32":  # the template's pid variables are np.int32
+            self.exact_scalars.add(f"pid{op.attrs['axis']}")
 
     def op_num_programs(self, op: Op) -> None:
         self.values[op.result.id] = Scalar(f"np.int32(g{op.attrs['axis']})")
@@ -660,7 +716,8 @@ class _Lowering:
         if not source_shape:
             affine = Affine(source_affine.base, (0,) * len(target_shape)) if source_affine else None
             self.define(
-                op.result, lambda index: representation.render([]), *self.operand_cost(source), affine=affine
+                op.result, lambda index: representation.render([]), *self.operand_cost(source), affine=affine,
+                exact=self.exact(source),
             )
             return
         widened = [s == 1 and t != 1 for s, t in zip(source_shape, target_shape, strict=True)]
@@ -678,7 +735,8 @@ class _Lowering:
             interval = Interval(
                 tuple(None if w else u for w, u in zip(widened, source_interval.upper, strict=True))
             )
-        self.define(op.result, build, *self.operand_cost(source), affine=affine, interval=interval)
+        self.define(op.result, build, *self.operand_cost(source), affine=affine, interval=interval,
+                    exact=self.exact(source))
 
     def op_reshape(self, op: Op) -> None:
         source = op.operands[0]
@@ -696,7 +754,7 @@ class _Lowering:
                 return representation.render(mapped)
 
             if not target_shape:
-                self.define(op.result, build)
+                self.define(op.result, build, exact=self.exact(source))
                 return
             affine = interval = None
             source_affine, source_interval = self.affine_of(source), self.interval_of(source)
@@ -710,10 +768,12 @@ class _Lowering:
                 for s_, t in zip(source_positions, target_positions, strict=True):
                     upper[t] = source_interval.upper[s_]
                 interval = Interval(tuple(upper))
+            exact = self.exact(source)
             if affine is not None:
                 build = affine.render
+                exact = compute_type(op.result.type.dtype) == "np.int64"
             self.values[op.result.id] = Lazy(
-                target_shape, build, *self.operand_cost(source), affine, interval
+                target_shape, build, *self.operand_cost(source), affine, interval, exact
             )
             return
         buffer = self.materialize(source)
@@ -732,13 +792,16 @@ class _Lowering:
                 mapped[source_axis] = index[result_axis]
             return representation.render(mapped)
 
+        if isinstance(representation, Buffer) and tuple(dims) == (1, 0):
+            self.transposed[op.result.id] = representation.name
         source_affine, source_interval = self.affine_of(source), self.interval_of(source)
         affine = interval = None
         if source_affine is not None:
             affine = Affine(source_affine.base, tuple(source_affine.coefficients[d] for d in dims))
         if source_interval is not None:
             interval = Interval(tuple(source_interval.upper[d] for d in dims))
-        self.define(op.result, build, *self.operand_cost(source), affine=affine, interval=interval)
+        self.define(op.result, build, *self.operand_cost(source), affine=affine, interval=interval,
+                    exact=self.exact(source))
 
     def op_cast(self, op: Op) -> None:
         source = op.operands[0]
@@ -766,7 +829,7 @@ class _Lowering:
                     f"{low}), {high})))"
                 )
 
-            self.define(op.result, build, *self.operand_cost(source))
+            self.define(op.result, build, *self.operand_cost(source), exact=True)
             return
         if src.is_bool() and dst.is_floating():
             self.define(
@@ -792,6 +855,7 @@ class _Lowering:
             lambda index: _typed(dst, representation.render(index)),
             *self.operand_cost(source),
             affine=affine,
+            exact=dst.name in _PLAIN,
         )
 
     def op_binary(self, op: Op) -> None:
@@ -799,6 +863,9 @@ class _Lowering:
         ra, rb = self.get(a), self.get(b)
         dt = op.result.type.dtype
         kind = op.attrs["op"]
+        # both operands of exactly the result's type and an op closed over it: the cast is a no-op
+        closed = (kind in _CLOSED.get(dt.name, ()) and a.type.dtype.name == b.type.dtype.name == dt.name
+                  and self.exact(a) and self.exact(b))
         symbol = {
             "add": "+",
             "sub": "-",
@@ -814,7 +881,7 @@ class _Lowering:
 
         def build(index: list[str]) -> str:
             x, y = ra.render(index), rb.render(index)
-            if kind in ("and", "or", "xor") and dt.is_bool():
+            if kind in ("and", "or", "xor") and dt.is_bool() or closed:
                 return f"({x} {symbol} {y})"
             if symbol is not None:
                 return _typed(dt, f"{x} {symbol} {y}")
@@ -849,6 +916,7 @@ class _Lowering:
             transcendental or kind in _TRANSCENDENTAL,
             affine=affine,
             interval=interval,
+            exact=dt.name in _PLAIN and (symbol is not None or kind in _TYPED_BINARY),
         )
 
     def op_cmp(self, op: Op) -> None:
@@ -916,7 +984,8 @@ class _Lowering:
             return _typed(dt, formula.format(x=x))
 
         cost, transcendental = self.operand_cost(source)
-        self.define(op.result, build, cost + 1, transcendental or kind in _TRANSCENDENTAL)
+        exact = dt.name in _PLAIN and kind not in ("isnan", "isinf", "signbit")  # the rest render `_typed`
+        self.define(op.result, build, cost + 1, transcendental or kind in _TRANSCENDENTAL, exact=exact)
 
     def op_ptr_add(self, op: Op) -> None:
         pointer, offset = op.operands
@@ -924,7 +993,7 @@ class _Lowering:
         affine = _combine_affine("add", self.affine_of(pointer), self.affine_of(offset))
         self.define(
             op.result,
-            lambda index: f"np.int64({rp.render(index)} + {ro.render(index)})",
+            lambda index: _cast("np.int64", _add_bases(rp.render(index), ro.render(index), "+")),
             *self.operand_cost(pointer, offset),
             affine=affine,
         )
@@ -944,7 +1013,7 @@ class _Lowering:
                 return f"({x} * {y} + {z})"
             return _typed(dt, f"fma32({x}, {y}, {z})")
 
-        self.define(op.result, build, *self.operand_cost(a, b, c))
+        self.define(op.result, build, *self.operand_cost(a, b, c), exact=dt.name == "fp32")
 
     def op_where(self, op: Op) -> None:
         c, a, b = op.operands
@@ -953,6 +1022,9 @@ class _Lowering:
             op.result,
             lambda index: f"({ra.render(index)} if {rc.render(index)} else {rb.render(index)})",
             *self.operand_cost(c, a, b),
+            # numba unifies two values of one type to that type
+            exact=self.exact(a) and self.exact(b)
+            and a.type.dtype.name == b.type.dtype.name == op.result.type.dtype.name,
         )
 
     # ---- memory
@@ -1042,7 +1114,7 @@ class _Lowering:
             name = self.count_memo.get(memo_key)
             if name is None:
                 name = self.fresh("c")
-                self.emit(f"{name} = max(0, min({extent}, np.int64({bound})))")
+                self.emit(f"{name} = max(0, min({extent}, {_cast('np.int64', bound)}))")
                 self.count_memo[memo_key] = name
             counts.append(name)
         return affine, counts
@@ -1058,7 +1130,7 @@ class _Lowering:
             self.emit(f"if {' and '.join(f'{c} > 0' for c in variable)}:")
             self.depth += 1
         low, high = self.fresh("lo"), self.fresh("hi")
-        self.emit(f"{low} = np.int64({affine.base})")
+        self.emit(f"{low} = {_cast('np.int64', affine.base)}")
         self.emit(f"{high} = {low}")
         # the bound on every intermediate of the offsets: below 2**62 their int64 values are exact
         bound = self.fresh("mg")
@@ -1068,7 +1140,7 @@ class _Lowering:
             if coefficient == 0:
                 continue
             span = self.fresh("t")
-            self.emit(f"{span} = np.int64({coefficient}) * ({count} - 1)")
+            self.emit(f"{span} = {_cast('np.int64', str(coefficient))} * ({count} - 1)")
             self.emit(f"{low} += min(0, {span})")
             self.emit(f"{high} += max(0, {span})")
             if not exact:
@@ -1143,7 +1215,11 @@ class _Lowering:
                     return value
                 return f"({value} if {' and '.join(tests)} else {fill(index)})"
 
-            self.values[op.result.id] = Lazy(shape, build, 2)
+            # the element read is of the compute type when the memory holds it as such (fp32 as float32,
+            # not f16 as uint16 bits), and so is the fill, a literal of it or an exact `other`
+            exact = (dt.name in _PLAIN and memory_dtype_name(dt) == compute_type(dt)[3:]
+                     and (other is None or self.exact(other)))
+            self.values[op.result.id] = Lazy(shape, build, 2, exact=exact)
             scalar_fill = _literal(dt, 0)
             if other is not None:
                 # `other` is usually a scalar broadcast to the block: its rendering names no index
@@ -1178,7 +1254,7 @@ class _Lowering:
         if isinstance(innermost, int):
             emit_access(affine)
             return
-        self.emit(f"if np.int64({innermost}) == 1:")
+        self.emit(f"if {_cast('np.int64', innermost)} == 1:")
         self.depth += 1
         emit_access(Affine(affine.base, (*affine.coefficients[:-1], 1)))
         self.depth -= 1
@@ -1212,7 +1288,7 @@ class _Lowering:
                 index = self.open_loops_to(counts)
                 address = unit.render(index)
                 with self.hazards.hosted(root, address if _injective(unit, value.type.shape) else None):
-                    stored = _store_value(value.type.dtype, representation.render(index))
+                    stored = _store_value(value.type.dtype, representation.render(index), self.exact(value))
                 self.emit(f"{_memory(root, address)} = {stored}")
                 self.close_loops(tuple(counts))
 
@@ -1229,7 +1305,7 @@ class _Lowering:
             self.depth += 1
         offset = self._address(op, root, rp.render(index), None, "store", wrapped(index))
         with self.hazards.hosted(root, None):
-            stored = _store_value(dt, rv.render(index))
+            stored = _store_value(dt, rv.render(index), self.exact(value))
         self.emit(f"{_memory(root, offset)} = {stored}")
         if rm is not None:
             self.depth -= 1
@@ -1538,10 +1614,21 @@ class _Lowering:
             self.hoisted.append(f"{staged_t} = np.empty({(cols, rows)!r}, dtype={ct})")
             row_stride, col_stride = box.affine.coefficients
             bits = {"fp16": 1, "bf16": 2}.get(box.dtype.name, 0)
-            return [f"m{box.root}", f"np.int64({box.affine.base})", f"np.int64({row_stride})",
-                    f"np.int64({col_stride})", f"np.int64({box.counts[0]})", f"np.int64({box.counts[1]})",
-                    f"{ct}({box.fill})", staged_c, staged_t, f"np.int64({bits})",
-                    str(box.dtype.name == work_dt.name)]
+            return [f"m{box.root}", _cast("np.int64", box.affine.base), _cast("np.int64", str(row_stride)),
+                    _cast("np.int64", str(col_stride)), f"np.int64({box.counts[0]})",
+                    f"np.int64({box.counts[1]})", f"{ct}({box.fill})", staged_c, staged_t,
+                    f"np.int64({bits})", str(box.dtype.name == work_dt.name)]
+        source = self.transposed.get(value.id)
+        if source is not None and isinstance(self.get(value), Lazy) \
+                and compute_type(value.type.dtype) == ct:
+            # `tl.trans` of a C buffer of the work type: the buffer itself, read with swapped strides
+            # (gemm's transpose flag), instead of an elementwise copy into a new array
+            staged_c, staged_t = f"sc{value.id}_{self.fresh('')}", f"st{value.id}_{self.fresh('')}"
+            self.hoisted.append(f"{staged_c} = np.empty({(rows, cols)!r}, dtype={ct})")
+            self.hoisted.append(f"{staged_t} = np.empty({(cols, rows)!r}, dtype={ct})")
+            return [f"{source}.reshape(({rows * cols},))", "np.int64(0)", "np.int64(1)", f"np.int64({rows})",
+                    f"np.int64({rows})", f"np.int64({cols})", f"{ct}(0)", staged_c, staged_t, "np.int64(0)",
+                    "True"]
         name = self._dot_array(value, work_dt)
         return [f"{name}.reshape(({rows * cols},))", "np.int64(0)", f"np.int64({cols})", "np.int64(1)",
                 f"np.int64({rows})", f"np.int64({cols})", f"{ct}(0)", name, name, "np.int64(0)", "True"]
@@ -1799,6 +1886,7 @@ class _Lowering:
         self.depth += 1
         self.emit(f"v{induction.id} = {compute_type(induction.type.dtype)}({raw})")
         self.values[induction.id] = Scalar(f"v{induction.id}")
+        self.exact_scalars.add(f"v{induction.id}")
         self.loops += 1
         self.block_with_terminator(body, carried_names)
         self.loops -= 1
@@ -1952,7 +2040,7 @@ def _combine_affine(kind: str, a: Affine | None, b: Affine | None) -> Affine | N
     if kind in ("add", "sub"):
         sign = "+" if kind == "add" else "-"
         return Affine(
-            f"({a.base} {sign} {b.base})",
+            _add_bases(a.base, b.base, sign),
             tuple(_add_terms(x, y, sign) for x, y in zip(a.coefficients, b.coefficients, strict=True)),
         )
     if kind == "mul":
@@ -1963,8 +2051,24 @@ def _combine_affine(kind: str, a: Affine | None, b: Affine | None) -> Affine | N
         else:
             return None
         factor = b.base
-        return Affine(f"({a.base} * {factor})", tuple(_mul_terms(c, factor) for c in a.coefficients))
+        base = "0" if _is_zero(a.base) or _is_zero(factor) else f"({a.base} * {factor})"
+        return Affine(base, tuple(_mul_terms(c, factor) for c in a.coefficients))
     return None
+
+
+def _is_zero(base: str) -> bool:
+    """Whether an `Affine` base is the literal 0 (the base of `tl.arange(0, n)`, of a pointer argument)."""
+    return base in ("0", "np.int64(0)")
+
+
+def _add_bases(x: str, y: str, sign: str) -> str:
+    """`x sign y` for two `Affine` bases, without the term that is a literal 0 (each term is IR numba
+    types and lowers, and `_shadow` twins it into float64 arithmetic besides)."""
+    if _is_zero(y):
+        return x
+    if _is_zero(x) and sign == "+":
+        return y
+    return f"({x} {sign} {y})"
 
 
 def _interval_from_compare(kind: str, a: Affine | None, b: Affine | None) -> Interval | None:
@@ -1985,7 +2089,9 @@ def _interval_from_compare(kind: str, a: Affine | None, b: Affine | None) -> Int
         return Interval((upper,) + (None,) * (len(a.coefficients) - 1))
     if len(live) != 1 or a.coefficients[live[0]] != 1:
         return None
-    upper = f"({b.base} - {a.base}{' + 1' if kind == 'le' else ''})"
+    upper = _add_bases(b.base, a.base, "-")
+    if kind == "le":
+        upper = f"({upper} + 1)"
     return Interval(tuple(upper if d == live[0] else None for d in range(len(a.coefficients))))
 
 

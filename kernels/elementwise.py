@@ -88,7 +88,7 @@ def unary_kernel(x_ptr, out_ptr, n, p, OP, FAST_OP: tl.constexpr, BLOCK: tl.cons
         y = tl.exp(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32))
     elif FAST_OP == 6:
         x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        y = tl.where(x > 0.0, x, 0.0)
+        y = tl.where(x < 0.0, 0.0, x)  # relu as torch: NaN and -0.0 pass through
     elif FAST_OP == 7:
         x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
         y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
@@ -122,7 +122,7 @@ def unary_kernel(x_ptr, out_ptr, n, p, OP, FAST_OP: tl.constexpr, BLOCK: tl.cons
         elif OP == 5:
             y = tl.tanh(x)
         elif OP == 6:
-            y = tl.where(x > 0.0, x, 0.0)
+            y = tl.where(x < 0.0, 0.0, x)
         elif OP == 7:
             y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
         elif OP == 8:

@@ -301,10 +301,11 @@ TABLE: list[Op] = [
     *_unary_family("cos", "cos"),  # RoPE's tables in every Llama-style model
     *_unary_family("sin", "sin"),
     *_unary_family("reciprocal", "reciprocal"),
-    Op("relu.default", lambda x: EW.unary("relu", x), "nn.functional.relu",
-       make_plan=lambda: EW.unary_family("relu")),
-    Op("relu_.default", lambda x: EW.unary("relu", x, inplace=True),
-       make_plan=lambda: EW.unary_family("relu", inplace=True)),
+    # relu is exact: `where(x < 0, 0, x)` keeps NaN and -0.0 as torch's relu does
+    Op("relu.default", lambda x: EW.unary("relu", x), "nn.functional.relu", exact=True,
+       make_plan=lambda: EW.unary_family("relu", scan=False)),
+    Op("relu_.default", lambda x: EW.unary("relu", x, inplace=True), exact=True,
+       make_plan=lambda: EW.unary_family("relu", inplace=True, scan=False)),
     Op("silu.default", lambda x: EW.unary("silu", x), "nn.functional.silu",
        make_plan=lambda: EW.unary_family("silu")),
     Op("silu.out", lambda x, out=None: EW.unary("silu", x, out=out),

@@ -84,7 +84,7 @@ def output_order(*operands) -> tuple[int, ...] | None:
         result = torch.where(metas[0] != 0, metas[1], metas[2])
     order = None
     if not result.is_contiguous():
-        # outermost first: larger strides first; a size-1 dim's stride says nothing, keep it in place
+        # outermost first: larger strides first, equal strides (size-1 dims) in their own order
         order = tuple(sorted(range(result.dim()), key=lambda d: (-result.stride(d), d)))
         if order == tuple(range(result.dim())):
             order = None

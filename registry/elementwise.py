@@ -245,13 +245,13 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
     (`ordered`: they are), so a transposed input also gives the dense kernel its contiguous operand."""
     if isinstance(alpha, complex) or (isinstance(alpha, Tensor)):
         raise Decline("tensor/complex alpha")
-    _alpha_scan(name, alpha, a, b)
     if out is None and not inplace and not ordered:
         order = output_order(a, b)
         if order is not None:
             nd = len(order)
             return restored(binary(name, in_order(a, order, nd), in_order(b, order, nd), alpha,
                                    comparison=comparison, ordered=True), order)
+    _alpha_scan(name, alpha, a, b)  # after the reordering, whose call scans the same operands
     if name == "div" and not inplace:
         a, b = true_division_operands(a, b)
     if torch.result_type(a, b) in INTEGERS:
@@ -282,13 +282,13 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
     return out
 
 
-def unary(name: str, x: Tensor, p: float = 0.0, out=None, *, inplace=False):
+def unary(name: str, x: Tensor, p: float = 0.0, out=None, *, inplace=False, ordered=False):
     """The unary op `name` (parameter `p`): a new result is laid out as torch lays it out
-    (`output_order`), so a transposed input is read in place instead of copied."""
-    if out is None and not inplace:
+    (`output_order`), so a transposed input is read in place instead of copied (`ordered`: it is)."""
+    if out is None and not inplace and not ordered:
         order = output_order(x)
         if order is not None:
-            return restored(unary(name, x.permute(order), p), order)
+            return restored(unary(name, x.permute(order), p, ordered=True), order)
     index = _device_index(x)
     if x.dtype in INTEGERS and name in ("abs", "neg"):
         # exact on the integer kernel: abs, and neg as x * -1 (both wrap at the minimum, as torch)
@@ -603,11 +603,9 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
     scan, mask = contiguous_scan(dtype)
     small = a_numel < PARALLEL_MIN and b_numel < PARALLEL_MIN
     empty_, deploy_mode = _memory.empty, config.deploy_mode
+    # `scanned` False: inputs the caller has checked already (clamp's second launch), or an exact op;
     # add/sub registered `exact` still scan for an alpha other than 1 (see `_ALPHA_SCANNED`)
     alpha_scanned = not scanned and op_name in _ALPHA_SCANNED
-    configured_deploy = deploy_mode
-    if not scanned:  # inputs the caller has checked already (clamp's second launch), or an exact op
-        deploy_mode = _unscanned
 
     def run(operands: tuple) -> Tensor | None:
         a, b, alpha, target = operands
@@ -618,7 +616,7 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
         if target is not None and (_overlaps(target, a) if scalar else _overlaps(target, a, b)):
             return None  # out= shares memory with an input: the implementation decides
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-        if not deploy_mode() or (alpha_scanned and alpha != 1 and not configured_deploy()):
+        if (scanned or (alpha_scanned and alpha != 1)) and not deploy_mode():
             if small:
                 if not scan(a.data_ptr(), a_numel, mask) or not (scalar or scan(b.data_ptr(), b_numel, mask)):
                     return None

@@ -188,6 +188,7 @@ class CompiledGraph:
         return specs
 
     def _fuse(self, specs: list[KernelSpec], tp: int) -> fx.GraphModule:
+        _dump(self.name, self.gm, specs)  # (before loading: a kernel that fails to load is dumped too)
         runners = [FusedKernel(spec, tp, subgraph_module(self.gm, spec)) for spec in specs]
         return fuse_graph(self.gm, specs, runners)
 
@@ -207,7 +208,6 @@ class CompiledGraph:
                 _stats.count("cache_rebuilds")
                 specs = self._generate(key, tp)
                 module = self._fuse(specs, tp)
-            _dump(self.name, self.gm, specs)
             if PROGRAMS and tp == 1 and self.device_index is not None:
                 module = Program(module, self.device_index, self.name)
             self.specs = specs

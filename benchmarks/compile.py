@@ -13,6 +13,11 @@ Run: python benchmarks/compile.py [--repeats 7] [--threads 1,2] [--no-inductor] 
     first compiled call's time (Dynamo + backend compile; then the second call's, which generates the
     program; run the script twice to see them with a warm
     kernel cache) for backend="rbln" and for inductor.
+(4) With --fresh N: the first compiled call of the Llama model in N fresh processes per backend (after one
+    unmeasured process each, so that the kernel, graph and inductor caches are warm), as issue 22 asks:
+    rbln vs inductor, split into Dynamo (the rest), the backend call (AOTAutograd + our compile_graph),
+    our compile_graph alone, the graph's first run (rbln: first launches, fused kernels loaded from the
+    numba cache) and, for rbln, the second call that generates the program.
 (2) A pointwise chain of 4 ops (mul, add, sigmoid, mul) on 2^24 float32 elements at equal threads:
     torch eager on the CPU with torch.set_num_threads(n) vs the compiled graph on rbln with
     options={"tensor_parallel_size": n} (the fused kernel's grid split over n simulated NPUs, one thread
@@ -27,8 +32,11 @@ checked against the CPU result first.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -235,6 +243,90 @@ def pointwise_chain(threads: list[int], repeats: int) -> list[dict]:
     return rows
 
 
+def _timed(owner: object, name: str, totals: dict[str, float], label: str) -> None:
+    """Add the CPU seconds spent in `owner.name` (a function or method) to `totals[label]`."""
+    function = getattr(owner, name)
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        start = time.process_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            totals[label] = totals.get(label, 0.0) + time.process_time() - start
+
+    setattr(owner, name, wrapper)
+
+
+def first_call_child(backend: str) -> dict:
+    """In this (fresh) process: the Llama model's first compiled call, split as `fresh_first_calls` lists
+    (CPU seconds)."""
+    torch.set_num_threads(1)
+    start = time.process_time()
+    model = _llama().eval()
+    ids = torch.randint(0, 1024, (1, 128), generator=torch.Generator().manual_seed(0))
+    totals: dict[str, float] = {}
+    if backend == "rbln":
+        from torch_rbln.compiler import fused, program
+
+        model.to("rbln")
+        ids = ids.to("rbln")
+        _timed(rbln_compiler, "rbln_backend", totals, "backend")
+        _timed(rbln_backend, "compile_graph", totals, "ours")
+        _timed(rbln_backend.CompiledGraph, "__call__", totals, "run")
+        _timed(fused.FusedKernel, "_compile", totals, "fused_loads")
+        _timed(program.Program, "_generate", totals, "program")
+        compiled = torch.compile(model, backend="rbln")
+    else:
+        import torch._inductor.compile_fx as compile_fx
+
+        _timed(compile_fx, "compile_fx", totals, "backend")
+        compiled = torch.compile(model)
+    setup = time.process_time() - start
+    with torch.no_grad():
+        start = time.process_time()
+        compiled(input_ids=ids)
+        first = time.process_time() - start
+        row = {"setup": setup, "first": first, **totals}
+        start = time.process_time()
+        compiled(input_ids=ids)
+        row["second"] = time.process_time() - start
+        if backend == "rbln":  # (the second call generates the program; `run` is the first call's)
+            row["program"] = totals.get("program", 0.0)
+    row["dynamo"] = first - row.get("backend", 0.0) - row.get("run", 0.0)
+    return row
+
+
+def fresh_first_calls(processes: int) -> dict[str, list[dict]]:
+    """`first_call_child` for rbln and inductor in alternating fresh processes (after a warm-up each)."""
+    rows: dict[str, list[dict]] = {"rbln": [], "inductor": []}
+    for run in range(processes + 1):
+        for backend in rows:
+            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--first-call-child", backend],
+                                  capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise SystemExit(f"first-call process ({backend}) failed:\n{done.stderr[-4000:]}")
+            if run:  # the first process of each warms the caches
+                rows[backend].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+def _print_fresh(rows: dict[str, list[dict]]) -> None:
+    columns = ("first", "dynamo", "backend", "ours", "run", "fused_loads", "second", "program")
+    print(f"\n(4) Llama first compiled call in {len(rows['rbln'])} fresh processes per backend, warm caches "
+          f"(median CPU s; dynamo = first - backend - run)")
+    print(f"{'backend':>9} " + " ".join(f"{c:>11}" for c in columns))
+    for backend, samples in rows.items():
+        cells = []
+        for column in columns:
+            values = [row[column] for row in samples if column in row]
+            cells.append(f"{statistics.median(values):11.2f}" if values else f"{'-':>11}")
+        print(f"{backend:>9} " + " ".join(cells))
+    ratio = [r["first"] for r in rows["rbln"]], [r["first"] for r in rows["inductor"]]
+    print(f"    rbln first calls {', '.join(f'{v:.2f}' for v in ratio[0])} s; "
+          f"inductor {', '.join(f'{v:.2f}' for v in ratio[1])} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -245,7 +337,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llama", action="store_true", help="also the mid-size Llama forward (slow)")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="CPU seconds of this process (default) or wall-clock seconds")
+    parser.add_argument("--fresh", type=int, default=0, metavar="N",
+                        help="only (4): the Llama first compiled call in N fresh processes per backend")
+    parser.add_argument("--first-call-child", choices=("rbln", "inductor"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.first_call_child:
+        print(json.dumps(first_call_child(args.first_call_child)))
+        return 0
+    if args.fresh:
+        rows = fresh_first_calls(args.fresh)
+        _print_fresh(rows)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"fresh_first_calls": rows}, f, indent=1)
+        return 0
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     threads = [int(t) for t in args.threads.split(",") if t]

@@ -33,10 +33,11 @@ def count_launches(launches: int, kernels: tuple) -> None:
 
 def snapshot() -> dict:
     """Counters (graphs_compiled, memory_hits, disk_hits, kernels_generated, fused_launches, eager_graphs,
-    eager_group_calls, compile_errors, tp_failovers) and launches per fused kernel (``kernels``)."""
+    eager_group_calls, compile_errors, tp_failovers, cache_rebuilds: graph cache entries that did not fit
+    their graph or did not load, regenerated) and launches per fused kernel (``kernels``)."""
     with _lock:
         names = ("graphs_compiled", "memory_hits", "disk_hits", "kernels_generated", "fused_launches",
-                 "eager_graphs", "eager_group_calls", "compile_errors", "tp_failovers")
+                 "eager_graphs", "eager_group_calls", "compile_errors", "tp_failovers", "cache_rebuilds")
         out: dict = {name: _counts.get(name, 0) for name in names}
         out.update({k: v for k, v in _counts.items() if k not in out})
         out["kernels"] = dict(_kernels)

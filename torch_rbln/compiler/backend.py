@@ -155,7 +155,8 @@ class CompiledGraph:
         self._variants[self.tp] = self._build(self.tp)
 
     # ---------------------------------------------------------------- compile
-    def _plan(self, tp: int) -> list[KernelSpec]:
+    def _plan(self, tp: int) -> tuple[str, list[KernelSpec], bool]:
+        """(graph key, kernel specs, whether they came from the graph cache)."""
         key = cache.graph_key(self.gm, self.example_inputs, tp)
         hit = cache.lookup(key)
         if hit is not None:
@@ -163,14 +164,19 @@ class CompiledGraph:
             try:
                 names = {node.name for node in self.gm.graph.nodes}
                 for spec in specs:
-                    if not set(spec.nodes) | set(spec.inputs) <= names:
+                    if not set(spec.nodes) | set(spec.inputs) | set(spec.outputs) <= names:
                         raise ValueError("node names do not match the graph")
             except ValueError as error:
                 _log().warning("graph cache entry %s does not fit its graph (%s); regenerating it",
-                             key[:16], error)
+                               key[:16], error)
+                _stats.count("cache_rebuilds")
             else:
                 _stats.count(f"{where}_hits")
-                return specs
+                return key, specs, True
+        return key, self._generate(key, tp), False
+
+    def _generate(self, key: str, tp: int) -> list[KernelSpec]:
+        """Partition the graph and generate its kernels; the result is stored under `key`."""
         specs = []
         for group in partition(self.gm.graph):
             try:
@@ -181,12 +187,27 @@ class CompiledGraph:
         cache.store(key, specs)
         return specs
 
+    def _fuse(self, specs: list[KernelSpec], tp: int) -> fx.GraphModule:
+        _dump(self.name, self.gm, specs)  # (before loading: a kernel that fails to load is dumped too)
+        runners = [FusedKernel(spec, tp, subgraph_module(self.gm, spec)) for spec in specs]
+        return fuse_graph(self.gm, specs, runners)
+
     def _build(self, tp: int) -> Callable:
         try:
-            specs = self._plan(tp)
-            _dump(self.name, self.gm, specs)
-            runners = [FusedKernel(spec, tp, subgraph_module(self.gm, spec)) for spec in specs]
-            module = fuse_graph(self.gm, specs, runners)
+            key, specs, cached = self._plan(tp)
+            try:
+                module = self._fuse(specs, tp)
+            except Exception as error:  # noqa: BLE001 - a cached entry that cannot be loaded is rebuilt
+                if not cached:
+                    raise
+                # Why: an entry written by another build of the DSL or of this compiler (same version
+                # string) may hold kernel sources that no longer load; regenerating beats running the
+                # whole graph eagerly from now on.
+                _log().warning("graph cache entry %s could not be loaded (%s: %s); regenerating it",
+                               key[:16], type(error).__name__, error)
+                _stats.count("cache_rebuilds")
+                specs = self._generate(key, tp)
+                module = self._fuse(specs, tp)
             if PROGRAMS and tp == 1 and self.device_index is not None:
                 module = Program(module, self.device_index, self.name)
             self.specs = specs

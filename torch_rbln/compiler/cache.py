@@ -4,7 +4,8 @@ The key hashes the ATen graph's code, its inputs' shapes, strides, dtypes and de
 tensor-parallel size, the compiler's own sources and template, and the torch / torch_rbln versions. An
 entry holds the fused kernels' specs (their generated source included), so a hit skips partitioning and
 code generation; the kernels' compiled code is in the DSL's own compile cache. A corrupt entry is
-reported with a WARNING and regenerated.
+reported with a WARNING and regenerated; so is one whose kernels name nodes its graph lacks, or whose
+kernel sources no longer load (`backend.CompiledGraph._build`; counted as ``cache_rebuilds``).
 """
 
 from __future__ import annotations

@@ -499,6 +499,54 @@ def test_a_large_matmul_runs_as_one_tile(fresh_compiler, monkeypatch):
     assert "(1, 1, 1," in launch, program.source
 
 
+class _DeepThree(torch.nn.Module):
+    """Three deep linears: two of one geometry (1100 -> 48), one of another (1100 -> 64)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(1100, 48)
+        self.b = torch.nn.Linear(1100, 48)
+        self.c = torch.nn.Linear(1100, 64)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.a(x), self.b(x), self.c(x)
+
+
+def test_one_tile_matmuls_of_one_geometry_are_compared_once(fresh_compiler, monkeypatch):
+    """Generating a program compares a one-tile matmul with the registry's result once per geometry
+    (kernel, tile, scalars, operand layouts) in a process; a memo whose launch is not the kernel's
+    current one is not trusted (compared again). Every result matches the CPU."""
+    from torch_rbln.compiler import program as program_module
+
+    monkeypatch.setattr(program_module, "_ONE_TILE_CHECKED", {})
+    compared: list[int] = []
+    allclose = torch.allclose
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: (compared.append(1), allclose(*a, **k))[1])
+    programs = _programs(monkeypatch)
+    cpu, device = _twins(_DeepThree, 9)
+    x = torch.randn(16, 1100)
+
+    def check(compiled) -> None:
+        with torch.no_grad():
+            for _ in range(4):
+                for got, want in zip(compiled(x.to("rbln")), cpu(x), strict=True):
+                    torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
+
+    check(torch.compile(device, backend="rbln"))
+    assert programs[0].report["one_tile_matmuls"] == 3 and programs[0].reruns == 0, programs[0].report
+    assert len(compared) == 2 and len(program_module._ONE_TILE_CHECKED) == 2
+    # a new graph of the same geometries: nothing compared again
+    torch._dynamo.reset()
+    check(torch.compile(device, backend="rbln"))
+    assert programs[1].report["one_tile_matmuls"] == 3 and len(compared) == 2
+    # memo entries that are not the kernel's kept launch: compared again
+    for geometry in program_module._ONE_TILE_CHECKED:
+        program_module._ONE_TILE_CHECKED[geometry] = object()
+    torch._dynamo.reset()
+    check(torch.compile(device, backend="rbln"))
+    assert programs[2].report["one_tile_matmuls"] == 3 and len(compared) == 4
+
+
 def test_a_negated_half_slice_is_one_fused_launch_and_its_cat_copies(fresh_compiler, monkeypatch):
     """rotate_half on a strided q: the neg of a slice is a fused kernel of one node (it reads the slice
     through its strides) and the cat of its result copies by address: no call is left."""

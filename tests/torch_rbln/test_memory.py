@@ -14,6 +14,18 @@ import torch_rbln  # noqa: F401
 MiB = 1 << 20
 
 
+@pytest.fixture(autouse=True)
+def _frozen_heap():
+    """The tests' `gc.collect()` calls free this test's cyclic garbage so that counts are exact. In a
+    long-lived xdist worker the heap holds millions of objects (compiled kernels, traced graphs), and a
+    full collection took seconds each, a minute per test: freezing what exists before the test (earlier
+    tests' garbage included, which then cannot be freed in the middle of this one) leaves the
+    collections only this test's objects to look at."""
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
 def test_one_mebibyte_grows_and_shrinks_exactly() -> None:
     gc.collect()
     before = torch.rbln.memory_allocated(3)

@@ -84,3 +84,35 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_sep("-", title)
     for test_seconds, count, nodeid in top:
         terminalreporter.write_line(f"{test_seconds:7.1f} s {count:4d} compiles  {nodeid}")
+
+
+# ---------------------------------------------------------------- torch's OpInfo sample tracking
+# Iterating `OpInfo.sample_inputs` calls torch.testing's `extract_test_fn`, which looks for a running
+# `unittest.TestCase` method with `inspect.stack()`: that reads the source lines of every frame on the
+# stack (about 0.1 s per call in a deep pytest stack, a third of an OpInfo sweep's time). Our tests are
+# plain pytest functions, so the search finds nothing; this one walks the same frames for the same
+# `self` without reading any source, and gives the same answer.
+
+
+def _test_fn_on_stack():
+    import sys
+    import unittest
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, unittest.TestCase):
+            *_, class_name, test_name = owner.id().rsplit(".", 2)
+            if class_name == type(owner).__name__ and test_name.startswith("test"):
+                return getattr(owner, test_name).__func__
+        frame = frame.f_back
+    return None
+
+
+def pytest_runtest_setup(item):
+    import sys
+
+    for name in ("torch.testing._internal.common_utils", "torch.testing._internal.opinfo.core"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "extract_test_fn", None) is not _test_fn_on_stack:
+            module.extract_test_fn = _test_fn_on_stack

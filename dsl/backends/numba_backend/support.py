@@ -13,12 +13,91 @@ import numpy as np
 _inline = numba.njit(cache=True, error_model="numpy")
 
 
-@_inline
+def _one_version(convert):
+    """Decorator: the helper keeps one compiled version per kind of argument, not one per combination
+    of argument types.
+
+    Why: numba compiles a dispatcher once per argument-type signature, and generated code passes
+    whatever its expressions type as (`trunc_div` got int32/int64 in every combination, `exp32` ints,
+    float32 and float64): 52 versions of trunc_div/trunc_mod and 10 of exp32 in the test suite, each a
+    compile of ~0.1 s on a cold cache. The decorated body compiles as `impl`; the public name is a plain
+    function (Python callers run `impl`) with an inline overload that converts each argument with
+    `convert(*numba types)` (numpy scalar types, or None: call with the types as they are) at the call
+    site, so every caller reaches one of a few versions. `convert` picks only conversions that give the
+    body the values and the arithmetic it had (the body converts or promotes to that type itself)."""
+
+    def decorate(function):
+        impl = _inline(function)
+        if function.__code__.co_argcount == 1:
+            def public(x):
+                return impl(x)
+
+            def converted(x):
+                (t0,) = convert(x) or (None,)
+                if t0 is None:
+                    return lambda x: impl(x)
+                return lambda x: impl(t0(x))
+        else:
+            def public(a, b):
+                return impl(a, b)
+
+            def converted(a, b):
+                t0, t1 = convert(a, b) or (None, None)
+                if t0 is None:
+                    return lambda a, b: impl(a, b)
+                return lambda a, b: impl(t0(a), t1(b))
+        public.__name__, public.__qualname__, public.__doc__ = function.__name__, function.__qualname__, \
+            function.__doc__
+        public.impl = impl
+        numba.extending.overload(public, inline="always")(converted)
+        return public
+
+    return decorate
+
+
+def _as_float32(x):
+    """exp32 and the float32 -> f16/bf16 conversions start with np.float32(x): convert there."""
+    return (np.float32,) if isinstance(x, numba.types.Number) else None
+
+
+def _as_float64(x):
+    return (np.float64,) if isinstance(x, numba.types.Number) else None
+
+
+def _as_uint32(x):
+    """The f16/bf16 bit patterns start with np.uint32(bits)."""
+    return (np.uint32,) if isinstance(x, numba.types.Integer) else None
+
+
+def _as_64_bit_integers(a, b):
+    """trunc_div/trunc_mod: numba computes any two integers of the same signedness, or of mixed
+    signedness below 64 bits, in 64 bits (int64, or uint64 for two unsigned ones), so converting first
+    changes nothing; a uint64 with a signed one (numba's float64) and non-integers keep their types."""
+    if not (isinstance(a, numba.types.Integer) and isinstance(b, numba.types.Integer)):
+        return None
+    if not a.signed and not b.signed:
+        return np.uint64, np.uint64
+    if (not a.signed and a.bitwidth == 64) or (not b.signed and b.bitwidth == 64):
+        return None
+    return np.int64, np.int64
+
+
+def _as_common_float(a, b):
+    """fmax/fmin: two float32 stay float32 (vectorised loops keep their width), any other two numbers
+    unify to float64 in numba's typing anyway."""
+    if a == numba.types.float32 and b == numba.types.float32:
+        return None
+    if isinstance(a, numba.types.Number) and isinstance(b, numba.types.Number):
+        return np.float64, np.float64
+    return None
+
+
+@_one_version(_as_uint32)
 def bf16_bits_to_f32(bits):
     return np.uint32(np.uint32(bits) << np.uint32(16)).view(np.float32)
 
 
-@_inline
+@_one_version(_as_float32)
 def f32_to_bf16_bits(x):
     """Round to nearest even; NaN stays a quiet NaN."""
     bits = np.float32(x).view(np.uint32)
@@ -28,13 +107,13 @@ def f32_to_bf16_bits(x):
     return np.uint16((bits + rounding) >> np.uint32(16))
 
 
-@_inline
+@_one_version(_as_float32)
 def round_bf16(x):
     """The bf16 value nearest to `x` (ties to even), as float32."""
     return bf16_bits_to_f32(f32_to_bf16_bits(x))
 
 
-@_inline
+@_one_version(_as_uint32)
 def f16_bits_to_f32(bits):
     h = np.uint32(bits)
     sign = (h & np.uint32(0x8000)) << np.uint32(16)
@@ -52,7 +131,7 @@ def f16_bits_to_f32(bits):
     ).view(np.float32)
 
 
-@_inline
+@_one_version(_as_float32)
 def f32_to_f16_bits(x):
     """IEEE binary16, round to nearest even, overflow to inf, gradual underflow."""
     bits = np.float32(x).view(np.uint32)
@@ -70,12 +149,12 @@ def f32_to_f16_bits(x):
     return np.uint16(sign | np.uint16((exponent_adjusted + rounding) >> np.uint32(13)))
 
 
-@_inline
+@_one_version(_as_float32)
 def round_f16(x):
     return f16_bits_to_f32(f32_to_f16_bits(x))
 
 
-@_inline
+@_one_version(_as_64_bit_integers)
 def trunc_div(a, b):
     """Integer division rounding toward zero (C semantics, as Triton); 0 for division by zero."""
     if b == 0:
@@ -86,14 +165,14 @@ def trunc_div(a, b):
     return q
 
 
-@_inline
+@_one_version(_as_64_bit_integers)
 def trunc_mod(a, b):
     if b == 0:
         return a - a
     return a - trunc_div(a, b) * b
 
 
-@_inline
+@_one_version(_as_common_float)
 def fmax(a, b):
     """max that propagates NaN from either side."""
     if a != a:
@@ -103,7 +182,7 @@ def fmax(a, b):
     return a if a >= b else b
 
 
-@_inline
+@_one_version(_as_common_float)
 def fmin(a, b):
     if a != a:
         return a
@@ -127,7 +206,7 @@ _LN2_HI = np.float32(0.693359375)
 _LN2_LO = np.float32(-2.12194440e-4)
 
 
-@_inline
+@_one_version(_as_float32)
 def exp32(x):
     """expf in plain arithmetic (Cody-Waite reduction, degree-6 polynomial; ~1 ulp), so LLVM can
     vectorise loops that call it; libm's expf is a scalar call."""
@@ -206,7 +285,7 @@ def erf32(x):  # inline a callee this size into the caller's loop, which then wo
     return min(max(x * p / q, -_ONE), _ONE)
 
 
-@_inline
+@_one_version(_as_float64)
 def round_bf16_64(x):
     """bf16 nearest to a float64 (ties to even), rounded once (no float32 step), as float32."""
     x = np.float64(x)
@@ -218,7 +297,7 @@ def round_bf16_64(x):
     return np.float32(rounded.view(np.float64))
 
 
-@_inline
+@_one_version(_as_float64)
 def round_f16_64(x):
     """float16 nearest to a float64 (ties to even), rounded once, as float32."""
     x = np.float64(x)

@@ -436,7 +436,7 @@ def _injective(affine: Affine, shape) -> bool:
 class _Lowering:
     def __init__(self, fn: Function, eager_reads: bool = False) -> None:
         self.fn = fn
-        self.lines: list[str] = []
+        self.lines: list[str | None] = []  # None: an allocation moved to the prologue
         self.depth = 0
         self.values: dict[int, object] = {}
         self.uses: dict[int, int] = {}
@@ -458,6 +458,11 @@ class _Lowering:
             if op.opcode in ("store", "atomic", "atomic_cas", "block_store")
         }
         self.hoisted: list[str] = []
+        # per open region: its buffers' allocations, (line index, name, allocation), for `_close_region`
+        self.region_buffers: list[list[tuple[int, str, str]]] = []
+        # variable -> the buffers it may name (a reshape view of one, a carried or yielded variable
+        # assigned one): what a region's yield lets outlive it
+        self.aliases: dict[str, set[str]] = {}
         self.box_loads: dict[int, BoxLoad] = {}  # lazily read box loads, by value id (see op_dot)
         self.eager_reads = eager_reads  # read every load where it stands (the alias-safe variant)
         self.hazards = _ReadHazards()
@@ -517,14 +522,44 @@ class _Lowering:
 
     def buffer(self, value_id: int, shape: tuple[int, ...], dt: D.dtype) -> str:
         """A new local array. Outside loop/if regions it is allocated once per launch (every program
-        fully writes a top-level buffer before reading it); inside regions, once per execution."""
+        fully writes a top-level buffer before reading it); inside a region, once per launch too
+        unless the region's yield lets it outlive the region (`_close_region`)."""
         name = f"b{value_id}_{self.fresh('')}"
-        allocation = f"{name} = np.empty({tuple(shape)!r}, dtype={compute_type(dt)})"
-        if self.regions == 0:
-            self.hoisted.append(allocation)
-        else:
-            self.emit(allocation)
+        self._allocate(name, f"np.empty({tuple(shape)!r}, dtype={compute_type(dt)})")
         return name
+
+    def _allocate(self, name: str, allocation: str) -> None:
+        """Allocate array `name` (fully written before it is read, in every execution of its
+        region): in the launch's prologue at top level, else where it stands until its region
+        closes, which moves it to the prologue when nothing lets it outlive the region."""
+        line = f"{name} = {allocation}"
+        if self.regions == 0:
+            self.hoisted.append(line)
+            return
+        self.region_buffers[-1].append((len(self.lines), name, line))
+        self.emit(line)
+
+    def _names_buffers(self, names: list[str]) -> set[str]:
+        """The buffers the variables `names` may name (themselves included)."""
+        found: set[str] = set()
+        for name in names:
+            found.add(name)
+            found |= self.aliases.get(name, set())
+        return found
+
+    def _close_region(self, escaping: set[str]) -> None:
+        """Move the allocations of the closing region's buffers that its yield does not carry out
+        (`escaping`, with what they alias) to the prologue: one allocation per launch instead of
+        one per execution (a loop body allocated ~9 tiles per iteration, each an allocation at run
+        time and a stretch of numba lowering and LLVM IR at compile time). Safe because a region's
+        values are visible after it only through its yield, and every execution of the region
+        writes such a buffer in full before reading it; within one execution the buffer holds one
+        value. A yielded buffer keeps its allocation per execution: a loop's next iteration would
+        otherwise overwrite the value it carries while reading it."""
+        for index, name, line in self.region_buffers.pop():
+            if name not in escaping:
+                self.lines[index] = None
+                self.hoisted.append(line)
 
     def materialize(self, value: Value) -> Buffer | Scalar:
         representation = self.get(value)
@@ -637,6 +672,7 @@ class _Lowering:
         self.depth = 0
         self.block(fn.body)
         prologue += self._alias_check()
+        self.lines = [line for line in self.lines if line is not None]  # moved allocations
         fp8 = "fp8" in source_text_hint(self.lines, self.hoisted, prologue)
         source = _template().render(
             name=_identifier(fn.name),
@@ -779,6 +815,7 @@ class _Lowering:
         buffer = self.materialize(source)
         name = f"r{op.result.id}"
         self.emit(f"{name} = {buffer.name}.reshape({tuple(target_shape)!r})")
+        self.aliases[name] = self._names_buffers([buffer.name])
         self.values[op.result.id] = Buffer(name, target_shape)
 
     def op_permute(self, op: Op) -> None:
@@ -1122,7 +1159,13 @@ class _Lowering:
     def _check_box(
         self, op: Op, root: int, affine: Affine, counts: list[str], kind: str, shape: tuple[int, ...]
     ) -> None:
-        """One bounds check for the whole box: its lowest and highest addresses."""
+        """One bounds check for the whole box: its lowest and highest addresses.
+
+        Every variable is assigned once (`lo = base + min(0, t0) + ...`, `hi = lo + abs(t0) + ...`,
+        since max(0, t) - min(0, t) = |t|): a variable assigned several times (`lo += ...` per axis)
+        makes numba's SSA reconstruction rewrite every block of the kernel once per such variable,
+        and these checks were nearly all of a kernel's reassigned variables (27 of 29 in the tiny
+        attention backward)."""
         static = self._static_bound(affine, shape)
         exact = static is not None and static < _EXACT_BELOW  # no term wraps: int64 bounds are exact
         variable = [c for c in counts if not c.isdigit()]
@@ -1130,21 +1173,20 @@ class _Lowering:
             self.emit(f"if {' and '.join(f'{c} > 0' for c in variable)}:")
             self.depth += 1
         low, high = self.fresh("lo"), self.fresh("hi")
-        self.emit(f"{low} = {_cast('np.int64', affine.base)}")
-        self.emit(f"{high} = {low}")
-        # the bound on every intermediate of the offsets: below 2**62 their int64 values are exact
-        bound = self.fresh("mg")
-        if not exact:
-            self.emit(f"{bound} = {_shadow(affine.base, True)}")
+        spans, magnitudes = [], []
         for coefficient, count in zip(affine.coefficients, counts, strict=True):
             if coefficient == 0:
                 continue
             span = self.fresh("t")
             self.emit(f"{span} = {_cast('np.int64', str(coefficient))} * ({count} - 1)")
-            self.emit(f"{low} += min(0, {span})")
-            self.emit(f"{high} += max(0, {span})")
-            if not exact:
-                self.emit(f"{bound} += ({_shadow(coefficient, True)}) * np.float64({count} - 1)")
+            spans.append(span)
+            magnitudes.append(f"({_shadow(coefficient, True)}) * np.float64({count} - 1)")
+        self.emit(f"{low} = {' + '.join([_cast('np.int64', affine.base), *(f'min(0, {s})' for s in spans)])}")
+        self.emit(f"{high} = {' + '.join([low, *(f'abs({s})' for s in spans)])}")
+        # the bound on every intermediate of the offsets: below 2**62 their int64 values are exact
+        bound = self.fresh("mg")
+        if not exact:
+            self.emit(f"{bound} = {' + '.join([f'({_shadow(affine.base, True)})', *magnitudes])}")
         site = self.error_code(op, kind)
         wrapped = "" if exact else f" or {bound} >= {_SHADOW_LIMIT}"
         self.emit(f"if {low} < 0 or {high} >= n{root}{wrapped}:")
@@ -1555,7 +1597,7 @@ class _Lowering:
             self.emit(f"{product} = tile_dot({', '.join(arguments)})")
         else:
             operands = [self._dot_array(value, work_dt) for value in (a, b)]
-            self.emit(f"{product} = np.empty({tuple(result_shape)!r}, dtype={compute_type(work_dt)})")
+            self._allocate(product, f"np.empty({tuple(result_shape)!r}, dtype={compute_type(work_dt)})")
             batch = result_shape[:-2]
             index = self.open_loops(batch)
             where = ", ".join(index)
@@ -1581,7 +1623,7 @@ class _Lowering:
             return representation.name
         name = f"d{value.id}_{self.fresh('')}"
         shape = value.type.shape
-        self.emit(f"{name} = np.empty({tuple(shape)!r}, dtype={compute_type(work_dt)})")
+        self._allocate(name, f"np.empty({tuple(shape)!r}, dtype={compute_type(work_dt)})")
         index = self.open_loops(shape)
         self.emit(f"{name}[{', '.join(index)}] = {representation.render(index)}")
         self.close_loops(shape)
@@ -1861,6 +1903,8 @@ class _Lowering:
     def _assign(self, targets: list[str], sources: list[str]) -> None:
         if targets:
             self.emit(f"{', '.join(targets)} = {', '.join(sources)}")
+        for target, source in zip(targets, sources, strict=True):
+            self.aliases.setdefault(target, set()).update(self._names_buffers([source]))
 
     def _bind(self, values: list[Value]) -> list[str]:
         """Bind `values` to fresh variables; returns the flat variable names."""
@@ -1902,25 +1946,32 @@ class _Lowering:
         runs, so the binding must not outlive it: a sibling branch, code after an untaken branch or a
         zero-trip loop, or a later program (the generated function loops over programs) would read
         whatever an earlier execution left there.  On exit every value bound before the region gets
-        back the representation it had, and its next use materializes it where it is."""
+        back the representation it had, and its next use materializes it where it is.
+
+        Yields the set the region's terminator adds its yielded variables to (`_close_region`)."""
         self.regions += 1
         # a fresh id, never the function body's 0: a region entered before the first `fresh` call took
         # the counter's 0, and a count memoised in it (a masked load in a branch) was reused after it
         self.fresh("scope")
         self.scope.append(self.counter)
         self.rebound.append({})
+        self.region_buffers.append([])
+        yielded: set[str] = set()
         try:
-            yield
+            yield yielded
         finally:
+            self._close_region(self._names_buffers(sorted(yielded)))
             self.values.update(self.rebound.pop())
             self.scope.pop()
             self.regions -= 1
 
     def block_with_terminator(self, block, targets: list[str]) -> None:
-        with self.region():
+        with self.region() as yielded:
             self.block_ops(block.ops[:-1])
             terminator = block.ops[-1]
-            self._assign(targets, self._flat_all(terminator.operands))
+            sources = self._flat_all(terminator.operands)
+            self._assign(targets, sources)
+            yielded.update(sources)
 
     def block_ops(self, ops) -> None:
         for op in ops:

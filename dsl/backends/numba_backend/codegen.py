@@ -596,6 +596,8 @@ class _Lowering:
             self.emit(f"{name} = {text}")
             self.values[value.id] = Scalar(name)
             self._bound_leaf(name, value.type.dtype)
+            if name not in self.leaf_bounds:
+                self._bound_derived(name, text, value.type.dtype)
             if exact or _sole_argument(text, compute_type(value.type.dtype)) is not None:
                 self.exact_scalars.add(name)
             return
@@ -1087,6 +1089,30 @@ class _Lowering:
         (it is held in that type: `define` renders scalars typed)."""
         if dt.is_int() and not dt.is_bool() and dt.primitive_bitwidth <= 32:
             self.leaf_bounds[name] = 2 ** (dt.primitive_bitwidth - (0 if dt.is_int_unsigned() else 1))
+
+    def _bound_derived(self, name: str, text: str, dt: D.dtype) -> None:
+        """Record a magnitude bound of a 64-bit signed integer (or pointer offset) scalar `name` =
+        `text` when `text` is + - * over bounded variables and literals (`_shadow`) and the bound
+        stays below 2**62: then no intermediate wraps, so the bound holds for the int64 value. Why:
+        the common `b * stride_b + h * stride_h` of 32-bit values cast to 64 bits was unbounded, so
+        every box check over it added a float64 twin of the offset (`mg` ...) to prove at run time
+        what this proves while lowering (`_check_box`, `_affine_wraps`). Unsigned casts are left
+        out: `np.uint32(-1)` exceeds the magnitude of its argument."""
+        if "np.uint" in text or not (dt.is_ptr() or (dt.is_int() and not dt.is_bool()
+                                                      and not dt.is_int_unsigned())):
+            return
+
+        def leaf(token: str) -> str | None:
+            bound = self.leaf_bounds.get(token)
+            return None if bound is None else f"{bound}.0"
+
+        shadow = _shadow(text, True, leaf)
+        if shadow is None:
+            return
+        bound = float(eval(shadow, {"__builtins__": {}}))  # noqa: S307 - digits, + * ( ) only
+        if bound < 2.0**62:
+            # rounded up past any float rounding of the sum (its terms are below 2**62)
+            self.leaf_bounds[name] = int(bound * (1 + 2**-40)) + 1
 
     def _static_bound(self, affine: Affine, shape: tuple[int, ...]) -> float | None:
         """A bound, known when lowering, on every term of `affine` over a block of `shape` (None when
@@ -1931,6 +1957,7 @@ class _Lowering:
         self.emit(f"v{induction.id} = {compute_type(induction.type.dtype)}({raw})")
         self.values[induction.id] = Scalar(f"v{induction.id}")
         self.exact_scalars.add(f"v{induction.id}")
+        self._bound_leaf(f"v{induction.id}", induction.type.dtype)  # held in its (32-bit) type
         self.loops += 1
         self.block_with_terminator(body, carried_names)
         self.loops -= 1

@@ -160,7 +160,47 @@ def _cast(type_name: str, expression: str) -> str:
     attention kernel rendered ~360 casts, many of them such repeats)."""
     if _sole_argument(expression, type_name) is not None:
         return expression
+    if type_name == "np.int64" and _int64_closed(expression):
+        # kept one group, as the call was: the caller may multiply it
+        grouped = _sole_argument(expression, "") is not None and _balanced(expression[1:-1])
+        return expression if grouped else f"({expression})"
     return f"{type_name}({expression})"
+
+
+def _int64_closed(expression: str) -> bool:
+    """Whether `expression` is `+ - *` over `np.int64(...)` calls and int literals (at least one call),
+    parenthesized or not: numba types it int64 already, so an `np.int64` around it changes nothing
+    (an affine offset `np.int64(np.int64(a) + np.int64(b))` was three casts for one sum)."""
+    while _sole_argument(expression, "") is not None and _balanced(expression[1:-1]):
+        expression = expression[1:-1]
+    pieces, depth, start = [], 0, 0
+    for position, char in enumerate(expression):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and expression[position:position + 3] in (" + ", " - ", " * "):
+            pieces.append(expression[start:position])
+            start = position + 3
+    pieces.append(expression[start:])
+    calls = 0
+    for piece in pieces:
+        if piece.isdigit():
+            continue
+        if _sole_argument(piece, "np.int64") is not None:
+            calls += 1
+        elif piece.startswith("(") and _int64_closed(piece):
+            calls += 1
+        else:
+            return False
+    return calls > 0
+
+
+def _balanced(text: str) -> bool:
+    """Whether the parentheses of `text` never close more than they opened (so `(text)` is one group)."""
+    depth = 0
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 # dtypes whose `_typed` rendering is a plain numpy constructor call (`np.float32(...)`), so the rendered
@@ -633,7 +673,10 @@ class _Lowering:
         if value.id in self.pointer_affine:
             return self.pointer_affine[value.id]
         if isinstance(representation, Scalar) and (dt.is_ptr() or (dt.is_int() and not dt.is_bool())):
-            return Affine(_cast("np.int64", representation.name), (0,) * len(value.type.shape))
+            name = representation.name
+            if not (name in self.exact_scalars and compute_type(dt) == "np.int64"):
+                name = _cast("np.int64", name)  # (an exact int64 variable needs no cast)
+            return Affine(name, (0,) * len(value.type.shape))
         return None
 
     def interval_of(self, value: Value) -> Interval | None:

@@ -167,6 +167,16 @@ def _cast(type_name: str, expression: str) -> str:
     return f"{type_name}({expression})"
 
 
+def _int_argument(expression: str) -> str:
+    """An int64 argument of a `tile_dot` call: a literal or a box count variable (`c<n>`, int64) as it
+    is, anything else cast. numba types a call's literal ints as int64 first (the overload compiles
+    for int64 as before), and each `np.int64(16)` was three statements of numba IR to type and lower
+    (a tile_dot call had eight of them)."""
+    if expression.isdigit() or re.fullmatch(r"c\d+", expression):
+        return expression
+    return _cast("np.int64", expression)
+
+
 def _int64_closed(expression: str) -> bool:
     """Whether `expression` is `+ - *` over `np.int64(...)` calls and int literals (at least one call),
     parenthesized or not: numba types it int64 already, so an `np.int64` around it changes nothing
@@ -1725,10 +1735,10 @@ class _Lowering:
             self.hoisted.append(f"{staged_t} = np.empty({(cols, rows)!r}, dtype={ct})")
             row_stride, col_stride = box.affine.coefficients
             bits = {"fp16": 1, "bf16": 2}.get(box.dtype.name, 0)
-            return [f"m{box.root}", _cast("np.int64", box.affine.base), _cast("np.int64", str(row_stride)),
-                    _cast("np.int64", str(col_stride)), f"np.int64({box.counts[0]})",
-                    f"np.int64({box.counts[1]})", f"{ct}({box.fill})", staged_c, staged_t,
-                    f"np.int64({bits})", str(box.dtype.name == work_dt.name)]
+            return [f"m{box.root}", _int_argument(box.affine.base), _int_argument(str(row_stride)),
+                    _int_argument(str(col_stride)), _int_argument(box.counts[0]),
+                    _int_argument(box.counts[1]), f"{ct}({box.fill})", staged_c, staged_t, str(bits),
+                    str(box.dtype.name == work_dt.name)]
         source = self.transposed.get(value.id)
         if source is not None and isinstance(self.get(value), Lazy) \
                 and compute_type(value.type.dtype) == ct:
@@ -1737,12 +1747,11 @@ class _Lowering:
             staged_c, staged_t = f"sc{value.id}_{self.fresh('')}", f"st{value.id}_{self.fresh('')}"
             self.hoisted.append(f"{staged_c} = np.empty({(rows, cols)!r}, dtype={ct})")
             self.hoisted.append(f"{staged_t} = np.empty({(cols, rows)!r}, dtype={ct})")
-            return [f"{source}.reshape(({rows * cols},))", "np.int64(0)", "np.int64(1)", f"np.int64({rows})",
-                    f"np.int64({rows})", f"np.int64({cols})", f"{ct}(0)", staged_c, staged_t, "np.int64(0)",
-                    "True"]
+            return [f"{source}.reshape(({rows * cols},))", "0", "1", str(rows), str(rows), str(cols),
+                    f"{ct}(0)", staged_c, staged_t, "0", "True"]
         name = self._dot_array(value, work_dt)
-        return [f"{name}.reshape(({rows * cols},))", "np.int64(0)", f"np.int64({cols})", "np.int64(1)",
-                f"np.int64({rows})", f"np.int64({cols})", f"{ct}(0)", name, name, "np.int64(0)", "True"]
+        return [f"{name}.reshape(({rows * cols},))", "0", str(cols), "1", str(rows), str(cols), f"{ct}(0)",
+                name, name, "0", "True"]
 
     def op_make_block_ptr(self, op: Op) -> None:
         ty: BlockPtrType = op.result.type

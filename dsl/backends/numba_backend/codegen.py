@@ -93,6 +93,13 @@ def _fp8_support_digest() -> str:
 
 
 @functools.cache
+def _box_check_digest() -> str:
+    """Hash of box_check.py, named in the source of kernels that call it (as `_dot_support_digest`)."""
+    text = resources.files(__package__).joinpath("box_check.py").read_bytes()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+@functools.cache
 def _template():
     """The kernel template, parsed once per process: jinja2 compiles a template to Python each time it
     parses it (~15 ms), which every kernel's lowering paid again, cached kernels included (a warm README
@@ -522,6 +529,7 @@ class _Lowering:
         # variables whose magnitude is bounded by their type (int32 and narrower; see `_static_bound`)
         self.leaf_bounds: dict[str, int] = {f"{n}{axis}": 2**31 for n in ("pid", "g") for axis in range(3)}
         self.uses_dot_support = False  # a 2-D tl.dot calls dot_support.tile_dot
+        self.uses_box_check = False  # a box access calls box_check's compiled check
         # (a memory, b memory, work) numpy dtype names of those calls: the C entries (`dot_call`) the
         # generated module registers when it is imported
         self.dot_entries: set[tuple[str, str, str]] = set()
@@ -743,6 +751,8 @@ class _Lowering:
             dot_entries=sorted(self.dot_entries),
             fp8=fp8,
             fp8_support_digest=_fp8_support_digest() if fp8 else "",
+            box_check=self.uses_box_check,
+            box_check_digest=_box_check_digest() if self.uses_box_check else "",
         )
         return Lowered(
             source,
@@ -1247,6 +1257,16 @@ class _Lowering:
         attention backward)."""
         static = self._static_bound(affine, shape)
         exact = static is not None and static < _EXACT_BELOW  # no term wraps: int64 bounds are exact
+        if exact and len(counts) in (1, 2):
+            # one call of the compiled check (box_check.py) in place of its ~60 statements of numba IR
+            axes = [f"{_int_argument(str(c))}, {count}" for c, count in zip(affine.coefficients, counts,
+                                                                             strict=True)]
+            site = self.error_code(op, kind)
+            self.uses_box_check = True
+            self.emit(f"if box_fault{len(counts)}(err, {ERR_OUT_OF_BOUNDS}, {site}, program, "
+                      f"{_int_argument(affine.base)}, {', '.join(axes)}, n{root}):")
+            self.emit("    return")
+            return
         variable = [c for c in counts if not c.isdigit()]
         if variable:
             self.emit(f"if {' and '.join(f'{c} > 0' for c in variable)}:")

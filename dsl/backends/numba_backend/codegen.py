@@ -93,6 +93,13 @@ def _fp8_support_digest() -> str:
 
 
 @functools.cache
+def _box_check_digest() -> str:
+    """Hash of box_check.py, named in the source of kernels that call it (as `_dot_support_digest`)."""
+    text = resources.files(__package__).joinpath("box_check.py").read_bytes()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+@functools.cache
 def _template():
     """The kernel template, parsed once per process: jinja2 compiles a template to Python each time it
     parses it (~15 ms), which every kernel's lowering paid again, cached kernels included (a warm README
@@ -160,7 +167,57 @@ def _cast(type_name: str, expression: str) -> str:
     attention kernel rendered ~360 casts, many of them such repeats)."""
     if _sole_argument(expression, type_name) is not None:
         return expression
+    if type_name == "np.int64" and _int64_closed(expression):
+        # kept one group, as the call was: the caller may multiply it
+        grouped = _sole_argument(expression, "") is not None and _balanced(expression[1:-1])
+        return expression if grouped else f"({expression})"
     return f"{type_name}({expression})"
+
+
+def _int_argument(expression: str) -> str:
+    """An int64 argument of a `tile_dot` call: a literal or a box count variable (`c<n>`, int64) as it
+    is, anything else cast. numba types a call's literal ints as int64 first (the overload compiles
+    for int64 as before), and each `np.int64(16)` was three statements of numba IR to type and lower
+    (a tile_dot call had eight of them)."""
+    if expression.isdigit() or re.fullmatch(r"c\d+", expression):
+        return expression
+    return _cast("np.int64", expression)
+
+
+def _int64_closed(expression: str) -> bool:
+    """Whether `expression` is `+ - *` over `np.int64(...)` calls and int literals (at least one call),
+    parenthesized or not: numba types it int64 already, so an `np.int64` around it changes nothing
+    (an affine offset `np.int64(np.int64(a) + np.int64(b))` was three casts for one sum)."""
+    while _sole_argument(expression, "") is not None and _balanced(expression[1:-1]):
+        expression = expression[1:-1]
+    pieces, depth, start = [], 0, 0
+    for position, char in enumerate(expression):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and expression[position:position + 3] in (" + ", " - ", " * "):
+            pieces.append(expression[start:position])
+            start = position + 3
+    pieces.append(expression[start:])
+    calls = 0
+    for piece in pieces:
+        if piece.isdigit():
+            continue
+        if _sole_argument(piece, "np.int64") is not None:
+            calls += 1
+        elif piece.startswith("(") and _int64_closed(piece):
+            calls += 1
+        else:
+            return False
+    return calls > 0
+
+
+def _balanced(text: str) -> bool:
+    """Whether the parentheses of `text` never close more than they opened (so `(text)` is one group)."""
+    depth = 0
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 # dtypes whose `_typed` rendering is a plain numpy constructor call (`np.float32(...)`), so the rendered
@@ -436,7 +493,7 @@ def _injective(affine: Affine, shape) -> bool:
 class _Lowering:
     def __init__(self, fn: Function, eager_reads: bool = False) -> None:
         self.fn = fn
-        self.lines: list[str] = []
+        self.lines: list[str | None] = []  # None: an allocation moved to the prologue
         self.depth = 0
         self.values: dict[int, object] = {}
         self.uses: dict[int, int] = {}
@@ -458,6 +515,11 @@ class _Lowering:
             if op.opcode in ("store", "atomic", "atomic_cas", "block_store")
         }
         self.hoisted: list[str] = []
+        # per open region: its buffers' allocations, (line index, name, allocation), for `_close_region`
+        self.region_buffers: list[list[tuple[int, str, str]]] = []
+        # variable -> the buffers it may name (a reshape view of one, a carried or yielded variable
+        # assigned one): what a region's yield lets outlive it
+        self.aliases: dict[str, set[str]] = {}
         self.box_loads: dict[int, BoxLoad] = {}  # lazily read box loads, by value id (see op_dot)
         self.eager_reads = eager_reads  # read every load where it stands (the alias-safe variant)
         self.hazards = _ReadHazards()
@@ -467,6 +529,7 @@ class _Lowering:
         # variables whose magnitude is bounded by their type (int32 and narrower; see `_static_bound`)
         self.leaf_bounds: dict[str, int] = {f"{n}{axis}": 2**31 for n in ("pid", "g") for axis in range(3)}
         self.uses_dot_support = False  # a 2-D tl.dot calls dot_support.tile_dot
+        self.uses_box_check = False  # a box access calls box_check's compiled check
         # (a memory, b memory, work) numpy dtype names of those calls: the C entries (`dot_call`) the
         # generated module registers when it is imported
         self.dot_entries: set[tuple[str, str, str]] = set()
@@ -517,14 +580,44 @@ class _Lowering:
 
     def buffer(self, value_id: int, shape: tuple[int, ...], dt: D.dtype) -> str:
         """A new local array. Outside loop/if regions it is allocated once per launch (every program
-        fully writes a top-level buffer before reading it); inside regions, once per execution."""
+        fully writes a top-level buffer before reading it); inside a region, once per launch too
+        unless the region's yield lets it outlive the region (`_close_region`)."""
         name = f"b{value_id}_{self.fresh('')}"
-        allocation = f"{name} = np.empty({tuple(shape)!r}, dtype={compute_type(dt)})"
-        if self.regions == 0:
-            self.hoisted.append(allocation)
-        else:
-            self.emit(allocation)
+        self._allocate(name, f"np.empty({tuple(shape)!r}, dtype={compute_type(dt)})")
         return name
+
+    def _allocate(self, name: str, allocation: str) -> None:
+        """Allocate array `name` (fully written before it is read, in every execution of its
+        region): in the launch's prologue at top level, else where it stands until its region
+        closes, which moves it to the prologue when nothing lets it outlive the region."""
+        line = f"{name} = {allocation}"
+        if self.regions == 0:
+            self.hoisted.append(line)
+            return
+        self.region_buffers[-1].append((len(self.lines), name, line))
+        self.emit(line)
+
+    def _names_buffers(self, names: list[str]) -> set[str]:
+        """The buffers the variables `names` may name (themselves included)."""
+        found: set[str] = set()
+        for name in names:
+            found.add(name)
+            found |= self.aliases.get(name, set())
+        return found
+
+    def _close_region(self, escaping: set[str]) -> None:
+        """Move the allocations of the closing region's buffers that its yield does not carry out
+        (`escaping`, with what they alias) to the prologue: one allocation per launch instead of
+        one per execution (a loop body allocated ~9 tiles per iteration, each an allocation at run
+        time and a stretch of numba lowering and LLVM IR at compile time). Safe because a region's
+        values are visible after it only through its yield, and every execution of the region
+        writes such a buffer in full before reading it; within one execution the buffer holds one
+        value. A yielded buffer keeps its allocation per execution: a loop's next iteration would
+        otherwise overwrite the value it carries while reading it."""
+        for index, name, line in self.region_buffers.pop():
+            if name not in escaping:
+                self.lines[index] = None
+                self.hoisted.append(line)
 
     def materialize(self, value: Value) -> Buffer | Scalar:
         representation = self.get(value)
@@ -561,6 +654,8 @@ class _Lowering:
             self.emit(f"{name} = {text}")
             self.values[value.id] = Scalar(name)
             self._bound_leaf(name, value.type.dtype)
+            if name not in self.leaf_bounds:
+                self._bound_derived(name, text, value.type.dtype)
             if exact or _sole_argument(text, compute_type(value.type.dtype)) is not None:
                 self.exact_scalars.add(name)
             return
@@ -596,7 +691,10 @@ class _Lowering:
         if value.id in self.pointer_affine:
             return self.pointer_affine[value.id]
         if isinstance(representation, Scalar) and (dt.is_ptr() or (dt.is_int() and not dt.is_bool())):
-            return Affine(_cast("np.int64", representation.name), (0,) * len(value.type.shape))
+            name = representation.name
+            if not (name in self.exact_scalars and compute_type(dt) == "np.int64"):
+                name = _cast("np.int64", name)  # (an exact int64 variable needs no cast)
+            return Affine(name, (0,) * len(value.type.shape))
         return None
 
     def interval_of(self, value: Value) -> Interval | None:
@@ -637,6 +735,7 @@ class _Lowering:
         self.depth = 0
         self.block(fn.body)
         prologue += self._alias_check()
+        self.lines = [line for line in self.lines if line is not None]  # moved allocations
         fp8 = "fp8" in source_text_hint(self.lines, self.hoisted, prologue)
         source = _template().render(
             name=_identifier(fn.name),
@@ -652,6 +751,8 @@ class _Lowering:
             dot_entries=sorted(self.dot_entries),
             fp8=fp8,
             fp8_support_digest=_fp8_support_digest() if fp8 else "",
+            box_check=self.uses_box_check,
+            box_check_digest=_box_check_digest() if self.uses_box_check else "",
         )
         return Lowered(
             source,
@@ -779,6 +880,7 @@ class _Lowering:
         buffer = self.materialize(source)
         name = f"r{op.result.id}"
         self.emit(f"{name} = {buffer.name}.reshape({tuple(target_shape)!r})")
+        self.aliases[name] = self._names_buffers([buffer.name])
         self.values[op.result.id] = Buffer(name, target_shape)
 
     def op_permute(self, op: Op) -> None:
@@ -1051,6 +1153,30 @@ class _Lowering:
         if dt.is_int() and not dt.is_bool() and dt.primitive_bitwidth <= 32:
             self.leaf_bounds[name] = 2 ** (dt.primitive_bitwidth - (0 if dt.is_int_unsigned() else 1))
 
+    def _bound_derived(self, name: str, text: str, dt: D.dtype) -> None:
+        """Record a magnitude bound of a 64-bit signed integer (or pointer offset) scalar `name` =
+        `text` when `text` is + - * over bounded variables and literals (`_shadow`) and the bound
+        stays below 2**62: then no intermediate wraps, so the bound holds for the int64 value. Why:
+        the common `b * stride_b + h * stride_h` of 32-bit values cast to 64 bits was unbounded, so
+        every box check over it added a float64 twin of the offset (`mg` ...) to prove at run time
+        what this proves while lowering (`_check_box`, `_affine_wraps`). Unsigned casts are left
+        out: `np.uint32(-1)` exceeds the magnitude of its argument."""
+        if "np.uint" in text or not (dt.is_ptr() or (dt.is_int() and not dt.is_bool()
+                                                      and not dt.is_int_unsigned())):
+            return
+
+        def leaf(token: str) -> str | None:
+            bound = self.leaf_bounds.get(token)
+            return None if bound is None else f"{bound}.0"
+
+        shadow = _shadow(text, True, leaf)
+        if shadow is None:
+            return
+        bound = float(eval(shadow, {"__builtins__": {}}))  # noqa: S307 - digits, + * ( ) only
+        if bound < 2.0**62:
+            # rounded up past any float rounding of the sum (its terms are below 2**62)
+            self.leaf_bounds[name] = int(bound * (1 + 2**-40)) + 1
+
     def _static_bound(self, affine: Affine, shape: tuple[int, ...]) -> float | None:
         """A bound, known when lowering, on every term of `affine` over a block of `shape` (None when
         a term involves a 64-bit variable). Below 2**63 no offset can wrap: the runtime test is left
@@ -1122,29 +1248,44 @@ class _Lowering:
     def _check_box(
         self, op: Op, root: int, affine: Affine, counts: list[str], kind: str, shape: tuple[int, ...]
     ) -> None:
-        """One bounds check for the whole box: its lowest and highest addresses."""
+        """One bounds check for the whole box: its lowest and highest addresses.
+
+        Every variable is assigned once (`lo = base + min(0, t0) + ...`, `hi = lo + abs(t0) + ...`,
+        since max(0, t) - min(0, t) = |t|): a variable assigned several times (`lo += ...` per axis)
+        makes numba's SSA reconstruction rewrite every block of the kernel once per such variable,
+        and these checks were nearly all of a kernel's reassigned variables (27 of 29 in the tiny
+        attention backward)."""
         static = self._static_bound(affine, shape)
         exact = static is not None and static < _EXACT_BELOW  # no term wraps: int64 bounds are exact
+        if exact and len(counts) in (1, 2):
+            # one call of the compiled check (box_check.py) in place of its ~60 statements of numba IR
+            axes = [f"{_int_argument(str(c))}, {count}" for c, count in zip(affine.coefficients, counts,
+                                                                             strict=True)]
+            site = self.error_code(op, kind)
+            self.uses_box_check = True
+            self.emit(f"if box_fault{len(counts)}(err, {ERR_OUT_OF_BOUNDS}, {site}, program, "
+                      f"{_int_argument(affine.base)}, {', '.join(axes)}, n{root}):")
+            self.emit("    return")
+            return
         variable = [c for c in counts if not c.isdigit()]
         if variable:
             self.emit(f"if {' and '.join(f'{c} > 0' for c in variable)}:")
             self.depth += 1
         low, high = self.fresh("lo"), self.fresh("hi")
-        self.emit(f"{low} = {_cast('np.int64', affine.base)}")
-        self.emit(f"{high} = {low}")
-        # the bound on every intermediate of the offsets: below 2**62 their int64 values are exact
-        bound = self.fresh("mg")
-        if not exact:
-            self.emit(f"{bound} = {_shadow(affine.base, True)}")
+        spans, magnitudes = [], []
         for coefficient, count in zip(affine.coefficients, counts, strict=True):
             if coefficient == 0:
                 continue
             span = self.fresh("t")
             self.emit(f"{span} = {_cast('np.int64', str(coefficient))} * ({count} - 1)")
-            self.emit(f"{low} += min(0, {span})")
-            self.emit(f"{high} += max(0, {span})")
-            if not exact:
-                self.emit(f"{bound} += ({_shadow(coefficient, True)}) * np.float64({count} - 1)")
+            spans.append(span)
+            magnitudes.append(f"({_shadow(coefficient, True)}) * np.float64({count} - 1)")
+        self.emit(f"{low} = {' + '.join([_cast('np.int64', affine.base), *(f'min(0, {s})' for s in spans)])}")
+        self.emit(f"{high} = {' + '.join([low, *(f'abs({s})' for s in spans)])}")
+        # the bound on every intermediate of the offsets: below 2**62 their int64 values are exact
+        bound = self.fresh("mg")
+        if not exact:
+            self.emit(f"{bound} = {' + '.join([f'({_shadow(affine.base, True)})', *magnitudes])}")
         site = self.error_code(op, kind)
         wrapped = "" if exact else f" or {bound} >= {_SHADOW_LIMIT}"
         self.emit(f"if {low} < 0 or {high} >= n{root}{wrapped}:")
@@ -1555,7 +1696,7 @@ class _Lowering:
             self.emit(f"{product} = tile_dot({', '.join(arguments)})")
         else:
             operands = [self._dot_array(value, work_dt) for value in (a, b)]
-            self.emit(f"{product} = np.empty({tuple(result_shape)!r}, dtype={compute_type(work_dt)})")
+            self._allocate(product, f"np.empty({tuple(result_shape)!r}, dtype={compute_type(work_dt)})")
             batch = result_shape[:-2]
             index = self.open_loops(batch)
             where = ", ".join(index)
@@ -1581,7 +1722,7 @@ class _Lowering:
             return representation.name
         name = f"d{value.id}_{self.fresh('')}"
         shape = value.type.shape
-        self.emit(f"{name} = np.empty({tuple(shape)!r}, dtype={compute_type(work_dt)})")
+        self._allocate(name, f"np.empty({tuple(shape)!r}, dtype={compute_type(work_dt)})")
         index = self.open_loops(shape)
         self.emit(f"{name}[{', '.join(index)}] = {representation.render(index)}")
         self.close_loops(shape)
@@ -1614,10 +1755,10 @@ class _Lowering:
             self.hoisted.append(f"{staged_t} = np.empty({(cols, rows)!r}, dtype={ct})")
             row_stride, col_stride = box.affine.coefficients
             bits = {"fp16": 1, "bf16": 2}.get(box.dtype.name, 0)
-            return [f"m{box.root}", _cast("np.int64", box.affine.base), _cast("np.int64", str(row_stride)),
-                    _cast("np.int64", str(col_stride)), f"np.int64({box.counts[0]})",
-                    f"np.int64({box.counts[1]})", f"{ct}({box.fill})", staged_c, staged_t,
-                    f"np.int64({bits})", str(box.dtype.name == work_dt.name)]
+            return [f"m{box.root}", _int_argument(box.affine.base), _int_argument(str(row_stride)),
+                    _int_argument(str(col_stride)), _int_argument(box.counts[0]),
+                    _int_argument(box.counts[1]), f"{ct}({box.fill})", staged_c, staged_t, str(bits),
+                    str(box.dtype.name == work_dt.name)]
         source = self.transposed.get(value.id)
         if source is not None and isinstance(self.get(value), Lazy) \
                 and compute_type(value.type.dtype) == ct:
@@ -1626,12 +1767,11 @@ class _Lowering:
             staged_c, staged_t = f"sc{value.id}_{self.fresh('')}", f"st{value.id}_{self.fresh('')}"
             self.hoisted.append(f"{staged_c} = np.empty({(rows, cols)!r}, dtype={ct})")
             self.hoisted.append(f"{staged_t} = np.empty({(cols, rows)!r}, dtype={ct})")
-            return [f"{source}.reshape(({rows * cols},))", "np.int64(0)", "np.int64(1)", f"np.int64({rows})",
-                    f"np.int64({rows})", f"np.int64({cols})", f"{ct}(0)", staged_c, staged_t, "np.int64(0)",
-                    "True"]
+            return [f"{source}.reshape(({rows * cols},))", "0", "1", str(rows), str(rows), str(cols),
+                    f"{ct}(0)", staged_c, staged_t, "0", "True"]
         name = self._dot_array(value, work_dt)
-        return [f"{name}.reshape(({rows * cols},))", "np.int64(0)", f"np.int64({cols})", "np.int64(1)",
-                f"np.int64({rows})", f"np.int64({cols})", f"{ct}(0)", name, name, "np.int64(0)", "True"]
+        return [f"{name}.reshape(({rows * cols},))", "0", str(cols), "1", str(rows), str(cols), f"{ct}(0)",
+                name, name, "0", "True"]
 
     def op_make_block_ptr(self, op: Op) -> None:
         ty: BlockPtrType = op.result.type
@@ -1861,6 +2001,8 @@ class _Lowering:
     def _assign(self, targets: list[str], sources: list[str]) -> None:
         if targets:
             self.emit(f"{', '.join(targets)} = {', '.join(sources)}")
+        for target, source in zip(targets, sources, strict=True):
+            self.aliases.setdefault(target, set()).update(self._names_buffers([source]))
 
     def _bind(self, values: list[Value]) -> list[str]:
         """Bind `values` to fresh variables; returns the flat variable names."""
@@ -1887,6 +2029,7 @@ class _Lowering:
         self.emit(f"v{induction.id} = {compute_type(induction.type.dtype)}({raw})")
         self.values[induction.id] = Scalar(f"v{induction.id}")
         self.exact_scalars.add(f"v{induction.id}")
+        self._bound_leaf(f"v{induction.id}", induction.type.dtype)  # held in its (32-bit) type
         self.loops += 1
         self.block_with_terminator(body, carried_names)
         self.loops -= 1
@@ -1902,25 +2045,32 @@ class _Lowering:
         runs, so the binding must not outlive it: a sibling branch, code after an untaken branch or a
         zero-trip loop, or a later program (the generated function loops over programs) would read
         whatever an earlier execution left there.  On exit every value bound before the region gets
-        back the representation it had, and its next use materializes it where it is."""
+        back the representation it had, and its next use materializes it where it is.
+
+        Yields the set the region's terminator adds its yielded variables to (`_close_region`)."""
         self.regions += 1
         # a fresh id, never the function body's 0: a region entered before the first `fresh` call took
         # the counter's 0, and a count memoised in it (a masked load in a branch) was reused after it
         self.fresh("scope")
         self.scope.append(self.counter)
         self.rebound.append({})
+        self.region_buffers.append([])
+        yielded: set[str] = set()
         try:
-            yield
+            yield yielded
         finally:
+            self._close_region(self._names_buffers(sorted(yielded)))
             self.values.update(self.rebound.pop())
             self.scope.pop()
             self.regions -= 1
 
     def block_with_terminator(self, block, targets: list[str]) -> None:
-        with self.region():
+        with self.region() as yielded:
             self.block_ops(block.ops[:-1])
             terminator = block.ops[-1]
-            self._assign(targets, self._flat_all(terminator.operands))
+            sources = self._flat_all(terminator.operands)
+            self._assign(targets, sources)
+            yielded.update(sources)
 
     def block_ops(self, ops) -> None:
         for op in ops:

@@ -203,7 +203,8 @@ def _int64_closed(expression: str) -> bool:
             continue
         if _sole_argument(piece, "np.int64") is not None:
             calls += 1
-        elif piece.startswith("(") and _int64_closed(piece):
+        elif piece.startswith("(") and piece != expression and _int64_closed(piece):
+            # (a piece that is the whole expression is not one group, e.g. `(a) // b`: not closed)
             calls += 1
         else:
             return False

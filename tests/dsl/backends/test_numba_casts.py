@@ -132,3 +132,18 @@ def test_dot_of_a_transposed_buffer_reads_it_with_swapped_strides():
     plain = r"tile_dot\(\S+, 0, 16, 1, .*"
     assert re.search(plain + transposed, source), source
     assert not re.search(r"^\s*d\d+_\d+ = np\.empty", source, re.M), source
+
+
+@pytest.mark.parametrize(("expression", "closed"), [
+    ("np.int64(a) + np.int64(b) * 3", True),
+    ("(np.int64(a) + 1) * np.int64(2)", True),
+    ("((np.int64(a)))", True),
+    ("(np.int64(a) + 1) // np.int64(2)", False),  # one piece, not one group: recursed forever before
+    ("(a) // b", False),
+    ("np.int64(a) + b", False),
+    ("-np.int64(a)", False),
+])
+def test_an_int64_cast_is_dropped_only_around_int64_sums_and_products(expression: str, closed: bool):
+    assert codegen._int64_closed(expression) is closed
+    cast = codegen._cast("np.int64", expression)
+    assert (cast.startswith("np.int64(")) is not closed

@@ -21,13 +21,8 @@ _jit = numba.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False
 
 
 @_jit
-def box_fault1(err, code, site, program, base, s0, c0, n):
-    """The check of a 1-D box (module docstring)."""
-    if c0 <= 0:
-        return False
-    t0 = s0 * (c0 - 1)
-    low = base + min(0, t0)
-    high = low + abs(t0)
+def _outside(err, code, site, program, low, high, n):
+    """Whether [low, high] leaves [0, n); if so the fault is recorded in `err` (the offending end)."""
     if low < 0 or high >= n:
         err[0] = code
         err[1] = site
@@ -38,6 +33,16 @@ def box_fault1(err, code, site, program, base, s0, c0, n):
 
 
 @_jit
+def box_fault1(err, code, site, program, base, s0, c0, n):
+    """The check of a 1-D box (module docstring)."""
+    if c0 <= 0:
+        return False
+    t0 = s0 * (c0 - 1)
+    low = base + min(0, t0)
+    return _outside(err, code, site, program, low, low + abs(t0), n)
+
+
+@_jit
 def box_fault2(err, code, site, program, base, s0, c0, s1, c1, n):
     """The check of a 2-D box (module docstring)."""
     if c0 <= 0 or c1 <= 0:
@@ -45,11 +50,4 @@ def box_fault2(err, code, site, program, base, s0, c0, s1, c1, n):
     t0 = s0 * (c0 - 1)
     t1 = s1 * (c1 - 1)
     low = base + min(0, t0) + min(0, t1)
-    high = low + abs(t0) + abs(t1)
-    if low < 0 or high >= n:
-        err[0] = code
-        err[1] = site
-        err[2] = low if low < 0 else high
-        err[3] = program
-        return True
-    return False
+    return _outside(err, code, site, program, low, low + abs(t0) + abs(t1), n)

@@ -43,6 +43,7 @@ import torch
 import torch.fx as fx
 
 from torch_rbln.log import get_logger
+from torch_rbln.registry._memo import BoundedMemo
 
 from . import _stats
 from .fused import FusedKernel
@@ -75,8 +76,7 @@ ONE_TILE_MAX_K = 4096
 # launches the whole product once more and copies both results to the host; Llama's 29 projections have
 # 4 geometries, and those launches were ~0.3-0.5 s of CPU in generating its program (most of it in a
 # fresh process). Same specialisation, same geometry and scalars: only the values differ.
-_ONE_TILE_CHECKED: dict[tuple, Any] = {}
-ONE_TILE_CHECKED_MAX = 1024
+_ONE_TILE_CHECKED: dict[tuple, Any] = BoundedMemo(1024)
 
 
 def _layout(value: Any) -> Any:
@@ -742,8 +742,6 @@ class _Builder:
         by_address = getattr(getattr(kept, "unchecked", None), "by_address", None)
         if by_address is None or not torch.allclose(trial.cpu(), real_out.cpu(), rtol=1e-4, atol=1e-4):
             return direct
-        if len(_ONE_TILE_CHECKED) >= ONE_TILE_CHECKED_MAX:
-            _ONE_TILE_CHECKED.clear()
         _ONE_TILE_CHECKED[geometry] = kept
         self.counter["one_tile"] += 1
         return direct._replace(launcher=by_address, grid=(1, 1, 1))

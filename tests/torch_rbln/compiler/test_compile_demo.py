@@ -8,10 +8,7 @@ import torch
 
 from torch_rbln import demo, registry
 
-# Resolve the model class at collection, before other tests run in this worker: once in three suite
-# runs, `demo._build`'s own import of it raised ImportError later in a worker (cause not found yet), and
-# the demo silently built its torch.nn stand-in instead.
-pytest.importorskip("transformers").GPT2LMHeadModel  # noqa: B018
+pytest.importorskip("transformers")
 ATOL = 1e-4
 
 

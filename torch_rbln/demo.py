@@ -10,6 +10,7 @@ block written with torch.nn stands in.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 
@@ -58,7 +59,14 @@ def _build(vocab: int, width: int, layers: int, heads: int, positions: int):
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
         from transformers.utils import logging as hf_logging
-    except ImportError:
+    except ImportError as error:
+        # Without transformers (installed by the `demo` extra) the stand-in is the documented choice; a
+        # transformers that is installed but fails to import is a broken environment the user must hear of.
+        if not (isinstance(error, ModuleNotFoundError) and error.name == "transformers"):
+            logging.getLogger("torch_rbln.demo").warning(
+                "transformers is installed but importing GPT2LMHeadModel failed (%s: %s); the demo runs its "
+                "torch.nn stand-in instead. Reinstall with `pip install -e \".[demo]\"` to run GPT-2.",
+                type(error).__name__, error)
         return (lambda: TinyTransformerBlock(vocab, width, heads, positions)), "GPT-2 block (torch.nn)"
     hf_logging.set_verbosity_error()
     config = GPT2Config(

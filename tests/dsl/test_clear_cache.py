@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 
 import torch
-from sample_kernels import double, double_kernel
+
+from ..sample_kernels import double, double_kernel
 
 jit_module = sys.modules["torch_rbln.dsl.jit"]  # `torch_rbln.dsl.jit` the attribute is the decorator
 

@@ -6,10 +6,11 @@ import logging
 
 import pytest
 import torch
-from sample_kernels import double
 
 import torch_rbln  # noqa: F401
 from torch_rbln import registry
+
+from ..sample_kernels import double
 
 
 def _double(x: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,8 @@ os.environ.setdefault("TORCH_RBLN_CACHE_DIR", os.path.join(os.path.dirname(__fil
 # RBLN_TEST_COMPILE_LOG=FILE each test process also appends one JSON line per test:
 # {"test", "worker", "start", "end" (time.time()), "compiles", "seconds", "kernels": [[kernel name,
 # specialisation key, seconds], ...]}: the same key compiled twice in one run (two workers at once, or
-# a cache miss) and the idle tail of a worker both show in it.
+# a cache miss) and the idle tail of a worker both show in it; `python tests/compile_log_report.py FILE`
+# summarises it.
 
 _EXECUTABLE = "torch_rbln.dsl.backends.numba_backend.executable"
 _compiled_by_test: list[tuple[float, int, str]] = []  # (seconds, compiles, test id) of this process

@@ -19,8 +19,11 @@ os.environ.setdefault("TORCH_RBLN_CACHE_DIR", os.path.join(os.path.dirname(__fil
 # A cold suite spends most of its time in numba; the end of the run says how many kernels this run
 # compiled (in the test processes: child interpreters are not counted), their seconds, and the tests
 # that compiled the most, so a test that adds slow or duplicate specialisations shows. With
-# RBLN_TEST_COMPILE_LOG=FILE each test process also appends one JSON line per test that compiled:
-# {"test", "compiles", "seconds"}.
+# RBLN_TEST_COMPILE_LOG=FILE each test process also appends one JSON line per test:
+# {"test", "worker", "start", "end" (time.time()), "compiles", "seconds", "kernels": [[kernel name,
+# specialisation key, seconds], ...]}: the same key compiled twice in one run (two workers at once, or
+# a cache miss) and the idle tail of a worker both show in it; `python tests/compile_log_report.py FILE`
+# summarises it.
 
 _EXECUTABLE = "torch_rbln.dsl.backends.numba_backend.executable"
 _compiled_by_test: list[tuple[float, int, str]] = []  # (seconds, compiles, test id) of this process
@@ -34,26 +37,39 @@ def _compile_count() -> tuple[int, float]:
     return (0, 0.0) if module is None else module.compile_count()
 
 
+def _compile_records() -> list:
+    import sys
+
+    module = sys.modules.get(_EXECUTABLE)
+    return [] if module is None else module.compile_records()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    before = _compile_count()
+    import time
+
+    before, records, start = _compile_count(), len(_compile_records()), time.time()
     yield
     count, seconds = (now - then for now, then in zip(_compile_count(), before, strict=True))
     if count:
         _compiled_by_test.append((seconds, count, item.nodeid))
-        path = os.environ.get("RBLN_TEST_COMPILE_LOG")
-        if path:
-            import json
+    path = os.environ.get("RBLN_TEST_COMPILE_LOG")
+    if path:
+        import json
 
-            line = json.dumps({"test": item.nodeid, "compiles": count, "seconds": round(seconds, 3)})
-            with open(path, "a") as stream:
-                stream.write(line + "\n")
+        kernels = [[name, key, round(took, 3)] for name, key, took in _compile_records()[records:]]
+        line = json.dumps({"test": item.nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                           "start": round(start, 3), "end": round(time.time(), 3), "compiles": count,
+                           "seconds": round(seconds, 3), "kernels": kernels})
+        with open(path, "a") as stream:
+            stream.write(line + "\n")
 
 
 def _totals() -> dict:
     return {"compiles": sum(c for _, c, _ in _compiled_by_test),
             "seconds": sum(s for s, _, _ in _compiled_by_test),
-            "top": sorted(_compiled_by_test, reverse=True)[:_TOP]}
+            "top": sorted(_compiled_by_test, reverse=True)[:_TOP],
+            "keys": [[key, round(seconds, 3)] for _, key, seconds in _compile_records()]}
 
 
 def pytest_sessionfinish(session):
@@ -84,6 +100,18 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_sep("-", title)
     for test_seconds, count, nodeid in top:
         terminalreporter.write_line(f"{test_seconds:7.1f} s {count:4d} compiles  {nodeid}")
+    # a specialisation compiled more than once in one run: two processes missed each other's cache
+    # entry, or a test cleared the cache on purpose (tests/dsl/backends/test_background_compile.py)
+    seen: dict[str, list[float]] = {}
+    for run in runs:
+        for key, key_seconds in run.get("keys", []):
+            seen.setdefault(key, []).append(key_seconds)
+    again = {key: times for key, times in seen.items() if len(times) > 1}
+    if again:
+        count = sum(len(times) - 1 for times in again.values())
+        extra = sum(sum(times[1:]) for times in again.values())
+        terminalreporter.write_line(f"{len(again)} specialisations compiled more than once ({count} extra "
+                                    f"compiles, {extra:.0f} s), e.g. {min(again)[:100]}")
 
 
 # ---------------------------------------------------------------- torch's OpInfo sample tracking

@@ -45,6 +45,9 @@ def _cache_root() -> str:
 SLOW_COMPILE_SECONDS = 1.0
 _slow_compiles = [0, 0.0]  # this process: how many, and their seconds
 _compiles = [0, 0.0]  # every numba compile of this process (not loads from its cache), and their seconds
+# the same compiles one by one, (kernel name, specialisation: generated module + argument types,
+# seconds): the test suite's compile log finds specialisations that several tests or processes compile
+_compile_records: list[tuple[str, str, float]] = []
 _announced = [False]  # whether this process said at WARNING that it compiles
 _in_flight = [0]  # compiles this process is waiting for or has handed to workers
 _notice_lock = threading.Lock()
@@ -112,6 +115,22 @@ INTERPRET_MAX_PROGRAMS = 256  # a larger launch waits for its background compile
 def compile_count() -> tuple[int, float]:
     """(numba compiles this process ran, their seconds): loads from numba's disk cache do not count."""
     return _compiles[0], _compiles[1]
+
+
+def compile_records() -> list[tuple[str, str, float]]:
+    """This process's numba compiles in order: (kernel name, specialisation key, seconds)."""
+    return list(_compile_records)
+
+
+def _count_compile(executable: Executable, seconds: float) -> None:
+    _compiles[0] += 1
+    _compiles[1] += seconds
+    # the generated module names the specialisation; the parameters say what it is for: dtypes and
+    # constexpr values (numba's own signature is all int64 addresses and sizes)
+    stem = os.path.splitext(os.path.basename(executable.module.__file__))[0]
+    types_ = ",".join(f"{param.name}={param.value!r}" if param.kind == "constexpr" else str(param.type)
+                      for param in executable.fn.params)
+    _compile_records.append((executable.fn.name, f"{stem}({types_})", seconds))
 
 
 def tier_report() -> dict[str, dict]:
@@ -483,8 +502,7 @@ class Executable:
             began = time.perf_counter()
             self._first_call(lambda: self.kernel(0, 0, 1, 1, 1, *arguments, np.zeros(4, np.int64)))
             if sum(self.kernel._cache_misses.values()) > misses:
-                _compiles[0] += 1
-                _compiles[1] += time.perf_counter() - began
+                _count_compile(self, time.perf_counter() - began)
         self._background = False  # compiled here: no launch of it needs the interpreter tier any more
         # (the autotuner compiles each config so before timing it: it never times the interpreter)
 
@@ -626,8 +644,7 @@ class Executable:
             finally:
                 compiled = sum(self.kernel._cache_misses.values()) > misses
                 if compiled:
-                    _compiles[0] += 1
-                    _compiles[1] += time.perf_counter() - began
+                    _count_compile(self, time.perf_counter() - began)
                 cpu = time.thread_time() - began_cpu
                 if notice is not None:
                     notice.finish(time.perf_counter() - began, cpu, compiled)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from compile_log_report import _rows, report
+from .compile_log_report import _rows, report
 
 
 def _row(test: str, worker: str, start: float, end: float, kernels: list) -> dict:

@@ -203,7 +203,10 @@ def _compute_kernel_token(jf) -> str:
     parameters = set(jf.arg_names)
     roots: set[int] = set()
     tokens: dict[str, str] = {}
-    for node in ast.walk(jf.tree):
+    # the body only: the front end never evaluates decorators (an @autotune's configs) or the signature,
+    # whose annotations and defaults reach it through the specialisation
+    nodes = (node for statement in jf.tree.body for node in ast.walk(statement))
+    for node in nodes:
         if isinstance(node, ast.Attribute) and id(node) not in roots:
             chain, current = [], node
             while isinstance(current, ast.Attribute):

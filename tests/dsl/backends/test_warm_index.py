@@ -396,3 +396,30 @@ def test_an_edit_of_any_dsl_source_changes_the_fingerprint(tmp_path, relative):
     with open(copy / relative, "a") as stream:
         stream.write("\n")
     assert warm_index.source_fingerprint(copy) != before
+
+
+def test_decorators_and_the_signature_are_not_part_of_the_kernel_token(tmp_path):
+    """The front end never evaluates a kernel's decorators (an @autotune's configs, prune functions) or
+    its signature: a value without a token there leaves the kernel eligible."""
+    path = tmp_path / "decorated.py"
+    path.write_text(textwrap.dedent('''
+        import torch_rbln.dsl as tl
+
+
+        def tag(value):
+            return lambda kernel: kernel
+
+
+        def prune(configs):
+            return configs
+
+
+        @tag(prune)
+        @tl.jit
+        def decorated(out, BLOCK: tl.constexpr = 4):
+            tl.store(out + tl.arange(0, BLOCK), 1.0)
+    '''))
+    spec = importlib.util.spec_from_file_location("decorated", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert len(warm_index.kernel_token(module.decorated)) == 64

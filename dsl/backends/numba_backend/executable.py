@@ -21,9 +21,10 @@ import numpy as np
 from ...errors import KernelRuntimeError
 from ...ir import Function, format_function
 from ...jit import _host_memory
-from . import codegen, warm_index
+from . import codegen, lazy_blas, warm_index
 
 BACKEND_VERSION = "1"
+lazy_blas.defer_numba_blas_check()  # before numba sets up its target: scipy.linalg only for tl.dot
 _modules: dict[str, types.ModuleType] = {}
 _modules_lock = threading.Lock()
 
@@ -401,6 +402,7 @@ class Executable:
         if calls_blas:
             from .blas import limit_kernel_blas
 
+            lazy_blas.ensure_blas()
             limit_kernel_blas()
         self.kernel_name = name
         self.params = params

@@ -136,6 +136,8 @@ def value_token(value) -> str:
         if _in_dsl(module) or module in _STABLE_MODULES:
             return f"callable:{module}.{getattr(value, '__qualname__', type(value).__qualname__)}"
         raise Ineligible(f"callable {module}.{getattr(value, '__qualname__', value)!s}")
+    if type(value).__module__ == "torch" and type(value).__name__ == "dtype":  # `torch.float16`: its name
+        return f"torch.dtype:{value}"
     if type(value).__module__ == "numpy" and hasattr(value, "dtype") and getattr(value, "shape", None) == ():
         return f"numpy:{value.dtype}:{value!r}"
     if _in_dsl(type(value).__module__):  # a DSL object with a value repr (e.g. a dtype-like)

@@ -364,6 +364,18 @@ def test_a_kernel_naming_a_value_without_a_stable_token_is_ineligible(fresh_cach
         warm_index.value_token(object())
 
 
+def test_value_tokens_tell_values_apart():
+    import numpy as np
+    import torch_rbln.dsl as tl
+
+    values = [1, True, 1.0, "1", None, (1, 2), [1, 2], (1, (2,)), tl.float16, tl.float32, torch.float16,
+              torch.bfloat16, np.int64(1), np.float32(1), tl.constexpr(3), 3.5]
+    tokens = [warm_index.value_token(v) for v in values]
+    assert len(set(tokens)) == len(tokens), tokens
+    assert warm_index.value_token(tl.constexpr(1)) == warm_index.value_token(1)  # the front end unwraps it
+    assert warm_index.value_token(tl.float16) == warm_index.value_token(tl.float16)
+
+
 @pytest.mark.parametrize("package", ["numba", "llvmlite", "numpy", "jinja2", "python"])
 def test_each_tool_version_changes_the_key(tmp_path, monkeypatch, package):
     kernels = _module(tmp_path)

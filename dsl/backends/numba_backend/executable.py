@@ -1,5 +1,9 @@
 """Compiled kernels: generated module on disk (memory cache, then disk cache, then numba compile)
-and the launcher that spreads a grid over the simulated NPUs of a tensor-parallel group."""
+and the launcher that spreads a grid over the simulated NPUs of a tensor-parallel group.
+
+A specialisation seen by an earlier process is found through the warm index (`warm_index.py`, `warm`)
+before its IR exists: the launcher then needs only the specialisation's params and the index entry, and
+the front end and the code generator run only if a fault report or the interpreter tier asks for them."""
 
 from __future__ import annotations
 

@@ -153,19 +153,66 @@ def artifact_key(spec: Specialization, backend: str, extra: str = "") -> str:
 
 
 class CompiledKernel:
-    """A kernel specialised and lowered to IR; backends' executables are built on demand."""
+    """A kernel specialised and lowered to IR; backends' executables are built on demand.
 
-    def __init__(self, jf: JITFunction, spec: Specialization, ir_fn):
+    The IR (`ir`) may be built late: a backend with a warm start (`factory.warm(kernel)`, the numba
+    backend's index of generated modules) builds its executable without it, and the front end runs only
+    if something asks for the IR (a fault report, the interpreter, `asm`). `params` never needs it."""
+
+    def __init__(self, jf: JITFunction, spec: Specialization, ir_fn=None):
         self.function = jf
         self.spec = spec
-        self.ir = ir_fn
+        self._ir = ir_fn
+        self._params = None
+        self._ir_lock = threading.Lock()
         self.key = spec.key
         self._executables: dict[str, object] = {}
+
+    @property
+    def ir(self):
+        """The kernel's IR, built by the front end on first need."""
+        if self._ir is None:
+            with self._ir_lock:
+                if self._ir is None:
+                    self._ir = self.function._frontend(self.spec)
+                    _dump_ir(self)
+        return self._ir
+
+    @property
+    def params(self) -> list:
+        """The IR's params (name, kind, type) as the front end makes them from the specialisation; the
+        IR's own once built. Launches read these, so a warm start never builds the IR to launch."""
+        if self._ir is not None:
+            return self._ir.params
+        if self._params is None:
+            from . import dtypes
+            from .ir import Param
+
+            params = []
+            for i, (name, kind, info) in enumerate(self.spec.params):
+                if kind == "ptr":
+                    pointer = dtypes.pointer_type(dtypes.from_name(info))
+                    params.append(Param(name, kind, TensorType(pointer, (), i)))
+                elif kind == "scalar":
+                    params.append(Param(name, kind, TensorType(dtypes.from_name(info))))
+                elif kind == "none":
+                    params.append(Param(name, kind))
+                else:
+                    params.append(Param(name, kind, None, info))
+            self._params = params
+        return self._params
 
     def executable(self, backend: str):
         exe = self._executables.get(backend)
         if exe is None:
-            exe = _backends.get_factory(backend)(self.ir)
+            factory = _backends.get_factory(backend)
+            warm = getattr(factory, "warm", None) if self._ir is None else None
+            exe = warm(self) if warm is not None else None
+            if exe is None:
+                exe = factory(self.ir)
+                remember = getattr(factory, "remember", None)
+                if remember is not None:
+                    remember(self, exe)
             self._executables[backend] = exe
         return exe
 
@@ -222,7 +269,7 @@ class CompiledKernel:
         return launch
 
     def __repr__(self):
-        return f"<CompiledKernel {self.ir.name} key={self.key[:12]}>"
+        return f"<CompiledKernel {self.function.__name__} key={self.key[:12]}>"
 
 
 class JITFunction:
@@ -278,6 +325,7 @@ class JITFunction:
             if parameter.default is not inspect.Parameter.empty
         }
         self._cache_key = None
+        self._warm_token = None  # the numba backend's warm index key of this function (warm_index.py)
         functools.update_wrapper(self, fn, updated=())
 
     # --------------------------------------------------------------- source info
@@ -370,20 +418,29 @@ class JITFunction:
         bound.apply_defaults()
         return dict(bound.arguments)
 
-    def compile(self, arguments: dict) -> CompiledKernel:
+    def compile(self, arguments: dict, backend: str | None = None) -> CompiledKernel:
+        """The specialisation of this kernel for `arguments`, its IR built by the front end; with `backend`,
+        whose executable is built too, from that backend's warm start when it has one (the IR is then
+        built only if asked for: see `CompiledKernel`)."""
         spec = specialize(self, arguments)
         ck = self.cache.get(spec.key)
         if ck is None:
-            from .frontend import compile_kernel
-
-            if _profiling.active():
-                with _profiling.region("compile", self.__name__, stage="frontend"):
-                    ck = CompiledKernel(self, spec, compile_kernel(self, spec))
+            ck = CompiledKernel(self, spec)
+            if backend is not None:
+                ck.executable(backend)
             else:
-                ck = CompiledKernel(self, spec, compile_kernel(self, spec))
+                ck.ir  # noqa: B018 - compile errors surface here, as before
             self.cache[spec.key] = ck
-            _dump_ir(ck)
         return ck
+
+    def _frontend(self, spec: Specialization):
+        """The IR of one specialisation (the DSL front end: the kernel's source traced into IR)."""
+        from .frontend import compile_kernel
+
+        if _profiling.active():
+            with _profiling.region("compile", self.__name__, stage="frontend"):
+                return compile_kernel(self, spec)
+        return compile_kernel(self, spec)
 
     def clear_cache(self) -> None:
         """Forget compiled specialisations and launch caches (the next launch compiles afresh), here
@@ -464,7 +521,7 @@ class JITFunction:
         entry = self._launches.get(key) if key is not None else None
         if entry is None:
             arguments = self.bind(args, kwargs)
-            ck = self.compile(arguments)
+            ck = self.compile(arguments, backend)
             entry = (ck, ck.executable(backend))
             if key is not None:
                 self._launches[key] = entry
@@ -586,7 +643,7 @@ class JITFunction:
             return
         positions = {name: i for i, name in enumerate(self.arg_names[: len(args)])}
         gather = []
-        for param in ck.ir.params:
+        for param in ck.params:
             if param.kind not in ("ptr", "scalar"):
                 gather.append(None)
             elif param.name in positions:
@@ -618,14 +675,14 @@ class JITFunction:
         if backend == "rebel":
             return self._run_on_rebel(args, kwargs, grid, tp_option, warmup)
         ck, exe, arguments = self._prepare(backend, args, kwargs)
-        values = [arguments[p.name] if p.kind in ("ptr", "scalar") else None for p in ck.ir.params]
+        values = [arguments[p.name] if p.kind in ("ptr", "scalar") else None for p in ck.params]
         takes_tensors = getattr(exe, "takes_tensors", False)
         if warmup:
             if takes_tensors:
                 exe.compile_now(values)
             return ck
         g = _normalize_grid(self, grid, arguments)
-        _check_one_device(self, ck.ir, arguments)
+        _check_one_device(self, ck.params, arguments)
         if g[0] * g[1] * g[2] == 0:
             return ck
         if not takes_tensors:
@@ -805,13 +862,13 @@ def peer_access():
         _peer.allowed = previous
 
 
-def _check_one_device(jf, ir, arguments) -> None:
+def _check_one_device(jf, params, arguments) -> None:
     """All tensor arguments of a launch must live on one device (the CPU, or one rbln:i), as a Triton
     launch refuses a CPU tensor among CUDA ones: a kernel runs on one device's NPUs."""
     if getattr(_peer, "allowed", False):
         return
     first = None
-    for param in ir.params:
+    for param in params:
         if param.kind != "ptr":
             continue
         value = arguments[param.name]

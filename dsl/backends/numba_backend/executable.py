@@ -1,5 +1,9 @@
 """Compiled kernels: generated module on disk (memory cache, then disk cache, then numba compile)
-and the launcher that spreads a grid over the simulated NPUs of a tensor-parallel group."""
+and the launcher that spreads a grid over the simulated NPUs of a tensor-parallel group.
+
+A specialisation seen by an earlier process is found through the warm index (`warm_index.py`, `warm`)
+before its IR exists: the launcher then needs only the specialisation's params and the index entry, and
+the front end and the code generator run only if a fault report or the interpreter tier asks for them."""
 
 from __future__ import annotations
 
@@ -21,9 +25,10 @@ import numpy as np
 from ...errors import KernelRuntimeError
 from ...ir import Function, format_function
 from ...jit import _host_memory
-from . import codegen
+from . import codegen, lazy_blas, warm_index
 
 BACKEND_VERSION = "1"
+lazy_blas.defer_numba_blas_check()  # before numba sets up its target: scipy.linalg only for tl.dot
 _modules: dict[str, types.ModuleType] = {}
 _modules_lock = threading.Lock()
 
@@ -221,6 +226,86 @@ def load_module(lowered: codegen.Lowered) -> types.ModuleType:
         return module
 
 
+def _calls_blas(source: str) -> bool:
+    """Whether a generated module calls BLAS (`tl.dot`): its kernel BLAS is then limited to one thread."""
+    return "tile_dot(" in source or "np.dot(" in source
+
+
+def _load_indexed(entry: warm_index.Entry) -> types.ModuleType:
+    """The generated module a warm index entry names (its text was checked against the entry's digest)."""
+    module = _modules.get(entry.digest)
+    if module is not None:
+        return module
+    with _modules_lock:
+        module = _modules.get(entry.digest)
+        if module is None:
+            path = warm_index.module_path(_cache_root(), entry)
+            module = _import_file(f"torch_rbln_kernel_{entry.name}_{entry.digest}", path)
+            _modules[entry.digest] = module
+        return module
+
+
+def _warm(kernel, eager_reads: bool) -> Executable | None:
+    """The executable of a `jit.CompiledKernel` from the warm index, skipping the front end and the code
+    generator; None when the kernel is ineligible, has no trusted entry, or kernels are being dumped
+    (TORCH_RBLN_DUMP_KERNELS writes the IR and the lowering, which need both)."""
+    from torch_rbln import config
+
+    if config.get("TORCH_RBLN_DUMP_KERNELS"):
+        return None
+    try:
+        key = warm_index.warm_key(kernel.function, kernel.spec, eager_reads)
+    except warm_index.Ineligible as why:
+        _log().debug("kernel '%s' takes the front end on every start: it names a %s, which has no stable "
+                     "cache key", kernel.function.__name__, why)
+        return None
+    root = _cache_root()
+    entry = warm_index.read(root, key, kernel.spec)
+    if entry is None:
+        return None
+    try:
+        return Executable._from_index(kernel, entry, eager_reads)
+    except Exception as error:  # noqa: BLE001 - the front-end path rebuilds the module and raises real errors
+        _log().warning("kernel '%s': loading %s through the warm index failed (%s: %s); rebuilding it",
+                       kernel.function.__name__, warm_index.module_path(root, entry), type(error).__name__,
+                       error)
+        warm_index.forget(root, key)
+        return None
+
+
+def _remember(kernel, exe) -> None:
+    """Record in the warm index the module of an executable built by the front-end path, so that the next
+    process loads it without the front end (`_warm`)."""
+    if not isinstance(exe, Executable):
+        return  # the interpreter's (a kernel numba cannot lower): it needs the IR anyway
+    exe._kernel_ir = kernel
+    try:
+        key = warm_index.warm_key(kernel.function, kernel.spec, exe.eager_reads)
+    except warm_index.Ineligible:
+        return
+    entry = warm_index.Entry(exe._entry_name, exe._digest, exe._ptr_params, exe._scalar_params,
+                             exe._uses_atomics, exe._calls_blas)
+    warm_index.write(_cache_root(), key, entry)
+
+
+def _forget_indexed(kernel, eager_reads: bool) -> None:
+    if kernel is None:
+        return
+    try:
+        warm_index.forget(_cache_root(), warm_index.warm_key(kernel.function, kernel.spec, eager_reads))
+    except warm_index.Ineligible:
+        pass
+
+
+def _for_kernel(kernel, eager_reads: bool = False) -> Executable:
+    """The executable of a `jit.CompiledKernel`: from the warm index, else built from its IR and recorded."""
+    exe = _warm(kernel, eager_reads)
+    if exe is None:
+        exe = Executable(kernel.ir, eager_reads)
+        _remember(kernel, exe)
+    return exe
+
+
 @contextlib.contextmanager
 def _compile_lock(source_path: str):
     """Hold an exclusive lock on `<kernel source>.lock` (filelock, between processes and threads).
@@ -314,25 +399,53 @@ class Executable:
     takes_tensors = True
 
     def __init__(self, fn: Function, eager_reads: bool = False) -> None:
-        self.fn = fn
-        self.lowered = codegen.lower(fn, eager_reads)
-        if "tile_dot(" in self.lowered.source or "np.dot(" in self.lowered.source:
+        lowered = codegen.lower(fn, eager_reads)
+        dump(fn, lowered)
+        self._fn: Function | None = fn
+        self._lowered: codegen.Lowered | None = lowered
+        self._kernel_ir = None  # the jit.CompiledKernel, once known (`remember`, `_from_index`)
+        self._setup(fn.name, fn.params, eager_reads, load_module(lowered), lowered.name, lowered.digest,
+                    lowered.uses_atomics, _calls_blas(lowered.source))
+
+    @classmethod
+    def _from_index(cls, kernel, entry: warm_index.Entry, eager_reads: bool) -> Executable:
+        """The executable of a `jit.CompiledKernel` whose generated module the warm index names: no
+        front end, no code generator. The IR and the lowering are built only if asked for (`fn`,
+        `lowered`: a fault report, the interpreter tier, the alias-safe variant's fallback)."""
+        self = cls.__new__(cls)
+        self._fn = None
+        self._lowered = None
+        self._kernel_ir = kernel
+        self._setup(kernel.function.__name__, kernel.params, eager_reads, _load_indexed(entry), entry.name,
+                    entry.digest, entry.uses_atomics, entry.calls_blas)
+        return self
+
+    def _setup(self, name: str, params: list, eager_reads: bool, module: types.ModuleType, entry_name: str,
+               digest: str, uses_atomics: bool, calls_blas: bool) -> None:
+        if calls_blas:
             from .blas import limit_kernel_blas
 
+            lazy_blas.ensure_blas()
             limit_kernel_blas()
+        self.kernel_name = name
+        self.params = params
+        self.eager_reads = eager_reads
+        self._entry_name = entry_name
+        self._digest = digest
+        self._uses_atomics = uses_atomics
+        self._calls_blas = calls_blas
         self._alias_variant: Executable | None = None
-        dump(fn, self.lowered)
-        self.module = load_module(self.lowered)
-        self.kernel = getattr(self.module, self.lowered.name)
-        self.names = [p.name for p in fn.params]
-        self.tp_capable = not self.lowered.uses_atomics
-        self._ptr_params = tuple(self.lowered.ptr_params)
-        self._scalar_params = tuple(self.lowered.scalar_params)
+        self.module = module
+        self.kernel = getattr(module, entry_name)
+        self.names = [p.name for p in params]
+        self.tp_capable = not uses_atomics
+        self._ptr_params = tuple(i for i, p in enumerate(params) if p.kind == "ptr")
+        self._scalar_params = tuple(i for i, p in enumerate(params) if p.kind == "scalar")
         # fp16/bf16 scalars are rounded to float32 first, as the kernel's own float32 arithmetic would
         # (a float64 rounded straight to half precision can differ by double rounding).
-        names = {i: fn.params[i].type.dtype.name for i in self.lowered.scalar_params}
+        names = {i: params[i].type.dtype.name for i in self._scalar_params}
         self._scalar_types = [
-            (i, np.float32 if names[i] in ("fp16", "bf16") else None) for i in self.lowered.scalar_params
+            (i, np.float32 if names[i] in ("fp16", "bf16") else None) for i in self._scalar_params
         ]
         self._plain_scalars = all(convert is None for _, convert in self._scalar_types)
         self._spans: list[int] = []
@@ -341,6 +454,28 @@ class Executable:
         # kernel no longer uses the interpreter tier
         self._background = None
         self._interpreter = None
+
+    @property
+    def fn(self) -> Function:
+        """The kernel's IR; built now (the front end) for an executable loaded through the warm index."""
+        if self._fn is None:
+            self._fn = self._kernel_ir.ir
+        return self._fn
+
+    @property
+    def lowered(self) -> codegen.Lowered:
+        """The code generator's output for this kernel (error sites for fault reports); lowered now for an
+        executable loaded through the warm index, and checked against the module it runs."""
+        if self._lowered is None:
+            lowered = codegen.lower(self.fn, self.eager_reads)
+            if lowered.digest != self._digest:
+                # the key missed an input: never expected, but the sidecar must not be trusted again
+                _log().error("kernel '%s': its warm index entry named module %s, but its source now lowers "
+                             "to %s; the entry is removed (please report this)", self.kernel_name,
+                             self._digest, lowered.digest)
+                _forget_indexed(self._kernel_ir, self.eager_reads)
+            self._lowered = lowered
+        return self._lowered
 
     def _flat(self, values: list, memory) -> list:
         """The kernel's arguments: (address, span) per pointer, then the scalars as Python numbers (the
@@ -385,7 +520,7 @@ class Executable:
         arguments += [
             f"float32({names[i]})" if converts[i] is not None else names[i] for i in self._scalar_params
         ]
-        values = ", ".join(names.get(i, "None") for i in range(len(self.fn.params)))
+        values = ", ".join(names.get(i, "None") for i in range(len(self.params)))
         signature = ", ".join(names[i] for i in runtime)
         spans = "".join(f"{t}.numel(), " for t in tensors)
         # by_address: each tensor as (address, element count), the scalars as in `unchecked`
@@ -435,7 +570,7 @@ class Executable:
                      "float32": np.float32,
                      "launch_device": launch_device, "device_tp": _device_tp, "failed": self._direct_failed,
                      "errors": _fault_records, "get_ident": threading.get_ident}
-        code = builtins.compile("\n".join(lines) + "\n", f"<direct launch of {self.fn.name}>", "exec")
+        code = builtins.compile("\n".join(lines) + "\n", f"<direct launch of {self.kernel_name}>", "exec")
         exec(code, namespace)  # noqa: S102 - generated from this kernel's own parameter list
         launch = namespace["launch"]
         launch.unchecked = namespace["unchecked"]
@@ -452,7 +587,7 @@ class Executable:
 
         scalars = []
         for index, convert in self._scalar_types:
-            dtype = self.fn.params[index].type.dtype
+            dtype = self.params[index].type.dtype
             if convert is not None:
                 scalars.append(numba.types.float32)
             elif dtype.is_floating():
@@ -472,9 +607,11 @@ class Executable:
         (the kernel's prologue reported ERR_ALIASED before running any program): compiled on first
         need, seconds once, then cached like any other specialisation."""
         if self._alias_variant is None:
-            self._alias_variant = Executable(self.fn, eager_reads=True)
+            kernel = self._kernel_ir
+            self._alias_variant = (_for_kernel(kernel, eager_reads=True) if kernel is not None
+                                   else Executable(self.fn, eager_reads=True))
             _log().info("kernel '%s': arguments alias each other; running its variant that reads loads "
-                        "in place", self.fn.name)
+                        "in place", self.kernel_name)
         return self._alias_variant
 
     def _run_alias_safe(self, grid, arguments: list, tp: int) -> None:
@@ -521,7 +658,7 @@ class Executable:
                     os.remove(path)
             _log().warning(
                 "numba cache of kernel '%s' is corrupt (%s: %s); removed %s and recompiling",
-                self.fn.name, type(error).__name__, error, ", ".join(stale),
+                self.kernel_name, type(error).__name__, error, ", ".join(stale),
             )
             call()
 
@@ -564,10 +701,10 @@ class Executable:
             with _notice_lock:
                 _in_flight[0] += 1
             future = self._background = background.pool().submit(
-                self.module.__file__, self.module.__name__, self.lowered.name, flat())
+                self.module.__file__, self.module.__name__, self._entry_name, flat())
             future.add_done_callback(self._background_done)
-            _tiers.setdefault(self.fn.name, [0, 0, 0.0, 0])
-            _announce(self.fn.name, background=True)
+            _tiers.setdefault(self.kernel_name, [0, 0, 0.0, 0])
+            _announce(self.kernel_name, background=True)
         g0, g1, g2 = (int(g) for g in grid)
         if not future.done() and g0 * g1 * g2 <= INTERPRET_MAX_PROGRAMS:
             if self._interpreter is None:
@@ -575,23 +712,24 @@ class Executable:
 
                 self._interpreter = Interpreter(self.fn)
             self._interpreter.run((g0, g1, g2), numpy_args())
-            _tiers[self.fn.name][0] += 1
+            _tiers[self.kernel_name][0] += 1
             return True
         self._background = False
         try:
             seconds = future.result()
         except Exception as error:  # noqa: BLE001 - compiled here instead, which raises it at this launch
             _log().warning("background compile of kernel '%s' failed (%s); compiling it in this process",
-                           self.fn.name, error)
+                           self.kernel_name, error)
             return False
         _log().info("kernel '%s' runs compiled from now on (compiled by a worker in %.1f s, %d launches "
-                    "ran on the interpreter meanwhile)", self.fn.name, seconds, _tiers[self.fn.name][0])
+                    "ran on the interpreter meanwhile)", self.kernel_name, seconds,
+                    _tiers[self.kernel_name][0])
         return False
 
     def _background_done(self, future) -> None:
         with _notice_lock:
             _in_flight[0] -= 1
-        row = _tiers.setdefault(self.fn.name, [0, 0, 0.0, 0])
+        row = _tiers.setdefault(self.kernel_name, [0, 0, 0.0, 0])
         if future.cancelled() or future.exception() is not None:
             row[3] += 1
         else:
@@ -603,7 +741,7 @@ class Executable:
 
         return [
             flat_numpy_view(value, param.type.dtype.element_ty) if param.kind == "ptr" else value
-            for value, param in zip(values, self.fn.params, strict=True)
+            for value, param in zip(values, self.params, strict=True)
         ]
 
     def _explain(self, fault: KernelRuntimeError, grid, numpy_args) -> None:
@@ -633,11 +771,12 @@ class Executable:
         with _compile_lock(self.module.__file__):  # the first launch compiles (or loads) the code
             misses = sum(self.kernel._cache_misses.values())
             # nothing in numba's cache: this launch compiles, and says so if that takes a while
-            notice = None if _numba_cache_files(self.module.__file__) else _SlowCompileNotice(self.fn.name)
+            cached = _numba_cache_files(self.module.__file__)
+            notice = None if cached else _SlowCompileNotice(self.kernel_name)
             began, began_cpu = time.perf_counter(), time.thread_time()
             try:
                 if profiling.active():
-                    with profiling.region("compile", self.fn.name, stage="numba (or its disk cache)"):
+                    with profiling.region("compile", self.kernel_name, stage="numba (or its disk cache)"):
                         self._first_call(lambda: self._run_programs(grid, arguments, tp))
                 else:
                     self._first_call(lambda: self._run_programs(grid, arguments, tp))
@@ -649,7 +788,7 @@ class Executable:
                 if notice is not None:
                     notice.finish(time.perf_counter() - began, cpu, compiled)
                 elif compiled:
-                    _report_compile(self.fn.name, time.perf_counter() - began, cpu)
+                    _report_compile(self.kernel_name, time.perf_counter() - began, cpu)
         self._compiled = True
 
     def _run_programs(self, grid, arguments: list, tp: int) -> None:
@@ -669,12 +808,12 @@ class Executable:
             return
         if not self.tp_capable:
             raise RuntimeError(
-                f"kernel '{self.fn.name}' uses atomics, which cannot be split across the {tp} NPUs of a "
+                f"kernel '{self.kernel_name}' uses atomics, which cannot be split across the {tp} NPUs of a "
                 "tensor-parallel group; run it with tp=1 (TORCH_RBLN_USE_TP_FAILOVER=ON retries it so)"
             )
         if total < tp:
             raise RuntimeError(
-                f"kernel '{self.fn.name}' has {total} program(s), fewer than tp={tp}: it cannot use the "
+                f"kernel '{self.kernel_name}' has {total} program(s), fewer than tp={tp}: it cannot use the "
                 "tensor-parallel group; run it with tp=1 (TORCH_RBLN_USE_TP_FAILOVER=ON retries it so)"
             )
         errors = [np.zeros(4, np.int64) for _ in range(tp)]
@@ -745,7 +884,7 @@ class Executable:
             root = op.attrs.get("root") if "root" in op.attrs else None
             if root is None:
                 root = op.operands[0].type.root
-            size = self._spans[self.lowered.ptr_params.index(root)]
+            size = self._spans[self._ptr_params.index(root)]
             message = (
                 f"out-of-bounds {site.kind} of argument '{self.names[root]}' (valid element offsets "
                 f"0..{size - 1}): offending offset {offset}"
@@ -754,7 +893,7 @@ class Executable:
             message = f"device_assert failed: {op.attrs.get('msg', '')}"
         else:
             message = f"dynamic slice start {offset} out of range"
-        fault = KernelRuntimeError(f"{where}kernel '{self.fn.name}', program {program}: {message}")
+        fault = KernelRuntimeError(f"{where}kernel '{self.kernel_name}', program {program}: {message}")
         fault.program = program
         raise fault
 
@@ -774,3 +913,19 @@ def compile(fn: Function):  # noqa: A001 - backend factory name
         from ..interpret import compile as interpret_compile
 
         return interpret_compile(fn)
+
+
+def warm(kernel) -> Executable | None:
+    """`compile`'s warm start (see `jit.CompiledKernel.executable`): the executable of a CompiledKernel
+    whose IR has not been built, from the warm index, or None (the caller builds the IR and calls
+    `compile`, then `remember`)."""
+    return _warm(kernel, False)
+
+
+def remember(kernel, exe) -> None:
+    """`compile`'s record of a kernel built from its IR, for the next process's `warm`."""
+    _remember(kernel, exe)
+
+
+compile.warm = warm
+compile.remember = remember

@@ -388,6 +388,54 @@ def _rename(nodes: list[_Node], pattern: re.Pattern, name: str) -> list[_Node]:
             for node in nodes]
 
 
+_SCALAR = re.compile(r"v\d+")  # codegen's names of scalar values (`_Lowering.define`)
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def drop_dead_scalars(body: list[str], context: list[str]) -> tuple[list[str], int]:
+    """`body` without the assignments of scalar values (`v<id> = <pure expression>`) that nothing in
+    the function reads, and how many were dropped. Why: codegen defines a scalar when its op is
+    lowered, and a pointer's integer offset whose loads and stores all use its affine form, or a
+    product only a bounds check proved, is then never read (26 assignments, ~90 numba IR statements
+    in the tiny attention backward, each typed and lowered). Dropping one can make another dead, so
+    it repeats; a block left empty gets `pass`."""
+    tree = _tree([part for line in body for part in line.split("\n")])
+    if tree is None:
+        return body, 0
+    counts: dict[str, int] = {}
+    for line in [*context, *body]:
+        for word in _WORD.findall(line):
+            counts[word] = counts.get(word, 0) + 1
+    dropped = 0
+
+    def prune(nodes: list[_Node]) -> list[_Node]:
+        nonlocal dropped
+        kept = []
+        for node in nodes:
+            if node.children is not None:
+                node.children = prune(node.children) or [_Node("pass")]
+                kept.append(node)
+                continue
+            target, _, value = node.text.partition(" = ")
+            if _SCALAR.fullmatch(target) and counts.get(target, 0) == 1:
+                parsed = _parse([node])
+                if parsed is not None and len(parsed) == 1 and isinstance(parsed[0], ast.Assign) \
+                        and _facts(parsed).pure:
+                    for word in _WORD.findall(node.text):
+                        counts[word] -= 1
+                    dropped += 1
+                    continue
+            kept.append(node)
+        return kept
+
+    while True:
+        before = dropped
+        tree = prune(tree)
+        if dropped == before:
+            break
+    return [line for node in tree for line in node.lines(0)], dropped
+
+
 def fuse_loops(body: list[str], context: list[str]) -> tuple[list[str], int]:
     """`body` (the generated kernel body, four-space indents from 0) with adjacent fusible loop nests
     fused, and how many fusions were made. `context`: the other statements of the function (its

@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch_rbln.dsl as tl
 from torch_rbln.dsl.backends.numba_backend import codegen
-from torch_rbln.dsl.backends.numba_backend.fusion import fuse_loops
+from torch_rbln.dsl.backends.numba_backend.fusion import drop_dead_scalars, fuse_loops
 
 from torch_rbln import dsl as triton
 
@@ -203,6 +203,31 @@ for j2 in range({extent}):
     b3[j2] = b2[j2]
 """)
         assert count == 0, (between, extent, text)
+
+
+def test_dead_scalars_are_dropped_and_live_ones_kept():
+    body = """
+v1 = np.int32(v0 * 2)
+v2 = np.int64(v1)
+v3 = np.int64(v2 + 1)
+v4 = np.int32(s5)
+v5 = box_fault1(err, 1, 0, program, 0, 1, 8, n0)
+v6 = np.int32(1)
+if v4 > 0:
+    v7 = np.int64(v6) + m0[np.uint64(3)]
+    v8 = v7
+else:
+    v8 = 0
+m1[np.uint64(0)] = v8
+""".strip("\n").split("\n")
+    kept, dropped = drop_dead_scalars(body, ["v0 = np.int32(s0)"])
+    text = "\n".join(kept)
+    assert dropped == 3, text  # v3, then v2, then v1 (a read of kernel memory is dropped too: v7 is not)
+    for live in ("v4 = ", "v5 = box_fault1", "v6 = ", "v7 = ", "v8 = v7", "v8 = 0", "m1["):
+        assert live in text, (live, text)
+    # a branch left with nothing keeps a `pass`
+    kept, dropped = drop_dead_scalars(["if v0 > 0:", "    v9 = np.int64(v0)", "m1[0] = 1.0"], [])
+    assert dropped == 1 and kept == ["if v0 > 0:", "    pass", "m1[0] = 1.0"], kept
 
 
 # ---- kernels through the backend

@@ -55,6 +55,34 @@ def test_fuzz_numba_matches_interpreter():
     _settings(12, True)(given(fuzzgen.kernel_cases())(_check))()
 
 
+# Statement lists in the generator's form whose lowering puts a loop nest that reads a buffer across
+# rows (a column reduction, a transposed read, a cumulative sum down the columns) right after the nest
+# that writes it, over the same extents: what a wrong fusion of the two nests (numba_backend/fusion.py)
+# gets wrong. The random examples above rarely draw it.
+FUSION_HAZARDS = (
+    ["    f0 = tl.exp(x0 * 0.25)", "    f1 = tl.sum(f0, axis=0, keep_dims=True) + f0"],
+    ["    f0 = tl.exp(x0 * 0.25)", "    f1 = f0 + tl.trans(f0) * 0.5",
+     "    f2 = tl.max(f1, axis=1, keep_dims=True) + f1"],
+    ["    f0 = tl.exp(x1 * 0.125) + x0",
+     "    f1 = tl.cumsum(f0, axis=0) + tl.max(f0, axis=0, keep_dims=True)",
+     "    f2 = tl.sum(f1, axis=1, keep_dims=True) * f0"],
+)
+
+
+@pytest.mark.parametrize("hazard", range(len(FUSION_HAZARDS)))
+def test_cross_row_reads_after_writes_match_interpreter(hazard):
+    floats = sorted({line.split()[0] for line in FUSION_HAZARDS[hazard]})
+    head = [fuzzgen.SIGNATURE, "    pid = tl.program_id(0)", "    rows = tl.arange(0, R)[:, None]",
+            "    cols = tl.arange(0, C)[None, :]", "    offs = rows * C + cols",
+            "    base = pid * (R * C) + offs", "    x0 = tl.load(x_ptr + base)",
+            "    x1 = tl.load(y_ptr + base, mask=cols < n, other=2.5)"]
+    tail = [f"    tl.store(of_ptr + (pid * {fuzzgen.MAX_FLOATS} + {slot}) * (R * C) + offs, {name})"
+            for slot, name in enumerate(floats)]
+    body = "\n".join(head + FUSION_HAZARDS[hazard] + tail)
+    source = fuzzgen.PRELUDE + "\n\n@triton.jit\n" + body + "\n"
+    _check(fuzzgen.KernelCase(source, 4, 4, 2, 3, 0, hazard, len(floats), 0, -1))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(0)  # hundreds of numba compiles, then minutes of shrinking
 def test_fuzz_long():

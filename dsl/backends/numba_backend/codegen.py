@@ -20,6 +20,7 @@ from importlib import resources
 from ... import dtypes as D
 from ...ir import BlockPtrType, Function, Op, Value
 from ..interpret import int_cast_preserves_value
+from .fusion import drop_dead_scalars, fuse_loops
 
 ERR_OUT_OF_BOUNDS = 1
 ERR_ASSERT = 2
@@ -737,6 +738,9 @@ class _Lowering:
         self.block(fn.body)
         prologue += self._alias_check()
         self.lines = [line for line in self.lines if line is not None]  # moved allocations
+        self.lines, _ = fuse_loops(self.lines, prologue + self.hoisted)
+        self.lines, _ = drop_dead_scalars(self.lines, prologue + self.hoisted)
+        prologue, _ = drop_dead_scalars(prologue, self.hoisted + self.lines)  # unused scalar arguments
         fp8 = "fp8" in source_text_hint(self.lines, self.hoisted, prologue)
         source = _template().render(
             name=_identifier(fn.name),

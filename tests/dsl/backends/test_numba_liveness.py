@@ -14,9 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from numba.core import analysis, ir_utils
-from torch_rbln.dsl.backends.numba_backend import executable, liveness
-
-from torch_rbln import cachedir, config
+from torch_rbln.dsl.backends.numba_backend import liveness
 
 from .. import fuzzgen
 
@@ -46,18 +44,6 @@ def compared(monkeypatch):
     monkeypatch.setattr(analysis, "compute_live_map", both)
     monkeypatch.setattr(ir_utils, "compute_live_map", both)
     return calls
-
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    """An empty kernel cache, so that every launch compiles with numba."""
-    monkeypatch.setenv("TORCH_RBLN_CACHE_DIR", str(tmp_path / "cache"))
-    config.reset_for_tests()
-    cachedir.reset_for_tests()
-    monkeypatch.setattr(executable, "_modules", {})
-    yield
-    config.reset_for_tests()
-    cachedir.reset_for_tests()
 
 
 def test_installed_on_the_numba_it_was_written_for():

@@ -21,7 +21,7 @@ from torch_rbln.dsl.backends.numba_backend import codegen, executable, warm_inde
 from torch_rbln.dsl.errors import KernelRuntimeError
 from torch_rbln.dsl.jit import specialize
 
-from torch_rbln import cachedir, config
+from torch_rbln import config
 
 KERNELS = '''
 import torch_rbln.dsl as tl
@@ -57,17 +57,6 @@ def _module(tmp_path: Path, name: str = "warm_kernels", prefix: str = "", scale:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCH_RBLN_CACHE_DIR", str(tmp_path / "cache"))
-    config.reset_for_tests()
-    cachedir.reset_for_tests()
-    monkeypatch.setattr(executable, "_modules", {})
-    yield tmp_path / "cache"
-    config.reset_for_tests()
-    cachedir.reset_for_tests()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from . import core
 from . import dtypes as D
 from . import semantic as S
 from .errors import CompilationError, DSLError
-from .ir import Block, BlockPtrType, Function, Loc, Param, TensorType, verify
+from .ir import Block, BlockPtrType, Function, Loc, Param, TensorType, param_type, verify
 from .semantic import tensor
 
 _MAX_INLINE_DEPTH = 48
@@ -968,16 +968,11 @@ def compile_kernel(jf, spec) -> Function:
     b = S.Builder()
     params, scope = [], {}
     for i, (name, kind, info) in enumerate(spec.params):
-        if kind == "ptr":
-            ty = TensorType(D.pointer_type(D.from_name(info)), (), i)
+        if kind in ("ptr", "scalar"):
+            ty = param_type(i, kind, info)
             v = b.new_value(ty, name)
             scope[name] = tensor(v)
-            params.append(Param(name, "ptr", ty, v))
-        elif kind == "scalar":
-            ty = TensorType(D.from_name(info))
-            v = b.new_value(ty, name)
-            scope[name] = tensor(v)
-            params.append(Param(name, "scalar", ty, v))
+            params.append(Param(name, kind, ty, v))
         elif kind == "none":
             scope[name] = None
             params.append(Param(name, "none", None, None))

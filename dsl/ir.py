@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dtypes import dtype, pointer_type
+from .dtypes import dtype, from_name, pointer_type
 
 __all__ = [
     "Loc",
@@ -167,6 +167,17 @@ class Param:
     type: Any = None  # TensorType for ptr/scalar
     value: Any = None  # Value for ptr/scalar; the Python value for constexpr
     annotation: str = ""
+
+
+def param_type(index: int, kind: str, info: Any) -> TensorType | None:
+    """The type of a kernel parameter from its specialisation entry `(name, kind, info)` at `index`: a
+    pointer's carries its argument index. One definition for the front end and for launches that run
+    without the IR (a warm start)."""
+    if kind == "ptr":
+        return TensorType(pointer_type(from_name(info)), (), index)
+    if kind == "scalar":
+        return TensorType(from_name(info))
+    return None
 
 
 @dataclass(eq=False)

@@ -185,21 +185,12 @@ class CompiledKernel:
         if self._ir is not None:
             return self._ir.params
         if self._params is None:
-            from . import dtypes
-            from .ir import Param
+            from .ir import Param, param_type
 
-            params = []
-            for i, (name, kind, info) in enumerate(self.spec.params):
-                if kind == "ptr":
-                    pointer = dtypes.pointer_type(dtypes.from_name(info))
-                    params.append(Param(name, kind, TensorType(pointer, (), i)))
-                elif kind == "scalar":
-                    params.append(Param(name, kind, TensorType(dtypes.from_name(info))))
-                elif kind == "none":
-                    params.append(Param(name, kind))
-                else:
-                    params.append(Param(name, kind, None, info))
-            self._params = params
+            self._params = [
+                Param(name, kind, param_type(i, kind, info), info if kind == "constexpr" else None)
+                for i, (name, kind, info) in enumerate(self.spec.params)
+            ]
         return self._params
 
     def executable(self, backend: str):

@@ -168,17 +168,7 @@ for j4 in range(8):
     ("b3[j2] = c1[j2]", "reads a loop-carried name of b2"),
 ])
 def test_dependent_nests_stay_apart(second, why):
-    first = """
-for j1 in range(8):
-    s = b0[j1] * 2.0
-    for j9 in range(8):
-        b1[j1, j9] = s
-    b2[j1] = s
-for j2 in range(8):
-    b3[j2] = b2[j2] + b1[j2, 3] + b0[7 - j2]
-"""
-    assert _fused(first)[1] == 1  # the same nests without the dependence fuse
-    text, count = _fused(f"""
+    nests = """
 for j1 in range(8):
     s = b0[j1] * 2.0
     for j9 in range(8):
@@ -186,7 +176,10 @@ for j1 in range(8):
     b2[j1] = s
 for j2 in range(8):
     {second}
-""", context="r9 = b2.reshape((8,))\nc1, c2 = b2, b0")
+"""
+    independent = "b3[j2] = b2[j2] + b1[j2, 3] + b0[7 - j2]"
+    assert _fused(nests.format(second=independent))[1] == 1  # the same nests without the dependence fuse
+    text, count = _fused(nests.format(second=second), context="r9 = b2.reshape((8,))\nc1, c2 = b2, b0")
     assert count == 0, (why, text)
 
 

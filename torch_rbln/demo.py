@@ -55,6 +55,19 @@ class TinyTransformerBlock(torch.nn.Module):
         return self.head(self.norm_f(x))
 
 
+def _error_chain(error: BaseException) -> str:
+    """`Type: message` of an error and of each error it was raised from: transformers' lazy modules
+    re-raise every import failure as "Could not import module ..." and keep the real reason as the cause."""
+    parts = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return " <- ".join(parts)
+
+
 def _build(vocab: int, width: int, layers: int, heads: int, positions: int):
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -64,9 +77,9 @@ def _build(vocab: int, width: int, layers: int, heads: int, positions: int):
         # transformers that is installed but fails to import is a broken environment the user must hear of.
         if not (isinstance(error, ModuleNotFoundError) and error.name == "transformers"):
             logging.getLogger("torch_rbln.demo").warning(
-                "transformers is installed but importing GPT2LMHeadModel failed (%s: %s); the demo runs its "
+                "transformers is installed but importing GPT2LMHeadModel failed (%s); the demo runs its "
                 "torch.nn stand-in instead. Reinstall with `pip install -e \".[demo]\"` to run GPT-2.",
-                type(error).__name__, error)
+                _error_chain(error))
         return (lambda: TinyTransformerBlock(vocab, width, heads, positions)), "GPT-2 block (torch.nn)"
     hf_logging.set_verbosity_error()
     config = GPT2Config(

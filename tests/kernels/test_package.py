@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -30,13 +32,49 @@ def test_a_top_level_kernels_elsewhere_on_the_path_wins(tmp_path):
     assert result.stdout.splitlines() == [str(package / "__init__.py"), "the real top-level kernels"]
 
 
-def test_no_top_level_kernels_elsewhere_raises_module_not_found(tmp_path):
-    result = _import_kernels_from_the_checkout(str(tmp_path))  # an empty folder: no other `kernels`
-    if result.returncode == 0:  # this environment has a real one (e.g. transformers >= 5.25 installed)
-        assert not result.stdout.startswith(str(CHECKOUT / "kernels")), result.stdout
-        return
-    assert "ModuleNotFoundError: No module named 'kernels'" in result.stderr
-    assert "torch_rbln.kernels" in result.stderr
+def _site_packages_without_hf_kernels(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A copy (by symlinks) of this interpreter's site-packages without Hugging Face's `kernels`: an
+    environment where transformers is installed and `kernels` is not, as a resolver may leave it."""
+    import torch
+
+    source = pathlib.Path(torch.__file__).parents[1]  # where torch, transformers and the rest are installed
+    target = tmp_path / "site-packages"
+    target.mkdir()
+    for entry in source.iterdir():
+        if entry.name == "kernels" or entry.name.startswith("kernels-"):
+            continue
+        (target / entry.name).symlink_to(entry)
+    return target
+
+
+def _run_without_hf_kernels(tmp_path: pathlib.Path, code: str) -> subprocess.CompletedProcess:
+    site_dir = _site_packages_without_hf_kernels(tmp_path)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    prologue = f"import site, sys; site.addsitedir({str(site_dir)!r}); "
+    # -S: not this interpreter's own site-packages; the checkout's root is sys.path[0] (the cwd of -c)
+    return subprocess.run([sys.executable, "-S", "-c", prologue + code], cwd=CHECKOUT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_without_hf_kernels_the_folder_reads_as_not_installed(tmp_path):
+    code = ("import kernels; print(kernels.__file__); print(getattr(kernels, '__version__', 'N/A'))\n"
+            "try:\n    kernels.get_kernel\nexcept ModuleNotFoundError as error:\n    print(error)")
+    result = _run_without_hf_kernels(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    file, version, error = result.stdout.splitlines()
+    assert (file, version) == ("None", "N/A")
+    assert error.startswith("No module named 'kernels'") and "torch_rbln.kernels" in error
+
+
+def test_without_hf_kernels_transformers_models_import_from_the_checkout(tmp_path):
+    """The CI failure this guards against: transformers finds the checkout's `kernels/` folder, takes it
+    for Hugging Face's package and fails every model import (`Could not import module ...`)."""
+    pytest.importorskip("transformers")
+    code = ("import importlib.util; assert importlib.util.find_spec('kernels') is not None\n"
+            "from transformers import GPT2LMHeadModel; print(GPT2LMHeadModel.__name__)")
+    result = _run_without_hf_kernels(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["GPT2LMHeadModel"]
 
 
 def test_the_op_library_keeps_its_package_name():

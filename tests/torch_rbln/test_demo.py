@@ -19,7 +19,7 @@ def test_build_uses_transformers_gpt2_when_it_imports(caplog):
     pytest.importorskip("transformers")
     with caplog.at_level(logging.WARNING, logger="torch_rbln.demo"):
         make, label = demo._build(**SIZES)
-    assert label.startswith("transformers GPT2LMHeadModel"), label
+    assert label.startswith("transformers GPT2LMHeadModel"), caplog.text
     assert type(make()).__name__ == "GPT2LMHeadModel"
     assert not caplog.records
 
@@ -41,3 +41,23 @@ def test_build_with_a_broken_transformers_warns_with_the_reason(monkeypatch, cap
     (record,) = caplog.records
     assert record.levelno == logging.WARNING
     assert "GPT2Config" in record.getMessage() and "pip install" in record.getMessage()
+
+
+def test_the_warning_names_the_error_transformers_hides_behind_its_lazy_import(monkeypatch, caplog):
+    lazy = types.ModuleType("transformers")
+
+    def __getattr__(name: str):  # as transformers' _LazyModule re-raises a failed model import
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            raise RuntimeError("the real reason")
+        except RuntimeError as error:
+            raise ModuleNotFoundError(f"Could not import module {name!r}.") from error
+
+    lazy.__getattr__ = __getattr__
+    monkeypatch.setitem(sys.modules, "transformers", lazy)
+    with caplog.at_level(logging.WARNING, logger="torch_rbln.demo"):
+        demo._build(**SIZES)
+    (record,) = caplog.records
+    assert "Could not import module 'GPT2Config'" in record.getMessage()
+    assert "RuntimeError: the real reason" in record.getMessage()

@@ -14,6 +14,8 @@ import torch_rbln.dsl as tl
 
 from .elementwise import (
     ADD,
+    COMPARE_OPS,
+    COMPARISONS,
     EQ,
     GE,
     GT,
@@ -36,21 +38,26 @@ FLOOR_DIVIDE, ABS, FILL = 26, 27, 28  # unary ones (abs, fill) ignore a / b
 INTEGER_ONLY = {**BITWISE, "div_floor": FLOOR_DIVIDE, "abs": ABS, "fill": FILL}
 
 
+# Ops that get a specialisation of their own in int_binary_kernel (FAST_OP = the op code), the way
+# `elementwise.FAST_BINARY` does for floats: the position and index arithmetic of models (add, sub, mul,
+# fill). Behind the 15-op runtime switch each compile took ~1.5-3 s of numba and its loops run in
+# separate passes over BLOCK-long buffers; alone, with a plain tensor or scalar second operand
+# (BCAST=False), loads, arithmetic and store fuse into one loop over the lanes that exist, so the
+# registry gives them `geometry.FUSED_BLOCK` for every size. Comparisons share one specialisation
+# (COMPARE_OPS) with the comparison switch alone; the other ops share the generic one (FAST_OP=-1).
+FAST_INTEGER = frozenset({ADD, SUB, MUL, FILL})
+
+
+def integer_fast_op(op: int) -> int:
+    """int_binary_kernel's FAST_OP for the op code `op`: its own, COMPARE_OPS, or -1 (generic)."""
+    if op in FAST_INTEGER:
+        return op
+    return COMPARE_OPS if op in COMPARISONS else -1
+
+
 @tl.jit
-def int_binary_kernel(
-    a_ptr, b_ptr, b_value, out_ptr, n, alpha, s1, s2, s3,
-    a0, a1, a2, a3, b0, b1, b2, b3,
-    OP, B_SCALAR: tl.constexpr, BCAST: tl.constexpr, BLOCK: tl.constexpr,
-):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    a_off = _operand_offsets(offsets, s1, s2, s3, a0, a1, a2, a3, BCAST)
-    b_off = _operand_offsets(offsets, s1, s2, s3, b0, b1, b2, b3, BCAST)
-    a = tl.load(a_ptr + a_off, mask=mask, other=0).to(tl.int64)
-    if B_SCALAR:
-        b = tl.zeros((BLOCK,), dtype=tl.int64) + b_value.to(tl.int64)
-    else:
-        b = tl.load(b_ptr + b_off, mask=mask, other=0).to(tl.int64)
+def _integer_op(a, b, alpha, OP):
+    """The op `OP` (a runtime code) on int64 values: the generic specialisation's switch."""
     if OP == 0:
         y = a + alpha.to(tl.int64) * b
     elif OP == 1:
@@ -81,4 +88,35 @@ def int_binary_kernel(
         y = tl.where(a < 0, 0 - a, a)  # abs (wraps at the minimum, as torch)
     else:
         y = b  # fill
+    return y
+
+
+@tl.jit
+def int_binary_kernel(
+    a_ptr, b_ptr, b_value, out_ptr, n, alpha, s1, s2, s3,
+    a0, a1, a2, a3, b0, b1, b2, b3,
+    OP, FAST_OP: tl.constexpr, B_SCALAR: tl.constexpr, BCAST: tl.constexpr, BLOCK: tl.constexpr,
+):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    a_off = _operand_offsets(offsets, s1, s2, s3, a0, a1, a2, a3, BCAST)
+    b_off = _operand_offsets(offsets, s1, s2, s3, b0, b1, b2, b3, BCAST)
+    if B_SCALAR:
+        b = tl.zeros((BLOCK,), dtype=tl.int64) + b_value.to(tl.int64)
+    else:
+        b = tl.load(b_ptr + b_off, mask=mask, other=0).to(tl.int64)
+    if FAST_OP == 28:  # fill: `a` is not read
+        y = b
+    else:
+        a = tl.load(a_ptr + a_off, mask=mask, other=0).to(tl.int64)
+        if FAST_OP == 0:
+            y = a + alpha.to(tl.int64) * b
+        elif FAST_OP == 1:
+            y = a - alpha.to(tl.int64) * b
+        elif FAST_OP == 2:
+            y = a * b
+        elif FAST_OP == -2:
+            y = _comparison(a, b, OP)
+        else:
+            y = _integer_op(a, b, alpha, OP)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ._ops import Decline, _device_index, _geometry, _k, binary_output
-from .geometry import block, cdiv
+from .geometry import cdiv, fused_block
 
 _INTEGER_NAMES = ("add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "div_floor",
                   "abs", "fill")
@@ -75,11 +75,13 @@ def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bo
     bcast, sizes, strides = _geometry(list(out.shape), list(operands))
     a_strides = strides[0]
     b_strides = strides[1] if scalar is None else [0, 0, 0, 0]
-    size = block(n)
-    _k("integer").int_binary_kernel[(cdiv(n, size),)](
+    kernels = _k("integer")
+    op = kernels.INTEGER_ONLY.get(name) or _k("elementwise").BINARY[name]
+    fast = kernels.integer_fast_op(op)
+    size = fused_block(n, fast in kernels.FAST_INTEGER and not bcast)
+    kernels.int_binary_kernel[(cdiv(n, size),)](
         a, b if scalar is None else a, 0 if scalar is None else scalar, out, n, alpha, *sizes, *a_strides,
-        *b_strides, OP=_k("integer").INTEGER_ONLY.get(name) or _k("elementwise").BINARY[name],
-        B_SCALAR=scalar is not None, BCAST=bcast, BLOCK=size,
+        *b_strides, OP=op, FAST_OP=fast, B_SCALAR=scalar is not None, BCAST=bcast, BLOCK=size,
     )
     return out
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch_rbln.kernels import elementwise as E
+from torch_rbln.kernels import integer as I
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 UNARY = {E.TANH: torch.tanh, E.CUBE: lambda x: x * x * x}
@@ -75,3 +76,79 @@ def test_tanh_backward_fast_matches_generic(dtype, modes, generic):
 
 def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+# ---------------------------------------------------------------- integer specialisations
+INTEGER_OPS = {I.ADD: lambda a, b, alpha: torch.add(a, b, alpha=alpha),
+               I.SUB: lambda a, b, alpha: torch.sub(a, b, alpha=alpha),
+               I.MUL: lambda a, b, alpha: a * b,
+               I.LT: lambda a, b, alpha: a < b,
+               I.GE: lambda a, b, alpha: a >= b,
+               I.FILL: lambda a, b, alpha: torch.full_like(a, b) if not isinstance(b, torch.Tensor) else b}
+
+
+def _integers(n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    info = torch.iinfo(dtype)
+    values = torch.randint(info.min, info.max, (n,), generator=torch.Generator().manual_seed(seed),
+                           dtype=torch.int64 if dtype != torch.uint8 else torch.int64).to(dtype)
+    values[:3] = torch.tensor([info.min, info.max, 0]).to(dtype)  # wrap at both ends, as torch does
+    return values
+
+
+def _int_launch(a, b, scalar, op: int, fast: int, alpha: int, block: int) -> torch.Tensor:
+    out = torch.empty(a.shape, dtype=torch.bool if op in E.COMPARISONS else a.dtype)
+    n = a.numel()
+    I.int_binary_kernel[(triton_cdiv(n, block),)](
+        a, a if b is None else b, 0 if scalar is None else scalar, out, n, alpha, 1, 1, n,
+        0, 0, 0, 1, 0, 0, 0, 1, OP=op, FAST_OP=fast, B_SCALAR=scalar is not None, BCAST=False,
+        BLOCK=block, backend="numba")
+    return out
+
+
+# (dtype, second operand a scalar, also run the generic switch)
+INTEGER_CASES = [(torch.int64, False, True), (torch.int32, True, False), (torch.uint8, False, False)]
+
+
+@pytest.mark.parametrize(("dtype", "scalar", "generic"), INTEGER_CASES,
+                         ids=[f"{d}-{'scalar' if s else 'tensor'}" for d, s, _ in INTEGER_CASES])
+def test_integer_fast_ops_match_generic_and_torch(dtype, scalar, generic):
+    """add/sub with alpha, mul and fill (own specialisations) and the comparisons (their shared one)
+    wrap and compare as torch's CPU kernels do and, where the generic switch runs too, bit for bit as
+    it does; a fused specialisation's BLOCK of 4096 over 5000 elements (two programs, the second partial)
+    and over 3 elements (one partial program)."""
+    for n in (5000, 3):
+        a = _integers(n, dtype, 1)
+        b = 7 if scalar else _integers(n, dtype, 2)
+        for op, reference in INTEGER_OPS.items():
+            fast = I.integer_fast_op(op)
+            assert fast == (op if op in I.FAST_INTEGER else E.COMPARE_OPS)
+            alpha = -3 if op == I.SUB else 5
+            got = _int_launch(a, None if scalar else b, b if scalar else None, op, fast, alpha, 4096)
+            expected = reference(a, torch.tensor(b, dtype=dtype) if scalar and op != I.FILL else b, alpha)
+            assert torch.equal(got, expected.to(got.dtype)), (op, n)
+            if generic:
+                assert torch.equal(_int_launch(a, None if scalar else b, b if scalar else None, op, -1, alpha,
+                                               1024), got), (op, n)
+
+
+def test_the_registry_gives_fused_integer_ops_one_block_for_every_size(monkeypatch):
+    """add of a scalar and of a same-shaped tensor launch BLOCK=4096 at every size (one compile each);
+    a broadcast second operand (not fused: its offsets are divided out) keeps the size buckets."""
+    launches = []
+    real = I.int_binary_kernel
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **keywords):
+                launches.append((keywords["FAST_OP"], keywords["BCAST"], keywords["BLOCK"]))
+                return real[grid](*args, **keywords)
+            return launch
+
+    monkeypatch.setattr(I, "int_binary_kernel", Recording())
+    for n in (5, 300, 5000):
+        x = torch.arange(n).to("rbln")
+        assert torch.equal((x + 2).cpu(), torch.arange(n) + 2)
+        assert torch.equal((x - x).cpu(), torch.zeros(n, dtype=torch.int64))
+    rows = torch.arange(10).view(2, 5)
+    assert torch.equal((rows.to("rbln") + torch.arange(5).to("rbln")).cpu(), rows + torch.arange(5))
+    assert launches == [(I.ADD, False, 4096), (I.SUB, False, 4096)] * 3 + [(I.ADD, True, 16)]

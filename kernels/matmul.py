@@ -120,8 +120,13 @@ def _fitted_tile(M: int, N: int, K: int, tp: int, in_place: bool = False) -> Con
     only in such a K share a specialisation (the README demo's K of 32, 64, 128, 192 and 256 compiled
     one each), and problems below `_FITTED_MIN_VOLUME` take a fitted tile too: one gemm where the 32 tile
     made a gemm and an accumulator pass per 32 x 32 x 32 block (32 x 64 x 64 with a bias, 1 thread:
-    ~10 us against ~5.5). Rows and columns keep their exact power-of-2 blocks: padded M or N lanes are
-    filled after the gemm (a 2x wider N block cost 32 x 64 x 64 ~1 us of its ~5)."""
+    ~10 us against ~5.5). Rows keep their exact power-of-2 block. Columns too where the product takes
+    more than one step (the accumulator reads every lane, so gemm fills the padded ones: a 2x wider N
+    block cost 32 x 64 x 64 ~1 us of its ~5). A one-step in-place tile instead reads the product only
+    where it stores it, at counted rows and columns, so the backend's gemm leaves padded lanes unwritten
+    (`numba_backend.dot_padding`) and a wider N block costs nothing: every N up to `_FITTED_AREA //
+    block_m` takes that one block, so such problems differ only in their row block (the README demo's
+    eight matmul tiles became four; 32 x 64 x 64 with a bias ~21 us either way, measured)."""
     if min(M, N, K) < 16 or (M * N * K < _FITTED_MIN_VOLUME and not in_place):
         return None
     block_m = min(_pow2_at_least(M), _FITTED_MAX_M)
@@ -131,6 +136,8 @@ def _fitted_tile(M: int, N: int, K: int, tp: int, in_place: bool = False) -> Con
         block_k = _padded_choice(K, min(_pow2_at_least(K), _FITTED_MAX_K), 32, _STEP_COST)
     widest = max(16, min(_pow2_at_least(N), _FITTED_AREA // block_m))
     block_n = _padded_choice(N, widest, min(32, widest), _PROGRAM_COST)
+    if in_place and block_k >= K and N <= _FITTED_AREA // block_m:
+        block_n = _FITTED_AREA // block_m  # padded columns cost nothing here: one block_n per block_m
     while -(-M // block_m) * -(-N // block_n) < tp and block_n > 16:
         block_n //= 2
     while -(-M // block_m) * -(-N // block_n) < tp and block_m > 16:

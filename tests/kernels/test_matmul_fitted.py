@@ -83,12 +83,16 @@ def test_operands_read_in_place_are_float32_with_a_unit_stride_each():
 
 
 def test_in_place_operands_share_one_k_block_up_to_256():
-    tiles = {_in_place_tile(32, 64, k) for k in (16, 32, 64, 100, 128, 192, 256)}
-    assert tiles == {(32, 64, 256, True)}  # one specialisation for every K up to 256
-    assert _in_place_tile(32, 192, 64) == (32, 256, 256, True)  # rows and columns as without in_place
-    assert _in_place_tile(64, 64, 32) == (64, 64, 256, True)  # below _FITTED_MIN_VOLUME as well
+    tiles = {_in_place_tile(32, n, k) for k in (16, 32, 64, 100, 128, 192, 256) for n in (16, 64, 192, 1000)}
+    # one specialisation for every K up to 256 and every N up to 1024: padded columns of a one-step
+    # product are never read (dot_padding), so the widest N block the area allows costs nothing
+    assert tiles == {(32, 1024, 256, True)}
+    assert _in_place_tile(64, 64, 32) == (64, 512, 256, True)  # below _FITTED_MIN_VOLUME as well
+    assert _in_place_tile(128, 48, 256) == (128, 256, 256, True)  # the row block alone tells them apart
+    assert _in_place_tile(32, 2048, 64) == (32, 1024, 256, True)  # wider than the area: blocks of it
     assert _in_place_tile(128, 512, 1376) == _tile(128, 512, 1376)  # a longer K: its fitted block
-    assert _in_place_tile(32, 256, 300) == _tile(32, 256, 300) == (32, 256, 512, True)
+    assert _tile(32, 256, 300) == (32, 256, 512, True)
+    assert _in_place_tile(32, 256, 300) == (32, 1024, 512, True)  # one step: the wide N block too
     assert _in_place_tile(8, 64, 64) is None  # a side under 16: the listed tiles
     assert _in_place_tile(16, 16, 16, tp=4) is None  # no program per NPU: the listed tiles
 

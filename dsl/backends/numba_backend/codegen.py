@@ -20,6 +20,7 @@ from importlib import resources
 from ... import dtypes as D
 from ...ir import BlockPtrType, Function, Op, Value
 from ..interpret import int_cast_preserves_value
+from .dot_padding import mark_unread_padding
 from .fusion import drop_dead_scalars, fuse_loops
 
 ERR_OUT_OF_BOUNDS = 1
@@ -741,6 +742,8 @@ class _Lowering:
         self.lines, _ = fuse_loops(self.lines, prologue + self.hoisted)
         self.lines, _ = drop_dead_scalars(self.lines, prologue + self.hoisted)
         prologue, _ = drop_dead_scalars(prologue, self.hoisted + self.lines)  # unused scalar arguments
+        if self.uses_dot_support:
+            self.lines, _ = mark_unread_padding(self.lines)
         fp8 = "fp8" in source_text_hint(self.lines, self.hoisted, prologue)
         source = _template().render(
             name=_identifier(fn.name),
@@ -1698,7 +1701,8 @@ class _Lowering:
             self.uses_dot_support = True
             self.dot_entries.add((self._dot_memory(a, work_dt), self._dot_memory(b, work_dt),
                                   compute_type(work_dt)[3:]))
-            self.emit(f"{product} = tile_dot({', '.join(arguments)})")
+            # padding read: True unless `dot_padding` shows every read is at counted rows and columns
+            self.emit(f"{product} = tile_dot({', '.join(arguments)}, True)")
         else:
             operands = [self._dot_array(value, work_dt) for value in (a, b)]
             self._allocate(product, f"np.empty({tuple(result_shape)!r}, dtype={compute_type(work_dt)})")

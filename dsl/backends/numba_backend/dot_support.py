@@ -230,14 +230,16 @@ def _zero_or_nan(memory, base, stride, count):
 @_jit
 def _direct(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_count_rows, a_count_cols, a_fill,
             b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_count_rows, b_count_cols, b_fill,
-            out):
+            out, padding_read):
     """`out` = a @ b by one gemm on the counted part of the operands' memory (of the work dtype), or
     False with nothing written. `out` is (M, N) C-contiguous: gemm writes the column-major transpose
     of its counted (count_m, count_n) block, b^T a^T, with leading dimension N.
 
-    Masked lanes must be exact too (nothing says a caller stores only counted ones), so each edge
-    needs fill 0 there: K lanes masked on both sides alike add 0 * 0 to every sum; a masked row of a
-    sums 0 * b[k, n] over k, which is 0 unless column n of b holds a NaN/Inf (then NaN), and that
+    With `padding_read` False (the generated kernel reads the product only at counted rows and columns:
+    `dot_padding`), the lanes outside the counted block are left as they are. Else masked lanes must
+    be exact too (nothing else says a caller stores only counted ones), so each edge needs fill 0
+    there: K lanes masked on both sides alike add 0 * 0 to every sum; a masked row of a sums
+    0 * b[k, n] over k, which is 0 unless column n of b holds a NaN/Inf (then NaN), and that
     column's NaN/Inf would make the counted row 0's sum non-finite as well, so b is read only when
     out[0, n] is not finite (rare); masked columns of b likewise; the corner is 0."""
     count_m, count_n, depth = a_count_rows, b_count_cols, a_count_cols
@@ -269,6 +271,8 @@ def _direct(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_coun
           scale[0:].ctypes, b_memory[b_base:].ctypes, sizes[3:].ctypes, a_memory[a_base:].ctypes,
           sizes[4:].ctypes, scale[1:].ctypes, out.ctypes, sizes[5:].ctypes)
     rows, cols = out.shape
+    if not padding_read:
+        return True
     if count_m < rows:
         for n in range(count_n):
             value = 0.0
@@ -290,16 +294,17 @@ def _direct(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_coun
 @_jit
 def tile_dot_into(out, a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fill, a_c, a_t, a_bits,
                   a_exact, b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t,
-                  b_bits, b_exact):
+                  b_bits, b_exact, padding_read):
     """`tile_dot`'s product written into `out`, an (M, N) C-contiguous array of the work dtype, instead
     of a new array: what `dot_call`'s C entry runs (its caller owns the product). The direct gemm where
     both operands' memory has the work dtype and a unit stride, else the staged tiles' gemm (np.dot with
-    `out`: gemm writes the product in place, the same call as without it)."""
+    `out`: gemm writes the product in place, the same call as without it). `padding_read` False: the
+    caller reads only the counted rows and columns, so the direct gemm leaves the others unwritten."""
     if a_exact and b_exact:
         rows, depth = a_c.shape
         if _direct(a_memory, a_base, a_row_stride, a_col_stride, rows, depth, a_rows, a_cols, a_fill,
                    b_memory, b_base, b_row_stride, b_col_stride, depth, b_c.shape[1], b_rows, b_cols, b_fill,
-                   out):
+                   out, padding_read):
             return
     a_kind = _stage(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fill, a_c, a_t, a_bits,
                     a_exact)
@@ -337,5 +342,5 @@ def tile_dot(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fil
     out = np.empty((a_c.shape[0], b_c.shape[1]), dtype=a_c.dtype)
     tile_dot_into(out, a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fill, a_c, a_t, a_bits,
                   a_exact, b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t,
-                  b_bits, b_exact)
+                  b_bits, b_exact, True)
     return out

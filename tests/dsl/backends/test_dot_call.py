@@ -16,22 +16,28 @@ from torch_rbln.dsl.backends.numba_backend import codegen, dot_call, dot_support
 from torch_rbln import dsl as triton
 
 
-def _pair(call):
-    """A kernel-like njit function that multiplies two box loads with `call` (tile_dot's interface)."""
+def _pair(call, padding_read: bool | None):
+    """A kernel-like njit function that multiplies two box loads with `call` (tile_dot's interface, with
+    the entry's `padding_read` argument unless it is None)."""
 
     @numba.njit(error_model="numpy")
     def product(a_mem, a_base, a_rs, a_cs, a_rows, a_cols, a_fill, a_bits, a_exact,
                 b_mem, b_base, b_rs, b_cs, b_rows, b_cols, b_fill, b_bits, b_exact, m, k, n):
         a_c, a_t = np.empty((m, k), np.float32), np.empty((k, m), np.float32)
         b_c, b_t = np.empty((k, n), np.float32), np.empty((n, k), np.float32)
+        if padding_read is None:
+            return call(a_mem, a_base, a_rs, a_cs, a_rows, a_cols, a_fill, a_c, a_t, a_bits, a_exact,
+                        b_mem, b_base, b_rs, b_cs, b_rows, b_cols, b_fill, b_c, b_t, b_bits, b_exact)
         return call(a_mem, a_base, a_rs, a_cs, a_rows, a_cols, a_fill, a_c, a_t, a_bits, a_exact,
-                    b_mem, b_base, b_rs, b_cs, b_rows, b_cols, b_fill, b_c, b_t, b_bits, b_exact)
+                    b_mem, b_base, b_rs, b_cs, b_rows, b_cols, b_fill, b_c, b_t, b_bits, b_exact,
+                    padding_read)
 
     return product
 
 
-_through_entry = _pair(dot_call.tile_dot)
-_linked = _pair(dot_support.tile_dot)
+_through_entry = _pair(dot_call.tile_dot, True)
+_through_entry_padding_unread = _pair(dot_call.tile_dot, False)
+_linked = _pair(dot_support.tile_dot, None)
 
 
 @pytest.mark.parametrize(
@@ -65,6 +71,9 @@ def test_entry_computes_what_tile_dot_computes(a_layout, b_layout, a_counts, b_c
     got = _through_entry(*arguments)
     assert got.dtype == expected.dtype == np.float32 and got.shape == (m, n)
     np.testing.assert_array_equal(got, expected)  # the same gemm on the same staged tiles: bit for bit
+    rows, cols = a_counts[0], b_counts[1]
+    unread = _through_entry_padding_unread(*arguments)  # the counted block alike; padding left unwritten
+    np.testing.assert_array_equal(unread[:rows, :cols], expected[:rows, :cols])
 
 
 def test_register_is_idempotent_and_names_the_combination():

@@ -109,14 +109,10 @@ def int_binary_kernel(
         y = b
     else:
         a = tl.load(a_ptr + a_off, mask=mask, other=0).to(tl.int64)
-        if FAST_OP == 0:
-            y = a + alpha.to(tl.int64) * b
-        elif FAST_OP == 1:
-            y = a - alpha.to(tl.int64) * b
-        elif FAST_OP == 2:
-            y = a * b
-        elif FAST_OP == -2:
+        if FAST_OP == -2:
             y = _comparison(a, b, OP)
-        else:
+        elif FAST_OP == -1:
             y = _integer_op(a, b, alpha, OP)
+        else:  # the op alone: FAST_OP is a constexpr, so the switch folds to its one branch
+            y = _integer_op(a, b, alpha, FAST_OP)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)

@@ -41,6 +41,9 @@ if __name__ != "torch_rbln.kernels":
                    f"is on sys.path; no other top-level {__name__!r} is installed")
         placeholder = types.ModuleType(__name__, message)
         placeholder.__file__ = None
+        # a spec with no loader and no origin, as a namespace folder has: importlib.util.find_spec(name)
+        # returns sys.modules[name].__spec__ once the module is imported, and raises on None
+        placeholder.__spec__ = importlib.machinery.ModuleSpec(__name__, None, is_package=True)
 
         def __getattr__(name: str) -> object:
             if name.startswith("__") and name.endswith("__"):  # getattr(module, "__version__", default)

@@ -57,12 +57,14 @@ def _run_without_hf_kernels(tmp_path: pathlib.Path, code: str) -> subprocess.Com
 
 
 def test_without_hf_kernels_the_folder_reads_as_not_installed(tmp_path):
-    code = ("import kernels; print(kernels.__file__); print(getattr(kernels, '__version__', 'N/A'))\n"
+    code = ("import importlib.util, kernels\n"
+            "print(kernels.__file__); print(getattr(kernels, '__version__', 'N/A'))\n"
+            "spec = importlib.util.find_spec('kernels'); print(spec.origin, spec.loader)\n"
             "try:\n    kernels.get_kernel\nexcept ModuleNotFoundError as error:\n    print(error)")
     result = _run_without_hf_kernels(tmp_path, code)
     assert result.returncode == 0, result.stderr
-    file, version, error = result.stdout.splitlines()
-    assert (file, version) == ("None", "N/A")
+    file, version, spec, error = result.stdout.splitlines()
+    assert (file, version, spec) == ("None", "N/A", "None None")  # find_spec after the import too
     assert error.startswith("No module named 'kernels'") and "torch_rbln.kernels" in error
 
 
@@ -71,10 +73,11 @@ def test_without_hf_kernels_transformers_models_import_from_the_checkout(tmp_pat
     for Hugging Face's package and fails every model import (`Could not import module ...`)."""
     pytest.importorskip("transformers")
     code = ("import importlib.util; assert importlib.util.find_spec('kernels') is not None\n"
-            "from transformers import GPT2LMHeadModel; print(GPT2LMHeadModel.__name__)")
+            "from transformers import GPT2LMHeadModel; print(GPT2LMHeadModel.__name__)\n"
+            "from transformers.utils import is_kernels_available; print(is_kernels_available())")
     result = _run_without_hf_kernels(tmp_path, code)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["GPT2LMHeadModel"]
+    assert result.stdout.split() == ["GPT2LMHeadModel", "False"]
 
 
 def test_the_op_library_keeps_its_package_name():

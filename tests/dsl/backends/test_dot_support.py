@@ -120,13 +120,15 @@ def test_direct_gemm_taken_for_whole_unit_stride_tiles():
     memory = rng.standard_normal(1024).astype(np.float32)
     out = np.full((4, 6), np.nan, dtype=np.float32)
     # a: 4 x 8 row-major, ld 10; b: 8 x 6 column-major, ld 9
-    taken = dot_support._direct(memory, 0, 10, 1, 4, 8, 4, 8, 0.0, memory, 100, 1, 9, 8, 6, 8, 6, 0.0, out, True)
+    taken = dot_support._direct(memory, 0, 10, 1, 4, 8, 4, 8, 0.0, memory, 100, 1, 9, 8, 6, 8, 6, 0.0, out,
+                                True)
     a = np.array([[memory[i * 10 + j] for j in range(8)] for i in range(4)], dtype=np.float64)
     b = np.array([[memory[100 + i + j * 9] for j in range(6)] for i in range(8)], dtype=np.float64)
     assert taken
     np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
     # a leading dimension below the tile's width (overlapping rows) is not a BLAS matrix: staged
-    assert not dot_support._direct(memory, 0, 4, 1, 4, 8, 4, 8, 0.0, memory, 100, 1, 9, 8, 6, 8, 6, 0.0, out, True)
+    assert not dot_support._direct(memory, 0, 4, 1, 4, 8, 4, 8, 0.0, memory, 100, 1, 9, 8, 6, 8, 6, 0.0, out,
+                                   True)
 
 
 def test_gemm_binds_torch_blas_or_falls_back_to_scipy():
@@ -151,7 +153,8 @@ def test_gemm_binds_torch_blas_or_falls_back_to_scipy():
         assert dot_support.GEMM_SOURCE == "scipy", dot_support.GEMM_SOURCE
         memory = np.random.default_rng(0).standard_normal(1024).astype(np.float32)
         out = np.empty((4, 6), dtype=np.float32)
-        assert dot_support._direct(memory, 0, 10, 1, 4, 8, 4, 8, 0.0, memory, 100, 1, 9, 8, 6, 8, 6, 0.0, out, True)
+        assert dot_support._direct(memory, 0, 10, 1, 4, 8, 4, 8, 0.0, memory, 100, 1, 9, 8, 6, 8, 6, 0.0, out,
+                                   True)
         a = np.array([[memory[i * 10 + j] for j in range(8)] for i in range(4)])
         b = np.array([[memory[100 + i + j * 9] for j in range(6)] for i in range(8)])
         np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)

@@ -134,10 +134,11 @@ def _fitted_tile(M: int, N: int, K: int, tp: int, in_place: bool = False) -> Con
         block_k = _IN_PLACE_K
     else:
         block_k = _padded_choice(K, min(_pow2_at_least(K), _FITTED_MAX_K), 32, _STEP_COST)
-    widest = max(16, min(_pow2_at_least(N), _FITTED_AREA // block_m))
-    block_n = _padded_choice(N, widest, min(32, widest), _PROGRAM_COST)
     if in_place and block_k >= K and N <= _FITTED_AREA // block_m:
         block_n = _FITTED_AREA // block_m  # padded columns cost nothing here: one block_n per block_m
+    else:
+        widest = max(16, min(_pow2_at_least(N), _FITTED_AREA // block_m))
+        block_n = _padded_choice(N, widest, min(32, widest), _PROGRAM_COST)
     while -(-M // block_m) * -(-N // block_n) < tp and block_n > 16:
         block_n //= 2
     while -(-M // block_m) * -(-N // block_n) < tp and block_m > 16:

@@ -321,12 +321,18 @@ FUSED_BINARY = frozenset({ADD, SUB, MUL, DIV})
 COMPARE_OPS = -2
 
 
-def dense_fast_op(op: int, bool_out: bool) -> int:
-    """binary_dense_kernel's FAST_OP for the op code `op` (`bool_out`: the output is bool): its own,
-    COMPARE_OPS, or -1 (generic)."""
-    if op in FAST_BINARY:
+def fast_op(op: int, own: frozenset, comparisons: bool) -> int:
+    """The FAST_OP of op code `op` in a kernel that gives the ops in `own` specialisations of their own:
+    `op` itself, COMPARE_OPS for a comparison where `comparisons` allows it, or -1 (generic)."""
+    if op in own:
         return op
-    return COMPARE_OPS if bool_out and op in COMPARISONS else -1
+    return COMPARE_OPS if comparisons and op in COMPARISONS else -1
+
+
+def dense_fast_op(op: int, bool_out: bool) -> int:
+    """binary_dense_kernel's FAST_OP for the op code `op` (`bool_out`: the output is bool, the only
+    case in which the comparisons' specialisation applies)."""
+    return fast_op(op, FAST_BINARY, bool_out)
 
 
 @tl.jit

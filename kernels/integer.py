@@ -14,8 +14,6 @@ import torch_rbln.dsl as tl
 
 from .elementwise import (
     ADD,
-    COMPARE_OPS,
-    COMPARISONS,
     EQ,
     GE,
     GT,
@@ -28,6 +26,7 @@ from .elementwise import (
     SUB,
     _comparison,
     _operand_offsets,
+    fast_op,
 )
 
 OPS = frozenset({ADD, SUB, MUL, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM})
@@ -49,10 +48,9 @@ FAST_INTEGER = frozenset({ADD, SUB, MUL, FILL})
 
 
 def integer_fast_op(op: int) -> int:
-    """int_binary_kernel's FAST_OP for the op code `op`: its own, COMPARE_OPS, or -1 (generic)."""
-    if op in FAST_INTEGER:
-        return op
-    return COMPARE_OPS if op in COMPARISONS else -1
+    """int_binary_kernel's FAST_OP for the op code `op` (comparisons share theirs whatever the output's
+    dtype: an in-place one casts their bool to it)."""
+    return fast_op(op, FAST_INTEGER, comparisons=True)
 
 
 @tl.jit

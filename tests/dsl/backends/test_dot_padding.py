@@ -127,3 +127,20 @@ def test_the_op_librarys_one_step_matmul_takes_the_unfilled_product():
                      0, 1, 1.0, 1.0, HAS_BIAS=True, **config.kwargs)
     (call,) = [line for line in source.splitlines() if " = tile_dot(" in line]
     assert call.rstrip().endswith(", False)")
+
+
+@pytest.mark.parametrize("kernel, block_n", [(row_sums_kernel, 32), (masked_product_kernel, 64)],
+                         ids=["reads-the-whole-product", "stores-counted-lanes"])
+def test_numba_matches_the_interpreter_with_and_without_the_fill(kernel, block_n):
+    """The differential check of both ways `dot_padding` decides: the numba result equals the
+    interpreter's (which computes every lane of the product exactly) within gemm's rounding."""
+    m, n, k = 7, 5, 16
+    generator = torch.Generator().manual_seed(11)
+    a, b = torch.randn(m, k, generator=generator), torch.randn(k, n, generator=generator)
+    b[3, 2] = float("inf")
+    results = {}
+    for backend in ("interpret", "numba"):
+        out = torch.full((m,) if kernel is row_sums_kernel else (m, n), 7.0)
+        kernel[(1,)](a, b, out, m, n, K=k, BLOCK_M=16, BLOCK_N=block_n, backend=backend)
+        results[backend] = out
+    torch.testing.assert_close(results["numba"], results["interpret"], rtol=1e-5, atol=1e-5, equal_nan=True)

@@ -22,6 +22,7 @@ from ...ir import BlockPtrType, Function, Op, Value
 from ..interpret import int_cast_preserves_value
 from .dot_padding import mark_unread_padding
 from .fusion import drop_dead_scalars, fuse_loops
+from .short_loops import hide_short_trip_counts
 
 ERR_OUT_OF_BOUNDS = 1
 ERR_ASSERT = 2
@@ -744,6 +745,8 @@ class _Lowering:
         prologue, _ = drop_dead_scalars(prologue, self.hoisted + self.lines)  # unused scalar arguments
         if self.uses_dot_support:
             self.lines, _ = mark_unread_padding(self.lines)
+        self.lines, lane_counts = hide_short_trip_counts(self.lines)
+        prologue += lane_counts
         fp8 = "fp8" in source_text_hint(self.lines, self.hoisted, prologue)
         source = _template().render(
             name=_identifier(fn.name),

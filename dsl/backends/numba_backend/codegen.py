@@ -1700,7 +1700,10 @@ class _Lowering:
         result_shape = op.result.type.shape
         product = f"p{op.result.id}"
         if len(result_shape) == 2:
-            arguments = self._tile_dot_operand(a, work_dt) + self._tile_dot_operand(b, work_dt)
+            # operands the direct gemm reads in place get unallocated staging placeholders
+            in_place = self._dot_in_place(a, work_dt) and self._dot_in_place(b, work_dt)
+            arguments = self._tile_dot_operand(a, work_dt, in_place) + \
+                self._tile_dot_operand(b, work_dt, in_place)
             self.uses_dot_support = True
             self.dot_entries.add((self._dot_memory(a, work_dt), self._dot_memory(b, work_dt),
                                   compute_type(work_dt)[3:]))
@@ -1749,22 +1752,40 @@ class _Lowering:
             return memory_dtype_name(self.fn.params[box.root].type.dtype.element_ty)
         return compute_type(work_dt)[3:]
 
-    def _tile_dot_operand(self, value: Value, work_dt: D.dtype) -> list[str]:
+    def _dot_in_place(self, value: Value, work_dt: D.dtype) -> bool:
+        """Whether `tile_dot`'s direct gemm may read this operand where it lies: a box load from memory
+        of the work dtype, a `tl.trans` of a work-type buffer, or a work-type array of the kernel's own
+        (the last two are always contiguous tiles)."""
+        box = self.box_loads.get(value.id)
+        if box is not None and box.fill is not None and isinstance(self.get(value), Lazy):
+            return box.dtype.name == work_dt.name
+        return True
+
+    def _staging(self, value: Value, rows: int, cols: int, ct: str, in_place: bool) -> tuple[str, str]:
+        """The C and transposed staging buffers of one operand, allocated once per launch (tile_dot
+        fills and consumes them in one call, so the next loop iteration or program may reuse them);
+        when the direct gemm should read both operands in place (`in_place`), unallocated placeholders
+        of the same type and shape that `dot_support.tile_dot_into` allocates only if a call stages."""
+        names = f"sc{value.id}_{self.fresh('')}", f"st{value.id}_{self.fresh('')}"
+        for name, shape in zip(names, ((rows, cols), (cols, rows)), strict=True):
+            if in_place:
+                self.hoisted.append(f"{name} = numba.carray(as_pointer(np.int64(0), {ct}), {shape!r})")
+            else:
+                self.hoisted.append(f"{name} = np.empty({shape!r}, dtype={ct})")
+        return names
+
+    def _tile_dot_operand(self, value: Value, work_dt: D.dtype, in_place: bool) -> list[str]:
         """The 11 `tile_dot` arguments of one 2-D operand: memory, offset, row and column strides,
-        active rows and columns, fill, C and transposed staging buffers, f16/bf16 bits, exact. A box
-        load passes its own memory; anything else is a C array of the work type, passed as memory
-        that is one full contiguous tile (so `tile_dot` uses it as it is)."""
+        active rows and columns, fill, C and transposed staging buffers (`_staging`), f16/bf16 bits,
+        exact. A box load passes its own memory; anything else is a C array of the work type, passed
+        as memory that is one full contiguous tile (so `tile_dot` uses it as it is)."""
         rows, cols = value.type.shape
         ct = compute_type(work_dt)
         box = self.box_loads.get(value.id)
         if box is not None and box.fill is not None and isinstance(self.get(value), Lazy):
             root, created, depth = self.deferred[value.id]
             self.hazards.read(root, created, self.loops > depth, None, self.written_roots)
-            # staging buffers are allocated once per launch: tile_dot fills and consumes them in
-            # one call, so the next loop iteration or program may reuse them
-            staged_c, staged_t = f"sc{value.id}_{self.fresh('')}", f"st{value.id}_{self.fresh('')}"
-            self.hoisted.append(f"{staged_c} = np.empty({(rows, cols)!r}, dtype={ct})")
-            self.hoisted.append(f"{staged_t} = np.empty({(cols, rows)!r}, dtype={ct})")
+            staged_c, staged_t = self._staging(value, rows, cols, ct, in_place)
             row_stride, col_stride = box.affine.coefficients
             bits = {"fp16": 1, "bf16": 2}.get(box.dtype.name, 0)
             return [f"m{box.root}", _int_argument(box.affine.base), _int_argument(str(row_stride)),
@@ -1776,9 +1797,7 @@ class _Lowering:
                 and compute_type(value.type.dtype) == ct:
             # `tl.trans` of a C buffer of the work type: the buffer itself, read with swapped strides
             # (gemm's transpose flag), instead of an elementwise copy into a new array
-            staged_c, staged_t = f"sc{value.id}_{self.fresh('')}", f"st{value.id}_{self.fresh('')}"
-            self.hoisted.append(f"{staged_c} = np.empty({(rows, cols)!r}, dtype={ct})")
-            self.hoisted.append(f"{staged_t} = np.empty({(cols, rows)!r}, dtype={ct})")
+            staged_c, staged_t = self._staging(value, rows, cols, ct, in_place)
             return [f"{source}.reshape(({rows * cols},))", "0", "1", str(rows), str(rows), str(cols),
                     f"{ct}(0)", staged_c, staged_t, "0", "True"]
         name = self._dot_array(value, work_dt)

@@ -201,6 +201,21 @@ def where_geometry(shape: list[int], operands: list, *, a_scalar: bool) -> tuple
     return sizes, sc, sa, sb
 
 
+def binary_tiled_launch(name: str, dtypes: tuple, n: int, sizes, sa, sb) -> Launch:
+    """`binary_tiled_kernel` for op `name` over the `n` elements of `_geometry`'s broadcast or strided
+    layout (sizes, a's and b's strides: the ints after the tensors and alpha), operand and output
+    `dtypes`; its FAST_OP as `binary_dense_kernel`'s. The key is None when an int needs 64 bits."""
+    E = _k("elementwise")
+    op = E.BINARY[name]
+    _, s2, s3 = sizes
+    block_m, block_n = tile_shape(s2, s3)
+    fast = E.dense_fast_op(op, dtypes[2] == torch.bool)
+    keywords = {"OP": op, "FAST_OP": fast, "BLOCK_M": block_m, "BLOCK_N": block_n}
+    fits = max(n, *map(abs, sa), *map(abs, sb)) < I32
+    return Launch(E.binary_tiled_kernel, (dtypes, op, fast, block_m, block_n) if fits else None, keywords,
+                  cdiv(s2, block_m) * cdiv(s3, block_n), n // (s2 * s3), (*sizes, *sa, *sb))
+
+
 def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> Launch:
     """where over `n` elements of `where_geometry`'s layout (ints: after the four tensors):
     `where_kernel`, or `where_tiled_kernel` from `TILED_MIN` on. The key (the four `dtypes` and the
@@ -275,6 +290,14 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
                        rows=rows)
         return out
     bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
+    if bcast and n >= TILED_MIN:
+        g = binary_tiled_launch(name, (ta.dtype, tb.dtype, out.dtype), n, sizes, sa, sb)
+        args = (ta, tb, out, float(alpha), *g.ints)
+        if g.key is not None:
+            _launch.launch(g.kernel, g.programs, g.key, args, g.keywords, g.rows)
+        else:
+            g.kernel[(g.programs, g.rows)](*args, **g.keywords)
+        return out
     size = block(n)
     E.binary_kernel[(cdiv(n, size),)](
         ta, tb, out, n, float(alpha), *sizes, *sa, *sb, OP=E.BINARY[name], BCAST=bcast, BLOCK=size

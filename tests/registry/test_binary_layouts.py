@@ -4,7 +4,8 @@ Same-shape operands, a scalar on either side, a contiguous trailing block repeat
 dims (a bias row) and a leading block broadcast over the trailing dims (a column, as in RMSNorm's
 `x * rsqrt(mean(x * x, -1, keepdim=True))`) run `binary_dense_kernel` (no per-element index
 decomposition); other broadcasts (a middle dim, both sides) and strided operands run the general
-strided `binary_kernel`."""
+strided `binary_kernel`, or from 4096 elements on `binary_tiled_kernel` (tiles of the last two dims:
+no per-element division, and add/sub/mul/div in specialisations of their own)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,19 @@ def kernels_used(monkeypatch):
             return general[grid]
 
     monkeypatch.setattr(E, "binary_kernel", GeneralSpy())
+    tiled = E.binary_tiled_kernel
+
+    class TiledSpy:  # launched directly when an int needs 64 bits (no kept launch key)
+        __name__ = "binary_tiled_kernel"
+
+        def __getitem__(self, grid):
+            used.append("binary_tiled_kernel")
+            return tiled[grid]
+
+        def __getattr__(self, name):
+            return getattr(tiled, name)
+
+    monkeypatch.setattr(E, "binary_tiled_kernel", TiledSpy())
     return used
 
 
@@ -83,6 +97,35 @@ def test_layout_takes_its_kernel_and_matches_cpu(label, fn, kernel, kernels_used
     result = fn(X.to("rbln"))
     torch.testing.assert_close(result.cpu(), fn(X), atol=1e-6, rtol=1e-6)
     assert kernel in kernels_used, (label, kernels_used)
+    assert sum(row["cpu"] for row in registry.fallback_report().values()) == 0
+
+
+LARGE = torch.randn(2, 16, 8, 64, generator=torch.Generator().manual_seed(1))  # batch, seq, heads, dim
+COS = torch.randn(1, 1, 16, 64, generator=torch.Generator().manual_seed(2))
+LARGE_CASES = [
+    # Llama's RoPE: q permuted from (batch, seq, heads, dim), times a cos broadcast over batch and heads
+    ("rope", lambda x: x.permute(0, 2, 1, 3) * _like(x, COS), torch.float32),
+    ("middle dim", lambda x: x + _like(x, LARGE[:, :1]), torch.float32),
+    ("both sides", lambda x: _like(x, LARGE[:1, :, :, :1]) - x[:, :1], torch.float32),
+    ("strided", lambda x: x[:, :, ::2] / (x[:, :, 1::2] + 3.0), torch.float32),
+    ("alpha", lambda x: torch.add(x[:, :, ::2], x[:, :, 1::2], alpha=-2.5), torch.float32),
+    ("comparison", lambda x: x.permute(0, 2, 1, 3) >= _like(x, COS), torch.float32),
+    ("pow (generic switch)", lambda x: torch.pow(x.permute(0, 2, 1, 3).abs(), _like(x, COS)), torch.float32),
+    ("half", lambda x: x.permute(0, 2, 1, 3) * _like(x, COS.half()), torch.float16),
+]
+
+
+@pytest.mark.parametrize(("label", "fn", "dtype"), LARGE_CASES, ids=[c[0] for c in LARGE_CASES])
+def test_a_large_broadcast_or_strided_layout_takes_the_tiled_kernel_and_matches_cpu(label, fn, dtype,
+                                                                                     kernels_used):
+    registry.reset_fallback_report()
+    x = LARGE.to(dtype)
+    result = fn(x.to("rbln"))
+    expected = fn(x)
+    assert result.shape == expected.shape and result.dtype == expected.dtype
+    rtol = 1e-6 if dtype is torch.float32 else 1e-3
+    torch.testing.assert_close(result.cpu(), expected, atol=1e-6, rtol=rtol, equal_nan=True)
+    assert "binary_tiled_kernel" in kernels_used and "binary_kernel" not in kernels_used, kernels_used
     assert sum(row["cpu"] for row in registry.fallback_report().values()) == 0
 
 

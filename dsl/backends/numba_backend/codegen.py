@@ -1061,7 +1061,7 @@ class _Lowering:
             "sin": "np.sin({x})",
             "cos": "np.cos({x})",
             "tan": "np.tan({x})",
-            "tanh": "np.tanh({x})",
+            "tanh": "np.tanh({x})" if dt.name == "fp64" else "tanh32({x})",
             "erf": "erf64({x})" if dt.name == "fp64" else "erf32({x})",
             "floor": "np.floor({x})",
             "ceil": "np.ceil({x})",

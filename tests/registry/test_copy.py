@@ -173,6 +173,43 @@ def test_large_copies_run_in_tiles_and_match_cpu(convert):
     assert _device_copies() >= 1 and not _host_copies(), registry.format_report()
 
 
+SMALL_CASES = {
+    "a transposed attention tensor": (lambda t: t[:2048].reshape(2, 16, 4, 16).transpose(1, 2).contiguous()),
+    "a permute to float16": (lambda t: t[:60].reshape(3, 4, 5).permute(2, 0, 1).to(torch.float16)),
+    "an expanded row": (lambda t: t[:8].expand(6, 8).contiguous()),
+    "a slice of rows": (lambda t: t[:300].reshape(20, 15)[3:17, 2:9].clone()),
+}
+
+
+@pytest.mark.parametrize("convert", SMALL_CASES.values(), ids=SMALL_CASES.keys())
+def test_small_copies_of_several_dims_run_in_tiles_and_match_cpu(convert):
+    """Below 4096 elements too, a copy of two or more collapsed dims runs `tiled_copy_kernel` (the flat
+    kernel divides every lane's index over four dims); bit for bit the CPU's values and strides."""
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(3)) * 100
+    expected = convert(x)
+    from torch_rbln.registry import _copy
+
+    launched = []
+    run = _copy._run
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_copy, "_run", lambda launch, *a: (launched.append(launch.kernel), run(launch, *a)))
+        actual = convert(x.to("rbln"))
+    assert actual.dtype == expected.dtype and actual.stride() == expected.stride()
+    assert torch.equal(actual.cpu(), expected)
+    assert launched and set(launched) == {"tiled_copy_kernel"}, launched
+
+
+def test_a_small_copy_along_one_strided_dim_keeps_the_flat_kernel():
+    from torch_rbln.registry import _copy
+
+    source = torch.empty(200, device="meta")[::2]
+    target = torch.empty(source.shape, device="meta")
+    launch = _copy._copy_geometry((target.shape, source.shape, source.stride(), target.stride()))
+    assert launch.kernel == "strided_copy_kernel"
+    x = torch.arange(200, dtype=torch.float32)
+    assert torch.equal(x.to("rbln")[::2].contiguous().cpu(), x[::2])
+
+
 @pytest.mark.parametrize(("view", "tile"), [
     (lambda t: t.reshape(4096, 8).t(), (128, 128)),  # a transpose: read along dim 2, written along 3
     (lambda t: t.reshape(8, 4096)[:, :1000], (4, 1024)),  # rows of 1000: several rows per tile

@@ -115,30 +115,10 @@ def _compare(symbol: str) -> Emitter:
     return emit
 
 
-# Taylor coefficients of tanh(x) / x in x^2 (terms to x^11): below _TANH_SERIES their sum is within
-# 1e-10 relative of tanh, where the exp form below loses relative accuracy to cancellation.
-_TANH_SERIES = 0.25
-_TANH_COEFFICIENTS = (1.0, -1.0 / 3.0, 2.0 / 15.0, -17.0 / 315.0, 62.0 / 2835.0, -1382.0 / 155925.0)
-
-
-def tanh_expression(x: str) -> str:
-    """tanh of the DSL value `x` (a variable name) from `tl.exp` and arithmetic: the odd Taylor series
-    below |x| = 0.25, sign(x) * (1 - 2 / (exp(2|x|) + 1)) above (a few ulp; +-1 past overflow, NaN
-    stays NaN, -0.0 keeps its sign).
-
-    Why not `tl.tanh`: the numba backend lowers it to libm's scalar tanhf, which keeps the kernel's loop
-    from vectorising: GPT-2's GELU (8192 elements) took ~140 us in a fused kernel, ~30 us this way
-    (`tl.exp` is vectorisable arithmetic there)."""
-    t = f"({x} * {x})"
-    series = repr(_TANH_COEFFICIENTS[-1])
-    for coefficient in reversed(_TANH_COEFFICIENTS[:-1]):
-        series = f"({coefficient!r} + {t} * {series})"
-    large = f"(1.0 - 2.0 / (tl.exp(2.0 * tl.abs({x})) + 1.0))"
-    return f"tl.where(tl.abs({x}) < {_TANH_SERIES!r}, {x} * {series}, tl.where({x} < 0.0, -{large}, {large}))"
-
-
 def _tanh(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
-    return tanh_expression(operand(args[0], "f"))
+    """`tl.tanh`: the numba backend lowers it to `tanh32`, float32 arithmetic that vectorises (the
+    Taylor/exp expression this emitted while it was libm's scalar tanhf is no longer needed)."""
+    return f"tl.tanh({operand(args[0], 'f')})"
 
 
 def _gelu(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:

@@ -162,6 +162,17 @@ def _offsets4(i, s1, s2, s3, t0, t1, t2, t3):
 
 
 @tl.jit
+def _tile_lanes(s2, s3, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's tile of the tiled kernels: the index of dims 0 and 1 (grid axis 1), the tile's
+    rows of dim 2 and columns of dim 3 (grid axis 0 numbers the tiles), and its in-bounds mask."""
+    tiles_n = tl.cdiv(s3, BLOCK_N)
+    tile = tl.program_id(0)
+    rows = ((tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
+    cols = ((tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
+    return tl.program_id(1), rows, cols, (rows < s2) & (cols < s3)
+
+
+@tl.jit
 def _tile_offsets(outer, rows, cols, s1, t0, t1, t2, t3):
     """Offsets of an operand with strides t0..t3 over one tile of the tiled kernels: `outer` indexes
     dims 0 and 1 (of sizes . x s1), `rows` and `cols` dims 2 and 3."""
@@ -172,20 +183,12 @@ def _tile_offsets(outer, rows, cols, s1, t0, t1, t2, t3):
 def _fast_binary_op(a, b, alpha, OP, out_ptr, FAST_OP: tl.constexpr):
     """The binary op of `binary_dense_kernel` and `binary_tiled_kernel`: FAST_OP's own specialisation
     (FAST_BINARY), the comparisons' switch alone (COMPARE_OPS), or the generic switch on OP (-1)."""
-    if FAST_OP == 0:
-        y = a + alpha * b
-    elif FAST_OP == 1:
-        y = a - alpha * b
-    elif FAST_OP == 2:
-        y = a * b
-    elif FAST_OP == 3:
-        y = a / b
-    elif FAST_OP == 16:  # tanh backward: a = grad, b = output
-        y = a * (1.0 - b * b)
-    elif FAST_OP == -2:
+    if FAST_OP == -2:
         y = _comparison(a, b, OP)
-    else:
+    elif FAST_OP == -1:
         y = _binary_op(a, b, alpha, OP, out_ptr)
+    else:
+        y = _binary_op(a, b, alpha, FAST_OP, out_ptr)  # a constexpr code: the switch folds to its op
     return y
 
 
@@ -332,12 +335,7 @@ def binary_tiled_kernel(
     `where_tiled_kernel`, with `binary_dense_kernel`'s FAST_OP specialisations. Why: the flat kernel
     divides every lane's index by three sizes for each operand and runs the op switch: Llama's RoPE
     `q * cos` (a permuted q, a broadcast cos; 65536 elements) took ~2.3 ms, ~36 ns per element."""
-    tiles_n = tl.cdiv(s3, BLOCK_N)
-    tile = tl.program_id(0)
-    outer = tl.program_id(1)
-    rows = ((tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
-    cols = ((tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
-    mask = (rows < s2) & (cols < s3)
+    outer, rows, cols, mask = _tile_lanes(s2, s3, BLOCK_M, BLOCK_N)
     a = tl.load(a_ptr + _tile_offsets(outer, rows, cols, s1, a0, a1, a2, a3), mask=mask, other=1.0)
     b = tl.load(b_ptr + _tile_offsets(outer, rows, cols, s1, b0, b1, b2, b3), mask=mask, other=1.0)
     y = _fast_binary_op(a.to(tl.float32), b.to(tl.float32), alpha, OP, out_ptr, FAST_OP)
@@ -396,12 +394,7 @@ def where_tiled_kernel(
     """`where_kernel` over large outputs, one BLOCK_M x BLOCK_N tile of dims 2 and 3 per program (grid
     axis 0: the tiles, axis 1: the index of dims 0 and 1), as `tiled_copy_kernel`: each operand's
     offsets are affine in the tile, where the flat kernel divided every lane's index by the sizes."""
-    tiles_n = tl.cdiv(s3, BLOCK_N)
-    tile = tl.program_id(0)
-    outer = tl.program_id(1)
-    rows = ((tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
-    cols = ((tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
-    mask = (rows < s2) & (cols < s3)
+    outer, rows, cols, mask = _tile_lanes(s2, s3, BLOCK_M, BLOCK_N)
     c = tl.load(c_ptr + _tile_offsets(outer, rows, cols, s1, c0, c1, c2, c3), mask=mask, other=0)
     a = tl.load(a_ptr + _tile_offsets(outer, rows, cols, s1, a0, a1, a2, a3), mask=mask, other=0)
     b = tl.load(b_ptr + _tile_offsets(outer, rows, cols, s1, b0, b1, b2, b3), mask=mask, other=0)

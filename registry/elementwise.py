@@ -216,6 +216,15 @@ def binary_tiled_launch(name: str, dtypes: tuple, n: int, sizes, sa, sb) -> Laun
                   cdiv(s2, block_m) * cdiv(s3, block_n), n // (s2 * s3), (*sizes, *sa, *sb))
 
 
+def _run_decided(g: Launch, args: tuple) -> None:
+    """Launch `g` on `args` through its kept launch, or the general launch when it has no key (an int
+    that needs 64 bits)."""
+    if g.key is not None:
+        _launch.launch(g.kernel, g.programs, g.key, args, g.keywords, g.rows)
+    else:
+        g.kernel[(g.programs, g.rows)](*args, **g.keywords)
+
+
 def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> Launch:
     """where over `n` elements of `where_geometry`'s layout (ints: after the four tensors):
     `where_kernel`, or `where_tiled_kernel` from `TILED_MIN` on. The key (the four `dtypes` and the
@@ -292,11 +301,7 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
     bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
     if bcast and n >= TILED_MIN:
         g = binary_tiled_launch(name, (ta.dtype, tb.dtype, out.dtype), n, sizes, sa, sb)
-        args = (ta, tb, out, float(alpha), *g.ints)
-        if g.key is not None:
-            _launch.launch(g.kernel, g.programs, g.key, args, g.keywords, g.rows)
-        else:
-            g.kernel[(g.programs, g.rows)](*args, **g.keywords)
+        _run_decided(g, (ta, tb, out, float(alpha), *g.ints))
         return out
     size = block(n)
     E.binary_kernel[(cdiv(n, size),)](
@@ -403,11 +408,7 @@ def _where(condition: Tensor, a: Tensor, b: Tensor, out: Tensor, *, a_scalar: bo
     n = out.numel()
     sizes, sc, sa, sb = where_geometry(list(out.shape), [condition, a, b], a_scalar=a_scalar)
     g = where_launch((condition.dtype, a.dtype, b.dtype, out.dtype), n, sizes, sc, sa, sb)
-    args = (condition, a, b, out, *g.ints)
-    if g.key is not None:
-        _launch.launch(g.kernel, g.programs, g.key, args, g.keywords, g.rows)
-    else:
-        g.kernel[(g.programs, g.rows)](*args, **g.keywords)
+    _run_decided(g, (condition, a, b, out, *g.ints))
 
 
 # ---------------------------------------------------------------- plans

@@ -160,17 +160,22 @@ def test_large_copies_run_in_tiles_and_match_cpu(convert):
     x[:6] = torch.tensor([65519.0, 65520.0, 1e-7, 2.9802322e-08, 5.9604645e-08, -0.0])
     expected = convert(x)
     registry.reset_fallback_report()
+    actual, launched = _with_copy_kernels(convert, x.to("rbln"))
+    assert actual.dtype == expected.dtype and actual.stride() == expected.stride()
+    assert torch.equal(actual.cpu(), expected)
+    assert launched and set(launched) == {"tiled_copy_kernel"}, launched
+    assert _device_copies() >= 1 and not _host_copies(), registry.format_report()
+
+
+def _with_copy_kernels(convert, x: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
+    """`convert(x)` and the names of the copy kernels it launched, in order."""
     from torch_rbln.registry import _copy
 
     launched = []
     run = _copy._run
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_copy, "_run", lambda launch, *a: (launched.append(launch.kernel), run(launch, *a)))
-        actual = convert(x.to("rbln"))
-    assert actual.dtype == expected.dtype and actual.stride() == expected.stride()
-    assert torch.equal(actual.cpu(), expected)
-    assert launched and set(launched) == {"tiled_copy_kernel"}, launched
-    assert _device_copies() >= 1 and not _host_copies(), registry.format_report()
+        return convert(x), launched
 
 
 SMALL_CASES = {
@@ -187,13 +192,7 @@ def test_small_copies_of_several_dims_run_in_tiles_and_match_cpu(convert):
     kernel divides every lane's index over four dims); bit for bit the CPU's values and strides."""
     x = torch.randn(4096, generator=torch.Generator().manual_seed(3)) * 100
     expected = convert(x)
-    from torch_rbln.registry import _copy
-
-    launched = []
-    run = _copy._run
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_copy, "_run", lambda launch, *a: (launched.append(launch.kernel), run(launch, *a)))
-        actual = convert(x.to("rbln"))
+    actual, launched = _with_copy_kernels(convert, x.to("rbln"))
     assert actual.dtype == expected.dtype and actual.stride() == expected.stride()
     assert torch.equal(actual.cpu(), expected)
     assert launched and set(launched) == {"tiled_copy_kernel"}, launched

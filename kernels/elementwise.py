@@ -371,29 +371,15 @@ def dense_fast_op(op: int, bool_out: bool) -> int:
 
 
 @tl.jit
-def where_kernel(
-    c_ptr, a_ptr, b_ptr, out_ptr, n, s1, s2, s3,
-    c0, c1, c2, c3, a0, a1, a2, a3, b0, b1, b2, b3,
-    BLOCK: tl.constexpr,
-):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    c = tl.load(c_ptr + _offsets4(offsets, s1, s2, s3, c0, c1, c2, c3), mask=mask, other=0)
-    a = tl.load(a_ptr + _offsets4(offsets, s1, s2, s3, a0, a1, a2, a3), mask=mask, other=0)
-    b = tl.load(b_ptr + _offsets4(offsets, s1, s2, s3, b0, b1, b2, b3), mask=mask, other=0)
-    y = tl.where(c != 0, a, b)  # the operands' promoted type: exact for integers too
-    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-@tl.jit
 def where_tiled_kernel(
     c_ptr, a_ptr, b_ptr, out_ptr, s1, s2, s3,
     c0, c1, c2, c3, a0, a1, a2, a3, b0, b1, b2, b3,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """`where_kernel` over large outputs, one BLOCK_M x BLOCK_N tile of dims 2 and 3 per program (grid
-    axis 0: the tiles, axis 1: the index of dims 0 and 1), as `tiled_copy_kernel`: each operand's
-    offsets are affine in the tile, where the flat kernel divided every lane's index by the sizes."""
+    """`torch.where`, one BLOCK_M x BLOCK_N tile of dims 2 and 3 per program (grid axis 0: the tiles,
+    axis 1: the index of dims 0 and 1), as `tiled_copy_kernel`: each operand's offsets are affine in the
+    tile, where a flat kernel divided every lane's index by the sizes. The promoted type of a and b:
+    exact for integers too."""
     outer, rows, cols, mask = _tile_lanes(s2, s3, BLOCK_M, BLOCK_N)
     c = tl.load(c_ptr + _tile_offsets(outer, rows, cols, s1, c0, c1, c2, c3), mask=mask, other=0)
     a = tl.load(a_ptr + _tile_offsets(outer, rows, cols, s1, a0, a1, a2, a3), mask=mask, other=0)

@@ -46,7 +46,7 @@ from ._ops import (
     output_order,
     restored,
 )
-from .geometry import I32, TILED_MIN, block, cdiv, fused_block, tile_shape
+from .geometry import I32, block, cdiv, fused_block, tile_shape
 from .integer import integer_binary, integer_fill, true_division_operands
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, finite_of
 
@@ -191,7 +191,7 @@ def unary_launch(name: str, dtypes: tuple, n: int) -> tuple:
 
 
 def where_geometry(shape: list[int], operands: list, *, a_scalar: bool) -> tuple:
-    """(sizes, condition strides, a strides, b strides) of `where_kernel` over `shape`: `_geometry`'s,
+    """(sizes, condition strides, a strides, b strides) of `where_tiled_kernel` over `shape`: `_geometry`'s,
     or one flat run of the elements when no operand needs broadcasting (`a_scalar`: `a` is a
     one-element value tensor, read at offset 0)."""
     _, sizes, (sc, sa, sb) = _geometry(shape, operands)
@@ -204,7 +204,9 @@ def where_geometry(shape: list[int], operands: list, *, a_scalar: bool) -> tuple
 def binary_tiled_launch(name: str, dtypes: tuple, n: int, sizes, sa, sb) -> Launch:
     """`binary_tiled_kernel` for op `name` over the `n` elements of `_geometry`'s broadcast or strided
     layout (sizes, a's and b's strides: the ints after the tensors and alpha), operand and output
-    `dtypes`; its FAST_OP as `binary_dense_kernel`'s. The key is None when an int needs 64 bits."""
+    `dtypes`; its FAST_OP as `binary_dense_kernel`'s. The key is None when an int needs 64 bits. Every
+    broadcast or strided layout takes it, small ones too: the flat `binary_kernel` divides each lane's
+    index over four dims for each operand (~36 ns per element)."""
     E = _k("elementwise")
     op = E.BINARY[name]
     _, s2, s3 = sizes
@@ -227,21 +229,18 @@ def _run_decided(g: Launch, args: tuple) -> None:
 
 def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> Launch:
     """where over `n` elements of `where_geometry`'s layout (ints: after the four tensors):
-    `where_kernel`, or `where_tiled_kernel` from `TILED_MIN` on. The key (the four `dtypes` and the
-    blocks: what determines the specialisation when every int fits in 32 bits) is None otherwise."""
+    `where_tiled_kernel`, in tiles of the last two dims (`tile_shape`), or for a one-dim layout rows of
+    16 or 1024 lanes (two specialisations for every short length). Why tiles at every size: a flat
+    kernel divides each lane's index over four dims for each operand. The key (the four `dtypes` and
+    the blocks: what determines the specialisation when every int fits in 32 bits) is None otherwise."""
     E = _k("elementwise")
-    if n >= TILED_MIN:
-        _, s2, s3 = sizes
-        block_m, block_n = tile_shape(s2, s3)
-        kernel, ints = E.where_tiled_kernel, (*sizes, *sc, *sa, *sb)
-        programs, rows = cdiv(s2, block_m) * cdiv(s3, block_n), n // (s2 * s3)
-        keywords = {"BLOCK_M": block_m, "BLOCK_N": block_n}
-    else:
-        size = block(n)
-        kernel, ints = E.where_kernel, (n, *sizes, *sc, *sa, *sb)
-        programs, rows, keywords = cdiv(n, size), 1, {"BLOCK": size}
+    _, s2, s3 = sizes
+    block_m, block_n = (1, min(block(n), 1024)) if s3 == n else tile_shape(s2, s3)
+    keywords = {"BLOCK_M": block_m, "BLOCK_N": block_n}
+    programs, rows = cdiv(s2, block_m) * cdiv(s3, block_n), n // (s2 * s3)
     fits = max(n, *map(abs, sc), *map(abs, sa), *map(abs, sb)) < I32
-    return Launch(kernel, (*dtypes, *keywords.values()) if fits else None, keywords, programs, rows, ints)
+    return Launch(E.where_tiled_kernel, (*dtypes, *keywords.values()) if fits else None, keywords, programs,
+                  rows, (*sizes, *sc, *sa, *sb))
 
 
 # ---------------------------------------------------------------- the checked implementations
@@ -299,7 +298,7 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
                        rows=rows)
         return out
     bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
-    if bcast and n >= TILED_MIN:
+    if bcast:
         g = binary_tiled_launch(name, (ta.dtype, tb.dtype, out.dtype), n, sizes, sa, sb)
         _run_decided(g, (ta, tb, out, float(alpha), *g.ints))
         return out

@@ -3,9 +3,9 @@
 Same-shape operands, a scalar on either side, a contiguous trailing block repeated over the leading
 dims (a bias row) and a leading block broadcast over the trailing dims (a column, as in RMSNorm's
 `x * rsqrt(mean(x * x, -1, keepdim=True))`) run `binary_dense_kernel` (no per-element index
-decomposition); other broadcasts (a middle dim, both sides) and strided operands run the general
-strided `binary_kernel`, or from 4096 elements on `binary_tiled_kernel` (tiles of the last two dims:
-no per-element division, and add/sub/mul/div in specialisations of their own)."""
+decomposition); other broadcasts (a middle dim, both sides) and strided operands run
+`binary_tiled_kernel` (tiles of the last two dims: no per-element division, and add/sub/mul/div in
+specialisations of their own), small and large alike."""
 
 from __future__ import annotations
 
@@ -78,12 +78,12 @@ CASES = [
     ("column", lambda x: x + _like(x, COLUMN), "binary_dense_kernel"),
     ("column block left", lambda x: _like(x, COLUMN[:, :1]) / x, "binary_dense_kernel"),
     ("row and column", lambda x: (x * _like(x, COLUMN)) + _like(x, ROW), "binary_dense_kernel"),
-    ("both sides", lambda x: x + _like(x, COLUMN[:1, :, :]), "binary_kernel"),
-    ("middle dim", lambda x: x + _like(x, MIDDLE), "binary_kernel"),
+    ("both sides", lambda x: x + _like(x, COLUMN[:1, :, :]), "binary_tiled_kernel"),
+    ("middle dim", lambda x: x + _like(x, MIDDLE), "binary_tiled_kernel"),
     # a transposed operand is read in place, in the order of torch's result layout (registry/_ops.py's
     # output_order), so it takes the dense kernel; a slice with gaps takes the strided one
     ("transposed", lambda x: x.transpose(1, 2) * 2.0 + 1.0, "binary_dense_kernel"),
-    ("strided", lambda x: x[:, :, ::2] * 2.0 + 1.0, "binary_kernel"),
+    ("strided", lambda x: x[:, :, ::2] * 2.0 + 1.0, "binary_tiled_kernel"),
 ]
 
 
@@ -96,7 +96,7 @@ def test_layout_takes_its_kernel_and_matches_cpu(label, fn, kernel, kernels_used
     registry.reset_fallback_report()
     result = fn(X.to("rbln"))
     torch.testing.assert_close(result.cpu(), fn(X), atol=1e-6, rtol=1e-6)
-    assert kernel in kernels_used, (label, kernels_used)
+    assert kernel in kernels_used and "binary_kernel" not in kernels_used, (label, kernels_used)
     assert sum(row["cpu"] for row in registry.fallback_report().values()) == 0
 
 

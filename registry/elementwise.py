@@ -46,7 +46,7 @@ from ._ops import (
     output_order,
     restored,
 )
-from .geometry import I32, block, cdiv, fused_block, tile_shape
+from .geometry import I32, block, cdiv, fused_block, small_tile_shape
 from .integer import integer_binary, integer_fill, true_division_operands
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, finite_of
 
@@ -210,7 +210,7 @@ def binary_tiled_launch(name: str, dtypes: tuple, n: int, sizes, sa, sb) -> Laun
     E = _k("elementwise")
     op = E.BINARY[name]
     _, s2, s3 = sizes
-    block_m, block_n = tile_shape(s2, s3)
+    block_m, block_n = small_tile_shape(n, s2, s3)
     fast = E.dense_fast_op(op, dtypes[2] == torch.bool)
     keywords = {"OP": op, "FAST_OP": fast, "BLOCK_M": block_m, "BLOCK_N": block_n}
     fits = max(n, *map(abs, sa), *map(abs, sb)) < I32
@@ -229,13 +229,12 @@ def _run_decided(g: Launch, args: tuple) -> None:
 
 def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> Launch:
     """where over `n` elements of `where_geometry`'s layout (ints: after the four tensors):
-    `where_tiled_kernel`, in tiles of the last two dims (`tile_shape`), or for a one-dim layout rows of
-    16 or 1024 lanes (two specialisations for every short length). Why tiles at every size: a flat
-    kernel divides each lane's index over four dims for each operand. The key (the four `dtypes` and
+    `where_tiled_kernel`, in tiles of the last two dims (`small_tile_shape`). Why tiles at every size:
+    a flat kernel divides each lane's index over four dims for each operand. The key (the four `dtypes` and
     the blocks: what determines the specialisation when every int fits in 32 bits) is None otherwise."""
     E = _k("elementwise")
     _, s2, s3 = sizes
-    block_m, block_n = (1, min(block(n), 1024)) if s3 == n else tile_shape(s2, s3)
+    block_m, block_n = small_tile_shape(n, s2, s3)
     keywords = {"BLOCK_M": block_m, "BLOCK_N": block_n}
     programs, rows = cdiv(s2, block_m) * cdiv(s3, block_n), n // (s2 * s3)
     fits = max(n, *map(abs, sc), *map(abs, sa), *map(abs, sb)) < I32

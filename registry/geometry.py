@@ -65,6 +65,17 @@ def tile_shape(rows: int, columns: int) -> tuple[int, int]:
     return max(1, min(next_power_of_2(rows), TILE_ELEMENTS // block_n)), block_n
 
 
+def small_tile_shape(n: int, rows: int, columns: int) -> tuple[int, int]:
+    """`tile_shape` for `n` elements in all, where below TILED_MIN a layout takes one of four tiles
+    instead of one per power of two of its sizes: each tile is a specialisation (a compile of seconds
+    for the generic op switch), and the OpInfo samples' odd small shapes took ~60 of them."""
+    if n >= TILED_MIN:
+        return tile_shape(rows, columns)
+    if rows == 1:
+        return 1, 16 if columns <= 16 else 1024
+    return (64, 16) if columns <= 16 else (16, 64)
+
+
 ROW_CHUNK = 1024  # block of the chunked row kernels for longer rows (measured faster than 4096 there)
 
 

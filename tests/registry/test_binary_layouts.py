@@ -158,3 +158,25 @@ def test_in_place_bias_add_on_a_view_of_rows():
     expected = x.clone()
     expected[2:5].add_(bias)
     torch.testing.assert_close(d.cpu(), expected)
+
+
+def test_small_tiled_launches_share_four_tile_shapes():
+    """Below 4096 elements a tiled binary or where launch takes one of four tiles, whatever its sizes
+    (each tile is a specialisation); from 4096 on the tile follows the sizes (`tile_shape`)."""
+    from torch_rbln.registry.elementwise import binary_tiled_launch, where_launch
+    from torch_rbln.registry.geometry import tile_shape
+
+    dtypes = (torch.float32, torch.float32, torch.float32)
+    small = set()
+    layouts = [(1, 1, 5), (1, 1, 3000), (3, 4, 5), (2, 7, 33), (1, 60, 60), (4, 16, 16), (1, 2, 1000)]
+    for s1, s2, s3 in layouts:
+        n = s1 * s2 * s3
+        strides = [0, s2 * s3, s3, 1]
+        for launch in (binary_tiled_launch("add", dtypes, n, [s1, s2, s3], strides, strides),
+                       where_launch((torch.bool, *dtypes), n, [s1, s2, s3], strides, strides, strides)):
+            tile = launch.keywords["BLOCK_M"], launch.keywords["BLOCK_N"]
+            small.add(tile)
+            assert launch.programs * launch.rows * tile[0] * tile[1] >= n
+    assert small <= {(1, 16), (1, 1024), (64, 16), (16, 64)}, small
+    large = binary_tiled_launch("mul", dtypes, 8 * 96 * 80, [8, 96, 80], [0, 7680, 80, 1], [0, 0, 80, 1])
+    assert (large.keywords["BLOCK_M"], large.keywords["BLOCK_N"]) == tile_shape(96, 80)

@@ -274,17 +274,14 @@ def _operand_offsets(offsets, s1, s2, s3, t0, t1, t2, t3, BCAST: tl.constexpr):
 
 
 @tl.jit
-def binary_kernel(
-    a_ptr, b_ptr, out_ptr, n, alpha, s1, s2, s3,
-    a0, a1, a2, a3, b0, b1, b2, b3,
-    OP, BCAST: tl.constexpr, BLOCK: tl.constexpr,
-):
+def binary_kernel(a_ptr, b_ptr, out_ptr, n, alpha, OP, BLOCK: tl.constexpr):
+    """A binary op on two operands of the output's dense layout, one element per lane: for outputs of
+    2^31 or more elements, whose rows `binary_dense_kernel` indexes in int32 (broadcast or strided
+    operands take `binary_tiled_kernel`)."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    a_off = _operand_offsets(offsets, s1, s2, s3, a0, a1, a2, a3, BCAST)
-    b_off = _operand_offsets(offsets, s1, s2, s3, b0, b1, b2, b3, BCAST)
-    a = tl.load(a_ptr + a_off, mask=mask, other=1.0).to(tl.float32)
-    b = tl.load(b_ptr + b_off, mask=mask, other=1.0).to(tl.float32)
+    a = tl.load(a_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
+    b = tl.load(b_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
     y = _binary_op(a, b, alpha, OP, out_ptr)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 

@@ -301,10 +301,9 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
         g = binary_tiled_launch(name, (ta.dtype, tb.dtype, out.dtype), n, sizes, sa, sb)
         _run_decided(g, (ta, tb, out, float(alpha), *g.ints))
         return out
+    # dense operands that `dense_binary_launch` declined: 2^31 or more elements
     size = block(n)
-    E.binary_kernel[(cdiv(n, size),)](
-        ta, tb, out, n, float(alpha), *sizes, *sa, *sb, OP=E.BINARY[name], BCAST=bcast, BLOCK=size
-    )
+    E.binary_kernel[(cdiv(n, size),)](ta, tb, out, n, float(alpha), OP=E.BINARY[name], BLOCK=size)
     return out
 
 

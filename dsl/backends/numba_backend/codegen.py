@@ -1743,11 +1743,19 @@ class _Lowering:
         self.close_loops(shape)
         return name
 
+    def _direct_box(self, value: Value) -> BoxLoad | None:
+        """The box load `tile_dot` reads `value` through, in its argument's memory (a masked box load
+        not yet materialised), or None."""
+        box = self.box_loads.get(value.id)
+        if box is not None and box.fill is not None and isinstance(self.get(value), Lazy):
+            return box
+        return None
+
     def _dot_memory(self, value: Value, work_dt: D.dtype) -> str:
         """numpy dtype name of the memory `_tile_dot_operand` passes for `value` (its argument's
         memory for a box load read by `tile_dot`, else a work-dtype array)."""
-        box = self.box_loads.get(value.id)
-        if box is not None and box.fill is not None and isinstance(self.get(value), Lazy):
+        box = self._direct_box(value)
+        if box is not None:
             # the prologue's `m{root}` array of that pointer argument
             return memory_dtype_name(self.fn.params[box.root].type.dtype.element_ty)
         return compute_type(work_dt)[3:]
@@ -1756,8 +1764,8 @@ class _Lowering:
         """Whether `tile_dot`'s direct gemm may read this operand where it lies: a box load from memory
         of the work dtype, a `tl.trans` of a work-type buffer, or a work-type array of the kernel's own
         (the last two are always contiguous tiles)."""
-        box = self.box_loads.get(value.id)
-        if box is not None and box.fill is not None and isinstance(self.get(value), Lazy):
+        box = self._direct_box(value)
+        if box is not None:
             return box.dtype.name == work_dt.name
         return True
 
@@ -1781,8 +1789,8 @@ class _Lowering:
         as memory that is one full contiguous tile (so `tile_dot` uses it as it is)."""
         rows, cols = value.type.shape
         ct = compute_type(work_dt)
-        box = self.box_loads.get(value.id)
-        if box is not None and box.fill is not None and isinstance(self.get(value), Lazy):
+        box = self._direct_box(value)
+        if box is not None:
             root, created, depth = self.deferred[value.id]
             self.hazards.read(root, created, self.loops > depth, None, self.written_roots)
             staged_c, staged_t = self._staging(value, rows, cols, ct, in_place)

@@ -274,15 +274,15 @@ def _operand_offsets(offsets, s1, s2, s3, t0, t1, t2, t3, BCAST: tl.constexpr):
 
 
 @tl.jit
-def binary_kernel(a_ptr, b_ptr, out_ptr, n, alpha, OP, BLOCK: tl.constexpr):
+def binary_kernel(a_ptr, b_ptr, out_ptr, n, alpha, OP, FAST_OP: tl.constexpr, BLOCK: tl.constexpr):
     """A binary op on two operands of the output's dense layout, one element per lane: for outputs of
     2^31 or more elements, whose rows `binary_dense_kernel` indexes in int32 (broadcast or strided
-    operands take `binary_tiled_kernel`)."""
+    operands take `binary_tiled_kernel`); its FAST_OP as `binary_dense_kernel`'s."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     a = tl.load(a_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
     b = tl.load(b_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
-    y = _binary_op(a, b, alpha, OP, out_ptr)
+    y = _fast_binary_op(a, b, alpha, OP, out_ptr, FAST_OP)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -303,7 +303,9 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
         return out
     # dense operands that `dense_binary_launch` declined: 2^31 or more elements
     size = block(n)
-    E.binary_kernel[(cdiv(n, size),)](ta, tb, out, n, float(alpha), OP=E.BINARY[name], BLOCK=size)
+    op = E.BINARY[name]
+    E.binary_kernel[(cdiv(n, size),)](ta, tb, out, n, float(alpha), OP=op,
+                                      FAST_OP=E.dense_fast_op(op, out.dtype == torch.bool), BLOCK=size)
     return out
 
 

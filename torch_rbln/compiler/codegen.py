@@ -25,7 +25,7 @@ import torch.fx as fx
 from torch_rbln import cachedir
 
 from .lowering import Unsupported, literal, pointwise_rule, reduction_rule
-from .partition import Group, static_shape, trailing_stride
+from .partition import Group, cat_pieces, static_shape, trailing_stride
 
 __all__ = ["KernelSpec", "generate", "load_kernel", "template_digest", "kernels_dir"]
 
@@ -161,8 +161,6 @@ def _decompose(index: str, prefix: str, size_param: str, dims: int) -> list[str]
     return lines
 
 
-def _dot(prefix: str, names: list[str]) -> str:
-    return " + ".join(f"{prefix}{d} * {name}" for d, name in enumerate(names)) or "0"
 
 
 class _Generator:
@@ -189,6 +187,20 @@ class _Generator:
         self.params.append(name)
         self.scalars.append(int(value))
         return name
+
+    def _offset(self, coordinates: list[str], prefix: str, strides: list[int]) -> str:
+        """The element offset ``sum(coordinate * stride)``. Strides of 0 and 1 are written into the
+        source (a broadcast dim drops out; a unit-stride line becomes ``c``, which LLVM vectorises as
+        one contiguous load, where ``c * stride`` with a runtime stride of 1 is a gather: Llama's RoPE
+        on a permuted q ran ~1.7 ns per element so); every other stride is a runtime scalar. Safe
+        because a fused kernel runs only on inputs with exactly the strides it was planned for."""
+        terms = []
+        for d, (coordinate, stride) in enumerate(zip(coordinates, strides, strict=True)):
+            if stride == 1:
+                terms.append(coordinate)
+            elif stride:
+                terms.append(f"{coordinate} * {self._scalar(f'{prefix}_stride{d}', stride)}")
+        return " + ".join(terms) or "0"
 
     def _load(self, j: int, address: str, masked: bool) -> str:
         """Expression loading input ``j`` at ``address`` as float32, or as booleans for a bool tensor."""
@@ -240,6 +252,8 @@ class _Generator:
         return lines
 
     def pointwise(self) -> dict:
+        if self.group.has_cat:
+            return self._pointwise_cat()
         shape = self.group.shape
         numel = 1
         for size in shape:
@@ -277,12 +291,11 @@ class _Generator:
             for d in range(1, dims):
                 self._scalar(f"size{d}", sizes[d])
             lines += _decompose("offs", "i", "size", dims)
+            coordinates = [f"i{d}" for d in range(dims)]
             for j, st in zip(strided, strides[:len(strided)], strict=True):
-                names = [self._scalar(f"in{j}_stride{d}", st[d]) for d in range(dims)]
-                kinds[j] = _dot("i", names)
+                kinds[j] = self._offset(coordinates, f"in{j}", st)
             for j, st in zip(strided_out, strides[len(strided):], strict=True):
-                names = [self._scalar(f"out{j}_stride{d}", st[d]) for d in range(dims)]
-                stores[j] = _dot("i", names)
+                stores[j] = self._offset(coordinates, f"out{j}", st)
         lines += self._pointwise_body(kinds, stores)
         block = _block("pointwise", numel, self.tp)
         ops = " -> ".join(_op_name(n) for n in self.members)
@@ -304,15 +317,10 @@ class _Generator:
         lines = ["row = tl.program_id(0)", "c = tl.arange(0, BLOCK)", "mask = c < inner",
                  "offs = row * inner + c"]
         lines += _decompose("row", "r", "size", dims - 1)
-
-        def address(prefix: str, st: list[int]) -> str:
-            names = [self._scalar(f"{prefix}_stride{d}", st[d]) for d in range(dims)]
-            outer = " + ".join(f"r{d} * {names[d]}" for d in range(dims - 1))
-            return f"{outer} + c * {names[-1]}"
-
+        coordinates = [f"r{d}" for d in range(dims - 1)] + ["c"]
         for j, st in zip(strided, strides[:len(strided)], strict=True):
-            kinds[j] = address(f"in{j}", st)
-        stores = {j: address(f"out{j}", st)
+            kinds[j] = self._offset(coordinates, f"in{j}", st)
+        stores = {j: self._offset(coordinates, f"out{j}", st)
                   for j, st in zip(strided_out, strides[len(strided):], strict=True)}
         lines += self._pointwise_body(kinds, stores)
         ops = " -> ".join(_op_name(n) for n in self.members)
@@ -320,6 +328,94 @@ class _Generator:
                "with strides).")
         return {"phases": [{"before": lines, "loop": [], "after": []}], "docstring": doc,
                 "grid": numel // inner, "block": _pow2(inner)}
+
+    def _pointwise_cat(self) -> dict:
+        """A pointwise group with a ``cat`` along the last dim (`partition.CatPiece`): one program per line
+        of the last dim, computed piece by piece. For the piece at columns ``[o, o + s)`` the program
+        takes lanes ``cp = arange(0, pow2(s))`` (``cp < s`` live) at columns ``c = cp + o``: the piece's
+        own chain reads its operands at ``cp``, every other member at ``c``, and the cat's value is the
+        piece's. Each access stays affine under a prefix mask, which the backend checks per box and
+        vectorises, where one pass over the line would need masks with lower bounds (``c >= o``)."""
+        shape = self.group.shape
+        rank, inner = len(shape), shape[-1]
+        cat = next(node for node in self.members if node.target is torch.ops.aten.cat.default)
+        pieces = cat_pieces(cat)
+        piece_of = {node: i for i, piece in enumerate(pieces) for node in piece.chain}
+        reads: dict[int, set] = {j: set() for j in range(len(self.inputs))}  # input -> "full" / pieces
+        for node in self.members:
+            if node is cat:
+                for i, piece in enumerate(pieces):
+                    if piece.root in self.input_index:
+                        reads[self.input_index[piece.root]].add(i)
+                continue
+            for operand in node.all_input_nodes:
+                if operand in self.input_index:
+                    reads[self.input_index[operand]].add(piece_of.get(node, "full"))
+        scalar = {j for j, node in enumerate(self.inputs) if node.meta["val"].numel() == 1}
+        direct = {j for j, node in enumerate(self.inputs) if j not in scalar and
+                  tuple(node.meta["val"].shape) == shape and node.meta["val"].is_contiguous()}
+        # accesses through strides: (prefix of their scalars, aligned strides, column coordinate)
+        accesses: dict[tuple[int | str, Any], tuple[str, list[int], str]] = {}
+        for j in sorted(set(range(len(self.inputs))) - scalar):
+            for context in sorted(reads[j], key=str):
+                if context == "full" and j in direct:
+                    continue
+                prefix, column = (f"in{j}", "c") if context == "full" else (f"in{j}_p{context}", "cp")
+                accesses[(j, context)] = (prefix, _aligned_strides(self.inputs[j], rank), column)
+        for j, node in enumerate(self.outputs):
+            if _differs(shape, node.meta["val"].stride()):
+                accesses[("out", j)] = (f"out{j}", _aligned_strides(node, rank), "c")
+        sizes, lead_strides = _collapse(list(shape[:-1]), [st[:-1] for _, st, _ in accesses.values()])
+        self._scalar("inner", inner)
+        for d in range(1, len(sizes)):
+            self._scalar(f"size{d}", sizes[d])
+        lines = ["row = tl.program_id(0)"]
+        if sizes:
+            lines += _decompose("row", "r", "size", len(sizes))
+        coordinates = [f"r{d}" for d in range(len(sizes))]
+        address = {key: self._offset(coordinates + [column], prefix, lead + [st[-1]])
+                   for (key, (prefix, st, column)), lead in zip(accesses.items(), lead_strides, strict=True)}
+        for j in sorted(scalar):
+            lines.append(f"in{j} = {self._load(j, '0', False)}")
+        for i, piece in enumerate(pieces):
+            lines += [f"cp = tl.arange(0, {_pow2(piece.size)})", f"mask = cp < {piece.size}",
+                      f"c = cp + {piece.offset}", "offs = row * inner + c"]
+            full: dict[fx.Node, tuple[str, bool]] = {}
+            own: dict[fx.Node, tuple[str, bool]] = {}
+            for j, node in enumerate(self.inputs):
+                is_bool = node.meta["val"].dtype == torch.bool
+                if j in scalar:
+                    full[node] = own[node] = (f"in{j}", is_bool)
+                    continue
+                if "full" in reads[j]:
+                    at = "offs" if j in direct else address[(j, "full")]
+                    lines.append(f"in{j} = {self._load(j, at, True)}")
+                    full[node] = (f"in{j}", is_bool)
+                if i in reads[j]:
+                    lines.append(f"in{j}_p{i} = {self._load(j, address[(j, i)], True)}")
+                    own[node] = (f"in{j}_p{i}", is_bool)
+            for node in self.members:
+                if node is cat:
+                    value = own.get(piece.root) or full[piece.root]
+                    lines.append(f"{self.var[node]} = {value[0]}")
+                    full[node] = (self.var[node], False)
+                elif piece_of.get(node, i) == i:
+                    values = own if node in piece_of else full
+                    lines.append(f"{self.var[node]} = {self._expr(node, values.__getitem__)}")
+                    values[node] = (self.var[node], self.boolean[node])
+            lines += [self._store(node, address.get(("out", j), "offs"), True)
+                      for j, node in enumerate(self.outputs)]
+        ops = " -> ".join(_op_name(n) for n in self.members)
+        doc = (f"Fused pointwise kernel: {ops}; one program per line of {inner} elements, computed in "
+               f"the {len(pieces)} pieces of its cat.")
+        return {"phases": [{"before": lines, "loop": [], "after": []}], "docstring": doc,
+                "grid": self.group_numel() // inner, "block": _pow2(inner)}
+
+    def group_numel(self) -> int:
+        numel = 1
+        for size in self.group.shape:
+            numel *= size
+        return numel
 
     # ---------------------------------------------------------------- rows
     def rows(self) -> dict:
@@ -376,8 +472,8 @@ class _Generator:
             if dims:
                 before += _decompose("row", "r", "rsize", dims)
             for (j, context, _, _), st in zip(general, strides, strict=True):
-                names = [self._scalar(f"in{j}_{context}_stride{d}", st[d]) for d in range(dims)]
-                before.append(f"in{j}_{context}_base = {_dot('r', names)}")
+                offset = self._offset([f"r{d}" for d in range(dims)], f"in{j}_{context}", st)
+                before.append(f"in{j}_{context}_base = {offset}")
                 bases[(j, context)] = f"in{j}_{context}_base"
         loop_loads: dict[fx.Node, str] = {}
         scalar_values: dict[fx.Node, tuple[str, bool]] = {}  # values constant over a row
@@ -545,3 +641,8 @@ def load_kernel(name: str, source: str):
         kernel = getattr(module, name)
         _loaded[name] = kernel
         return kernel
+
+
+def _differs(shape: tuple[int, ...], stride) -> bool:
+    """Whether ``stride`` is another layout than row-major for ``shape`` (size-1 dims do not count)."""
+    return any(size != 1 and a != b for size, a, b in zip(shape, stride, _contiguous(shape), strict=True))

@@ -9,6 +9,11 @@ Two kinds of group, both over a static iteration shape ``S`` taken from the node
   nodes, or row-shaped ones of ``S[:-k]`` / ``S[:-k] + (1,) * k``), e.g. a whole decomposed softmax or a
   layer-norm backward. One program per row.
 
+A ``cat`` along the last dim joins a pointwise group as one of its nodes (Llama's RoPE: ``q * cos +
+cat(-q2, q1) * sin`` is one kernel, not a negation, two copies and a multiply-add), together with the
+pointwise chains that only feed it (``-q2``): each part of the cat is computed where it lands
+(`CatPiece`).
+
 Everything else (matmuls, attention, views, embeddings, ops without a rule) stays a call into aten,
 which dispatches to the registry's kernels. The partition is greedy in graph order: a node joins the
 group of one of its operands when the shapes fit and no path leaves the group and comes back (which
@@ -28,7 +33,10 @@ from torch_rbln.log import get_logger
 
 from .lowering import FUSABLE_DTYPES, Unsupported, pointwise_rule, reduction_dims, reduction_rule
 
-__all__ = ["Group", "partition", "static_shape", "trailing_stride"]
+__all__ = ["CatPiece", "Group", "cat_pieces", "partition", "static_shape", "trailing_stride"]
+
+aten = torch.ops.aten
+_CAT_LINE_MAX = 4096  # longest fused cat line (one program computes a line of the last dim)
 
 
 
@@ -60,6 +68,10 @@ class Group:
 
     def is_full(self, node: fx.Node) -> bool:
         return static_shape(node) == self.shape
+
+    @property
+    def has_cat(self) -> bool:
+        return any(node.target is aten.cat.default for node in self.nodes)
 
     def inputs(self) -> list[fx.Node]:
         """Tensor operands produced outside the group, in first-use order."""
@@ -136,6 +148,8 @@ def _classify(node: fx.Node) -> _Kind | None:
     """Whether the node could live in a fused kernel at all (shape-independent checks)."""
     if node.op != "call_function":
         return None
+    if node.target is aten.cat.default:
+        return _Kind(False) if cat_pieces(node) is not None else None
     rule = pointwise_rule(node)
     reduction = reduction_rule(node)
     if rule is None and reduction is None:
@@ -181,11 +195,106 @@ def _emittable(node: fx.Node) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class CatPiece:
+    """One part of a fused ``cat`` along the last dim: the value ``root`` (an outside tensor, or the last
+    node of ``chain``) fills columns ``[offset, offset + size)``. ``chain``: the pointwise nodes, in graph
+    order, that compute ``root`` and are used by nothing but this piece and the cat, so they run only
+    at the piece's columns; their outside operands have the piece's shape (or broadcast to it)."""
+
+    root: fx.Node
+    offset: int
+    size: int
+    chain: tuple[fx.Node, ...] = ()
+
+
+def cat_pieces(node: fx.Node) -> list[CatPiece] | None:
+    """The pieces of ``node`` when it is a ``cat`` that a pointwise group can compute (along the last dim,
+    of at least two non-empty tensors of one fusable dtype on its device, lines of at most
+    ``_CAT_LINE_MAX``); None otherwise."""
+    if node.op != "call_function" or node.target is not aten.cat.default:
+        return None
+    tensors = node.args[0]
+    dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else 0)
+    shape = static_shape(node)
+    if shape is None or not shape or not isinstance(tensors, (list, tuple)) or len(tensors) < 2 \
+            or not isinstance(dim, int) or dim % len(shape) != len(shape) - 1 or shape[-1] > _CAT_LINE_MAX:
+        return None
+    value = _meta(node)
+    pieces, offset = [], 0
+    for tensor in tensors:
+        if not isinstance(tensor, fx.Node) or not _tensor_ok(tensor, allow_bool=False):
+            return None
+        piece_shape = static_shape(tensor)
+        operand = _meta(tensor)
+        if len(piece_shape) != len(shape) or piece_shape[:-1] != shape[:-1] or not piece_shape[-1] \
+                or operand.dtype != value.dtype or operand.device != value.device:
+            return None
+        pieces.append(CatPiece(tensor, offset, piece_shape[-1], _piece_chain(tensor, node)))
+        offset += piece_shape[-1]
+    chained = [n for piece in pieces for n in piece.chain]
+    if len(set(chained)) != len(chained) or len(set(tensors)) != len(tensors) or \
+            any(piece.root in chained for piece in pieces if not piece.chain):
+        # chains that would share nodes (each runs only at its own columns): none are fused
+        pieces = [CatPiece(piece.root, piece.offset, piece.size) for piece in pieces]
+    return pieces
+
+
+def _piece_chain(root: fx.Node, cat: fx.Node) -> tuple[fx.Node, ...]:
+    """The pointwise nodes computing ``root`` that only the cat needs (see `CatPiece`), in graph order."""
+    shape = static_shape(root)
+    chain: list[fx.Node] = []
+    inside = {cat}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node in inside or any(user not in inside for user in node.users):
+            continue  # already taken, or needed elsewhere too: an outside operand
+        kind = None if node.target is aten.cat.default else _classify(node)
+        if kind is None or kind.reduction or static_shape(node) != shape \
+                or pointwise_rule(node).boolean:
+            continue
+        if any(not _broadcasts_to(static_shape(o), shape) for o in node.all_input_nodes):
+            continue
+        inside.add(node)
+        chain.append(node)
+        stack.extend(node.all_input_nodes)
+    position = {n: i for i, n in enumerate(root.graph.nodes)}
+    return tuple(sorted(chain, key=position.__getitem__))
+
+
+def _broadcasts_to(shape: tuple[int, ...] | None, target: tuple[int, ...]) -> bool:
+    if shape is None or len(shape) > len(target):
+        return False
+    return all(a in (1, b) for a, b in zip(shape, target[len(target) - len(shape):], strict=True))
+
+
 class _Partitioner:
     def __init__(self, graph: fx.Graph) -> None:
         self.graph = graph
         self.group_of: dict[fx.Node, Group] = {}
         self.groups: list[Group] = []
+        self.position = {node: i for i, node in enumerate(graph.nodes)}
+        # fusable cats -> their pieces' chains; chain nodes join their cat's group with it, never alone
+        self.cat_chains: dict[fx.Node, tuple[fx.Node, ...]] = {}
+        for node in graph.nodes:
+            pieces = cat_pieces(node)
+            if pieces is not None:
+                self.cat_chains[node] = tuple(n for piece in pieces for n in piece.chain)
+        self.in_chain = {n for chain in self.cat_chains.values() for n in chain}
+
+    def _operands(self, node: fx.Node) -> list[fx.Node]:
+        """The tensors ``node`` reads from outside itself: for a fused cat, what its pieces read."""
+        chain = self.cat_chains.get(node)
+        if chain is None:
+            return node.all_input_nodes
+        inside = set(chain)
+        seen: dict[fx.Node, None] = {}
+        for member in (*chain, node):
+            for operand in member.all_input_nodes:
+                if operand not in inside:
+                    seen.setdefault(operand, None)
+        return list(seen)
 
     # ---------------------------------------------------------------- legality
     def _depends_on(self, start: list[fx.Node], group: Group) -> bool:
@@ -231,13 +340,15 @@ class _Partitioner:
             k = len(kind.dims)
             if self.group_of.get(source) is not group or static_shape(source) != group.shape:
                 return False, 0
-            if group.is_rows and group.reduce_rank != k:
+            if (group.is_rows and group.reduce_rank != k) or group.has_cat:
                 return False, 0
             if not group.is_rows:
                 probe = Group(group.index, group.shape, k, group.nodes)
                 if not all(self._members_fit_rows(probe)):
                     return False, 0
             return True, k
+        if node in self.cat_chains:  # a cat joins a pointwise group of its shape (one cat per group)
+            return not group.is_rows and not group.has_cat and shape == group.shape, 0
         if not group.is_rows:
             if shape != group.shape:
                 return False, 0
@@ -261,11 +372,12 @@ class _Partitioner:
     # ---------------------------------------------------------------- driver
     def run(self) -> list[Group]:
         for node in self.graph.nodes:
-            kind = _classify(node)
+            kind = None if node in self.in_chain else _classify(node)
             if kind is None:
                 continue
+            operands = self._operands(node)
             candidates: list[Group] = []
-            for operand in reversed(node.all_input_nodes):
+            for operand in reversed(operands):
                 owner = self.group_of.get(operand)
                 if owner is not None and owner not in candidates:
                     candidates.append(owner)
@@ -274,7 +386,7 @@ class _Partitioner:
                 ok, k = self._fits(group, node, kind)
                 if not ok:
                     continue
-                outside = [o for o in node.all_input_nodes if self.group_of.get(o) is not group]
+                outside = [o for o in operands if self.group_of.get(o) is not group]
                 if self._depends_on(outside, group):
                     continue
                 group.reduce_rank = k
@@ -293,7 +405,8 @@ class _Partitioner:
     def _try_merge(self, group: Group, other: Group) -> None:
         """Absorb ``other`` (a pointwise group of the same full shape that feeds ``group``'s new node, e.g.
         the ``x * 0.5`` branch of a decomposed GELU) when that leaves the unit graph acyclic."""
-        if other.is_rows or other.shape != group.shape or not other.nodes:
+        if other.is_rows or other.shape != group.shape or not other.nodes or \
+                (other.has_cat and (group.has_cat or group.is_rows)):
             return
         merged = set(group.nodes) | set(other.nodes)
         outside = [o for member in merged for o in member.all_input_nodes if o not in merged]
@@ -304,8 +417,7 @@ class _Partitioner:
             return
         if self._reaches(outside, merged):
             return
-        position = {node: i for i, node in enumerate(self.graph.nodes)}
-        group.nodes = sorted(merged, key=position.__getitem__)
+        group.nodes = sorted(merged, key=self.position.__getitem__)
         for member in other.nodes:
             self.group_of[member] = group
         other.nodes = []
@@ -330,8 +442,11 @@ class _Partitioner:
         return False
 
     def _add(self, group: Group, node: fx.Node) -> None:
-        group.nodes.append(node)
-        self.group_of[node] = group
+        """Add ``node`` (a cat with the chains of its pieces) to ``group``, keeping graph order."""
+        for member in (*self.cat_chains.get(node, ()), node):
+            group.nodes.append(member)
+            self.group_of[member] = group
+        group.nodes.sort(key=self.position.__getitem__)
 
     def _start(self, node: fx.Node, kind: _Kind) -> None:
         if kind.reduction:
@@ -350,13 +465,16 @@ class _Partitioner:
 
 def _reads_strided(group: Group) -> bool:
     """Whether a single-node pointwise group reads a tensor that is not contiguous (Llama's RoPE negates
-    a half-slice of q and k): its fused kernel reads it through its strides in one launch, where the
-    registry would copy it contiguous first, and scan it, as two dispatched calls."""
+    a half-slice of q and k) or that it broadcasts (RoPE's positions times frequencies, (1, 128, 1) x
+    (32,)): its fused kernel reads it through its strides in one launch, which a generated program
+    makes by address, where the registry's call is a dispatch, a plan lookup and a scan (~25 us warm,
+    ~170 us inside Llama's program, between kernels that evict the dispatcher's code from the caches)."""
     if group.is_rows or len(group.nodes) != 1:
         return False
     for operand in group.nodes[0].all_input_nodes:
         value = operand.meta.get("val")
-        if isinstance(value, torch.Tensor) and value.numel() > 1 and not value.is_contiguous():
+        if isinstance(value, torch.Tensor) and value.numel() > 1 and \
+                (not value.is_contiguous() or tuple(value.shape) != group.shape):
             return True
     return False
 

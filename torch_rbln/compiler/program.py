@@ -544,8 +544,10 @@ class _Builder:
             return None
         offset = meta.storage_offset() - root.meta.storage_offset()
         root_real = self.values_of(root)
+        # (strides compared along dims of more than one element: torch's view of a permuted tensor may
+        # give a size-1 dim another stride than the fake tensor, Llama's attention output did)
         if root_real is None or real.data_ptr() != root_real.data_ptr() + offset * real.element_size() or \
-                tuple(real.shape) != tuple(meta.shape) or real.stride() != meta.stride():
+                not _same_layout(real, meta):
             return None
         self.env[node] = value = _Tensor(None, meta, root, offset)
         value.escapes = node in self.escaping

@@ -17,7 +17,10 @@ Eight lanes are too few to vectorise either way and 64 are past the unroller's b
 How: every `for j in range(N):` of the kernel body with N in that band reads its count from
 `lanesN = np.int64(N) if g0 > 0 else np.int64(N + 1)`, set once before the program loop. Inside the
 program loop g0 > 0 always holds (a program id exists only in a grid of at least one program), so the
-count is N exactly where the body runs: the same iterations, only hidden from constant folding.
+count is N exactly where the body runs: the same iterations, only hidden from constant folding. A box
+count that folds to such an N (`c1 = max(0, min(32, np.int64(32)))`: a mask `lanes < 32` written with a
+literal bound, as the compiler's fused cat kernels and many Triton kernels write it) gets `lanesN` too:
+the loops over that box count to it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ SHORTEST = 16  # fewer lanes: full unrolling costs nothing (table above)
 LONGEST = 63  # more lanes: LLVM does not unroll them fully anyway
 
 _LOOP = re.compile(r"^(\s*for \w+ in range\()(\d+)(\):\s*)$")
+_BOX_COUNT = re.compile(r"^(\s*c\d+ = )max\(0, min\((\d+), np\.int64\((-?\d+)\)\)\)\s*$")
 
 
 def hide_short_trip_counts(body: list[str]) -> tuple[list[str], list[str]]:
@@ -41,6 +45,11 @@ def hide_short_trip_counts(body: list[str]) -> tuple[list[str], list[str]]:
             count = int(match.group(2))
             counts.add(count)
             line = f"{match.group(1)}lanes{count}{match.group(3)}"
+        box = _BOX_COUNT.match(line)
+        if box is not None and SHORTEST <= min(int(box.group(2)), int(box.group(3))) <= LONGEST:
+            count = min(int(box.group(2)), int(box.group(3)))
+            counts.add(count)
+            line = f"{box.group(1)}lanes{count}"
         rewritten.append(line)
     prologue = [f"lanes{n} = np.int64({n}) if g0 > 0 else np.int64({n + 1})" for n in sorted(counts)]
     return rewritten, prologue

@@ -26,6 +26,20 @@ def test_loops_of_16_to_63_lanes_count_to_a_lanes_variable_defined_once():
                         "lanes63 = np.int64(63) if g0 > 0 else np.int64(64)"]
 
 
+def test_a_box_count_that_folds_into_the_band_counts_to_a_lanes_variable():
+    """`mask = lanes < 32` with a literal bound gives a box count LLVM folds to 32, and the loops over the
+    box then unroll to scalar code: the count becomes `lanes32` (the fused cat kernels' pieces)."""
+    body = ["c1 = max(0, min(32, np.int64(32)))", "for j2 in range(c1):", "    b3[j2] = v5",
+            "c4 = max(0, min(64, np.int64(20)))", "c5 = max(0, min(8, np.int64(8)))",
+            "c6 = max(0, min(32, v4))", "c7 = max(0, min(16, np.int64(100)))"]
+    lines, prologue = hide_short_trip_counts(body)
+    assert lines == ["c1 = lanes32", "for j2 in range(c1):", "    b3[j2] = v5", "c4 = lanes20",
+                     "c5 = max(0, min(8, np.int64(8)))", "c6 = max(0, min(32, v4))", "c7 = lanes16"]
+    assert prologue == ["lanes16 = np.int64(16) if g0 > 0 else np.int64(17)",
+                        "lanes20 = np.int64(20) if g0 > 0 else np.int64(21)",
+                        "lanes32 = np.int64(32) if g0 > 0 else np.int64(33)"]
+
+
 @pytest.mark.parametrize("line", [
     "for j1 in range(8):", "for j1 in range(15):", "for j1 in range(64):", "for j1 in range(4096):",
     "for j1 in range(c1):", "for j1 in range(0, 16):", "for it2 in range(v1, v2, 16):",

@@ -547,9 +547,9 @@ def test_one_tile_matmuls_of_one_geometry_are_compared_once(fresh_compiler, monk
     assert programs[2].report["one_tile_matmuls"] == 3 and len(compared) == 4
 
 
-def test_a_negated_half_slice_is_one_fused_launch_and_its_cat_copies(fresh_compiler, monkeypatch):
-    """rotate_half on a strided q: the neg of a slice is a fused kernel of one node (it reads the slice
-    through its strides) and the cat of its result copies by address: no call is left."""
+def test_rotate_half_on_a_strided_q_is_one_fused_launch_with_its_cat(fresh_compiler, monkeypatch):
+    """RoPE on a strided q: the neg of a slice, the cat along the last dim and the multiply-adds are one
+    fused kernel launched by address (the cat's pieces computed where they land): no call, no copy."""
     programs = _programs(monkeypatch)
 
     def rotate(x, w):
@@ -567,8 +567,54 @@ def test_a_negated_half_slice_is_one_fused_launch_and_its_cat_copies(fresh_compi
         torch.testing.assert_close(got.cpu(), expected, atol=ATOL, rtol=RTOL)
     report = programs[0].report
     assert report["calls"] == {}, report
-    assert any(name.startswith("fused_neg") for name in _kernel_names(programs[0])), programs[0].source
+    fused = [name for name in _kernel_names(programs[0]) if name.startswith("fused_")]
+    assert len(fused) == 1 and "_neg_cat_" in fused[0], programs[0].source
 
 
 def _kernel_names(program: Program) -> list[str]:
     return [name for name, _ in program._kernels]
+
+
+class RotaryAttention(torch.nn.Module):
+    """Llama's attention at batch 1: rotary frequencies as a broadcast product of positions and inverse
+    frequencies, RoPE, SDPA, and the output's transpose + reshape into the output projection."""
+
+    def __init__(self, width: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.heads, self.dim = heads, width // heads
+        self.qkv = torch.nn.Linear(width, 3 * width, bias=False)
+        self.out = torch.nn.Linear(width, width, bias=False)
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, self.dim, 2) / self.dim))
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        batch, tokens, width = x.shape
+        freqs = positions[:, :, None] * self.inv_freq  # (1, tokens, 1) x (dim / 2,)
+        angles = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = angles.cos()[:, None], angles.sin()[:, None]
+        q, k, v = (t.view(batch, tokens, self.heads, self.dim).transpose(1, 2)
+                   for t in self.qkv(x).split(width, dim=-1))
+
+        def rotate(t: torch.Tensor) -> torch.Tensor:
+            half = torch.cat((-t[..., self.dim // 2:], t[..., :self.dim // 2]), dim=-1)
+            return t * cos + half * sin
+
+        mixed = F.scaled_dot_product_attention(rotate(q), rotate(k), v, is_causal=True)
+        mixed = mixed.view(batch, self.heads, tokens, self.dim)  # as in Llama's graph: a view to its shape
+        return self.out(mixed.transpose(1, 2).contiguous().reshape(batch, tokens, width))
+
+
+def test_attention_at_batch_one_leaves_no_call(fresh_compiler, monkeypatch):
+    """Views of the attention output whose size-1 dim has another stride than the fake tensor's are
+    address arithmetic, and the broadcast product of positions and frequencies is a fused launch (as a
+    call it cost ~170 us inside Llama's program): the program makes no call at all."""
+    programs = _programs(monkeypatch)
+    cpu, device = _twins(RotaryAttention, 9)
+    x, positions = torch.randn(1, 16, 64), torch.arange(16.0)[None]
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        expected = cpu(x, positions)
+        for _ in range(4):
+            got = compiled(x.to("rbln"), positions.to("rbln"))
+            torch.testing.assert_close(got.cpu(), expected, atol=1e-4, rtol=1e-4)
+    report = programs[0].report
+    assert report["calls"] == {}, (report, programs[0].source)

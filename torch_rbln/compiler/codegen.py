@@ -130,9 +130,11 @@ def _collapse(sizes: list[int], stride_sets: list[list[int]]) -> tuple[list[int]
 
 def _block(kind: str, extent: int, tp: int = 1) -> int:
     """BLOCK for a kernel: by size, in few buckets (each is a specialisation); a pointwise kernel gets a
-    smaller one when that gives each of the ``tp`` NPUs at least one program."""
+    smaller one when that gives each of the ``tp`` NPUs at least one program. A rows kernel takes its
+    row in one chunk up to 1024 columns (the power of two at or above it, at least 128): a 512-column
+    row (Llama's RMSNorm) in chunks of 1024 left half of every pass's lanes masked."""
     if kind == "rows":
-        return 128 if extent <= 128 else 1024
+        return min(1024, max(128, _pow2(extent)))
     block = 1024 if extent <= 1024 else 4096
     while block > 128 and -(-extent // block) < tp:
         block //= 4

@@ -127,6 +127,24 @@ def test_softmax_fuses_with_its_producers(fresh_compiler):
     assert "amax" in name and "mul" in name
 
 
+@pytest.mark.parametrize("columns,block", [(96, 128), (512, 512), (600, 1024), (3000, 1024)])
+def test_a_rows_kernel_takes_rows_of_up_to_1024_columns_in_one_chunk(columns, block):
+    """RMSNorm over 512 columns runs chunks of 512 lanes (in chunks of 1024 half of every pass's lanes
+    were masked: Llama's norm took 78 instead of 43 us); longer rows loop over chunks of 1024."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_rbln.compiler.codegen import generate
+    from torch_rbln.compiler.partition import partition
+
+    def rms_norm(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    gm = make_fx(rms_norm, tracing_mode="fake")(torch.randn(4, columns), torch.randn(columns))
+    group, = partition(gm.graph)
+    spec = generate(group)
+    assert spec.kind == "rows" and spec.block == block
+
+
 def test_full_reduction_fuses_with_its_producer(fresh_compiler):
     (x,), (xr,) = inputs(SHAPE, seed=3)
 

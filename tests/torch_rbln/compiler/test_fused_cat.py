@@ -119,8 +119,12 @@ def uneven(a, b, c, bias):
     (uneven, [(3, 4, 5), (3, 4, 16), (3, 4, 32 - 21), (16,)]),
     (lambda a: torch.cat((-a, a), dim=-1) * 2.0, [(6, 7)]),  # one tensor read by both pieces
     (lambda a, b: torch.cat((a.t() + 1.0, b), dim=-1).relu(), [(9, 6), (6, 3)]),  # a transposed piece
+    (lambda a, b: torch.cat((a.exp(), b), dim=-1) + 1.0, [(5,), (9,)]),  # one line: no leading dims
 ])
-def test_fused_cats_match_the_cpu(fresh_compiler, function, shapes):
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+def test_fused_cats_match_the_cpu(fresh_compiler, monkeypatch, function, shapes, backend):
+    """On both DSL backends (the interpreter reads the generated kernel as numpy code of its own)."""
+    monkeypatch.setenv("TORCH_RBLN_DSL_BACKEND", backend)
     generator = torch.Generator().manual_seed(3)
     cpu = [torch.randn(shape, generator=generator) for shape in shapes]
     got = torch.compile(function, backend="rbln")(*[t.to("rbln") for t in cpu])

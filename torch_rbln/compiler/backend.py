@@ -36,7 +36,7 @@ from . import _stats, cache
 from .codegen import KernelSpec, generate
 from .fused import FusedKernel, subgraph_module
 from .graph import fuse_graph
-from .lowering import Unsupported, copies_for_lifted_constants, decompositions
+from .lowering import Unsupported, clones_for_cats_of_one_tensor, copies_for_lifted_constants, decompositions
 from .partition import partition
 from .program import Program
 
@@ -305,6 +305,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence, options: Compile
     """Compile one ATen graph (from AOTAutograd) into a callable taking the graph's inputs."""
     options = options or CompileOptions()
     copies_for_lifted_constants(gm)
+    clones_for_cats_of_one_tensor(gm)
     if not _static(example_inputs):
         return PerShapeGraph(gm, options, phase)
     return CompiledGraph(gm, example_inputs, options, phase)

@@ -20,7 +20,7 @@ import torch.fx as fx
 
 __all__ = [
     "FUSABLE_DTYPES", "Unsupported", "PointwiseRule", "ReductionRule", "pointwise_rule", "reduction_rule",
-    "literal",
+    "literal", "clones_for_cats_of_one_tensor", "copies_for_lifted_constants",
 ]
 
 aten = torch.ops.aten
@@ -338,5 +338,35 @@ def copies_for_lifted_constants(gm: fx.GraphModule) -> int:
             node.target = aten.clone.default
             replaced += 1
     if replaced:
+        gm.recompile()
+    return replaced
+
+
+def clones_for_cats_of_one_tensor(gm: fx.GraphModule) -> int:
+    """Rewrite ``cat`` nodes of one non-empty tensor and empty ones as a contiguous ``clone`` of that
+    tensor; returns how many.
+
+    A key/value cache that starts empty makes one per layer and cache (Hugging Face's DynamicCache:
+    ``cat([past, new], dim=-2)`` with an empty ``past``). As a clone it is a pointwise node: it fuses
+    into the kernel that computes the new keys (RoPE), which then stores them where the cache's result
+    lives, instead of a kernel storing them and a copy moving them there."""
+    replaced = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not aten.cat.default:
+            continue
+        tensors, meta = node.args[0], node.meta.get("val")
+        values = [t.meta.get("val") if isinstance(t, fx.Node) else None for t in tensors]
+        if not isinstance(meta, torch.Tensor) or not meta.is_contiguous() or \
+                not all(isinstance(v, torch.Tensor) for v in values):
+            continue
+        full = [(t, v) for t, v in zip(tensors, values, strict=True) if v.numel()]
+        if len(full) != 1 or full[0][1].dtype != meta.dtype or tuple(full[0][1].shape) != tuple(meta.shape):
+            continue
+        node.target = aten.clone.default
+        node.args = (full[0][0],)
+        node.kwargs = {"memory_format": torch.contiguous_format}
+        replaced += 1
+    if replaced:
+        gm.graph.eliminate_dead_code()
         gm.recompile()
     return replaced

@@ -269,7 +269,7 @@ class _Builder:
         meta = node.meta.get("val")
         if self.hoist(node):
             return
-        if target is aten.cat.default and (self.cat_as_copy(node) or self.cat_as_copies(node)):
+        if target is aten.cat.default and self.cat_as_copies(node):
             return
         if target is operator.getitem:
             source = self.env.get(node.args[0])
@@ -316,34 +316,11 @@ class _Builder:
         self.counter["hoisted"] += 1
         return True
 
-    def cat_as_copy(self, node: fx.Node) -> bool:
-        """`cat` of one tensor with empty ones (a cache of past keys that starts empty): a contiguous copy
-        of that tensor (a clone), without cat's own checks."""
-        tensors, meta = node.args[0], node.meta.get("val")
-        if not isinstance(meta, torch.Tensor) or meta.stride() != _contiguous(meta.shape) or \
-                not all(isinstance(t, fx.Node) and isinstance(self.meta_of(t), torch.Tensor)
-                        for t in tensors):
-            return False
-        full = [t for t in tensors if self.meta_of(t).numel()]
-        if len(full) != 1 or self.meta_of(full[0]).dtype != meta.dtype or \
-                tuple(self.meta_of(full[0]).shape) != tuple(meta.shape) or \
-                not isinstance(self.env.get(full[0]), _Tensor):
-            return False
-        if self.tiled_copy(node, full[0], meta):
-            return True
-        source = self.materialise(self.env[full[0]])
-        name = self.fresh("v")
-        layout = self.const(torch.contiguous_format)
-        text = f"{self.const(aten.clone.default, 'f')}({source}, memory_format={layout})"
-        self.emit(f"{name} = {text}", self.reads(text))
-        self.env[node] = _Tensor(name, meta)
-        self.counter["calls"] += 1
-        self.calls["clone.default (cat of one non-empty tensor)"] += 1
-        return True
-
     def cat_as_copies(self, node: fx.Node) -> bool:
         """`cat` as one tiled copy per non-empty input into its slice of the output, allocated as the
-        graph records it (`tiled_copy`'s kernel, launched by address): a cat in the registry pays its
+        graph records it (the registry's tiled copy kernel, `_copy_launch`, launched by address; a cat
+        along the last dim fuses into its pointwise group instead, and a cat of one non-empty tensor is
+        a clone, `lowering.clones_for_cats_of_one_tensor`): a cat in the registry pays its
         dispatch, its checks and a launch per input through the checked path; Llama's RoPE
         (`rotate_half`) makes one per q and k per layer. The copies are made once here on the
         recorded values and checked against the recorded result."""
@@ -437,31 +414,6 @@ class _Builder:
         if kept is None or not hasattr(kept, "by_address"):
             return None
         return kept.by_address, (launch.programs, launch.rows, 1), launch.ints
-
-    def tiled_copy(self, node: fx.Node, source: fx.Node, meta: torch.Tensor) -> bool:
-        """The copy of `source` into a fresh tensor laid out as `meta`, launched by address on the
-        registry's tiled copy kernel (`registry._copy._tiled`: rows of contiguous runs, or square tiles
-        of a transpose) whatever its size: the flat strided kernel the registry takes below
-        `TILED_MIN` elements divides every element's index, several times slower on a permuted head
-        split. The launch is made once here on the recorded values and checked against the recorded
-        result."""
-        from torch_rbln.registry import _copy
-
-        src_meta, real_src, real_out = self.meta_of(source), self.values.get(source), self.values.get(node)
-        if not isinstance(real_src, torch.Tensor) or not isinstance(real_out, torch.Tensor) or \
-                real_src.device.type != "rbln":
-            return False
-        trial = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=real_src.device)
-        kept = self._copy_launch(src_meta, real_src, meta, trial)
-        if kept is None or not torch.equal(trial.cpu(), real_out.cpu()):
-            return False
-        launcher, grid, ints = kept
-        out = _Tensor(self.allocate(meta), meta)
-        self.launch(launcher, grid, [self.env[source], out], ints, node.name)
-        self.env[node] = out
-        self.counter["planned"] += 1
-        self.device_counts[_copy.NAME] += 1
-        return True
 
     def gather(self, node: fx.Node) -> bool:
         """An embedding lookup (`embedding(weight, indices)`, `index_select(x, dim, indices)`) launched

@@ -152,3 +152,29 @@ def test_the_kernel_source_is_shared_across_sizes():
         group, = [g for g in partition(gm.graph) if g.has_cat]
         sources.append(codegen.generate(group).source)
     assert sources[0] == sources[1]
+
+
+def test_a_cat_of_one_tensor_and_empty_ones_becomes_a_clone():
+    """A key/value cache that starts empty: `cat([past, new], -2)` with an empty past is a contiguous
+    clone of `new` (a pointwise node, which fuses into the kernel computing `new`); cats of two
+    non-empty tensors, or that change the dtype, stay cats."""
+    from torch_rbln.compiler.lowering import clones_for_cats_of_one_tensor
+
+    aten = torch.ops.aten
+
+    def f(past, new, other, new16):
+        cache = aten.cat.default([past, new.transpose(1, 2)], -2)
+        both = aten.cat.default([new, other], -2)
+        promoted = aten.cat.default([past, new16.transpose(1, 2)], -2)  # float16 values into float32
+        return cache, both, promoted
+
+    inputs = [torch.randn(1, 2, 0, 4), torch.randn(1, 3, 2, 4), torch.randn(1, 3, 5, 4),
+              torch.randn(1, 3, 2, 4, dtype=torch.float16)]
+    gm = _traced(f, *inputs)
+    assert clones_for_cats_of_one_tensor(gm) == 1
+    targets = [node.target for node in gm.graph.nodes if node.op == "call_function"]
+    assert targets.count(aten.clone.default) == 1 and targets.count(aten.cat.default) == 2
+    clone = _node(gm, aten.clone.default)
+    assert clone.kwargs == {"memory_format": torch.contiguous_format}
+    out = gm(*inputs)
+    assert out[0].is_contiguous() and torch.equal(out[0], inputs[1].transpose(1, 2))

@@ -608,7 +608,8 @@ class RotaryAttention(torch.nn.Module):
 def test_attention_at_batch_one_leaves_no_call(fresh_compiler, monkeypatch):
     """Views of the attention output whose size-1 dim has another stride than the fake tensor's are
     address arithmetic, and the broadcast product of positions and frequencies is a fused launch (as a
-    call it cost ~170 us inside Llama's program): the program makes no call at all."""
+    call it cost ~170 us inside Llama's program): the program makes no call at all, not even the
+    output view's `as_strided`."""
     programs = _programs(monkeypatch)
     cpu, device = _twins(RotaryAttention, 9)
     x, positions = torch.randn(1, 16, 64), torch.arange(16.0)[None]
@@ -620,3 +621,5 @@ def test_attention_at_batch_one_leaves_no_call(fresh_compiler, monkeypatch):
             torch.testing.assert_close(got.cpu(), expected, atol=1e-4, rtol=1e-4)
     report = programs[0].report
     assert report["calls"] == {}, (report, programs[0].source)
+    # the output, a view of the last matmul's buffer, is that buffer allocated in the view's layout
+    assert report["folded_views"] == 1 and "as_strided" not in programs[0].source, programs[0].source

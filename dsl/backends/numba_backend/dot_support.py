@@ -1,12 +1,12 @@
 """`tile_dot`, the runtime half of `tl.dot` on 2-D tiles for the numba backend.
 
-Why a compiled helper rather than generated code: numba hands `np.dot` to BLAS gemm only for C- or
-Fortran-contiguous arrays (it copies anything else first), and a tile's layout is known only at run
-time, from the strides. Staging each operand in the layout of its memory (a row-major tile as a C
-array, a column-major one such as `linear`'s transposed weight as a Fortran array that gemm reads
-through its transpose flag), passing a full contiguous tile as a view, and calling gemm for whichever
-pair of layouts results takes a dozen loop nests and four gemm specialisations. Emitted into every
-kernel they tripled a matmul kernel's compile time (3.5 s -> 12 s); here they compile once per operand
+Why a compiled helper rather than generated code: gemm reads only C- or Fortran-ordered operands
+(numba's `np.dot` copies anything else first), and a tile's layout is known only at run time, from the
+strides. Staging each operand in the layout of its memory (a row-major tile as a C array, a
+column-major one such as `linear`'s transposed weight as a Fortran array that gemm reads through its
+transpose flag), passing a full contiguous tile as a view, and calling gemm for whichever pair of
+layouts results takes a dozen loop nests and four gemm specialisations. Emitted into every kernel they
+tripled a matmul kernel's compile time (3.5 s -> 12 s); here they compile once per operand
 dtype and are cached on disk, and a kernel only links them.
 
 Tiles of memory of the work dtype whose rows or columns have a unit stride (every tile of a float32
@@ -32,13 +32,14 @@ import numba
 import numba.extending
 import numpy as np
 from numba import types
-from numba.np.linalg import ensure_blas
 
 from .support import bf16_bits_to_f32, f16_bits_to_f32
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
-
-ensure_blas()  # (scipy's BLAS: np.dot needs it as well; a clear ImportError without it)
+# No numba `np.dot` here: the staged tiles' product takes the same bound gemm as the direct one
+# (`_gemm_tiles`), so scipy.linalg is imported only where gemm is bound to scipy's BLAS (`_bind_gemm`,
+# where torch exports none); importing it at this module's import cost each process's first `tl.dot`
+# kernel ~0.25 s
 
 
 def _capsule_address(module: object, name: str) -> int:
@@ -81,7 +82,6 @@ def _bind_gemm() -> str:
     `blas.py` limits) and a no-op thread setting. Bound by name at import, before any kernel is
     loaded, so kernels cached by another process link whichever this one has. Returns the source."""
     import llvmlite.binding as ll
-    import scipy.linalg.cython_blas as cython_blas
 
     found = _torch_blas()
     if len(found) == 3:
@@ -89,6 +89,11 @@ def _bind_gemm() -> str:
         ll.add_symbol("torch_rbln_dgemm", found["dgemm_"])
         ll.add_symbol("torch_rbln_blas_threads_local", found["mkl_set_num_threads_local"])
         return "torch (MKL)"
+    import scipy.linalg.cython_blas as cython_blas
+
+    from .blas import limit_kernel_blas
+
+    limit_kernel_blas()  # kernels' gemm on one thread of scipy's BLAS
     ll.add_symbol("torch_rbln_sgemm", _capsule_address(cython_blas, "sgemm"))
     ll.add_symbol("torch_rbln_dgemm", _capsule_address(cython_blas, "dgemm"))
     ll.add_symbol("torch_rbln_blas_threads_local", _no_thread_setting.address)
@@ -297,8 +302,8 @@ def tile_dot_into(out, a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_c
                   b_bits, b_exact, padding_read):
     """`tile_dot`'s product written into `out`, an (M, N) C-contiguous array of the work dtype, instead
     of a new array: what `dot_call`'s C entry runs (its caller owns the product). The direct gemm where
-    both operands' memory has the work dtype and a unit stride, else the staged tiles' gemm (np.dot with
-    `out`: gemm writes the product in place, the same call as without it). `padding_read` False: the
+    both operands' memory has the work dtype and a unit stride, else the staged tiles' gemm
+    (`_gemm_tiles`: the same gemm, reading the staged or viewed tiles). `padding_read` False: the
     caller reads only the counted rows and columns, so the direct gemm leaves the others unwritten.
 
     Staging buffers at address 0 are codegen's placeholders for operands that the direct gemm should
@@ -323,26 +328,34 @@ def tile_dot_into(out, a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_c
                     a_exact)
     b_kind = _stage(b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t, b_bits,
                     b_exact)
-    a_row_major, a_col_major = a_c, a_t.T
-    if a_kind == VIEW_C:
-        a_row_major = _view(a_memory, a_base, a_c)
-    elif a_kind == VIEW_F:
-        a_col_major = _view(a_memory, a_base, a_t).T
-    b_row_major, b_col_major = b_c, b_t.T
-    if b_kind == VIEW_C:
-        b_row_major = _view(b_memory, b_base, b_c)
-    elif b_kind == VIEW_F:
-        b_col_major = _view(b_memory, b_base, b_t).T
-    a_is_c = a_kind == VIEW_C or a_kind == STAGED_C
-    b_is_c = b_kind == VIEW_C or b_kind == STAGED_C
-    if a_is_c and b_is_c:
-        np.dot(a_row_major, b_row_major, out)
-    elif a_is_c:
-        np.dot(a_row_major, b_col_major, out)
-    elif b_is_c:
-        np.dot(a_col_major, b_row_major, out)
-    else:
-        np.dot(a_col_major, b_col_major, out)
+    a_tile = _view(a_memory, a_base, a_t if a_kind == VIEW_F else a_c) if a_kind <= VIEW_F else \
+        (a_t if a_kind == STAGED_F else a_c)
+    b_tile = _view(b_memory, b_base, b_t if b_kind == VIEW_F else b_c) if b_kind <= VIEW_F else \
+        (b_t if b_kind == STAGED_F else b_c)
+    a_is_c, b_is_c = a_kind == VIEW_C or a_kind == STAGED_C, b_kind == VIEW_C or b_kind == STAGED_C
+    _gemm_tiles(a_tile, a_is_c, b_tile, b_is_c, out)
+
+
+@_jit
+def _gemm_tiles(a, a_is_c, b, b_is_c, out):
+    """out = A @ B for staged or viewed tiles, each a C-contiguous array holding A (`a_is_c`) or its
+    transpose: the same Fortran gemm as the direct path (torch's MKL where torch exports it), not
+    numba's `np.dot`, which binds scipy's BLAS and so imported scipy.linalg (~0.25 s) in every process
+    that ran a kernel with `tl.dot`. A loop takes the product if gemm cannot (never for a tile)."""
+    rows, depth = (a.shape[0], a.shape[1]) if a_is_c else (a.shape[1], a.shape[0])
+    cols = b.shape[1] if b_is_c else b.shape[0]
+    a_flat, b_flat = a.reshape(a.size), b.reshape(b.size)
+    a_row, a_col = (depth, 1) if a_is_c else (1, rows)
+    b_row, b_col = (cols, 1) if b_is_c else (1, depth)
+    if _direct(a_flat, 0, a_row, a_col, rows, depth, rows, depth, 0, b_flat, 0, b_row, b_col, depth, cols,
+               depth, cols, 0, out, False):
+        return
+    for m in range(rows):
+        for n in range(cols):
+            total = 0.0
+            for k in range(depth):
+                total += a_flat[m * a_row + k * a_col] * b_flat[k * b_row + n * b_col]
+            out[m, n] = total
 
 
 @_jit

@@ -258,8 +258,11 @@ def load_module(lowered: codegen.Lowered) -> types.ModuleType:
 
 
 def _calls_blas(source: str) -> bool:
-    """Whether a generated module calls BLAS (`tl.dot`): its kernel BLAS is then limited to one thread."""
-    return "tile_dot(" in source or "np.dot(" in source
+    """Whether a generated module calls scipy's BLAS through numba's `np.dot` (a batched `tl.dot`): numba's
+    BLAS check runs and that BLAS is limited to one thread before its first launch. A 2-D `tl.dot`
+    (`tile_dot`) calls the gemm `dot_support` binds, which sets up scipy's BLAS itself where it binds
+    that one."""
+    return "np.dot(" in source
 
 
 def _load_indexed(entry: warm_index.Entry) -> types.ModuleType:

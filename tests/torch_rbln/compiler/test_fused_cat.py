@@ -178,3 +178,54 @@ def test_a_cat_of_one_tensor_and_empty_ones_becomes_a_clone():
     assert clone.kwargs == {"memory_format": torch.contiguous_format}
     out = gm(*inputs)
     assert out[0].is_contiguous() and torch.equal(out[0], inputs[1].transpose(1, 2))
+
+
+def _random_cat_case(seed: int):
+    """A random graph around a cat along the last dim: 2-4 pieces of 1-40 columns over 0-3 leading
+    dims, each piece a plain tensor, a transposed view or a short pointwise chain (with a broadcast
+    operand), the cat then scaled by a broadcast tensor and shifted, or reduced over its rows."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def pick(n: int) -> int:
+        return int(torch.randint(n, (1,), generator=generator))
+
+    lead = [1 + pick(5) for _ in range(pick(4))]
+    sizes = [1 + pick(40) for _ in range(2 + pick(3))]
+    kinds = [pick(4) for _ in sizes]  # 0 plain, 1 transposed view, 2 neg * broadcast, 3 exp(x) - 1
+    shapes = []
+    for size, kind in zip(sizes, kinds, strict=True):
+        if kind == 1 and lead:
+            shapes.append((*lead[:-1], size, lead[-1]))
+        else:
+            shapes.append((*lead, size))
+    cpu = [torch.randn(shape, generator=generator) for shape in shapes]
+    cpu.append(torch.randn(sum(sizes), generator=generator))  # broadcast over the rows
+    reduce = bool(pick(2))
+
+    def function(*tensors):
+        *pieces, scale = tensors
+        parts = []
+        for piece, size, kind in zip(pieces, sizes, kinds, strict=True):
+            if kind == 1 and lead:
+                parts.append(piece.transpose(-1, -2))
+            elif kind == 2:
+                parts.append(-piece * scale[:size])
+            elif kind == 3:
+                parts.append(torch.exp(piece) - 1.0)
+            else:
+                parts.append(piece)
+        joined = torch.cat(parts, dim=-1)
+        out = joined * scale + 0.5
+        return out.sum(dim=-1) if reduce else out
+
+    return function, cpu
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_cats_match_the_cpu(fresh_compiler, seed):
+    """A differential check over random cat layouts (piece sizes that are no powers of two, one-column
+    pieces, transposed pieces, chains with broadcast operands, consumers and reductions after it)."""
+    function, cpu = _random_cat_case(seed)
+    got = torch.compile(function, backend="rbln")(*[t.to("rbln") for t in cpu])
+    torch.testing.assert_close(got.cpu(), function(*cpu), atol=1e-4, rtol=1e-4)
+    assert fresh_compiler.stats()["fused_launches"] >= 1 and "aten::cat" not in registry.fallback_report()

@@ -216,3 +216,26 @@ def test_launch_fuzz(data):
 def test_launch_fuzz_long(data):
     _one_case(data)
 
+
+
+@pytest.mark.parametrize("a,b,sm,sn,om,on", [
+    (1, 0, 0, 1, 0, 2**63 - 1),  # what the long fuzz found: numba reported a fault, the interpreter none
+    (1, 0, 0, 0, 0, 2**63 - 1),  # ... and with stride 0 wrote a lane of the empty shape
+    (2, 3, 1, 0, 2**63 - 2, 0),
+    (3, 2, 0, 1, -(2**63), 2**63 - 1),
+])
+def test_block_offsets_near_the_int64_limits_mask_their_lanes(a, b, sm, sn, om, on):
+    """A boundary-checked block access whose offset plus a lane passes 2**63: every such lane is outside
+    the shape. numba's int64 additions carry LLVM's no-signed-wrap flag, and `0 <= offset + lane < size`
+    was folded to true on the lanes that wrap; the test is now made without forming that sum."""
+    args = torch.tensor([a, b, sm, sn, om, on], dtype=torch.int64)
+    active = [(om + i) * sm + (on + j) * sn for i in range(R) for j in range(C)
+              if 0 <= om + i < a and 0 <= on + j < b]
+    n = 16
+    results = [_run(lambda x: bump_block[(1,)](x, args, CHECK=True, R=R, C=C), backend, n, torch.float32)
+               for backend in ("numba", "interpret")]
+    expected = torch.arange(n + 2 * CANARY).float().neg_()[CANARY:CANARY + n]
+    for o in set(active):
+        expected[o] += 1
+    for raised, target, intact in results:
+        assert intact and not raised and torch.equal(target, expected), (raised, target)

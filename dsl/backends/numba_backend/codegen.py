@@ -1881,7 +1881,14 @@ class _Lowering:
 
     def _block_lane(self, pointer: BlockPointer, index: list[str], checked) -> tuple[str, str]:
         coordinates = [f"({o} + {i})" for o, i in zip(pointer.offsets, index, strict=True)]
-        inside = " and ".join(f"0 <= {coordinates[d]} < {pointer.shape[d]}" for d in checked) or "True"
+        # `0 <= offset + lane < size` without forming `offset + lane`: numba's int64 additions carry
+        # LLVM's no-signed-wrap flag, so for an offset near 2**63 LLVM folded the test to true on lanes
+        # whose sum wraps (the launch fuzzer's offset 2**63 - 1 over an empty shape wrote a lane). With
+        # the lane (0 <= lane < block) on the other side nothing can wrap: `size - lane` is formed only
+        # for a positive size.
+        inside = " and ".join(
+            f"{pointer.offsets[d]} >= -{index[d]} and {pointer.shape[d]} > 0 and "
+            f"{pointer.offsets[d]} < {pointer.shape[d]} - {index[d]}" for d in checked) or "True"
         address = " + ".join(
             [pointer.base] + [f"{c} * {s}" for c, s in zip(coordinates, pointer.strides, strict=True)]
         )

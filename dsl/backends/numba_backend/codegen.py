@@ -1348,13 +1348,10 @@ class _Lowering:
         dt = op.result.type.dtype
         shape = op.result.type.shape
         self._check_box(op, root, affine, counts, "load", shape)
-        if root not in self.written_roots and not self.eager_reads:
+        if root not in self.written_roots and self.uses.get(op.result.id, 0) == 1 and not self.eager_reads:
             # Read where it is consumed (one loop instead of two): nothing in this kernel writes to
             # this argument, so reading later sees the same values unless another argument aliases
-            # it, which the prologue checks (`_ReadHazards`). A value used twice is read twice, as a
-            # cheap expression is computed twice (`define`): both reads hit the cache, and LLVM merges
-            # two reads of one address in one expression, where a buffer cost a copy loop first
-            # (a fused SiLU x up, `x * sigmoid(x) * y` on 128 x 1376: 162 -> 148 us).
+            # it, which the prologue checks (`_ReadHazards`).
             fill = self.get(other).render if other is not None else (lambda index: _literal(dt, 0))
             partial = [(d, c) for d, c in enumerate(counts) if not c.isdigit()]
             created, depth = len(self.hazards.writes), self.loops

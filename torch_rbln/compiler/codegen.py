@@ -15,6 +15,7 @@ import importlib.util
 import os
 import sys
 import threading
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,17 +237,29 @@ class _Generator:
         """The loads, member expressions and stores shared by both pointwise layouts: input ``j`` is read
         at ``offs`` ("direct"), once unmasked ("scalar") or at the address expression ``kinds[j]``;
         output ``j`` is stored at ``stores[j]`` (default ``offs``). Both layouts define ``offs`` and
-        ``mask`` before these lines."""
+        ``mask`` before these lines.
+
+        An input the members read more than once (SiLU's ``x * sigmoid(x)``) is loaded at each read, as
+        the DSL then reads memory where each value is consumed (LLVM merges the reads) where one load
+        of two uses was first copied into a buffer: a copy loop before the product loop."""
         lines: list[str] = []
         values: dict[fx.Node, tuple[str, bool]] = {}
+        reads: Counter[fx.Node] = Counter()  # textual reads: an emitter may name an operand twice
+        for node in self.members:
+            expression = self._expr(node, lambda operand: (f"@{id(operand)}@", False))
+            reads.update({operand: expression.count(f"@{id(operand)}@") for operand in node.all_input_nodes})
         for j, node in enumerate(self.inputs):
             kind = kinds[j]
+            is_bool = node.meta["val"].dtype == torch.bool
             if kind == "scalar":
                 load = self._load(j, "0", False)
             else:
                 load = self._load(j, "offs" if kind == "direct" else kind, True)
+                if reads[node] > 1:
+                    values[node] = (f"({load})", is_bool)
+                    continue
             lines.append(f"in{j} = {load}")
-            values[node] = (f"in{j}", node.meta["val"].dtype == torch.bool)
+            values[node] = (f"in{j}", is_bool)
         for node in self.members:
             lines.append(f"{self.var[node]} = {self._expr(node, values.get)}")
             values[node] = (self.var[node], self.boolean[node])

@@ -145,6 +145,27 @@ def test_a_rows_kernel_takes_rows_of_up_to_1024_columns_in_one_chunk(columns, bl
     assert spec.kind == "rows" and spec.block == block
 
 
+def test_an_input_read_twice_by_a_pointwise_kernel_is_loaded_at_each_read(fresh_compiler):
+    """SiLU x up, `x * sigmoid(x) * y`: `x` is loaded where each read needs it (the DSL then reads memory
+    in the loop that consumes it; one load of two uses was copied into a buffer first), and the
+    kernel still matches the CPU."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_rbln.compiler.codegen import generate
+    from torch_rbln.compiler.partition import partition
+
+    def silu_up(x, y):
+        return F.silu(x) * y
+
+    gm = make_fx(silu_up, tracing_mode="fake")(torch.randn(SHAPE), torch.randn(SHAPE))
+    group, = partition(gm.graph)
+    source = generate(group).source
+    assert source.count("tl.load(in0_ptr") == 2 and "in0 =" not in source and "in1 =" in source, source
+    (x, y), (xr, yr) = inputs(SHAPE, SHAPE, seed=6)
+    torch.testing.assert_close(torch.compile(silu_up, backend="rbln")(xr, yr).cpu(), silu_up(x, y),
+                               atol=ATOL, rtol=RTOL)
+
+
 def test_full_reduction_fuses_with_its_producer(fresh_compiler):
     (x,), (xr,) = inputs(SHAPE, seed=3)
 

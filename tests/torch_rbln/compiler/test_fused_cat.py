@@ -221,7 +221,8 @@ def _random_cat_case(seed: int):
     return function, cpu
 
 
-@pytest.mark.parametrize("seed", range(8))
+# three layouts by default (a numba compile each), eight with the slow tests
+@pytest.mark.parametrize("seed", [*range(3), *(pytest.param(s, marks=pytest.mark.slow) for s in range(3, 8))])
 def test_random_cats_match_the_cpu(fresh_compiler, seed):
     """A differential check over random cat layouts (piece sizes that are no powers of two, one-column
     pieces, transposed pieces, chains with broadcast operands, consumers and reductions after it)."""

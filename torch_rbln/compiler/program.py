@@ -43,6 +43,7 @@ import torch
 import torch.fx as fx
 
 from torch_rbln.log import get_logger
+from torch_rbln.registry._finite_scan import is_dense_permutation
 from torch_rbln.registry._memo import BoundedMemo
 
 from . import _stats
@@ -558,8 +559,8 @@ class _Builder:
             if root not in self.allocs or offset != 0:
                 continue
             shape, strides, dtype = self.allocs[root]
-            if meta.dtype != dtype or meta.numel() != math.prod(shape) or \
-                    not _dense(tuple(meta.shape), tuple(meta.stride())) or not _dense(shape, strides):
+            dense = is_dense_permutation(meta.shape, meta.stride()) and is_dense_permutation(shape, strides)
+            if meta.dtype != dtype or meta.numel() != math.prod(shape) or not dense:
                 continue
             if any(root in reads and kind == "other" and at != position
                    for at, (_, reads, kind) in enumerate(self.lines)):
@@ -851,17 +852,6 @@ class _Builder:
             body = ["    " + line.replace("\n", "\n    ") for line in body] + \
                 ["    finally:", "        _lock.release()"]
         return "\n".join(head + body) + "\n"
-
-
-def _dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """Whether a layout covers the block of its elements exactly (a permutation of a contiguous one)."""
-    expected = 1
-    walked = sorted((stride, size) for size, stride in zip(shape, strides, strict=True) if size != 1)
-    for stride, size in walked:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _escaping(graph: fx.Graph) -> set[fx.Node]:

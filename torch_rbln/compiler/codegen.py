@@ -12,10 +12,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import math
 import os
 import sys
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,7 +98,12 @@ def _op_name(node: fx.Node) -> str:
     return str(packet).split(".")[0].strip("_") or "op"
 
 
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+def _differs(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether ``stride`` is another layout than row-major for ``shape`` (size-1 dims do not count)."""
+    return any(size != 1 and a != b for size, a, b in zip(shape, stride, _contiguous(shape), strict=True))
+
+
+def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
     strides, running = [], 1
     for size in reversed(shape):
         strides.append(running)
@@ -162,8 +169,6 @@ def _decompose(index: str, prefix: str, size_param: str, dims: int) -> list[str]
         lines.append(f"rest = rest // {size_param}{d}")
     lines.append(f"{prefix}0 = rest")
     return lines
-
-
 
 
 class _Generator:
@@ -270,17 +275,13 @@ class _Generator:
         if self.group.has_cat:
             return self._pointwise_cat()
         shape = self.group.shape
-        numel = 1
-        for size in shape:
-            numel *= size
+        numel = math.prod(shape)
         contiguous = _contiguous(shape)
         kinds: dict[int, str] = {}
         strided: list[int] = []
         # outputs recorded with other strides than row-major (a RoPE applied to a permuted q): stored
         # there, since later nodes (views) were traced against that layout
-        strided_out = [j for j, node in enumerate(self.outputs)
-                       if any(size != 1 and a != b for size, a, b in
-                              zip(shape, node.meta["val"].stride(), contiguous, strict=True))]
+        strided_out = [j for j, node in enumerate(self.outputs) if _differs(shape, node.meta["val"].stride())]
         stores: dict[int, str] = {}
         for j, node in enumerate(self.inputs):
             value = node.meta["val"]
@@ -424,13 +425,7 @@ class _Generator:
         doc = (f"Fused pointwise kernel: {ops}; one program per line of {inner} elements, computed in "
                f"the {len(pieces)} pieces of its cat.")
         return {"phases": [{"before": lines, "loop": [], "after": []}], "docstring": doc,
-                "grid": self.group_numel() // inner, "block": _pow2(inner)}
-
-    def group_numel(self) -> int:
-        numel = 1
-        for size in self.group.shape:
-            numel *= size
-        return numel
+                "grid": math.prod(shape) // inner, "block": _pow2(inner)}
 
     # ---------------------------------------------------------------- rows
     def rows(self) -> dict:
@@ -657,7 +652,3 @@ def load_kernel(name: str, source: str):
         _loaded[name] = kernel
         return kernel
 
-
-def _differs(shape: tuple[int, ...], stride) -> bool:
-    """Whether ``stride`` is another layout than row-major for ``shape`` (size-1 dims do not count)."""
-    return any(size != 1 and a != b for size, a, b in zip(shape, stride, _contiguous(shape), strict=True))

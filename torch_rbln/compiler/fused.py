@@ -19,7 +19,7 @@ from torch_rbln import config
 from torch_rbln.log import get_logger
 
 from . import _stats
-from .codegen import KernelSpec, load_kernel
+from .codegen import KernelSpec, _contiguous, _differs, load_kernel
 
 __all__ = ["FusedKernel", "subgraph_module"]
 
@@ -147,15 +147,3 @@ class FusedKernel:
         _stats.count_kernel(self.spec.name)
         return outputs
 
-
-def _differs(shape: tuple[int, ...], stride: Sequence[int]) -> bool:
-    """Whether `stride` is another layout than row-major for `shape` (size-1 dims' strides don't count)."""
-    return any(size != 1 and a != b for size, a, b in zip(shape, stride, _contiguous(shape), strict=True))
-
-
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, running = [], 1
-    for size in reversed(shape):
-        strides.append(running)
-        running *= max(size, 1)
-    return tuple(reversed(strides))

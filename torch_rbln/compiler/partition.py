@@ -149,7 +149,7 @@ def _classify(node: fx.Node) -> _Kind | None:
     if node.op != "call_function":
         return None
     if node.target is aten.cat.default:
-        return _Kind(False) if cat_pieces(node) is not None else None
+        return None  # a cat `cat_pieces` can compute joins a group through `_Partitioner.cat_chains`
     rule = pointwise_rule(node)
     reduction = reduction_rule(node)
     if rule is None and reduction is None:
@@ -250,7 +250,7 @@ def _piece_chain(root: fx.Node, cat: fx.Node) -> tuple[fx.Node, ...]:
         node = stack.pop()
         if node in inside or any(user not in inside for user in node.users):
             continue  # already taken, or needed elsewhere too: an outside operand
-        kind = None if node.target is aten.cat.default else _classify(node)
+        kind = _classify(node)
         if kind is None or kind.reduction or static_shape(node) != shape \
                 or pointwise_rule(node).boolean:
             continue
@@ -372,7 +372,9 @@ class _Partitioner:
     # ---------------------------------------------------------------- driver
     def run(self) -> list[Group]:
         for node in self.graph.nodes:
-            kind = None if node in self.in_chain else _classify(node)
+            if node in self.in_chain:
+                continue  # joins its cat's group with the cat
+            kind = _Kind(False) if node in self.cat_chains else _classify(node)
             if kind is None:
                 continue
             operands = self._operands(node)

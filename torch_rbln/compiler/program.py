@@ -47,6 +47,7 @@ from torch_rbln.registry._finite_scan import is_dense_permutation
 from torch_rbln.registry._memo import BoundedMemo
 
 from . import _stats
+from .codegen import _contiguous
 from .fused import FusedKernel
 
 __all__ = ["Program", "VIEW_OPS"]
@@ -104,14 +105,6 @@ def _span(value: torch.Tensor) -> int:
     if value.numel() == 0:
         return 0
     return 1 + sum((size - 1) * stride for size, stride in zip(value.shape, value.stride(), strict=True))
-
-
-def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, running = [], 1
-    for size in reversed(shape):
-        strides.append(running)
-        running *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:

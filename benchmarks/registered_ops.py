@@ -101,6 +101,8 @@ def _samples() -> dict[str, Callable[[], tuple[tuple, dict]]]:
         "bmm.out": lambda: ((x(1, 2, 2), x(1, 2, 2)), {"out": torch.empty(1, 2, 2)}),
         "arange.start_out": lambda: ((0, 4), {"out": torch.empty(4)}),
         "cat.default": lambda: (([x(2), x(2)],), {}),
+        # an explicit range: histc's default (min == max) takes the range from the data, on the CPU
+        "histc.default": lambda: ((x(4), 10, -4.0, 4.0), {}),
         "index_select.default": lambda: ((x(4), 0, torch.tensor([3, 0, 1, 2])), {}),
         "embedding_dense_backward.default": lambda: ((x(2, 2), torch.tensor([1, 0]), 2, -1, False), {}),
         "native_layer_norm.default": lambda: ((x(4), [4], x(4), x(4), 1e-5), {}),

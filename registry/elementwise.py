@@ -965,10 +965,15 @@ def clamp_tensor(*, inplace: bool = False, out: bool = False) -> Family:
         if clip is NO_PLAN:
             return NO_PLAN
         plan = Plan(scanned=(0, 1, 2))
-        run_first, run_clip = first.run, clip.run
+        run_first = first.run
         scan, mask = contiguous_scan(high_dtype)
         high_numel = math.prod(high_shape)
         small = high_numel < PARALLEL_MIN
+        # the clip writes the first launch's fresh result in place: nothing of `clip.run`'s overlap
+        # and NaN/Inf checks applies, so its launch is made here (~1.5 us less per call)
+        programs, rows, op = clip.programs, clip.rows, clip.keywords["OP"]
+        n = math.prod(clip.shape) // rows  # the dense kernel's row length
+        split = programs * rows > 1
 
         def run(operands: tuple) -> Tensor | None:
             x, low, high, target = operands
@@ -984,7 +989,12 @@ def clamp_tensor(*, inplace: bool = False, out: bool = False) -> Family:
             result = run_first((x, low, 1.0, target))
             if result is None:
                 return None
-            return run_clip((result, high, 1.0, None))
+            launcher = clip.launcher if clip.backend == requested_backend() else clip.kept()
+            if launcher is None or (split and device_tp(high_index) > 1):
+                clip.launch_checked((result, high, result, n, 1.0))
+            else:
+                launcher(programs, rows, 1, result, high, result, n, 1.0, op)
+            return result
 
         plan.run = run
         return plan

@@ -75,6 +75,8 @@ CASES = [
     ("aten::clamp_max_", lambda a, b, c: a.clone().clamp_max_(0.3)),
     ("aten::clamp", lambda a, b, c: torch.clamp(a, -0.5, 0.5, out=_out(a))),
     ("aten::clamp", lambda a, b, c: torch.clamp(a, -b, c)),
+    ("aten::clamp", lambda a, b, c: torch.clamp(a, -b[:1], c[:1])),  # bounds repeated over rows
+    ("aten::clamp", lambda a, b, c: torch.clamp(a, -b[:, :1].contiguous(), c[:, :1].contiguous())),  # per row
     ("aten::clamp", lambda a, b, c: torch.clamp(a, max=c)),
     ("aten::clamp_", lambda a, b, c: a.clone().clamp_(min=-b)),
     ("aten::clamp", lambda a, b, c: torch.clamp(a, -b, c, out=_out(a))),

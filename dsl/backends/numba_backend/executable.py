@@ -469,6 +469,7 @@ class Executable:
         self._uses_atomics = uses_atomics
         self._calls_blas = calls_blas
         self._alias_variant: Executable | None = None
+        self._direct_kernel: Callable | None = None  # see `_alias_safe_kernel`
         self.module = module
         self.kernel = getattr(module, entry_name)
         self.names = [p.name for p in params]
@@ -569,6 +570,13 @@ class Executable:
             "        error = errors[get_ident()] = zeros(4, int64)",
             f"    kernel(0, g0 * g1 * g2, g0, g1, g2, {', '.join(arguments)}, error)",
             "    if error[0]:",
+            # refused for aliasing (an in-place call): the alias-safe variant, once it has run once
+            # through the general launch, takes the same flat arguments directly
+            f"        if error[0] == {codegen.ERR_ALIASED} and aliased() is not None:",
+            "            error[:] = 0",
+            f"            aliased()(0, g0 * g1 * g2, g0, g1, g2, {', '.join(arguments)}, error)",
+            "            if not error[0]:",
+            "                return",
             "        fault = error.copy()",
             "        error[:] = 0",
             f"        failed(fault, (g0, g1, g2), ({spans}), [{values}])",
@@ -603,6 +611,7 @@ class Executable:
         namespace = {"kernel": self._entry_point() or self.kernel, "zeros": np.zeros, "int64": np.int64,
                      "float32": np.float32,
                      "launch_device": launch_device, "device_tp": _device_tp, "failed": self._direct_failed,
+                     "aliased": self._alias_safe_kernel,
                      "errors": _fault_records, "get_ident": threading.get_ident}
         code = builtins.compile("\n".join(lines) + "\n", f"<direct launch of {self.kernel_name}>", "exec")
         exec(code, namespace)  # noqa: S102 - generated from this kernel's own parameter list
@@ -635,6 +644,18 @@ class Executable:
             if tuple(signature[:-1]) == expected:
                 return compiled.entry_point
         return None
+
+    def _alias_safe_kernel(self) -> Callable | None:
+        """The alias-safe variant's compiled kernel once that variant has been launched (and so
+        compiled, with its compile notice and cache handling) through `alias_safe().launch`; None
+        before. A direct launch refused for aliasing reruns on it with the same flat arguments: an
+        in-place op whose output is its input costs a second kernel call, not a general launch."""
+        variant = self._alias_variant
+        if variant is None or not variant._compiled:
+            return None
+        if variant._direct_kernel is None:
+            variant._direct_kernel = variant._entry_point() or variant.kernel
+        return variant._direct_kernel
 
     def alias_safe(self) -> Executable:
         """This kernel lowered to read every load where it stands, for launches whose arguments alias

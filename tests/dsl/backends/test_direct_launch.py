@@ -95,3 +95,38 @@ def test_a_fault_in_a_launch_by_address_returns_false_and_clears_the_fault_recor
     assert torch.equal(short, torch.zeros(10))
     assert by_address(1, 1, 1, good.data_ptr(), 16) is True  # the record was reset: the next launch runs
     assert torch.equal(good, torch.full((16,), 3.0))
+
+
+@triton.jit
+def write_between_kernel(x_ptr, zero_ptr, o_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    a = tl.load(x_ptr + offsets)
+    tl.store(zero_ptr + offsets, tl.zeros([BLOCK], dtype=tl.float32))
+    tl.store(o_ptr + offsets, a + 1.0)
+
+
+def test_a_direct_launch_refused_for_aliasing_reruns_on_the_alias_safe_kernel(monkeypatch):
+    from torch_rbln.dsl.backends.numba_backend import executable
+
+    x, zero, out = torch.arange(16, dtype=torch.float32), torch.empty(16), torch.empty(16)
+    write_between_kernel[(1,)](x, zero, out, BLOCK=16)
+    write_between_kernel[(1,)](x, zero, out, BLOCK=16)
+    unchecked = write_between_kernel.launcher(x, zero, out, BLOCK=16).unchecked
+    expected = torch.arange(16, dtype=torch.float32) + 1.0
+    # zero_ptr is x: the load must be a snapshot taken before the store of zeros (Triton's program
+    # order); the first aliased call compiles the alias-safe variant through the general launch
+    aliased = torch.arange(16, dtype=torch.float32)
+    unchecked(1, 1, 1, aliased, aliased, out)
+    assert torch.equal(out, expected) and torch.equal(aliased, torch.zeros(16))
+    general = []
+    launch = executable.Executable.launch
+    monkeypatch.setattr(executable.Executable, "launch", lambda self, *a, **k: (general.append(self),
+                                                                                 launch(self, *a, **k)))
+    for _ in range(2):  # later aliased calls: the variant's kernel, called directly
+        aliased, out = torch.arange(16, dtype=torch.float32), torch.empty(16)
+        unchecked(1, 1, 1, aliased, aliased, out)
+        assert torch.equal(out, expected) and torch.equal(aliased, torch.zeros(16))
+    assert general == []
+    out = torch.empty(16)  # and a call whose arguments do not alias still runs the plain kernel
+    unchecked(1, 1, 1, torch.arange(16, dtype=torch.float32), torch.empty(16), out)
+    assert torch.equal(out, expected)

@@ -47,7 +47,15 @@ from ._ops import (
     restored,
 )
 from .geometry import I32, block, cdiv, fused_block, small_tile_shape
-from .integer import integer_binary, integer_fill, true_division_operands
+from .integer import (
+    BITWISE_DTYPES,
+    BITWISE_NAMES,
+    INTEGER_NAMES,
+    integer_binary,
+    integer_fill,
+    integer_launch,
+    true_division_operands,
+)
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, finite_of
 
 # ---------------------------------------------------------------- numbers as operands
@@ -469,7 +477,7 @@ def _plain(out: bool, keyword: str | None = None, ops: dict | None = None, defau
     def read(args: tuple, kwargs: dict) -> tuple | None:
         if len(args) != 2:
             return None
-        op, alpha, target = plain_op, 1.0, None
+        op, alpha, target = plain_op, 1, None  # (an int: integer ops refuse a float alpha)
         if kwargs or out:
             read_keywords = _keywords(kwargs, out, keyword, ops, op)
             if read_keywords is None:
@@ -555,10 +563,11 @@ def _binary_key(op: str, a: Any, b: Any, alpha: Any, target: Any, tag: Any = Tru
 
 def binary_family(name: str = "", *, inplace: bool = False, comparison: bool = False, out: bool = False,
            keyword: str | None = None, ops: dict | None = None, default: Any = None,
-           form: str = "plain", only: str | None = None, scan: bool = True) -> Family:
+           form: str = "plain", only: str | None = None, scan: bool = True, bitwise: bool = False) -> Family:
     """The family of a binary overload: `form` "plain" (`(a, b)`, alpha=, out=, a `keyword` whose value
     picks the op from `ops`), "third_as_alpha", or "clamp" (number bounds, `only` "min"/"max").
-    `scan` False: the op is IEEE-exact (the table's `exact`), its inputs are not scanned for NaN/Inf."""
+    `scan` False: the op is IEEE-exact (the table's `exact`), its inputs are not scanned for NaN/Inf.
+    `bitwise`: bitwise_and/or/xor, planned for bool and integer tensors only (`integer.bitwise`)."""
     if form == "plain":
         read = _plain(out, keyword, ops, default, name)
     elif form == "third_as_alpha":
@@ -570,14 +579,76 @@ def binary_family(name: str = "", *, inplace: bool = False, comparison: bool = F
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if plain and not kwargs and len(args) == 2:  # the common call, read inline
-            return _binary_key(name, args[0], args[1], 1.0, None)
+            return _binary_key(name, args[0], args[1], 1, None)
         operands = read(args, kwargs)
         return None if operands is None else _binary_key(*operands)
 
     def plan(key: tuple, operands: tuple) -> Plan:
+        if key[2] not in FLOATS:
+            return integer_plan(key, operands, inplace=inplace, comparison=comparison, bitwise=bitwise)
+        if bitwise:
+            return NO_PLAN  # (the implementation declines floats)
         return binary_plan(key, operands, inplace=inplace, comparison=comparison, scan=scan)
 
     return Family(signature, plan)
+
+
+def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool, bitwise: bool) -> Plan:
+    """The plan of `integer_binary`'s launch for `key` (see `_binary_key`): int32/int64 tensors (bitwise
+    ops: bools and every integer dtype) with a tensor of the same dtype or an int, exact, so nothing is
+    scanned. NO_PLAN where the implementation does something else: another dtype, promotion, floor
+    division (it checks the divisor's value), an op the integer kernel lacks."""
+    _, op_name, dtype, a_shape, index, b_key, out_key = key
+    names, dtypes = (BITWISE_NAMES, BITWISE_DTYPES) if bitwise else (INTEGER_NAMES, INTEGERS)
+    if dtype not in dtypes or op_name not in names or op_name in ("div_floor", "abs", "fill"):
+        return NO_PLAN
+    a, b = operands[0], operands[1]
+    scalar = b_key is None
+    if scalar:
+        shape, operands_read = tuple(a_shape), (a,)
+        result = torch.result_type(a, 1)  # an int number: a's dtype, int64 for a bool tensor
+    else:
+        if b_key[0] is not dtype or b_key[2] != index:
+            return NO_PLAN
+        shape, operands_read, result = tuple(_broadcast(a_shape, b_key[1])), (a, b), dtype  # or Decline
+    out_dtype = torch.bool if comparison and not inplace else result
+    n = math.prod(shape)
+    if n == 0 or (inplace and (shape != tuple(a_shape) or result is not dtype)) or \
+            (out_key is not None and out_key != (out_dtype, shape, index)):
+        return NO_PLAN
+    g = integer_launch(op_name, (dtype, dtype, out_dtype), list(shape), n, operands_read,
+                       0 if scalar else None, 1)
+    if g.key is None:
+        return NO_PLAN  # an int that needs 64 bits: the implementation's general launch
+    plan = Plan.of(g, shape, out_dtype, ())
+    programs, (_, _, _, *geometry) = g.programs, g.ints
+    empty_ = _memory.empty
+
+    def run(operands: tuple) -> Tensor | None:
+        a, b, alpha, target = operands
+        if type(alpha) is not int or not -I32 <= alpha < I32:
+            return None  # a float alpha (torch's error) or a wide one: the implementation decides
+        if scalar:
+            if type(b) is not int or not -I32 <= b < I32:
+                return None  # a float number promotes (the float kernel), a wide one is its own launch
+            value, b = b, a
+        else:
+            value = 0
+            if inplace and b is not a and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+                return None  # self overlaps the other operand: the implementation decides
+        if target is not None and (_overlaps(target, a) if scalar else _overlaps(target, a, b)):
+            return None
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
+        if target is None:
+            target = a if inplace else empty_(shape, out_dtype, index)
+        if launcher is None or (programs > 1 and device_tp(index) > 1):
+            plan.launch_checked((a, b, value, target, n, alpha, *geometry))
+        else:
+            launcher(programs, 1, 1, a, b, value, target, n, alpha, *geometry)
+        return target
+
+    plan.run = run
+    return plan
 
 
 def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool, scan: bool = True) -> Plan:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import torch
 
+from . import _launch
 from ._ops import Decline, _device_index, _geometry, _k, binary_output
-from .geometry import cdiv, fused_block
+from .geometry import I32, cdiv, fused_block
+from .plan import Launch
 
-_INTEGER_NAMES = ("add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "div_floor",
+INTEGER_NAMES = ("add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "div_floor",
                   "abs", "fill")
 _INT64 = (-(2**63), 2**63)
 
@@ -30,22 +32,22 @@ def integer_scalar(value) -> int | None:
     return None
 
 
-_BITWISE_NAMES = ("bitwise_and", "bitwise_or", "bitwise_xor")
-_BITWISE_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+BITWISE_NAMES = ("bitwise_and", "bitwise_or", "bitwise_xor")
+BITWISE_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def bitwise(name: str, a, b, out=None, *, inplace: bool = False) -> torch.Tensor:
     """bitwise_and/or/xor of bool and integer tensors (or an int), exact on the integer kernel; float
     operands are declined, so the CPU fallback raises torch's error."""
     compute = torch.result_type(a, b)
-    if compute not in _BITWISE_DTYPES:
+    if compute not in BITWISE_DTYPES:
         raise Decline(f"dtype {str(compute).replace('torch.', '')}")
     return integer_binary(name, a, b, 1, out, comparison=False, inplace=inplace)
 
 
 def bitwise_not(x, out=None, *, inplace: bool = False) -> torch.Tensor:
     """~x: xor with all bits set (1 for bool), in x's dtype."""
-    if not isinstance(x, torch.Tensor) or x.dtype not in _BITWISE_DTYPES:
+    if not isinstance(x, torch.Tensor) or x.dtype not in BITWISE_DTYPES:
         raise Decline(f"dtype {str(getattr(x, 'dtype', type(x))).replace('torch.', '')}")
     return integer_binary("bitwise_xor", x, 1 if x.dtype == torch.bool else -1, 1, out, comparison=False,
                           inplace=inplace, compute=x.dtype)
@@ -55,7 +57,7 @@ def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bo
                    compute: torch.dtype | None = None) -> torch.Tensor:
     """`name` on the exact integer kernel; `compute` (the result dtype) defaults to torch's promotion."""
     compute = torch.result_type(a, b) if compute is None else compute
-    if name not in _INTEGER_NAMES and name not in _BITWISE_NAMES or not isinstance(a, torch.Tensor) or \
+    if name not in INTEGER_NAMES and name not in BITWISE_NAMES or not isinstance(a, torch.Tensor) or \
             a.is_cpu:
         raise Decline(f"dtype {str(compute).replace('torch.', '')}")
     if isinstance(alpha, bool) or not isinstance(alpha, int):
@@ -63,6 +65,8 @@ def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bo
     scalar = integer_scalar(b)
     if scalar is None and (not isinstance(b, torch.Tensor) or b.is_cpu):
         raise Decline("operand")
+    if scalar is not None and compute is not torch.bool:
+        scalar = _wrapped(scalar, compute)
     if name == "div_floor" and not scalar:
         # torch raises ZeroDivisionError for an integer divisor of 0, which a kernel cannot
         raise Decline("integer floor division by a tensor or by zero")
@@ -72,18 +76,45 @@ def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bo
     n = out.numel()
     if n == 0:
         return out
-    bcast, sizes, strides = _geometry(list(out.shape), list(operands))
-    a_strides = strides[0]
-    b_strides = strides[1] if scalar is None else [0, 0, 0, 0]
+    tensor_b = a if scalar is not None else b
+    dtypes = (a.dtype, tensor_b.dtype, out.dtype)
+    g = integer_launch(name, dtypes, list(out.shape), n, operands, scalar, alpha)
+    if g.key is None:
+        g.kernel[(g.programs,)](a, tensor_b, *g.ints[:1], out, *g.ints[1:], **g.keywords)
+    else:
+        _launch.launch(g.kernel, g.programs, g.key, (a, tensor_b, g.ints[0], out, *g.ints[1:]), g.keywords)
+    return out
+
+
+def _wrapped(value: int, dtype: torch.dtype) -> int:
+    """`value` as `dtype` holds it, wrapped as torch converts a number operand to the result's dtype
+    (`int32_tensor < 2**40` compares with 0; the kernel would compare with the full value)."""
+    info = torch.iinfo(dtype)
+    if info.min <= value <= info.max:
+        return value
+    span = info.max - info.min + 1
+    return (value - info.min) % span + info.min
+
+
+def integer_launch(name: str, dtypes: tuple, shape: list[int], n: int, operands: tuple, scalar: int | None,
+                   alpha: int) -> Launch:
+    """`int_binary_kernel` for op `name` over a contiguous result of `shape` (`n` elements),
+    reading `operands` (a, and b unless it is the number `scalar`); `dtypes`: a's, b's (a's for a
+    number) and the result's. Its ints: (scalar or 0, n, alpha, sizes, a's strides, b's strides, the op
+    code): the launch's arguments after a and b, the result between the first and the rest. The key
+    (every dtype, the constexprs, each int's width: what picks the specialisation) is None when an int
+    needs 64 bits. Shared by `integer_binary` and the integer plans (`elementwise.binary_plan`)."""
+    bcast, sizes, strides = _geometry(shape, list(operands))
     kernels = _k("integer")
     op = kernels.INTEGER_ONLY.get(name) or _k("elementwise").BINARY[name]
     fast = kernels.integer_fast_op(op)
     size = fused_block(n, fast in kernels.FAST_INTEGER and not bcast)
-    kernels.int_binary_kernel[(cdiv(n, size),)](
-        a, b if scalar is None else a, 0 if scalar is None else scalar, out, n, alpha, *sizes, *a_strides,
-        *b_strides, OP=op, FAST_OP=fast, B_SCALAR=scalar is not None, BCAST=bcast, BLOCK=size,
-    )
-    return out
+    keywords = {"FAST_OP": fast, "B_SCALAR": scalar is not None, "BCAST": bcast, "BLOCK": size}
+    ints = (0 if scalar is None else scalar, n, alpha, *sizes, *strides[0],
+            *(strides[1] if scalar is None else (0, 0, 0, 0)), op)
+    fits = all(-I32 <= v < I32 for v in ints)
+    return Launch(kernels.int_binary_kernel, (*dtypes, *keywords.values()) if fits else None, keywords,
+                  cdiv(n, size), 1, ints)
 
 
 def true_division_operands(a, b) -> tuple:

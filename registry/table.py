@@ -191,9 +191,14 @@ def _bitwise_family(name: str) -> list[Op]:
     Scalar overloads)."""
     f = lambda a, b: IN.bitwise(name, a, b)
     fi = lambda a, b: IN.bitwise(name, a, b, inplace=True)
-    return [Op(f"{name}.Tensor", f, name, int_inputs=True), Op(f"{name}.Scalar", f, int_inputs=True),
-            Op(f"{name}_.Tensor", fi, int_inputs=True), Op(f"{name}_.Scalar", fi, int_inputs=True),
-            Op(f"{name}.Tensor_out", lambda a, b, out=None: IN.bitwise(name, a, b, out=out), int_inputs=True)]
+    plain = lambda: EW.binary_family(name, bitwise=True)
+    inplace = lambda: EW.binary_family(name, inplace=True, bitwise=True)
+    return [Op(f"{name}.Tensor", f, name, int_inputs=True, make_plan=plain),
+            Op(f"{name}.Scalar", f, int_inputs=True, make_plan=plain),
+            Op(f"{name}_.Tensor", fi, int_inputs=True, make_plan=inplace),
+            Op(f"{name}_.Scalar", fi, int_inputs=True, make_plan=inplace),
+            Op(f"{name}.Tensor_out", lambda a, b, out=None: IN.bitwise(name, a, b, out=out), int_inputs=True,
+               make_plan=lambda: EW.binary_family(name, out=True, bitwise=True))]
 
 
 def _clamp_tensor(x, low=None, high=None, out=None, inplace=False):

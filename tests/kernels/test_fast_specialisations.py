@@ -134,17 +134,18 @@ def test_integer_fast_ops_match_generic_and_torch(dtype, scalar, generic):
 def test_the_registry_gives_fused_integer_ops_one_block_for_every_size(monkeypatch):
     """add of a scalar and of a same-shaped tensor launch BLOCK=4096 at every size (one compile each);
     a broadcast second operand (not fused: its offsets are divided out) keeps the size buckets."""
+    from torch_rbln.registry import elementwise, integer
+
     launches = []
-    real = I.int_binary_kernel
+    real = integer.integer_launch
 
-    class Recording:
-        def __getitem__(self, grid):
-            def launch(*args, **keywords):
-                launches.append((keywords["FAST_OP"], keywords["BCAST"], keywords["BLOCK"]))
-                return real[grid](*args, **keywords)
-            return launch
+    def recording(*args, **kwargs):  # the launch decision of both the implementation and the plans
+        decided = real(*args, **kwargs)
+        launches.append((decided.ints[-1], decided.keywords["BCAST"], decided.keywords["BLOCK"]))
+        return decided
 
-    monkeypatch.setattr(I, "int_binary_kernel", Recording())
+    for module in (elementwise, integer):
+        monkeypatch.setattr(module, "integer_launch", recording)
     for n in (5, 300, 5000):
         x = torch.arange(n).to("rbln")
         assert torch.equal((x + 2).cpu(), torch.arange(n) + 2)

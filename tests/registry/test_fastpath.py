@@ -112,7 +112,8 @@ def test_non_plain_calls_are_left_to_the_general_path():
     assert fast((d, True), {}) is None  # a bool scalar (promotion rules of its own)
     assert fast((2.0, d), {}) is None  # a scalar first operand
     assert fast((d, d), {"alpha": torch.tensor(2.0)}) is None
-    assert fast((d.long(), d.long()), {}) is None  # integers: the exact integer kernel
+    # integers: the plan of the exact integer kernel (tests/registry/test_integer_plans.py)
+    assert torch.equal(fast((d.long(), d.long()), {}).cpu(), d.long().cpu() * 2)
 
 
 BROADCASTS = [

@@ -12,21 +12,33 @@ from __future__ import annotations
 
 import torch_rbln.dsl as tl
 
-from .rows import R_ARGMAX, R_ARGMIN, R_MAX, R_MEAN, R_MIN, R_SUM, R_VAR
+from .rows import R_ALL, R_ANY, R_ARGMAX, R_ARGMIN, R_MAX, R_MEAN, R_MIN, R_SUM, R_VAR
 
-__all__ = ["R_ARGMAX", "R_ARGMIN", "R_MAX", "R_MEAN", "R_MIN", "R_SUM", "R_VAR", "middle_reduce_kernel"]
+__all__ = ["R_ALL", "R_ANY", "R_ARGMAX", "R_ARGMIN", "R_MAX", "R_MEAN", "R_MIN", "R_SUM", "R_VAR",
+           "middle_reduce_kernel"]
 
 
 @tl.jit
 def middle_reduce_kernel(
     x_ptr, out_ptr, idx_ptr, r, inner, correction, OP: tl.constexpr, BLOCK: tl.constexpr
 ):
-    """out[o, j] = reduce over k < r of x[o, k, j]; indices (max/min/argmax/argmin) are k, int64."""
+    """out[o, j] = reduce over k < r of x[o, k, j]; indices (max/min/argmax/argmin) are k, int64;
+    all/any: whether every / some x[o, k, j] is non-zero (NaN is), in out's dtype."""
     o = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inner
     base = o * r * inner
-    if OP == 0 or OP == 1 or OP == 6:
+    if OP == 7 or OP == 8:
+        count = tl.zeros((BLOCK,), dtype=tl.int32)
+        for k in range(0, r):
+            x = tl.load(x_ptr + base + k * inner + cols, mask=mask, other=0).to(tl.float32)
+            count += tl.where(x != 0.0, 1, 0)
+        if OP == 7:
+            flag = count == r
+        else:
+            flag = count > 0
+        tl.store(out_ptr + o * inner + cols, flag.to(out_ptr.dtype.element_ty), mask=mask)
+    elif OP == 0 or OP == 1 or OP == 6:
         acc = tl.zeros((BLOCK,), dtype=tl.float32)
         for k in range(0, r):
             acc += tl.load(x_ptr + base + k * inner + cols, mask=mask, other=0.0).to(tl.float32)

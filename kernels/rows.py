@@ -13,7 +13,7 @@ from torch_rbln.autotune import Config, autotune
 from torch_rbln.dsl.backends.numba_backend.support import as_pointer
 
 # Reduction op codes.
-R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_VAR = range(7)
+R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_VAR, R_ALL, R_ANY = range(9)
 
 
 @tl.jit
@@ -231,13 +231,26 @@ def norm_backward_kernel(
 def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, WRITE_INDEX: tl.constexpr,
                   BLOCK: tl.constexpr):
     """Reduce one row of n elements: sum, mean, max, min (values, and their index when WRITE_INDEX),
-    argmax, argmin (the index: WRITE_INDEX must be set), var. amax/amin launch max/min without
+    argmax, argmin (the index: WRITE_INDEX must be set), var, all, any. amax/amin launch max/min without
     WRITE_INDEX: they need no index tensor (idx_ptr is not touched) and track no indices; the values
-    are the same either way, as the extreme value never depends on its index."""
+    are the same either way, as the extreme value never depends on its index. all/any count the
+    non-zero elements (NaN is non-zero, as in torch; x of any dtype) and store whether all / any are,
+    in out's dtype (bool, or uint8 for a uint8 x)."""
     row = tl.program_id(0)
     base = row * n
     cols = tl.arange(0, BLOCK)
-    if OP == 0 or OP == 1 or OP == 6:
+    if OP == 7 or OP == 8:
+        count = tl.zeros((BLOCK,), dtype=tl.int32)
+        for start in range(0, n, BLOCK):
+            x = tl.load(x_ptr + base + start + cols, mask=start + cols < n, other=0).to(tl.float32)
+            count += tl.where(x != 0.0, 1, 0)
+        total = tl.sum(count, axis=0)
+        if OP == 7:
+            flag = total == n
+        else:
+            flag = total > 0
+        tl.store(out_ptr + row, flag.to(out_ptr.dtype.element_ty))
+    elif OP == 0 or OP == 1 or OP == 6:
         acc = tl.zeros((BLOCK,), dtype=tl.float32)
         for start in range(0, n, BLOCK):
             acc += tl.load(x_ptr + base + start + cols, mask=start + cols < n, other=0.0).to(tl.float32)

@@ -32,7 +32,9 @@ from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
 from .geometry import I32, block, cdiv, dims_run, reduced_dims, reduced_shape, row_block
 from .plan import NO_PLAN, Family, Launch, Plan
 
-CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3}
+CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3,
+         "all": 7, "any": 8}
+LOGICAL = ("all", "any")  # exact on every dtype (a count of non-zero elements): never scanned
 INDEXED = ("max", "min", "argmax", "argmin")  # dim is one int; amax/amin take several dims
 
 
@@ -47,24 +49,25 @@ def row_key(dtype: torch.dtype, values_dtype: torch.dtype, indices_dtype: torch.
     return key, {"OP": op, "WRITE_INDEX": write_index, "BLOCK": size}
 
 
-def decide(op: int, write_index: bool, dtype: torch.dtype, shape: tuple, first: int, last: int
-           ) -> tuple[Launch, bool]:
-    """(launch, scratch) reducing dims [first, last) of a contiguous tensor of `shape` (values of
-    `dtype`, indices int64 when `write_index`): `kernel[(programs, rows)](x, values, indices, *ints,
-    correction, **keywords)`; `scratch`: the middle kernel needs an index buffer nobody reads
-    (amax/amin)."""
+def decide(op: int, write_index: bool, dtype: torch.dtype, shape: tuple, first: int, last: int,
+           values_dtype: torch.dtype | None = None) -> tuple[Launch, bool]:
+    """(launch, scratch) reducing dims [first, last) of a contiguous tensor of `shape` and `dtype`
+    into values of `values_dtype` (x's by default; bool or uint8 for all/any), indices int64 when
+    `write_index`: `kernel[(programs, rows)](x, values, indices, *ints, correction, **keywords)`;
+    `scratch`: the middle kernel needs an index buffer nobody reads (amax/amin)."""
+    values_dtype = dtype if values_dtype is None else values_dtype
     outer = math.prod(shape[:first])
     r = math.prod(shape[first:last])
     inner = math.prod(shape[last:])
     if inner == 1:
-        key, keywords = row_key(dtype, dtype, torch.int64 if write_index else dtype, op, r,
+        key, keywords = row_key(dtype, values_dtype, torch.int64 if write_index else values_dtype, op, r,
                                 write_index=write_index)
         return Launch(_k("rows").reduce_kernel, key, keywords, outer, 1, (r,)), False
     # the middle kernel's max/min always store an index: amax/amin give it a scratch buffer
     scratch = not write_index and (op == CODES["max"] or op == CODES["min"])
     size = block(inner)
-    key = ("middle", dtype, dtype, torch.int64 if write_index or scratch else dtype, op, size, r < I32,
-           inner < I32)
+    key = ("middle", dtype, values_dtype, torch.int64 if write_index or scratch else values_dtype, op, size,
+           r < I32, inner < I32)
     return Launch(_k("reduce").middle_reduce_kernel, key, {"OP": op, "BLOCK": size}, outer, cdiv(inner, size),
                   (r, inner)), scratch
 
@@ -81,6 +84,30 @@ def reduce(name: str, x: Tensor, dim=None, keepdim=False, dtype=None, correction
         raise Decline("dtype= conversion")
     if x.numel() == 0:
         raise Decline("empty tensor")
+    return _reduced(name, x, dim, keepdim, correction, x.dtype)
+
+
+def logical(name: str, x: Tensor, dim=None, keepdim=False) -> Tensor:
+    """`all`/`any` over `dim` (an int list; None: every dim; empty: none, elementwise): whether every /
+    some element is non-zero, as bool (uint8 for a uint8 input, as torch). NaN counts as non-zero, as
+    in torch: the kernels count `x != 0` (exact for every value, NaN and Inf included, so the op needs
+    no NaN/Inf scan and a -inf attention mask stays on the device), for x of any real dtype."""
+    if x.is_complex():
+        raise Decline("complex input")
+    if x.numel() == 0:
+        raise Decline("empty tensor")
+    result_dtype = torch.uint8 if x.dtype is torch.uint8 else torch.bool
+    if dim is not None and len(dim) == 0:  # all.dims(x, []) reduces nothing: x != 0, elementwise
+        from .elementwise import binary  # the elementwise family does not import this one
+
+        flags = x if x.dtype is torch.bool else binary("ne", x, 0, comparison=True)
+        return cast_copy(flags, result_dtype)
+    return _reduced(name, x, dim, keepdim, None, result_dtype)
+
+
+def _reduced(name: str, x: Tensor, dim, keepdim: bool, correction, values_dtype: torch.dtype):
+    """`reduce`'s launch (and `logical`'s): the result of `decide`'s kernel over x's `dim`, the kept
+    dims moved first in one copy when the reduced ones are scattered."""
     nd = x.dim()
     dims = reduced_dims(nd, dim)
     shape = reduced_shape(tuple(x.shape), dims, keepdim)
@@ -92,8 +119,8 @@ def reduce(name: str, x: Tensor, dim=None, keepdim=False, dtype=None, correction
     x = contiguous(x)
     index = x.get_device()
     write_index = name in INDEXED
-    launch, scratch = decide(CODES[name], write_index, x.dtype, tuple(x.shape), *run)
-    values = None if name in ("argmax", "argmin") else empty(shape, x.dtype, index)
+    launch, scratch = decide(CODES[name], write_index, x.dtype, tuple(x.shape), *run, values_dtype)
+    values = None if name in ("argmax", "argmin") else empty(shape, values_dtype, index)
     indices = empty(shape, torch.int64, index) if write_index or scratch else None
     # argmax/argmin pass `x` as the unused values pointer (the specialisation of max/min's dtypes);
     # without indices the values stand in for the index pointer (never written)
@@ -105,28 +132,6 @@ def reduce(name: str, x: Tensor, dim=None, keepdim=False, dtype=None, correction
     if name in ("max", "min"):
         return values, indices
     return values
-
-
-def logical(name: str, x: Tensor, dim=None, keepdim=False) -> Tensor:
-    """`all`/`any` over `dim` (an int list; None: every dim; empty: none, elementwise): whether every /
-    some element is non-zero. NaN counts as non-zero, as in torch.
-
-    Each element becomes 1.0 or 0.0 in float32 (`x != 0`: exact for every value, NaN and Inf included,
-    so the op needs no NaN/Inf scan and a -inf attention mask stays on the device), amin / amax reduces
-    those flags, and the copy kernel casts the result to bool (uint8 for uint8 input, as torch). Flags
-    in float32 whatever the input's dtype reuse the float32 amin/amax specialisations."""
-    if x.is_complex():
-        raise Decline("complex input")
-    if x.numel() == 0:
-        raise Decline("empty tensor")
-    from .elementwise import binary  # the elementwise family does not import this one
-
-    flags = x if x.dtype is torch.bool else binary("ne", x, 0, comparison=True)
-    result_dtype = torch.uint8 if x.dtype is torch.uint8 else torch.bool
-    if dim is not None and len(dim) == 0:  # all.dims(x, []) reduces nothing
-        return cast_copy(flags, result_dtype)
-    values = reduce("amin" if name == "all" else "amax", cast_copy(flags, torch.float32), dim, keepdim)
-    return cast_copy(values, result_dtype)
 
 
 # ---------------------------------------------------------------- plans
@@ -195,23 +200,28 @@ def family(name: str, *, positional: int = 3, keywords: tuple = ()) -> Family:
     return Family(signature, plan)
 
 
+_LOGICAL_DTYPES = (*FLOATS, torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
 def _reduce_plan(name: str, key: tuple, std: bool) -> Plan:
     dtype, shape, index, dim, keepdim = key
     shape = tuple(shape)
     numel = math.prod(shape)
-    if dtype not in FLOATS or numel == 0:
-        return NO_PLAN
+    logical = name in LOGICAL
+    if dtype not in (_LOGICAL_DTYPES if logical else FLOATS) or numel == 0 or (logical and dim == ()):
+        return NO_PLAN  # (all.dims(x, []) reduces nothing: the implementation's elementwise test)
     nd = len(shape)
     dims = reduced_dims(nd, dim)  # or Decline: a dim out of range
     run = dims_run(nd, dims)
     if run is None:
         return NO_PLAN  # scattered dims: the implementation's transposing copy
     write_index = name in INDEXED
-    launch, scratch = decide(CODES[name], write_index, dtype, shape, *run)
+    values_dtype = (torch.uint8 if dtype is torch.uint8 else torch.bool) if logical else dtype
+    launch, scratch = decide(CODES[name], write_index, dtype, shape, *run, values_dtype)
     out_shape = reduced_shape(shape, dims, keepdim)
-    plan = Plan.of(launch, out_shape, dtype)
+    plan = Plan.of(launch, out_shape, values_dtype, () if logical else (0,))
     root = _sqrt_plan(dtype, out_shape, index) if std else None
-    plan.run = _reduce_run(plan, name, index, numel, launch.ints, scratch, root)
+    plan.run = _reduce_run(plan, name, dtype, index, numel, launch.ints, scratch, root)
     return plan
 
 
@@ -225,11 +235,14 @@ def _sqrt_plan(dtype: torch.dtype, shape: tuple, index: int) -> Callable:
     return sqrt.run
 
 
-def _reduce_run(plan: Plan, name: str, index: int, numel: int, ints: tuple, scratch: bool,
-                root: Callable | None) -> Callable[[tuple], Any]:
-    shape, dtype = plan.shape, plan.dtype
-    scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (the scan inline: per-call cost)
-    empty_, empty_pair, deploy_mode = _memory.empty, _memory.empty_pair, config.deploy_mode
+def _reduce_run(plan: Plan, name: str, x_dtype: torch.dtype, index: int, numel: int, ints: tuple,
+                scratch: bool, root: Callable | None) -> Callable[[tuple], Any]:
+    shape, dtype = plan.shape, plan.dtype  # (the values' dtype: bool or uint8 for all/any)
+    logical = name in LOGICAL  # all/any are exact on every value: never scanned
+    scan, mask = (None, 0) if logical else contiguous_scan(x_dtype)  # (the scan inline: per-call cost)
+    small = numel < PARALLEL_MIN
+    empty_, empty_pair = _memory.empty, _memory.empty_pair
+    deploy_mode = (lambda: True) if logical else config.deploy_mode
     programs, rows = plan.programs, plan.rows
     split = programs * rows > 1
     r, middle, inner = ints[0], len(ints) == 2, ints[-1]  # the middle kernel takes (r, inner), the row one r

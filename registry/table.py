@@ -396,13 +396,13 @@ TABLE: list[Op] = [
        make_plan=lambda: R.family("var", positional=2, keywords=("correction", "keepdim"))),
     Op("std.correction", _std, "std", tol=LOOSE,
        make_plan=lambda: R.family("std", positional=2, keywords=("correction", "keepdim"))),
-    # all/any: `x != 0` (exact for NaN/Inf, so not scanned) reduced as 1.0/0.0 flags by amin/amax
-    *(Op(f"{name}.default", lambda x, name=name: R.logical(name, x), name, int_inputs=True, exact=True)
-      for name in ("all", "any")),
+    # all/any: a count of `x != 0` (exact for NaN/Inf, so not scanned) in one reduction launch
+    *(Op(f"{name}.default", lambda x, name=name: R.logical(name, x), name, int_inputs=True, exact=True,
+         make_plan=lambda name=name: R.family(name, positional=1)) for name in ("all", "any")),
     *(Op(f"{name}.dim", lambda x, dim, keepdim=False, name=name: R.logical(name, x, [dim], keepdim),
-         int_inputs=True, exact=True) for name in ("all", "any")),
+         int_inputs=True, exact=True, make_plan=lambda name=name: R.family(name)) for name in ("all", "any")),
     *(Op(f"{name}.dims", lambda x, dim=None, keepdim=False, name=name: R.logical(name, x, dim, keepdim),
-         int_inputs=True, exact=True) for name in ("all", "any")),
+         int_inputs=True, exact=True, make_plan=lambda name=name: R.family(name)) for name in ("all", "any")),
     # ---- (5) embedding (aten::embedding is index_select on rows)
     Op("index_select.default", Ref("gather", "index_select"), "nn.functional.embedding", int_inputs=True,
        make_plan=lambda: GA.index_select_family()),

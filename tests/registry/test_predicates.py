@@ -26,7 +26,7 @@ def test_predicates_on_nan_and_inf_run_on_device(predicate):
     assert registry.fallback_report()[name]["reasons"] == {"dtype int64": 1}
 
 
-# all/any: `x != 0` (NaN counts as non-zero) reduced as float32 flags, also `exact`
+# all/any: a count of `x != 0` (NaN counts as non-zero) in one reduction launch, also `exact`
 LOGICAL_INPUTS = [
     VALUES,  # NaN and +-Inf: not scanned, so on the device
     torch.tensor([[1.0, 0.0, 2.0], [3.0, 4.0, 5.0]]).half(),
@@ -57,9 +57,34 @@ def test_all_any_decline_what_they_cannot_reduce():
     registry.reset_fallback_report()
     empty = torch.zeros(0, 3)
     assert torch.equal(torch.all(empty.to("rbln"), 1).cpu(), torch.all(empty, 1))
-    ones = torch.ones(2, 2, dtype=torch.uint8)  # uint8 results are uint8, as torch's
+    ones = torch.ones(2, 2, dtype=torch.uint8)  # uint8 results are uint8, as torch's (on the device)
     got = torch.any(ones.to("rbln"))
     assert got.dtype == torch.uint8 and got.item() == 1
     reasons = registry.fallback_report()
     assert reasons["aten::all"]["reasons"] == {"empty tensor": 1}
-    assert reasons["aten::any"]["cpu"] == 1
+    assert reasons["aten::any"] == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_all_any_take_their_plan_without_the_implementation(dtype, monkeypatch):
+    """One launch per call (the row or middle reduction kernel counting non-zeros), kept per signature:
+    once a signature has run, the checked implementation is not called again."""
+    from torch_rbln.registry import reduce
+
+    x = (torch.arange(24).reshape(2, 3, 4) % 5).to(dtype)
+    device = x.to("rbln")
+    calls = [lambda f, t: f(t), lambda f, t: f(t, 2), lambda f, t: f(t, 0, True), lambda f, t: f(t, (1, 2))]
+    for call in calls:
+        call(torch.any, device)
+        call(torch.all, device)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("checked implementation reached")
+
+    monkeypatch.setattr(reduce, "logical", refuse)
+    registry.reset_fallback_report()
+    for call in calls:
+        for reduction in (torch.all, torch.any):
+            got, expected = call(reduction, device), call(reduction, x)
+            assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected)
+    assert registry.fallback_report()["aten::any"] == {"device": len(calls), "cpu": 0, "reasons": {}}

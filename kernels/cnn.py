@@ -225,32 +225,29 @@ def gather_kernel(
 
 
 @tl.jit
-def scatter_kernel(base_ptr, idx_ptr, src_ptr, out_ptr, size, inner, count, src_step, ADD: tl.constexpr,
+def scatter_kernel(idx_ptr, src_ptr, out_ptr, size, inner, count, src_step, ADD: tl.constexpr,
                    BLOCK: tl.constexpr):
-    """ADD: out[o, d, i] = base[o, d, i] + the sum of src[o, j, i] over the j < count with
-    idx[o, j, i] == d, in float32, summed in order of j (torch's CPU order); else the last such
-    src[o, j, i] in order of j (torch's CPU `scatter`: the last write wins), base[o, d, i] when none.
-    base, out contiguous (outer, size, inner), idx and src contiguous (outer, count, inner); src_step 0:
-    src is one value (scatter's `value=`), 1: a tensor. A gather
-    over the index: no two programs write one element. Grid (cdiv(inner, BLOCK), outer * size)."""
-    rb = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    od = tl.program_id(1)
-    o = od // size
-    d = od % size
+    """out (contiguous (outer, size, inner), holding the tensor scattered into) with, for each j <
+    count in order, src[o, j, i] written (ADD: added in float32; the caller gives a half-precision
+    scatter_add a float32 out) at out[o, idx[o, j, i], i]; idx and src contiguous
+    (outer, count, inner), idx in [0, size) (checked by the caller); src_step 0: src is one value
+    (scatter's `value=`), 1: a tensor. Program (o, b) owns columns [b * BLOCK, (b + 1) * BLOCK) of
+    slice o: its lanes write distinct columns, and it walks j in order, so a repeated index keeps the
+    last write (the sum in index order) as on the CPU, and no two programs write one element. Work is
+    outer * count * inner: each index entry is read once."""
+    o = tl.program_id(0)
+    rb = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     live = rb < inner
-    at = od * inner + rb
-    if ADD:
-        acc = tl.load(base_ptr + at, mask=live, other=0.0).to(tl.float32)
-    else:
-        acc = tl.load(base_ptr + at, mask=live, other=0)
     for j in range(0, count):
         k = (o * count + j) * inner + rb
-        hit = live & (tl.load(idx_ptr + k, mask=live, other=-1).to(tl.int64) == d)
+        d = tl.load(idx_ptr + k, mask=live, other=0).to(tl.int64)
+        at = (o * size + d) * inner + rb
         if ADD:
-            acc += tl.load(src_ptr + k * src_step, mask=hit, other=0.0).to(tl.float32)
+            value = tl.load(src_ptr + k * src_step, mask=live, other=0.0).to(tl.float32)
+            total = tl.load(out_ptr + at, mask=live, other=0.0).to(tl.float32) + value
+            tl.store(out_ptr + at, total.to(out_ptr.dtype.element_ty), mask=live)
         else:
-            acc = tl.where(hit, tl.load(src_ptr + k * src_step, mask=hit, other=0), acc)
-    tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=live)
+            tl.store(out_ptr + at, tl.load(src_ptr + k * src_step, mask=live, other=0), mask=live)
 
 
 @tl.jit

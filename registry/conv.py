@@ -15,12 +15,12 @@ from collections.abc import Sequence
 
 import torch
 
-from torch_rbln import _memory
+from torch_rbln import _dlpack, _memory
 
 from ._base import FLOATS, Decline, require_float
 from ._launch import kernel_module as _k
 from ._launch import launch_grid as _run
-from ._ops import contiguous, empty
+from ._ops import cast_copy, contiguous, empty
 from .geometry import I32, cdiv
 from .matmul import launch as _matmul_launch
 
@@ -621,53 +621,56 @@ def gather(x, dim, index, sparse_grad=False):
     return out
 
 
-# the scatter kernel reads every index entry along `dim` for each output element: above this many
-# (output elements x index entries along dim) the CPU's scatter is the better plan
-_SCATTER_WORK = 1 << 26
-
-
-def _scatter(x, dim, index, src, *, add: bool, inplace: bool):
+def _scatter(x, dim, index, src, *, add: bool, inplace: bool, value: torch.Tensor | None = None):
     """x with src scattered along `dim` at `index` (added when `add`, else the last write wins), where
-    index has x's shape outside `dim` and src is at least index's shape: a gather over the index
-    entries of each output element, in their order."""
+    index has x's shape outside `dim` and src is at least index's shape: x copied (unless written in
+    place), then every index entry written in order (`scatter_kernel`). `value`: a one-element tensor
+    of x's dtype written at every index entry instead (src is then None)."""
     if index.dtype != torch.int64:
         raise Decline("index dtype")
-    if src.dtype != x.dtype:
+    one_value = value is not None
+    src_dtype, src_shape = (value.dtype, index.shape) if one_value else (src.dtype, src.shape)
+    if src_dtype != x.dtype:
         raise Decline("mixed dtypes")
     if add and x.dtype not in FLOATS:
         raise Decline(f"scatter_add of {str(x.dtype).replace('torch.', '')} (the kernel adds in float32)")
     nd = x.dim()
-    if nd == 0 or index.dim() != nd or src.dim() != nd:
+    if nd == 0 or index.dim() != nd or len(src_shape) != nd:
         raise Decline("scatter of 0-d tensors or dims that differ")
     dim = dim + nd if dim < 0 else dim
     if not 0 <= dim < nd:
         raise Decline("dim out of range")
     if any(index.shape[d] != x.shape[d] for d in range(nd) if d != dim) or any(
-            index.shape[d] > src.shape[d] for d in range(nd)):
+            index.shape[d] > src_shape[d] for d in range(nd)):
         raise Decline("index shape differs from x's outside dim, or exceeds src's")
     outer, size, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
     count = index.shape[dim]
-    if x.numel() * count > _SCATTER_WORK:
-        raise Decline("too many index entries per output element for the gather form")
     if x.numel() == 0:
         return x if inplace else empty(x.shape, x.dtype, x.get_device())
     if count and not _in_range(index, size):
         raise Decline("index out of range")
-    one_value = src.numel() == 1 and all(stride == 0 for stride in src.stride())
     if not one_value and src.shape != index.shape:
         src = src[tuple(slice(0, length) for length in index.shape)]
-    base = contiguous(x)
-    out = x if inplace and x.is_contiguous() else empty(x.shape, x.dtype, x.get_device())
+    # the result starts as x (x itself in place when contiguous), the kernel writes the indexed elements;
+    # a half-precision scatter_add adds into a float32 copy, rounded once at the end, as torch's CPU
+    # kernel accumulates
+    wide = add and x.dtype is not torch.float32
+    if wide:
+        out = cast_copy(x, torch.float32)
+    else:
+        out = x if inplace and x.is_contiguous() else cast_copy(x, x.dtype)
     kernels = _k("cnn")
-    _run(kernels.scatter_kernel, (cdiv(inner, kernels.GATHER_BLOCK), outer * size),
-         (base, contiguous(index), src if one_value else contiguous(src), out, size, inner, count,
-          0 if one_value else 1), ADD=add,
-         BLOCK=kernels.GATHER_BLOCK)
+    # a block of 16 where inner is short (a scatter along the last dim has inner 1)
+    lanes = 16 if inner <= 16 else kernels.GATHER_BLOCK
+    _run(kernels.scatter_kernel, (outer, cdiv(inner, lanes)),
+         (contiguous(index), value if one_value else contiguous(src), out, size, inner, count,
+          0 if one_value else 1), ADD=add, BLOCK=lanes)
     if inplace and out is not x:
         from ._copy import copy_into
 
         copy_into(out, x)
-    return x if inplace else out
+        return x
+    return cast_copy(out, x.dtype) if wide else out
 
 
 def scatter_add(x, dim, index, src, *, inplace: bool = False):
@@ -686,8 +689,9 @@ def scatter_value(x, dim, index, value, *, inplace: bool = False):
     """aten::scatter(_).value: every indexed element set to the number `value`."""
     if index.dtype != torch.int64:
         raise Decline("index dtype")
-    try:
-        one = torch.tensor([value], dtype=x.dtype).to(x.device)
+    one = _memory.empty([1], x.dtype, x.get_device())
+    try:  # written through its host view: rbln memory is host memory (no tensor built and copied over)
+        _dlpack.to_host_view(one).fill_(value)
     except (RuntimeError, TypeError, OverflowError) as error:
         raise Decline(f"value {value!r} for dtype {x.dtype}") from error  # torch's error on the CPU
-    return _scatter(x, dim, index, one.expand(index.shape), add=False, inplace=inplace)
+    return _scatter(x, dim, index, None, add=False, inplace=inplace, value=one)

@@ -228,6 +228,33 @@ def test_scatter_add_matches_cpu():
     _on_device("aten::scatter_add", "aten::scatter_add_")
 
 
+def test_scatter_keeps_the_last_write_and_sums_half_in_index_order():
+    """Repeated index entries: scatter keeps the last one written, scatter_add adds in index order and
+    rounds to float16 at each add as torch's CPU kernel does (exactly equal here)."""
+    index = torch.tensor([[2, 0, 2, 2, 1, 0]])
+    src = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]])
+    x = torch.zeros(1, 3)
+    registry.reset_fallback_report()
+    got = torch.scatter(x.to("rbln"), 1, index.to("rbln"), src.to("rbln"))
+    assert torch.equal(got.cpu(), torch.scatter(x, 1, index, src))  # [6, 5, 4]
+    half = torch.full((1, 3), 2048.0).half()  # 2048 + 1 rounds back to 2048 in float16
+    ones = torch.ones(1, 6).half()
+    got = torch.scatter_add(half.to("rbln"), 1, index.to("rbln"), ones.to("rbln"))
+    assert torch.equal(got.cpu(), torch.scatter_add(half, 1, index, ones))
+    _on_device("aten::scatter", "aten::scatter_add")
+
+
+def test_a_scatter_along_the_last_dim_of_a_large_tensor_stays_on_the_device():
+    """One output element per (row, column) is more programs than a grid's second dim allows (65535):
+    the kernel's grid is one program per slice and column block, whatever the scattered dim's size."""
+    gen = torch.Generator().manual_seed(5)
+    index = torch.randint(0, 128, (1024, 1), generator=gen)
+    x = torch.zeros(1024, 128)
+    registry.reset_fallback_report()
+    assert torch.equal(x.to("rbln").scatter(1, index.to("rbln"), 1.0).cpu(), x.scatter(1, index, 1.0))
+    _on_device("aten::scatter")
+
+
 def test_gather_out_of_range_raises_torchs_error():
     x, index = torch.randn(3, 4), torch.tensor([[0, 4]])
     with pytest.raises(RuntimeError) as cpu_error:

@@ -593,6 +593,23 @@ def binary_family(name: str = "", *, inplace: bool = False, comparison: bool = F
     return Family(signature, plan)
 
 
+def predicate_family(op: str, other: float | None) -> Family:
+    """isnan (`ne(x, x)`, `other` None) and isposinf / isneginf (`eq(x, +-inf)`) of a floating x: the
+    comparison's plan on (x, x or `other`), a bool result, unscanned (IEEE comparisons are exact).
+    An integer x is NO_PLAN: the implementation declines it (the CPU answers False everywhere)."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 1 or kwargs:
+            return None
+        x = args[0]
+        return _binary_key(op, x, x if other is None else other, 1, None, "predicate")
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        return binary_plan(key, operands, inplace=False, comparison=True, scan=False)
+
+    return Family(signature, plan)
+
+
 def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool, bitwise: bool) -> Plan:
     """The plan of `integer_binary`'s launch for `key` (see `_binary_key`): int32/int64 tensors (bitwise
     ops: bools and every integer dtype) with a tensor of the same dtype or an int, exact, so nothing is

@@ -460,13 +460,14 @@ TABLE: list[Op] = [
     Op("native_dropout.default", Ref("random", "native_dropout")),
     Op("native_dropout_backward.default", Ref("random", "native_dropout_backward"), int_inputs=True),
     # ---- float predicates: exact comparisons (IEEE NaN/Inf semantics), so their inputs are not scanned
-    Op("isnan.default", lambda x: EW.binary("ne", _float(x), x, comparison=True), "isnan", exact=True),
+    Op("isnan.default", lambda x: EW.binary("ne", _float(x), x, comparison=True), "isnan", exact=True,
+       make_plan=lambda: EW.predicate_family("ne", None)),
     Op("isinf.default", lambda x: EW.binary("eq", EW.unary("abs", _float(x)), math.inf, comparison=True),
        "isinf", exact=True),
     Op("isposinf.default", lambda x: EW.binary("eq", _float(x), math.inf, comparison=True), "isposinf",
-       exact=True),
+       exact=True, make_plan=lambda: EW.predicate_family("eq", math.inf)),
     Op("isneginf.default", lambda x: EW.binary("eq", _float(x), -math.inf, comparison=True), "isneginf",
-       exact=True),
+       exact=True, make_plan=lambda: EW.predicate_family("eq", -math.inf)),
     # ---- triangles (causal masks): values moved, not computed on, so -inf masks stay on the device
     Op("tril.default", Ref("triangle", "tril"), "tril", int_inputs=True, exact=True),
     Op("triu.default", Ref("triangle", "triu"), "triu", int_inputs=True, exact=True),

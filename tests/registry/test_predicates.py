@@ -88,3 +88,24 @@ def test_all_any_take_their_plan_without_the_implementation(dtype, monkeypatch):
             got, expected = call(reduction, device), call(reduction, x)
             assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected)
     assert registry.fallback_report()["aten::any"] == {"device": len(calls), "cpu": 0, "reasons": {}}
+
+
+@pytest.mark.parametrize("predicate", [torch.isnan, torch.isposinf, torch.isneginf], ids=lambda f: f.__name__)
+def test_single_comparison_predicates_take_their_plan(predicate, monkeypatch):
+    """isnan (x != x) and isposinf / isneginf (x == +-inf) are one comparison's plan: NaN and Inf
+    inputs included (exact, not scanned), without the checked implementation after the first call."""
+    from torch_rbln.registry import elementwise
+
+    for x in (VALUES, VALUES.half()):
+        device = x.to("rbln")
+        predicate(device)
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("checked implementation reached")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(elementwise, "binary", refuse)
+            registry.reset_fallback_report()
+            got = predicate(device)
+        assert got.dtype == torch.bool and torch.equal(got.cpu(), predicate(x))
+        assert registry.fallback_report()[f"aten::{predicate.__name__}"]["cpu"] == 0

@@ -610,11 +610,32 @@ def predicate_family(op: str, other: float | None) -> Family:
     return Family(signature, plan)
 
 
-def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool, bitwise: bool) -> Plan:
+def bitwise_not_family(*, inplace: bool = False, out: bool = False) -> Family:
+    """`bitwise_not(x)` (in place, or into `out=`) of a bool or integer x: `integer.bitwise_not`'s xor
+    with all bits set (1 for bool) in x's dtype, as an integer plan."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 1 or len(kwargs) != out:
+            return None
+        target = kwargs.get("out") if out else None
+        x = args[0]
+        if (out and target is None) or not isinstance(x, Tensor):
+            return None
+        return _binary_key("bitwise_xor", x, 1 if x.dtype is torch.bool else -1, 1, target, "not")
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        return integer_plan(key, operands, inplace=inplace, comparison=False, bitwise=True, own_dtype=True)
+
+    return Family(signature, plan)
+
+
+def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool, bitwise: bool,
+                 own_dtype: bool = False) -> Plan:
     """The plan of `integer_binary`'s launch for `key` (see `_binary_key`): int32/int64 tensors (bitwise
     ops: bools and every integer dtype) with a tensor of the same dtype or an int, exact, so nothing is
     scanned. NO_PLAN where the implementation does something else: another dtype, promotion, floor
-    division (it checks the divisor's value), an op the integer kernel lacks."""
+    division (it checks the divisor's value), an op the integer kernel lacks. `own_dtype`: the result
+    has a's dtype whatever the number (bitwise_not's xor, 1 for a bool)."""
     _, op_name, dtype, a_shape, index, b_key, out_key = key
     names, dtypes = (BITWISE_NAMES, BITWISE_DTYPES) if bitwise else (INTEGER_NAMES, INTEGERS)
     if dtype not in dtypes or op_name not in names or op_name in ("div_floor", "abs", "fill"):
@@ -623,7 +644,7 @@ def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool
     scalar = b_key is None
     if scalar:
         shape, operands_read = tuple(a_shape), (a,)
-        result = torch.result_type(a, 1)  # an int number: a's dtype, int64 for a bool tensor
+        result = dtype if own_dtype else torch.result_type(a, 1)  # a's dtype, int64 for a bool tensor
     else:
         if b_key[0] is not dtype or b_key[2] != index:
             return NO_PLAN

@@ -104,3 +104,23 @@ def test_numbers_beyond_the_dtype_wrap_as_torch_converts_them(dtype):
     for value in (300, -1, 2**33 + 5, -(2**35)):
         for op in ops:
             assert torch.equal(op(da, value).cpu(), op(a, value)), (op.__name__, value)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64])
+def test_bitwise_not_is_planned_in_its_dtype(dtype, forbid_checked):
+    x = (torch.arange(-6, 6) % 3).to(dtype)
+    device = x.to("rbln")
+    out = torch.empty_like(device)
+    torch.bitwise_not(device)
+    device.clone().bitwise_not_()
+    torch.bitwise_not(device, out=out)
+    forbid_checked()
+    registry.reset_fallback_report()
+    got = torch.bitwise_not(device)
+    assert got.dtype == dtype and torch.equal(got.cpu(), torch.bitwise_not(x))
+    in_place = device.clone()
+    in_place.bitwise_not_()
+    assert torch.equal(in_place.cpu(), torch.bitwise_not(x))
+    torch.bitwise_not(device, out=out)
+    assert torch.equal(out.cpu(), torch.bitwise_not(x))
+    assert registry.fallback_report()["aten::bitwise_not"]["cpu"] == 0

@@ -968,6 +968,8 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
             target = empty_(shape, dtype, index)
         if launcher is None or (split and device_tp(index) > 1):
             plan.launch_checked((condition, a, b, target, *ints))
+        elif target is b:  # in place: b is read through its strides and written (the alias-safe kernel)
+            getattr(launcher, "aliasing", launcher)(programs, rows, 1, condition, a, b, target, *ints)
         else:
             launcher(programs, rows, 1, condition, a, b, target, *ints)
         return target

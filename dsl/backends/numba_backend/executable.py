@@ -581,6 +581,22 @@ class Executable:
             "        error[:] = 0",
             f"        failed(fault, (g0, g1, g2), ({spans}), [{values}])",
             "",
+            # for callers whose arguments alias by design (an in-place op writing an input it reads
+            # through other strides): the alias-safe variant directly once it is compiled
+            f"def aliasing(g0, g1, g2, {signature}):",
+            "    variant = aliased()",
+            "    if variant is None:",
+            f"        unchecked(g0, g1, g2, {signature})",
+            "        return",
+            "    error = errors.get(get_ident())",
+            "    if error is None:",
+            "        error = errors[get_ident()] = zeros(4, int64)",
+            f"    variant(0, g0 * g1 * g2, g0, g1, g2, {', '.join(arguments)}, error)",
+            "    if error[0]:",
+            "        fault = error.copy()",
+            "        error[:] = 0",
+            f"        failed(fault, (g0, g1, g2), ({spans}), [{values}])",
+            "",
             f"def by_address(g0, g1, g2, {address_signature}):",
             "    error = errors.get(get_ident())",
             "    if error is None:",
@@ -618,6 +634,7 @@ class Executable:
         launch = namespace["launch"]
         launch.unchecked = namespace["unchecked"]
         launch.unchecked.by_address = namespace["by_address"]
+        launch.unchecked.aliasing = namespace["aliasing"]
         return launch
 
     def _entry_point(self) -> Callable | None:

@@ -126,6 +126,9 @@ def test_a_direct_launch_refused_for_aliasing_reruns_on_the_alias_safe_kernel(mo
         aliased, out = torch.arange(16, dtype=torch.float32), torch.empty(16)
         unchecked(1, 1, 1, aliased, aliased, out)
         assert torch.equal(out, expected) and torch.equal(aliased, torch.zeros(16))
+    aliased, out = torch.arange(16, dtype=torch.float32), torch.empty(16)
+    unchecked.aliasing(1, 1, 1, aliased, aliased, out)  # a caller that knows its call aliases: one call
+    assert torch.equal(out, expected) and torch.equal(aliased, torch.zeros(16))
     assert general == []
     out = torch.empty(16)  # and a call whose arguments do not alias still runs the plain kernel
     unchecked(1, 1, 1, torch.arange(16, dtype=torch.float32), torch.empty(16), out)

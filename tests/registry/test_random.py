@@ -167,3 +167,15 @@ def test_random_kernels_numba_and_interpreter_draw_the_same_numbers(dtype):
                                      backend=backend)
         results.append((out, mask))
     assert torch.equal(results[0][1], results[1][1]) and torch.equal(results[0][0], results[1][0])
+
+
+def test_draws_depend_on_the_seed_and_index_only_not_on_the_block():
+    """Small fills launch 16-lane blocks (`registry.random._block`), large ones 1024: the same seed
+    gives the same values at the same indices either way."""
+    dropout = lambda t: torch.nn.functional.dropout(t, 0.5)  # noqa: E731
+    for fill in (lambda t: t.uniform_(), lambda t: t.normal_(), dropout):
+        torch.manual_seed(11)
+        small = fill(torch.ones(16, device="rbln")).cpu()
+        torch.manual_seed(11)
+        large = fill(torch.ones(3000, device="rbln")).cpu()
+        assert torch.equal(small, large[:16])

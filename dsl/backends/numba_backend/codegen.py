@@ -536,7 +536,11 @@ class _Lowering:
         self.uses_box_check = False  # a box access calls box_check's compiled check
         # (a memory, b memory, work) numpy dtype names of those calls: the C entries (`dot_call`) the
         # generated module registers when it is imported
-        self.dot_entries: set[tuple[str, str, str]] = set()
+        self.dot_entries: set[tuple[str, str, str, bool]] = set()  # (..., store: `tile_dot_store`'s entry)
+        # `tl.store`s of a 2-D product (by the store op's id): the product's call, deferred to the store,
+        # which writes it straight into a row-major block (`_direct_dot_store`)
+        self.dot_stores: dict[int, tuple] = {}
+        self._block: tuple[list, int] = ([], 0)  # the op list being lowered and the current op's position
         # scalar variables that hold exactly the compute type of their value's dtype (see `exact`)
         self.exact_scalars: set[str] = set()
         # `tl.trans` results of a 2-D buffer, by value id: the buffer's name (`tl.dot` reads it strided)
@@ -1431,6 +1435,12 @@ class _Lowering:
         self.stored_roots.add(root)
         self.hazards.begin_write(root)
         box = self._box(pointer, mask, value.type.shape)
+        deferred = self.dot_stores.pop(id(op), None)
+        if deferred is not None:
+            if self._dot_store(op, root, box, deferred):
+                return
+            product, arguments = deferred[0], deferred[1]
+            self.emit(f"{product} = tile_dot({', '.join(arguments)}, True)")  # (deferred from the dot)
         if box is not None:
             affine, counts = box
             self._check_box(op, root, affine, counts, "store", value.type.shape)
@@ -1462,6 +1472,45 @@ class _Lowering:
         if rm is not None:
             self.depth -= 1
         self.close_loops(shape)
+
+    def _dot_store(self, op: Op, root: int, box, deferred: tuple) -> bool:
+        """Emit the store of a deferred product (`_direct_dot_store`) when its box stores exactly the
+        product's counted rows and columns: behind the box's bounds check, `tile_dot_store` into the
+        block where its column stride is 1 (a runtime test when the stride is an argument), else the
+        product's call and the store loop. False, with nothing emitted, when the box does not match:
+        the caller emits the call and the usual store."""
+        product, arguments, scale, roots = deferred
+        if box is None:
+            return False
+        affine, counts = box
+        # tile_dot's arguments: a's counted rows are its 5th, b's counted columns its 17th (0-based 4, 16)
+        if len(counts) != 2 or counts[0] != arguments[4] or counts[1] != arguments[16]:
+            return False
+        column = affine.coefficients[-1]
+        if isinstance(column, int) and column != 1:
+            return False
+        shape = op.operands[1].type.shape
+        self._check_box(op, root, affine, counts, "store", shape)
+        for read in roots:  # gemm reads the operands while it writes the block: they must not overlap
+            self.hazards._mark(read, root, "strict")
+        factor = "1.0" if scale is None else self.get(scale).render([])
+        base, row = _int_argument(affine.base), _int_argument(str(affine.coefficients[0]))
+        call = f"tile_dot_store(m{root}, {base}, {row}, {factor}, {', '.join(arguments)})"
+        if isinstance(column, int):
+            self.emit(call)
+            return True
+        self.emit(f"if {_cast('np.int64', column)} == 1:")
+        self.emit(f"    {call}")
+        self.emit("else:")
+        self.depth += 1
+        self.emit(f"{product} = tile_dot({', '.join(arguments)}, True)")
+        value = op.operands[1]
+        index = self.open_loops_to(counts)
+        stored = _store_value(value.type.dtype, self.get(value).render(index), self.exact(value))
+        self.emit(f"{_memory(root, affine.render(index))} = {stored}")
+        self.close_loops(tuple(counts))
+        self.depth -= 1
+        return True
 
     def op_atomic(self, op: Op) -> None:
         pointer, value, mask = op.operands
@@ -1705,8 +1754,17 @@ class _Lowering:
             arguments = self._tile_dot_operand(a, work_dt, in_place) + \
                 self._tile_dot_operand(b, work_dt, in_place)
             self.uses_dot_support = True
-            self.dot_entries.add((self._dot_memory(a, work_dt), self._dot_memory(b, work_dt),
-                                  compute_type(work_dt)[3:]))
+            entry = (self._dot_memory(a, work_dt), self._dot_memory(b, work_dt), compute_type(work_dt)[3:])
+            self.dot_entries.add((*entry, False))
+            only_stored = acc is None and out_dt.name == work_dt.name
+            store = self._direct_dot_store(op, work_dt) if only_stored else None
+            if store is not None:
+                store_op, scale = store
+                roots = [box.root for box in (self._direct_box(a), self._direct_box(b)) if box is not None]
+                self.dot_entries.add((*entry, True))
+                self.dot_stores[id(store_op)] = (product, arguments, scale, roots)
+                self.values[op.result.id] = Buffer(product, result_shape)
+                return
             # padding read: True unless `dot_padding` shows every read is at counted rows and columns
             self.emit(f"{product} = tile_dot({', '.join(arguments)}, True)")
         else:
@@ -1729,6 +1787,42 @@ class _Lowering:
         self.emit(f"{name}[{', '.join(index)}] = {_typed(out_dt, total)}")
         self.close_loops(result_shape)
         self.values[op.result.id] = Buffer(name, result_shape)
+
+    def _direct_dot_store(self, op: Op, work_dt: D.dtype) -> tuple[Op, Value | None] | None:
+        """(the store, the scalar scale or None) when this 2-D product's only use is `tl.store(ptr,
+        product)` or `tl.store(ptr, product * scale)` (a scalar broadcast) later in the same op list,
+        into memory of the work dtype, with no store, atomic or region op in between (so reading the
+        operands at the store reads what the product would have read). Its `tile_dot` call is then
+        made at the store, into the stored block itself where that block is row-major (the op
+        library's matmul: no product tile and no copy). Not in the alias-safe variant, which reads
+        every operand where it stands."""
+        if self.eager_reads or self.uses.get(op.result.id, 0) != 1:
+            return None
+        ops, position = self._block
+        defined = {o.result.id: o for o in ops[:position] if o.results}
+        scale = None
+        value = op.result
+        for later in ops[position + 1:]:
+            if later.opcode in ("store", "atomic") or later.regions:
+                if later.opcode != "store" or later.operands[1] is not value:
+                    return None
+                root = later.attrs["root"]
+                memory = self.fn.params[root].type.dtype.element_ty
+                return (later, scale) if memory.name == work_dt.name else None
+            if value in later.operands:
+                if later.opcode != "binary" or later.attrs.get("op") != "mul" or scale is not None or \
+                        self.uses.get(later.result.id, 0) != 1 or \
+                        later.result.type.dtype.name != work_dt.name:
+                    return None
+                other = later.operands[1] if later.operands[0] is value else later.operands[0]
+                source = defined.get(other.id)
+                if source is None or source.opcode != "broadcast" or source.operands[0].type.shape or \
+                        source.operands[0].type.dtype.name != work_dt.name:
+                    return None
+                scale, value = source.operands[0], later.result
+            if later.results:
+                defined[later.result.id] = later
+        return None
 
     def _dot_array(self, value: Value, work_dt: D.dtype) -> str:
         """`value` as a C-contiguous array of the work type: its buffer, or an elementwise copy."""
@@ -2119,11 +2213,14 @@ class _Lowering:
             yielded.update(sources)
 
     def block_ops(self, ops) -> None:
-        for op in ops:
+        outer = self._block
+        for position, op in enumerate(ops):
             handler = getattr(self, "op_" + op.opcode, None)
             if handler is None:
                 raise UnsupportedByNumba(f"op '{op.opcode}' is not supported by the numba backend")
+            self._block = (ops, position)
             handler(op)
+        self._block = outer
 
     def op_while(self, op: Op) -> None:
         before, after = op.regions

@@ -233,6 +233,33 @@ def _zero_or_nan(memory, base, stride, count):
 
 
 @_jit
+def _gemm_call(a_memory, a_base, a_row_stride, a_col_stride, b_memory, b_base, b_row_stride, b_col_stride,
+               count_m, count_n, depth, out, out_base, ldc):
+    """out[out_base + i * ldc + j] = (a @ b)[i, j] for i < count_m, j < count_n, by one gemm reading
+    both operands (memory of out's dtype) where they lie; False, with nothing written, when BLAS cannot
+    read them so (no unit stride, a leading dimension below the extent or beyond int32) or `ldc` is."""
+    a_order, a_ld = _leading(a_row_stride, a_col_stride, count_m, depth)
+    b_order, b_ld = _leading(b_row_stride, b_col_stride, depth, count_n)
+    if a_order < 0 or b_order < 0 or a_base < 0 or b_base < 0 or out_base < 0 or ldc < count_n or \
+            max(a_ld, b_ld, ldc) > _INT32_MAX:
+        return False  # (LP64 BLAS takes 32-bit sizes)
+    # b row-major is b^T column-major ('n'); a row-major is a^T column-major ('n'). Fortran BLAS takes
+    # every argument by address: [transa, transb] and [m, n, k, lda, ldb, ldc], [alpha, beta].
+    flags = np.empty(2, dtype=np.uint8)
+    flags[0] = _NOTRANS if b_order == 0 else _TRANS
+    flags[1] = _NOTRANS if a_order == 0 else _TRANS
+    sizes = np.empty(6, dtype=np.int32)
+    sizes[0], sizes[1], sizes[2] = count_n, count_m, depth
+    sizes[3], sizes[4], sizes[5] = b_ld, a_ld, ldc
+    scale = np.empty(2, dtype=out.dtype)
+    scale[0], scale[1] = 1, 0
+    _gemm(out, flags[0:].ctypes, flags[1:].ctypes, sizes[0:].ctypes, sizes[1:].ctypes, sizes[2:].ctypes,
+          scale[0:].ctypes, b_memory[b_base:].ctypes, sizes[3:].ctypes, a_memory[a_base:].ctypes,
+          sizes[4:].ctypes, scale[1:].ctypes, out[out_base:].ctypes, sizes[5:].ctypes)
+    return True
+
+
+@_jit
 def _direct(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_count_rows, a_count_cols, a_fill,
             b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_count_rows, b_count_cols, b_fill,
             out, padding_read):
@@ -258,23 +285,9 @@ def _direct(a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_coun
     if depth == 0:
         out[:, :] = 0
         return True
-    a_order, a_ld = _leading(a_row_stride, a_col_stride, count_m, depth)
-    b_order, b_ld = _leading(b_row_stride, b_col_stride, depth, count_n)
-    if a_order < 0 or b_order < 0 or a_base < 0 or b_base < 0 or max(a_ld, b_ld, out.shape[1]) > _INT32_MAX:
-        return False  # (LP64 BLAS takes 32-bit sizes)
-    # b row-major is b^T column-major ('n'); a row-major is a^T column-major ('n'). Fortran BLAS takes
-    # every argument by address: [transa, transb] and [m, n, k, lda, ldb, ldc], [alpha, beta].
-    flags = np.empty(2, dtype=np.uint8)
-    flags[0] = _NOTRANS if b_order == 0 else _TRANS
-    flags[1] = _NOTRANS if a_order == 0 else _TRANS
-    sizes = np.empty(6, dtype=np.int32)
-    sizes[0], sizes[1], sizes[2] = count_n, count_m, depth
-    sizes[3], sizes[4], sizes[5] = b_ld, a_ld, out.shape[1]
-    scale = np.empty(2, dtype=out.dtype)
-    scale[0], scale[1] = 1, 0
-    _gemm(out, flags[0:].ctypes, flags[1:].ctypes, sizes[0:].ctypes, sizes[1:].ctypes, sizes[2:].ctypes,
-          scale[0:].ctypes, b_memory[b_base:].ctypes, sizes[3:].ctypes, a_memory[a_base:].ctypes,
-          sizes[4:].ctypes, scale[1:].ctypes, out.ctypes, sizes[5:].ctypes)
+    if not _gemm_call(a_memory, a_base, a_row_stride, a_col_stride, b_memory, b_base, b_row_stride,
+                      b_col_stride, count_m, count_n, depth, out.reshape(out.size), 0, out.shape[1]):
+        return False
     rows, cols = out.shape
     if not padding_read:
         return True
@@ -334,6 +347,43 @@ def tile_dot_into(out, a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_c
         (b_t if b_kind == STAGED_F else b_c)
     a_is_c, b_is_c = a_kind == VIEW_C or a_kind == STAGED_C, b_kind == VIEW_C or b_kind == STAGED_C
     _gemm_tiles(a_tile, a_is_c, b_tile, b_is_c, out)
+
+
+@_jit
+def tile_dot_store(dest, dest_base, dest_ld, scale, a_memory, a_base, a_row_stride, a_col_stride, a_rows,
+                   a_cols, a_fill, a_c, a_t, a_bits, a_exact, b_memory, b_base, b_row_stride, b_col_stride,
+                   b_rows, b_cols, b_fill, b_c, b_t, b_bits, b_exact):
+    """The store `dest[dest_base + i * dest_ld + j] = (a @ b)[i, j] * scale` over the counted rows of a
+    (i < a_rows) and columns of b (j < b_cols): what a kernel's `tl.store(ptr, tl.dot(a, b) * scale)` of
+    a row-major block writes (`codegen`'s direct dot store), without the product tile in between.
+
+    Where `tile_dot` would take the direct gemm (both operands of the work dtype, read in place), gemm
+    writes the block itself (leading dimension `dest_ld`) and a scale other than 1 multiplies it there:
+    the same float32 product, rounded, then scaled, as the tile's path computes. Otherwise (staging, no
+    unit stride, a product of depth 0, a scale of 0 or not finite, whose products gemm would skip) the
+    product tile is computed as `tile_dot` computes it and copied, scaled, into the block."""
+    count_m, count_n, depth = a_rows, b_cols, a_cols
+    if count_m <= 0 or count_n <= 0:
+        return
+    # one counted depth for both, and masked depth lanes (if any) that add 0 * 0 to every sum
+    direct = a_exact and b_exact and depth > 0 and depth == b_rows and scale != 0 and scale - scale == 0 and \
+        (depth == a_c.shape[1] or (a_fill == 0 and b_fill == 0))
+    if direct and _gemm_call(a_memory, a_base, a_row_stride, a_col_stride, b_memory, b_base, b_row_stride,
+                             b_col_stride, count_m, count_n, depth, dest, dest_base, dest_ld):
+        if scale != 1:
+            for i in range(count_m):
+                row = dest_base + i * dest_ld
+                for j in range(count_n):
+                    dest[row + j] = dest[row + j] * scale
+        return
+    out = np.empty((a_c.shape[0], b_c.shape[1]), dtype=a_c.dtype)
+    tile_dot_into(out, a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_cols, a_fill, a_c, a_t, a_bits,
+                  a_exact, b_memory, b_base, b_row_stride, b_col_stride, b_rows, b_cols, b_fill, b_c, b_t,
+                  b_bits, b_exact, False)
+    for i in range(count_m):
+        row = dest_base + i * dest_ld
+        for j in range(count_n):
+            dest[row + j] = out[i, j] * scale
 
 
 @_jit

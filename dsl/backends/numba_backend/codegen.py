@@ -1479,7 +1479,7 @@ class _Lowering:
         block where its column stride is 1 (a runtime test when the stride is an argument), else the
         product's call and the store loop. False, with nothing emitted, when the box does not match:
         the caller emits the call and the usual store."""
-        product, arguments, scale, roots = deferred
+        product, arguments, scale, addend, roots = deferred
         if box is None:
             return False
         affine, counts = box
@@ -1495,12 +1495,23 @@ class _Lowering:
             self.hazards._mark(read, root, "strict")
         factor = "1.0" if scale is None else self.get(scale).render([])
         base, row = _int_argument(affine.base), _int_argument(str(affine.coefficients[0]))
-        call = f"tile_dot_store(m{root}, {base}, {row}, {factor}, {', '.join(arguments)})"
+        accumulate = int(addend is not None)
+        call = f"tile_dot_store(m{root}, {base}, {row}, {factor}, {accumulate}, {', '.join(arguments)})"
+        unit = Affine(affine.base, (affine.coefficients[0], 1))
+        if not isinstance(column, int):
+            self.emit(f"if {_cast('np.int64', column)} == 1:")
+            self.depth += 1
+        if addend is not None:  # the addend first, stored as any value is; gemm adds the product onto it
+            index = self.open_loops_to(counts)
+            address = unit.render(index)
+            with self.hazards.hosted(root, address if _injective(unit, shape) else None):
+                stored = _store_value(addend.type.dtype, self.get(addend).render(index), self.exact(addend))
+            self.emit(f"{_memory(root, address)} = {stored}")
+            self.close_loops(tuple(counts))
+        self.emit(call)
         if isinstance(column, int):
-            self.emit(call)
             return True
-        self.emit(f"if {_cast('np.int64', column)} == 1:")
-        self.emit(f"    {call}")
+        self.depth -= 1
         self.emit("else:")
         self.depth += 1
         self.emit(f"{product} = tile_dot({', '.join(arguments)}, True)")
@@ -1758,11 +1769,12 @@ class _Lowering:
             self.dot_entries.add((*entry, False))
             only_stored = acc is None and out_dt.name == work_dt.name
             store = self._direct_dot_store(op, work_dt) if only_stored else None
-            if store is not None:
-                store_op, scale = store
+            if store is not None and id(store[0]) not in self.dot_stores:  # (one product per store: a sum
+                # of two products defers the first, whose addend is the second, computed as usual)
+                store_op, scale, addend = store
                 roots = [box.root for box in (self._direct_box(a), self._direct_box(b)) if box is not None]
                 self.dot_entries.add((*entry, True))
-                self.dot_stores[id(store_op)] = (product, arguments, scale, roots)
+                self.dot_stores[id(store_op)] = (product, arguments, scale, addend, roots)
                 self.values[op.result.id] = Buffer(product, result_shape)
                 return
             # padding read: True unless `dot_padding` shows every read is at counted rows and columns
@@ -1788,19 +1800,20 @@ class _Lowering:
         self.close_loops(result_shape)
         self.values[op.result.id] = Buffer(name, result_shape)
 
-    def _direct_dot_store(self, op: Op, work_dt: D.dtype) -> tuple[Op, Value | None] | None:
-        """(the store, the scalar scale or None) when this 2-D product's only use is `tl.store(ptr,
-        product)` or `tl.store(ptr, product * scale)` (a scalar broadcast) later in the same op list,
+    def _direct_dot_store(self, op: Op, work_dt: D.dtype) -> tuple[Op, Value | None, Value | None] | None:
+        """(the store, the scalar scale or None, the addend or None) when this 2-D product's only use is
+        `tl.store(ptr, product [* scale] [+ addend])` (scale a scalar broadcast; the addend any value
+        of the product's shape and dtype: the op library's `beta * bias`) later in the same op list,
         into memory of the work dtype, with no store, atomic or region op in between (so reading the
         operands at the store reads what the product would have read). Its `tile_dot` call is then
         made at the store, into the stored block itself where that block is row-major (the op
-        library's matmul: no product tile and no copy). Not in the alias-safe variant, which reads
-        every operand where it stands."""
+        library's matmul: no product tile and no copy; an addend is stored first and gemm adds onto
+        it). Not in the alias-safe variant, which reads every operand where it stands."""
         if self.eager_reads or self.uses.get(op.result.id, 0) != 1:
             return None
         ops, position = self._block
         defined = {o.result.id: o for o in ops[:position] if o.results}
-        scale = None
+        scale = addend = None
         value = op.result
         for later in ops[position + 1:]:
             if later.opcode in ("store", "atomic") or later.regions:
@@ -1808,16 +1821,22 @@ class _Lowering:
                     return None
                 root = later.attrs["root"]
                 memory = self.fn.params[root].type.dtype.element_ty
-                return (later, scale) if memory.name == work_dt.name else None
+                return (later, scale, addend) if memory.name == work_dt.name else None
             if value in later.operands:
-                if later.opcode != "binary" or later.attrs.get("op") != "mul" or scale is not None or \
-                        self.uses.get(later.result.id, 0) != 1 or \
-                        later.result.type.dtype.name != work_dt.name:
+                kind = later.attrs.get("op") if later.opcode == "binary" else None
+                if kind not in ("mul", "add") or addend is not None or \
+                        later.operands[0] is later.operands[1] or self.uses.get(later.result.id, 0) != 1 or \
+                        later.result.type != op.result.type:
                     return None
                 other = later.operands[1] if later.operands[0] is value else later.operands[0]
+                if kind == "add":
+                    if other.type != op.result.type:
+                        return None
+                    addend, value = other, later.result
+                    continue
                 source = defined.get(other.id)
-                if source is None or source.opcode != "broadcast" or source.operands[0].type.shape or \
-                        source.operands[0].type.dtype.name != work_dt.name:
+                if scale is not None or source is None or source.opcode != "broadcast" or \
+                        source.operands[0].type.shape or source.operands[0].type.dtype.name != work_dt.name:
                     return None
                 scale, value = source.operands[0], later.result
             if later.results:

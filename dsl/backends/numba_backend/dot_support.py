@@ -234,10 +234,11 @@ def _zero_or_nan(memory, base, stride, count):
 
 @_jit
 def _gemm_call(a_memory, a_base, a_row_stride, a_col_stride, b_memory, b_base, b_row_stride, b_col_stride,
-               count_m, count_n, depth, out, out_base, ldc):
-    """out[out_base + i * ldc + j] = (a @ b)[i, j] for i < count_m, j < count_n, by one gemm reading
-    both operands (memory of out's dtype) where they lie; False, with nothing written, when BLAS cannot
-    read them so (no unit stride, a leading dimension below the extent or beyond int32) or `ldc` is."""
+               count_m, count_n, depth, out, out_base, ldc, alpha=1.0, beta=0.0):
+    """out[out_base + i * ldc + j] = alpha * (a @ b)[i, j] (+ beta * itself) for i < count_m, j < count_n,
+    by one gemm reading both operands (memory of out's dtype) where they lie; False, with nothing
+    written, when BLAS cannot read them so (no unit stride, a leading dimension below the extent or
+    beyond int32) or `ldc` is."""
     a_order, a_ld = _leading(a_row_stride, a_col_stride, count_m, depth)
     b_order, b_ld = _leading(b_row_stride, b_col_stride, depth, count_n)
     if a_order < 0 or b_order < 0 or a_base < 0 or b_base < 0 or out_base < 0 or ldc < count_n or \
@@ -252,7 +253,7 @@ def _gemm_call(a_memory, a_base, a_row_stride, a_col_stride, b_memory, b_base, b
     sizes[0], sizes[1], sizes[2] = count_n, count_m, depth
     sizes[3], sizes[4], sizes[5] = b_ld, a_ld, ldc
     scale = np.empty(2, dtype=out.dtype)
-    scale[0], scale[1] = 1, 0
+    scale[0], scale[1] = alpha, beta
     _gemm(out, flags[0:].ctypes, flags[1:].ctypes, sizes[0:].ctypes, sizes[1:].ctypes, sizes[2:].ctypes,
           scale[0:].ctypes, b_memory[b_base:].ctypes, sizes[3:].ctypes, a_memory[a_base:].ctypes,
           sizes[4:].ctypes, scale[1:].ctypes, out[out_base:].ctypes, sizes[5:].ctypes)
@@ -350,26 +351,33 @@ def tile_dot_into(out, a_memory, a_base, a_row_stride, a_col_stride, a_rows, a_c
 
 
 @_jit
-def tile_dot_store(dest, dest_base, dest_ld, scale, a_memory, a_base, a_row_stride, a_col_stride, a_rows,
-                   a_cols, a_fill, a_c, a_t, a_bits, a_exact, b_memory, b_base, b_row_stride, b_col_stride,
-                   b_rows, b_cols, b_fill, b_c, b_t, b_bits, b_exact):
-    """The store `dest[dest_base + i * dest_ld + j] = (a @ b)[i, j] * scale` over the counted rows of a
-    (i < a_rows) and columns of b (j < b_cols): what a kernel's `tl.store(ptr, tl.dot(a, b) * scale)` of
-    a row-major block writes (`codegen`'s direct dot store), without the product tile in between.
+def tile_dot_store(dest, dest_base, dest_ld, scale, accumulate, a_memory, a_base, a_row_stride, a_col_stride,
+                   a_rows, a_cols, a_fill, a_c, a_t, a_bits, a_exact, b_memory, b_base, b_row_stride,
+                   b_col_stride, b_rows, b_cols, b_fill, b_c, b_t, b_bits, b_exact):
+    """The store `dest[dest_base + i * dest_ld + j] = (a @ b)[i, j] * scale` (`accumulate`: `+=`, onto
+    the addend the caller stored there) over the counted rows of a (i < a_rows) and columns of b
+    (j < b_cols): what a kernel's `tl.store(ptr, tl.dot(a, b) * scale [+ addend])` of a row-major block
+    writes (`codegen`'s direct dot store), without the product tile in between.
 
     Where `tile_dot` would take the direct gemm (both operands of the work dtype, read in place), gemm
-    writes the block itself (leading dimension `dest_ld`) and a scale other than 1 multiplies it there:
-    the same float32 product, rounded, then scaled, as the tile's path computes. Otherwise (staging, no
-    unit stride, a product of depth 0, a scale of 0 or not finite, whose products gemm would skip) the
-    product tile is computed as `tile_dot` computes it and copied, scaled, into the block."""
+    writes the block itself (leading dimension `dest_ld`): without `accumulate` a scale other than 1
+    multiplies it there, the same float32 product, rounded, then scaled, as the tile's path computes;
+    with it gemm adds `scale * product` to the addend (beta 1, as torch's addmm), rounding once or
+    twice as its BLAS does. Otherwise (staging, no unit stride, a product of depth 0, a scale of 0 or
+    not finite, whose products gemm would skip) the product tile is computed as `tile_dot` computes it
+    and copied (added), scaled, into the block."""
     count_m, count_n, depth = a_rows, b_cols, a_cols
     if count_m <= 0 or count_n <= 0:
         return
     # one counted depth for both, and masked depth lanes (if any) that add 0 * 0 to every sum
     direct = a_exact and b_exact and depth > 0 and depth == b_rows and scale != 0 and scale - scale == 0 and \
         (depth == a_c.shape[1] or (a_fill == 0 and b_fill == 0))
-    if direct and _gemm_call(a_memory, a_base, a_row_stride, a_col_stride, b_memory, b_base, b_row_stride,
-                             b_col_stride, count_m, count_n, depth, dest, dest_base, dest_ld):
+    if direct and accumulate:
+        if _gemm_call(a_memory, a_base, a_row_stride, a_col_stride, b_memory, b_base, b_row_stride,
+                      b_col_stride, count_m, count_n, depth, dest, dest_base, dest_ld, scale, 1.0):
+            return
+    elif direct and _gemm_call(a_memory, a_base, a_row_stride, a_col_stride, b_memory, b_base, b_row_stride,
+                               b_col_stride, count_m, count_n, depth, dest, dest_base, dest_ld):
         if scale != 1:
             for i in range(count_m):
                 row = dest_base + i * dest_ld
@@ -382,8 +390,12 @@ def tile_dot_store(dest, dest_base, dest_ld, scale, a_memory, a_base, a_row_stri
                   b_bits, b_exact, False)
     for i in range(count_m):
         row = dest_base + i * dest_ld
-        for j in range(count_n):
-            dest[row + j] = out[i, j] * scale
+        if accumulate:
+            for j in range(count_n):
+                dest[row + j] = dest[row + j] + out[i, j] * scale
+        else:
+            for j in range(count_n):
+                dest[row + j] = out[i, j] * scale
 
 
 @_jit

@@ -1,7 +1,7 @@
 """`dot_padding`: `tile_dot` may leave a product's padded lanes unwritten only where the kernel provably
 reads the product at counted rows and columns alone; every other use keeps the exact fill. End to end,
 a kernel that reads the whole product (a row sum over padded columns) still computes torch's result,
-and the op library's one-step matmul takes the unfilled product."""
+and the op library's one-step matmul stores its product straight into its output (test_dot_store.py)."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_a_masked_store_of_the_product_writes_no_padding_and_matches_torch():
     assert "tile_dot_store(" in source and " = tile_dot(" not in source
 
 
-def test_the_op_librarys_one_step_matmul_takes_the_unfilled_product():
+def test_the_op_librarys_one_step_matmul_stores_its_product_directly():
     from torch_rbln.kernels import matmul
 
     config = matmul._fitted_tile(32, 48, 64, 1, in_place=True)
@@ -128,8 +128,9 @@ def test_the_op_librarys_one_step_matmul_takes_the_unfilled_product():
     out = torch.empty(32, 48)
     source = _source(matmul.matmul_kernel.fn, x, w.t(), out, bias, 32, 48, 64, 0, 64, 1, 0, 1, 64, 0, 48, 1,
                      0, 1, 1.0, 1.0, HAS_BIAS=True, **config.kwargs)
-    (call,) = [line for line in source.splitlines() if " = tile_dot(" in line]
-    assert call.rstrip().endswith(", False)")
+    # the bias stored first, then gemm adds the product onto it in place (`tile_dot_store`, accumulating)
+    (call,) = [line for line in source.splitlines() if "tile_dot_store(" in line]
+    assert ", v18, 1, m0, " in call  # scale alpha, accumulate
 
 
 @pytest.mark.parametrize("kernel, block_n", [(row_sums_kernel, 32), (masked_product_kernel, 64)],

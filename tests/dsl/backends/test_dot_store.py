@@ -29,6 +29,23 @@ def scaled_product_kernel(a_ptr, b_ptr, c_ptr, m, n, k, scm, scn, scale,
 
 
 @triton.jit
+def biased_product_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, m, n, k, scm, scn, sbm, sbn, alpha, beta,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """c = alpha * (a @ b) + beta * bias (bias read with strides (sbm, sbn): 0 broadcasts), as the op
+    library's addmm: the addend is stored first and gemm adds the product onto it."""
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a = tl.load(a_ptr + rm[:, None] * k + rk[None, :], mask=(rm[:, None] < m) & (rk[None, :] < k), other=0.0)
+    b = tl.load(b_ptr + rk[:, None] * n + rn[None, :], mask=(rk[:, None] < k) & (rn[None, :] < n), other=0.0)
+    acc = tl.dot(a, b) * alpha
+    inside = (rm[:, None] < m) & (rn[None, :] < n)
+    bias = tl.load(bias_ptr + rm[:, None] * sbm + rn[None, :] * sbn, mask=inside, other=0.0)
+    acc += beta * bias
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc, mask=(rm[:, None] < m) & (rn[None, :] < n))
+
+
+@triton.jit
 def product_and_sum_kernel(a_ptr, b_ptr, c_ptr, s_ptr, K: tl.constexpr, BLOCK: tl.constexpr):
     """The product stored and summed: a second use, so the product tile stays."""
     r = tl.arange(0, BLOCK)
@@ -96,6 +113,27 @@ def test_an_output_aliasing_an_operand_reads_the_operand_first():
     expected = a @ b
     scaled_product_kernel[(1,)](a, b, a, 16, 16, 16, 16, 1, 1.0, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
     torch.testing.assert_close(a, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["row bias", "full bias", "transposed out", "bias is out"])
+def test_a_product_plus_an_addend_matches_the_interpreter_and_torch(layout):
+    m, n, k = 6, 9, 13
+    generator = torch.Generator().manual_seed(len(layout))
+    a, b = torch.randn(m, k, generator=generator), torch.randn(k, n, generator=generator)
+    full = torch.randn(m, n, generator=generator)
+    row = torch.randn(n, generator=generator)
+    bias, bias_strides = (row, (0, 1)) if layout == "row bias" else (full, (n, 1))
+    out_strides = (1, m) if layout == "transposed out" else (n, 1)
+    results = {}
+    for backend in ("interpret", "numba"):
+        out = torch.full((n, m) if layout == "transposed out" else (m, n), 7.0)
+        operand = out.copy_(full) if layout == "bias is out" else bias.clone()
+        biased_product_kernel[(1,)](a, b, out, operand, m, n, k, *out_strides, *bias_strides, 0.5, 2.0,
+                                    BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, backend=backend)
+        results[backend] = out.as_strided((m, n), out_strides)
+    torch.testing.assert_close(results["numba"], results["interpret"], rtol=1e-5, atol=1e-5)
+    expected = 0.5 * (a @ b) + 2.0 * (full if layout != "row bias" else row.expand(m, n))
+    torch.testing.assert_close(results["numba"], expected, rtol=1e-5, atol=1e-5)
 
 
 def test_only_a_product_with_no_other_use_is_stored_directly():

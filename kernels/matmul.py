@@ -233,7 +233,11 @@ def matmul_kernel(
     acc = acc * alpha
     # Each access spells its mask out: a single-use bounds mask stays a box, so the load and the store
     # are one bounds check and a vectorisable loop (a shared mask is materialised and checked per lane).
-    if HAS_BIAS:
+    if HAS_BIAS == 2:  # a row of N unit-stride values broadcast over the rows (linear's bias)
+        bias = tl.load(bias_ptr + rm[:, None] * 0 + rn[None, :], mask=(rm[:, None] < M) & (rn[None, :] < N),
+                       other=0.0)
+        acc += beta * bias.to(tl.float32)
+    elif HAS_BIAS:
         bias = tl.load(bias_ptr + rm[:, None] * s_bias_m + rn[None, :] * s_bias_n,
                        mask=(rm[:, None] < M) & (rn[None, :] < N), other=0.0)
         acc += beta * bias.to(tl.float32)

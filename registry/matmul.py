@@ -39,10 +39,20 @@ from .plan import NO_PLAN, Direct, Family, Plan
 _NO_BIAS = (0, 0)  # bias strides of a launch without bias
 
 
-def shape_key(dtypes: tuple, M: int, N: int, K: int, has_bias: bool, batch: int, index: int) -> tuple:
+def bias_kind(sbias: tuple | None) -> int:
+    """matmul_kernel's HAS_BIAS for a bias with strides `sbias` over the (M, N) result (None: no bias):
+    2 for a row of N unit-stride values broadcast over the rows (linear's bias), which the kernel reads
+    with a literal unit stride (a vector loop) instead of a gather over runtime strides; 1 for any other
+    bias; 0 for none."""
+    if sbias is None:
+        return 0
+    return 2 if tuple(sbias) == (0, 1) else 1
+
+
+def shape_key(dtypes: tuple, M: int, N: int, K: int, has_bias: int, batch: int, index: int) -> tuple:
     """The launch shape `launch` keeps the autotuner's tile under (`_launch.tuned`): the four tensors'
-    dtypes, M, N, K, bias, batch, the device's tensor-parallel size and the requested DSL backend,
-    everything the tuner's decision depends on."""
+    dtypes, M, N, K, the bias kind (`bias_kind`), batch, the device's tensor-parallel size and the
+    requested DSL backend, everything the tuner's decision and its keywords depend on."""
     return (*dtypes, M, N, K, has_bias, batch, device_tp(index), requested_backend())
 
 
@@ -51,8 +61,8 @@ def launch(a, b, c, bias, M, N, K, sa, sb, sc, sbias, alpha, beta, batch) -> Non
     later launches of that shape run the kernel with that config directly (`_launch.tuned`), since the
     tuner's own per-call key and grid callback cost more than a small matmul computes. A transposed
     weight is dense too: the kept unchecked launch takes it."""
-    has_bias = bias is not None
-    operand = bias if has_bias else c
+    has_bias = bias_kind(sbias if bias is not None else None)
+    operand = bias if bias is not None else c
     tensors = (a, b, c, operand)
     dtypes = (a.dtype, b.dtype, c.dtype, operand.dtype)
     args = (*tensors, M, N, K, *sa, *sb, *sc, *sbias, float(alpha), float(beta))
@@ -137,7 +147,8 @@ class MatmulPlan(Plan):
         sc = self.c_strides if len(shape) == 3 else (0, *self.c_strides)  # mm: batch stride 0
         bias = sbias is not None
         self.tail = (M, N, K, *sa, *sb, *sc, *(sbias if bias else _NO_BIAS))
-        self.shape_key = (dtype, dtype, dtype, dtype, M, N, K, bias, batch)  # (`shape_key`'s, tp aside)
+        # (`shape_key`'s, tp aside)
+        self.shape_key = (dtype, dtype, dtype, dtype, M, N, K, bias_kind(sbias), batch)
         self.numels = numels
         self.small = max(numels) < PARALLEL_MIN  # every read operand is scanned in one compiled call
         self.scan_fn, self.mask = contiguous_scan(dtype)

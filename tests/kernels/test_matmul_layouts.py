@@ -93,3 +93,20 @@ def test_no_unit_stride_batched_and_scaled() -> None:
     _ran_on_device("aten::mm", 1)
     _ran_on_device("aten::bmm", 1)
     _ran_on_device("aten::addmm", 1)
+
+
+@pytest.mark.parametrize("bias", ["row", "column", "full", "strided row", "scalar"])
+def test_every_bias_layout_matches_cpu(bias: str) -> None:
+    """A row of unit-stride values (linear's bias) is read as one (HAS_BIAS=2, `registry.matmul.bias_kind`);
+    every other bias layout through its strides, each with alpha and beta, planned and checked calls."""
+    from torch_rbln.registry.matmul import bias_kind
+
+    gen = torch.Generator().manual_seed(len(bias))
+    a, b = torch.randn(40, 24, generator=gen), torch.randn(24, 33, generator=gen)
+    c = {"row": torch.randn(33, generator=gen), "column": torch.randn(40, 1, generator=gen),
+         "full": torch.randn(40, 33, generator=gen), "strided row": torch.randn(66, generator=gen)[::2],
+         "scalar": torch.randn(1, generator=gen)}[bias]
+    expected = torch.addmm(c, a, b, beta=0.5, alpha=-2.0)
+    for _ in range(2):  # the checked call, then the plan's
+        _close(torch.addmm(c.to("rbln"), a.to("rbln"), b.to("rbln"), beta=0.5, alpha=-2.0), expected)
+    assert (bias_kind((0, 1)), bias_kind((1, 0)), bias_kind(None)) == (2, 1, 0)

@@ -1076,35 +1076,44 @@ def clamp_tensor(*, inplace: bool = False, out: bool = False) -> Family:
         if clip is NO_PLAN:
             return NO_PLAN
         plan = Plan(scanned=(0, 1, 2))
-        run_first = first.run
+        # Both launches are made here, every check first (the clip writes the first launch's fresh
+        # result in place: none of a binary run's overlap or NaN/Inf checks applies to it); calling
+        # the first plan's run, then the clip's, cost ~2 us more per call than one flat run.
+        (p1, r1, op1), (p2, r2, op2) = ((p.programs, p.rows, p.keywords["OP"]) for p in (first, clip))
+        n1, n2 = math.prod(first.shape) // r1, math.prod(clip.shape) // r2  # the dense kernel's row lengths
+        split = p1 * r1 > 1 or p2 * r2 > 1
         scan, mask = contiguous_scan(high_dtype)
-        high_numel = math.prod(high_shape)
-        small = high_numel < PARALLEL_MIN
-        # the clip writes the first launch's fresh result in place: nothing of `clip.run`'s overlap
-        # and NaN/Inf checks applies, so its launch is made here (~1.5 us less per call)
-        programs, rows, op = clip.programs, clip.rows, clip.keywords["OP"]
-        n = math.prod(clip.shape) // rows  # the dense kernel's row length
-        split = programs * rows > 1
+        x_numel, low_numel, high_numel = math.prod(key[3]), math.prod(key[5][1]), math.prod(high_shape)
+        small = max(x_numel, low_numel, high_numel) < PARALLEL_MIN
+        shape, dtype, empty_ = first.shape, first.dtype, _memory.empty
 
         def run(operands: tuple) -> Tensor | None:
             x, low, high, target = operands
-            if target is high or (target is not None and _overlaps(target, high)):
-                return None
+            if target is not None and (target is high or _overlaps(target, x, low, high)):
+                return None  # out= shares memory with an input: the implementation decides
             storage = x.untyped_storage().data_ptr()
             if inplace and ((low.untyped_storage().data_ptr() == storage and low is not x) or
                             high.untyped_storage().data_ptr() == storage):
                 return None  # the bounds overlap the result: the implementation decides
-            if not config.deploy_mode() and not (scan(high.data_ptr(), high_numel, mask) if small else
-                                                 all_finite(high)):
-                return None  # (x and low are scanned by the first launch, before it runs)
-            result = run_first((x, low, 1.0, target))
-            if result is None:
-                return None
-            launcher = clip.launcher if clip.backend == requested_backend() else clip.kept()
-            if launcher is None or (split and device_tp(high_index) > 1):
-                clip.launch_checked((result, high, result, n, 1.0))
+            if not config.deploy_mode():
+                if small:
+                    if not (scan(x.data_ptr(), x_numel, mask) and scan(low.data_ptr(), low_numel, mask) and
+                            scan(high.data_ptr(), high_numel, mask)):
+                        return None  # a NaN/Inf input: the implementation's CPU fallback
+                elif not (all_finite(x) and all_finite(low) and all_finite(high)):
+                    return None
+            result = x if inplace else target if target is not None else empty_(shape, dtype, high_index)
+            several = split and device_tp(high_index) > 1
+            launcher = first.launcher if first.backend == requested_backend() else first.kept()
+            if launcher is None or several:
+                first.launch_checked((x, low, result, n1, 1.0))
             else:
-                launcher(programs, rows, 1, result, high, result, n, 1.0, op)
+                launcher(p1, r1, 1, x, low, result, n1, 1.0, op1)
+            launcher = clip.launcher if clip.backend == requested_backend() else clip.kept()
+            if launcher is None or several:
+                clip.launch_checked((result, high, result, n2, 1.0))
+            else:
+                launcher(p2, r2, 1, result, high, result, n2, 1.0, op2)
             return result
 
         plan.run = run

@@ -40,6 +40,15 @@ def launch(kernel, programs: int, key: tuple, args: tuple, kwargs: dict, rows: i
             _plans[full] = plan
 
 
+def launch_decided(g, args: tuple) -> None:
+    """Launch a decided `plan.Launch` `g` on `args` through the launch kept under its key, or the
+    general launch when it has no key (an int that needs 64 bits)."""
+    if g.key is not None:
+        launch(g.kernel, g.programs, g.key, args, g.keywords, g.rows)
+    else:
+        g.kernel[(g.programs, g.rows)](*args, **g.keywords)
+
+
 def _arg_kind(value) -> object:
     """What of a launch argument decides the kernel's specialisation: a tensor's dtype, an int's fitting
     in 32 bits, else the value's type."""

@@ -21,7 +21,7 @@ from ._base import FLOATS, Decline, require_float
 from ._launch import kernel_module as _k
 from ._launch import launch_grid as _run
 from ._ops import cast_copy, contiguous, empty
-from .geometry import I32, cdiv
+from .geometry import I32, block, cdiv
 from .matmul import launch as _matmul_launch
 
 _HALVES = (torch.float16, torch.bfloat16)
@@ -661,7 +661,7 @@ def _scatter(x, dim, index, src, *, add: bool, inplace: bool, value: torch.Tenso
         out = x if inplace and x.is_contiguous() else cast_copy(x, x.dtype)
     kernels = _k("cnn")
     # a block of 16 where inner is short (a scatter along the last dim has inner 1)
-    lanes = 16 if inner <= 16 else kernels.GATHER_BLOCK
+    lanes = min(block(inner), kernels.GATHER_BLOCK)
     _run(kernels.scatter_kernel, (outer, cdiv(inner, lanes)),
          (contiguous(index), value if one_value else contiguous(src), out, size, inner, count,
           0 if one_value else 1), ADD=add, BLOCK=lanes)

@@ -226,15 +226,6 @@ def binary_tiled_launch(name: str, dtypes: tuple, n: int, sizes, sa, sb) -> Laun
                   cdiv(s2, block_m) * cdiv(s3, block_n), n // (s2 * s3), (*sizes, *sa, *sb))
 
 
-def _run_decided(g: Launch, args: tuple) -> None:
-    """Launch `g` on `args` through its kept launch, or the general launch when it has no key (an int
-    that needs 64 bits)."""
-    if g.key is not None:
-        _launch.launch(g.kernel, g.programs, g.key, args, g.keywords, g.rows)
-    else:
-        g.kernel[(g.programs, g.rows)](*args, **g.keywords)
-
-
 def where_launch(dtypes: tuple, n: int, sizes, sc, sa, sb) -> Launch:
     """where over `n` elements of `where_geometry`'s layout (ints: after the four tensors):
     `where_tiled_kernel`, in tiles of the last two dims (`small_tile_shape`). Why tiles at every size:
@@ -307,7 +298,7 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
     bcast, sizes, (sa, sb) = _geometry(shape, [ta, tb])
     if bcast:
         g = binary_tiled_launch(name, (ta.dtype, tb.dtype, out.dtype), n, sizes, sa, sb)
-        _run_decided(g, (ta, tb, out, float(alpha), *g.ints))
+        _launch.launch_decided(g, (ta, tb, out, float(alpha), *g.ints))
         return out
     # dense operands that `dense_binary_launch` declined: 2^31 or more elements
     size = block(n)
@@ -415,7 +406,7 @@ def _where(condition: Tensor, a: Tensor, b: Tensor, out: Tensor, *, a_scalar: bo
     n = out.numel()
     sizes, sc, sa, sb = where_geometry(list(out.shape), [condition, a, b], a_scalar=a_scalar)
     g = where_launch((condition.dtype, a.dtype, b.dtype, out.dtype), n, sizes, sc, sa, sb)
-    _run_decided(g, (condition, a, b, out, *g.ints))
+    _launch.launch_decided(g, (condition, a, b, out, *g.ints))
 
 
 # ---------------------------------------------------------------- plans

@@ -79,10 +79,7 @@ def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bo
     tensor_b = a if scalar is not None else b
     dtypes = (a.dtype, tensor_b.dtype, out.dtype)
     g = integer_launch(name, dtypes, list(out.shape), n, operands, scalar, alpha)
-    if g.key is None:
-        g.kernel[(g.programs,)](a, tensor_b, *g.ints[:1], out, *g.ints[1:], **g.keywords)
-    else:
-        _launch.launch(g.kernel, g.programs, g.key, (a, tensor_b, g.ints[0], out, *g.ints[1:]), g.keywords)
+    _launch.launch_decided(g, (a, tensor_b, g.ints[0], out, *g.ints[1:]))
     return out
 
 

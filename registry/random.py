@@ -18,7 +18,7 @@ from ._base import FLOATS, Decline, require_float
 from ._launch import kernel_module as _k
 from ._launch import launch_grid
 from ._ops import contiguous, empty
-from .geometry import cdiv
+from .geometry import block, cdiv
 
 _SEEDS = 2**31 - 1
 
@@ -65,10 +65,11 @@ def native_dropout_backward(grad: torch.Tensor, mask: torch.Tensor, scale: float
 
 
 def _block(n: int) -> int:
-    """The random kernels' block: 16 lanes for at most 16 elements, else `kernels.random.BLOCK`. Every
+    """The random kernels' block: `geometry.block`'s (16 lanes for at most 16 elements), at most
+    `kernels.random.BLOCK`. Every
     lane computes its draw before the store's mask, so a 4-element `uniform_` paid for 1024 draws
     (~13 us); each element's value depends on the seed and its index only, not on the block."""
-    return 16 if n <= 16 else _k("random").BLOCK
+    return min(block(n), _k("random").BLOCK)
 
 
 def _fill_random(kernel_name: str, x: torch.Tensor, a: float, b: float, generator, **constexprs

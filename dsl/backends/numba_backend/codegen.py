@@ -1444,17 +1444,7 @@ class _Lowering:
         if box is not None:
             affine, counts = box
             self._check_box(op, root, affine, counts, "store", value.type.shape)
-            representation = self.get(value)
-
-            def write(unit: Affine) -> None:
-                index = self.open_loops_to(counts)
-                address = unit.render(index)
-                with self.hazards.hosted(root, address if _injective(unit, value.type.shape) else None):
-                    stored = _store_value(value.type.dtype, representation.render(index), self.exact(value))
-                self.emit(f"{_memory(root, address)} = {stored}")
-                self.close_loops(tuple(counts))
-
-            self._with_unit_stride(affine, write)
+            self._with_unit_stride(affine, lambda unit: self._box_store(root, unit, counts, value))
             return
         rp, rv = self.get(pointer), self.get(value)
         rm = self.get(mask) if mask is not None else None
@@ -1472,6 +1462,16 @@ class _Lowering:
         if rm is not None:
             self.depth -= 1
         self.close_loops(shape)
+
+    def _box_store(self, root: int, affine: Affine, counts: list[str], value: Value) -> None:
+        """The loops storing `value` at `affine` over the box `counts` of argument `root`; deferred
+        reads rendered inside are recorded as reads in this write's loop (`_ReadHazards.hosted`)."""
+        index = self.open_loops_to(counts)
+        address = affine.render(index)
+        with self.hazards.hosted(root, address if _injective(affine, value.type.shape) else None):
+            stored = _store_value(value.type.dtype, self.get(value).render(index), self.exact(value))
+        self.emit(f"{_memory(root, address)} = {stored}")
+        self.close_loops(tuple(counts))
 
     def _dot_store(self, op: Op, root: int, box, deferred: tuple) -> bool:
         """Emit the store of a deferred product (`_direct_dot_store`) when its box stores exactly the
@@ -1502,12 +1502,7 @@ class _Lowering:
             self.emit(f"if {_cast('np.int64', column)} == 1:")
             self.depth += 1
         if addend is not None:  # the addend first, stored as any value is; gemm adds the product onto it
-            index = self.open_loops_to(counts)
-            address = unit.render(index)
-            with self.hazards.hosted(root, address if _injective(unit, shape) else None):
-                stored = _store_value(addend.type.dtype, self.get(addend).render(index), self.exact(addend))
-            self.emit(f"{_memory(root, address)} = {stored}")
-            self.close_loops(tuple(counts))
+            self._box_store(root, unit, counts, addend)
         self.emit(call)
         if isinstance(column, int):
             return True
@@ -1515,11 +1510,7 @@ class _Lowering:
         self.emit("else:")
         self.depth += 1
         self.emit(f"{product} = tile_dot({', '.join(arguments)}, True)")
-        value = op.operands[1]
-        index = self.open_loops_to(counts)
-        stored = _store_value(value.type.dtype, self.get(value).render(index), self.exact(value))
-        self.emit(f"{_memory(root, affine.render(index))} = {stored}")
-        self.close_loops(tuple(counts))
+        self._box_store(root, affine, counts, op.operands[1])
         self.depth -= 1
         return True
 

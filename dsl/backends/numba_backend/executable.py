@@ -563,23 +563,30 @@ class Executable:
         address_arguments += arguments[len(tensors):]
         address_signature = ", ".join([*(f"a{i}, n{i}" for i in self._ptr_params),
                                        *(names[i] for i in self._scalar_params)])
-        lines = [
-            f"def unchecked(g0, g1, g2, {signature}):",
-            "    error = errors.get(get_ident())",  # this thread's fault record: all zero between launches
+        flat = ", ".join(arguments)
+        record = [  # this thread's fault record: all zero between launches
+            "    error = errors.get(get_ident())",
             "    if error is None:",
             "        error = errors[get_ident()] = zeros(4, int64)",
-            f"    kernel(0, g0 * g1 * g2, g0, g1, g2, {', '.join(arguments)}, error)",
+        ]
+        report = [  # a fault: the record reset, the fault raised as a launch raises it (`failed`)
+            "        fault = error.copy()",
+            "        error[:] = 0",
+            f"        failed(fault, (g0, g1, g2), ({spans}), [{values}])",
+        ]
+        lines = [
+            f"def unchecked(g0, g1, g2, {signature}):",
+            *record,
+            f"    kernel(0, g0 * g1 * g2, g0, g1, g2, {flat}, error)",
             "    if error[0]:",
             # refused for aliasing (an in-place call): the alias-safe variant, once it has run once
             # through the general launch, takes the same flat arguments directly
             f"        if error[0] == {codegen.ERR_ALIASED} and aliased() is not None:",
             "            error[:] = 0",
-            f"            aliased()(0, g0 * g1 * g2, g0, g1, g2, {', '.join(arguments)}, error)",
+            f"            aliased()(0, g0 * g1 * g2, g0, g1, g2, {flat}, error)",
             "            if not error[0]:",
             "                return",
-            "        fault = error.copy()",
-            "        error[:] = 0",
-            f"        failed(fault, (g0, g1, g2), ({spans}), [{values}])",
+            *report,
             "",
             # for callers whose arguments alias by design (an in-place op writing an input it reads
             # through other strides): the alias-safe variant directly once it is compiled
@@ -588,19 +595,13 @@ class Executable:
             "    if variant is None:",
             f"        unchecked(g0, g1, g2, {signature})",
             "        return",
-            "    error = errors.get(get_ident())",
-            "    if error is None:",
-            "        error = errors[get_ident()] = zeros(4, int64)",
-            f"    variant(0, g0 * g1 * g2, g0, g1, g2, {', '.join(arguments)}, error)",
+            *record,
+            f"    variant(0, g0 * g1 * g2, g0, g1, g2, {flat}, error)",
             "    if error[0]:",
-            "        fault = error.copy()",
-            "        error[:] = 0",
-            f"        failed(fault, (g0, g1, g2), ({spans}), [{values}])",
+            *report,
             "",
             f"def by_address(g0, g1, g2, {address_signature}):",
-            "    error = errors.get(get_ident())",
-            "    if error is None:",
-            "        error = errors[get_ident()] = zeros(4, int64)",
+            *record,
             f"    kernel(0, g0 * g1 * g2, g0, g1, g2, {', '.join(address_arguments)}, error)",
             "    if error[0]:",
             "        error[:] = 0",

@@ -160,3 +160,17 @@ def test_the_op_librarys_matmul_without_bias_stores_its_product_directly():
     assert "tile_dot_store(" in codegen.lower(fn.ir).source
     got = torch.mm(x.to("rbln"), w.to("rbln")).cpu()
     torch.testing.assert_close(got, x @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_block_beyond_the_output_faults_before_gemm_writes_anything():
+    """The direct store stands behind the store's own bounds check: an output too small for the block
+    (or an offset past its end) raises the out-of-bounds fault and leaves the memory untouched."""
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    backing = torch.full((120,), 7.0)
+    small = backing[:100]  # the 16 x 16 block needs 256 elements; 20 more lie past the view's end
+    with pytest.raises(tl.KernelRuntimeError, match="out-of-bounds store"):
+        scaled_product_kernel[(1,)](a, b, small, 16, 16, 16, 16, 1, 1.0, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+    assert torch.equal(backing, torch.full((120,), 7.0))
+    with pytest.raises(tl.KernelRuntimeError, match="out-of-bounds store"):
+        scaled_product_kernel[(1,)](a, b, backing, 4, 4, 16, -40, 1, 1.0, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+    assert torch.equal(backing, torch.full((120,), 7.0))

@@ -213,7 +213,13 @@ def exp32(x):
     x = np.float32(x)
     if x != x:
         return x
+    # Inputs whose result is 0 (-inf: every masked score of a softmax or attention tile) are computed
+    # as exp(0) and replaced below: through the clamp they gave a subnormal 2**-149 product, and each
+    # subnormal multiply is a microcode assist (~7 ns per element against ~0.7: a causal 16x16
+    # attention tile spent a quarter of its time there). Results that are subnormal stay exact.
     clamped = min(max(x, np.float32(-103.0)), np.float32(88.72283935546875))
+    if x < np.float32(-103.972084):
+        clamped = np.float32(0.0)
     n = np.rint(clamped * _LOG2E)
     r = clamped - n * _LN2_HI - n * _LN2_LO
     p = np.float32(1.3981999507e-3)

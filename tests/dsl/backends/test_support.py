@@ -101,6 +101,21 @@ def test_exp32_is_within_3_ulp():
     assert (np.abs(got - ref) / ref).max() < 3 * np.finfo(np.float32).eps
 
 
+def test_exp32_underflow_and_special_values():
+    """The tail where exp32 substitutes its input (below -103.97, where exp rounds to 0, and -inf, the
+    masked scores of softmax and attention) and the subnormal results just above it: each equals
+    float64 exp rounded to float32 within 3 steps of 2**-149 (the 3 ulp of `test_exp32_is_within_3_ulp`
+    where the results turn normal); overflow is inf, NaN stays NaN."""
+    xs = np.concatenate([np.float32([-np.inf, -1e30, -200.0, -104.0, -103.98, 88.8, 1e30, np.inf]),
+                         np.linspace(-103.9, -87.0, 20_001, dtype=np.float32)])
+    got = _run(_apply_exp, xs)
+    ref = np.exp(xs.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(got[:5], np.zeros(5, np.float32)) and np.isposinf(got[5:8]).all()
+    assert (np.abs(got[8:].astype(np.float64) - ref[8:]) <= 3 * 2.0 ** -149).all()
+    assert (got[8:] > 0).all()
+    assert math.isnan(_run(_apply_exp, np.float32([np.nan]))[0])
+
+
 def test_tanh32_on_four_million_floats_within_3_ulp():
     """A grid over [-12, 12] (both branches, the switch at |x| = 0.625, the saturation to +-1 near 9),
     and the normal floats down to 2**-126, where tanh(x) ~ x: relative error below 3 float32 ulp."""

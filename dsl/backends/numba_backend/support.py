@@ -387,9 +387,14 @@ def row_has_nan(row):
     return seen
 
 
-# max/min: neither loop form ran faster than one compare per element in turn here, so eight independent
-# running values (one dependency chain each instead of one for all) halve a 4096-element row max. The
-# min is the max of the negated row, negated back (negation is exact).
+# max/min of a contiguous float32/float64 row: one pass over its bits as integers. LLVM (numba 0.68) does not
+# vectorise a float max reduction in any loop form tried (1.0-1.1 ns per element as a compare chain,
+# with or without nnan), but does an integer one: each float's bits map to an integer of the same
+# order (negative floats get their magnitude bits flipped), and bits above infinity's are a NaN. A
+# 16-lane tile row took 50 ns in the two-pass float form (NaN scan, then eight running values) and
+# takes 6 ns; a 1024-lane row 440 -> 225 ns. Ties of -0 and +0 give +0 for the max and -0 for the min
+# (IEEE 754-2019 maximum/minimum), whichever comes first. Other rows (strided, other dtypes) take the
+# float form, eight running values after a NaN scan; the min is the max of the negated row.
 @_no_nans
 def _row_max_of_signed(row, sign):
     """max(sign * row) (-inf for an empty row), in eight running values."""
@@ -411,26 +416,53 @@ def _row_max_of_signed(row, sign):
     return best
 
 
-@_no_nans
-def _row_max_no_nan(row):
-    return _row_max_of_signed(row, row.dtype.type(1))
+def _row_extreme(row, minimum):  # pragma: no cover  (numba overload below)
+    raise NotImplementedError("called from numba code only")
 
 
-@_no_nans
-def _row_min_no_nan(row):
-    return -_row_max_of_signed(row, row.dtype.type(-1))
+@numba.extending.overload(_row_extreme, jit_options={"cache": True})
+def _row_extreme_impl(row, minimum):
+    """max (`minimum` False) or min of `row` with NaN propagation (-inf / +inf for an empty row)."""
+    if row.layout != "C" or row.dtype not in (numba.types.float32, numba.types.float64):
+        def by_floats(row, minimum):
+            for i in range(row.shape[0]):
+                if row[i] != row[i]:
+                    return row.dtype.type(np.nan)
+            if minimum:
+                return -_row_max_of_signed(row, row.dtype.type(-1))
+            return _row_max_of_signed(row, row.dtype.type(1))
+        return by_floats
+    wide = row.dtype == numba.types.float64
+    bits_type, float_type = (np.int64, np.float64) if wide else (np.int32, np.float32)
+    shift = bits_type(63 if wide else 31)
+    magnitude = bits_type(2**63 - 1 if wide else 2**31 - 1)
+    infinity = bits_type(0x7FF0000000000000 if wide else 0x7F800000)
+    lowest = bits_type((int(infinity) | -(2 ** int(shift))) ^ int(magnitude))  # -inf's key
+
+    def by_bits(row, minimum):
+        bits = numba.carray(as_pointer(row.ctypes.data, bits_type), row.shape[0])
+        flip = bits_type(-1) if minimum else bits_type(0)  # ~key reverses the order: min = ~max(~key)
+        best = (infinity if minimum else lowest) ^ flip  # the key of the empty row's result
+        nan = False
+        for i in range(bits.shape[0]):
+            b = bits[i]
+            nan |= (b & magnitude) > infinity
+            key = (b ^ ((b >> shift) & magnitude)) ^ flip
+            best = key if key > best else best
+        best ^= flip
+        if nan:
+            return float_type(np.nan)
+        return bits_type(best ^ ((best >> shift) & magnitude)).view(float_type)
+    return by_bits
 
 
 @_inline
 def row_max(row):
-    """max with NaN propagation, in two vectorisable passes."""
-    if row_has_nan(row):
-        return row.dtype.type(np.nan)
-    return _row_max_no_nan(row)
+    """max with NaN propagation (see `_row_extreme`)."""
+    return _row_extreme(row, False)
 
 
 @_inline
 def row_min(row):
-    if row_has_nan(row):
-        return row.dtype.type(np.nan)
-    return _row_min_no_nan(row)
+    """min with NaN propagation (see `_row_extreme`)."""
+    return _row_extreme(row, True)

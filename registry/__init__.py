@@ -33,7 +33,7 @@ from torch import Tensor
 from torch_rbln import _structural, config, fallback
 
 from ._base import FLOATS, Decline, InvalidCall, Ref  # noqa: F401  (FLOATS re-exported)
-from ._checks import _device_counts, _device_notes, _run_device, check_inputs
+from ._checks import _device_counts, _device_notes, _run_device, check_inputs, fold_deferred_counts
 from ._memo import BoundedMemo
 from .table import NAMES, TABLE, Op
 
@@ -392,12 +392,14 @@ def _plain_call_shortcut(custom: Any, namespace: str, opname: str, kernel: Calla
 # ---------------------------------------------------------------- reporting
 
 def device_counts() -> dict[str, int]:
+    fold_deferred_counts()
     return dict(_device_counts)
 
 
 def fallback_report() -> dict[str, dict[str, Any]]:
     """Per op: {"device": calls on device kernels, "cpu": calls on the CPU fallback, "reasons": {...}}."""
     report: dict[str, dict[str, Any]] = {}
+    fold_deferred_counts()
     for name, count in list(_device_counts.items()):
         report.setdefault(name, {"device": 0, "cpu": 0, "reasons": {}})["device"] = count
     reasons = fallback.fallback_reasons()
@@ -409,6 +411,7 @@ def fallback_report() -> dict[str, dict[str, Any]]:
 
 
 def reset_fallback_report() -> None:
+    fold_deferred_counts()  # (what the compiled programs counted before the reset goes too)
     _device_counts.clear()
     _device_notes.clear()
     fallback.reset_fallback_counts()

@@ -18,6 +18,17 @@ from ._base import FLOATS
 from ._finite_scan import all_finite
 
 _device_counts: Counter[str] = Counter()  # op name -> calls that ran a device kernel
+# Counters added to `_device_counts` when it is read rather than on every call: a compiled program
+# counts its calls (one integer) and registers here a function that adds calls x its per-call counts;
+# adding them on every call cost a program call 3 us (the demo model's forward is ~350). Every reader
+# of `_device_counts` calls `fold_deferred_counts()` first.
+_deferred_counts: list[Callable[[], None]] = []
+
+
+def fold_deferred_counts() -> None:
+    """Add what the deferred counters accumulated to `_device_counts`."""
+    for fold in list(_deferred_counts):
+        fold()
 # (op name, reason) of device calls that took a slower device path and said why at INFO, once until the
 # next `registry.reset_fallback_report()` (as CPU fallbacks are logged once per op and reason)
 _device_notes: set[tuple[str, str]] = set()

@@ -35,6 +35,9 @@ def snapshot() -> dict:
     """Counters (graphs_compiled, memory_hits, disk_hits, kernels_generated, fused_launches, eager_graphs,
     eager_group_calls, compile_errors, tp_failovers, cache_rebuilds: graph cache entries that did not fit
     their graph or did not load, regenerated) and launches per fused kernel (``kernels``)."""
+    from torch_rbln.registry._checks import fold_deferred_counts
+
+    fold_deferred_counts()  # the compiled programs' launches since the last read
     with _lock:
         names = ("graphs_compiled", "memory_hits", "disk_hits", "kernels_generated", "fused_launches",
                  "eager_graphs", "eager_group_calls", "compile_errors", "tp_failovers", "cache_rebuilds")
@@ -45,6 +48,9 @@ def snapshot() -> dict:
 
 
 def reset() -> None:
+    from torch_rbln.registry._checks import fold_deferred_counts
+
+    fold_deferred_counts()  # launches counted before the reset stay out of the counts after it
     with _lock:
         _counts.clear()
         _kernels.clear()

@@ -900,9 +900,8 @@ class Program:
         self.function: Callable | None = None
         self.source: str | None = None
         self.report: dict[str, Any] = {}
-        self._device_counts: tuple = ()
-        self._kernels: tuple = ()
-        self._fused = 0
+        self._kernels: tuple = ()  # (fused kernel name, launches per call)
+        self._uncounted = [0]  # calls not yet added to the device and launch counters (`_deferred_counter`)
 
     def __call__(self, *args: Any) -> Any:
         function = self.function
@@ -912,7 +911,7 @@ class Program:
             except (_Unplanned, _Fault):
                 self.reruns += 1
                 return self.gm(*args)
-            self._count()
+            self._uncounted[0] += 1
             return result
         self.calls += 1
         if self.calls < 2:
@@ -922,13 +921,25 @@ class Program:
         self._generate(recorder.values)
         return result
 
-    def _count(self) -> None:
-        from torch_rbln.registry._checks import _device_counts
+    def _deferred_counter(self, device_counts: tuple, fused: int) -> None:
+        """Count this program's calls when the counters are read (`registry._checks.fold_deferred_counts`,
+        which `registry.device_counts()` and `compiler.stats()` call) instead of on every call: each
+        call adds its op calls to the device counts and its fused launches to the compiler's. The fold
+        holds the pending count, not the program, so the calls of a program since freed still count."""
+        from torch_rbln.registry import _checks
 
-        for name, count in self._device_counts:
-            _device_counts[name] += count
-        if self._fused:
-            _stats.count_launches(self._fused, self._kernels)
+        uncounted, kernels = self._uncounted, self._kernels
+
+        def fold() -> None:
+            calls = uncounted[0]
+            if calls:
+                uncounted[0] -= calls
+                for name, count in device_counts:
+                    _checks._device_counts[name] += count * calls
+                if fused:
+                    _stats.count_launches(fused * calls, tuple((k, c * calls) for k, c in kernels))
+
+        _checks._deferred_counts.append(fold)
 
     def _generate(self, values: dict[fx.Node, Any]) -> None:
         from torch_rbln import _memory, config
@@ -958,9 +969,8 @@ class Program:
         exec(code, namespace)  # noqa: S102 - generated from this graph's own nodes
         self.source = source
         self.function = namespace["program"]
-        self._device_counts = tuple(builder.device_counts.items())
         self._kernels = tuple(builder.kernels.items())
-        self._fused = builder.counter["fused"]
+        self._deferred_counter(tuple(builder.device_counts.items()), builder.counter["fused"])
         self.report = {"fused": builder.counter["fused"], "planned": builder.counter["planned"],
                        "views": builder.counter["views"], "hoisted": builder.counter["hoisted"],
                        "reused_buffers": builder.counter["reused"],

@@ -109,6 +109,43 @@ def test_the_program_counts_its_launches_as_the_graph_did(fresh_compiler):
     assert counts[2] == counts[1] and counts[2][0] > 0 and counts[2][1]
 
 
+def test_program_calls_are_counted_when_read_even_after_the_program_is_gone(fresh_compiler):
+    """A program counts its calls lazily (one integer per call, added to the device and launch counters
+    when they are read): five calls read at once count five times one call, a reset drops what came
+    before it, and calls of a program freed since (Dynamo reset) still count."""
+    import gc
+
+    from torch_rbln import registry
+
+    _, device, x = _model()
+    xr = x.to("rbln")
+    compiled = torch.compile(device, backend="rbln")
+
+    def counted(function, calls: int) -> tuple[int, dict[str, int]]:
+        fresh_compiler.reset_stats()
+        registry.reset_fallback_report()
+        for _ in range(calls):
+            function(xr)
+        return fresh_compiler.stats()["fused_launches"], registry.device_counts()
+
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(xr)  # the third call generates the program
+        launches, devices = counted(compiled, 1)
+        five_launches, five_devices = counted(compiled, 5)
+        assert launches > 0 and five_launches == 5 * launches
+        assert devices and five_devices == {name: 5 * count for name, count in devices.items()}
+        fresh_compiler.reset_stats()
+        registry.reset_fallback_report()
+        compiled(xr)
+        compiled(xr)
+        torch._dynamo.reset()
+        del compiled
+        gc.collect()
+        assert fresh_compiler.stats()["fused_launches"] == 2 * launches
+        assert registry.device_counts() == {name: 2 * count for name, count in devices.items()}
+
+
 def test_inputs_with_other_strides_run_the_fused_graph(fresh_compiler, monkeypatch):
     """compile_graph used directly (no Dynamo guards): the program's guard sends a call whose input
     strides differ from the graph's to the fused graph, which handles them."""

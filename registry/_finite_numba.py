@@ -15,7 +15,9 @@ def _no_word_has_mask(words, m):
     """No word of `words` has all the bits of `m` set; stops after the first chunk with a hit. The
     chunks have a constant trip count and the tail a loop of its own: with numba 0.68 / llvmlite 0.50
     an inner loop bounded by `min(start + chunk, n)` compiled to code that ran at a fifth of this
-    speed (58 ms for 2^24 float32 words instead of 12)."""
+    speed (58 ms for 2^24 float32 words instead of 12). The tail, the whole scan of a tensor below the
+    chunk size (every small operand's), is a loop over a view from 0: `range(whole, n)` over the array
+    itself ran at a quarter of the speed (0.42 ns per word against 0.10; 447 -> 109 ns for 1,024)."""
     n = words.shape[0]
     whole = n - n % CHUNK
     for start in range(0, whole, CHUNK):
@@ -24,9 +26,10 @@ def _no_word_has_mask(words, m):
             hits += (words[start + i] & m) == m
         if hits:
             return False
+    tail = words[whole:]
     hits = 0
-    for i in range(whole, n):
-        hits += (words[i] & m) == m
+    for i in range(tail.shape[0]):
+        hits += (tail[i] & m) == m
     return hits == 0
 
 

@@ -55,6 +55,13 @@ def test_the_finite_scan_finds_every_nan_and_inf(dtype):
             x[where] = bad
             assert not all_finite(x), (bad, where)
             assert not all_finite(x.to("rbln")), (bad, where)
+    for size in (1, 2, 7, 33, 1000):  # tensors below the chunk size: the tail alone
+        small = base[:size].clone()
+        assert all_finite(small)
+        for where in range(0, size, max(1, size // 9)):
+            x = small.clone()
+            x[where] = float("nan") if where % 2 else float("inf")
+            assert not all_finite(x) and not all_finite(x.to("rbln")), (size, where)
     info = torch.finfo(dtype)
     largest = torch.tensor([info.max, -info.max, info.tiny], dtype=dtype)
     assert all_finite(largest)

@@ -5,6 +5,7 @@ importing the package that registers them.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -22,13 +23,22 @@ _device_counts: Counter[str] = Counter()  # op name -> calls that ran a device k
 # counts its calls (one integer) and registers here a function that adds calls x its per-call counts;
 # adding them on every call cost a program call 3 us (the demo model's forward is ~350). Every reader
 # of `_device_counts` calls `fold_deferred_counts()` first.
-_deferred_counts: list[Callable[[], None]] = []
+_deferred_counts: list[Callable[[], bool]] = []
+_deferred_lock = threading.Lock()
+
+
+def defer_counts(fold: Callable[[], bool]) -> None:
+    """Register a deferred counter: `fold()` adds what it accumulated and returns whether it may count
+    again (False once its program is gone, after which it is dropped)."""
+    with _deferred_lock:
+        _deferred_counts.append(fold)
 
 
 def fold_deferred_counts() -> None:
-    """Add what the deferred counters accumulated to `_device_counts`."""
-    for fold in list(_deferred_counts):
-        fold()
+    """Add what the deferred counters accumulated to `_device_counts`, dropping finished ones."""
+    with _deferred_lock:
+        _deferred_counts[:] = [fold for fold in _deferred_counts if fold()]
+
 # (op name, reason) of device calls that took a slower device path and said why at INFO, once until the
 # next `registry.reset_fallback_report()` (as CPU fallbacks are logged once per op and reason)
 _device_notes: set[tuple[str, str]] = set()

@@ -925,12 +925,15 @@ class Program:
         """Count this program's calls when the counters are read (`registry._checks.fold_deferred_counts`,
         which `registry.device_counts()` and `compiler.stats()` call) instead of on every call: each
         call adds its op calls to the device counts and its fused launches to the compiler's. The fold
-        holds the pending count, not the program, so the calls of a program since freed still count."""
+        holds the pending count and a weak reference to the program, so the calls of a program since
+        freed still count, and its fold is dropped after the first read that finds it gone."""
+        import weakref
+
         from torch_rbln.registry import _checks
 
-        uncounted, kernels = self._uncounted, self._kernels
+        uncounted, kernels, alive = self._uncounted, self._kernels, weakref.ref(self)
 
-        def fold() -> None:
+        def fold() -> bool:
             calls = uncounted[0]
             if calls:
                 uncounted[0] -= calls
@@ -938,8 +941,9 @@ class Program:
                     _checks._device_counts[name] += count * calls
                 if fused:
                     _stats.count_launches(fused * calls, tuple((k, c * calls) for k, c in kernels))
+            return alive() is not None
 
-        _checks._deferred_counts.append(fold)
+        _checks.defer_counts(fold)
 
     def _generate(self, values: dict[fx.Node, Any]) -> None:
         from torch_rbln import _memory, config

@@ -146,6 +146,32 @@ def test_program_calls_are_counted_when_read_even_after_the_program_is_gone(fres
         assert registry.device_counts() == {name: 2 * count for name, count in devices.items()}
 
 
+def test_a_freed_programs_counter_counts_its_last_calls_then_is_dropped(fresh_compiler):
+    """The deferred counter of a program nothing holds any more adds the calls it had not counted yet on
+    the next read, then leaves the list of counters (which would otherwise grow with every graph); a
+    living program's counter stays."""
+    import gc
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch_rbln.registry import _checks
+
+    from torch_rbln import registry
+
+    gm = make_fx(lambda a: a + 1.0)(torch.zeros(2))
+    living, freed = Program(gm, 0, "living"), Program(gm, 1, "freed")
+    for program in (living, freed):
+        program._deferred_counter((("test::op", 2),), 0)
+    living._uncounted[0], freed._uncounted[0] = 1, 3
+    before = len(_checks._deferred_counts)
+    del freed, program
+    gc.collect()
+    assert registry.device_counts()["test::op"] == 2 * (1 + 3)
+    assert len(_checks._deferred_counts) == before - 1
+    living._uncounted[0] += 5
+    assert registry.device_counts()["test::op"] == 2 * (1 + 3 + 5)
+    registry.reset_fallback_report()
+
+
 def test_inputs_with_other_strides_run_the_fused_graph(fresh_compiler, monkeypatch):
     """compile_graph used directly (no Dynamo guards): the program's guard sends a call whose input
     strides differ from the graph's to the fused graph, which handles them."""

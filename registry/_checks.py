@@ -39,6 +39,7 @@ def fold_deferred_counts() -> None:
     with _deferred_lock:
         _deferred_counts[:] = [fold for fold in _deferred_counts if fold()]
 
+
 # (op name, reason) of device calls that took a slower device path and said why at INFO, once until the
 # next `registry.reset_fallback_report()` (as CPU fallbacks are logged once per op and reason)
 _device_notes: set[tuple[str, str]] = set()

@@ -249,8 +249,7 @@ def _gemm_call(a_memory, a_base, a_row_stride, a_col_stride, b_memory, b_base, b
             max(a_ld, b_ld, ldc) > _INT32_MAX:
         return False  # (LP64 BLAS takes 32-bit sizes)
     # b row-major is b^T column-major ('n'); a row-major is a^T column-major ('n'). Fortran BLAS takes
-    # every argument by address: [transa, transb] and [m, n, k, lda, ldb, ldc], [alpha, beta].
-    # every argument by address: [transa, transb], [m, n, k, ldb, lda, ldc, BLAS threads], [alpha, beta]
+    # every argument by address: [transa, transb], [m, n, k, ldb, lda, ldc, BLAS threads], [alpha, beta].
     flags = np.empty(2, dtype=np.uint8)
     flags[0] = _NOTRANS if b_order == 0 else _TRANS
     flags[1] = _NOTRANS if a_order == 0 else _TRANS

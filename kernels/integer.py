@@ -33,8 +33,8 @@ OPS = frozenset({ADD, SUB, MUL, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM})
 # Integer-only op codes, after elementwise.BINARY's (the float kernels have no bitwise ops).
 BITWISE_AND, BITWISE_OR, BITWISE_XOR = 23, 24, 25
 BITWISE = {"bitwise_and": BITWISE_AND, "bitwise_or": BITWISE_OR, "bitwise_xor": BITWISE_XOR}
-FLOOR_DIVIDE, ABS, FILL = 26, 27, 28  # unary ones (abs, fill) ignore a / b
-INTEGER_ONLY = {**BITWISE, "div_floor": FLOOR_DIVIDE, "abs": ABS, "fill": FILL}
+FLOOR_DIVIDE, ABS, FILL, REMAINDER = 26, 27, 28, 29  # unary ones (abs, fill) ignore a / b
+INTEGER_ONLY = {**BITWISE, "div_floor": FLOOR_DIVIDE, "abs": ABS, "fill": FILL, "remainder": REMAINDER}
 
 
 # Ops that get a specialisation of their own in int_binary_kernel (FAST_OP = the op code), the way
@@ -74,14 +74,18 @@ def _integer_op(a, b, alpha, OP):
         y = a | b
     elif OP == 25:
         y = a ^ b
-    elif OP == 26:
-        # floor division; the caller passes a non-zero b. A divisor of -1 negates (wrapping, as torch):
+    elif OP == 26 or OP == 29:
+        # floor division (26) and Python's remainder (29, the divisor's sign); the caller passes a
+        # non-zero b. A divisor of -1 negates (wrapping, as torch) and leaves remainder 0:
         # INT64_MIN // -1 would trap in the machine's division instruction
         divisor = tl.where(b == -1, 1, b)
         quotient = a // divisor
         remainder = a - quotient * divisor
-        quotient = tl.where((remainder != 0) & ((remainder < 0) != (divisor < 0)), quotient - 1, quotient)
-        y = tl.where(b == -1, 0 - a, quotient)
+        wrong_sign = (remainder != 0) & ((remainder < 0) != (divisor < 0))
+        if OP == 26:
+            y = tl.where(b == -1, 0 - a, tl.where(wrong_sign, quotient - 1, quotient))
+        else:
+            y = tl.where(b == -1, 0, tl.where(wrong_sign, remainder + divisor, remainder))
     elif OP == 27:
         y = tl.where(a < 0, 0 - a, a)  # abs (wraps at the minimum, as torch)
     else:
@@ -114,3 +118,48 @@ def int_binary_kernel(
         else:  # the op alone: FAST_OP is a constexpr, so the switch folds to its one branch
             y = _integer_op(a, b, alpha, FAST_OP)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def int_row_reduce_kernel(x_ptr, values_ptr, idx_ptr, n, OP, WRITE_INDEX, BLOCK: tl.constexpr):
+    """Reduce each contiguous row of `n` bool/integer elements (program i: row i) in int64, exact for
+    every value (the float reduction kernel works in float32, which rounds int64 beyond 2**24): the sum
+    (OP 0, wrapping as torch's int64 sum), the largest (OP 2, and argmax: 4) or smallest (OP 3, argmin:
+    5). OP 0, 2 and 3 store the value into `values_ptr`; WRITE_INDEX stores the first index holding the
+    extreme (int64) into `idx_ptr`.
+
+    For the extremes every lane starts from the row's first element (index 0) and takes a later element
+    only when it is strictly better, so each lane keeps the first index of its best value; of the lanes
+    holding the row's extreme, the smallest index is the row's first.
+
+    OP and WRITE_INDEX are runtime values: integer reductions are rare, and one compiled specialisation
+    per dtype and block serves all of them (each would otherwise compile for seconds)."""
+    row = tl.program_id(0)
+    base = row.to(tl.int64) * n
+    cols = tl.arange(0, BLOCK)
+    if OP == 0:
+        total = tl.zeros((BLOCK,), dtype=tl.int64)
+        for start in range(0, n, BLOCK):
+            total += tl.load(x_ptr + base + start + cols, mask=start + cols < n, other=0).to(tl.int64)
+        tl.store(values_ptr + row, tl.sum(total, axis=0).to(values_ptr.dtype.element_ty))
+    else:
+        first = tl.load(x_ptr + base).to(tl.int64)
+        best = tl.zeros((BLOCK,), dtype=tl.int64) + first
+        best_i = tl.zeros((BLOCK,), dtype=tl.int64)
+        for start in range(0, n, BLOCK):
+            mask = start + cols < n
+            x = tl.load(x_ptr + base + start + cols, mask=mask, other=0).to(tl.int64)
+            if OP == 2 or OP == 4:
+                better = mask & (x > best)
+            else:
+                better = mask & (x < best)
+            best_i = tl.where(better, (start + cols).to(tl.int64), best_i)
+            best = tl.where(better, x, best)
+        if OP == 2 or OP == 4:
+            extreme = tl.max(best, axis=0)
+        else:
+            extreme = tl.min(best, axis=0)
+        if OP == 2 or OP == 3:
+            tl.store(values_ptr + row, extreme.to(values_ptr.dtype.element_ty))
+        if WRITE_INDEX:
+            tl.store(idx_ptr + row, tl.min(tl.where(best == extreme, best_i, n), axis=0).to(tl.int64))

@@ -51,6 +51,7 @@ from .integer import (
     BITWISE_DTYPES,
     BITWISE_NAMES,
     INTEGER_NAMES,
+    device_scalar,
     integer_binary,
     integer_fill,
     integer_launch,
@@ -385,8 +386,19 @@ def masked_fill(x: Tensor, mask: Tensor, value, *, inplace=False):
         if value.dim():
             raise Decline("masked_fill with a non-scalar tensor")
         value = value.item()
-    require_float(x.dtype)
     index = x.get_device()
+    if x.dtype in INTEGERS or x.dtype is torch.bool:
+        # position ids and masks (`position_ids.masked_fill_(attention_mask == 0, 1)` in generate): the
+        # value as a 0-dim tensor of x's dtype; a value the dtype does not hold exactly is torch's to cast
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        low, high = (0, 1) if x.dtype is torch.bool else (torch.iinfo(x.dtype).min, torch.iinfo(x.dtype).max)
+        if not isinstance(value, int) or not low <= value <= high:
+            raise Decline(f"masked_fill of {str(x.dtype).replace('torch.', '')} with {value!r}")
+        fill_value = device_scalar(int(value), x.dtype, index)
+    else:
+        require_float(x.dtype)
+        fill_value = _scalar_tensor(float(value), index)
     if inplace:
         if _broadcast(x.shape, mask.shape) != list(x.shape):
             raise Decline("in-place result needs broadcasting of self")
@@ -396,7 +408,7 @@ def masked_fill(x: Tensor, mask: Tensor, value, *, inplace=False):
     else:
         out = empty(_broadcast(mask.shape, x.shape), x.dtype, index)
     if out.numel():
-        _where(mask, _scalar_tensor(float(value), index), x, out, a_scalar=True)
+        _where(mask, fill_value, x, out, a_scalar=True)
     return out
 
 

@@ -219,9 +219,15 @@ def cat_pair_launch(dtype: torch.dtype, a_shape: tuple, b_shape: tuple, dim: int
                   (total, math.prod(a_shape[dim:]), math.prod(b_shape[dim:])))
 
 
+# cat moves values: float tensors (scanned for NaN/Inf like other inputs), integer ones (a generated
+# sequence grows by a token per step: `cat([input_ids, next_tokens[:, None]], -1)`) and bool masks
+CAT_DTYPES = (*FLOATS, torch.int32, torch.int64, torch.bool)
+
+
 def cat(tensors, dim=0):
-    """Two small contiguous inputs: the pair kernel (`cat_pair_launch`). Otherwise each input is
-    copied into its slice of the result by the copy kernels (`_copy.copy_into`: tiled when large)."""
+    """Two small contiguous inputs: the pair kernel (`cat_pair_launch`; bool masks take the copies).
+    Otherwise each input is copied into its slice of the result by the copy kernels (`_copy.copy_into`:
+    tiled when large)."""
     tensors = [t for t in tensors if not (t.dim() == 1 and t.numel() == 0)]
     if not tensors:
         raise Decline("only empty tensors")
@@ -231,7 +237,8 @@ def cat(tensors, dim=0):
             raise Decline("mixed dtypes")
         if t.dim() != ref.dim():
             raise Decline("shape mismatch")
-    require_float(ref.dtype)
+    if ref.dtype not in CAT_DTYPES:
+        raise Decline(f"dtype {str(ref.dtype).replace('torch.', '')}")
     if ref.dim() == 0:
         raise Decline("zero-dim tensors")
     dim = dim % ref.dim()
@@ -242,7 +249,8 @@ def cat(tensors, dim=0):
     shape[dim] = sum(t.shape[dim] for t in tensors)
     out = empty(shape, ref.dtype, _device_index(*tensors))
     total = out.numel()
-    if len(tensors) == 2 and 0 < total < TILED_MIN and all(t.is_contiguous() for t in tensors):
+    if len(tensors) == 2 and 0 < total < TILED_MIN and ref.dtype is not torch.bool and \
+            all(t.is_contiguous() for t in tensors):
         a, b = tensors
         g = cat_pair_launch(ref.dtype, tuple(a.shape), tuple(b.shape), dim, total)
         _launch.launch(g.kernel, g.programs, g.key, (a, b, out, *g.ints), g.keywords)
@@ -256,7 +264,7 @@ def cat(tensors, dim=0):
 
 
 def cat_family() -> Family:
-    """`cat(tensors, dim=0)` of non-empty contiguous tensors of one floating dtype on one device: two
+    """`cat(tensors, dim=0)` of non-empty contiguous tensors of one dtype (`CAT_DTYPES`) on one device: two
     small inputs in one pair-kernel launch; more (or larger) a copy per input into its slice, as
     `_copy` decides it."""
 
@@ -284,11 +292,19 @@ def cat_family() -> Family:
     return Family(signature, _cat_plan)
 
 
+def _no_scan(tensor: Tensor) -> bool:
+    return True
+
+
+def _always() -> bool:
+    return True
+
+
 def _cat_plan(key: tuple, operands: tuple) -> Plan:
     dtype, shapes, dim, index = key
     shapes = [tuple(s) for s in shapes]
     nd = len(shapes[0])
-    if dtype not in FLOATS or nd == 0 or not -nd <= dim < nd:
+    if dtype not in CAT_DTYPES or nd == 0 or not -nd <= dim < nd:
         return NO_PLAN
     dim %= nd
     ref = [s for i, s in enumerate(shapes[0]) if i != dim]
@@ -300,13 +316,16 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
     out_shape = tuple(out_shape)
     total = math.prod(out_shape)
     empty_ = _memory.empty
-    scanners = [scanner(dtype, math.prod(shape)) for shape in shapes]
-    if len(shapes) == 2 and total < TILED_MIN:
+    floats = dtype in FLOATS  # integers and bools hold no NaN/Inf: nothing to scan
+    scanners = [scanner(dtype, math.prod(shape)) if floats else _no_scan for shape in shapes]
+    if len(shapes) == 2 and total < TILED_MIN and dtype is not torch.bool:
         g = cat_pair_launch(dtype, shapes[0], shapes[1], dim, total)
-        plan = Plan.of(g, out_shape, dtype, (0, 1))
-        scan, mask = contiguous_scan(dtype)  # (each input has fewer than TILED_MIN <= PARALLEL_MIN elements)
+        plan = Plan.of(g, out_shape, dtype, (0, 1) if floats else ())
+        # (each input has fewer than TILED_MIN <= PARALLEL_MIN elements)
+        scan, mask = contiguous_scan(dtype) if floats else (None, 0)
         a_numel, b_numel = math.prod(shapes[0]), math.prod(shapes[1])
-        programs, ints, deploy_mode = g.programs, g.ints, config.deploy_mode
+        programs, ints = g.programs, g.ints
+        deploy_mode = config.deploy_mode if floats else _always
 
         def run_pair(operands: tuple) -> Tensor | None:
             a, b = operands
@@ -332,7 +351,7 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
             return NO_PLAN
         parts.append((geometry, offset, shape[dim]))
         offset += shape[dim]
-    plan = Plan(shape=out_shape, dtype=dtype, scanned=tuple(range(len(shapes))))
+    plan = Plan(shape=out_shape, dtype=dtype, scanned=tuple(range(len(shapes))) if floats else ())
     run_copy = _copy._run
 
     def run_parts(operands: tuple) -> Tensor | None:

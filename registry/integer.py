@@ -11,12 +11,14 @@ from __future__ import annotations
 import torch
 
 from . import _launch
+from ._base import INTEGERS
+from ._memo import BoundedMemo
 from ._ops import Decline, _device_index, _geometry, _k, binary_output
 from .geometry import I32, cdiv, fused_block
 from .plan import Launch
 
 INTEGER_NAMES = ("add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "div_floor",
-                  "abs", "fill")
+                  "remainder", "abs", "fill")
 _INT64 = (-(2**63), 2**63)
 
 
@@ -24,11 +26,11 @@ def integer_scalar(value) -> int | None:
     """A Python int (or 0-dim CPU integer tensor, a wrapped number) as an int; None otherwise."""
     if isinstance(value, torch.Tensor):
         if value.is_cpu and value.dim() == 0 and not value.dtype.is_floating_point and \
-                not value.dtype.is_complex and value.dtype != torch.bool:
+                not value.dtype.is_complex:
             return int(value.item())
         return None
-    if isinstance(value, int) and not isinstance(value, bool) and _INT64[0] <= value < _INT64[1]:
-        return value
+    if isinstance(value, int) and _INT64[0] <= value < _INT64[1]:
+        return int(value)  # a bool is 0 or 1, as torch reads it (`all_finished & (early_stopping is True)`)
     return None
 
 
@@ -53,13 +55,29 @@ def bitwise_not(x, out=None, *, inplace: bool = False) -> torch.Tensor:
                           inplace=inplace, compute=x.dtype)
 
 
+def remainder(a, b, out=None, *, inplace: bool = False) -> torch.Tensor:
+    """`torch.remainder` (Python's modulo: the result has the divisor's sign) of integer tensors by a
+    non-zero number, exact on the integer kernel (`take_along_dim` computes `indices % size`). Float
+    operands, and integer divisors that are tensors, are declined: the CPU computes them."""
+    compute = torch.result_type(a, b)
+    if compute not in INTEGERS:
+        raise Decline(f"dtype {str(compute).replace('torch.', '')}")
+    return integer_binary("remainder", a, b, 1, out, comparison=False, inplace=inplace)
+
+
 def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bool,
                    compute: torch.dtype | None = None) -> torch.Tensor:
     """`name` on the exact integer kernel; `compute` (the result dtype) defaults to torch's promotion."""
     compute = torch.result_type(a, b) if compute is None else compute
-    if name not in INTEGER_NAMES and name not in BITWISE_NAMES or not isinstance(a, torch.Tensor) or \
-            a.is_cpu:
+    if name not in INTEGER_NAMES and name not in BITWISE_NAMES:
         raise Decline(f"dtype {str(compute).replace('torch.', '')}")
+    if not isinstance(a, torch.Tensor) or a.is_cpu:
+        # a number first (`1 - t` is sub(wrapped 1, t): Hugging Face's generate computes
+        # `1 - unfinished_sequences` every step): the number as a 0-dim tensor on t's device
+        first = integer_scalar(a)
+        if first is None or inplace or compute not in INTEGERS or not isinstance(b, torch.Tensor) or b.is_cpu:
+            raise Decline("integer op with a number or CPU tensor as its first operand")
+        a = device_scalar(_wrapped(first, compute), compute, b.get_device())
     if isinstance(alpha, bool) or not isinstance(alpha, int):
         raise Decline("non-integer alpha")  # the CPU kernel raises torch's error for float alpha
     scalar = integer_scalar(b)
@@ -67,9 +85,9 @@ def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bo
         raise Decline("operand")
     if scalar is not None and compute is not torch.bool:
         scalar = _wrapped(scalar, compute)
-    if name == "div_floor" and not scalar:
+    if (name == "div_floor" or name == "remainder") and not scalar:
         # torch raises ZeroDivisionError for an integer divisor of 0, which a kernel cannot
-        raise Decline("integer floor division by a tensor or by zero")
+        raise Decline(f"integer {'floor division' if name == 'div_floor' else name} by a tensor or by zero")
     index = _device_index(a)
     operands = (a,) if scalar is not None else (a, b)
     out = binary_output(a, b, compute, out, index, operands, comparison=comparison, inplace=inplace)
@@ -81,6 +99,23 @@ def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bo
     g = integer_launch(name, dtypes, list(out.shape), n, operands, scalar, alpha)
     _launch.launch_decided(g, (a, tensor_b, g.ints[0], out, *g.ints[1:]))
     return out
+
+
+_device_scalars: dict[tuple[int, torch.dtype, int], torch.Tensor] = BoundedMemo(256)
+
+
+def device_scalar(value: int, dtype: torch.dtype, index: int) -> torch.Tensor:
+    """A 0-dim `dtype` tensor on rbln:`index` holding `value` (kept: a number operand of every
+    generation step), which broadcasts to any shape. Kernels only read it."""
+    key = (value, dtype, index)
+    tensor = _device_scalars.get(key)
+    if tensor is None:
+        from torch_rbln import _dlpack, _memory
+
+        tensor = _memory.empty_strided([], [], dtype, index)
+        _dlpack.to_host_view(tensor).fill_(value)
+        _device_scalars[key] = tensor
+    return tensor
 
 
 def _wrapped(value: int, dtype: torch.dtype) -> int:

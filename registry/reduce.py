@@ -26,7 +26,7 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch as launches
-from ._base import require_float
+from ._base import INTEGERS, require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
 from .geometry import I32, block, cdiv, dims_run, reduced_dims, reduced_shape, row_block
@@ -79,6 +79,14 @@ def reduce(name: str, x: Tensor, dim=None, keepdim=False, dtype=None, correction
 
     `dim` follows the aten schema of each op: an int for max/min/argmax/argmin (None: all elements,
     flattened), an int list for the others (None or empty: all dims)."""
+    if x.dtype in INTEGERS and name in _INTEGER_EXTREMES:
+        if dtype is not None and dtype != x.dtype:
+            raise Decline("dtype= conversion")
+        return integer_reduce(name, x, dim, keepdim, x.dtype)
+    if name == "sum" and x.dtype in _SUMMED_AS_INT64:
+        if dtype is not None and dtype != torch.int64:
+            raise Decline("dtype= conversion")
+        return integer_reduce(name, x, dim, keepdim, torch.int64)
     require_float(x.dtype)
     if dtype is not None and dtype != x.dtype:
         raise Decline("dtype= conversion")
@@ -105,6 +113,44 @@ def logical(name: str, x: Tensor, dim=None, keepdim=False) -> Tensor:
     return _reduced(name, x, dim, keepdim, None, result_dtype)
 
 
+# The most compares `isin`'s broadcast form materialises (a bool each: 4 MiB); larger calls take the
+# CPU, whose kernel sorts instead.
+ISIN_LIMIT = 1 << 22
+
+
+def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool = False) -> Tensor:
+    """`torch.isin` as torch's CPU kernel computes it for few test elements: each element compared with
+    every test element (one broadcast `eq` launch: the comparison kernels' promotion, NaN equal to
+    nothing) and `any` over the test elements (one launch); `invert` negates. Exact, so the op needs no
+    NaN/Inf scan. Hugging Face's generate calls it once per token (`isin(last_tokens, eos_token_ids)`).
+    `assume_unique` changes nothing here: it only lets torch's sorting form skip work."""
+    from .elementwise import binary  # the elementwise family does not import this one
+    from .integer import bitwise_not
+
+    if not isinstance(elements, Tensor) or elements.is_cpu:
+        raise Decline("isin of a number")
+    n = elements.numel()
+    if isinstance(test_elements, Tensor):
+        if test_elements.is_cpu and test_elements.dim():
+            raise Decline("CPU tensor operand")
+        m = test_elements.numel()
+    elif isinstance(test_elements, (bool, int, float)):
+        m = 1
+    else:
+        raise Decline("non-real test element")
+    if n == 0 or m == 0:
+        raise Decline("empty tensor")
+    if n * m > ISIN_LIMIT:
+        raise Decline(f"isin of {n} x {m} elements (above {ISIN_LIMIT} compares)")
+    if isinstance(test_elements, Tensor) and (m > 1 or test_elements.dim()):
+        hits = binary("eq", elements.reshape(n, 1), test_elements.reshape(1, m), comparison=True)
+        found = logical("any", hits, [1])
+    else:
+        found = binary("eq", elements.reshape(n), test_elements, comparison=True)
+    found = found.view(elements.shape)
+    return bitwise_not(found) if invert else found
+
+
 def _reduced(name: str, x: Tensor, dim, keepdim: bool, correction, values_dtype: torch.dtype):
     """`reduce`'s launch (and `logical`'s): the result of `decide`'s kernel over x's `dim`, the kept
     dims moved first in one copy when the reduced ones are scattered."""
@@ -127,6 +173,39 @@ def _reduced(name: str, x: Tensor, dim, keepdim: bool, correction, values_dtype:
     args = (x, x if values is None else values, values if indices is None else indices, *launch.ints,
             1.0 if correction is None else float(correction))
     launches.launch(launch.kernel, launch.programs, launch.key, args, launch.keywords, rows=launch.rows)
+    if name in ("argmax", "argmin"):
+        return indices
+    if name in ("max", "min"):
+        return values, indices
+    return values
+
+
+_INTEGER_EXTREMES = ("amax", "amin", "max", "min", "argmax", "argmin")
+# torch sums bool and integer tensors into int64 (`mask.sum(dim=1)` counts the True elements)
+_SUMMED_AS_INT64 = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def integer_reduce(name: str, x: Tensor, dim, keepdim: bool, values_dtype: torch.dtype):
+    """sum (into int64), amax/amin, max/min (values and indices) and argmax/argmin of a bool/integer
+    `x`, exact: `int_row_reduce_kernel` over rows of the reduced elements (the kept dims moved first and
+    the tensor made contiguous, a copy unless the reduced dims are the last ones already). Integer
+    reductions are rare in models (`unfinished_sequences.max()` once per generated token), so one
+    general launch and no plan."""
+    if x.numel() == 0:
+        raise Decline("empty tensor")  # torch's error from the CPU
+    nd = x.dim()
+    dims = reduced_dims(nd, dim)
+    shape = reduced_shape(tuple(x.shape), dims, keepdim)
+    kept = [d for d in range(nd) if d not in dims]
+    rows_x = contiguous(x.permute(*kept, *dims)) if nd else x.reshape(1)
+    n = math.prod(x.shape[d] for d in dims) if nd else 1
+    index = x.get_device()
+    op = CODES[name]
+    # both outputs always exist (argmax's values and amax's indices unread), so the pointers' dtypes,
+    # hence the specialisation, depend on x's dtype and the block only
+    values, indices = empty(shape, values_dtype, index), empty(shape, torch.int64, index)
+    kernel = _k("integer").int_row_reduce_kernel
+    kernel[(x.numel() // n,)](rows_x, values, indices, n, op, int(name in INDEXED), BLOCK=row_block(n))
     if name in ("argmax", "argmin"):
         return indices
     if name in ("max", "min"):

@@ -1,0 +1,64 @@
+"""Text generation with Hugging Face's `generate` on rbln: greedy decoding and beam search give the CPU's
+tokens exactly, and every op call between and inside the forwards (the stopping criteria's `isin` and
+`max`, the growing `cat` of token ids, beam bookkeeping's `%`, `sum` of masks, `topk`, `gather`) runs
+on a device kernel: the fallback report counts no CPU call.
+
+Default run: greedy decoding of the demo's GPT-2 configuration (its kernels are the demo's, plus the
+decoding step's: ~30 more specialisations, mostly of the integer kernels). Beam search (~35 more) and
+Llama (grouped-query attention, RoPE, a KV cache) are marked slow like the zoo's models.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import torch_rbln  # noqa: F401, E402
+from torch_rbln import registry  # noqa: E402
+
+
+def _gpt2() -> torch.nn.Module:
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64,
+                                     bos_token_id=0, eos_token_id=1, attn_implementation="sdpa")
+    return transformers.GPT2LMHeadModel(config)
+
+
+def _llama() -> torch.nn.Module:
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=128, bos_token_id=0, eos_token_id=1)
+    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+
+
+def _generate_on_both(make, vocab: int, **options) -> None:
+    transformers.utils.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = make().eval()
+    ids = torch.randint(2, vocab, (2, 8), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    expected = model.generate(ids, attention_mask=mask, pad_token_id=0, do_sample=False, **options)
+    model.to("rbln")
+    registry.reset_fallback_report()
+    actual = model.generate(ids.to("rbln"), attention_mask=mask.to("rbln"), pad_token_id=0, do_sample=False,
+                            **options)
+    report = registry.fallback_report()
+    assert actual.device.type == "rbln"
+    assert torch.equal(actual.cpu(), expected)
+    on_cpu = {op: counts["reasons"] for op, counts in report.items() if counts["cpu"]}
+    assert not on_cpu, f"ops on the CPU fallback: {on_cpu}"
+
+
+def test_gpt2_greedy_decoding_matches_the_cpu_on_device_kernels():
+    _generate_on_both(_gpt2, 128, max_new_tokens=6)
+
+
+@pytest.mark.slow
+def test_gpt2_beam_search_matches_the_cpu_on_device_kernels():
+    _generate_on_both(_gpt2, 128, max_new_tokens=4, num_beams=2)
+
+
+@pytest.mark.slow
+def test_llama_greedy_decoding_matches_the_cpu_on_device_kernels():
+    _generate_on_both(_llama, 256, max_new_tokens=8)

@@ -57,7 +57,7 @@ from .integer import (
     integer_launch,
     true_division_operands,
 )
-from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, finite_of
+from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on
 
 # ---------------------------------------------------------------- numbers as operands
 
@@ -934,7 +934,8 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
                a_scalar: bool, inplace: bool = False) -> Plan:
     """The plan of `_where`'s launch on contiguous operands of `shapes` (condition, a, b): `where`
     (`a_scalar` False), or `masked_fill` (`a` the value's float32 one-element tensor, the result written
-    to b when `inplace`). NO_PLAN for what `_where` launches otherwise (64-bit ints, > 4 dims)."""
+    to b when `inplace`). NO_PLAN for what `_where` launches otherwise (64-bit ints, > 4 dims). A select
+    moves values (NaN, infinities and signed zeros as they are): nothing is scanned."""
     if dtype not in FLOATS:
         return NO_PLAN
     c_shape, a_shape, b_shape = shapes
@@ -950,10 +951,9 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
     g = where_launch((torch.bool, torch.float32 if a_scalar else dtype, dtype, dtype), n, *geometry)
     if g.key is None:
         return NO_PLAN
-    plan, ints = Plan.of(g, shape, dtype, (2,) if a_scalar else (1, 2)), g.ints
-    finite, deploy_mode, programs, rows = finite_of(dtype), config.deploy_mode, g.programs, g.rows
+    plan, ints = Plan.of(g, shape, dtype, ()), g.ints
+    programs, rows = g.programs, g.rows
     split = programs * rows > 1
-    a_numel, b_numel = math.prod(a_shape), math.prod(b_shape)
     empty_ = _memory.empty
 
     def run(operands: tuple) -> Tensor | None:
@@ -965,8 +965,6 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
         elif target is not None and _overlaps(target, condition, a, b):
             return None
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-        if not deploy_mode() and not (finite(b, b_numel) and (a_scalar or finite(a, a_numel))):
-            return None
         if target is None:
             target = empty_(shape, dtype, index)
         if launcher is None or (split and device_tp(index) > 1):
@@ -986,9 +984,9 @@ _c_float = ctypes.c_float  # a float32 at an address: an rbln tensor's memory is
 
 def _value_number(value: Tensor, index: int) -> float | None:
     """The number a 0-d value tensor holds, as `masked_fill` reads it (`.item()`), for a value the
-    dispatcher's checks pass (on the CPU or rbln:index; float32/16/bf16 finite unless deploy mode, or an
-    integer); None otherwise. A float32 value is read straight from memory (`.item()` costs a
-    dispatch)."""
+    dispatcher's checks pass (on the CPU or rbln:index; float32/16/bf16, NaN and infinities included:
+    masked_fill is exact, or an integer); None otherwise. A float32 value is read straight from memory
+    (`.item()` costs a dispatch)."""
     if value.dim():
         return None
     device = value.get_device()  # -1 on the CPU
@@ -1000,8 +998,6 @@ def _value_number(value: Tensor, index: int) -> float | None:
     elif dtype in FLOATS or not (dtype.is_floating_point or dtype.is_complex):
         number = float(value.item())
     else:
-        return None
-    if dtype.is_floating_point and not math.isfinite(number) and not config.deploy_mode():
         return None
     return number
 

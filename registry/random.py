@@ -104,3 +104,33 @@ def normal_(x: torch.Tensor, mean: float = 0.0, std: float = 1.0, *, generator=N
     if not (isinstance(mean, (int, float)) and isinstance(std, (int, float))) or std < 0:
         raise Decline("negative or non-real std")  # torch's error from the CPU fallback
     return _fill_random("normal_kernel", x, mean, std, generator)
+
+
+def multinomial(probs: torch.Tensor, num_samples: int, replacement: bool = False, *,
+                generator=None) -> torch.Tensor:
+    """`aten::multinomial` of one sample, or of several without replacement, as torch's CPU kernel
+    draws them: every category's weight divided by an exponential draw (`-log(u)`, u uniform in [0, 1)),
+    the index of the largest quotient (`topk` of them for several samples). Sampled text generation
+    (`do_sample=True`) calls it once per token. The draws come from the device's uniform kernel (one
+    seed from the default generator, as `uniform_`), not the CPU's stream, so seeded runs repeat but
+    differ from the CPU's picks. torch's checks run first, on the device: a negative weight or a row
+    summing to 0 declines, so the CPU raises torch's error (NaN/Inf weights are declined by the
+    dispatcher's scan); so do several samples with replacement (torch's other algorithm)."""
+    require_float(probs.dtype)
+    if generator is not None:
+        raise Decline("explicit generator")  # its stream is the CPU's: the fallback draws from it
+    if probs.dim() not in (1, 2) or probs.numel() == 0:
+        raise Decline("probabilities of neither 1 nor 2 dims, or empty")  # torch's error from the CPU
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+        raise Decline("num_samples not an int")
+    if replacement and num_samples > 1:
+        raise Decline("several samples with replacement")
+    if not 0 < num_samples <= probs.shape[-1]:
+        raise Decline("num_samples out of range")
+    if bool(((probs.amin() < 0) | (probs.sum(-1) <= 0).any()).item()):
+        raise Decline("a negative weight or a row summing to 0")  # torch's error from the CPU
+    # -p / log(u): u = 0 gives 0 (that category loses this draw), never NaN (log(u) < 0 for u in [0, 1))
+    scores = probs.neg() / torch.log(torch.rand_like(probs))
+    if num_samples == 1:
+        return scores.argmax(-1, keepdim=True)
+    return scores.topk(num_samples, -1).indices

@@ -89,7 +89,15 @@ def softmax_backward_launch(grad_dtype: torch.dtype, output_dtype: torch.dtype, 
             {"LOG": log, "BLOCK": block})
 
 
+def _unscanned() -> bool:
+    return True
+
+
 def softmax(x: Tensor, dim: int, half_to_float: bool, *, log: bool) -> Tensor:
+    """softmax / log_softmax along `dim`, registered exact: the kernels compute what torch's CPU kernels
+    do for NaN and infinities (x - max(x) with a NaN-propagating max, then exp, sum and divide or log),
+    so a row with -inf (masked scores) keeps its zeros / -inf on the device, and a row of only -inf, or
+    with +inf or NaN, is NaN throughout, as on the CPU."""
     if half_to_float:
         raise Decline("half_to_float")
     x, moved = _moved_last(x, dim)
@@ -123,15 +131,17 @@ def softmax_backward(grad: Tensor, output: Tensor, dim: int, input_dtype, *, log
     return _moved_back(out, moved)
 
 
-def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n: int, inputs: int) -> Plan:
+def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n: int, inputs: int, *,
+              scan_inputs: bool = True) -> Plan:
     """The plan of one row-kernel launch `kernel(*inputs, out, n)` over contiguous inputs of `shape`
-    with an output of that shape (written out per input count: on a few elements each step counts)."""
+    with an output of that shape (written out per input count: on a few elements each step counts).
+    `scan_inputs` False: the op is exact on NaN/Inf (softmax), nothing is scanned."""
     kernel, key, keywords = launch
     numel = math.prod(shape)
     rows = numel // n
-    plan = Plan(kernel, key, keywords, rows, 1, shape, dtype, tuple(range(inputs)))
+    plan = Plan(kernel, key, keywords, rows, 1, shape, dtype, tuple(range(inputs)) if scan_inputs else ())
     scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (the scans inline: per-call cost)
-    empty_, deploy_mode = _memory.empty, config.deploy_mode
+    empty_, deploy_mode = _memory.empty, config.deploy_mode if scan_inputs else _unscanned
 
     def run(operands: tuple) -> Tensor | None:  # one input (softmax)
         x, = operands
@@ -181,7 +191,7 @@ def softmax_family(*, log: bool) -> Family:
         n = _last_dim(dtype, tuple(shape), dim)
         if n is None or n > ONE_BLOCK:
             return NO_PLAN
-        return _row_plan(softmax_launch(dtype, n, log), dtype, tuple(shape), index, n, 1)
+        return _row_plan(softmax_launch(dtype, n, log), dtype, tuple(shape), index, n, 1, scan_inputs=False)
 
     return Family(signature, plan)
 

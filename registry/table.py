@@ -342,28 +342,30 @@ TABLE: list[Op] = [
     Op("remainder.Scalar", lambda a, b: IN.remainder(a, b), int_inputs=True),
     Op("remainder_.Tensor", lambda a, b: IN.remainder(a, b, inplace=True), int_inputs=True),
     Op("remainder_.Scalar", lambda a, b: IN.remainder(a, b, inplace=True), int_inputs=True),
-    # ---- where, masked_fill, fill/zero
-    Op("where.self", lambda c, a, b: EW.where(c, a, b), "where", int_inputs=True,
+    # ---- where, masked_fill, fill/zero (where and masked_fill select values: exact, never scanned, so a
+    # mask of -inf scores stays on the device)
+    Op("where.self", lambda c, a, b: EW.where(c, a, b), "where", int_inputs=True, exact=True,
        make_plan=lambda: EW.where_family()),
-    Op("where.self_out", lambda c, a, b, out=None: EW.where(c, a, b, out=out), int_inputs=True,
+    Op("where.self_out", lambda c, a, b, out=None: EW.where(c, a, b, out=out), int_inputs=True, exact=True,
        make_plan=lambda: EW.where_family(out=True)),
     Op("masked_fill.Scalar", lambda x, m, v: EW.masked_fill(x, m, v), "masked_fill", int_inputs=True,
-       make_plan=lambda: EW.masked_fill_family(inplace=False)),
+       exact=True, make_plan=lambda: EW.masked_fill_family(inplace=False)),
     Op("masked_fill_.Scalar", lambda x, m, v: EW.masked_fill(x, m, v, inplace=True), int_inputs=True,
-       make_plan=lambda: EW.masked_fill_family(inplace=True)),
-    Op("masked_fill.Tensor", lambda x, m, v: EW.masked_fill(x, m, v), int_inputs=True,
+       exact=True, make_plan=lambda: EW.masked_fill_family(inplace=True)),
+    Op("masked_fill.Tensor", lambda x, m, v: EW.masked_fill(x, m, v), int_inputs=True, exact=True,
        make_plan=lambda: EW.masked_fill_family(inplace=False)),
     Op("masked_fill_.Tensor", lambda x, m, v: EW.masked_fill(x, m, v, inplace=True), int_inputs=True,
-       make_plan=lambda: EW.masked_fill_family(inplace=True)),
+       exact=True, make_plan=lambda: EW.masked_fill_family(inplace=True)),
     Op("fill_.Scalar", lambda x, v: EW.fill(x, v, first_use_ok=False), "fill", overwrites_first=True,
        make_plan=lambda: EW.fill_family(zero=False)),
     Op("zero_.default", lambda x: EW.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True,
        make_plan=lambda: EW.fill_family(zero=True)),
     # ---- (2) softmax, log_softmax, layer norm (+ backward)
-    Op("_softmax.default", lambda x, d, h: RW.softmax(x, d, h, log=False), "softmax", tol=LOOSE,
+    # softmax/log_softmax: exact on NaN/Inf (see rows.softmax), so scores masked with -inf stay on device
+    Op("_softmax.default", lambda x, d, h: RW.softmax(x, d, h, log=False), "softmax", tol=LOOSE, exact=True,
        make_plan=lambda: RW.softmax_family(log=False)),
     Op("_log_softmax.default", lambda x, d, h: RW.softmax(x, d, h, log=True), "log_softmax", tol=LOOSE,
-       make_plan=lambda: RW.softmax_family(log=True)),
+       exact=True, make_plan=lambda: RW.softmax_family(log=True)),
     Op("_softmax_backward_data.default", lambda g, y, d, t: RW.softmax_backward(g, y, d, t, log=False),
        make_plan=lambda: RW.softmax_backward_family(log=False)),
     Op("_log_softmax_backward_data.default", lambda g, y, d, t: RW.softmax_backward(g, y, d, t, log=True),
@@ -469,9 +471,11 @@ TABLE: list[Op] = [
     Op("scatter_.value", lambda x, dim, index, value: CV.scatter_value(x, dim, index, value, inplace=True),
        int_inputs=True),
     # ---- sorting, scanning, counting (registry/sorting.py; MoE routing: topk, sort, cumsum, histc)
-    Op("sort.default", Ref("sorting", "sort"), "sort", int_inputs=True),
-    Op("sort.stable", Ref("sorting", "sort_stable"), int_inputs=True),
-    Op("topk.default", Ref("sorting", "topk"), "topk", int_inputs=True),
+    # sort/topk move values in torch's order, NaN the largest and -0 before +0 as equal values in index
+    # order: exact, so scores masked with -inf (top-k/top-p sampling) stay on the device
+    Op("sort.default", Ref("sorting", "sort"), "sort", int_inputs=True, exact=True),
+    Op("sort.stable", Ref("sorting", "sort_stable"), int_inputs=True, exact=True),
+    Op("topk.default", Ref("sorting", "topk"), "topk", int_inputs=True, exact=True),
     Op("cumsum.default", Ref("sorting", "cumsum"), "cumsum", int_inputs=True),
     Op("cumsum_.default", Ref("sorting", "cumsum_"), int_inputs=True),
     Op("histc.default", Ref("sorting", "histc"), "histc", int_inputs=True),
@@ -492,6 +496,7 @@ TABLE: list[Op] = [
     Op("triu.default", Ref("triangle", "triu"), "triu", int_inputs=True, exact=True),
     Op("tril_.default", Ref("triangle", "tril_"), int_inputs=True, exact=True),
     Op("triu_.default", Ref("triangle", "triu_"), int_inputs=True, exact=True),
+    Op("multinomial.default", Ref("random", "multinomial")),
     Op("uniform_.default", Ref("random", "uniform_"), overwrites_first=True),
     Op("normal_.default", Ref("random", "normal_"), overwrites_first=True),
 ]

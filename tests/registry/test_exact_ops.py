@@ -147,6 +147,31 @@ def test_inplace_div_and_mul_by_special_scalars_stay_on_device():
     assert _rows("mul")["device"] == 3 and _rows("div")["device"] == 3
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_where_and_masked_fill_move_special_values_on_device(dtype):
+    """where and masked_fill select: NaN, infinities and signed zeros pass through, from the tensor and
+    from the fill value (a top-k sampler masks scores with -inf), on the plan's path (first call and
+    later ones) and the checked one (a CPU scalar operand, in place)."""
+    values = _specials(dtype)
+    mask = torch.arange(values.numel()) % 3 == 0
+    other = values.flip(0)
+    registry.reset_fallback_report()
+    for _ in range(2):  # the first call builds the plan, the second runs it
+        _same(torch.where(mask.to("rbln"), values.to("rbln"), other.to("rbln")).cpu(),
+              torch.where(mask, values, other))
+    for fill in (-math.inf, math.nan, -0.0, torch.tensor(math.inf, dtype=dtype)):
+        device_fill = fill.to("rbln") if isinstance(fill, torch.Tensor) else fill
+        _same(values.to("rbln").masked_fill(mask.to("rbln"), device_fill).cpu(),
+              values.masked_fill(mask, fill))
+        target = values.clone().to("rbln")
+        target.masked_fill_(mask.to("rbln"), device_fill)
+        _same(target.cpu(), values.clone().masked_fill_(mask, fill))
+    _same(torch.where(mask.to("rbln"), values.to("rbln"), -math.inf).cpu(),
+          torch.where(mask, values, -math.inf))
+    assert _rows("where") == {"device": 3, "cpu": 0, "reasons": {}}
+    assert _rows("masked_fill") == {"device": 8, "cpu": 0, "reasons": {}}
+
+
 def test_ops_not_marked_exact_still_send_nan_to_the_cpu():
     """The scan stays where a kernel's formula differs from torch's on NaN/Inf (exp's, a reduction's)."""
     x = torch.tensor([1.0, math.nan, math.inf])

@@ -179,3 +179,45 @@ def test_draws_depend_on_the_seed_and_index_only_not_on_the_block():
         torch.manual_seed(11)
         large = fill(torch.ones(3000, device="rbln")).cpu()
         assert torch.equal(small, large[:16])
+
+
+# ---------------------------------------------------------------- multinomial
+
+
+def test_multinomial_draws_in_proportion_to_the_weights_and_never_a_zero_one():
+    torch.manual_seed(0)
+    weights = torch.tensor([[1.0, 0.0, 6.0, 3.0], [0.0, 0.0, 2.0, 0.0]], device="rbln")  # unnormalised
+    draws = torch.cat([torch.multinomial(weights, 1) for _ in range(1000)], 1).cpu()
+    assert draws.dtype == torch.int64 and draws.shape == (2, 1000)
+    assert (draws[1] == 2).all()
+    shares = torch.bincount(draws[0], minlength=4).double() / 1000
+    assert shares[1] == 0
+    # 1000 draws: each share within ~4.5 standard deviations (sqrt(p(1-p)/1000) <= 0.016)
+    expected = torch.tensor([0.1, 0.0, 0.6, 0.3], dtype=torch.float64)
+    torch.testing.assert_close(shares, expected, atol=0.07, rtol=0)
+    report = registry.fallback_report()["aten::multinomial"]
+    assert report["cpu"] == 0 and report["device"] >= 1000
+
+
+def test_multinomial_without_replacement_repeats_under_manual_seed():
+    weights = torch.tensor([0.5, 0.0, 1.0, 2.0, 0.25], device="rbln")
+    torch.manual_seed(3)
+    first = torch.multinomial(weights, 5).cpu()
+    torch.manual_seed(3)
+    again = torch.multinomial(weights, 5).cpu()
+    assert torch.equal(first, again) and first.shape == (5,)
+    assert sorted(first.tolist()) == [0, 1, 2, 3, 4]  # each category once
+    assert first[4].item() == 1  # the zero weight only once the others ran out
+    assert sorted(torch.multinomial(weights, 4).cpu().tolist()) == [0, 2, 3, 4]
+
+
+def test_multinomial_declines_what_torch_rejects_or_draws_otherwise():
+    registry.reset_fallback_report()
+    with pytest.raises(RuntimeError):
+        torch.multinomial(torch.tensor([0.5, -0.1], device="rbln"), 1)  # torch's error, from the CPU
+    with pytest.raises(RuntimeError):
+        torch.multinomial(torch.tensor([[0.0, 0.0]], device="rbln"), 1)
+    drawn = torch.multinomial(torch.tensor([0.2, 0.8], device="rbln"), 3, replacement=True)
+    assert drawn.shape == (3,) and drawn.device.type == "rbln"
+    reasons = registry.fallback_report()["aten::multinomial"]["reasons"]
+    assert reasons == {"a negative weight or a row summing to 0": 2, "several samples with replacement": 1}

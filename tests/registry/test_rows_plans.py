@@ -6,6 +6,8 @@ check; every call they do not key left to the implementation."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -90,8 +92,51 @@ def test_softmax_plans_leave_other_calls_to_the_implementation():
     assert backward((d, d.cpu(), 1, torch.float32), {}) is None  # a CPU operand
     assert backward((d[:2], d, 1, torch.float32), {}) is None  # shapes differ
     nan = torch.full((4, 5), float("nan")).to("rbln")
-    assert fast((nan, -1, False), {}) is None  # a NaN input: the implementation reports it
-    assert backward((d, nan, 1, torch.float32), {}) is None
+    assert fast((nan, -1, False), {}).isnan().all()  # softmax is exact on NaN: its plan runs it
+    assert backward((d, nan, 1, torch.float32), {}) is None  # the backward is scanned: a NaN declines
+
+
+def _special_rows(dtype: torch.dtype, n: int) -> torch.Tensor:
+    """Rows of n: finite; some -inf (masked scores); all -inf; one +inf; one NaN; -inf and +inf."""
+    rows = torch.randn(6, n, generator=torch.Generator().manual_seed(n)) * 3
+    rows[1, ::2] = -math.inf
+    rows[2] = -math.inf
+    rows[3, n // 2] = math.inf
+    rows[4, 1] = math.nan
+    rows[5, 0], rows[5, -1] = -math.inf, math.inf
+    return rows.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_of_nan_and_infinities_matches_the_cpu_on_device(log, dtype):
+    """softmax / log_softmax are registered exact: rows holding -inf (a top-k sampler's masked scores),
+    only -inf, +inf or NaN run on the device, on the plan (twice: built, then kept), and give what the
+    CPU gives: zeros / -inf where masked, NaN rows where the CPU has them."""
+    fn = torch.log_softmax if log else torch.softmax
+    x = _special_rows(dtype, 33)
+    expected = fn(x.float(), -1).to(dtype)
+    registry.reset_fallback_report()
+    for _ in range(2):
+        got = fn(x.to("rbln"), -1).cpu()
+        torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-3, equal_nan=True)
+        assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got.isinf(), expected.isinf())
+    name = "aten::_log_softmax" if log else "aten::_softmax"
+    assert _row(name) == {"device": 2, "cpu": 0, "reasons": {}}
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_of_long_rows_and_leading_dims_with_infinities_on_device(log, monkeypatch):
+    """The chunked (autotuned) kernel of rows longer than a block, and a dim moved last, on the same rows."""
+    monkeypatch.setattr(rows, "ONE_BLOCK", 16)  # rows of 33 take the chunked kernel
+    fn = torch.log_softmax if log else torch.softmax
+    x = _special_rows(torch.float32, 33)
+    registry.reset_fallback_report()
+    for got, expected in ((fn(x.to("rbln"), -1), fn(x, -1)), (fn(x.t().to("rbln"), 0), fn(x.t(), 0))):
+        torch.testing.assert_close(got.cpu(), expected, atol=1e-5, rtol=1e-5, equal_nan=True)
+        assert torch.equal(got.cpu().isinf(), expected.isinf())
+    name = "aten::_log_softmax" if log else "aten::_softmax"
+    assert _row(name)["cpu"] == 0
 
 
 @pytest.mark.parametrize("log", [False, True])

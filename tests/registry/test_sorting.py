@@ -46,15 +46,29 @@ def test_sort_of_expert_ids_matches_the_stable_cpu_sort(dtype):
     assert _row("aten::sort")["device"] == 1
 
 
+SPECIALS = [1.0, float("nan"), -0.0, 0.0, -2.0, float("nan"), float("inf"), -float("inf"), 0.0, -float("inf")]
+
+
 def test_sort_orders_nan_last_and_keeps_signed_zeros_in_index_order():
-    # the dispatcher sends NaN inputs to the CPU (its NaN/Inf check); the kernel's own order is checked
-    # by calling the implementation directly
-    x = torch.tensor([1.0, float("nan"), -0.0, 0.0, -2.0, float("nan"), float("inf"), -float("inf")])
+    # sort is registered exact: NaN and infinities reach the kernel through the dispatcher
+    x = torch.tensor(SPECIALS)
     for descending in (False, True):
-        values, order = sorting.sort(x.to("rbln"), 0, descending)
+        values, order = torch.sort(x.to("rbln"), dim=0, descending=descending, stable=True)
         expected = torch.sort(x, stable=True, descending=descending)
         _exact((values, order), expected)
         assert torch.equal(torch.signbit(values.cpu()), torch.signbit(expected.values))
+    assert _row("aten::sort") == {"device": 2, "cpu": 0, "reasons": {}}
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_of_scores_with_nan_and_infinities_stays_on_device(largest):
+    # top-k sampling masks scores with -inf, then takes topk of them again: exact, so not scanned
+    x = torch.tensor([SPECIALS, SPECIALS[::-1]])
+    for k in (1, 3, 6):
+        values, indices = torch.topk(x.to("rbln"), k, largest=largest)
+        expected = torch.sort(x, stable=True, descending=largest)
+        _exact((values, indices), (expected.values[:, :k], expected.indices[:, :k]))
+    assert _row("aten::topk") == {"device": 3, "cpu": 0, "reasons": {}}
 
 
 def test_sort_of_a_transposed_view_and_of_an_empty_dim():

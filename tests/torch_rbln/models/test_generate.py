@@ -5,7 +5,8 @@ on a device kernel: the fallback report counts no CPU call.
 
 Default run: greedy decoding of the demo's GPT-2 configuration (its kernels are the demo's, plus the
 decoding step's: ~30 more specialisations, mostly of the integer kernels). Beam search (~35 more) and
-Llama (grouped-query attention, RoPE, a KV cache) are marked slow like the zoo's models.
+Llama (grouped-query attention, RoPE, a KV cache) and sampling (top-k/top-p, multinomial) are marked
+slow like the zoo's models.
 """
 
 from __future__ import annotations
@@ -62,3 +63,24 @@ def test_gpt2_beam_search_matches_the_cpu_on_device_kernels():
 @pytest.mark.slow
 def test_llama_greedy_decoding_matches_the_cpu_on_device_kernels():
     _generate_on_both(_llama, 256, max_new_tokens=8)
+
+
+@pytest.mark.slow
+def test_gpt2_sampling_with_top_k_and_top_p_runs_on_device_kernels_and_repeats_under_a_seed():
+    """Sampling draws from the device's random stream (not the CPU's), so the tokens are checked for
+    repeatability under torch.manual_seed, and the ops (top-k/top-p masks of -inf, softmax, sort,
+    multinomial) for running on device kernels."""
+    transformers.utils.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = _gpt2().eval().to("rbln")
+    ids = torch.randint(2, 128, (2, 8), generator=torch.Generator().manual_seed(1)).to("rbln")
+    options = dict(attention_mask=torch.ones_like(ids), pad_token_id=0, do_sample=True, top_k=20, top_p=0.9,
+                   temperature=0.8, max_new_tokens=6)
+    registry.reset_fallback_report()
+    torch.manual_seed(5)
+    first = model.generate(ids, **options).cpu()
+    torch.manual_seed(5)
+    again = model.generate(ids, **options).cpu()
+    assert torch.equal(first, again) and first.shape == (2, 14)
+    on_cpu = {op: counts["reasons"] for op, counts in registry.fallback_report().items() if counts["cpu"]}
+    assert not on_cpu, f"ops on the CPU fallback: {on_cpu}"

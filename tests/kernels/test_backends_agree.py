@@ -124,6 +124,26 @@ def test_integer_floor_division_abs_and_fill(divisor, monkeypatch):
            lambda: torch.stack([x // divisor, torch.abs(x), x.clone().fill_(divisor)]), monkeypatch)
 
 
+def test_integer_remainder(monkeypatch):
+    info = torch.iinfo(torch.int64)
+    x = torch.tensor([info.min, info.max, -7, -6, -1, 0, 1, 5, 6, 7, 2**40 + 3])
+    _agree(lambda: torch.stack([x.to("rbln") % d for d in (3, -3, -1, 2**33)]),
+           lambda: torch.stack([x % d for d in (3, -3, -1, 2**33)]), monkeypatch)
+
+
+def test_integer_row_reductions_with_ties_and_extremes(monkeypatch):
+    """int_row_reduce_kernel (runtime op codes): sum, max/min with indices, argmax/argmin over rows of
+    several blocks holding int64 extremes and ties."""
+    info = torch.iinfo(torch.int64)
+    x = torch.randint(-3, 3, (3, 40), generator=torch.Generator().manual_seed(9))
+    x[0, 5], x[0, 30], x[1, 17], x[2, 0] = info.max, info.max, info.min, 2**40
+
+    def reductions(t: torch.Tensor) -> tuple:
+        return (t.sum(1), *t.max(1), *t.min(1), t.argmax(1), t.argmin(1), t.amax(), t.sum())
+
+    _agree(lambda: reductions(x.to("rbln")), lambda: reductions(x), monkeypatch)
+
+
 def test_where_selects_integers_exactly_and_floats_unchanged(monkeypatch):
     generator = torch.Generator().manual_seed(8)
     condition = torch.rand(4, 1, 9, generator=generator) > 0.5  # broadcast over dim 1

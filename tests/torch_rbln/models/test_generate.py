@@ -84,3 +84,29 @@ def test_gpt2_sampling_with_top_k_and_top_p_runs_on_device_kernels_and_repeats_u
     assert torch.equal(first, again) and first.shape == (2, 14)
     on_cpu = {op: counts["reasons"] for op, counts in registry.fallback_report().items() if counts["cpu"]}
     assert not on_cpu, f"ops on the CPU fallback: {on_cpu}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_gpt2_greedy_decoding_with_a_compiled_forward_matches_the_cpu(cache):
+    """`model.forward = torch.compile(model.forward, backend="rbln")` under `generate`: the CPU's tokens.
+    A dynamic KV cache grows by a token per step, so every step is a new shape (a graph each: the
+    backend plans static shapes); a static cache keeps two graphs, prefill and decode."""
+    import torch_rbln.compiler as rbln_compiler
+
+    transformers.utils.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = _gpt2().eval()
+    ids = torch.randint(2, 128, (2, 8), generator=torch.Generator().manual_seed(1))
+    options = dict(pad_token_id=0, do_sample=False, max_new_tokens=4,
+                   **({"cache_implementation": "static"} if cache == "static" else {}))
+    expected = model.generate(ids, attention_mask=torch.ones_like(ids), **options)
+    model.to("rbln")
+    torch._dynamo.reset()
+    rbln_compiler.reset_stats()
+    model.forward = torch.compile(model.forward, backend="rbln")
+    for _ in range(2):  # the second call runs the graphs compiled by the first
+        actual = model.generate(ids.to("rbln"), attention_mask=torch.ones_like(ids).to("rbln"), **options)
+        assert torch.equal(actual.cpu(), expected)
+    graphs = rbln_compiler.stats()["graphs_compiled"]
+    assert graphs == (2 if cache == "static" else 5), graphs  # prefill, then one per new length

@@ -109,6 +109,16 @@ def restored(t: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
     return t.permute(inverse)
 
 
+_LARGEST = {dtype: torch.finfo(dtype).max for dtype in FLOATS}
+
+
+def beyond_dtype(value: float, dtype: torch.dtype) -> bool:
+    """Whether a finite number is larger in magnitude than `dtype`'s largest value: torch's CPU kernels
+    refuse to write it into such a tensor ("value cannot be converted to type c10::Half without
+    overflow": fill_, masked_fill), where a kernel would store an infinity. NaN and infinities convert."""
+    return abs(value) > _LARGEST[dtype] and abs(value) != float("inf")
+
+
 def fill_floats(x: torch.Tensor, value: float) -> torch.Tensor:
     """The contiguous floating `x` filled with `value` by `unary_kernel`'s FILL op (`elementwise.fill`
     once it has checked the call; the zeros of a product over K = 0)."""

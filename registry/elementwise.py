@@ -38,6 +38,7 @@ from ._ops import (
     _device_index,
     _geometry,
     _k,
+    beyond_dtype,
     binary_output,
     contiguous,
     empty,
@@ -350,6 +351,8 @@ def fill(x: Tensor, value, *, first_use_ok: bool = True) -> Tensor:
     require_float(x.dtype)
     if not x.is_contiguous():
         raise Decline("non-contiguous in-place")
+    if beyond_dtype(float(value), x.dtype):
+        raise Decline("fill value beyond the dtype's range")  # torch's overflow error from the CPU
     return fill_floats(x, value)
 
 
@@ -398,6 +401,8 @@ def masked_fill(x: Tensor, mask: Tensor, value, *, inplace=False):
         fill_value = device_scalar(int(value), x.dtype, index)
     else:
         require_float(x.dtype)
+        if beyond_dtype(float(value), x.dtype):
+            raise Decline("masked_fill value beyond the dtype's range")  # torch's overflow error from the CPU
         fill_value = _scalar_tensor(float(value), index)
     if inplace:
         if _broadcast(x.shape, mask.shape) != list(x.shape):
@@ -892,6 +897,8 @@ def fill_family(*, zero: bool) -> Family:
             if kind is not float and kind is not int and kind is not bool:
                 return None
         x = args[0]
+        if not zero and x.dtype in FLOATS and beyond_dtype(float(value), x.dtype):
+            return None  # (the implementation declines it: torch's overflow error)
         return _unary_key("fill", x, float(value), x)
 
     def plan(key: tuple, operands: tuple) -> Plan:
@@ -1025,6 +1032,8 @@ def masked_fill_family(*, inplace: bool) -> Family:
                 return None
         else:
             return None
+        if x.dtype in FLOATS and beyond_dtype(number, x.dtype):
+            return None  # (the implementation declines it: torch's overflow error)
         return (x.dtype, x.shape, mask.shape, index), (mask, number, x, None)
 
     def plan(key: tuple, operands: tuple) -> Plan:

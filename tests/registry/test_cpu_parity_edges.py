@@ -3,6 +3,8 @@ of NaN/Inf/out-of-range values, float arange."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -87,3 +89,23 @@ def test_arange_matches_cpu_bit_for_bit(args, dtype):
     if dtype == torch.int64 and any(isinstance(a, float) for a in args):
         dtype = torch.float32
     _same_as_cpu(lambda device: torch.arange(*args, dtype=dtype, device=device))
+
+
+@pytest.mark.parametrize(("dtype", "value"), [(torch.float16, 65519.0), (torch.float16, -1e30),
+                                              (torch.bfloat16, 3.39e38)])
+def test_fill_and_masked_fill_beyond_the_dtype_raise_torchs_overflow_error(dtype, value):
+    """torch refuses to write a finite number larger than the dtype's largest value (a kernel would store
+    an infinity); infinities and the largest value itself are written. Plan and checked path both."""
+    torch.ones(1, device="rbln").add_(1)  # the kernels are loaded: fill_ then takes its plan
+    mask = torch.tensor([True, False, True])
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="without overflow"):
+            torch.zeros(3, dtype=dtype, device="rbln").masked_fill(mask.to("rbln"), value)
+        with pytest.raises(RuntimeError, match="without overflow"):
+            torch.zeros(3, dtype=dtype, device="rbln").fill_(value)
+    largest = torch.finfo(dtype).max
+    for fine in (largest, -math.inf):
+        got = torch.zeros(3, dtype=dtype, device="rbln").masked_fill(mask.to("rbln"), fine)
+        assert torch.equal(got.cpu(), torch.zeros(3, dtype=dtype).masked_fill(mask, fine))
+        assert torch.equal(torch.zeros(3, dtype=dtype, device="rbln").fill_(fine).cpu(),
+                           torch.full((3,), fine, dtype=dtype))

@@ -106,16 +106,21 @@ def normal_(x: torch.Tensor, mean: float = 0.0, std: float = 1.0, *, generator=N
     return _fill_random("normal_kernel", x, mean, std, generator)
 
 
+RACES_LIMIT = 1 << 24  # quotients materialised by one multinomial call with replacement
+
+
 def multinomial(probs: torch.Tensor, num_samples: int, replacement: bool = False, *,
                 generator=None) -> torch.Tensor:
-    """`aten::multinomial` of one sample, or of several without replacement, as torch's CPU kernel
-    draws them: every category's weight divided by an exponential draw (`-log(u)`, u uniform in [0, 1)),
-    the index of the largest quotient (`topk` of them for several samples). Sampled text generation
-    (`do_sample=True`) calls it once per token. The draws come from the device's uniform kernel (one
-    seed from the default generator, as `uniform_`), not the CPU's stream, so seeded runs repeat but
-    differ from the CPU's picks. torch's checks run first, on the device: a negative weight or a row
-    summing to 0 declines, so the CPU raises torch's error (NaN/Inf weights are declined by the
-    dispatcher's scan); so do several samples with replacement (torch's other algorithm)."""
+    """`aten::multinomial`: every category's weight divided by an exponential draw (`-log(u)`, u uniform
+    in [0, 1)) and the index of the largest quotient, which picks category i with probability
+    w_i / sum(w) (an exponential race). Without replacement, the indices of the `num_samples` largest
+    quotients of one race (`topk`), as torch's CPU kernel draws them; with replacement, one race per
+    sample (each an independent draw), while the races hold at most `RACES_LIMIT` quotients. Sampled
+    text generation (`do_sample=True`) calls it once per token. The draws come from the device's uniform
+    kernel (one seed from the default generator, as `uniform_`), not the CPU's stream, so seeded runs
+    repeat but differ from the CPU's picks. torch's checks run first, on the device: a negative weight
+    or a row summing to 0 declines, so the CPU raises torch's error (NaN/Inf weights are declined by
+    the dispatcher's scan)."""
     require_float(probs.dtype)
     if generator is not None:
         raise Decline("explicit generator")  # its stream is the CPU's: the fallback draws from it
@@ -123,13 +128,18 @@ def multinomial(probs: torch.Tensor, num_samples: int, replacement: bool = False
         raise Decline("probabilities of neither 1 nor 2 dims, or empty")  # torch's error from the CPU
     if isinstance(num_samples, bool) or not isinstance(num_samples, int):
         raise Decline("num_samples not an int")
-    if replacement and num_samples > 1:
-        raise Decline("several samples with replacement")
-    if not 0 < num_samples <= probs.shape[-1]:
+    if num_samples <= 0 or (not replacement and num_samples > probs.shape[-1]):
         raise Decline("num_samples out of range")
+    races = num_samples if replacement and num_samples > 1 else 1
+    if races * probs.numel() > RACES_LIMIT:
+        raise Decline(f"{races} races over {probs.numel()} weights (above {RACES_LIMIT} quotients)")
     if bool(((probs.amin() < 0) | (probs.sum(-1) <= 0).any()).item()):
         raise Decline("a negative weight or a row summing to 0")  # torch's error from the CPU
     # -p / log(u): u = 0 gives 0 (that category loses this draw), never NaN (log(u) < 0 for u in [0, 1))
+    if races > 1:  # (rows, races, n): one race per sample
+        weights = probs.unsqueeze(-2).expand(*probs.shape[:-1], races, probs.shape[-1])
+        scores = weights.neg() / torch.log(torch.rand(weights.shape, dtype=probs.dtype, device=probs.device))
+        return scores.argmax(-1)
     scores = probs.neg() / torch.log(torch.rand_like(probs))
     if num_samples == 1:
         return scores.argmax(-1, keepdim=True)

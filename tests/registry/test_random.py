@@ -217,7 +217,21 @@ def test_multinomial_declines_what_torch_rejects_or_draws_otherwise():
         torch.multinomial(torch.tensor([0.5, -0.1], device="rbln"), 1)  # torch's error, from the CPU
     with pytest.raises(RuntimeError):
         torch.multinomial(torch.tensor([[0.0, 0.0]], device="rbln"), 1)
-    drawn = torch.multinomial(torch.tensor([0.2, 0.8], device="rbln"), 3, replacement=True)
-    assert drawn.shape == (3,) and drawn.device.type == "rbln"
+    with pytest.raises(RuntimeError):
+        torch.multinomial(torch.tensor([0.2, 0.8], device="rbln"), 3)  # 3 of 2 without replacement
     reasons = registry.fallback_report()["aten::multinomial"]["reasons"]
-    assert reasons == {"a negative weight or a row summing to 0": 2, "several samples with replacement": 1}
+    assert reasons == {"a negative weight or a row summing to 0": 2, "num_samples out of range": 1}
+
+
+def test_multinomial_with_replacement_draws_each_sample_independently():
+    torch.manual_seed(1)
+    weights = torch.tensor([[1.0, 0.0, 3.0], [0.0, 5.0, 0.0]], device="rbln")
+    drawn = torch.multinomial(weights, 4000, replacement=True).cpu()
+    assert drawn.shape == (2, 4000) and drawn.dtype == torch.int64
+    assert (drawn[1] == 1).all()
+    shares = torch.bincount(drawn[0], minlength=3).double() / 4000
+    expected = torch.tensor([0.25, 0.0, 0.75], dtype=torch.float64)
+    torch.testing.assert_close(shares, expected, atol=0.04, rtol=0)
+    assert torch.multinomial(weights[0], 5, replacement=True).shape == (5,)
+    report = registry.fallback_report()["aten::multinomial"]
+    assert report == {"device": 2, "cpu": 0, "reasons": {}}

@@ -53,12 +53,14 @@ from .integer import (
     BITWISE_NAMES,
     INTEGER_NAMES,
     device_scalar,
+    held,
     integer_binary,
     integer_fill,
     integer_launch,
+    integral,
     true_division_operands,
 )
-from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on
+from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, unscanned
 
 # ---------------------------------------------------------------- numbers as operands
 
@@ -393,12 +395,10 @@ def masked_fill(x: Tensor, mask: Tensor, value, *, inplace=False):
     if x.dtype in INTEGERS or x.dtype is torch.bool:
         # position ids and masks (`position_ids.masked_fill_(attention_mask == 0, 1)` in generate): the
         # value as a 0-dim tensor of x's dtype; a value the dtype does not hold exactly is torch's to cast
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        low, high = (0, 1) if x.dtype is torch.bool else (torch.iinfo(x.dtype).min, torch.iinfo(x.dtype).max)
-        if not isinstance(value, int) or not low <= value <= high:
+        number = integral(value)
+        if number is None or not held(number, x.dtype):
             raise Decline(f"masked_fill of {str(x.dtype).replace('torch.', '')} with {value!r}")
-        fill_value = device_scalar(int(value), x.dtype, index)
+        fill_value = device_scalar(number, x.dtype, index)
     else:
         require_float(x.dtype)
         if beyond_dtype(float(value), x.dtype):
@@ -731,9 +731,6 @@ def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool,
     return plan
 
 
-def _unscanned() -> bool:
-    return True  # stands in for `config.deploy_mode()` in a run whose inputs are checked already
-
 
 def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int, a_numel: int,
                 b_numel: int, scalar: bool, inplace: bool, op: int, scanned: bool
@@ -822,7 +819,7 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
     op = keywords["OP"]
     scan, mask = contiguous_scan(dtype)
     small = n < PARALLEL_MIN
-    empty_, deploy_mode = _memory.empty, config.deploy_mode if scanned else _unscanned
+    empty_, deploy_mode = _memory.empty, config.deploy_mode if scanned else unscanned
 
     def run(operands: tuple) -> Tensor | None:
         x, p, target = operands

@@ -25,7 +25,7 @@ from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _device_index, _k, contiguous, empty
 from .geometry import I32, TILED_MIN, block, cdiv, row_block
-from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, contiguous_rbln, scanner
+from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, contiguous_rbln, scanner, unscanned
 
 INDICES = (torch.int64, torch.int32)
 _NUMBER = (int, float)
@@ -296,10 +296,6 @@ def _no_scan(tensor: Tensor) -> bool:
     return True
 
 
-def _always() -> bool:
-    return True
-
-
 def _cat_plan(key: tuple, operands: tuple) -> Plan:
     dtype, shapes, dim, index = key
     shapes = [tuple(s) for s in shapes]
@@ -325,7 +321,7 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
         scan, mask = contiguous_scan(dtype) if floats else (None, 0)
         a_numel, b_numel = math.prod(shapes[0]), math.prod(shapes[1])
         programs, ints = g.programs, g.ints
-        deploy_mode = config.deploy_mode if floats else _always
+        deploy_mode = config.deploy_mode if floats else unscanned
 
         def run_pair(operands: tuple) -> Tensor | None:
             a, b = operands

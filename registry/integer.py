@@ -160,15 +160,30 @@ def true_division_operands(a, b) -> tuple:
     return tuple(x.to(dtype) if isinstance(x, torch.Tensor) and not x.is_cpu else x for x in (a, b))
 
 
+def integral(value) -> int | None:
+    """A number as the int a bool or integer tensor would hold exactly (an integral float included),
+    or None (a fractional float, a complex: torch decides what writing it means)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return int(value) if isinstance(value, int) else None
+
+
+def held(value: int, dtype: torch.dtype) -> bool:
+    """Whether the bool or integer `dtype` holds `value` (bool: 0 and 1)."""
+    if dtype is torch.bool:
+        return 0 <= value <= 1
+    info = torch.iinfo(dtype)
+    return info.min <= value <= info.max
+
+
 def integer_fill(x: torch.Tensor, value) -> torch.Tensor:
     """fill_ of a bool or integer tensor with a number its dtype holds, on the integer kernel."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int):
+    number = integral(value)
+    if number is None:
         raise Decline(f"fill of {str(x.dtype).replace('torch.', '')} with {value!r}")  # torch decides
-    info = (0, 1) if x.dtype is torch.bool else (torch.iinfo(x.dtype).min, torch.iinfo(x.dtype).max)
-    if not info[0] <= int(value) <= info[1]:
+    if not held(number, x.dtype):
         raise Decline("fill value out of the dtype's range")  # torch's overflow error from the CPU
+    value = number
     if not x.is_contiguous():
         raise Decline("non-contiguous in-place")
     return integer_binary("fill", x, int(value), 1, x, comparison=False, inplace=True, compute=x.dtype)

@@ -30,7 +30,7 @@ from ._base import INTEGERS, require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
 from .geometry import I32, block, cdiv, dims_run, reduced_dims, reduced_shape, row_block
-from .plan import NO_PLAN, Family, Launch, Plan
+from .plan import NO_PLAN, Family, Launch, Plan, unscanned
 
 CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3,
          "all": 7, "any": 8}
@@ -321,7 +321,7 @@ def _reduce_run(plan: Plan, name: str, x_dtype: torch.dtype, index: int, numel: 
     scan, mask = (None, 0) if logical else contiguous_scan(x_dtype)  # (the scan inline: per-call cost)
     small = numel < PARALLEL_MIN
     empty_, empty_pair = _memory.empty, _memory.empty_pair
-    deploy_mode = (lambda: True) if logical else config.deploy_mode
+    deploy_mode = unscanned if logical else config.deploy_mode
     programs, rows = plan.programs, plan.rows
     split = programs * rows > 1
     r, middle, inner = ints[0], len(ints) == 2, ints[-1]  # the middle kernel takes (r, inner), the row one r

@@ -28,7 +28,7 @@ from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
 from .geometry import I32, ONE_BLOCK, ROW_CHUNK, cdiv, row_block
-from .plan import NO_PLAN, Family, Plan
+from .plan import NO_PLAN, Family, Plan, unscanned
 
 KernelKey = tuple  # (kernel, launch key, constexpr keywords): a launch whose grid the caller decides
 
@@ -89,10 +89,6 @@ def softmax_backward_launch(grad_dtype: torch.dtype, output_dtype: torch.dtype, 
             {"LOG": log, "BLOCK": block})
 
 
-def _unscanned() -> bool:
-    return True
-
-
 def softmax(x: Tensor, dim: int, half_to_float: bool, *, log: bool) -> Tensor:
     """softmax / log_softmax along `dim`, registered exact: the kernels compute what torch's CPU kernels
     do for NaN and infinities (x - max(x) with a NaN-propagating max, then exp, sum and divide or log),
@@ -141,7 +137,7 @@ def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n
     rows = numel // n
     plan = Plan(kernel, key, keywords, rows, 1, shape, dtype, tuple(range(inputs)) if scan_inputs else ())
     scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (the scans inline: per-call cost)
-    empty_, deploy_mode = _memory.empty, config.deploy_mode if scan_inputs else _unscanned
+    empty_, deploy_mode = _memory.empty, config.deploy_mode if scan_inputs else unscanned
 
     def run(operands: tuple) -> Tensor | None:  # one input (softmax)
         x, = operands

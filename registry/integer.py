@@ -23,7 +23,8 @@ _INT64 = (-(2**63), 2**63)
 
 
 def integer_scalar(value) -> int | None:
-    """A Python int (or 0-dim CPU integer tensor, a wrapped number) as an int; None otherwise."""
+    """A Python int or bool (or a 0-dim CPU integer or bool tensor, a wrapped number) as an int; None
+    otherwise."""
     if isinstance(value, torch.Tensor):
         if value.is_cpu and value.dim() == 0 and not value.dtype.is_floating_point and \
                 not value.dtype.is_complex:

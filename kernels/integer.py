@@ -47,33 +47,64 @@ INTEGER_ONLY = {**BITWISE, "div_floor": FLOOR_DIVIDE, "abs": ABS, "fill": FILL, 
 FAST_INTEGER = frozenset({ADD, SUB, MUL, FILL})
 
 
-def integer_fast_op(op: int) -> int:
-    """int_binary_kernel's FAST_OP for the op code `op` (comparisons share theirs whatever the output's
-    dtype: an in-place one casts their bool to it)."""
+# The bitwise ops share one specialisation with their three-way switch alone (the masks and flags of
+# generation: `unfinished & ~done`, `a | b` of bools): behind the generic switch, whose floor division
+# and remainder dominate numba's work, each of them compiled in 2.5-3 s per dtype triple. With a
+# broadcast operand (BCAST) add, sub and mul share one too (ARITHMETIC_OPS): there the offsets are
+# divided out per lane and nothing fuses, so a switch costs little at run time, and each of them
+# compiled ~1 s on its own.
+BITWISE_OPS, ARITHMETIC_OPS = -3, -4
+ARITHMETIC = frozenset({ADD, SUB, MUL})
+
+
+def integer_fast_op(op: int, bcast: bool = False) -> int:
+    """int_binary_kernel's FAST_OP for the op code `op`, with a broadcast operand or not (`bcast`):
+    comparisons share theirs whatever the output's dtype (an in-place one casts their bool to it), the
+    bitwise ops share BITWISE_OPS, broadcast add/sub/mul share ARITHMETIC_OPS."""
+    if op in BITWISE.values():
+        return BITWISE_OPS
+    if bcast and op in ARITHMETIC:
+        return ARITHMETIC_OPS
     return fast_op(op, FAST_INTEGER, comparisons=True)
+
+
+@tl.jit
+def _bitwise(a, b, OP):
+    """The bitwise op `OP` (BITWISE_AND..BITWISE_XOR, a runtime code) on int64 values."""
+    if OP == 23:
+        y = a & b
+    elif OP == 24:
+        y = a | b
+    else:
+        y = a ^ b
+    return y
+
+
+@tl.jit
+def _arithmetic(a, b, alpha, OP):
+    """add / sub with alpha, or mul (`OP`: ADD, SUB, MUL, a runtime code) on int64 values."""
+    if OP == 0:
+        y = a + alpha.to(tl.int64) * b
+    elif OP == 1:
+        y = a - alpha.to(tl.int64) * b
+    else:
+        y = a * b
+    return y
 
 
 @tl.jit
 def _integer_op(a, b, alpha, OP):
     """The op `OP` (a runtime code) on int64 values: the generic specialisation's switch."""
-    if OP == 0:
-        y = a + alpha.to(tl.int64) * b
-    elif OP == 1:
-        y = a - alpha.to(tl.int64) * b
-    elif OP == 2:
-        y = a * b
+    if OP <= 2:
+        y = _arithmetic(a, b, alpha, OP)
     elif OP <= 9:
         y = _comparison(a, b, OP)
     elif OP == 10:
         y = tl.maximum(a, b)
     elif OP == 11:
         y = tl.minimum(a, b)
-    elif OP == 23:
-        y = a & b
-    elif OP == 24:
-        y = a | b
-    elif OP == 25:
-        y = a ^ b
+    elif OP == 23 or OP == 24 or OP == 25:
+        y = _bitwise(a, b, OP)
     elif OP == 26 or OP == 29:
         # floor division (26) and Python's remainder (29, the divisor's sign); the caller passes a
         # non-zero b. A divisor of -1 negates (wrapping, as torch) and leaves remainder 0:
@@ -113,6 +144,10 @@ def int_binary_kernel(
         a = tl.load(a_ptr + a_off, mask=mask, other=0).to(tl.int64)
         if FAST_OP == -2:
             y = _comparison(a, b, OP)
+        elif FAST_OP == -3:
+            y = _bitwise(a, b, OP)
+        elif FAST_OP == -4:
+            y = _arithmetic(a, b, alpha, OP)
         elif FAST_OP == -1:
             y = _integer_op(a, b, alpha, OP)
         else:  # the op alone: FAST_OP is a constexpr, so the switch folds to its one branch

@@ -140,7 +140,7 @@ def integer_launch(name: str, dtypes: tuple, shape: list[int], n: int, operands:
     bcast, sizes, strides = _geometry(shape, list(operands))
     kernels = _k("integer")
     op = kernels.INTEGER_ONLY.get(name) or _k("elementwise").BINARY[name]
-    fast = kernels.integer_fast_op(op)
+    fast = kernels.integer_fast_op(op, bcast)
     size = fused_block(n, fast in kernels.FAST_INTEGER and not bcast)
     keywords = {"FAST_OP": fast, "B_SCALAR": scalar is not None, "BCAST": bcast, "BLOCK": size}
     ints = (0 if scalar is None else scalar, n, alpha, *sizes, *strides[0],

@@ -63,8 +63,9 @@ def _rank(x: torch.Tensor, dim: int, k: int | None, descending: bool, op: str
     if not values.numel():
         return values, indices
     if select:
+        chunk, k_block = kernels.select_blocks(n, k)
         launch_grid(kernels.select_kernel, (outer * inner, 1), (contiguous(x), values, indices, n, inner, k),
-                    DESCENDING=bool(descending), CHUNK=kernels.SELECT_CHUNK)
+                    DESCENDING=bool(descending), CHUNK=chunk, K_BLOCK=k_block)
     else:
         launch_grid(kernels.rank_kernel, (cdiv(n, kernels.RANK_BLOCK), outer * inner),
                     (contiguous(x), values, indices, n, inner, k), DESCENDING=bool(descending),

@@ -65,6 +65,17 @@ def test_select_topk_with_ties_and_nan(largest, monkeypatch):
            monkeypatch)
 
 
+@pytest.mark.parametrize("largest", [True, False])
+def test_select_topk_of_int64_extremes_along_dim0(largest, monkeypatch):
+    # the threshold bisection at int64's ends (its midpoint must not overflow) and a strided line
+    info = torch.iinfo(torch.int64)
+    line = [info.max, info.min, 0, -1, info.max, 7, info.min + 1, info.max - 1]
+    x = torch.tensor(line * 25).reshape(100, 2)
+    _agree(lambda: sorting.topk(x.to("rbln"), 40, 0, largest),
+           lambda: tuple(t.narrow(0, 0, 40) for t in torch.sort(x, stable=True, dim=0, descending=largest)),
+           monkeypatch)
+
+
 def test_rank_topk_of_int64_on_dim0(monkeypatch):
     x = torch.randint(-5, 5, (90, 4), generator=torch.Generator().manual_seed(2))
     _agree(lambda: sorting.topk(x.to("rbln"), 70, 0),  # k > SELECT_LIMIT: the rank kernel

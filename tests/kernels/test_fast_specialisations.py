@@ -153,3 +153,50 @@ def test_the_registry_gives_fused_integer_ops_one_block_for_every_size(monkeypat
     rows = torch.arange(10).view(2, 5)
     assert torch.equal((rows.to("rbln") + torch.arange(5).to("rbln")).cpu(), rows + torch.arange(5))
     assert launches == [(I.ADD, False, 4096), (I.SUB, False, 4096)] * 3 + [(I.ADD, True, 16)]
+
+
+BITWISE_REFERENCES = {I.BITWISE_AND: torch.bitwise_and, I.BITWISE_OR: torch.bitwise_or,
+                      I.BITWISE_XOR: torch.bitwise_xor}
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool])
+def test_bitwise_ops_share_a_specialisation_that_matches_generic_and_torch(dtype):
+    """and/or/xor take BITWISE_OPS (one specialisation with their own switch) and give the generic
+    switch's bits and torch's, for every bit pattern class (both ends of int64, zero, bools)."""
+    a = _integers(300, torch.int64, 3) if dtype == torch.int64 else torch.rand(300) < 0.5
+    b = _integers(300, torch.int64, 4) if dtype == torch.int64 else torch.rand(300) < 0.5
+    for op, reference in BITWISE_REFERENCES.items():
+        assert I.integer_fast_op(op) == I.integer_fast_op(op, bcast=True) == I.BITWISE_OPS
+        grouped = _int_launch(a, b, None, op, I.BITWISE_OPS, 1, 16)
+        assert torch.equal(grouped, _int_launch(a, b, None, op, -1, 1, 16)), op
+        assert torch.equal(grouped, reference(a, b)), op
+
+
+def test_broadcast_integer_arithmetic_shares_one_specialisation():
+    """add/sub with alpha and mul with a broadcast operand take ARITHMETIC_OPS through the registry
+    (BCAST: nothing fuses there, so one switch serves the three), wrapping as torch does; without
+    broadcasting each keeps its own fused specialisation."""
+    from torch_rbln.registry import elementwise, integer
+
+    launches = []
+    real = integer.integer_launch
+
+    def recording(*args, **kwargs):
+        decided = real(*args, **kwargs)
+        launches.append((decided.ints[-1], decided.keywords["FAST_OP"], decided.keywords["BCAST"]))
+        return decided
+
+    rows = _integers(40, torch.int64, 5).view(8, 5)
+    column = _integers(8, torch.int64, 6).view(8, 1)
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (elementwise, integer):
+            patch.setattr(module, "integer_launch", recording)
+        device_rows, device_column = rows.to("rbln"), column.to("rbln")
+        assert torch.equal(torch.add(device_rows, device_column, alpha=3).cpu(),
+                           torch.add(rows, column, alpha=3))
+        assert torch.equal(torch.sub(device_rows, device_column, alpha=-2).cpu(),
+                           torch.sub(rows, column, alpha=-2))
+        assert torch.equal((device_rows * device_column).cpu(), rows * column)
+        assert torch.equal((device_rows * device_rows).cpu(), rows * rows)
+    assert launches == [(I.ADD, I.ARITHMETIC_OPS, True), (I.SUB, I.ARITHMETIC_OPS, True),
+                        (I.MUL, I.ARITHMETIC_OPS, True), (I.MUL, I.MUL, False)]

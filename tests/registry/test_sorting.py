@@ -91,10 +91,29 @@ def test_topk_of_router_scores(largest, k):
 
 def test_topk_over_a_vocabulary_sized_row():
     torch.manual_seed(10)
-    logits = torch.randn(4, 20000)  # longer than the rank kernel takes: k passes over the row
+    logits = torch.randn(4, 20000)  # longer than the rank kernel takes: select_kernel's threshold
     _exact(torch.topk(logits.to("rbln"), 50), torch.topk(logits, 50))
     _exact(torch.topk(logits.to("rbln"), 3, largest=False), torch.topk(logits, 3, largest=False))
     assert _row("aten::topk") == {"device": 2, "cpu": 0, "reasons": {}}
+
+
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("n", [8, 100, 1500])  # one line per CHUNK bucket of select_kernel (16, 128, 512)
+def test_topk_threshold_ties_across_chunks_and_integer_extremes(largest, n):
+    """select_kernel's threshold (the k-th key, found by bisection) with many elements equal to it: the
+    first of them in index order complete the k, across the 512-element steps of a long line; int64's
+    extremes (the largest key, whose successor wraps) and the threshold at a key exactly k reach."""
+    torch.manual_seed(n)
+    few_values = torch.randint(-2, 3, (3, n)).float()  # every threshold is tied many times over
+    for k in (1, 5, min(n - 1, 64)):
+        _exact(torch.topk(few_values.to("rbln"), k, largest=largest),
+               tuple(t[:, :k] for t in torch.sort(few_values, stable=True, descending=largest)))
+    info = torch.iinfo(torch.int64)
+    extremes = torch.tensor([info.max, info.min, 0, -1, info.max, info.min, 1] * (n // 7 + 1))[:n]
+    for k in (1, 2, 3):
+        _exact(torch.topk(extremes.to("rbln"), k, largest=largest),
+               tuple(t[:k] for t in torch.sort(extremes, stable=True, descending=largest)))
+    assert _row("aten::topk")["cpu"] == 0
 
 
 def test_topk_ties_take_the_lower_index_first_and_k_zero_is_empty():

@@ -53,16 +53,20 @@ FAST_INTEGER = frozenset({ADD, SUB, MUL, FILL})
 # broadcast operand (BCAST) add, sub and mul share one too (ARITHMETIC_OPS): there the offsets are
 # divided out per lane and nothing fuses, so a switch costs little at run time, and each of them
 # compiled ~1 s on its own.
-BITWISE_OPS, ARITHMETIC_OPS = -3, -4
+BITWISE_OPS, ARITHMETIC_OPS, DIVISION_OPS = -3, -4, -5
 ARITHMETIC = frozenset({ADD, SUB, MUL})
+DIVISION = frozenset({FLOOR_DIVIDE, REMAINDER})  # share DIVISION_OPS (beam search's `//` and `%`)
 
 
 def integer_fast_op(op: int, bcast: bool = False) -> int:
     """int_binary_kernel's FAST_OP for the op code `op`, with a broadcast operand or not (`bcast`):
     comparisons share theirs whatever the output's dtype (an in-place one casts their bool to it), the
-    bitwise ops share BITWISE_OPS, broadcast add/sub/mul share ARITHMETIC_OPS."""
+    bitwise ops share BITWISE_OPS, floor division and remainder DIVISION_OPS, broadcast add/sub/mul
+    ARITHMETIC_OPS."""
     if op in BITWISE.values():
         return BITWISE_OPS
+    if op in DIVISION:
+        return DIVISION_OPS
     if bcast and op in ARITHMETIC:
         return ARITHMETIC_OPS
     return fast_op(op, FAST_INTEGER, comparisons=True)
@@ -93,6 +97,22 @@ def _arithmetic(a, b, alpha, OP):
 
 
 @tl.jit
+def _division(a, b, OP):
+    """Floor division (OP 26) or Python's remainder (29, the divisor's sign) on int64 values; the
+    caller passes a non-zero b. A divisor of -1 negates (wrapping, as torch) and leaves remainder 0:
+    INT64_MIN // -1 would trap in the machine's division instruction."""
+    divisor = tl.where(b == -1, 1, b)
+    quotient = a // divisor
+    remainder = a - quotient * divisor
+    wrong_sign = (remainder != 0) & ((remainder < 0) != (divisor < 0))
+    if OP == 26:
+        y = tl.where(b == -1, 0 - a, tl.where(wrong_sign, quotient - 1, quotient))
+    else:
+        y = tl.where(b == -1, 0, tl.where(wrong_sign, remainder + divisor, remainder))
+    return y
+
+
+@tl.jit
 def _integer_op(a, b, alpha, OP):
     """The op `OP` (a runtime code) on int64 values: the generic specialisation's switch."""
     if OP <= 2:
@@ -106,17 +126,7 @@ def _integer_op(a, b, alpha, OP):
     elif OP == 23 or OP == 24 or OP == 25:
         y = _bitwise(a, b, OP)
     elif OP == 26 or OP == 29:
-        # floor division (26) and Python's remainder (29, the divisor's sign); the caller passes a
-        # non-zero b. A divisor of -1 negates (wrapping, as torch) and leaves remainder 0:
-        # INT64_MIN // -1 would trap in the machine's division instruction
-        divisor = tl.where(b == -1, 1, b)
-        quotient = a // divisor
-        remainder = a - quotient * divisor
-        wrong_sign = (remainder != 0) & ((remainder < 0) != (divisor < 0))
-        if OP == 26:
-            y = tl.where(b == -1, 0 - a, tl.where(wrong_sign, quotient - 1, quotient))
-        else:
-            y = tl.where(b == -1, 0, tl.where(wrong_sign, remainder + divisor, remainder))
+        y = _division(a, b, OP)
     elif OP == 27:
         y = tl.where(a < 0, 0 - a, a)  # abs (wraps at the minimum, as torch)
     else:
@@ -148,6 +158,8 @@ def int_binary_kernel(
             y = _bitwise(a, b, OP)
         elif FAST_OP == -4:
             y = _arithmetic(a, b, alpha, OP)
+        elif FAST_OP == -5:
+            y = _division(a, b, OP)
         elif FAST_OP == -1:
             y = _integer_op(a, b, alpha, OP)
         else:  # the op alone: FAST_OP is a constexpr, so the switch folds to its one branch

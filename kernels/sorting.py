@@ -12,9 +12,9 @@ with only the first k positions written. The count costs n comparisons per eleme
 uses it for lines up to `RANK_LIMIT` elements (MoE routing sorts a few thousand expert ids).
 `select_kernel` takes a small k (a router's experts, a sampler's top tokens over a vocabulary-sized
 row) in passes that each cost a comparison per element: it bisects for the k-th element's key, writes
-the elements at or above it and orders those k. About 35 passes whatever k is (it took k passes of a
-tuple reduction before: 6.7 ms for k = 50 over a 50,257-token row, now under 1 ms), and its numba
-compile takes ~1.5 s where the tuple reduction's unrolled tree took ~6.7 s.
+the elements at or above it and orders those k. About 20-35 passes whatever k is (it took k passes of a
+tuple reduction before: 5-6.7 ms for k = 50 over a 50,257-token row, now ~1 ms), and its numba
+compile takes 3.5-4.5 s where the tuple reduction's unrolled tree took ~6.7 s.
 
 `cumsum_kernel` scans each line in blocks (`tl.cumsum` inside a block, a running carry between them),
 accumulating in ACC (float32 for 16-bit floats, int64 for integers: the same wrap-around as torch's
@@ -113,17 +113,14 @@ def _order_key(x, DESCENDING: tl.constexpr):
 
 
 @tl.jit
-def _count_keys(x_ptr, base, n, inner, threshold, ABOVE: tl.constexpr, DESCENDING: tl.constexpr,
-                CHUNK: tl.constexpr):
-    """How many elements of the line have an `_order_key` >= `threshold` (> with ABOVE: never
-    `>= threshold + 1`, which wraps at the largest int64)."""
+def _count_at_least(x_ptr, base, n, inner, threshold, DESCENDING: tl.constexpr, CHUNK: tl.constexpr):
+    """How many elements of the line have an `_order_key` >= `threshold`."""
     count = threshold * 0
     for start in range(0, n, CHUNK):
         j = start + tl.arange(0, CHUNK)
         inside = j < n
         key = _order_key(tl.load(x_ptr + base + j * inner, mask=inside, other=0), DESCENDING)
-        counted = key > threshold if ABOVE else key >= threshold
-        count += tl.sum((inside & counted).to(tl.int64), axis=0)
+        count += tl.sum((inside & (key >= threshold)).to(tl.int64), axis=0)
     return count
 
 
@@ -133,8 +130,9 @@ def select_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.co
     """`topk` for k <= K_BLOCK: values/indices[line, t] for t < k in the rank kernel's order, in
     passes over the line that each count or reduce (no pass costs more than a comparison per element):
     1. the smallest and largest `_order_key`;
-    2. bisection for the threshold T, the largest key that at least k elements reach (about 33 passes
-       for floats, at most 64 for int64; it stops early at a key exactly k elements reach);
+    2. bisection for the threshold T, the largest key that at least k elements reach (at most 33
+       passes for floats, 64 for int64; it stops early at a key exactly k elements reach), keeping
+       the count of keys above it from the pass that moved the upper bound;
     3. one pass writing the elements above T and the first of those equal to T, k in all, to the
        outputs in index order (slots from a running count and a block cumsum);
     4. those k ordered in place by counting (stable: equal keys keep index order).
@@ -154,16 +152,20 @@ def select_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.co
         key = _order_key(tl.load(x_ptr + base + j * inner, mask=inside, other=0), DESCENDING)
         lo = tl.minimum(lo, tl.min(tl.where(inside, key, _INT64_MAX), axis=0))
         hi = tl.maximum(hi, tl.max(tl.where(inside, key, _INT64_MIN), axis=0))
-    # invariant: at least k keys >= lo, fewer than k keys > hi
+    # invariant: at least k keys >= lo; `above` (< k) keys > hi. A key exactly k elements reach ends
+    # the search: those k are the answer, ties at the threshold included.
+    above = zero
+    exact = zero != 0
     for _step in range(0, 65):
         if lo < hi:
             middle = (lo | hi) - ((lo ^ hi) >> 1)  # the upper middle, without overflow
-            count = _count_keys(x_ptr, base, n, inner, middle, False, DESCENDING, CHUNK)
+            count = _count_at_least(x_ptr, base, n, inner, middle, DESCENDING, CHUNK)
             exact = count == k
             lo = tl.where(count >= k, middle, lo)
+            above = tl.where(count < k, count, above)
             hi = tl.where(exact, middle, tl.where(count >= k, hi, middle - 1))
     threshold = lo
-    ties_wanted = k - _count_keys(x_ptr, base, n, inner, threshold, True, DESCENDING, CHUNK)
+    ties_wanted = tl.where(exact, k, k - above)
     written = zero
     ties = zero
     for start in range(0, n, CHUNK):

@@ -200,3 +200,15 @@ def test_broadcast_integer_arithmetic_shares_one_specialisation():
         assert torch.equal((device_rows * device_rows).cpu(), rows * rows)
     assert launches == [(I.ADD, I.ARITHMETIC_OPS, True), (I.SUB, I.ARITHMETIC_OPS, True),
                         (I.MUL, I.ARITHMETIC_OPS, True), (I.MUL, I.MUL, False)]
+
+
+@pytest.mark.parametrize("divisor", [-7, -1, 3])
+def test_floor_division_and_remainder_share_a_specialisation_that_matches_generic_and_torch(divisor):
+    """`//` and `%` by a number take DIVISION_OPS (beam search's token // vocab and token % vocab) and
+    give the generic switch's bits and torch's at int64's ends, with -1 (wrapping negation) included."""
+    a = _integers(300, torch.int64, 7)
+    for op, reference in ((I.FLOOR_DIVIDE, torch.floor_divide), (I.REMAINDER, torch.remainder)):
+        assert I.integer_fast_op(op) == I.DIVISION_OPS
+        grouped = _int_launch(a, None, divisor, op, I.DIVISION_OPS, 1, 16)
+        assert torch.equal(grouped, _int_launch(a, None, divisor, op, -1, 1, 16)), op
+        assert torch.equal(grouped, reference(a, divisor)), op

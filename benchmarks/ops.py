@@ -12,7 +12,8 @@ ratio = the median over rounds of rbln time / CPU time.
 Tables: (1) microseconds per registered op on 4-element tensors (dispatch + checks + allocation +
 launch; issue 7 target <= 15 us per call median): every call is timed on its own, so the figure is the
 median per call, and the 10th percentile shows what a quiet machine gives; (2) large shapes:
-2^24-element add/mul/gelu, 4096x4096 softmax, layer norm and RMS norm (target: ratio <= 1.2),
+2^24-element add/mul/gelu, 4096x4096 softmax, layer norm and RMS norm (target: ratio <= 1.2), topk of
+sampling's logits (no target: a report),
 mm/linear 1024^3 (target: >= 50% of torch's GFLOP/s); (3) the forward of
 the demo model. Every case is first run once with the fallback report reset: a case that ran anything on
 the CPU fallback is flagged, since it would not be measuring a device kernel.
@@ -168,6 +169,10 @@ def _large_cases():
               for name, f in rows]
     cases += [(name, lambda f=f: f(p, q, r), lambda f=f: f(dp, dq, dr), ("GFLOP/s", 2 * 1024**3))
               for name, f in matmul]
+    logits = torch.randn(64, 50257)  # top-k sampling (k=50, transformers' default) over GPT-2's vocabulary
+    device_logits = logits.to("rbln")
+    cases.append(("topk k=50 of 64x50257", lambda: torch.topk(logits, 50),
+                  lambda: torch.topk(device_logits, 50), ("GB/s", 4 * logits.numel())))
     return cases
 
 

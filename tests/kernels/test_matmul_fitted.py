@@ -93,7 +93,12 @@ def test_in_place_operands_share_one_k_block_up_to_256():
     assert _in_place_tile(128, 512, 1376) == _tile(128, 512, 1376)  # a longer K: its fitted block
     assert _tile(32, 256, 300) == (32, 256, 512, True)
     assert _in_place_tile(32, 256, 300) == (32, 1024, 512, True)  # one step: the wide N block too
-    assert _in_place_tile(8, 64, 64) is None  # a side under 16: the listed tiles
+    # a decoding step's few rows take a 16-row block (gemm multiplies the counted rows only); a problem
+    # the product tiles hold whole, and N or K under 16, keep the listed tiles
+    assert _in_place_tile(8, 64, 64) == (16, 2048, 256, True)
+    assert _in_place_tile(1, 1376, 512) == (16, 2048, 512, True)
+    assert _in_place_tile(8, 16, 16) is None and _in_place_tile(32, 8, 64) is None
+    assert _tile(8, 64, 64) is None  # operands staged (not float32 in place): the listed tiles
     assert _in_place_tile(16, 16, 16, tp=4) is None  # no program per NPU: the listed tiles
 
 
@@ -148,3 +153,18 @@ def test_operands_without_a_unit_stride_keep_their_fitted_k_block():
     a, b = torch.randn(40, 2 * 96)[:, ::2], torch.randn(96, 3 * 80)[:, ::3]  # K = 96: staged tiles
     atol, rtol = MATMUL["float32"]
     torch.testing.assert_close(torch.mm(a.to("rbln"), b.to("rbln")).cpu(), a @ b, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 15])
+def test_a_decoding_steps_few_rows_take_the_16_row_block_and_match_the_cpu(rows):
+    """A linear of 1-15 tokens (a decoding step) over a transposed weight, with its bias, and an mm:
+    the 16-row fitted block (gemm on the counted rows only; the padded rows are never stored)."""
+    torch.manual_seed(rows)
+    x, weight, bias = torch.randn(rows, 512), torch.randn(300, 512), torch.randn(300)
+    nargs = _contiguous_nargs(rows, 300, 512, sbk=1, sbn=512)
+    assert matmul._fitted_tile(rows, 300, 512, 1, matmul._reads_in_place(nargs)).kwargs["BLOCK_M"] == 16
+    atol, rtol = MATMUL["float32"]
+    got = torch.nn.functional.linear(x.to("rbln"), weight.to("rbln"), bias.to("rbln"))
+    torch.testing.assert_close(got.cpu(), torch.nn.functional.linear(x, weight, bias), atol=atol, rtol=rtol)
+    other = torch.randn(512, 40)
+    torch.testing.assert_close((x.to("rbln") @ other.to("rbln")).cpu(), x @ other, atol=atol, rtol=rtol)

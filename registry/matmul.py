@@ -26,12 +26,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torch_rbln import _memory, config
+from torch_rbln import _memory
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from ._base import require_float
-from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan, is_dense_permutation
+from ._finite_scan import is_dense_permutation
 from ._ops import FLOATS, Decline, _broadcast, _check_out, _device_index, _k, fill_floats
 from .geometry import I32, cdiv, expanded_strides
 from .plan import NO_PLAN, Direct, Family, Plan
@@ -94,6 +94,10 @@ def bmm(a, b, out=None):
 
 
 def addmm(bias, a, b, beta=1, alpha=1, out=None):
+    if alpha == 0 or beta == 0:
+        # torch then reads neither operand (alpha 0) or not the bias (beta 0), so their NaN/Inf do not
+        # reach the result; the kernel's 0 * NaN would (the family is exact: nothing is scanned)
+        raise Decline("alpha or beta 0")
     return _product(a, b, bias, out, alpha, beta, False)
 
 
@@ -135,13 +139,11 @@ class MatmulPlan(Plan):
     operands (their NaN/Inf scans), and once resolved the tuned config's grid (`grid`), keywords and
     whether a call must check the device's tensor-parallel size (`needs_tp`)."""
 
-    __slots__ = ("c_strides", "tail", "shape_key", "numels", "small", "scan_fn", "mask", "grid", "needs_tp",
-                 "index", "tuned")
+    __slots__ = ("c_strides", "tail", "shape_key", "grid", "needs_tp", "index", "tuned")
 
     def __init__(self, dtype: torch.dtype, shape: tuple, index: int, M: int, N: int, K: int, sa: tuple,
-                 sb: tuple, sbias: tuple | None, batch: int, numels: tuple) -> None:
-        super().__init__(_k("matmul").matmul_kernel.fn, (), None, 1, 1, shape, dtype,
-                         tuple(range(len(numels))))
+                 sb: tuple, sbias: tuple | None, batch: int) -> None:
+        super().__init__(_k("matmul").matmul_kernel.fn, (), None, 1, 1, shape, dtype, scanned=())
         self.index = index
         self.c_strides = tuple(_memory.contiguous_strides(list(shape)))
         sc = self.c_strides if len(shape) == 3 else (0, *self.c_strides)  # mm: batch stride 0
@@ -149,24 +151,9 @@ class MatmulPlan(Plan):
         self.tail = (M, N, K, *sa, *sb, *sc, *(sbias if bias else _NO_BIAS))
         # (`shape_key`'s, tp aside)
         self.shape_key = (dtype, dtype, dtype, dtype, M, N, K, bias_kind(sbias), batch)
-        self.numels = numels
-        self.small = max(numels) < PARALLEL_MIN  # every read operand is scanned in one compiled call
-        self.scan_fn, self.mask = contiguous_scan(dtype)
         self.grid: tuple | None = None
         self.needs_tp = True
         self.tuned: dict | None = None
-
-    def finite(self) -> Callable[[Tensor, Tensor, Tensor | None], bool]:
-        """`finite(a, b, bias)`: no NaN/Inf in the read operands (a, b and the bias when not None, all
-        dense); small ones through the compiled scan called directly (written out: a generator over
-        the operands cost ~0.5 us of a 2 x 2 product's ~8)."""
-        if not self.small:
-            return lambda a, b, bias: all_finite(a) and all_finite(b) and (bias is None or all_finite(bias))
-        scan, mask = self.scan_fn, self.mask
-        na, nb = self.numels[0], self.numels[1]
-        nbias = self.numels[2] if len(self.numels) > 2 else 0
-        return lambda a, b, bias: (scan(a.data_ptr(), na, mask) and scan(b.data_ptr(), nb, mask)
-                                   and (bias is None or scan(bias.data_ptr(), nbias, mask)))
 
     def resolve(self) -> dict | None:
         """The kernel keywords of the general path's config for this shape, with `grid` and `needs_tp`
@@ -217,7 +204,7 @@ class MatmulPlan(Plan):
 
 def _run(plan: MatmulPlan) -> Callable[[tuple], Tensor | None]:
     index, shape, dtype, tail = plan.index, plan.shape, plan.dtype, plan.tail
-    empty, deploy_mode, finite = _memory.empty, config.deploy_mode, plan.finite()
+    empty = _memory.empty
 
     def run(operands: tuple) -> Tensor | None:
         a, b, bias, out, alpha, beta = operands
@@ -230,8 +217,6 @@ def _run(plan: MatmulPlan) -> Callable[[tuple], Tensor | None]:
         fresh = launcher is None or plan.backend != requested_backend()
         if not fresh and plan.needs_tp and device_tp(index) != 1:
             return None  # the general launch splits the grid over the group (or re-tunes for it)
-        if not deploy_mode() and not finite(a, b, bias):
-            return None
         c = empty(shape, dtype, index) if out is None else out
         if fresh:
             args = (a, b, c, c if bias is None else bias, *tail, float(alpha), float(beta))
@@ -337,6 +322,8 @@ def addmm_family() -> Family:
                 return None
             out, numbers = found
             alpha, beta = numbers.get("alpha", 1.0), numbers.get("beta", 1.0)
+            if alpha == 0 or beta == 0:
+                return None  # the general path declines it (`addmm`)
         bias, a, b = args
         key = _operand_key(a, b)
         if key is None or not isinstance(bias, Tensor) or bias.dtype is not key[0] or \
@@ -371,16 +358,14 @@ def _plan(key: tuple, batched: bool) -> Plan:
     else:
         sa, sb = (0, *a_strides), (0, *b_strides)
     sbias = None
-    numels = (batch * M * K, batch * K * N)
     if bias is not None:
         bias_shape, bias_strides = bias
         if tuple(bias_strides) != tuple(_memory.contiguous_strides(list(bias_shape))) or 0 in bias_shape:
-            return NO_PLAN  # only a contiguous bias is scanned for NaN/Inf here
+            return NO_PLAN  # the plan's bias strides are a contiguous one's
         stand_in = torch.empty(bias_shape, device="meta")
         sbias = tuple(expanded_strides(stand_in, [M, N]))
-        numels += (stand_in.numel(),)
     shape = (batch, M, N) if batched else (M, N)
-    plan = MatmulPlan(dtype, shape, index, M, N, K, sa, sb, sbias, batch, numels)
+    plan = MatmulPlan(dtype, shape, index, M, N, K, sa, sb, sbias, batch)
     if out_key is not None and out_key != (plan.dtype, plan.shape, plan.c_strides):
         return NO_PLAN
     plan.run = _run(plan)

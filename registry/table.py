@@ -374,15 +374,22 @@ TABLE: list[Op] = [
        make_plan=lambda: RW.layer_norm_family()),
     Op("native_layer_norm_backward.default", Ref("rows", "layer_norm_backward"),
        make_plan=lambda: RW.layer_norm_backward_family()),
-    # ---- (3) matmul family (linear and matmul decompose into these)
-    Op("mm.default", lambda a, b: MM.mm(a, b), "mm", tol=MATMUL, make_plan=lambda: MM.mm_family()),
-    Op("mm.out", lambda a, b, out=None: MM.mm(a, b, out=out), make_plan=lambda: MM.mm_family()),
-    Op("bmm.default", lambda a, b: MM.bmm(a, b), "bmm", tol=MATMUL, make_plan=lambda: MM.bmm_family()),
-    Op("bmm.out", lambda a, b, out=None: MM.bmm(a, b, out=out), make_plan=lambda: MM.bmm_family()),
+    # ---- (3) matmul family (linear and matmul decompose into these). Exact: every product and sum is
+    # IEEE arithmetic on the same float32 values as torch's gemm (BLAS gemm itself on the numba
+    # backend), and a NaN/Inf term gives the same NaN or signed Inf in any summation order, so the
+    # operands (a model's weights, read on every call) are not scanned; addmm with alpha or beta 0,
+    # where torch skips an operand, declines
+    Op("mm.default", lambda a, b: MM.mm(a, b), "mm", tol=MATMUL, exact=True,
+       make_plan=lambda: MM.mm_family()),
+    Op("mm.out", lambda a, b, out=None: MM.mm(a, b, out=out), exact=True, make_plan=lambda: MM.mm_family()),
+    Op("bmm.default", lambda a, b: MM.bmm(a, b), "bmm", tol=MATMUL, exact=True,
+       make_plan=lambda: MM.bmm_family()),
+    Op("bmm.out", lambda a, b, out=None: MM.bmm(a, b, out=out), exact=True,
+       make_plan=lambda: MM.bmm_family()),
     Op("addmm.default", lambda c, a, b, beta=1, alpha=1: MM.addmm(c, a, b, beta, alpha), "addmm", tol=MATMUL,
-       make_plan=lambda: MM.addmm_family()),
+       exact=True, make_plan=lambda: MM.addmm_family()),
     Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: MM.addmm(c, a, b, beta, alpha, out=out),
-       make_plan=lambda: MM.addmm_family()),
+       exact=True, make_plan=lambda: MM.addmm_family()),
     # ---- (4) reductions over any dims
     Op("sum.dim_IntList", _sum, "sum", tol=LOOSE, int_inputs=True,
        make_plan=lambda: R.family("sum", keywords=("dtype",))),

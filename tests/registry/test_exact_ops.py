@@ -1,4 +1,5 @@
-"""add, sub, mul, div (true division), the comparisons, neg and abs are registered `exact`: their
+"""add, sub, mul, div (true division), the comparisons, neg and abs (and mm, bmm, addmm: the end of the
+file) are registered `exact`: their
 kernels compute torch's CPU results for every input, NaN and Inf included, so their inputs are not
 scanned for NaN/Inf and such calls stay on the device. These tests are what makes that claim safe:
 every pair of special values (NaN, +-Inf, +-0, subnormal, the dtype's largest value) in each float
@@ -180,3 +181,58 @@ def test_ops_not_marked_exact_still_send_nan_to_the_cpu():
     torch.sum(x.to("rbln"))
     assert _row("aten::exp")["reasons"] == {"nan_inf": 1}
     assert _row("aten::sum")["reasons"] == {"nan_inf": 1}
+
+
+# (M, N, K) reaching each matmul path: the product tiles (every side <= 16), a fitted one-step tile of
+# a decoding step's rows (gemm on the counted rows), a tile with several K steps, a listed dot tile
+MATMUL_SHAPES = [(2, 3, 5), (1, 40, 300), (20, 24, 1100), (17, 33, 31)]
+
+
+def _with_specials(shape: tuple, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Random values with NaN, +-Inf and zeros at a few places (no huge finite values: an overflow's
+    place depends on the summation order, for finite operands as much as for these)."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=generator)
+    flat = x.view(-1)
+    picks = torch.randint(0, flat.numel(), (max(2, flat.numel() // 200),), generator=generator)
+    flat[picks] = torch.tensor([math.nan, math.inf, -math.inf, 0.0])[torch.arange(len(picks)) % 4]
+    return x.to(dtype)
+
+
+def _same_specials(got: torch.Tensor, expected: torch.Tensor, k: int) -> None:
+    """NaN exactly where the CPU has NaN, the same signed Inf where it has Inf, finite values within the
+    matmul tolerance (sums in another order)."""
+    got, expected = got.cpu().float(), expected.float()
+    assert torch.equal(torch.isnan(got), torch.isnan(expected))
+    assert torch.equal(got[torch.isinf(expected)], expected[torch.isinf(expected)])
+    finite = torch.isfinite(expected)
+    torch.testing.assert_close(got[finite], expected[finite], atol=2e-2 * math.sqrt(k), rtol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize(("m", "n", "k"), MATMUL_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in MATMUL_SHAPES])
+def test_matmul_family_gives_the_cpus_nan_and_inf_on_device(m, n, k, dtype):
+    """mm, bmm, addmm (alpha/beta 1 and not) and linear over a transposed weight are exact: NaN and Inf
+    in any operand give the CPU's NaN and signed Inf (inf * 0, inf - inf and NaN terms make NaN in any
+    order), on the device. alpha or beta 0, where torch skips an operand, go to the CPU."""
+    a, b = _with_specials((m, k), dtype, 1), _with_specials((k, n), dtype, 2)
+    bias = _with_specials((n,), dtype, 3)
+    weight, batch_a, batch_b = (_with_specials((n, k), dtype, 4), _with_specials((2, m, k), dtype, 5),
+                                _with_specials((2, k, n), dtype, 6))
+    reference = (lambda *ts: tuple(t.float() for t in ts)) if dtype != torch.float32 else (lambda *ts: ts)
+    registry.reset_fallback_report()
+    on = lambda *ts: tuple(t.to("rbln") for t in ts)  # noqa: E731
+    _same_specials(torch.mm(*on(a, b)), torch.mm(*reference(a, b)), k)
+    _same_specials(torch.bmm(*on(batch_a, batch_b)), torch.bmm(*reference(batch_a, batch_b)), k)
+    _same_specials(torch.addmm(*on(bias, a, b)), torch.addmm(*reference(bias, a, b)), k)
+    _same_specials(torch.addmm(*on(bias, a, b), beta=0.5, alpha=2.0),
+                   torch.addmm(*reference(bias, a, b), beta=0.5, alpha=2.0), k)
+    _same_specials(torch.nn.functional.linear(*on(a, weight, bias)),
+                   torch.nn.functional.linear(*reference(a, weight, bias)), k)
+    for name in ("mm", "bmm", "addmm"):
+        assert _row(f"aten::{name}")["cpu"] == 0, name
+    for alpha, beta in ((0.0, 1.0), (1.0, 0.0)):  # the CPU fallback: torch's own result in `dtype`
+        torch.testing.assert_close(torch.addmm(*on(bias, a, b), alpha=alpha, beta=beta).cpu(),
+                                   torch.addmm(bias, a, b, alpha=alpha, beta=beta), atol=0, rtol=0,
+                                   equal_nan=True)
+    assert _row("aten::addmm")["reasons"] == {"alpha or beta 0": 2}

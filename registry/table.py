@@ -94,8 +94,8 @@ def _unary_family(name: str, opinfo: str | None, kernel: str | None = None, *, i
                   out: bool = True, overload: str = "default", int_inputs: bool = False,
                   exact: bool = False) -> list[Op]:
     """`int_inputs`: integer tensors reach EW.unary, which runs the exact integer kernel (abs, neg) or
-    declines with the dtype. `exact`: the kernel gives torch's result for NaN/Inf too (neg, abs), so
-    the input is not scanned."""
+    declines with the dtype. `exact`: the kernel gives torch's result for NaN/Inf too (neg, abs; sigmoid,
+    tanh, silu with finite values within their tolerance), so the input is not scanned."""
     kernel = kernel or name
     suffix = f".{overload}"
     flags = {"int_inputs": int_inputs, "exact": exact}
@@ -302,8 +302,10 @@ TABLE: list[Op] = [
     *_unary_family("exp", "exp"),
     *_unary_family("sqrt", "sqrt"),
     *_unary_family("rsqrt", "rsqrt"),
-    *_unary_family("sigmoid", "sigmoid"),
-    *_unary_family("tanh", "tanh"),
+    # sigmoid, tanh and silu: exact on NaN/+-Inf (NaN, the limits 0/+-1, silu(-inf) = -inf * 0 = NaN as
+    # torch's) and on the sign of zero, finite values within a few float32 ulps
+    *_unary_family("sigmoid", "sigmoid", exact=True),
+    *_unary_family("tanh", "tanh", exact=True),
     *_unary_family("abs", "abs", int_inputs=True, exact=True),
     *_unary_family("log", "log"),
     *_unary_family("cos", "cos"),  # RoPE's tables in every Llama-style model
@@ -311,7 +313,7 @@ TABLE: list[Op] = [
     *_unary_family("reciprocal", "reciprocal"),
     # relu is exact: `where(x < 0, 0, x)` keeps NaN and -0.0 as torch's relu does
     *_unary_family("relu", "nn.functional.relu", out=False, exact=True),
-    *_unary_family("silu", "nn.functional.silu"),
+    *_unary_family("silu", "nn.functional.silu", exact=True),
     Op("gelu.default", lambda x, approximate="none": _gelu(x, approximate), "nn.functional.gelu", tol=LOOSE,
        make_plan=lambda: _gelu_plan()),
     Op("gelu.out", lambda x, approximate="none", out=None: _gelu(x, approximate, out=out),

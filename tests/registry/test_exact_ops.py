@@ -1,5 +1,5 @@
-"""add, sub, mul, div (true division), the comparisons, neg and abs (and mm, bmm, addmm: the end of the
-file) are registered `exact`: their
+"""add, sub, mul, div (true division), the comparisons, neg and abs (and sigmoid, tanh, silu, mm, bmm,
+addmm, with finite values within their tolerances) are registered `exact`: their
 kernels compute torch's CPU results for every input, NaN and Inf included, so their inputs are not
 scanned for NaN/Inf and such calls stay on the device. These tests are what makes that claim safe:
 every pair of special values (NaN, +-Inf, +-0, subnormal, the dtype's largest value) in each float
@@ -134,6 +134,42 @@ def test_unary_special_values_match_the_cpu_on_device(name, dtype):
         _same(out.cpu(), getattr(torch, name)(values))
         calls = 3
     assert _rows(name) == {"device": calls, "cpu": 0, "reasons": {}}
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", ["sigmoid", "tanh", "silu"])
+def test_activations_give_the_cpus_nan_inf_and_signed_zeros_on_device(name, dtype):
+    """sigmoid, tanh and silu: NaN, the limits at +-Inf (silu(-inf) is -inf * 0 = NaN, as torch's) and
+    the sign of every zero exactly; finite values within a few float32 ulps (rounded to the dtype), also
+    near float32's exp overflow and past the switch points of the kernels' formulas. In place and out=."""
+    finite = [88.0, -88.0, 88.72, -88.72, 89.0, -89.0, 1e4, -1e4, 0.625, -0.625, 1e-8, -1e-8, 17.0, -44.0]
+    values = torch.cat([_specials(dtype), torch.tensor(finite).to(dtype),
+                        (torch.randn(500, generator=torch.Generator().manual_seed(0)) * 30).to(dtype)])
+    function = torch.nn.functional.silu if name == "silu" else getattr(torch, name)
+    expected = function(values)
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
+
+    def check(got: torch.Tensor) -> None:
+        got = got.cpu()
+        assert torch.equal(torch.isnan(got), torch.isnan(expected))
+        assert torch.equal(got[torch.isinf(expected)], expected[torch.isinf(expected)])
+        number = ~torch.isnan(expected)
+        assert torch.equal(torch.signbit(got[number]), torch.signbit(expected[number]))
+        torch.testing.assert_close(got, expected, equal_nan=True, **tolerance)
+
+    registry.reset_fallback_report()
+    check(function(values.to("rbln")))
+    target = values.clone().to("rbln")
+    if name == "silu":
+        torch.nn.functional.silu(target, inplace=True)
+    else:
+        getattr(target, f"{name}_")()
+    check(target)
+    out = torch.empty_like(values).to("rbln")
+    out_form = torch.ops.aten.silu.out if name == "silu" else getattr(torch, name)
+    out_form(values.to("rbln"), out=out)
+    check(out)
+    assert _rows(name) == {"device": 3, "cpu": 0, "reasons": {}}
 
 
 def test_inplace_div_and_mul_by_special_scalars_stay_on_device():

@@ -50,8 +50,9 @@ def select_blocks(n: int, k: int) -> tuple[int, int]:
 def _precedes(av, ai, bv, bi, DESCENDING: tl.constexpr):
     """Does the element (value av, index ai) come strictly before (bv, bi) in the sorted order: by
     value, NaN after every number (torch's order: the largest value), equal values (NaN among NaN) in
-    index order, so the order is total and the sort stable. The one definition of the order the rank
-    and select kernels share."""
+    index order, so the order is total and the sort stable. The rank kernel's order; `_order_key`
+    encodes the same one as integers for the select kernel (tests/kernels/test_backends_agree.py and
+    test_sorting.py compare both with torch's stable sort)."""
     a_nan = av != av
     b_nan = bv != bv
     if DESCENDING:

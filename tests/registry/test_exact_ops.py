@@ -272,3 +272,43 @@ def test_matmul_family_gives_the_cpus_nan_and_inf_on_device(m, n, k, dtype):
                                    torch.addmm(bias, a, b, alpha=alpha, beta=beta), atol=0, rtol=0,
                                    equal_nan=True)
     assert _row("aten::addmm")["reasons"] == {"alpha or beta 0": 2}
+
+
+@pytest.mark.slow
+def test_fuzz_matmul_family_with_nan_and_inf_against_the_cpu():
+    """200 random mm / bmm / addmm (alpha and beta 1 or not) / linear calls (seeded) with NaN, +-Inf
+    and zeros at up to a tenth of the operands, three dtypes, M 1-128, K 1-600: NaN and Inf exactly
+    where the CPU has them, finite values within the matmul tolerance, nothing on the CPU."""
+    generator = torch.Generator().manual_seed(26)
+    specials = torch.tensor([math.nan, math.inf, -math.inf, 0.0])
+
+    def operand(shape: tuple, share: float, dtype: torch.dtype) -> torch.Tensor:
+        x = torch.randn(shape, generator=generator)
+        picks = torch.rand(shape, generator=generator) < share
+        return torch.where(picks, specials[torch.randint(0, 4, shape, generator=generator)], x).to(dtype)
+
+    for case in range(200):
+        pick = torch.randint(0, 1 << 30, (5,), generator=generator).tolist()
+        dtype = FLOATS[pick[0] % 3]
+        m, n, k = ([1, 2, 3, 15, 16, 17, 40, 128][pick[1] % 8], [1, 5, 16, 33, 300][pick[2] % 5],
+                   [1, 4, 31, 64, 300, 600][pick[3] % 6])
+        share = [0.0, 0.001, 0.01, 0.1][pick[4] % 4]
+        kind = ("mm", "bmm", "addmm", "addmm scaled", "linear")[(pick[4] >> 4) % 5]
+        if kind == "bmm":
+            operands = (operand((2, m, k), share, dtype), operand((2, k, n), share, dtype))
+            function = torch.bmm
+        elif kind == "linear":
+            operands = tuple(operand(shape, share, dtype) for shape in ((m, k), (n, k), (n,)))
+            function = torch.nn.functional.linear
+        elif kind == "mm":
+            operands = (operand((m, k), share, dtype), operand((k, n), share, dtype))
+            function = torch.mm
+        else:
+            operands = tuple(operand(shape, share, dtype) for shape in ((n,), (m, k), (k, n)))
+            scaled = {"alpha": 2.0, "beta": 0.5} if kind == "addmm scaled" else {}
+            function = lambda c, a, b, scaled=scaled: torch.addmm(c, a, b, **scaled)  # noqa: E731
+        registry.reset_fallback_report()
+        got = function(*(t.to("rbln") for t in operands))
+        expected = function(*(t.float() for t in operands))
+        _same_specials(got, expected, k)
+        assert not any(row["cpu"] for row in registry.fallback_report().values()), (case, kind)

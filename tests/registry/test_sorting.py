@@ -240,3 +240,49 @@ def test_histc_with_the_range_from_the_data_declines():
     x = torch.tensor([1.0, 2.0, 2.0, 5.0])
     _exact(torch.histc(x.to("rbln"), bins=4), torch.histc(x, bins=4))
     assert "min >= max" in next(iter(_row("aten::histc")["reasons"]))
+
+
+def _fuzz_line(generator: torch.Generator, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+    """Random values with many ties and, for floats, NaN, +-Inf and signed zeros; for integers the
+    dtype's ends."""
+    if dtype.is_floating_point:
+        pool = torch.tensor([0.0, -0.0, 1.0, -1.0, float("inf"), -float("inf"), float("nan"), 2.5, 65504.0])
+        x = (torch.randn(shape, generator=generator) * 3).round()
+        picks = torch.rand(shape, generator=generator) < 0.3
+        return torch.where(picks, pool[torch.randint(0, len(pool), shape, generator=generator)], x).to(dtype)
+    info = torch.iinfo(dtype)
+    x = torch.randint(max(info.min, -5), min(info.max, 5) + 1, shape, generator=generator)
+    ends = torch.tensor([info.min, info.max])[torch.randint(0, 2, shape, generator=generator)]
+    return torch.where(torch.rand(shape, generator=generator) < 0.2, ends, x).to(dtype)
+
+
+@pytest.mark.slow
+def test_fuzz_topk_against_the_stable_cpu_sort():
+    """300 random topk calls (seeded): seven dtypes, 1-3 dims, lines of 2-3,000 (each of select_kernel's
+    step sizes, one or several steps), k up to 64, either order, transposed layouts: values and indices
+    equal torch's stable sort bit for bit (NaN and signed zeros included), and no call falls back."""
+    generator = torch.Generator().manual_seed(2026)
+    dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8, torch.int8]
+    lengths = [2, 3, 7, 16, 17, 128, 129, 513, 1100, 3000]
+    for case in range(300):
+        pick = torch.randint(0, 1 << 30, (6,), generator=generator).tolist()
+        dtype = dtypes[pick[0] % len(dtypes)]
+        rank = 1 + pick[1] % 3
+        dim = pick[2] % rank
+        shape = [1 + (pick[3] >> (4 * d)) % 4 for d in range(rank)]
+        shape[dim] = lengths[pick[4] % len(lengths)]
+        k = 1 + pick[5] % min(64, shape[dim] - 1)
+        largest = bool(pick[5] & 1 << 20)
+        x = _fuzz_line(generator, dtype, shape)
+        if rank > 1 and pick[0] & 1 << 25:
+            x = x.transpose(0, rank - 1).contiguous().transpose(0, rank - 1)
+        registry.reset_fallback_report()
+        values, indices = torch.topk(x.to("rbln"), k, dim=dim, largest=largest)
+        expected = torch.sort(x.float() if dtype in (torch.float16, torch.bfloat16) else x, dim=dim,
+                              descending=largest, stable=True).indices.narrow(dim, 0, k)
+        assert torch.equal(indices.cpu(), expected), (case, dtype, shape, dim, k, largest)
+        taken = torch.gather(x, dim, expected)
+        bits = {4: torch.int32, 2: torch.int16}.get(x.element_size()) if dtype.is_floating_point else None
+        got = values.cpu()
+        assert torch.equal(got.view(bits), taken.view(bits)) if bits else torch.equal(got, taken), case
+        assert _row("aten::topk")["cpu"] == 0, case

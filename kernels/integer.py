@@ -43,7 +43,8 @@ INTEGER_ONLY = {**BITWISE, "div_floor": FLOOR_DIVIDE, "abs": ABS, "fill": FILL, 
 # separate passes over BLOCK-long buffers; alone, with a plain tensor or scalar second operand
 # (BCAST=False), loads, arithmetic and store fuse into one loop over the lanes that exist, so the
 # registry gives them `geometry.FUSED_BLOCK` for every size. Comparisons share one specialisation
-# (COMPARE_OPS) with the comparison switch alone; the other ops share the generic one (FAST_OP=-1).
+# (COMPARE_OPS) with the comparison switch alone; bitwise ops, floor division and remainder, and broadcast
+# add/sub/mul share theirs (below); maximum, minimum and abs the generic one (FAST_OP=-1).
 FAST_INTEGER = frozenset({ADD, SUB, MUL, FILL})
 
 
@@ -152,13 +153,13 @@ def int_binary_kernel(
         y = b
     else:
         a = tl.load(a_ptr + a_off, mask=mask, other=0).to(tl.int64)
-        if FAST_OP == -2:
+        if FAST_OP == -2:  # COMPARE_OPS
             y = _comparison(a, b, OP)
-        elif FAST_OP == -3:
+        elif FAST_OP == -3:  # BITWISE_OPS
             y = _bitwise(a, b, OP)
-        elif FAST_OP == -4:
+        elif FAST_OP == -4:  # ARITHMETIC_OPS
             y = _arithmetic(a, b, alpha, OP)
-        elif FAST_OP == -5:
+        elif FAST_OP == -5:  # DIVISION_OPS
             y = _division(a, b, OP)
         elif FAST_OP == -1:
             y = _integer_op(a, b, alpha, OP)

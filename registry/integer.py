@@ -184,7 +184,6 @@ def integer_fill(x: torch.Tensor, value) -> torch.Tensor:
         raise Decline(f"fill of {str(x.dtype).replace('torch.', '')} with {value!r}")  # torch decides
     if not held(number, x.dtype):
         raise Decline("fill value out of the dtype's range")  # torch's overflow error from the CPU
-    value = number
     if not x.is_contiguous():
         raise Decline("non-contiguous in-place")
-    return integer_binary("fill", x, int(value), 1, x, comparison=False, inplace=True, compute=x.dtype)
+    return integer_binary("fill", x, number, 1, x, comparison=False, inplace=True, compute=x.dtype)

@@ -135,9 +135,9 @@ def _product(a, b, bias, out, alpha, beta, batched: bool):
 
 class MatmulPlan(Plan):
     """One launch geometry: the result's shape and strides, the launch's int arguments after the four
-    tensors (`launch`'s order), the autotuner's shape key, the element counts of the read
-    operands (their NaN/Inf scans), and once resolved the tuned config's grid (`grid`), keywords and
-    whether a call must check the device's tensor-parallel size (`needs_tp`)."""
+    tensors (`launch`'s order), the autotuner's shape key, and once resolved the tuned config's grid
+    (`grid`), keywords and whether a call must check the device's tensor-parallel size (`needs_tp`).
+    No operand is scanned for NaN/Inf: the matmul family is exact (`table.py`)."""
 
     __slots__ = ("c_strides", "tail", "shape_key", "grid", "needs_tp", "index", "tuned")
 

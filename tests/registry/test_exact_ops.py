@@ -136,6 +136,21 @@ def test_unary_special_values_match_the_cpu_on_device(name, dtype):
     assert _rows(name) == {"device": calls, "cpu": 0, "reasons": {}}
 
 
+def _same_specials(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float,
+                   signed_zeros: bool = False) -> None:
+    """For the exact ops whose finite values differ from the CPU's by rounding: NaN exactly where the CPU
+    has NaN, the same signed Inf where it has Inf (with `signed_zeros`, the sign of every number too),
+    finite values within atol/rtol."""
+    got, expected = got.cpu().float(), expected.float()
+    assert torch.equal(torch.isnan(got), torch.isnan(expected))
+    assert torch.equal(got[torch.isinf(expected)], expected[torch.isinf(expected)])
+    if signed_zeros:
+        number = ~torch.isnan(expected)
+        assert torch.equal(torch.signbit(got[number]), torch.signbit(expected[number]))
+    finite = torch.isfinite(expected)
+    torch.testing.assert_close(got[finite], expected[finite], atol=atol, rtol=rtol)
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("name", ["sigmoid", "tanh", "silu"])
 def test_activations_give_the_cpus_nan_inf_and_signed_zeros_on_device(name, dtype):
@@ -150,12 +165,7 @@ def test_activations_give_the_cpus_nan_inf_and_signed_zeros_on_device(name, dtyp
     tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
 
     def check(got: torch.Tensor) -> None:
-        got = got.cpu()
-        assert torch.equal(torch.isnan(got), torch.isnan(expected))
-        assert torch.equal(got[torch.isinf(expected)], expected[torch.isinf(expected)])
-        number = ~torch.isnan(expected)
-        assert torch.equal(torch.signbit(got[number]), torch.signbit(expected[number]))
-        torch.testing.assert_close(got, expected, equal_nan=True, **tolerance)
+        _same_specials(got, expected, **tolerance, signed_zeros=True)
 
     registry.reset_fallback_report()
     check(function(values.to("rbln")))
@@ -224,6 +234,11 @@ def test_ops_not_marked_exact_still_send_nan_to_the_cpu():
 MATMUL_SHAPES = [(2, 3, 5), (1, 40, 300), (20, 24, 1100), (17, 33, 31)]
 
 
+def _matmul_tolerance(k: int) -> dict:
+    """The finite values' tolerance of a product over k terms (sums in another order than the CPU's)."""
+    return {"atol": 2e-2 * math.sqrt(k), "rtol": 2e-2}
+
+
 def _with_specials(shape: tuple, dtype: torch.dtype, seed: int) -> torch.Tensor:
     """Random values with NaN, +-Inf and zeros at a few places (no huge finite values: an overflow's
     place depends on the summation order, for finite operands as much as for these)."""
@@ -233,16 +248,6 @@ def _with_specials(shape: tuple, dtype: torch.dtype, seed: int) -> torch.Tensor:
     picks = torch.randint(0, flat.numel(), (max(2, flat.numel() // 200),), generator=generator)
     flat[picks] = torch.tensor([math.nan, math.inf, -math.inf, 0.0])[torch.arange(len(picks)) % 4]
     return x.to(dtype)
-
-
-def _same_specials(got: torch.Tensor, expected: torch.Tensor, k: int) -> None:
-    """NaN exactly where the CPU has NaN, the same signed Inf where it has Inf, finite values within the
-    matmul tolerance (sums in another order)."""
-    got, expected = got.cpu().float(), expected.float()
-    assert torch.equal(torch.isnan(got), torch.isnan(expected))
-    assert torch.equal(got[torch.isinf(expected)], expected[torch.isinf(expected)])
-    finite = torch.isfinite(expected)
-    torch.testing.assert_close(got[finite], expected[finite], atol=2e-2 * math.sqrt(k), rtol=2e-2)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -258,13 +263,14 @@ def test_matmul_family_gives_the_cpus_nan_and_inf_on_device(m, n, k, dtype):
     reference = (lambda *ts: tuple(t.float() for t in ts)) if dtype != torch.float32 else (lambda *ts: ts)
     registry.reset_fallback_report()
     on = lambda *ts: tuple(t.to("rbln") for t in ts)  # noqa: E731
-    _same_specials(torch.mm(*on(a, b)), torch.mm(*reference(a, b)), k)
-    _same_specials(torch.bmm(*on(batch_a, batch_b)), torch.bmm(*reference(batch_a, batch_b)), k)
-    _same_specials(torch.addmm(*on(bias, a, b)), torch.addmm(*reference(bias, a, b)), k)
+    close = _matmul_tolerance(k)
+    _same_specials(torch.mm(*on(a, b)), torch.mm(*reference(a, b)), **close)
+    _same_specials(torch.bmm(*on(batch_a, batch_b)), torch.bmm(*reference(batch_a, batch_b)), **close)
+    _same_specials(torch.addmm(*on(bias, a, b)), torch.addmm(*reference(bias, a, b)), **close)
     _same_specials(torch.addmm(*on(bias, a, b), beta=0.5, alpha=2.0),
-                   torch.addmm(*reference(bias, a, b), beta=0.5, alpha=2.0), k)
+                   torch.addmm(*reference(bias, a, b), beta=0.5, alpha=2.0), **close)
     _same_specials(torch.nn.functional.linear(*on(a, weight, bias)),
-                   torch.nn.functional.linear(*reference(a, weight, bias)), k)
+                   torch.nn.functional.linear(*reference(a, weight, bias)), **close)
     for name in ("mm", "bmm", "addmm"):
         assert _row(f"aten::{name}")["cpu"] == 0, name
     for alpha, beta in ((0.0, 1.0), (1.0, 0.0)):  # the CPU fallback: torch's own result in `dtype`
@@ -310,5 +316,5 @@ def test_fuzz_matmul_family_with_nan_and_inf_against_the_cpu():
         registry.reset_fallback_report()
         got = function(*(t.to("rbln") for t in operands))
         expected = function(*(t.float() for t in operands))
-        _same_specials(got, expected, k)
+        _same_specials(got, expected, **_matmul_tolerance(k))
         assert not any(row["cpu"] for row in registry.fallback_report().values()), (case, kind)

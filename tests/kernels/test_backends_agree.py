@@ -135,6 +135,18 @@ def test_integer_floor_division_abs_and_fill(divisor, monkeypatch):
            lambda: torch.stack([x // divisor, torch.abs(x), x.clone().fill_(divisor)]), monkeypatch)
 
 
+def test_broadcast_integer_arithmetic(monkeypatch):
+    # add/sub with alpha and mul of a broadcast operand share one specialisation (ARITHMETIC_OPS)
+    info = torch.iinfo(torch.int64)
+    rows = torch.tensor([info.min, info.max, -7, 0, 1, 2**40 + 3, -1, 5]).repeat(5).view(5, 8)
+    column = torch.tensor([[1], [-1], [3], [info.max], [0]])
+    _agree(lambda: torch.stack([torch.add(rows.to("rbln"), column.to("rbln"), alpha=3),
+                                torch.sub(rows.to("rbln"), column.to("rbln"), alpha=-2),
+                                rows.to("rbln") * column.to("rbln")]),
+           lambda: torch.stack([torch.add(rows, column, alpha=3), torch.sub(rows, column, alpha=-2),
+                                rows * column]), monkeypatch)
+
+
 def test_integer_remainder(monkeypatch):
     info = torch.iinfo(torch.int64)
     x = torch.tensor([info.min, info.max, -7, -6, -1, 0, 1, 5, 6, 7, 2**40 + 3])

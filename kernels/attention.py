@@ -26,9 +26,9 @@ instead of storing the (L, S) probabilities. A problem that fits one tile (a pro
 sequences of at most 16: `one_launch_backward`) takes `attention_backward_tiny_kernel` instead: the
 same formulas in one launch (one program per key/value head, P computed once per query head).
 
-Tiles: `tl.dot` tiles of 16 and more; a tiny problem (sequences and head dim <= PRODUCT_BLOCK) takes a
-4x4 or 8x8 product tile instead (`_mm`, `block_d`, `_prune_tiles`), in the forward and both backward
-kernels alike.
+Tiles: one per launch (`_prune_tiles`), chosen from the sequence lengths: `tl.dot` tiles of 16 and
+more; a tiny problem (sequences and head dim <= PRODUCT_BLOCK) takes a 4x4 or 8x8 product tile instead
+(`_mm`, `block_d`), in the forward and both backward kernels alike.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from __future__ import annotations
 import torch_rbln.dsl as tl
 from torch_rbln.autotune import Config, autotune
 
-# (BLOCK_M, BLOCK_N) tiles tried by the autotuner; `_prune_tiles` keeps the ones the sequence lengths
-# can fill, so short sequences compile a single specialisation.
-TILES = ((16, 16), (32, 32), (64, 64), (128, 64), (128, 128))
+# (BLOCK_M, BLOCK_N) `tl.dot` tiles; `_prune_tiles` gives each launch the largest one its sequence
+# lengths fill, alone (one compile per specialisation: see there why the autotuner gets no choice).
+TILES = ((16, 16), (32, 32), (64, 64), (128, 64))
 _TINY = 16  # sequences up to this long (both) take the 16x16 tile alone; longer ones never take it
 # Square tiles of the elementwise-product path: a launch whose BLOCK_D fits PRODUCT_BLOCK (`block_d`)
 # and whose sequences and head dim all fit it takes the smallest of them that covers it, alone. Their
@@ -83,11 +83,19 @@ def _is_product(config: Config) -> bool:
 
 
 def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
-    """Drop tiles much larger than the problem. A launch with a product-sized BLOCK_D (`block_d`) whose
-    sequences and head dim fit a product tile takes the smallest product tile covering both sequences,
-    alone. Otherwise a `tl.dot` tile is kept when both sequence lengths are at
-    least its size, or when it is the smallest tile the sequences are measured against (16x16 for
-    sequences of at most 16, where a 32x32 tile would be three quarters padding; 32x32 otherwise)."""
+    """The one tile of a launch. A launch with a product-sized BLOCK_D (`block_d`) whose sequences and
+    head dim fit a product tile takes the smallest product tile covering both sequences. Otherwise
+    sequences of at most 16 take the 16x16 `tl.dot` tile (a 32x32 one would be three quarters
+    padding), and longer ones the largest tile of at least 32x32 that both sequence lengths fill
+    (32x32 when they fill none).
+
+    Why one: every tile is a numba compile of ~3 s of CPU (the forward; each backward kernel about as
+    much), and the autotuner compiled and timed up to five per specialisation (13 s before a first
+    128-token attention call ran) to pick tiles that measured within 1-5% of each other. Forced alone
+    (numba backend, 1 thread, best of 7; forward, and backward separately), the largest filled tile was
+    the fastest or within 3% of it for sequences 96-1024, head dims 64 and 128, causal or not, 8 to 24
+    heads; the 32x32 tile cost up to 1.5x at 96 tokens and a 128x128 tile 1.28x on a causal 1024-token
+    forward (its diagonal blocks compute masked scores), so that tile is gone from `TILES`."""
     M, N = nargs["M"], nargs["N"]
     products = sorted((c for c in configs if _is_product(c)), key=lambda c: c.kwargs["BLOCK_M"])
     if nargs.get("BLOCK_D", _MIN_BLOCK_D) <= PRODUCT_BLOCK and _fits_product(M, N, nargs["D"]):
@@ -100,7 +108,8 @@ def _prune_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[C
         return tiny or list(configs)[:1]
     kept = [c for c in configs if 2 * _TINY <= c.kwargs["BLOCK_M"] <= max(M, 2 * _TINY)
             and 2 * _TINY <= c.kwargs["BLOCK_N"] <= max(N, 2 * _TINY)]
-    return kept or list(configs)[:1]
+    largest = max(kept, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"], default=None)
+    return [largest] if largest is not None else list(configs)[:1]
 
 
 def _configs() -> list[Config]:

@@ -9,7 +9,6 @@ from collections.abc import Callable
 import numba
 import numpy as np
 import torch_rbln.dsl as tl
-from torch_rbln.autotune import Config, autotune
 from torch_rbln.dsl.backends.numba_backend.support import as_pointer
 
 # Reduction op codes.
@@ -34,9 +33,18 @@ def softmax_row_kernel(x_ptr, out_ptr, n, LOG: tl.constexpr, BLOCK: tl.constexpr
     tl.store(out_ptr + row * n + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@autotune(configs=[Config({"BLOCK": 256}), Config({"BLOCK": 1024}), Config({"BLOCK": 4096})], key=["n"])
+# The chunk of `softmax_kernel`: one size for every row length. Why not autotuned: the three chunks the
+# autotuner tried (256, 1024, 4096) were three numba compiles per dtype for timings within a few percent
+# of each other; forced alone (numba backend, 1 thread, best of 15) 1024 was the fastest or within 4%
+# of it on rows of 5,000 to 50,257 elements, 1 to 256 of them, where 4096 cost 1.5x on 4,100-element
+# rows (half its second chunk padding) and 256 up to 1.16x.
+SOFTMAX_CHUNK = 1024
+
+
 @tl.jit
 def softmax_kernel(x_ptr, out_ptr, n, LOG: tl.constexpr, BLOCK: tl.constexpr):
+    """Softmax (or log-softmax) of rows longer than one block, in BLOCK chunks: a max pass, a sum of
+    exponentials, and the output pass."""
     row = tl.program_id(0)
     base = row * n
     cols = tl.arange(0, BLOCK)

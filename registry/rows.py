@@ -104,8 +104,9 @@ def softmax(x: Tensor, dim: int, half_to_float: bool, *, log: bool) -> Tensor:
     if n <= ONE_BLOCK:
         kernel, key, keywords = softmax_launch(x.dtype, n, log)
         _launch.launch(kernel, x.numel() // n, key, (x, out, n), keywords)
-    else:  # the autotuned chunked kernel
-        _k("rows").softmax_kernel[(x.numel() // n,)](x, out, n, LOG=log)
+    else:  # the chunked kernel
+        rows = _k("rows")
+        rows.softmax_kernel[(x.numel() // n,)](x, out, n, LOG=log, BLOCK=rows.SOFTMAX_CHUNK)
     return _moved_back(out, moved)
 
 
@@ -170,7 +171,7 @@ def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n
 
 def softmax_family(*, log: bool) -> Family:
     """`_softmax` / `_log_softmax(x, dim, half_to_float=False)` over the last dim of a contiguous tensor
-    whose rows fit one block (longer rows: the implementation's autotuned kernel)."""
+    whose rows fit one block (longer rows: the implementation's chunked kernel)."""
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if len(args) != 3 or kwargs:

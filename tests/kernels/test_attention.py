@@ -330,7 +330,7 @@ def test_inference_mode_and_unsupported_reasons():
     assert A.unsupported(*(t.double() for t in d), None, 0.0, False, False) == "dtype float64"
 
 
-def test_autotune_prunes_tiles_to_the_sequence_lengths():
+def test_each_launch_takes_the_largest_tile_its_sequences_fill():
     from torch_rbln.kernels.attention import _configs, _prune_tiles
 
     def tiles(m, n, d=16, block_d=16):
@@ -340,8 +340,13 @@ def test_autotune_prunes_tiles_to_the_sequence_lengths():
     assert tiles(2, 16) == [(16, 16)]
     assert tiles(17, 9) == [(32, 32)]
     assert tiles(37, 45) == [(32, 32)]
-    assert tiles(512, 512) == [(32, 32), (64, 64), (128, 64), (128, 128)]
-    assert tiles(100, 1000) == [(32, 32), (64, 64)]
+    assert tiles(512, 512) == [(128, 64)]
+    assert tiles(100, 1000) == [(64, 64)]
+    assert tiles(1000, 100) == [(128, 64)]
+    assert tiles(128, 64) == [(128, 64)]
+    assert tiles(64, 128) == [(64, 64)]
+    assert tiles(128, 128) == [(128, 64)]
+    assert tiles(20, 300) == [(32, 32)]
     # product tiles: only with a product BLOCK_D (an inference forward) and for sequences and head dims
     # that fit them, the smallest alone
     assert tiles(2, 2, 2, 4) == [(4, 4)]
@@ -350,7 +355,7 @@ def test_autotune_prunes_tiles_to_the_sequence_lengths():
     assert tiles(5, 3, 9, 16) == [(16, 16)]
     assert tiles(2, 9, 4, 4) == [(16, 16)]
     assert tiles(2, 2, 2, 16) == [(16, 16)]  # a tl.dot BLOCK_D never takes a product tile
-    assert tiles(512, 512, 64, 64) == [(32, 32), (64, 64), (128, 64), (128, 128)]
+    assert tiles(512, 512, 64, 64) == [(128, 64)]
 
 
 def test_block_d_is_small_only_for_product_tiles():

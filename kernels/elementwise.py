@@ -386,18 +386,6 @@ def where_tiled_kernel(
 
 
 @tl.jit
-def strided_copy_kernel(
-    src_ptr, dst_ptr, dst_offset, n, s1, s2, s3, t0, t1, t2, t3, d0, d1, d2, d3, BLOCK: tl.constexpr,
-):
-    """dst (from element dst_offset, strides d0..d3) = src (strides t0..t3), same sizes, dtype cast."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = tl.load(src_ptr + _offsets4(offsets, s1, s2, s3, t0, t1, t2, t3), mask=mask, other=0.0)
-    tl.store(dst_ptr + dst_offset + _offsets4(offsets, s1, s2, s3, d0, d1, d2, d3),
-             x.to(dst_ptr.dtype.element_ty), mask=mask)
-
-
-@tl.jit
 def tiled_copy_kernel(
     src_ptr, dst_ptr, dst_offset, s1, s2, s3, t0, t1, t2, t3, d0, d1, d2, d3,
     UNIT_INNER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,

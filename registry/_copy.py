@@ -4,12 +4,13 @@ kernels, counted as `aten::_copy_from` in the fallback report.
 Host<->rbln transfers stay host memcpy (that is the DMA of a simulated NPU). A copy between two rbln
 tensors is device work: it reads the source and writes the destination through their own strides (up
 to four collapsed dims) and converts the dtype on the way. `tiled_copy_kernel` copies tiles of two dims,
-so a transpose reads and writes each tile within the cache and a row copy moves contiguous runs; only
-a copy that collapses to one dim and has fewer than 4096 elements runs
-`kernels/elementwise.strided_copy_kernel` (one flat launch, one element per lane). Why not the flat kernel
-for every small copy: it splits each lane's index over four dims, six integer divisions per operand
-(~36 ns per element): the `.contiguous()` of a transposed (2, 4, 16, 16) attention tensor took 112 us
-there, 10 us tiled. Copies they cannot express take the host path, recorded with the reason.
+so a transpose reads and writes each tile within the cache and a row copy moves contiguous runs. Every
+copy takes it, one collapsed dim included (a `clone` of a contiguous tensor is a tiled copy of one row).
+Why not a flat kernel (one element per lane) for any of them: it splits each lane's index over four dims,
+six integer divisions per operand, ~36-80 ns per lane over its whole block of 1,024 lanes whatever the
+copy's size: the `.contiguous()` of a transposed (2, 4, 16, 16) attention tensor took 112 us there, 10 us
+tiled, and the clone of a 1,000-element (4,000-element) tensor 83 (315) us. Copies they cannot express take
+the host path, recorded with the reason.
 """
 
 from __future__ import annotations
@@ -31,12 +32,10 @@ from ._finite_scan import is_dense_permutation
 from ._launch import kernel_module as _k
 from ._memo import PlanMemo
 from .geometry import I32 as _I32
-from .geometry import TILED_MIN as _TILED_MIN
-from .geometry import block as _block
 from .geometry import cdiv as _cdiv
 from .geometry import collapse as _collapse
 from .geometry import expanded_strides as _expanded_strides
-from .geometry import tile_shape
+from .geometry import small_tile_shape
 
 NAME = "aten::_copy_from"
 _DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool})
@@ -106,24 +105,19 @@ def _unsupported(src: torch.Tensor, dst: torch.Tensor) -> str | None:
 
 
 def dense_copy(src: torch.Tensor, dst: torch.Tensor) -> bool:
-    """The commonest copy (`clone`, `copy_` between same-shape contiguous tensors in separate storages)
-    through the kept launch of the specialisation the general path below launches for it (one collapsed
-    dim of unit strides); False when this is not that copy or no launch is kept yet."""
-    n = dst.numel()
-    if not (0 < n < _TILED_MIN and src.is_contiguous() and dst.is_contiguous() and src.shape == dst.shape
+    """The commonest copy (`clone`, `copy_` or `.to(dtype)` between same-shape contiguous tensors in
+    separate storages), without the general path's overlap and dtype checks (separate storages cannot
+    overlap; a float -> int cast is left to the general path, which checks the values' range first);
+    False when this is not that copy."""
+    if not (src.is_contiguous() and dst.is_contiguous() and src.shape == dst.shape and dst.numel()
             and src.untyped_storage().data_ptr() != dst.untyped_storage().data_ptr()):
         return False
     src_dtype, dst_dtype = src.dtype, dst.dtype
     if src_dtype not in _DTYPES or dst_dtype not in _DTYPES:
         return False
     if src_dtype.is_floating_point and not dst_dtype.is_floating_point:
-        return False  # float -> int: the general path checks the values' range first
-    block = _block(n)
-    programs = _cdiv(n, block)
-    run = _launch.unchecked(_k("elementwise").strided_copy_kernel, (src_dtype, dst_dtype, block))
-    if run is None or (programs > 1 and _device_tp(dst.get_device()) > 1):
         return False
-    run(programs, 1, 1, src, dst, 0, n, 1, 1, n, 0, 0, 0, 1, 0, 0, 0, 1)  # sizes (1, 1, 1, n)
+    _run(_dense_geometries[dst.numel()], src, dst)
     _device_counts[NAME] += 1
     return True
 
@@ -153,10 +147,14 @@ def _innermost(sizes: list[int], strides: list[int]) -> int | None:
     return min(moving, key=lambda d: abs(strides[d]), default=None)
 
 
-def _tiled(sizes: list[int], src_strides: list[int], dst_strides: list[int], dense: bool) -> _CopyLaunch:
-    """`tiled_copy_kernel`'s launch: the destination's innermost dim goes last and, when the source
-    moves along another one (a transpose), that one next to it, in square tiles; otherwise the tiles are
-    rows of up to 1024 elements of the last dim, several rows of the one before when they are short."""
+def _tiled(n: int, sizes: list[int], src_strides: list[int], dst_strides: list[int], dense: bool
+           ) -> _CopyLaunch:
+    """`tiled_copy_kernel`'s launch for `n` elements: the destination's innermost dim goes last and,
+    when the source moves along another one (a transpose), that one next to it, in square tiles;
+    otherwise the tiles are rows of up to 1024 elements of the last dim, several rows of the one before
+    when they are short, and a copy of fewer than TILED_MIN elements takes one of `small_tile_shape`'s
+    four tiles (a tile per power of two of the sizes made the test suite's copies 58 specialisations,
+    ~0.8 s of numba each, and the README demo's five)."""
     write = _innermost(sizes, dst_strides)
     read = _innermost(sizes, src_strides)
     if write is None:
@@ -170,7 +168,7 @@ def _tiled(sizes: list[int], src_strides: list[int], dst_strides: list[int], den
         unit, block_m, block_n = False, _TRANSPOSE_TILE, _TRANSPOSE_TILE
     else:
         unit = src_strides[3] == 1 and dst_strides[3] == 1
-        block_m, block_n = tile_shape(sizes[2], sizes[3])
+        block_m, block_n = small_tile_shape(n, sizes[2], sizes[3])
     ints = (0, *sizes[1:], *src_strides, *dst_strides)
     tiles = _cdiv(sizes[2], block_m) * _cdiv(sizes[3], block_n)
     return _CopyLaunch("tiled_copy_kernel", ints, tiles, sizes[0] * sizes[1],
@@ -197,16 +195,14 @@ def _copy_geometry(geometry_key: tuple) -> _CopyLaunch | str:
     n = math.prod(dst_shape)
     dense = all(math.prod(shape) == math.prod(size) and is_dense_permutation(size, strides)
                 for size, strides in ((src_shape, geometry_key[2]), (dst_shape, geometry_key[3])))
-    if n >= _TILED_MIN or max(sizes[:3]) > 1:
-        return _tiled(sizes, src_strides, dst_strides, dense)
-    block = _block(n)
-    ints = (0, n, *sizes[1:], *src_strides, *dst_strides)
-    return _CopyLaunch("strided_copy_kernel", ints, _cdiv(n, block), 1, {"BLOCK": block},
-                       max(map(abs, ints)) < _I32, dense)
+    return _tiled(n, sizes, src_strides, dst_strides, dense)
 
 
 # (dst shape, src shape, src strides, dst strides) -> `_copy_geometry`'s launch or reason
 _geometries: dict[tuple, _CopyLaunch | str] = PlanMemo(4096, _copy_geometry)
+# numel -> the launch of a copy between two contiguous tensors of that many elements (`dense_copy`): the
+# same `_copy_geometry` decision (one collapsed dim), keyed by one int instead of four size tuples
+_dense_geometries: dict[int, _CopyLaunch] = PlanMemo(4096, lambda n: _copy_geometry(((n,), (n,), (1,), (1,))))
 
 
 def _run(geometry: _CopyLaunch, src: torch.Tensor, dst: torch.Tensor) -> None:

@@ -198,15 +198,42 @@ def test_small_copies_of_several_dims_run_in_tiles_and_match_cpu(convert):
     assert launched and set(launched) == {"tiled_copy_kernel"}, launched
 
 
-def test_a_small_copy_along_one_strided_dim_keeps_the_flat_kernel():
+def test_a_small_copy_along_one_strided_dim_is_one_tiled_row():
+    """A copy that collapses to one dim takes the tiled kernel as a single row: a flat kernel split
+    each of its 1,024 lanes' index over four dims (a 1,000-element clone took ~80 us)."""
     from torch_rbln.registry import _copy
 
     source = torch.empty(200, device="meta")[::2]
     target = torch.empty(source.shape, device="meta")
     launch = _copy._copy_geometry((target.shape, source.shape, source.stride(), target.stride()))
-    assert launch.kernel == "strided_copy_kernel"
+    assert launch.kernel == "tiled_copy_kernel"
+    assert (launch.constexprs, launch.programs, launch.rows) == \
+        ({"UNIT_INNER": False, "BLOCK_M": 1, "BLOCK_N": 1024}, 1, 1)
     x = torch.arange(200, dtype=torch.float32)
     assert torch.equal(x.to("rbln")[::2].contiguous().cpu(), x[::2])
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 17, 1000, 4095, 4096, 5000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+def test_clones_and_casts_of_contiguous_tensors_are_tiled_rows_on_device(n, dtype):
+    """clone / .to(dtype) / copy_ of a contiguous tensor (`dense_copy`): one tiled row of 16 or 1,024
+    lanes per program, every size, counted on device; a float -> int cast stays on the general path."""
+    from torch_rbln.registry import _copy
+
+    x = (torch.arange(n) * 3 - 7).to(dtype)
+    d = x.to("rbln")
+    before = _copy._device_counts[_copy.NAME]
+    assert torch.equal(d.clone().cpu(), x)
+    target = torch.float16 if dtype != torch.float16 else torch.float32
+    assert torch.equal(d.to(target).cpu(), x.to(target))
+    out = torch.empty(n, dtype=dtype, device="rbln")
+    out.copy_(d)
+    assert torch.equal(out.cpu(), x)
+    assert _copy._device_counts[_copy.NAME] - before == 3
+    launch = _copy._geometries[(d.shape, d.shape, d.stride(), d.stride())]
+    assert launch.kernel == "tiled_copy_kernel" and launch.rows == 1
+    # one element collapses to no dim: a stride-0 "row" of one (not a unit-stride run)
+    assert launch.constexprs == {"UNIT_INNER": n > 1, "BLOCK_M": 1, "BLOCK_N": 16 if n <= 16 else 1024}
 
 
 @pytest.mark.parametrize(("view", "tile"), [

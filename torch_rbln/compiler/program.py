@@ -400,7 +400,8 @@ class _Builder:
         if not sizes or len(sizes) > 4:
             return None
         pad = 4 - len(sizes)
-        launch = _copy._tiled([1] * pad + sizes, [0] * pad + src_strides, [0] * pad + dst_strides, False)
+        launch = _copy._tiled(dst_meta.numel(), [1] * pad + sizes, [0] * pad + src_strides,
+                              [0] * pad + dst_strides, False)
         if not launch.fits:
             return None
         kernel = _launch.kernel_module("elementwise").tiled_copy_kernel

@@ -214,6 +214,12 @@ def _run(geometry: _CopyLaunch, src: torch.Tensor, dst: torch.Tensor) -> None:
     _run_on_one_device(geometry, src, dst)
 
 
+def _extent(tensor: torch.Tensor) -> int:
+    """Elements from `tensor`'s data pointer to the end of its storage: what a kernel may address
+    through it."""
+    return tensor.untyped_storage().nbytes() // tensor.element_size() - tensor.storage_offset()
+
+
 def _run_on_one_device(geometry: _CopyLaunch, src: torch.Tensor, dst: torch.Tensor) -> None:
     kernel = getattr(_k("elementwise"), geometry.kernel)
     ints, programs, rows = geometry.ints, geometry.programs, geometry.rows
@@ -221,11 +227,19 @@ def _run_on_one_device(geometry: _CopyLaunch, src: torch.Tensor, dst: torch.Tens
         # every int argument fits in 32 bits, so dtypes and constexprs determine the specialisation:
         # the launch kept under that key skips the general launch's per-argument key (a clone's copy)
         key = (src.dtype, dst.dtype, *geometry.constexprs.values())
-        run = _launch.unchecked(kernel, key) if geometry.dense else None
-        if run is not None and (programs * rows == 1 or _device_tp(dst.get_device()) == 1):
-            run(programs, rows, 1, src, dst, *ints)  # `.contiguous()` of a transpose: dense, not contiguous
-        else:
-            _launch.launch(kernel, programs, key, (src, dst, *ints), geometry.constexprs, rows)
+        run = _launch.unchecked(kernel, key)
+        if run is not None and not src.is_cpu and (programs * rows == 1 or _device_tp(dst.get_device()) == 1):
+            if geometry.dense:  # `.contiguous()` of a transpose: dense, not contiguous
+                run(programs, rows, 1, src, dst, *ints)
+                return
+            # a strided view (a slice with a step, a narrowed dim) spans more than its numel elements:
+            # each operand goes by address with its extent to the end of its storage, which bounds the
+            # kernel's own access checks; a fault (or an aliasing refusal) reruns on the general launch,
+            # which raises it
+            if run.by_address(programs, rows, 1, src.data_ptr(), _extent(src), dst.data_ptr(), _extent(dst),
+                              *ints):
+                return
+        _launch.launch(kernel, programs, key, (src, dst, *ints), geometry.constexprs, rows)
     else:
         kernel[(programs, rows)](src, dst, *ints, **geometry.constexprs)
 

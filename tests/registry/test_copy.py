@@ -284,3 +284,37 @@ def test_a_reduction_over_leading_dims_of_a_large_tensor_matches_cpu():
     torch.testing.assert_close(actual.cpu(), x.sum((0, 2)), atol=1e-4, rtol=1e-5)
     report = registry.fallback_report()
     assert not any(entry.get("cpu") for entry in report.values()), registry.format_report()
+
+
+STRIDED_VIEWS = {
+    "every other column": lambda t: t[1][:, ::2],
+    "a narrowed block": lambda t: t[2, 1:, 3:],
+    "the last columns, at the storage's end": lambda t: t[:, :, -5:],
+}
+
+
+@pytest.mark.parametrize("view", STRIDED_VIEWS.values(), ids=STRIDED_VIEWS.keys())
+def test_strided_copies_take_the_kept_launch_by_address_after_the_first(view, monkeypatch):
+    """A strided view spans more elements than it holds: after the general launch has kept the
+    specialisation, its copies go by address with each operand's extent to the end of its storage (the
+    kernel's access checks bound to that), with no general launch, into a fresh tensor and into a
+    strided view at the end of a storage alike."""
+    from torch_rbln.registry import _copy, _launch
+
+    base = torch.arange(3 * 4 * 32, dtype=torch.float32).reshape(3, 4, 32)
+    d = base.to("rbln")
+    view(d).contiguous()
+    target = torch.zeros(3, 4, 32, device="rbln")
+    view(target).copy_(view(d) * 2)
+    calls = []
+    real = _launch.launch
+    monkeypatch.setattr(_launch, "launch", lambda kernel, *a, **k: (calls.append(kernel), real(kernel, *a, **k)))
+    got = view(d).contiguous()
+    target = torch.zeros(3, 4, 32, device="rbln")
+    view(target).copy_(view(d) * 2)
+    assert torch.equal(got.cpu(), view(base).contiguous())
+    expected = torch.zeros(3, 4, 32)
+    view(expected).copy_(view(base) * 2)
+    assert torch.equal(target.cpu(), expected)
+    assert not [kernel for kernel in calls if kernel.fn.__name__ == "tiled_copy_kernel"], calls
+    assert _copy._extent(view(d)) == base.numel() - view(base).storage_offset()

@@ -151,17 +151,6 @@ def unary_kernel(x_ptr, out_ptr, n, p, OP, FAST_OP: tl.constexpr, BLOCK: tl.cons
 
 
 @tl.jit
-def _offsets4(i, s1, s2, s3, t0, t1, t2, t3):
-    i3 = i % s3
-    r = i // s3
-    i2 = r % s2
-    r = r // s2
-    i1 = r % s1
-    i0 = r // s1
-    return i0 * t0 + i1 * t1 + i2 * t2 + i3 * t3
-
-
-@tl.jit
 def _tile_lanes(s2, s3, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """This program's tile of the tiled kernels: the index of dims 0 and 1 (grid axis 1), the tile's
     rows of dim 2 and columns of dim 3 (grid axis 0 numbers the tiles), and its in-bounds mask."""
@@ -260,17 +249,6 @@ def _binary_op(a, b, alpha, OP, out_ptr):
         q = a / b
         y = tl.where(q < 0.0, -tl.floor(-q), tl.floor(q))
     return y
-
-
-@tl.jit
-def _operand_offsets(offsets, s1, s2, s3, t0, t1, t2, t3, BCAST: tl.constexpr):
-    """Where an operand with strides t0..t3 keeps each output element: through the strides when
-    broadcasting or strided (BCAST), else the output's own offsets."""
-    if BCAST:
-        value = _offsets4(offsets, s1, s2, s3, t0, t1, t2, t3)
-    else:
-        value = offsets
-    return value
 
 
 @tl.jit

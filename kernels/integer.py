@@ -25,7 +25,8 @@ from .elementwise import (
     NE,
     SUB,
     _comparison,
-    _operand_offsets,
+    _tile_lanes,
+    _tile_offsets,
     fast_op,
 )
 
@@ -41,7 +42,7 @@ INTEGER_ONLY = {**BITWISE, "div_floor": FLOOR_DIVIDE, "abs": ABS, "fill": FILL, 
 # `elementwise.FAST_BINARY` does for floats: the position and index arithmetic of models (add, sub, mul,
 # fill). Behind the 15-op runtime switch each compile took ~1.5-3 s of numba and its loops run in
 # separate passes over BLOCK-long buffers; alone, with a plain tensor or scalar second operand
-# (BCAST=False), loads, arithmetic and store fuse into one loop over the lanes that exist, so the
+# (`int_binary_kernel`), loads, arithmetic and store fuse into one loop over the lanes that exist, so the
 # registry gives them `geometry.FUSED_BLOCK` for every size. Comparisons share one specialisation
 # (COMPARE_OPS) with the comparison switch alone; bitwise ops, floor division and remainder, and broadcast
 # add/sub/mul share theirs (below); maximum, minimum and abs the generic one (FAST_OP=-1).
@@ -51,9 +52,9 @@ FAST_INTEGER = frozenset({ADD, SUB, MUL, FILL})
 # The bitwise ops share one specialisation with their three-way switch alone (the masks and flags of
 # generation: `unfinished & ~done`, `a | b` of bools): behind the generic switch, whose floor division
 # and remainder dominate numba's work, each of them compiled in 2.5-3 s per dtype triple. With a
-# broadcast operand (BCAST) add, sub and mul share one too (ARITHMETIC_OPS): there the offsets are
-# divided out per lane and nothing fuses, so a switch costs little at run time, and each of them
-# compiled ~1 s on its own.
+# broadcast operand (`int_binary_tiled_kernel`) add, sub and mul share one too (ARITHMETIC_OPS): there
+# each operand's tile offsets are computed and nothing fuses, so a switch costs little at run time, and
+# each of them compiled ~1 s on its own.
 BITWISE_OPS, ARITHMETIC_OPS, DIVISION_OPS = -3, -4, -5
 ARITHMETIC = frozenset({ADD, SUB, MUL})
 DIVISION = frozenset({FLOOR_DIVIDE, REMAINDER})  # share DIVISION_OPS (beam search's `//` and `%`)
@@ -136,19 +137,9 @@ def _integer_op(a, b, alpha, OP):
 
 
 @tl.jit
-def int_binary_kernel(
-    a_ptr, b_ptr, b_value, out_ptr, n, alpha, s1, s2, s3,
-    a0, a1, a2, a3, b0, b1, b2, b3,
-    OP, FAST_OP: tl.constexpr, B_SCALAR: tl.constexpr, BCAST: tl.constexpr, BLOCK: tl.constexpr,
-):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    a_off = _operand_offsets(offsets, s1, s2, s3, a0, a1, a2, a3, BCAST)
-    b_off = _operand_offsets(offsets, s1, s2, s3, b0, b1, b2, b3, BCAST)
-    if B_SCALAR:
-        b = tl.zeros((BLOCK,), dtype=tl.int64) + b_value.to(tl.int64)
-    else:
-        b = tl.load(b_ptr + b_off, mask=mask, other=0).to(tl.int64)
+def _int_result(a_ptr, a_off, b, alpha, OP, mask, FAST_OP: tl.constexpr):
+    """The op on `b` (int64) and, except for a fill, the int64 values of `a_ptr` at `a_off`: FAST_OP's
+    own specialisation, a group's switch alone, or the generic switch on OP (-1)."""
     if FAST_OP == 28:  # fill: `a` is not read
         y = b
     else:
@@ -165,7 +156,47 @@ def int_binary_kernel(
             y = _integer_op(a, b, alpha, OP)
         else:  # the op alone: FAST_OP is a constexpr, so the switch folds to its one branch
             y = _integer_op(a, b, alpha, FAST_OP)
+    return y
+
+
+@tl.jit
+def int_binary_kernel(
+    a_ptr, b_ptr, b_value, out_ptr, n, alpha, OP,
+    FAST_OP: tl.constexpr, B_SCALAR: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """The op over a contiguous result whose operands share its layout (or b is the number
+    `b_value`), one element per lane."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    if B_SCALAR:
+        b = tl.zeros((BLOCK,), dtype=tl.int64) + b_value.to(tl.int64)
+    else:
+        b = tl.load(b_ptr + offsets, mask=mask, other=0).to(tl.int64)
+    y = _int_result(a_ptr, offsets, b, alpha, OP, mask, FAST_OP)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def int_binary_tiled_kernel(
+    a_ptr, b_ptr, b_value, out_ptr, n, alpha, s1, s2, s3, a0, a1, a2, a3, b0, b1, b2, b3, OP,
+    FAST_OP: tl.constexpr, B_SCALAR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """The op over a contiguous result with broadcast or strided operands (strides a0..a3, b0..b3 over
+    sizes (., s1, s2, s3)), one BLOCK_M x BLOCK_N tile of dims 2 and 3 per program (grid axis 0: the
+    tiles, axis 1: the index of dims 0 and 1), as the float `binary_tiled_kernel`; `n` (the result's
+    element count, which the grid covers) unused, so that both integer kernels take the same leading
+    arguments (`registry.integer.integer_launch`'s ints). Why tiles: a flat
+    kernel divided every lane's index by three sizes for each operand, over its whole block whatever the
+    result's size: `(1, 16) + (16, 1)` int64 took ~45 us, a (64, 64) + (64, 1) ~230 us."""
+    outer, rows, cols, mask = _tile_lanes(s2, s3, BLOCK_M, BLOCK_N)
+    if B_SCALAR:
+        b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int64) + b_value.to(tl.int64)
+    else:
+        b = tl.load(b_ptr + _tile_offsets(outer, rows, cols, s1, b0, b1, b2, b3), mask=mask,
+                    other=0).to(tl.int64)
+    a_off = _tile_offsets(outer, rows, cols, s1, a0, a1, a2, a3)
+    y = _int_result(a_ptr, a_off, b, alpha, OP, mask, FAST_OP)
+    tl.store(out_ptr + (outer * s2 + rows) * s3 + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @tl.jit

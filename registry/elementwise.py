@@ -667,7 +667,7 @@ def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool
     if g.key is None:
         return NO_PLAN  # an int that needs 64 bits: the implementation's general launch
     plan = Plan.of(g, shape, out_dtype, ())
-    programs, (_, _, _, *geometry) = g.programs, g.ints
+    programs, rows, (_, _, _, *geometry) = g.programs, g.rows, g.ints
     empty_ = _memory.empty
 
     def run(operands: tuple) -> Tensor | None:
@@ -687,10 +687,10 @@ def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if target is None:
             target = a if inplace else empty_(shape, out_dtype, index)
-        if launcher is None or (programs > 1 and device_tp(index) > 1):
+        if launcher is None or (programs * rows > 1 and device_tp(index) > 1):
             plan.launch_checked((a, b, value, target, n, alpha, *geometry))
         else:
-            launcher(programs, 1, 1, a, b, value, target, n, alpha, *geometry)
+            launcher(programs, rows, 1, a, b, value, target, n, alpha, *geometry)
         return target
 
     plan.run = run

@@ -14,7 +14,7 @@ from . import _launch
 from ._base import INTEGERS
 from ._memo import BoundedMemo
 from ._ops import Decline, _device_index, _geometry, _k, binary_output
-from .geometry import I32, cdiv, fused_block
+from .geometry import I32, cdiv, fused_block, small_tile_shape
 from .plan import Launch
 
 INTEGER_NAMES = ("add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "div_floor",
@@ -131,23 +131,32 @@ def _wrapped(value: int, dtype: torch.dtype) -> int:
 
 def integer_launch(name: str, dtypes: tuple, shape: list[int], n: int, operands: tuple, scalar: int | None,
                    alpha: int) -> Launch:
-    """`int_binary_kernel` for op `name` over a contiguous result of `shape` (`n` elements),
+    """The integer kernel's launch for op `name` over a contiguous result of `shape` (`n` elements),
     reading `operands` (a, and b unless it is the number `scalar`); `dtypes`: a's, b's (a's for a
-    number) and the result's. Its ints: (scalar or 0, n, alpha, sizes, a's strides, b's strides, the op
-    code): the launch's arguments after a and b, the result between the first and the rest. The key
-    (every dtype, the constexprs, each int's width: what picks the specialisation) is None when an int
-    needs 64 bits. Shared by `integer_binary` and the integer plans (`elementwise.binary_plan`)."""
+    number) and the result's. Operands in the result's layout take `int_binary_kernel`, one element per
+    lane; broadcast or strided ones `int_binary_tiled_kernel` in `small_tile_shape` tiles. Its ints:
+    (scalar or 0, n, alpha, then the op code, or the sizes, a's and b's strides and the op code): the
+    launch's arguments after a and b, the result between the first and the rest. The key (every dtype,
+    the constexprs, each int's width: what picks the specialisation) is None when an int needs 64 bits.
+    Shared by `integer_binary` and the integer plans (`elementwise.integer_plan`)."""
     bcast, sizes, strides = _geometry(shape, list(operands))
     kernels = _k("integer")
     op = kernels.INTEGER_ONLY.get(name) or _k("elementwise").BINARY[name]
     fast = kernels.integer_fast_op(op, bcast)
-    size = fused_block(n, fast in kernels.FAST_INTEGER and not bcast)
-    keywords = {"FAST_OP": fast, "B_SCALAR": scalar is not None, "BCAST": bcast, "BLOCK": size}
-    ints = (0 if scalar is None else scalar, n, alpha, *sizes, *strides[0],
-            *(strides[1] if scalar is None else (0, 0, 0, 0)), op)
+    head = (0 if scalar is None else scalar, n, alpha)
+    if bcast:
+        _, s2, s3 = sizes
+        block_m, block_n = small_tile_shape(n, s2, s3)
+        keywords = {"FAST_OP": fast, "B_SCALAR": scalar is not None, "BLOCK_M": block_m, "BLOCK_N": block_n}
+        ints = (*head, *sizes, *strides[0], *(strides[1] if scalar is None else (0, 0, 0, 0)), op)
+        kernel, programs, rows = kernels.int_binary_tiled_kernel, cdiv(s2, block_m) * cdiv(s3, block_n), \
+            n // (s2 * s3)
+    else:
+        size = fused_block(n, fast in kernels.FAST_INTEGER)
+        keywords = {"FAST_OP": fast, "B_SCALAR": scalar is not None, "BLOCK": size}
+        ints, kernel, programs, rows = (*head, op), kernels.int_binary_kernel, cdiv(n, size), 1
     fits = all(-I32 <= v < I32 for v in ints)
-    return Launch(kernels.int_binary_kernel, (*dtypes, *keywords.values()) if fits else None, keywords,
-                  cdiv(n, size), 1, ints)
+    return Launch(kernel, (*dtypes, *keywords.values()) if fits else None, keywords, programs, rows, ints)
 
 
 def true_division_operands(a, b) -> tuple:

@@ -99,9 +99,8 @@ def _int_launch(a, b, scalar, op: int, fast: int, alpha: int, block: int) -> tor
     out = torch.empty(a.shape, dtype=torch.bool if op in E.COMPARISONS else a.dtype)
     n = a.numel()
     I.int_binary_kernel[(triton_cdiv(n, block),)](
-        a, a if b is None else b, 0 if scalar is None else scalar, out, n, alpha, 1, 1, n,
-        0, 0, 0, 1, 0, 0, 0, 1, OP=op, FAST_OP=fast, B_SCALAR=scalar is not None, BCAST=False,
-        BLOCK=block, backend="numba")
+        a, a if b is None else b, 0 if scalar is None else scalar, out, n, alpha, OP=op, FAST_OP=fast,
+        B_SCALAR=scalar is not None, BLOCK=block, backend="numba")
     return out
 
 
@@ -133,7 +132,7 @@ def test_integer_fast_ops_match_generic_and_torch(dtype, scalar, generic):
 
 def test_the_registry_gives_fused_integer_ops_one_block_for_every_size(monkeypatch):
     """add of a scalar and of a same-shaped tensor launch BLOCK=4096 at every size (one compile each);
-    a broadcast second operand (not fused: its offsets are divided out) keeps the size buckets."""
+    a broadcast second operand takes the tiled kernel in one of `small_tile_shape`'s tiles."""
     from torch_rbln.registry import elementwise, integer
 
     launches = []
@@ -141,7 +140,10 @@ def test_the_registry_gives_fused_integer_ops_one_block_for_every_size(monkeypat
 
     def recording(*args, **kwargs):  # the launch decision of both the implementation and the plans
         decided = real(*args, **kwargs)
-        launches.append((decided.ints[-1], decided.keywords["BCAST"], decided.keywords["BLOCK"]))
+        tiled = decided.kernel is I.int_binary_tiled_kernel
+        keywords = decided.keywords
+        block = (keywords["BLOCK_M"], keywords["BLOCK_N"]) if tiled else keywords["BLOCK"]
+        launches.append((decided.ints[-1], tiled, block))
         return decided
 
     for module in (elementwise, integer):
@@ -152,7 +154,7 @@ def test_the_registry_gives_fused_integer_ops_one_block_for_every_size(monkeypat
         assert torch.equal((x - x).cpu(), torch.zeros(n, dtype=torch.int64))
     rows = torch.arange(10).view(2, 5)
     assert torch.equal((rows.to("rbln") + torch.arange(5).to("rbln")).cpu(), rows + torch.arange(5))
-    assert launches == [(I.ADD, False, 4096), (I.SUB, False, 4096)] * 3 + [(I.ADD, True, 16)]
+    assert launches == [(I.ADD, False, 4096), (I.SUB, False, 4096)] * 3 + [(I.ADD, True, (64, 16))]
 
 
 BITWISE_REFERENCES = {I.BITWISE_AND: torch.bitwise_and, I.BITWISE_OR: torch.bitwise_or,
@@ -174,7 +176,7 @@ def test_bitwise_ops_share_a_specialisation_that_matches_generic_and_torch(dtype
 
 def test_broadcast_integer_arithmetic_shares_one_specialisation():
     """add/sub with alpha and mul with a broadcast operand take ARITHMETIC_OPS through the registry
-    (BCAST: nothing fuses there, so one switch serves the three), wrapping as torch does; without
+    (the tiled kernel: nothing fuses there, so one switch serves the three), wrapping as torch does; without
     broadcasting each keeps its own fused specialisation."""
     from torch_rbln.registry import elementwise, integer
 
@@ -183,7 +185,8 @@ def test_broadcast_integer_arithmetic_shares_one_specialisation():
 
     def recording(*args, **kwargs):
         decided = real(*args, **kwargs)
-        launches.append((decided.ints[-1], decided.keywords["FAST_OP"], decided.keywords["BCAST"]))
+        launches.append((decided.ints[-1], decided.keywords["FAST_OP"],
+                         decided.kernel is I.int_binary_tiled_kernel))
         return decided
 
     rows = _integers(40, torch.int64, 5).view(8, 5)

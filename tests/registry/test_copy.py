@@ -308,7 +308,8 @@ def test_strided_copies_take_the_kept_launch_by_address_after_the_first(view, mo
     view(target).copy_(view(d) * 2)
     calls = []
     real = _launch.launch
-    monkeypatch.setattr(_launch, "launch", lambda kernel, *a, **k: (calls.append(kernel), real(kernel, *a, **k)))
+    monkeypatch.setattr(_launch, "launch",
+                        lambda kernel, *a, **k: (calls.append(kernel), real(kernel, *a, **k)))
     got = view(d).contiguous()
     target = torch.zeros(3, 4, 32, device="rbln")
     view(target).copy_(view(d) * 2)

@@ -24,7 +24,7 @@ from . import _copy, _launch
 from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _device_index, _k, contiguous, empty
-from .geometry import I32, TILED_MIN, block, cdiv, row_block
+from .geometry import I32, TILED_MIN, block, cdiv, row_block, small_tile_shape
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, contiguous_rbln, scanner, unscanned
 
 INDICES = (torch.int64, torch.int32)
@@ -213,10 +213,15 @@ def embedding_backward_family() -> Family:
 
 def cat_pair_launch(dtype: torch.dtype, a_shape: tuple, b_shape: tuple, dim: int, total: int) -> Launch:
     """cat of two contiguous inputs whose result has `total` < TILED_MIN elements: one launch reading
-    both (a KV cache, a residual); ints (total, a's and b's elements per index of the dims before)."""
-    size = block(total)
-    return Launch(_k("rows").cat_pair_kernel, (dtype, size), {"BLOCK": size}, cdiv(total, size), 1,
-                  (total, math.prod(a_shape[dim:]), math.prod(b_shape[dim:])))
+    both (a KV cache, a residual), in `small_tile_shape` tiles of the result's (rows, a's and b's elements
+    per row) view; ints (rows, a's and b's elements per index of the dims before)."""
+    a_inner, b_inner = math.prod(a_shape[dim:]), math.prod(b_shape[dim:])
+    width = a_inner + b_inner
+    outer = total // width
+    block_m, block_n = small_tile_shape(total, outer, width)
+    keywords = {"BLOCK_M": block_m, "BLOCK_N": block_n}
+    return Launch(_k("rows").cat_pair_kernel, (dtype, block_m, block_n), keywords,
+                  cdiv(outer, block_m) * cdiv(width, block_n), 1, (outer, a_inner, b_inner))
 
 
 # cat moves values: float tensors (scanned for NaN/Inf like other inputs), integer ones (a generated

@@ -25,7 +25,7 @@ from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _device_index, _k, contiguous, empty
 from .geometry import I32, TILED_MIN, block, cdiv, row_block, small_tile_shape
-from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, contiguous_rbln, scanner, unscanned
+from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, contiguous_rbln
 
 INDICES = (torch.int64, torch.int32)
 _NUMBER = (int, float)
@@ -224,8 +224,9 @@ def cat_pair_launch(dtype: torch.dtype, a_shape: tuple, b_shape: tuple, dim: int
                   cdiv(outer, block_m) * cdiv(width, block_n), 1, (outer, a_inner, b_inner))
 
 
-# cat moves values: float tensors (scanned for NaN/Inf like other inputs), integer ones (a generated
-# sequence grows by a token per step: `cat([input_ids, next_tokens[:, None]], -1)`) and bool masks
+# cat moves values bit for bit (registered exact: NaN and Inf are copied as they are, so no input is
+# scanned): float tensors, integer ones (a generated sequence grows by a token per step:
+# `cat([input_ids, next_tokens[:, None]], -1)`) and bool masks
 CAT_DTYPES = (*FLOATS, torch.int32, torch.int64, torch.bool)
 
 
@@ -297,10 +298,6 @@ def cat_family() -> Family:
     return Family(signature, _cat_plan)
 
 
-def _no_scan(tensor: Tensor) -> bool:
-    return True
-
-
 def _cat_plan(key: tuple, operands: tuple) -> Plan:
     dtype, shapes, dim, index = key
     shapes = [tuple(s) for s in shapes]
@@ -317,23 +314,14 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
     out_shape = tuple(out_shape)
     total = math.prod(out_shape)
     empty_ = _memory.empty
-    floats = dtype in FLOATS  # integers and bools hold no NaN/Inf: nothing to scan
-    scanners = [scanner(dtype, math.prod(shape)) if floats else _no_scan for shape in shapes]
     if len(shapes) == 2 and total < TILED_MIN and dtype is not torch.bool:
         g = cat_pair_launch(dtype, shapes[0], shapes[1], dim, total)
-        plan = Plan.of(g, out_shape, dtype, (0, 1) if floats else ())
-        # (each input has fewer than TILED_MIN <= PARALLEL_MIN elements)
-        scan, mask = contiguous_scan(dtype) if floats else (None, 0)
-        a_numel, b_numel = math.prod(shapes[0]), math.prod(shapes[1])
+        plan = Plan.of(g, out_shape, dtype, ())
         programs, ints = g.programs, g.ints
-        deploy_mode = config.deploy_mode if floats else unscanned
 
         def run_pair(operands: tuple) -> Tensor | None:
             a, b = operands
             launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-            if not deploy_mode() and not (scan(a.data_ptr(), a_numel, mask) and
-                                          scan(b.data_ptr(), b_numel, mask)):
-                return None
             out = empty_(out_shape, dtype, index)
             if launcher is None or (programs > 1 and device_tp(index) > 1):
                 plan.launch_checked((a, b, out, *ints))
@@ -352,13 +340,10 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
             return NO_PLAN
         parts.append((geometry, offset, shape[dim]))
         offset += shape[dim]
-    plan = Plan(shape=out_shape, dtype=dtype, scanned=tuple(range(len(shapes))) if floats else ())
+    plan = Plan(shape=out_shape, dtype=dtype, scanned=())
     run_copy = _copy._run
 
     def run_parts(operands: tuple) -> Tensor | None:
-        for finite, t in zip(scanners, operands, strict=True):
-            if not finite(t):
-                return None
         out = empty_(out_shape, dtype, index)
         for (geometry, start, length), t in zip(parts, operands, strict=True):
             run_copy(geometry, t, out.narrow(dim, start, length))

@@ -450,7 +450,8 @@ TABLE: list[Op] = [
     Op("nll_loss_backward.default", Ref("loss", "nll_loss_backward"), int_inputs=True,
        make_plan=lambda: LS.backward_family()),
     # ---- shape building blocks models use
-    Op("cat.default", Ref("gather", "cat"), "cat", int_inputs=True, make_plan=lambda: GA.cat_family()),
+    Op("cat.default", Ref("gather", "cat"), "cat", int_inputs=True, exact=True,
+       make_plan=lambda: GA.cat_family()),
     Op("arange.start_out", Ref("gather", "arange"), int_inputs=True, make_plan=lambda: GA.arange_family()),
     # ---- CNN family (registry/conv.py): convolution, batch norm, max pooling (+ backwards), gather
     Op("convolution.default", Ref("conv", "convolution"), "nn.functional.conv2d", tol=CONV),

@@ -1,4 +1,4 @@
-"""add, sub, mul, div (true division), the comparisons, neg and abs (and sigmoid, tanh, silu, mm, bmm,
+"""add, sub, mul, div (true division), the comparisons, neg and abs, cat (and sigmoid, tanh, silu, mm, bmm,
 addmm, with finite values within their tolerances) are registered `exact`: their
 kernels compute torch's CPU results for every input, NaN and Inf included, so their inputs are not
 scanned for NaN/Inf and such calls stay on the device. These tests are what makes that claim safe:
@@ -217,6 +217,23 @@ def test_where_and_masked_fill_move_special_values_on_device(dtype):
           torch.where(mask, values, -math.inf))
     assert _rows("where") == {"device": 3, "cpu": 0, "reasons": {}}
     assert _rows("masked_fill") == {"device": 8, "cpu": 0, "reasons": {}}
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_cat_copies_special_values_bit_for_bit_on_device(dtype):
+    """cat moves values: NaN, infinities, signed zeros and subnormals come out as they went in, through
+    the pair kernel (two small inputs, plan and implementation), the per-input copies (three inputs;
+    a non-contiguous one) and a large cat, with no input scanned and every call on the device."""
+    values = _specials(dtype).repeat(3, 1)
+    wide = values.repeat(1, 200)  # 3 x 2,200: past TILED_MIN, each input copied into its slice
+    cases = [([values, values.flip(1)], 1), ([values, values], 0), ([values, values.t().contiguous().t(),
+                                                                     values], 1),
+             ([wide, wide], 0)]
+    registry.reset_fallback_report()
+    for tensors, dim in cases:
+        for _ in range(2):  # the first call builds the plan, the second runs it
+            _same(torch.cat([t.to("rbln") for t in tensors], dim).cpu(), torch.cat(tensors, dim))
+    assert _row("aten::cat") == {"device": 2 * len(cases), "cpu": 0, "reasons": {}}
 
 
 def test_ops_not_marked_exact_still_send_nan_to_the_cpu():

@@ -125,7 +125,8 @@ def test_calls_no_plan_takes_go_to_the_implementation():
     assert gather((x, 0, index.view(2, 1)), {}) is None  # an index of two dims
     nan = torch.full((3, 5), float("nan")).to("rbln")
     assert gather((nan, 0, index), {}) is None  # a NaN source: the implementation reports it
-    assert cat(([x, nan],), {}) is None
+    with_nan = cat(([x, nan],), {})  # cat is exact: NaN is copied as it is, on the device
+    assert torch.equal(with_nan.cpu().isnan(), torch.cat([x.cpu(), nan.cpu()]).isnan())
     arange = planned("arange.start_out")
     out = torch.empty(3).to("rbln")
     assert arange((0, 4), {"out": out}) is None  # out= needs a resize

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import llvmlite.ir as llvmlite_ir
 import numba
 import numba.extending
 import numpy as np
@@ -113,8 +114,62 @@ def round_bf16(x):
     return bf16_bits_to_f32(f32_to_bf16_bits(x))
 
 
+def _half_in_hardware() -> bool:
+    """Whether this host converts float32 <-> float16 in one instruction that LLVM emits for `fptrunc`
+    / `fpext` (x86-64 with F16C, or AArch64). Elsewhere LLVM would call a compiler-rt routine that
+    numba's JIT may not link, so the bit arithmetic below converts instead."""
+    import llvmlite.binding as llvm
+
+    triple = llvm.get_process_triple()
+    if triple.startswith(("aarch64", "arm64")):
+        return True
+    return triple.startswith("x86_64") and "+f16c" in llvm.get_host_cpu_features().flatten().split(",")
+
+
+# Read once per process, frozen into each helper's compiled code (numba's cache keys a compiled helper by
+# the host CPU's name and features too, so a cache copied to another host recompiles there).
+HALF_IN_HARDWARE = _half_in_hardware()
+
+
+@numba.extending.intrinsic
+def _f32_to_f16_instruction(typingctx, x):
+    """float32 -> the bits of the nearest float16 (ties to even; overflow to Inf; NaN quieted with its
+    payload's top bits and sign, as x86's vcvtps2ph and torch's vectorised CPU conversion give it) in one
+    `fptrunc`, which LLVM vectorises: ~0.065 ns per element on an AVX-512 host where the bit arithmetic
+    took ~0.63."""
+    if x != numba.types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(builder.fptrunc(args[0], llvmlite_ir.HalfType()), llvmlite_ir.IntType(16))
+
+    return numba.types.uint16(numba.types.float32), codegen
+
+
+@numba.extending.intrinsic
+def _f16_bits_to_f32_instruction(typingctx, bits):
+    """The bits of a float16 -> its float32 value (exact; a NaN quieted, as vcvtph2ps does) in one
+    `fpext`."""
+    if bits != numba.types.uint16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fpext(builder.bitcast(args[0], llvmlite_ir.HalfType()), llvmlite_ir.FloatType())
+
+    return numba.types.float32(numba.types.uint16), codegen
+
+
 @_one_version(_as_uint32)
 def f16_bits_to_f32(bits):
+    if HALF_IN_HARDWARE:
+        return _f16_bits_to_f32_instruction(np.uint16(bits))
+    return f16_bits_to_f32_arithmetic(np.uint32(bits))
+
+
+@_inline
+def f16_bits_to_f32_arithmetic(bits):
+    """`f16_bits_to_f32` in integer arithmetic (hosts without a conversion instruction): exact, a NaN's
+    bits kept as they are."""
     h = np.uint32(bits)
     sign = (h & np.uint32(0x8000)) << np.uint32(16)
     exponent = (h >> np.uint32(10)) & np.uint32(0x1F)
@@ -134,6 +189,15 @@ def f16_bits_to_f32(bits):
 @_one_version(_as_float32)
 def f32_to_f16_bits(x):
     """IEEE binary16, round to nearest even, overflow to inf, gradual underflow."""
+    if HALF_IN_HARDWARE:
+        return _f32_to_f16_instruction(np.float32(x))
+    return f32_to_f16_bits_arithmetic(np.float32(x))
+
+
+@_inline
+def f32_to_f16_bits_arithmetic(x):
+    """`f32_to_f16_bits` in integer arithmetic (hosts without a conversion instruction): the same bits
+    but for NaN, which becomes the sign and 0x7E00."""
     bits = np.float32(x).view(np.uint32)
     sign = np.uint16((bits >> np.uint32(16)) & np.uint32(0x8000))
     magnitude = bits & np.uint32(0x7FFFFFFF)

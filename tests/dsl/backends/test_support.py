@@ -194,3 +194,78 @@ def test_row_max_loop_vectorises():
 @numba.njit(error_model="numpy")
 def _apply_row_max(row):
     return support.row_max(row)
+
+
+# ---------------------------------------------------------------- float16 conversions
+
+
+@numba.njit(error_model="numpy")
+def _to_half(xs, hardware_path, out):
+    for i in range(xs.shape[0]):
+        if hardware_path:
+            out[i] = support.f32_to_f16_bits(xs[i])
+        else:
+            out[i] = support.f32_to_f16_bits_arithmetic(xs[i])
+
+
+@numba.njit(error_model="numpy")
+def _from_half(bits, hardware_path, out):
+    for i in range(bits.shape[0]):
+        if hardware_path:
+            out[i] = support.f16_bits_to_f32(bits[i])
+        else:
+            out[i] = support.f16_bits_to_f32_arithmetic(bits[i])
+
+
+def _float32_patterns() -> np.ndarray:
+    """4 million random float32 bit patterns and the float16 edges: the largest finite, the rounding
+    boundary to Inf, the smallest normal and subnormal, ties, signed zeros, Inf and NaN payloads."""
+    random = np.random.default_rng(5).integers(0, 2**32, 4_000_000, dtype=np.uint64).astype(np.uint32)
+    edges = np.array([0x477FE000, 0x477FEFFF, 0x477FF000, 0x38800000, 0x387FFFFF, 0x33800000, 0x33000000,
+                      0x33000001, 0x32FFFFFF, 0x3F801000, 0x3F803000, 0, 0x80000000, 0x7F800000, 0xFF800000,
+                      0x7FC00000, 0xFFC00001, 0x7F800001, 0x7FBFFFFF], np.uint32)
+    return np.concatenate([random, edges]).view(np.float32)
+
+
+@pytest.mark.parametrize("hardware_path", [True, False], ids=["f32_to_f16_bits", "arithmetic"])
+def test_float32_to_float16_bits_are_torchs(hardware_path):
+    """Both conversions give torch's CPU float16 for every pattern; the host's instruction (where it has
+    one: `support.HALF_IN_HARDWARE`) NaN bits included, the arithmetic one a quiet NaN of the same sign."""
+    import torch
+
+    xs = _float32_patterns()
+    got = np.empty(xs.shape[0], np.uint16)
+    _to_half(xs, hardware_path, got)
+    expected = torch.from_numpy(xs.copy()).to(torch.float16).view(torch.int16).numpy().view(np.uint16)
+    nan = np.isnan(xs)
+    assert np.array_equal(got[~nan], expected[~nan])
+    assert np.array_equal(got[nan] & 0xFE00, (expected[nan] & 0x8000) | 0x7E00)  # quiet NaN, same sign
+    if hardware_path and support.HALF_IN_HARDWARE:
+        assert np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("hardware_path", [True, False], ids=["f16_bits_to_f32", "arithmetic"])
+def test_every_float16_converts_to_torchs_float32(hardware_path):
+    import torch
+
+    halves = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
+    got = np.empty(halves.shape[0], np.float32)
+    _from_half(halves, hardware_path, got)
+    # (a long tensor: torch's vectorised conversion, which quiets a NaN as the instruction does)
+    expected = torch.from_numpy(halves.view(np.int16).copy()).view(torch.float16).float().numpy()
+    nan = np.isnan(expected)
+    assert np.array_equal(got.view(np.uint32)[~nan], expected.view(np.uint32)[~nan])
+    assert np.isnan(got[nan]).all() and np.array_equal(np.signbit(got[nan]), np.signbit(expected[nan]))
+    if hardware_path and support.HALF_IN_HARDWARE:
+        assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+def test_half_conversions_are_one_instruction_each_where_the_host_has_one():
+    """The helpers lower to fptrunc / fpext (which LLVM vectorises), not to the bit arithmetic."""
+    if not support.HALF_IN_HARDWARE:
+        pytest.skip("this host converts float16 in integer arithmetic")
+    llvm = _to_half.inspect_llvm()
+    ir = next(iter(llvm.values()))
+    assert "fptrunc" in ir
+    ir = next(iter(_from_half.inspect_llvm().values()))
+    assert "fpext" in ir

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch_rbln.dsl as tl
 
+from .elementwise import _tile_lanes
+
 BLOCK = 1024
 POOL_BLOCK = 256
 GATHER_BLOCK = 512
@@ -131,23 +133,21 @@ def batch_norm_backward_kernel(
 
 @tl.jit
 def max_pool_kernel(
-    x_ptr, y_ptr, idx_ptr, C, H, W, OW, P, KH, KW, sxn, sxc, sxh, sxw, syn, syc, syp,
-    stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, BLOCK: tl.constexpr,
+    x_ptr, y_ptr, idx_ptr, C, H, W, OH, OW, KH, KW, sxn, sxc, sxh, sxw, syn, syc, syp,
+    stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """y[n, c, p] = the max of the window of output position p = oh*OW + ow, idx its flat index ih*W + iw
-    in the plane: the first maximum in window order, a NaN wins (torch's CPU rule). Grid
-    (cdiv(P, BLOCK), N*C); y and idx share the strides (syn, syc, syp)."""
-    pid = tl.program_id(0)
+    """y[n, c, oh, ow] = the max of the window of output position (oh, ow), idx its flat index
+    ih*W + iw in the plane: the first maximum in window order, a NaN wins (torch's CPU rule). One
+    BLOCK_M x BLOCK_N tile of (oh, ow) per program (grid (tiles, N*C)); y and idx share the strides
+    (syn, syc, syp), p = oh*OW + ow. Why tiles: a flat block of output positions found each lane's
+    (oh, ow) by a division, over its whole block whatever the plane's size."""
     nc = tl.program_id(1)
     n = nc // C
     c = nc % C
-    rp = pid * BLOCK + tl.arange(0, BLOCK)
-    live = rp < P
-    oh = rp // OW
-    ow = rp % OW
+    _, oh, ow, live = _tile_lanes(OH, OW, BLOCK_M, BLOCK_N)
     base = x_ptr + n * sxn + c * sxc
-    best = tl.full((BLOCK,), -float("inf"), tl.float32)
-    best_idx = tl.full((BLOCK,), -1, tl.int64)
+    best = tl.full((BLOCK_M, BLOCK_N), -float("inf"), tl.float32)
+    best_idx = tl.full((BLOCK_M, BLOCK_N), -1, tl.int64)
     for kh in range(0, KH):
         ih = oh * stride_h - pad_h + kh * dil_h
         row_ok = live & (ih >= 0) & (ih < H)
@@ -158,7 +158,7 @@ def max_pool_kernel(
             take = ok & ((v > best) | (v != v) | (best_idx < 0))
             best = tl.where(take, v, best)
             best_idx = tl.where(take, (ih * W + iw).to(tl.int64), best_idx)
-    out = n * syn + c * syc + rp * syp
+    out = n * syn + c * syc + (oh * OW + ow) * syp
     tl.store(y_ptr + out, best.to(y_ptr.dtype.element_ty), mask=live)
     tl.store(idx_ptr + out, best_idx, mask=live)
 
@@ -266,21 +266,17 @@ def _avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w, divisor
 
 @tl.jit
 def avg_pool_kernel(
-    x_ptr, y_ptr, C, H, W, OW, P, KH, KW, sxn, sxc, sxh, sxw, syn, syc, syp,
-    stride_h, stride_w, pad_h, pad_w, divisor, count_pad, BLOCK: tl.constexpr,
+    x_ptr, y_ptr, C, H, W, OH, OW, KH, KW, sxn, sxc, sxh, sxw, syn, syc, syp,
+    stride_h, stride_w, pad_h, pad_w, divisor, count_pad, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """y[n, c, p] = the sum of the window of output position p = oh*OW + ow over the input (padding adds
-    0) divided by `_avg_divisor`, in float32. Grid (cdiv(P, BLOCK), N*C)."""
-    pid = tl.program_id(0)
+    """y[n, c, oh, ow] = the sum of the window of output position (oh, ow) over the input (padding adds
+    0) divided by `_avg_divisor`, in float32; tiles of (oh, ow) as `max_pool_kernel`'s."""
     nc = tl.program_id(1)
     n = nc // C
     c = nc % C
-    rp = pid * BLOCK + tl.arange(0, BLOCK)
-    live = rp < P
-    oh = rp // OW
-    ow = rp % OW
+    _, oh, ow, live = _tile_lanes(OH, OW, BLOCK_M, BLOCK_N)
     base = x_ptr + n * sxn + c * sxc
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kh in range(0, KH):
         ih = oh * stride_h - pad_h + kh
         row_ok = live & (ih >= 0) & (ih < H)
@@ -289,7 +285,8 @@ def avg_pool_kernel(
             v = tl.load(base + ih * sxh + iw * sxw, mask=row_ok & (iw >= 0) & (iw < W), other=0.0)
             acc += v.to(tl.float32)
     div = _avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w, divisor, count_pad)
-    tl.store(y_ptr + n * syn + c * syc + rp * syp, (acc / div).to(y_ptr.dtype.element_ty), mask=live)
+    tl.store(y_ptr + n * syn + c * syc + (oh * OW + ow) * syp, (acc / div).to(y_ptr.dtype.element_ty),
+             mask=live)
 
 
 @tl.jit

@@ -21,7 +21,7 @@ from ._base import FLOATS, Decline, require_float
 from ._launch import kernel_module as _k
 from ._launch import launch_grid as _run
 from ._ops import cast_copy, contiguous, empty
-from .geometry import I32, block, cdiv
+from .geometry import I32, block, cdiv, next_power_of_2
 from .matmul import launch as _matmul_launch
 
 _HALVES = (torch.float16, torch.bfloat16)
@@ -442,6 +442,20 @@ def _planes(t: torch.Tensor) -> tuple[torch.Tensor, int, int, int, int, int]:
     return tv, t.shape[0], t.shape[1], sn, sc, sp
 
 
+_POOL_TILE = 1024  # output positions per tile at most (BLOCK_M x BLOCK_N)
+
+
+def _output_tiles(OH: int, OW: int) -> tuple[int, int, int]:
+    """(tiles per plane, BLOCK_M, BLOCK_N) of a forward pooling launch over an OH x OW output plane: the
+    powers of two covering the plane, at most 64 columns and `_POOL_TILE` positions. Fitted rather than
+    a few fixed tiles: the window loop's selects and index arithmetic run over every lane of the tile, so
+    a 64 x 16 tile over an 8 x 8 plane cost more than the flat block it replaced; a CNN has few plane
+    sizes, so few specialisations."""
+    block_n = min(next_power_of_2(OW), 64)
+    block_m = min(next_power_of_2(OH), _POOL_TILE // block_n)
+    return cdiv(OH, block_m) * cdiv(OW, block_n), block_m, block_n
+
+
 def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     """aten::max_pool2d_with_indices: (values, int64 flat indices within each plane), in x's layout."""
     require_float(x.dtype)
@@ -453,11 +467,11 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1
     x4 = x if x.dim() == 4 else x.unsqueeze(0)
     _, _, _, _, sxn, sxc, sxh, sxw = _as_nchw(x4)
     _, N, C, syn, syc, syp = _planes(values)
-    P = g["OH"] * g["OW"]
-    kernels = _k("cnn")
-    _run(kernels.max_pool_kernel, (cdiv(P, kernels.POOL_BLOCK), N * C),
-         (x4, values, indices, C, g["H"], g["W"], g["OW"], P, g["kh"], g["kw"], sxn, sxc, sxh, sxw,
-          syn, syc, syp, g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]), BLOCK=kernels.POOL_BLOCK)
+    tiles, block_m, block_n = _output_tiles(g["OH"], g["OW"])
+    _run(_k("cnn").max_pool_kernel, (tiles, N * C),
+         (x4, values, indices, C, g["H"], g["W"], g["OH"], g["OW"], g["kh"], g["kw"], sxn, sxc, sxh, sxw,
+          syn, syc, syp, g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]),
+         BLOCK_M=block_m, BLOCK_N=block_n)
     return values, indices
 
 
@@ -506,12 +520,11 @@ def avg_pool2d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_i
     x4 = x if x.dim() == 4 else x.unsqueeze(0)
     _, _, _, _, sxn, sxc, sxh, sxw = _as_nchw(x4)
     _, N, C, syn, syc, syp = _planes(out)
-    P = g["OH"] * g["OW"]
-    kernels = _k("cnn")
-    _run(kernels.avg_pool_kernel, (cdiv(P, kernels.POOL_BLOCK), N * C),
-         (x4, out, C, g["H"], g["W"], g["OW"], P, g["kh"], g["kw"], sxn, sxc, sxh, sxw, syn, syc, syp,
+    tiles, block_m, block_n = _output_tiles(g["OH"], g["OW"])
+    _run(_k("cnn").avg_pool_kernel, (tiles, N * C),
+         (x4, out, C, g["H"], g["W"], g["OH"], g["OW"], g["kh"], g["kw"], sxn, sxc, sxh, sxw, syn, syc, syp,
           g["sh"], g["sw"], g["ph"], g["pw"], divisor_override or 0, int(bool(count_include_pad))),
-         BLOCK=kernels.POOL_BLOCK)
+         BLOCK_M=block_m, BLOCK_N=block_n)
     return out
 
 

@@ -217,7 +217,7 @@ def test_a_small_copy_along_one_strided_dim_is_one_tiled_row():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
 def test_clones_and_casts_of_contiguous_tensors_are_tiled_rows_on_device(n, dtype):
     """clone / .to(dtype) / copy_ of a contiguous tensor (`dense_copy`): one tiled row of 16 or 1,024
-    lanes per program, every size, counted on device; a float -> int cast stays on the general path."""
+    lanes per program, every size, counted on device; its numel-keyed launch is the general path's."""
     from torch_rbln.registry import _copy
 
     x = (torch.arange(n) * 3 - 7).to(dtype)
@@ -230,7 +230,8 @@ def test_clones_and_casts_of_contiguous_tensors_are_tiled_rows_on_device(n, dtyp
     out.copy_(d)
     assert torch.equal(out.cpu(), x)
     assert _copy._device_counts[_copy.NAME] - before == 3
-    launch = _copy._geometries[(d.shape, d.shape, d.stride(), d.stride())]
+    launch = _copy._dense_geometries[n]
+    assert launch == _copy._geometries[(d.shape, d.shape, d.stride(), d.stride())]
     assert launch.kernel == "tiled_copy_kernel" and launch.rows == 1
     # one element collapses to no dim: a stride-0 "row" of one (not a unit-stride run)
     assert launch.constexprs == {"UNIT_INNER": n > 1, "BLOCK_M": 1, "BLOCK_N": 16 if n <= 16 else 1024}

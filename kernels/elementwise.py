@@ -1,11 +1,10 @@
-"""Elementwise kernels: unary, binary (broadcasting through strides), ternary `where`, strided copy.
+"""Elementwise kernels: unary, binary (dense rows or broadcast tiles), ternary `where`, tiled copy.
 
-Every kernel computes in float32 and stores in the output's dtype. The operation is a runtime code
-(`UNARY`, `BINARY` below), so one compiled specialisation per (dtypes, block) covers a whole family:
-first calls compile once, not once per op. Broadcasting and non-contiguous operands are handled with
-up to four
-collapsed dimensions: element `i` of the (contiguous) output is decomposed into indices, and each
-operand is addressed through its own strides (0 where it broadcasts).
+Every kernel computes in float32 and stores in the output's dtype. The operation is a constexpr code
+(`UNARY`, `BINARY` below): each op compiles alone, in a fraction of the time that a runtime switch over
+every op took (see the note above FUSED_BINARY). Dense operands are read as rows (`binary_dense_kernel`);
+broadcast or strided ones through up to four collapsed dims in tiles of the last two, each operand's
+offsets affine in the tile (strides 0 where it broadcasts).
 """
 
 from __future__ import annotations
@@ -65,88 +64,71 @@ def _div_floor(a, b):
     return tl.where(b == 0.0, a / b, floordiv)
 
 
-# Unary ops that get a specialisation of their own in unary_kernel (FAST_OP): the hot activations, and
-# fill (torch.zeros/ones/full, zero_ on gradients: in nearly every program), which reads no input and
-# compiles to a fraction of the generic switch's numba time (~0.4 s against ~2 s). TANH and CUBE are
-# GPT-2's GELU as transformers writes it (`NewGELUActivation`: `torch.pow(x, 3.0)` is CUBE, then
-# `torch.tanh`): the README demo needed the generic switch for these two ops alone.
-FAST_UNARY = frozenset({EXP, TANH, RELU, GELU, GELU_TANH, SILU, FILL, CUBE})
-# The FAST_UNARY ops whose specialisation reads each value once: the numba backend fuses its load, math
-# and store into one loop over the lanes that exist, so BLOCK only bounds that loop and one BLOCK serves
-# every size (`registry.geometry.fused_block`). The others use x more than once (relu's where, gelu,
-# silu, cube): x is materialised in a BLOCK-long buffer whose masked lanes are filled on every launch.
-FUSED_UNARY = frozenset({EXP, TANH, FILL})
+# The unary ops whose specialisation the numba backend fuses (load, math and store in one loop over the
+# lanes that exist: x read once, no select), so BLOCK only bounds that loop and one BLOCK serves every
+# size (`registry.geometry.fused_block`). The others (relu's where, gelu, silu, cube, pow) use x more
+# than once: x is materialised in a BLOCK-long buffer whose masked lanes are filled on every launch.
+# tests/kernels/test_fast_specialisations.py reads the generated code to keep this list true.
+FUSED_UNARY = frozenset({NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, FILL, ABS, LOG, SCALE, RECIPROCAL, COS, SIN})
 
 
 @tl.jit
-def unary_kernel(x_ptr, out_ptr, n, p, OP, FAST_OP: tl.constexpr, BLOCK: tl.constexpr):
-    """The unary op `OP` (runtime code, see UNARY); FAST_OP (in FAST_UNARY, else -1) compiles that op
-    alone: behind the runtime switch a loop runs several times slower (no fusion)."""
+def _unary_op(x, p, OP: tl.constexpr):
+    """The unary op `OP` (a constexpr code, see UNARY: the switch folds to its one branch) on float32
+    values, with parameter `p` (pow's exponent, scale's factor)."""
+    if OP == 0:
+        y = -x
+    elif OP == 1:
+        y = tl.exp(x)
+    elif OP == 2:
+        y = tl.sqrt(x)
+    elif OP == 3:
+        y = tl.rsqrt(x)
+    elif OP == 4:
+        y = tl.sigmoid(x)
+    elif OP == 5:
+        y = tl.tanh(x)
+    elif OP == 6:
+        y = tl.where(x < 0.0, 0.0, x)  # relu as torch: NaN and -0.0 pass through
+    elif OP == 7:
+        y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    elif OP == 8:
+        y = 0.5 * x * (1.0 + tl.tanh(_gelu_tanh_inner(x)))
+    elif OP == 9:
+        y = x * tl.sigmoid(x)
+    elif OP == 10:
+        y = _pow(x, p)
+    elif OP == 12:
+        y = tl.abs(x)
+    elif OP == 13:
+        y = tl.log(x)
+    elif OP == 14:
+        y = x * p
+    elif OP == 15:  # pow(x, 3), 1 / x and 1 / x^2 as torch computes them (no exp/log)
+        y = x * x * x
+    elif OP == 16:
+        y = 1.0 / x
+    elif OP == 17:
+        y = 1.0 / (x * x)
+    elif OP == 18:
+        y = tl.cos(x)
+    else:
+        y = tl.sin(x)
+    return y
+
+
+@tl.jit
+def unary_kernel(x_ptr, out_ptr, n, p, OP: tl.constexpr, BLOCK: tl.constexpr):
+    """The unary op `OP` (see UNARY) over `n` elements, `p` its parameter. OP is a constexpr: each op
+    compiles alone. Why not one specialisation with a runtime switch over all ops: numba compiled that
+    switch in 2.4 s (float32) to 4 s (float16) against ~0.4 s for one op, and behind it no loop fused,
+    so a single hot activation ran several times slower; a program uses a handful of unary ops."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    if FAST_OP == 1:
-        y = tl.exp(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32))
-    elif FAST_OP == 6:
-        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        y = tl.where(x < 0.0, 0.0, x)  # relu as torch: NaN and -0.0 pass through
-    elif FAST_OP == 7:
-        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
-    elif FAST_OP == 8:
-        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        y = 0.5 * x * (1.0 + tl.tanh(_gelu_tanh_inner(x)))
-    elif FAST_OP == 9:
-        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        y = x * tl.sigmoid(x)
-    elif FAST_OP == 5:
-        y = tl.tanh(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32))
-    elif FAST_OP == 15:
-        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        y = x * x * x
-    elif FAST_OP == 11:  # fill, alone
-        y = tl.zeros((BLOCK,), dtype=tl.float32) + p
-    elif OP == 11:  # fill in the generic specialisation (a launch keyed before fill had its own)
+    if OP == 11:  # fill: reads no input
         y = tl.zeros((BLOCK,), dtype=tl.float32) + p
     else:
-        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        if OP == 0:
-            y = -x
-        elif OP == 1:
-            y = tl.exp(x)
-        elif OP == 2:
-            y = tl.sqrt(x)
-        elif OP == 3:
-            y = tl.rsqrt(x)
-        elif OP == 4:
-            y = tl.sigmoid(x)
-        elif OP == 5:
-            y = tl.tanh(x)
-        elif OP == 6:
-            y = tl.where(x < 0.0, 0.0, x)
-        elif OP == 7:
-            y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
-        elif OP == 8:
-            y = 0.5 * x * (1.0 + tl.tanh(_gelu_tanh_inner(x)))
-        elif OP == 9:
-            y = x * tl.sigmoid(x)
-        elif OP == 10:
-            y = _pow(x, p)
-        elif OP == 12:
-            y = tl.abs(x)
-        elif OP == 13:
-            y = tl.log(x)
-        elif OP == 14:
-            y = x * p
-        elif OP == 15:  # pow(x, 3), 1 / x and 1 / x^2 as torch computes them (no exp/log)
-            y = x * x * x
-        elif OP == 16:
-            y = 1.0 / x
-        elif OP == 17:
-            y = 1.0 / (x * x)
-        elif OP == 18:
-            y = tl.cos(x)
-        else:
-            y = tl.sin(x)
+        y = _unary_op(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32), p, OP)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -169,19 +151,6 @@ def _tile_offsets(outer, rows, cols, s1, t0, t1, t2, t3):
 
 
 @tl.jit
-def _fast_binary_op(a, b, alpha, OP, out_ptr, FAST_OP: tl.constexpr):
-    """The binary op of `binary_dense_kernel` and `binary_tiled_kernel`: FAST_OP's own specialisation
-    (FAST_BINARY), the comparisons' switch alone (COMPARE_OPS), or the generic switch on OP (-1)."""
-    if FAST_OP == -2:
-        y = _comparison(a, b, OP)
-    elif FAST_OP == -1:
-        y = _binary_op(a, b, alpha, OP, out_ptr)
-    else:
-        y = _binary_op(a, b, alpha, FAST_OP, out_ptr)  # a constexpr code: the switch folds to its op
-    return y
-
-
-@tl.jit
 def _comparison(a, b, OP):
     """The comparison `OP` (EQ..GE) of two values of one dtype (float32 or int64)."""
     if OP == 4:
@@ -200,9 +169,9 @@ def _comparison(a, b, OP):
 
 
 @tl.jit
-def _binary_op(a, b, alpha, OP, out_ptr):
-    """The binary op `OP` (a runtime code, see BINARY) on float32 values (`out_ptr` gives the output
-    dtype, to which trunc division rounds its quotient first)."""
+def _binary_op(a, b, alpha, OP: tl.constexpr, out_ptr):
+    """The binary op `OP` (a constexpr code, see BINARY: the switch folds to its one branch) on float32
+    values (`out_ptr` gives the output dtype, to which trunc division rounds its quotient first)."""
     if OP == 0:
         y = a + alpha * b
     elif OP == 1:
@@ -252,15 +221,15 @@ def _binary_op(a, b, alpha, OP, out_ptr):
 
 
 @tl.jit
-def binary_kernel(a_ptr, b_ptr, out_ptr, n, alpha, OP, FAST_OP: tl.constexpr, BLOCK: tl.constexpr):
+def binary_kernel(a_ptr, b_ptr, out_ptr, n, alpha, OP: tl.constexpr, BLOCK: tl.constexpr):
     """A binary op on two operands of the output's dense layout, one element per lane: for outputs of
     2^31 or more elements, whose rows `binary_dense_kernel` indexes in int32 (broadcast or strided
-    operands take `binary_tiled_kernel`); its FAST_OP as `binary_dense_kernel`'s."""
+    operands take `binary_tiled_kernel`)."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     a = tl.load(a_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
     b = tl.load(b_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
-    y = _fast_binary_op(a, b, alpha, OP, out_ptr, FAST_OP)
+    y = _binary_op(a, b, alpha, OP, out_ptr)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -280,69 +249,50 @@ def _row_operand(ptr, cols, offsets, mask, MODE: tl.constexpr):
 
 @tl.jit
 def binary_dense_kernel(
-    a_ptr, b_ptr, out_ptr, ncols, alpha, OP,
-    FAST_OP: tl.constexpr, A_MODE: tl.constexpr, B_MODE: tl.constexpr, BLOCK: tl.constexpr,
+    a_ptr, b_ptr, out_ptr, ncols, alpha,
+    OP: tl.constexpr, A_MODE: tl.constexpr, B_MODE: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """`binary_kernel` for the common layouts, with few runtime arguments (each costs time in every
     launch of a small op) and no index decomposition. The contiguous output is seen as rows of `ncols`
     (grid: column blocks x rows; one row when nothing repeats). Each operand is, by its MODE: 0 dense
     (the output's layout), 1 a scalar (one element, broadcast), 2 one row repeated for every row (a
     bias vector, any contiguous trailing block of the output's shape), 3 one value per row (a column:
-    `x * rsqrt(mean(x * x, -1, keepdim=True))`). FAST_OP (see FAST_BINARY) compiles add/sub/mul/div
-    and tanh backward into a specialisation of their own: behind the runtime switch their loops run ~4x
-    slower (no fusion); COMPARE_OPS compiles the comparisons' switch alone (`dense_fast_op`)."""
+    `x * rsqrt(mean(x * x, -1, keepdim=True))`). OP is a constexpr, as in every float elementwise
+    kernel: each op compiles alone (see the note above FUSED_BINARY)."""
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < ncols
     offsets = tl.program_id(1) * ncols + cols
     a = _row_operand(a_ptr, cols, offsets, mask, A_MODE)
     b = _row_operand(b_ptr, cols, offsets, mask, B_MODE)
-    y = _fast_binary_op(a, b, alpha, OP, out_ptr, FAST_OP)
+    y = _binary_op(a, b, alpha, OP, out_ptr)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @tl.jit
 def binary_tiled_kernel(
-    a_ptr, b_ptr, out_ptr, alpha, s1, s2, s3, a0, a1, a2, a3, b0, b1, b2, b3, OP,
-    FAST_OP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    a_ptr, b_ptr, out_ptr, alpha, s1, s2, s3, a0, a1, a2, a3, b0, b1, b2, b3,
+    OP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """`binary_kernel` over large outputs (broadcast or strided operands), one BLOCK_M x BLOCK_N tile of
     dims 2 and 3 per program (grid axis 0: the tiles, axis 1: the index of dims 0 and 1), as
-    `where_tiled_kernel`, with `binary_dense_kernel`'s FAST_OP specialisations. Why: the flat kernel
+    `where_tiled_kernel`, one specialisation per op as `binary_dense_kernel`. Why: the flat kernel
     divides every lane's index by three sizes for each operand and runs the op switch: Llama's RoPE
     `q * cos` (a permuted q, a broadcast cos; 65536 elements) took ~2.3 ms, ~36 ns per element."""
     outer, rows, cols, mask = _tile_lanes(s2, s3, BLOCK_M, BLOCK_N)
     a = tl.load(a_ptr + _tile_offsets(outer, rows, cols, s1, a0, a1, a2, a3), mask=mask, other=1.0)
     b = tl.load(b_ptr + _tile_offsets(outer, rows, cols, s1, b0, b1, b2, b3), mask=mask, other=1.0)
-    y = _fast_binary_op(a.to(tl.float32), b.to(tl.float32), alpha, OP, out_ptr, FAST_OP)
+    y = _binary_op(a.to(tl.float32), b.to(tl.float32), alpha, OP, out_ptr)
     tl.store(out_ptr + (outer * s2 + rows) * s3 + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-# Ops that get a specialisation of their own in binary_dense_kernel (the rest share one, FAST_OP=-1).
-# TANH_BWD is the backward of GPT-2's GELU (see FAST_UNARY): alone it compiles in a tenth of the 23-op
-# switch's numba time (the README demo compiled that switch for this op only: ~3.5 s of its cold start).
-FAST_BINARY = frozenset({ADD, SUB, MUL, DIV, TANH_BWD})
-# The FAST_BINARY ops that read each operand value once (see FUSED_UNARY); TANH_BWD reads b twice.
-FUSED_BINARY = frozenset({ADD, SUB, MUL, DIV})
-# FAST_OP of the comparisons (EQ..GE, the runtime OP picks one) into a bool output: a specialisation with
-# the comparison switch alone. No other op writes bool, so they never shared a specialisation with the
-# other ops anyway; compiled with all 23 ops (FAST_OP=-1) each took ~4-6 s of numba, ~1 s alone. An
-# in-place comparison (`x.lt_(y)`, written in x's float dtype) stays generic: it shares the float ops'
-# specialisation instead of adding one.
-COMPARE_OPS = -2
-
-
-def fast_op(op: int, own: frozenset, comparisons: bool) -> int:
-    """The FAST_OP of op code `op` in a kernel that gives the ops in `own` specialisations of their own:
-    `op` itself, COMPARE_OPS for a comparison where `comparisons` allows it, or -1 (generic)."""
-    if op in own:
-        return op
-    return COMPARE_OPS if comparisons and op in COMPARISONS else -1
-
-
-def dense_fast_op(op: int, bool_out: bool) -> int:
-    """binary_dense_kernel's FAST_OP for the op code `op` (`bool_out`: the output is bool, the only
-    case in which the comparisons' specialisation applies)."""
-    return fast_op(op, FAST_BINARY, bool_out)
+# Why each binary op compiles alone (OP a constexpr) instead of sharing one specialisation with a
+# runtime switch over the 23 ops: numba compiled that switch in 3.4-3.8 s (float32) and 9-14 s (float16,
+# bfloat16) per (dtypes, layout, block), a single op in 0.4-1.4 s, and behind the switch add/sub/mul/div
+# ran ~4x slower (no loop fused). A program uses a handful of binary ops; the switch paid for all 23.
+#
+# The binary ops whose specialisation fuses in every float dtype and operand layout (see FUSED_UNARY);
+# maximum/minimum, pow and the activation backwards read an operand more than once.
+FUSED_BINARY = frozenset({ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, THRESHOLD_BWD, CLAMP})
 
 
 @tl.jit

@@ -14,6 +14,7 @@ import torch_rbln.dsl as tl
 
 from .elementwise import (
     ADD,
+    COMPARISONS,
     EQ,
     GE,
     GT,
@@ -27,7 +28,6 @@ from .elementwise import (
     _comparison,
     _tile_lanes,
     _tile_offsets,
-    fast_op,
 )
 
 OPS = frozenset({ADD, SUB, MUL, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM})
@@ -38,8 +38,8 @@ FLOOR_DIVIDE, ABS, FILL, REMAINDER = 26, 27, 28, 29  # unary ones (abs, fill) ig
 INTEGER_ONLY = {**BITWISE, "div_floor": FLOOR_DIVIDE, "abs": ABS, "fill": FILL, "remainder": REMAINDER}
 
 
-# Ops that get a specialisation of their own in int_binary_kernel (FAST_OP = the op code), the way
-# `elementwise.FAST_BINARY` does for floats: the position and index arithmetic of models (add, sub, mul,
+# Ops that get a specialisation of their own in int_binary_kernel (FAST_OP = the op code), as every
+# float op does in `elementwise`: the position and index arithmetic of models (add, sub, mul,
 # fill). Behind the 15-op runtime switch each compile took ~1.5-3 s of numba and its loops run in
 # separate passes over BLOCK-long buffers; alone, with a plain tensor or scalar second operand
 # (`int_binary_kernel`), loads, arithmetic and store fuse into one loop over the lanes that exist, so the
@@ -55,7 +55,7 @@ FAST_INTEGER = frozenset({ADD, SUB, MUL, FILL})
 # broadcast operand (`int_binary_tiled_kernel`) add, sub and mul share one too (ARITHMETIC_OPS): there
 # each operand's tile offsets are computed and nothing fuses, so a switch costs little at run time, and
 # each of them compiled ~1 s on its own.
-BITWISE_OPS, ARITHMETIC_OPS, DIVISION_OPS = -3, -4, -5
+COMPARE_OPS, BITWISE_OPS, ARITHMETIC_OPS, DIVISION_OPS = -2, -3, -4, -5
 ARITHMETIC = frozenset({ADD, SUB, MUL})
 DIVISION = frozenset({FLOOR_DIVIDE, REMAINDER})  # share DIVISION_OPS (beam search's `//` and `%`)
 
@@ -71,7 +71,9 @@ def integer_fast_op(op: int, bcast: bool = False) -> int:
         return DIVISION_OPS
     if bcast and op in ARITHMETIC:
         return ARITHMETIC_OPS
-    return fast_op(op, FAST_INTEGER, comparisons=True)
+    if op in FAST_INTEGER:
+        return op
+    return COMPARE_OPS if op in COMPARISONS else -1
 
 
 @tl.jit

@@ -126,7 +126,7 @@ def fill_floats(x: torch.Tensor, value: float) -> torch.Tensor:
     if n:
         E = _k("elementwise")
         size = fused_block(n, True)  # FILL has a specialisation of its own
-        E.unary_kernel[(cdiv(n, size),)](x, x, n, float(value), OP=E.FILL, FAST_OP=E.FILL, BLOCK=size)
+        E.unary_kernel[(cdiv(n, size),)](x, x, n, float(value), OP=E.FILL, BLOCK=size)
     return x
 
 

@@ -186,10 +186,9 @@ def dense_binary_launch(name: str, operands: tuple, dtypes: tuple, shape: list[i
     modes, ncols = layout
     E = _k("elementwise")
     op = E.BINARY[name]
-    fast = E.dense_fast_op(op, dtypes[2] == torch.bool)
-    size = fused_block(ncols, fast in E.FUSED_BINARY)
-    keywords = {"OP": op, "FAST_OP": fast, "A_MODE": modes[0], "B_MODE": modes[1], "BLOCK": size}
-    return (dtypes, op, fast, modes, size), keywords, cdiv(ncols, size), n // ncols, ncols
+    size = fused_block(ncols, op in E.FUSED_BINARY)
+    keywords = {"OP": op, "A_MODE": modes[0], "B_MODE": modes[1], "BLOCK": size}
+    return (dtypes, op, modes, size), keywords, cdiv(ncols, size), n // ncols, ncols
 
 
 def unary_launch(name: str, dtypes: tuple, n: int) -> tuple:
@@ -197,9 +196,8 @@ def unary_launch(name: str, dtypes: tuple, n: int) -> tuple:
     and output `dtypes`."""
     E = _k("elementwise")
     op = E.UNARY[name]
-    fast = op if op in E.FAST_UNARY else -1
-    size = fused_block(n, fast in E.FUSED_UNARY)
-    return (dtypes, op, fast, size, n < I32), {"OP": op, "FAST_OP": fast, "BLOCK": size}, cdiv(n, size)
+    size = fused_block(n, op in E.FUSED_UNARY)
+    return (dtypes, op, size, n < I32), {"OP": op, "BLOCK": size}, cdiv(n, size)
 
 
 def where_geometry(shape: list[int], operands: list, *, a_scalar: bool) -> tuple:
@@ -216,17 +214,16 @@ def where_geometry(shape: list[int], operands: list, *, a_scalar: bool) -> tuple
 def binary_tiled_launch(name: str, dtypes: tuple, n: int, sizes, sa, sb) -> Launch:
     """`binary_tiled_kernel` for op `name` over the `n` elements of `_geometry`'s broadcast or strided
     layout (sizes, a's and b's strides: the ints after the tensors and alpha), operand and output
-    `dtypes`; its FAST_OP as `binary_dense_kernel`'s. The key is None when an int needs 64 bits. Every
+    `dtypes`. The key is None when an int needs 64 bits. Every
     broadcast or strided layout takes it, small ones too: the flat `binary_kernel` divides each lane's
     index over four dims for each operand (~36 ns per element)."""
     E = _k("elementwise")
     op = E.BINARY[name]
     _, s2, s3 = sizes
     block_m, block_n = small_tile_shape(n, s2, s3)
-    fast = E.dense_fast_op(op, dtypes[2] == torch.bool)
-    keywords = {"OP": op, "FAST_OP": fast, "BLOCK_M": block_m, "BLOCK_N": block_n}
+    keywords = {"OP": op, "BLOCK_M": block_m, "BLOCK_N": block_n}
     fits = max(n, *map(abs, sa), *map(abs, sb)) < I32
-    return Launch(E.binary_tiled_kernel, (dtypes, op, fast, block_m, block_n) if fits else None, keywords,
+    return Launch(E.binary_tiled_kernel, (dtypes, op, block_m, block_n) if fits else None, keywords,
                   cdiv(s2, block_m) * cdiv(s3, block_n), n // (s2 * s3), (*sizes, *sa, *sb))
 
 
@@ -306,9 +303,7 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
         return out
     # dense operands that `dense_binary_launch` declined: 2^31 or more elements
     size = block(n)
-    op = E.BINARY[name]
-    E.binary_kernel[(cdiv(n, size),)](ta, tb, out, n, float(alpha), OP=op,
-                                      FAST_OP=E.dense_fast_op(op, out.dtype == torch.bool), BLOCK=size)
+    E.binary_kernel[(cdiv(n, size),)](ta, tb, out, n, float(alpha), OP=E.BINARY[name], BLOCK=size)
     return out
 
 
@@ -727,13 +722,13 @@ def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool,
     plan = Plan(_k("elementwise").binary_dense_kernel, launch_key, keywords, programs, rows, shape,
                 out_dtype, () if not scan else (0,) if scalar else (0, 1))
     plan.run = _binary_run(plan, op_name, dtype, index, n, a.numel(), 1 if scalar else b.numel(), scalar,
-                           inplace, keywords["OP"], scan)
+                           inplace, scan)
     return plan
 
 
 
 def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int, a_numel: int,
-                b_numel: int, scalar: bool, inplace: bool, op: int, scanned: bool
+                b_numel: int, scalar: bool, inplace: bool, scanned: bool
                 ) -> Callable[[tuple], Tensor | None]:
     programs, rows, shape, out_dtype = plan.programs, plan.rows, plan.shape, plan.dtype
     split = programs * rows > 1
@@ -764,7 +759,7 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
         if launcher is None or (split and device_tp(index) > 1):
             plan.launch_checked((a, b, target, n, float(alpha)))
         else:
-            launcher(programs, rows, 1, a, b, target, n, float(alpha), op)
+            launcher(programs, rows, 1, a, b, target, n, float(alpha))
         return target
 
     return run
@@ -816,7 +811,6 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
     launch_key, keywords, programs = unary_launch(op_name, (dtype, dtype), n)
     plan = Plan(_k("elementwise").unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
                 (0,) if scanned else ())
-    op = keywords["OP"]
     scan, mask = contiguous_scan(dtype)
     small = n < PARALLEL_MIN
     empty_, deploy_mode = _memory.empty, config.deploy_mode if scanned else unscanned
@@ -833,7 +827,7 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
         if launcher is None or (programs > 1 and device_tp(index) > 1):
             plan.launch_checked((x, target, n, float(p)))
         else:
-            launcher(programs, 1, 1, x, target, n, float(p), op)
+            launcher(programs, 1, 1, x, target, n, float(p))
         return target
 
     plan.run = run
@@ -1084,7 +1078,7 @@ def clamp_tensor(*, inplace: bool = False, out: bool = False) -> Family:
         # Both launches are made here, every check first (the clip writes the first launch's fresh
         # result in place: none of a binary run's overlap or NaN/Inf checks applies to it); calling
         # the first plan's run, then the clip's, cost ~2 us more per call than one flat run.
-        (p1, r1, op1), (p2, r2, op2) = ((p.programs, p.rows, p.keywords["OP"]) for p in (first, clip))
+        (p1, r1), (p2, r2) = ((p.programs, p.rows) for p in (first, clip))
         n1, n2 = math.prod(first.shape) // r1, math.prod(clip.shape) // r2  # the dense kernel's row lengths
         split = p1 * r1 > 1 or p2 * r2 > 1
         scan, mask = contiguous_scan(high_dtype)
@@ -1113,12 +1107,12 @@ def clamp_tensor(*, inplace: bool = False, out: bool = False) -> Family:
             if launcher is None or several:
                 first.launch_checked((x, low, result, n1, 1.0))
             else:
-                launcher(p1, r1, 1, x, low, result, n1, 1.0, op1)
+                launcher(p1, r1, 1, x, low, result, n1, 1.0)
             launcher = clip.launcher if clip.backend == requested_backend() else clip.kept()
             if launcher is None or several:
                 clip.launch_checked((result, high, result, n2, 1.0))
             else:
-                launcher(p2, r2, 1, result, high, result, n2, 1.0, op2)
+                launcher(p2, r2, 1, result, high, result, n2, 1.0)
             return result
 
         plan.run = run

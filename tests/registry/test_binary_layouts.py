@@ -110,7 +110,7 @@ LARGE_CASES = [
     ("strided", lambda x: x[:, :, ::2] / (x[:, :, 1::2] + 3.0), torch.float32),
     ("alpha", lambda x: torch.add(x[:, :, ::2], x[:, :, 1::2], alpha=-2.5), torch.float32),
     ("comparison", lambda x: x.permute(0, 2, 1, 3) >= _like(x, COS), torch.float32),
-    ("pow (generic switch)", lambda x: torch.pow(x.permute(0, 2, 1, 3).abs(), _like(x, COS)), torch.float32),
+    ("pow", lambda x: torch.pow(x.permute(0, 2, 1, 3).abs(), _like(x, COS)), torch.float32),
     ("half", lambda x: x.permute(0, 2, 1, 3) * _like(x, COS.half()), torch.float16),
 ]
 
@@ -186,8 +186,8 @@ def test_small_tiled_launches_share_four_tile_shapes():
 def test_the_flat_kernel_of_huge_dense_outputs_matches_cpu(backend):
     """`binary_kernel` serves only dense operands of 2^31+ elements (`binary_dense_kernel` declines
     those); its one-element-per-lane code, launched here directly on a small dense pair with the last
-    block partly masked, gives the CPU's values for a fast op and (on the interpreter, which compiles
-    nothing) one behind the generic switch."""
+    block partly masked, gives the CPU's values for add and (on the interpreter, which compiles
+    nothing) floor division."""
     from torch_rbln.kernels import elementwise as E
 
     g = torch.Generator().manual_seed(4)
@@ -198,6 +198,5 @@ def test_the_flat_kernel_of_huge_dense_outputs_matches_cpu(backend):
     for name, expected in cases:
         op = E.BINARY[name]
         out = torch.full((1000,), 7.0)
-        E.binary_kernel[(4,)](a, b, out, 1000, 2.0, OP=op, FAST_OP=E.dense_fast_op(op, False), BLOCK=256,
-                              backend=backend)
+        E.binary_kernel[(4,)](a, b, out, 1000, 2.0, OP=op, BLOCK=256, backend=backend)
         torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)

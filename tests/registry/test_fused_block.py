@@ -1,6 +1,6 @@
-"""`geometry.fused_block`: the fused FAST_OP specialisations of `unary_kernel` and `binary_dense_kernel`
-take one BLOCK for every size (one compile where `block`'s buckets made up to three), the generic ones
-keep `block`'s buckets; results against the CPU at the sizes around the old buckets' edges, with each
+"""`geometry.fused_block`: the fused op specialisations of `unary_kernel` and `binary_dense_kernel`
+take one BLOCK for every size (one compile where `block`'s buckets made up to three), the others keep
+`block`'s buckets; results against the CPU at the sizes around the old buckets' edges, with each
 operand layout, and no write outside the result."""
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ def test_fused_launches_take_one_block_and_generic_ones_keep_the_buckets():
 
     for name in ("add", "mul", "sub", "div"):
         assert binary_blocks(name) == {FUSED_BLOCK}, name
-    assert binary_blocks("maximum") == {16, 1024, 4096}  # the runtime switch's temporaries: small blocks
+    assert binary_blocks("maximum") == {16, 1024, 4096}  # a and b read twice: buffers, small blocks
     assert {elementwise.unary_launch("exp", f32[:2], n)[1]["BLOCK"] for n in (4, 100, 3000)} == {FUSED_BLOCK}
-    assert elementwise.unary_launch("sqrt", f32[:2], 4)[1]["BLOCK"] == 16  # the generic switch
+    assert elementwise.unary_launch("sqrt", f32[:2], 4)[1]["BLOCK"] == FUSED_BLOCK
     assert elementwise.unary_launch("relu", f32[:2], 4)[1]["BLOCK"] == 16  # x read twice: materialised
 
 

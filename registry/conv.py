@@ -446,7 +446,8 @@ _POOL_TILE = 1024  # output positions per tile at most (BLOCK_M x BLOCK_N)
 
 
 def _output_tiles(OH: int, OW: int) -> tuple[int, int, int]:
-    """(tiles per plane, BLOCK_M, BLOCK_N) of a forward pooling launch over an OH x OW output plane: the
+    """(tiles per plane, BLOCK_M, BLOCK_N) of a pooling launch over an OH x OW plane (the output's, or
+    the largest window for adaptive pooling's backward, which adds one window at a time): the
     powers of two covering the plane, at most 64 columns and `_POOL_TILE` positions. Fitted rather than
     a few fixed tiles: the window loop's selects and index arithmetic run over every lane of the tile, so
     a 64 x 16 tile over an 8 x 8 plane cost more than the flat block it replaced; a CNN has few plane
@@ -476,8 +477,8 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1
 
 
 def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    """aten::max_pool2d_with_indices_backward: each input element gathers the gradients of the windows
-    whose index names it (deterministic, in float32)."""
+    """aten::max_pool2d_with_indices_backward: each plane zeroed, then each output position's gradient
+    added to the input element its index names (one program per plane: deterministic)."""
     if grad.dtype != x.dtype or x.dtype not in FLOATS or indices.dtype != torch.int64:
         raise Decline("dtypes")
     g = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
@@ -495,10 +496,12 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
     grad_input = _alloc(x.shape, x.dtype, index, _channels_last(x))
     gi4 = grad_input if grad_input.dim() == 4 else grad_input.unsqueeze(0)
     _, _, H, W, sdn, sdc, sdh, sdw = _as_nchw(gi4)
-    kernels = _k("cnn")
-    _run(kernels.max_pool_backward_kernel, (cdiv(H * W, kernels.POOL_BLOCK), N * C),
+    _, block_m, block_n = _output_tiles(g["OH"], g["OW"])
+    overlap = g["sh"] < (g["kh"] - 1) * g["dh"] + 1 or g["sw"] < (g["kw"] - 1) * g["dw"] + 1
+    _run(_k("cnn").max_pool_backward_kernel, (1, N * C),
          (gv, iv, gi4, C, H, W, g["OH"], g["OW"], g["kh"], g["kw"], sgn, sgc, sgp, sdn, sdc, sdh, sdw,
-          g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]), BLOCK=kernels.POOL_BLOCK)
+          g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"], int(overlap)),
+         BLOCK_M=block_m, BLOCK_N=block_n)
     return grad_input
 
 
@@ -530,7 +533,8 @@ def avg_pool2d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_i
 
 def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                         divisor_override):
-    """aten::avg_pool2d_backward: each input element gathers grad / divisor of the windows holding it."""
+    """aten::avg_pool2d_backward: each plane zeroed, then grad / divisor of each window added to the
+    window's input elements (one program per plane: deterministic)."""
     if grad.dtype != x.dtype:
         raise Decline("mixed dtypes")
     g = _avg_args(x, kernel_size, stride, padding, ceil_mode, divisor_override)
@@ -540,11 +544,11 @@ def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_
     grad_input = _alloc(x.shape, x.dtype, x.get_device(), _channels_last(x))
     gi4 = grad_input if grad_input.dim() == 4 else grad_input.unsqueeze(0)
     _, _, H, W, sdn, sdc, sdh, sdw = _as_nchw(gi4)
-    kernels = _k("cnn")
-    _run(kernels.avg_pool_backward_kernel, (cdiv(H * W, kernels.POOL_BLOCK), N * C),
+    _, block_m, block_n = _output_tiles(g["OH"], g["OW"])
+    _run(_k("cnn").avg_pool_backward_kernel, (1, N * C),
          (gv, gi4, C, H, W, g["OH"], g["OW"], g["kh"], g["kw"], sgn, sgc, sgp, sdn, sdc, sdh, sdw,
           g["sh"], g["sw"], g["ph"], g["pw"], divisor_override or 0, int(bool(count_include_pad))),
-         BLOCK=kernels.POOL_BLOCK)
+         BLOCK_M=block_m, BLOCK_N=block_n)
     return grad_input
 
 
@@ -571,16 +575,16 @@ def adaptive_avg_pool2d(x, output_size):
     x4 = x if x.dim() == 4 else x.unsqueeze(0)
     _, _, _, _, sxn, sxc, sxh, sxw = _as_nchw(x4)
     _, N, C, syn, syc, syp = _planes(out)
-    kernels = _k("cnn")
-    _run(kernels.adaptive_avg_pool_kernel, (cdiv(OH * OW, kernels.POOL_BLOCK), N * C),
-         (x4, out, C, H, W, OH, OW, OH * OW, _most_windows(H, OH), _most_windows(W, OW),
-          sxn, sxc, sxh, sxw, syn, syc, syp), BLOCK=kernels.POOL_BLOCK)
+    tiles, block_m, block_n = _output_tiles(OH, OW)
+    _run(_k("cnn").adaptive_avg_pool_kernel, (tiles, N * C),
+         (x4, out, C, H, W, OH, OW, _most_windows(H, OH), _most_windows(W, OW),
+          sxn, sxc, sxh, sxw, syn, syc, syp), BLOCK_M=block_m, BLOCK_N=block_n)
     return out
 
 
 def adaptive_avg_pool2d_backward(grad, x):
-    """aten::_adaptive_avg_pool2d_backward: each input element gathers grad / area of the windows that
-    hold it."""
+    """aten::_adaptive_avg_pool2d_backward: each plane zeroed, then grad / height / width of each window
+    added to its elements in torch's order (one program per plane: deterministic)."""
     if grad.dtype != x.dtype:
         raise Decline("mixed dtypes")
     require_float(x.dtype)
@@ -592,10 +596,9 @@ def adaptive_avg_pool2d_backward(grad, x):
     gi4 = grad_input if grad_input.dim() == 4 else grad_input.unsqueeze(0)
     N, C, _, _, sgn, sgc, sgh, sgw = _as_nchw(g4)
     _, _, _, _, sdn, sdc, sdh, sdw = _as_nchw(gi4)
-    kernels = _k("cnn")
-    _run(kernels.adaptive_avg_pool_backward_kernel, (cdiv(H * W, kernels.POOL_BLOCK), N * C),
-         (g4, gi4, C, H, W, OH, OW, _most_windows(OH, H), _most_windows(OW, W),
-          sgn, sgc, sgh, sgw, sdn, sdc, sdh, sdw), BLOCK=kernels.POOL_BLOCK)
+    _, block_m, block_n = _output_tiles(_most_windows(H, OH), _most_windows(W, OW))
+    _run(_k("cnn").adaptive_avg_pool_backward_kernel, (1, N * C),
+         (g4, gi4, C, H, W, OH, OW, sgn, sgc, sgh, sgw, sdn, sdc, sdh, sdw), BLOCK_M=block_m, BLOCK_N=block_n)
     return grad_input
 
 

@@ -122,6 +122,11 @@ POOLS = [  # (input shape, kernel, stride, padding, dilation, ceil_mode)
     ((1, 2, 10, 11), (3, 2), (2, 1), (1, 0), (2, 1), True),
     ((3, 7, 5), 2, 2, 0, 1, True),  # 3-d input, ceil_mode keeps the partial window
     ((2, 2, 6, 6), 3, 1, 1, 1, False),  # overlapping windows: the backward sums
+    ((1, 2, 11, 13), 2, 3, 0, 1, False),  # gaps between windows: elements no window holds stay 0
+    # planes of several output tiles (at most 64 columns each): windows that overlap across a tile edge
+    # (stride 1), and windows that do not (stride 2, each window's box written whole)
+    ((1, 2, 20, 150), 3, 1, 0, 1, False),
+    ((1, 2, 20, 150), 2, 2, 0, 1, True),
 ]
 
 
@@ -163,6 +168,23 @@ def test_max_pool2d_channels_last_and_half():
     assert y.dtype == torch.float16
     torch.testing.assert_close(y.cpu(), ey, atol=0, rtol=0)
     torch.testing.assert_close(idx.cpu(), eidx)
+    _on_device("aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("args", [(2, 2), (3, 1, 1)], ids=["disjoint", "overlapping"])
+def test_max_pool2d_backward_in_half_precision(dtype, args):
+    """The backward scatters in the input's dtype, as torch's CPU kernel adds in it: disjoint windows
+    give its bits (one gradient per element), overlapping ones its sums within a rounding per term."""
+    x = torch.randn(2, 3, 12, 10, generator=torch.Generator().manual_seed(7)).to(dtype)
+    expected = _pool_step(x, args)
+    registry.reset_fallback_report()
+    got = _pool_step(x.to("rbln"), args)
+    exact = args == (2, 2)
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype
+        tolerance = {"atol": 0, "rtol": 0} if exact else {"atol": 2e-2, "rtol": 2e-2}
+        torch.testing.assert_close(g.cpu(), e, **tolerance)
     _on_device("aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward")
 
 
@@ -283,6 +305,7 @@ AVG_POOLS = [  # (input shape, kernel, stride, padding, ceil_mode, count_include
     ((2, 3, 9, 7), 3, 2, 1, True, False, None),  # padding not counted, partial last window
     ((1, 2, 10, 11), (3, 2), (2, 1), (1, 0), True, True, None),
     ((3, 7, 5), 3, 1, 1, False, True, 4),  # 3-d input, divisor_override
+    ((1, 2, 20, 150), 3, 1, 1, False, False, None),  # several output tiles, windows overlapping across
 ]
 
 
@@ -305,6 +328,7 @@ ADAPTIVE_POOLS = [  # (input shape, output size)
     ((2, 3, 5, 13), (7, 4)),  # more outputs than input rows: windows of one row, repeated
     ((3, 6, 5), (4, 2)),  # 3-d input
     ((1, 4, 14, 14), 1),  # to 1x1 (the module's common case; torch itself takes `mean` for it)
+    ((1, 2, 40, 100), (2, 1)),  # windows of 20 x 100: wider than one 64-column box of the backward
 ]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch_rbln.dsl as tl
 
-from .elementwise import _tile_lanes
+from .elementwise import _plane_tile, _tile_lanes
 
 BLOCK = 1024
 GATHER_BLOCK = 512
@@ -161,15 +161,6 @@ def max_pool_kernel(
     out = n * syn + c * syc + (oh * OW + ow) * syp
     tl.store(y_ptr + out, best.to(y_ptr.dtype.element_ty), mask=live)
     tl.store(idx_ptr + out, best_idx, mask=live)
-
-
-@tl.jit
-def _plane_tile(t, cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Rows (a column vector) and columns (a row vector) of tile `t` of a plane `cols` wide, tiles
-    numbered row-major."""
-    tiles_n = tl.cdiv(cols, BLOCK_N)
-    rows = ((t // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
-    return rows, ((t % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
 
 
 @tl.jit

@@ -144,6 +144,15 @@ def _tile_lanes(s2, s3, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @tl.jit
+def _plane_tile(t, cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rows (a column vector) and columns (a row vector) of tile `t` of a plane `cols` wide, tiles
+    numbered row-major."""
+    tiles_n = tl.cdiv(cols, BLOCK_N)
+    rows = ((t // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
+    return rows, ((t % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
+
+
+@tl.jit
 def _tile_offsets(outer, rows, cols, s1, t0, t1, t2, t3):
     """Offsets of an operand with strides t0..t3 over one tile of the tiled kernels: `outer` indexes
     dims 0 and 1 (of sizes . x s1), `rows` and `cols` dims 2 and 3."""

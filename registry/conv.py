@@ -21,6 +21,7 @@ from ._base import FLOATS, Decline, require_float
 from ._launch import kernel_module as _k
 from ._launch import launch_grid as _run
 from ._ops import cast_copy, contiguous, empty
+from ._ops import fill_floats as _ops_fill
 from .geometry import I32, block, cdiv, next_power_of_2
 from .matmul import launch as _matmul_launch
 
@@ -159,17 +160,34 @@ def _output_shape(g: dict) -> list[int]:
     return [g["N"], g["Cout"], g["OW"]] if g["one_d"] else [g["N"], g["Cout"], g["OH"], g["OW"]]
 
 
+def _padded(x: torch.Tensor, g: dict) -> torch.Tensor:
+    """x as a 4-d (N, C, H, W) tensor with `g`'s padding made real: a zeroed (N, C, H + 2ph, W + 2pw)
+    copy (x itself, 4-d, without padding), so that every tap of every output position lies inside it
+    and im2col reads it in boxes (see `im2col_kernel`)."""
+    x4 = x.unsqueeze(2) if x.dim() == 3 else x
+    ph, pw = g["ph"], g["pw"]
+    if ph == pw == 0:
+        return x4
+    N, C, H, W = x4.shape
+    padded = _ops_fill(empty([N, C, H + 2 * ph, W + 2 * pw], x.dtype, x.get_device()), 0.0)
+    from ._copy import copy_into
+
+    copy_into(x4, padded[:, :, ph:ph + H, pw:pw + W])
+    return padded
+
+
 def _im2col(x: torch.Tensor, g: dict, dtype: torch.dtype, *, images_inner: bool = False) -> torch.Tensor:
     """The transposed column matrix of x, contiguous in `dtype`: (N, K, P), or (K, N, P) with
     `images_inner` (the weight gradient's operand: (n, p) one dim with one stride)."""
     N, K, P = g["N"], g["K"], g["P"]
     shape, (scn, sck) = ([K, N, P], (P, N * P)) if images_inner else ([N, K, P], (K * P, P))
     col = empty(shape, dtype, x.get_device())
-    _, _, H, W, sxn, sxc, sxh, sxw = _as_nchw(x)
-    kernels = _k("conv")
-    _run(kernels.im2col_kernel, (g["C"], N),
-         (x, col, H, W, g["OH"], g["OW"], g["KH"], g["KW"], sxn, sxc, sxh, sxw, scn, sck,
-          g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]), BLOCK=kernels.IM2COL_BLOCK)
+    source = _padded(x, g)
+    _, _, _, _, sxn, sxc, sxh, sxw = _as_nchw(source)
+    _, block_m, block_n = _output_tiles(g["OH"], g["OW"])
+    _run(_k("conv").im2col_kernel, (g["C"], N),
+         (source, col, g["OH"], g["OW"], g["KH"], g["KW"], sxn, sxc, sxh, sxw, scn, sck,
+          g["sh"], g["sw"], g["dh"], g["dw"]), BLOCK_M=block_m, BLOCK_N=block_n)
     return col
 
 
@@ -199,7 +217,7 @@ def _direct(x, weight, bias, g: dict, dtype: torch.dtype) -> torch.Tensor:
 
 def _input_gradient(grad, weight, g: dict, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
     """The input gradient of the direct convolution `g` (input shape `g["input_shape"]`): per group,
-    grad (N, Cout, P) times the weight into a float32 column gradient, folded back by the col2im gather
+    grad (N, Cout, P) times the weight into a float32 column gradient, folded back by col2im
     (a 1x1 stride-1 convolution: one matmul straight into the result)."""
     index = grad.get_device()
     weight = contiguous(weight)
@@ -222,17 +240,20 @@ def _input_gradient(grad, weight, g: dict, dtype: torch.dtype, channels_last: bo
             weight.narrow(0, group * Coutg, Coutg), grad.narrow(1, group * Coutg, Coutg),
             gcol.narrow(1, group * Kg, Kg), None,
             Kg, P, Coutg, (0, 1, Kg), (sgn, sgc, sgp), (P * g["K"], P, 1), (0, 0), 1.0, 0.0, N)
-    direct = dtype == torch.float32 and grad_input.is_contiguous()
-    planes = grad_input if direct else empty(g["input_shape"], torch.float32, index)
+    H, W, ph, pw = g["H"], g["W"], g["ph"], g["pw"]
+    # col2im adds into float32 planes of the padded input; the result is their interior
+    direct = dtype == torch.float32 and grad_input.is_contiguous() and ph == pw == 0
+    planes = grad_input if direct else empty([N, g["C"], H + 2 * ph, W + 2 * pw], torch.float32, index)
     kernels = _k("conv")
+    _, block_m, block_n = _output_tiles(g["OH"], g["OW"])
     _run(kernels.col2im_kernel, (g["C"], N),
-         (gcol, planes, g["H"], g["W"], g["OH"], g["OW"], g["KH"], g["KW"], g["K"] * P, P,
-          g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"]),
-         BLOCK=kernels.IM2COL_BLOCK, ZBLOCK=kernels.PLANE_BLOCK)
+         (gcol, planes, H + 2 * ph, W + 2 * pw, g["OH"], g["OW"], g["KH"], g["KW"], g["K"] * P, P,
+          g["sh"], g["sw"], g["dh"], g["dw"]), BLOCK_M=block_m, BLOCK_N=block_n, ZBLOCK=kernels.PLANE_BLOCK)
     if not direct:
         from ._copy import copy_into
 
-        copy_into(planes, grad_input)
+        interior = planes[:, :, ph:ph + H, pw:pw + W]
+        copy_into(interior[:, :, 0] if g["one_d"] else interior, grad_input)
     return grad_input
 
 

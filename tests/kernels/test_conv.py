@@ -18,6 +18,8 @@ CASES = [
     (2, 6, 8, 8, 6, 3, 1, 1, 1, 6, True),  # depthwise
     (3, 5, 7, 6, 4, (2, 3), (2, 1), (1, 0), (1, 2), 1, True),
     (1, 3, 16, 16, 5, 8, 8, 0, 1, 1, True),  # patch embedding (ViT)
+    # an output plane of several tiles (at most 64 columns each): col2im's taps overlap across tile edges
+    (1, 2, 20, 70, 3, 3, 1, 1, 1, 1, True),
 ]
 F32 = {"atol": 1e-4, "rtol": 1e-4}
 

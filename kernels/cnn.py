@@ -4,7 +4,8 @@ Batch norm views its input as (N, C, P) through strides (P = the spatial dims co
 per channel: the statistics, the running-stat update and the normalisation of a channel all happen in
 its program, in float32. Pooling runs tiles of (image, channel) output planes; max and average
 pooling's backwards scatter each output position's gradient into its window, one program per plane
-(so no two programs write one element), adaptive pooling's backward each output's window in turn.
+(so no two programs write one element), into float32 planes of the padded input; adaptive pooling's
+backward adds each output's window in turn.
 Window extents, strides, padding and dilation are runtime values: one specialisation per dtype and
 tile serves every pooling geometry.
 """
@@ -174,28 +175,26 @@ def _zero_plane(gx, H, W, sdh, sdw, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
 
 @tl.jit
 def max_pool_backward_kernel(
-    g_ptr, idx_ptr, gx_ptr, C, H, W, OH, OW, KH, KW, sgn, sgc, sgp, sdn, sdc, sdh, sdw,
-    stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, overlap, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    g_ptr, idx_ptr, gx_ptr, C, W, OH, OW, KH, KW, sgn, sgc, sgp, PH, PW, pad_h, pad_w,
+    stride_h, stride_w, dil_h, dil_w, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """gx[n, c] = 0, then each output position (oh, ow) adds its gradient to the input element its index
-    names, window offset by window offset; where windows do not overlap (`overlap` 0: each stride at
-    least its window's extent, the usual 2 x 2 / 2 pooling) each window's box is written whole (the
-    gradient at the chosen element, zeros around it) instead of read, added to and written masked. One
-    program per (n, c) plane (grid (1, N*C)), going over the plane's output positions in BLOCK_M x
-    BLOCK_N tiles in order, so windows that overlap across tiles are added by one program, never two
-    at once. g and idx share the strides (sgn, sgc, sgp).
+    """Each output position (oh, ow) adds its gradient to the input element its index names, window
+    offset by window offset, into gx: zeroed contiguous float32 planes (N*C, PH, PW) of the input padded
+    so that every window lies inside (element (ih, iw) of the input at (ih + pad_h, iw + pad_w)); the
+    registry copies the interior out. One program per (n, c) plane (grid (1, N*C)), going over its
+    output positions in BLOCK_M x BLOCK_N tiles in order, so windows that overlap across tiles are
+    added by one program, never two at once. g and idx share the strides (sgn, sgc, sgp).
 
-    Why a scatter from the outputs: for a fixed window offset, the input position of an output tile is
-    affine in the tile (ih = oh * stride_h - pad_h + kh * dil_h), so every access is a strided box. The
-    gather it replaced (each input element finding the windows that hold it) divided each lane's
-    position by the strides and read g and idx element by element: (8, 32, 32, 32) took 18.9 ms against
-    the CPU's 0.14. An input position that two windows choose (overlapping windows) sums in the order of
-    the tiles and window offsets, in the input's dtype (as torch's CPU kernel adds in it)."""
+    Why a scatter from the outputs into padded planes: for a fixed window offset, the element of an
+    output tile is affine in the tile and, in the padded plane, always inside it, so each read-add-write
+    is a box (the backend reads a mask bounded only from above as a box; `ih >= 0` made every access a
+    checked one of its own). The gather it replaced (each input element finding the windows that hold
+    it) divided each lane's position by the strides and read g and idx element by element: (8, 32, 32,
+    32) took 18.9 ms against the CPU's 0.14. Elements a window does not choose add 0."""
     nc = tl.program_id(1)
     n = nc // C
     c = nc % C
-    gx = gx_ptr + n * sdn + c * sdc
-    _zero_plane(gx, H, W, sdh, sdw, BLOCK_M, BLOCK_N)
+    plane = gx_ptr + nc * PH * PW
     gbase = n * sgn + c * sgc
     for t in range(0, tl.cdiv(OH, BLOCK_M) * tl.cdiv(OW, BLOCK_N)):
         oh, ow = _plane_tile(t, OW, BLOCK_M, BLOCK_N)
@@ -204,18 +203,13 @@ def max_pool_backward_kernel(
         chosen = tl.load(idx_ptr + at, mask=live, other=-1)
         grad = tl.load(g_ptr + at, mask=live, other=0.0).to(tl.float32)
         for kh in range(0, KH):
-            ih = oh * stride_h - pad_h + kh * dil_h
-            row_ok = live & (ih >= 0) & (ih < H)
+            row = oh * stride_h + kh * dil_h  # in the padded plane
             for kw in range(0, KW):
-                iw = ow * stride_w - pad_w + kw * dil_w
-                inside = row_ok & (iw >= 0) & (iw < W)
-                hit = inside & (chosen == (ih * W + iw).to(tl.int64))
-                target = gx + ih * sdh + iw * sdw
-                if overlap != 0:
-                    current = tl.load(target, mask=hit, other=0.0).to(tl.float32)
-                    tl.store(target, (current + grad).to(gx_ptr.dtype.element_ty), mask=hit)
-                else:  # no other window holds these elements: the window's whole box is written
-                    tl.store(target, tl.where(hit, grad, 0.0).to(gx_ptr.dtype.element_ty), mask=inside)
+                col = ow * stride_w + kw * dil_w
+                hit = chosen == ((row - pad_h) * W + col - pad_w).to(tl.int64)
+                target = plane + row * PW + col
+                current = tl.load(target, mask=live, other=0.0)
+                tl.store(target, current + tl.where(hit, grad, 0.0), mask=live)
 
 
 @tl.jit
@@ -312,17 +306,17 @@ def avg_pool_kernel(
 
 @tl.jit
 def avg_pool_backward_kernel(
-    g_ptr, gx_ptr, C, H, W, OH, OW, KH, KW, sgn, sgc, sgp, sdn, sdc, sdh, sdw,
+    g_ptr, gx_ptr, C, H, W, OH, OW, KH, KW, sgn, sgc, sgp, PH, PW,
     stride_h, stride_w, pad_h, pad_w, divisor, count_pad, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """gx[n, c] = 0, then each output position adds g / its `_avg_divisor` to every input element of its
-    window (padding excluded), as `max_pool_backward_kernel` scatters (one program per plane, tiles of
-    outputs in order; strided boxes, not gathers: (8, 32, 32, 32) took 18.5 ms as a gather)."""
+    """Each output position adds g / its `_avg_divisor` to every element of its window, into zeroed
+    float32 planes of the padded input, as `max_pool_backward_kernel` scatters (one program per plane,
+    tiles of outputs in order, boxes; the registry copies the interior out: what lands in the padding
+    is dropped). (8, 32, 32, 32) took 18.5 ms as a gather."""
     nc = tl.program_id(1)
     n = nc // C
     c = nc % C
-    gx = gx_ptr + n * sdn + c * sdc
-    _zero_plane(gx, H, W, sdh, sdw, BLOCK_M, BLOCK_N)
+    plane = gx_ptr + nc * PH * PW
     gbase = g_ptr + n * sgn + c * sgc
     for t in range(0, tl.cdiv(OH, BLOCK_M) * tl.cdiv(OW, BLOCK_N)):
         oh, ow = _plane_tile(t, OW, BLOCK_M, BLOCK_N)
@@ -332,14 +326,9 @@ def avg_pool_backward_kernel(
                                     count_pad)
         delta = grad / divisor_here
         for kh in range(0, KH):
-            ih = oh * stride_h - pad_h + kh
-            row_ok = live & (ih >= 0) & (ih < H)
             for kw in range(0, KW):
-                iw = ow * stride_w - pad_w + kw
-                ok = row_ok & (iw >= 0) & (iw < W)
-                target = gx + ih * sdh + iw * sdw
-                current = tl.load(target, mask=ok, other=0.0).to(tl.float32)
-                tl.store(target, (current + delta).to(gx_ptr.dtype.element_ty), mask=ok)
+                target = plane + (oh * stride_h + kh) * PW + ow * stride_w + kw
+                tl.store(target, tl.load(target, mask=live, other=0.0) + delta, mask=live)
 
 
 @tl.jit

@@ -478,6 +478,25 @@ def _output_tiles(OH: int, OW: int) -> tuple[int, int, int]:
     return cdiv(OH, block_m) * cdiv(OW, block_n), block_m, block_n
 
 
+def _window_planes(N: int, C: int, g: dict, index: int) -> torch.Tensor:
+    """Zeroed contiguous float32 planes (N, C, PH, PW) of the pooled input padded so that every window
+    of pooling `g` lies inside (its padding before, and after whatever the last windows reach: ceil
+    mode's partial windows too): the pooling backwards add into them in boxes."""
+    rows = max(g["H"], (g["OH"] - 1) * g["sh"] - g["ph"] + (g["kh"] - 1) * g["dh"] + 1) + g["ph"]
+    cols = max(g["W"], (g["OW"] - 1) * g["sw"] - g["pw"] + (g["kw"] - 1) * g["dw"] + 1) + g["pw"]
+    return _ops_fill(empty([N, C, rows, cols], torch.float32, index), 0.0)
+
+
+def _planes_interior(planes: torch.Tensor, x: torch.Tensor, g: dict) -> torch.Tensor:
+    """The gradient of x: the interior of `_window_planes`' planes, in x's dtype and layout."""
+    grad_input = _alloc(x.shape, x.dtype, x.get_device(), _channels_last(x))
+    interior = planes[:, :, g["ph"]:g["ph"] + g["H"], g["pw"]:g["pw"] + g["W"]]
+    from ._copy import copy_into
+
+    copy_into(interior if x.dim() == 4 else interior[0], grad_input)
+    return grad_input
+
+
 def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     """aten::max_pool2d_with_indices: (values, int64 flat indices within each plane), in x's layout."""
     require_float(x.dtype)
@@ -498,8 +517,9 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1
 
 
 def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    """aten::max_pool2d_with_indices_backward: each plane zeroed, then each output position's gradient
-    added to the input element its index names (one program per plane: deterministic)."""
+    """aten::max_pool2d_with_indices_backward: each output position's gradient added to the input
+    element its index names, in float32 planes of the padded input (one program per plane:
+    deterministic), whose interior is the result."""
     if grad.dtype != x.dtype or x.dtype not in FLOATS or indices.dtype != torch.int64:
         raise Decline("dtypes")
     g = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
@@ -513,17 +533,13 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
     if (isn, isc, isp) != (sgn, sgc, sgp):
         gv, N, C, sgn, sgc, sgp = _planes(contiguous(grad))
         iv, _, _, isn, isc, isp = _planes(contiguous(indices))
-    index = x.get_device()
-    grad_input = _alloc(x.shape, x.dtype, index, _channels_last(x))
-    gi4 = grad_input if grad_input.dim() == 4 else grad_input.unsqueeze(0)
-    _, _, H, W, sdn, sdc, sdh, sdw = _as_nchw(gi4)
+    planes = _window_planes(N, C, g, x.get_device())
+    PH, PW = planes.shape[-2:]
     _, block_m, block_n = _output_tiles(g["OH"], g["OW"])
-    overlap = g["sh"] < (g["kh"] - 1) * g["dh"] + 1 or g["sw"] < (g["kw"] - 1) * g["dw"] + 1
     _run(_k("cnn").max_pool_backward_kernel, (1, N * C),
-         (gv, iv, gi4, C, H, W, g["OH"], g["OW"], g["kh"], g["kw"], sgn, sgc, sgp, sdn, sdc, sdh, sdw,
-          g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"], int(overlap)),
-         BLOCK_M=block_m, BLOCK_N=block_n)
-    return grad_input
+         (gv, iv, planes, C, g["W"], g["OH"], g["OW"], g["kh"], g["kw"], sgn, sgc, sgp, PH, PW,
+          g["ph"], g["pw"], g["sh"], g["sw"], g["dh"], g["dw"]), BLOCK_M=block_m, BLOCK_N=block_n)
+    return _planes_interior(planes, x, g)
 
 
 # ---------------------------------------------------------------- average pooling
@@ -554,23 +570,23 @@ def avg_pool2d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_i
 
 def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                         divisor_override):
-    """aten::avg_pool2d_backward: each plane zeroed, then grad / divisor of each window added to the
-    window's input elements (one program per plane: deterministic)."""
+    """aten::avg_pool2d_backward: grad / divisor of each window added to the window's elements, in
+    float32 planes of the padded input (one program per plane: deterministic), whose interior is the
+    result."""
     if grad.dtype != x.dtype:
         raise Decline("mixed dtypes")
     g = _avg_args(x, kernel_size, stride, padding, ceil_mode, divisor_override)
     if list(grad.shape) != [*x.shape[:-2], g["OH"], g["OW"]]:
         raise Decline("grad shape does not match the pooling")
     gv, N, C, sgn, sgc, sgp = _planes(grad)
-    grad_input = _alloc(x.shape, x.dtype, x.get_device(), _channels_last(x))
-    gi4 = grad_input if grad_input.dim() == 4 else grad_input.unsqueeze(0)
-    _, _, H, W, sdn, sdc, sdh, sdw = _as_nchw(gi4)
+    planes = _window_planes(N, C, g, x.get_device())
+    PH, PW = planes.shape[-2:]
     _, block_m, block_n = _output_tiles(g["OH"], g["OW"])
     _run(_k("cnn").avg_pool_backward_kernel, (1, N * C),
-         (gv, gi4, C, H, W, g["OH"], g["OW"], g["kh"], g["kw"], sgn, sgc, sgp, sdn, sdc, sdh, sdw,
+         (gv, planes, C, g["H"], g["W"], g["OH"], g["OW"], g["kh"], g["kw"], sgn, sgc, sgp, PH, PW,
           g["sh"], g["sw"], g["ph"], g["pw"], divisor_override or 0, int(bool(count_include_pad))),
          BLOCK_M=block_m, BLOCK_N=block_n)
-    return grad_input
+    return _planes_interior(planes, x, g)
 
 
 def _adaptive_sizes(x, output_size) -> tuple[int, int, int, int]:

@@ -174,8 +174,9 @@ def test_max_pool2d_channels_last_and_half():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("args", [(2, 2), (3, 1, 1)], ids=["disjoint", "overlapping"])
 def test_max_pool2d_backward_in_half_precision(dtype, args):
-    """The backward scatters in the input's dtype, as torch's CPU kernel adds in it: disjoint windows
-    give its bits (one gradient per element), overlapping ones its sums within a rounding per term."""
+    """The backward adds in float32 and rounds once: disjoint windows give torch's bits (one gradient
+    per element), overlapping ones its sums (which torch adds in the input's dtype) within its
+    rounding per term."""
     x = torch.randn(2, 3, 12, 10, generator=torch.Generator().manual_seed(7)).to(dtype)
     expected = _pool_step(x, args)
     registry.reset_fallback_report()

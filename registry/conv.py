@@ -536,9 +536,11 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
     planes = _window_planes(N, C, g, x.get_device())
     PH, PW = planes.shape[-2:]
     _, block_m, block_n = _output_tiles(g["OH"], g["OW"])
+    overlap = g["sh"] < (g["kh"] - 1) * g["dh"] + 1 or g["sw"] < (g["kw"] - 1) * g["dw"] + 1
     _run(_k("cnn").max_pool_backward_kernel, (1, N * C),
          (gv, iv, planes, C, g["W"], g["OH"], g["OW"], g["kh"], g["kw"], sgn, sgc, sgp, PH, PW,
-          g["ph"], g["pw"], g["sh"], g["sw"], g["dh"], g["dw"]), BLOCK_M=block_m, BLOCK_N=block_n)
+          g["ph"], g["pw"], g["sh"], g["sw"], g["dh"], g["dw"], int(overlap)),
+         BLOCK_M=block_m, BLOCK_N=block_n)
     return _planes_interior(planes, x, g)
 
 

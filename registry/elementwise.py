@@ -335,9 +335,11 @@ def unary(name: str, x: Tensor, p: float = 0.0, out=None, *, inplace=False, orde
 
 
 def fill(x: Tensor, value, *, first_use_ok: bool = True) -> Tensor:
-    if not first_use_ok and "elementwise" not in _modules:
+    if not first_use_ok and not _modules:
         # A constant fill (torch.ones/zeros at start-up) does not justify loading the DSL compiler
-        # (numba, jinja2): until another op has loaded the kernels, fills run on the host.
+        # (numba, jinja2): until another op has loaded a kernel module, fills run on the host. Any
+        # module will do: a program of gathers and scatters (`zeros_like(x).scatter_add_(...)`) had
+        # every fill on the host while it waited for the elementwise module alone.
         raise Decline("DSL not loaded yet")
     if isinstance(value, Tensor):
         if value.dim():
@@ -879,7 +881,7 @@ def fill_family(*, zero: bool) -> Family:
     fills stay on the host (`fill`): no signature then."""
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
-        if kwargs or len(args) != 2 - zero or "elementwise" not in _modules:
+        if kwargs or len(args) != 2 - zero or not _modules:
             return None
         value = 0.0
         if not zero:

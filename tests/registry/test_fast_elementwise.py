@@ -126,11 +126,31 @@ def test_zero_fills_a_tensor_holding_nan_without_scanning_it(general_path_forbid
 def test_fills_stay_on_the_host_until_the_kernels_are_loaded(monkeypatch):
     x = torch.randn(6).to("rbln")
     x.fill_(1.0)
-    monkeypatch.delitem(_launch._modules, "elementwise")
+    loaded = dict(_launch._modules)
+    for name in loaded:
+        monkeypatch.delitem(_launch._modules, name)  # (restored after the test)
     assert planned("fill_.Scalar")((x, 2.0), {}) is None
     registry.reset_fallback_report()
     torch.testing.assert_close(x.fill_(2.0).cpu(), torch.full((6,), 2.0))
     assert _row("aten::fill_")["reasons"] == {"DSL not loaded yet": 1}
+
+
+def test_fills_run_on_the_device_once_any_kernel_module_is_loaded(monkeypatch):
+    """A program of gathers and scatters loads no elementwise kernel of its own: its fills
+    (`zeros_like(x).scatter_add_(...)`) must not wait for one on the host."""
+    x = torch.randn(6).to("rbln")
+    x.fill_(1.0)
+    loaded = dict(_launch._modules)
+    for name in loaded:
+        if name != "cnn":
+            monkeypatch.delitem(_launch._modules, name)
+    _launch.kernel_module("cnn")
+    registry.reset_fallback_report()
+    for _ in range(2):  # the first call builds the plan, the second runs it
+        torch.testing.assert_close(x.fill_(2.0).cpu(), torch.full((6,), 2.0))
+        torch.testing.assert_close(x.zero_().cpu(), torch.zeros(6))
+    assert _row("aten::fill_") == {"device": 2, "cpu": 0, "reasons": {}}
+    assert _row("aten::zero_") == {"device": 2, "cpu": 0, "reasons": {}}
 
 
 def test_fill_plans_take_tensor_parallel_grids_through_the_checked_launch(monkeypatch):

@@ -219,19 +219,18 @@ def max_pool_backward_kernel(
 
 @tl.jit
 def gather_kernel(
-    x_ptr, idx_ptr, out_ptr, total, D1, D2, D3, sx0, sx1, sx2, sx3, si0, si1, si2, si3, sdim,
-    DIM: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr, idx_ptr, out_ptr, D1, D2, D3, sx0, sx1, sx2, sx3, si0, si1, si2, si3, sdim,
+    DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """out[i] = x[i with coordinate DIM replaced by idx[i]] over the index's (D0, D1, D2, D3) positions
-    (out contiguous); sx*/si*: strides of x / idx, sdim = x's stride along DIM. Grid (cdiv(total, BLOCK),)."""
-    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    live = r < total
-    i3 = r % D3
-    t = r // D3
-    i2 = t % D2
-    t = t // D2
-    i1 = t % D1
-    i0 = t // D1
+    (out contiguous); sx*/si*: strides of x / idx, sdim = x's stride along DIM. One BLOCK_M x BLOCK_N
+    tile of dims 2 and 3 per program (grid axis 0: the tiles, axis 1: the index of dims 0 and 1), so
+    idx and out are read and written in boxes and only x's reads go element by element. Why tiles: a
+    flat block found each lane's four coordinates by six divisions (a (64, 64, 64) gather took 9.6 ms,
+    the CPU 0.9)."""
+    outer, i2, i3, live = _tile_lanes(D2, D3, BLOCK_M, BLOCK_N)
+    i0 = outer // D1
+    i1 = outer % D1
     j = tl.load(idx_ptr + i0 * si0 + i1 * si1 + i2 * si2 + i3 * si3, mask=live, other=0).to(tl.int64)
     if DIM == 0:
         src = j * sdim + i1 * sx1 + i2 * sx2 + i3 * sx3
@@ -241,7 +240,7 @@ def gather_kernel(
         src = i0 * sx0 + i1 * sx1 + j * sdim + i3 * sx3
     else:
         src = i0 * sx0 + i1 * sx1 + i2 * sx2 + j * sdim
-    tl.store(out_ptr + r, tl.load(x_ptr + src, mask=live, other=0), mask=live)
+    tl.store(out_ptr + (outer * D2 + i2) * D3 + i3, tl.load(x_ptr + src, mask=live, other=0), mask=live)
 
 
 @tl.jit

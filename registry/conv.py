@@ -22,7 +22,7 @@ from ._launch import kernel_module as _k
 from ._launch import launch_grid as _run
 from ._ops import cast_copy, contiguous, empty
 from ._ops import fill_floats as _ops_fill
-from .geometry import I32, block, cdiv, next_power_of_2
+from .geometry import I32, block, cdiv, next_power_of_2, small_tile_shape
 from .matmul import launch as _matmul_launch
 
 _HALVES = (torch.float16, torch.bfloat16)
@@ -669,10 +669,11 @@ def gather(x, dim, index, sparse_grad=False):
     sizes = [1] * pad + list(index.shape)
     sx = [0] * pad + list(x.stride())
     si = [0] * pad + list(index.stride())
-    kernels = _k("cnn")
-    _run(kernels.gather_kernel, (cdiv(total, kernels.GATHER_BLOCK), 1),
-         (x, index, out, total, *sizes[1:], *sx, *si, x.stride(dim)), DIM=dim + pad,
-         BLOCK=kernels.GATHER_BLOCK)
+    _, _, D2, D3 = sizes
+    block_m, block_n = small_tile_shape(total, D2, D3)
+    _run(_k("cnn").gather_kernel, (cdiv(D2, block_m) * cdiv(D3, block_n), sizes[0] * sizes[1]),
+         (x, index, out, *sizes[1:], *sx, *si, x.stride(dim)), DIM=dim + pad, BLOCK_M=block_m,
+         BLOCK_N=block_n)
     return out
 
 

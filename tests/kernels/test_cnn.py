@@ -224,6 +224,20 @@ def test_gather_and_its_backward_match_cpu(dim):
     _on_device("aten::gather")
 
 
+@pytest.mark.parametrize("dim", [0, 2, 3])
+def test_gather_of_several_tiles_matches_cpu(dim):
+    """4-d, 16,800 positions: several tiles of dims 2 and 3 per (dim 0, dim 1) index, partial at both
+    edges, the gathered dim among the tiled ones or not."""
+    gen = torch.Generator().manual_seed(dim)
+    x = torch.randn(3, 4, 45, 75, generator=gen)
+    shape = [2, 4, 40, 70]
+    index = torch.randint(0, x.shape[dim], shape, generator=gen)
+    registry.reset_fallback_report()
+    got = torch.gather(x.to("rbln"), dim, index.to("rbln"))
+    torch.testing.assert_close(got.cpu(), torch.gather(x, dim, index), atol=0, rtol=0)
+    _on_device("aten::gather")
+
+
 def test_gather_non_contiguous_and_integer():
     gen = torch.Generator().manual_seed(3)
     x = torch.randint(0, 100, (6, 5), generator=gen)  # int64 data, as BERT's token type buffer

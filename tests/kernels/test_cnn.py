@@ -30,7 +30,8 @@ def _bn_step(x, weight, bias, rm, rv, training, layout=None):
     return [y, x.grad] + [p.grad if p is not None else None for p in params]
 
 
-@pytest.mark.parametrize("shape", [(4, 3, 5, 7), (2, 5, 9), (8, 4), (3, 2, 33, 40)], ids=str)
+# (8, 4) and (2000, 3): BatchNorm1d, its images walked as the positions of one image (2000: two blocks)
+@pytest.mark.parametrize("shape", [(4, 3, 5, 7), (2, 5, 9), (8, 4), (2000, 3), (3, 2, 33, 40)], ids=str)
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("affine", [True, False])
 def test_batch_norm_matches_cpu(shape, training, affine):

@@ -120,9 +120,10 @@ def cumsum(x: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None,
     result = out if out is not None else empty(x.shape, result_dtype, x.get_device())
     if result.numel():
         kernels = _k("sorting")
+        # a block fitted to short lines (a cumsum over a 64-element dim ran 256 lanes a line)
         launch_grid(kernels.cumsum_kernel, (outer * inner, 1), (contiguous(x), result, n, inner),
                     ACC=_accumulator(result_dtype),
-                    BLOCK=kernels.SCAN_BLOCK)
+                    BLOCK=min(kernels.SCAN_BLOCK, max(16, next_power_of_2(n))))
     return result
 
 

@@ -22,7 +22,7 @@ from ._launch import kernel_module as _k
 from ._launch import launch_grid as _run
 from ._ops import cast_copy, contiguous, empty
 from ._ops import fill_floats as _ops_fill
-from .geometry import I32, block, cdiv, next_power_of_2, small_tile_shape
+from .geometry import I32, cdiv, column_block, next_power_of_2, small_tile_shape
 from .matmul import launch as _matmul_launch
 
 _HALVES = (torch.float16, torch.bfloat16)
@@ -729,8 +729,8 @@ def _scatter(x, dim, index, src, *, add: bool, inplace: bool, value: torch.Tenso
     else:
         out = x if inplace and x.is_contiguous() else cast_copy(x, x.dtype)
     kernels = _k("cnn")
-    # a block of 16 where inner is short (a scatter along the last dim has inner 1)
-    lanes = min(block(inner), kernels.GATHER_BLOCK)
+    # lanes fitted to the columns (a scatter along the last dim has inner 1)
+    lanes = min(column_block(inner), kernels.GATHER_BLOCK)
     _run(kernels.scatter_kernel, (outer, cdiv(inner, lanes)),
          (contiguous(index), value if one_value else contiguous(src), out, size, inner, count,
           0 if one_value else 1), ADD=add, BLOCK=lanes)

@@ -29,7 +29,7 @@ from . import _launch as launches
 from ._base import INTEGERS, require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
-from .geometry import I32, cdiv, dims_run, reduced_dims, reduced_shape, row_block
+from .geometry import I32, cdiv, column_block, dims_run, reduced_dims, reduced_shape, row_block
 from .plan import NO_PLAN, Family, Launch, Plan, unscanned
 
 CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3,
@@ -65,19 +65,11 @@ def decide(op: int, write_index: bool, dtype: torch.dtype, shape: tuple, first: 
         return Launch(_k("rows").reduce_kernel, key, keywords, outer, 1, (r,)), False
     # the middle kernel's max/min always store an index: amax/amin give it a scratch buffer
     scratch = not write_index and (op == CODES["max"] or op == CODES["min"])
-    size = _middle_block(inner)
+    size = column_block(inner)
     key = ("middle", dtype, values_dtype, torch.int64 if write_index or scratch else values_dtype, op, size,
            r < I32, inner < I32)
     return Launch(_k("reduce").middle_reduce_kernel, key, {"OP": op, "BLOCK": size}, outer, cdiv(inner, size),
                   (r, inner)), scratch
-
-
-def _middle_block(inner: int) -> int:
-    """The middle kernel's lanes for `inner` columns: the smallest of 16, 64, 256, 1024 and 4096 that
-    holds them (at most 4x the columns below 4096). `block`'s three buckets gave 64 columns 1,024 lanes:
-    a max over dim 1 of (64, 64, 64) ran 16x the lanes it needed (1.5 ms, the CPU 0.4); five buckets
-    keep the specialisations few."""
-    return next((size for size in (16, 64, 256, 1024) if inner <= size), 4096)
 
 
 # ---------------------------------------------------------------- the checked implementation

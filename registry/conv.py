@@ -285,11 +285,11 @@ def _weight_gradient(grad, x, weight_shape, g: dict, dtype: torch.dtype) -> torc
 
 
 def _plane_block(p: int, largest: int) -> int:
-    """The lanes of a per-channel kernel that walks each image's `p` positions in blocks: the power of
-    two covering p (at least 16), at most `largest`. A fixed 1,024-lane block ran 16 lanes in 1,024
-    over 8 x 8 planes and one over BatchNorm1d's single position, for every image: batch norm of
-    (64, 64, 8, 8) took 5.2 ms (the CPU 0.8)."""
-    return max(16, min(next_power_of_2(p), largest))
+    """The lanes of a per-channel kernel that walks each image's `p` positions in blocks:
+    `geometry.column_block`'s bucket of p (16, 64, 256, 1,024: a few specialisations), at most
+    `largest`. A fixed 1,024-lane block ran 64 lanes in 1,024 over 8 x 8 planes, for every image:
+    batch norm of (64, 64, 8, 8) took 5.2 ms (the CPU 0.8)."""
+    return min(column_block(p), largest)
 
 
 def _channel_sum(grad, channels: int, dtype: torch.dtype) -> torch.Tensor:

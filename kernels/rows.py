@@ -35,6 +35,35 @@ def softmax_row_kernel(x_ptr, out_ptr, n, LOG: tl.constexpr, BLOCK: tl.constexpr
     tl.store(out_ptr + row * n + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@tl.jit
+def softmax_middle_kernel(x_ptr, out_ptr, r, inner, LOG: tl.constexpr, BLOCK: tl.constexpr):
+    """Softmax (or log-softmax) over the middle dim of a contiguous (outer, r, inner) tensor: each lane
+    is one column (o, :, j), reduced in three passes over k < r that each read a contiguous row of
+    columns (a NaN-propagating max, the sum of exponentials, the output), so a dim other than the last
+    needs no copy to the last place and back (two transposing copies around the row kernel: 4x the
+    CPU's time for dim 1 of (64, 64, 64)). NaN and infinities as `softmax_row_kernel`. Grid (outer,
+    cdiv(inner, BLOCK))."""
+    o = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < inner
+    base = o * r * inner + cols
+    top = tl.full((BLOCK,), -float("inf"), tl.float32)
+    for k in range(0, r):
+        x = tl.load(x_ptr + base + k * inner, mask=mask, other=-float("inf")).to(tl.float32)
+        top = tl.maximum(top, x, propagate_nan=tl.PropagateNan.ALL)
+    total = tl.zeros((BLOCK,), dtype=tl.float32)
+    for k in range(0, r):
+        x = tl.load(x_ptr + base + k * inner, mask=mask, other=-float("inf")).to(tl.float32)
+        total += tl.exp(x - top)
+    for k in range(0, r):
+        shifted = tl.load(x_ptr + base + k * inner, mask=mask, other=-float("inf")).to(tl.float32) - top
+        if LOG:
+            y = shifted - tl.log(total)
+        else:
+            y = tl.exp(shifted) / total
+        tl.store(out_ptr + base + k * inner, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 # The chunk of `softmax_kernel`: one size for every row length. Why not autotuned: the three chunks the
 # autotuner tried (256, 1024, 4096) were three numba compiles per dtype for timings within a few percent
 # of each other; forced alone (numba backend, 1 thread, best of 15) 1024 was the fastest or within 4%

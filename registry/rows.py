@@ -27,7 +27,7 @@ from torch_rbln.tp import device_tp, requested_backend
 from . import _launch
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
-from .geometry import I32, ONE_BLOCK, ROW_CHUNK, cdiv, row_block
+from .geometry import I32, ONE_BLOCK, ROW_CHUNK, cdiv, column_block, row_block
 from .plan import NO_PLAN, Family, Plan, unscanned
 
 KernelKey = tuple  # (kernel, launch key, constexpr keywords): a launch whose grid the caller decides
@@ -96,6 +96,8 @@ def softmax(x: Tensor, dim: int, half_to_float: bool, *, log: bool) -> Tensor:
     with +inf or NaN, is NaN throughout, as on the CPU."""
     if half_to_float:
         raise Decline("half_to_float")
+    if x.dim() > 1 and dim % x.dim() != x.dim() - 1:
+        return _softmax_middle(x, dim % x.dim(), log)
     x, moved = _moved_last(x, dim)
     out = empty(x.shape, x.dtype, x.get_device())
     n = x.shape[-1] if x.dim() else 1
@@ -108,6 +110,20 @@ def softmax(x: Tensor, dim: int, half_to_float: bool, *, log: bool) -> Tensor:
         rows = _k("rows")
         rows.softmax_kernel[(x.numel() // n,)](x, out, n, LOG=log, BLOCK=rows.SOFTMAX_CHUNK)
     return _moved_back(out, moved)
+
+
+def _softmax_middle(x: Tensor, dim: int, log: bool) -> Tensor:
+    """softmax over a dim other than the last: `softmax_middle_kernel` on x (contiguous) seen as
+    (outer, r, inner), lanes from `column_block(inner)`; a contiguous result, as the moved-dim path."""
+    x = contiguous(x)
+    out = empty(x.shape, x.dtype, x.get_device())
+    if x.numel() == 0:
+        return out
+    outer, r, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
+    lanes = column_block(inner)
+    _launch.launch_grid(_k("rows").softmax_middle_kernel, (outer, cdiv(inner, lanes)), (x, out, r, inner),
+                        LOG=log, BLOCK=lanes)
+    return out
 
 
 def softmax_backward(grad: Tensor, output: Tensor, dim: int, input_dtype, *, log: bool) -> Tensor:

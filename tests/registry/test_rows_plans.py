@@ -140,10 +140,39 @@ def test_softmax_of_long_rows_and_leading_dims_with_infinities_on_device(log, mo
 
 
 @pytest.mark.parametrize("log", [False, True])
+def test_softmax_over_a_middle_dim_takes_the_column_kernel_with_torchs_nan_and_infinities(log, monkeypatch):
+    """(outer, r, inner) columns, one lane each: the kernel is launched (no copy to the last place),
+    columns past one block of lanes, and a column with -inf, one with only -inf, one with +inf and
+    one with NaN give the CPU's values (NaN where the CPU has NaN)."""
+    from torch_rbln.registry import rows as registry_rows
+
+    launched = []
+    real = registry_rows._launch.launch_grid
+
+    def recording(kernel, grid, args, **constexprs):
+        launched.append((kernel.__name__, grid, constexprs["BLOCK"]))
+        return real(kernel, grid, args, **constexprs)
+
+    monkeypatch.setattr(registry_rows._launch, "launch_grid", recording)
+    x = torch.randn(3, 9, 4100, generator=torch.Generator().manual_seed(5))  # two blocks of 4,096 lanes
+    x[0, 2, 0] = float("-inf")
+    x[1, :, 1] = float("-inf")
+    x[2, 4, 2] = float("inf")
+    x[0, 7, 3] = float("nan")
+    function = torch.log_softmax if log else torch.softmax
+    registry.reset_fallback_report()
+    actual = function(x.to("rbln"), 1).cpu()
+    torch.testing.assert_close(actual, function(x, 1), atol=1e-6, rtol=1e-5, equal_nan=True)
+    assert launched == [("softmax_middle_kernel", (3, 2), 4096)]
+    assert registry.fallback_report()["aten::_log_softmax" if log else "aten::_softmax"]["cpu"] == 0
+
+
+@pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("dim", [0, 1])
-def test_softmax_over_a_leading_dim_moves_it_last_on_device(dim, log):
-    """softmax / log_softmax (and their backward) over a dim other than the last run the row kernels on
-    a copy with that dim moved last, and move the result back: same values as the CPU, no fallback."""
+def test_softmax_over_a_leading_dim_runs_on_device(dim, log):
+    """softmax / log_softmax over a dim other than the last run the middle-dim kernel on the columns
+    (their backward the row kernel on a copy with that dim moved last, moved back): same values as the
+    CPU, no fallback."""
     x = torch.randn(6, 5, 7, generator=torch.Generator().manual_seed(dim))
     function = torch.log_softmax if log else torch.softmax
     expected_x = x.clone().requires_grad_()

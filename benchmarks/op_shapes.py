@@ -14,24 +14,13 @@ read the ratios, and rerun a row that looks off.
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from run import median_ms  # benchmarks/run.py, next to this script
 
 import torch_rbln  # noqa: F401  (the rbln device)
-
-
-def _median_us(call: Callable[[], object], repeats: int) -> float:
-    for _ in range(2):
-        call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2] * 1e6
 
 
 def _operands() -> dict[str, torch.Tensor]:
@@ -94,8 +83,8 @@ def main() -> None:
     print(f"mid-size op calls, {args.threads} thread(s): median us per call, rbln / CPU")
     print(f"{'op':34s} {'CPU us':>9s} {'rbln us':>9s} {'ratio':>7s}")
     for name, case in CASES.items():
-        cpu = _median_us(lambda case=case: case(host), args.repeats)
-        rbln = _median_us(lambda case=case: case(device), args.repeats)
+        cpu = median_ms(lambda case=case: case(host), args.repeats) * 1e3
+        rbln = median_ms(lambda case=case: case(device), args.repeats) * 1e3
         mark = "  <- over" if rbln / cpu > args.over else ""
         print(f"{name:34s} {cpu:9.0f} {rbln:9.0f} {rbln / cpu:6.1f}x{mark}")
     report = torch_rbln.registry.fallback_report()

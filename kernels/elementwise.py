@@ -133,23 +133,21 @@ def unary_kernel(x_ptr, out_ptr, n, p, OP: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @tl.jit
-def _tile_lanes(s2, s3, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """This program's tile of the tiled kernels: the index of dims 0 and 1 (grid axis 1), the tile's
-    rows of dim 2 and columns of dim 3 (grid axis 0 numbers the tiles), and its in-bounds mask."""
-    tiles_n = tl.cdiv(s3, BLOCK_N)
-    tile = tl.program_id(0)
-    rows = ((tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
-    cols = ((tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
-    return tl.program_id(1), rows, cols, (rows < s2) & (cols < s3)
-
-
-@tl.jit
 def _plane_tile(t, cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Rows (a column vector) and columns (a row vector) of tile `t` of a plane `cols` wide, tiles
     numbered row-major."""
     tiles_n = tl.cdiv(cols, BLOCK_N)
     rows = ((t // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
     return rows, ((t % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
+
+
+@tl.jit
+def _tile_lanes(s2, s3, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's tile of the tiled kernels: the index of dims 0 and 1 (grid axis 1), the tile's
+    rows of dim 2 and columns of dim 3 (grid axis 0 numbers the tiles, `_plane_tile`'s order), and
+    its in-bounds mask."""
+    rows, cols = _plane_tile(tl.program_id(0), s3, BLOCK_M, BLOCK_N)
+    return tl.program_id(1), rows, cols, (rows < s2) & (cols < s3)
 
 
 @tl.jit

@@ -123,13 +123,13 @@ def dense_copy(src: torch.Tensor, dst: torch.Tensor) -> bool:
 
 
 class _CopyLaunch(NamedTuple):
-    """How one copy geometry runs: `kernel` (a name in kernels/elementwise) on a grid of
-    (programs, rows) with `ints` after the two pointers; `constexprs` also complete its launch key;
-    `fits`: every int fits in 32 bits; `dense`: both operands cover exactly their numel elements
-    (contiguous, or a permutation of a contiguous block such as a transpose), so the kept launch may
-    take them unchecked."""
+    """How one copy geometry runs: `tiled_copy_kernel` (every copy's kernel: `kernel`, its name, is a
+    class constant, not per-launch state) on a grid of (programs, rows) with `ints` after the two
+    pointers; `constexprs` also complete its launch key; `fits`: every int fits in 32 bits; `dense`:
+    both operands cover exactly their numel elements (contiguous, or a permutation of a contiguous
+    block such as a transpose), so the kept launch may take them unchecked."""
 
-    kernel: str
+    kernel = "tiled_copy_kernel"
     ints: tuple
     programs: int
     rows: int
@@ -171,7 +171,7 @@ def _tiled(n: int, sizes: list[int], src_strides: list[int], dst_strides: list[i
         block_m, block_n = small_tile_shape(n, sizes[2], sizes[3])
     ints = (0, *sizes[1:], *src_strides, *dst_strides)
     tiles = _cdiv(sizes[2], block_m) * _cdiv(sizes[3], block_n)
-    return _CopyLaunch("tiled_copy_kernel", ints, tiles, sizes[0] * sizes[1],
+    return _CopyLaunch(ints, tiles, sizes[0] * sizes[1],
                        {"UNIT_INNER": unit, "BLOCK_M": block_m, "BLOCK_N": block_n},
                        max(map(abs, ints)) < _I32, dense)
 
@@ -221,7 +221,7 @@ def _extent(tensor: torch.Tensor) -> int:
 
 
 def _run_on_one_device(geometry: _CopyLaunch, src: torch.Tensor, dst: torch.Tensor) -> None:
-    kernel = getattr(_k("elementwise"), geometry.kernel)
+    kernel = _k("elementwise").tiled_copy_kernel
     ints, programs, rows = geometry.ints, geometry.programs, geometry.rows
     if geometry.fits:
         # every int argument fits in 32 bits, so dtypes and constexprs determine the specialisation:

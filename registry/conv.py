@@ -480,8 +480,9 @@ _POOL_TILE = 1024  # output positions per tile at most (BLOCK_M x BLOCK_N)
 
 
 def _output_tiles(OH: int, OW: int) -> tuple[int, int, int]:
-    """(tiles per plane, BLOCK_M, BLOCK_N) of a pooling launch over an OH x OW plane (the output's, or
-    the largest window for adaptive pooling's backward, which adds one window at a time): the
+    """(tiles per plane, BLOCK_M, BLOCK_N) of a pooling, im2col or col2im launch over an OH x OW plane
+    (the output's, or the largest window for adaptive pooling's backward, which adds one window at a
+    time): the
     powers of two covering the plane, at most 64 columns and `_POOL_TILE` positions. Fitted rather than
     a few fixed tiles: the window loop's selects and index arithmetic run over every lane of the tile, so
     a 64 x 16 tile over an 8 x 8 plane cost more than the flat block it replaced; a CNN has few plane

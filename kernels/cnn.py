@@ -17,7 +17,7 @@ import torch_rbln.dsl as tl
 from .elementwise import _plane_tile, _tile_lanes
 
 BLOCK = 1024
-GATHER_BLOCK = 512
+SCATTER_BLOCK = 512  # most lanes of a scatter program (its columns)
 
 
 @tl.jit

@@ -731,7 +731,7 @@ def _scatter(x, dim, index, src, *, add: bool, inplace: bool, value: torch.Tenso
         out = x if inplace and x.is_contiguous() else cast_copy(x, x.dtype)
     kernels = _k("cnn")
     # lanes fitted to the columns (a scatter along the last dim has inner 1)
-    lanes = min(column_block(inner), kernels.GATHER_BLOCK)
+    lanes = min(column_block(inner), kernels.SCATTER_BLOCK)
     _run(kernels.scatter_kernel, (outer, cdiv(inner, lanes)),
          (contiguous(index), value if one_value else contiguous(src), out, size, inner, count,
           0 if one_value else 1), ADD=add, BLOCK=lanes)

@@ -208,6 +208,76 @@ def attention_forward_kernel(
     tl.store(lse_ptr + bh * M + rm, lse, mask=row_ok)
 
 
+# Query rows up to which an inference call takes `attention_decode_kernel` (a generation step's one
+# row per sequence, a speculative step's few), and its key block: one for every sequence length, so a
+# decoding loop whose key/value cache grows by one each step compiles one specialisation, not one per
+# tile the autotuner would fit to each length.
+DECODE_ROWS = 4
+DECODE_BLOCK_N = 64
+
+
+def decode_block_d(head_dim: int) -> int:
+    """BLOCK_D of `attention_decode_kernel`: the power of two covering the head dim (at least 4)."""
+    return max(4, 1 << (head_dim - 1).bit_length())
+
+
+@tl.jit
+def attention_decode_kernel(
+    q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, lse_ptr,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+    smb, smh, smm, smn, sob, soh, som, sod,
+    H, M, N, D, scale, group, causal,
+    HAS_MASK: tl.constexpr, BOOL_MASK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """The forward of one query row of one head (grid (M, B * H)), arguments as
+    `attention_forward_kernel`'s: for inference calls of a few query rows (a decoding step), where a
+    forward tile of 16 or 32 rows would compute that many rows for one. Online softmax over BLOCK_N keys
+    at a time; each score is the dot of the scaled query row with a key row and each output the weighted
+    sum of value rows, both formed in float64 and rounded once (as the forward's product tiles), the
+    running max, sum and output in float32. Masking, NaN propagation, rows that see no key (0, lse -inf)
+    and the logsumexp as in the forward kernel."""
+    row = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // group
+    rd = tl.arange(0, BLOCK_D)
+    rn0 = tl.arange(0, BLOCK_N)
+    d_ok = rd < D
+    q = tl.load(q_ptr + b * sqb + h * sqh + row * sqm + rd * sqd, mask=d_ok, other=0.0).to(tl.float32)
+    q = (q * scale).to(tl.float64)
+    k_base = k_ptr + b * skb + hk * skh
+    v_base = v_ptr + b * svb + hk * svh
+    mask_row = mask_ptr + b * smb + h * smh + row * smm
+    m_i = tl.full((), -float("inf"), tl.float32)
+    l_i = tl.full((), 0.0, tl.float32)
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    hi = N
+    if causal != 0:
+        hi = tl.minimum(N, row + 1)
+    for start in range(0, hi, BLOCK_N):
+        rn = start + rn0
+        col_ok = rn < N
+        tile_ok = col_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_base + rn[:, None] * skn + rd[None, :] * skd, mask=tile_ok, other=0.0).to(tl.float64)
+        s = tl.sum(k * q[None, :], axis=1).to(tl.float32)
+        keep = col_ok & ((rn <= row) | (causal == 0))
+        s = _masked_scores(s, keep, mask_row + rn * smn, HAS_MASK, BOOL_MASK)
+        m_new = tl.maximum(m_i, tl.max(s, axis=0), propagate_nan=tl.PropagateNan.ALL)
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp(s - m_safe)
+        l_i = l_i * alpha + tl.sum(p, axis=0)
+        v = tl.load(v_base + rn[:, None] * svn + rd[None, :] * svd, mask=tile_ok, other=0.0).to(tl.float64)
+        acc = acc * alpha + tl.sum(p.to(tl.float64)[:, None] * v, axis=0).to(tl.float32)
+        m_i = m_new
+    seen = l_i > 0.0
+    out = acc / tl.where(seen, l_i, 1.0)
+    tl.store(out_ptr + b * sob + h * soh + row * som + rd * sod, out.to(out_ptr.dtype.element_ty), mask=d_ok)
+    lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), -float("inf"))
+    tl.store(lse_ptr + bh * M + row, lse)
+
+
 @autotune(**_TUNING)
 @tl.jit
 def attention_backward_dq_kernel(

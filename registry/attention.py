@@ -391,7 +391,11 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     traced = tracing(query, key, value, attn_mask)
     reason = unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, not traced)
     if reason is None and signed is not None and not traced:
-        _inference_plans[signed[0]] = _INFERENCE.plan(*signed)
+        plan = _inference_plans[signed[0]] = _INFERENCE.plan(*signed)
+        if plan.decode:  # its launch needs no tuning: the plan runs this first call too
+            out = plan.run(signed[1])
+            if out is not None:
+                return out
     if reason is not None:
         decomposed = traced or _decomposes_on_device(reason, query, key, value, attn_mask, is_causal,
                                                      enable_gqa)
@@ -431,7 +435,7 @@ def forward_family(*, fused: bool) -> Family:
         return structure, args
 
     def plan(key: tuple, operands: tuple) -> _InferencePlan:
-        built = _new_plan(*operands[:6])
+        built = _new_plan(*operands[:6], decode=not fused)
         built.run = partial(planned, built)
         return built
 
@@ -461,7 +465,7 @@ class _InferencePlan(Plan):
     allocation per call. Concurrent calls may write it at once: nothing reads it, so that is harmless."""
 
     __slots__ = ("g", "scale", "out_strides", "contiguous_out", "lse_shape", "tail", "dense", "scratch",
-                 "scan_all", "counts", "mask", "wide", "spans")
+                 "scan_all", "counts", "mask", "wide", "spans", "decode")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -473,20 +477,33 @@ _SCRATCH_ROWS = 1 << 12  # at most 16 KiB of kept logsumexp scratch per plan and
 
 
 def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
-              is_causal: bool, scale: float | None) -> _InferencePlan:
-    """The plan of an accepted structure."""
+              is_causal: bool, scale: float | None, decode: bool = False) -> _InferencePlan:
+    """The plan of an accepted structure. `decode` (inference calls, whose logsumexp no backward reads):
+    a call of at most DECODE_ROWS query rows takes `attention_decode_kernel`, one program per query row
+    and head, whose specialisation does not depend on the sequence lengths (a decoding loop's growing
+    cache makes a new structure every step: its plan is then built without the autotuner)."""
     g = geometry(query, key, attn_mask)
     scale = _default_scale(scale, g.head_dim)
     out_strides = layout_strides(query.stride(), query.shape)
     tail, dtypes, shape_key, constexprs, grid_of, fits = _forward_arguments(
         query, key, value, attn_mask, out_strides, query.dtype, g, scale, is_causal, query.get_device())
-    tuner = O._k("attention").attention_forward_kernel
-    kept = _launch.tuned_config(tuner, shape_key) if fits else None
-    # grid (0, 0): the tuner has not launched this shape yet, ask again next call; (-1, -1): 64-bit
-    # arguments, never a kept launch
-    grid, keywords = kept if kept is not None else (((0, 0) if fits else (-1, -1)), {})
-    plan = _InferencePlan(tuner.fn, (*dtypes, *keywords.values()), keywords, grid[0], grid[1],
-                          tuple(query.shape), query.dtype, (0, 1, 2))
+    kernels = O._k("attention")
+    decode = decode and fits and g.q_len <= kernels.DECODE_ROWS
+    if decode:
+        keywords = {"HAS_MASK": g.has_mask, "BOOL_MASK": g.bool_mask, "BLOCK_N": kernels.DECODE_BLOCK_N,
+                    "BLOCK_D": kernels.decode_block_d(g.head_dim)}
+        kernel, kept, grid = kernels.attention_decode_kernel, True, (g.q_len, g.batch * g.heads)
+        launch_key = ("decode", *dtypes, *keywords.values())
+    else:
+        tuner = kernels.attention_forward_kernel
+        kernel, kept = tuner.fn, (_launch.tuned_config(tuner, shape_key) if fits else None)
+        # grid (0, 0): the tuner has not launched this shape yet, ask again next call; (-1, -1): 64-bit
+        # arguments, never a kept launch
+        grid, keywords = kept if kept is not None else (((0, 0) if fits else (-1, -1)), {})
+        launch_key = (*dtypes, *keywords.values())
+    plan = _InferencePlan(kernel, launch_key, keywords, grid[0], grid[1], tuple(query.shape), query.dtype,
+                          (0, 1, 2))
+    plan.decode = decode
     plan.g, plan.scale, plan.out_strides, plan.tail = g, scale, out_strides, tail
     plan.mask = contiguous_scan(query.dtype)[1]
     plan.contiguous_out = out_strides == _memory.contiguous_strides(query.shape)
@@ -564,7 +581,7 @@ def _planned_launch(plan: _InferencePlan, index: int, query: torch.Tensor, key: 
         if run is None or plan.backend != requested_backend():
             run = plan.kept()
     if run is None:
-        _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
+        _general_launch(plan, query, key, value, attn_mask, out, lse, is_causal)
     elif plan.by_address is None:
         run(grid[0], grid[1], 1, query, key, value, query if attn_mask is None else attn_mask, out, lse,
             *plan.tail)
@@ -574,8 +591,21 @@ def _planned_launch(plan: _InferencePlan, index: int, query: torch.Tensor, key: 
         if not plan.by_address(grid[0], grid[1], 1, query.data_ptr(), sq, key.data_ptr(), sk,
                                value.data_ptr(), sv, mask.data_ptr(), sm, out.data_ptr(), so, lse.data_ptr(),
                                sl, *plan.tail):
-            _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
+            _general_launch(plan, query, key, value, attn_mask, out, lse, is_causal)
     _device_counts[FORWARD] += 1
+
+
+def _general_launch(plan: _InferencePlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attn_mask: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor,
+                    is_causal: bool) -> None:
+    """The checked launch of `plan`'s kernel (tensor-parallel groups included; a fault raised with its full
+    report): the decode kernel's own, which keeps its direct launch for later runs, or the tuned flash
+    forward."""
+    if plan.decode:
+        mask = query if attn_mask is None else attn_mask
+        plan.launch_checked((query, key, value, mask, out, lse, *plan.tail))
+    else:
+        _forward_launch(query, key, value, attn_mask, out, lse, plan.g, plan.scale, is_causal)
 
 
 def _decomposes_on_device(reason: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

@@ -475,9 +475,10 @@ def test_a_sequence_past_one_tile_keeps_the_two_backward_kernels():
 
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.slow)])
 def test_product_tiles_half_precision_forward(dtype):
-    q, k, v = _qkv(1, 2, 3, 4, 4, dtype=dtype, seed=7)
+    # five query rows: an inference call of at most DECODE_ROWS takes the decode kernel instead
+    q, k, v = _qkv(1, 2, 5, 4, 4, dtype=dtype, seed=7)
     check_sdpa(q, k, v, grad=False, is_causal=True)
-    assert _forward_tile(*(t.to("rbln") for t in (q, k, v)), None, True) == (4, 4, 4)
+    assert _forward_tile(*(t.to("rbln") for t in (q, k, v)), None, True) == (8, 8, 4)
 
 
 def _hf_models():
@@ -555,3 +556,65 @@ def test_torch_compile_uses_the_flash_kernels():
     torch.testing.assert_close(out.detach().cpu(), expected.detach(), atol=2e-5, rtol=2e-5)
     torch.testing.assert_close(dev[0].grad.cpu(), cpu[0].grad, atol=2e-5, rtol=2e-5)
     assert registry.device_counts()[FORWARD] >= 1 and registry.device_counts()[BACKWARD] == 1
+
+
+DECODE_CASES = {
+    # name: ((b, h, m, n, d), hk, mask kind, sdpa kwargs, dtype): inference calls of at most DECODE_ROWS
+    # query rows (a generation step's one per sequence) take `attention_decode_kernel`
+    "one_row_two_key_blocks": ((2, 4, 1, 130, 16), None, None, {}, torch.float32),
+    "gqa_one_row": ((1, 4, 1, 9, 16), 2, None, {"enable_gqa": True}, torch.float32),
+    "causal_rows_see_the_top_left_triangle": ((1, 2, 3, 70, 24), None, None, {"is_causal": True},
+                                              torch.float32),
+    "bool_mask_with_a_blind_row": ((2, 2, 4, 5, 8), None, "bool", {}, torch.float32),
+    "additive_mask_with_minus_inf_scale": ((1, 2, 3, 4, 3), None, "float", {"scale": 0.7}, torch.float32),
+    "half_one_row": ((2, 2, 1, 40, 16), None, None, {}, torch.float16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECODE_CASES))
+def test_decode_rows_match_cpu(name):
+    """Inference calls of a few query rows run the decode kernel (one program per row and head) and
+    match the CPU: key blocks past the first, grouped heads, a causal triangle narrower than the keys,
+    a query row that sees no key (0, as the forward kernel gives), a -inf bias, half precision."""
+    (b, h, m, n, d), hk, kind, kwargs, dtype = DECODE_CASES[name]
+    q, k, v = _qkv(b, h, m, n, d, hk=hk, dtype=dtype, seed=len(name))
+    mask = _product_mask(kind, m, n)
+    check_sdpa(q, k, v, mask, grad=False, **kwargs)
+    dev = [t.to("rbln") for t in (q, k, v)]
+    signed = A._INFERENCE.signature((*dev, None if mask is None else mask.to("rbln"),
+                                     kwargs.get("is_causal", False), kwargs.get("scale"),
+                                     kwargs.get("enable_gqa", False)), {})
+    plan = A._inference_plans[signed[0]]
+    assert plan.decode and plan.kernel is A.O._k("attention").attention_decode_kernel
+    assert (plan.programs, plan.rows) == (m, b * h)
+
+
+def test_a_growing_cache_takes_one_decode_specialisation_and_no_tuning(monkeypatch):
+    """A decoding loop: every step's key/value length is new, so every step is a new structure. Each
+    runs the decode kernel from its first call, on the one specialisation compiled for every length (the
+    key block does not depend on the length), without the autotuner, and matches the CPU."""
+    from torch_rbln.dsl.backends.numba_backend import executable
+    from torch_rbln.registry import _launch
+
+    def no_tuning(*args, **kwargs):
+        raise AssertionError("a decode step went to the autotuned flash forward")
+
+    q, k, v = _qkv(2, 2, 1, 40, 16, seed=11)
+    dq = q.to("rbln")
+    F.scaled_dot_product_attention(dq, k[:, :, :5].to("rbln"), v[:, :, :5].to("rbln"))  # compiled here
+    monkeypatch.setattr(_launch, "tuned", no_tuning)
+    compiles = executable.compile_count()[0]
+    registry.reset_fallback_report()
+    for n in range(6, 41, 3):
+        out = F.scaled_dot_product_attention(dq, k[:, :, :n].to("rbln"), v[:, :, :n].to("rbln"))
+        torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k[:, :, :n], v[:, :, :n]),
+                                   atol=F32_TOL, rtol=F32_TOL)
+    assert executable.compile_count()[0] == compiles
+    assert registry.device_counts()[FORWARD] == 12
+
+
+def test_calls_that_need_gradients_keep_the_flash_forward_for_one_row():
+    """A one-row call that needs its gradient saves the flash forward's logsumexp for the backward,
+    which recomputes the scores as that forward rounded them: it does not take the decode kernel."""
+    q, k, v = _qkv(1, 2, 1, 20, 16, seed=5)
+    check_sdpa(q, k, v)

@@ -35,6 +35,12 @@ from .plan import NO_PLAN, Family, Launch, Plan, unscanned
 CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3,
          "all": 7, "any": 8}
 LOGICAL = ("all", "any")  # exact on every dtype (a count of non-zero elements): never scanned
+# exact on NaN/Inf too, so never scanned: the kernels select an element (no arithmetic) and write
+# torch's NaN (propagated; its index the first NaN's) and infinities (compared as values); a row of
+# -inf gives index 0, as torch's first-occurrence rule does. Greedy decoding's argmax over logits that a
+# processor set to -inf (min_new_tokens, bad words) stays on the device.
+EXTREMES = ("max", "min", "argmax", "argmin", "amax", "amin")
+UNSCANNED = (*LOGICAL, *EXTREMES)
 INDEXED = ("max", "min", "argmax", "argmin")  # dim is one int; amax/amin take several dims
 
 
@@ -298,7 +304,7 @@ def _reduce_plan(name: str, key: tuple, std: bool) -> Plan:
     values_dtype = (torch.uint8 if dtype is torch.uint8 else torch.bool) if logical else dtype
     launch, scratch = decide(CODES[name], write_index, dtype, shape, *run, values_dtype)
     out_shape = reduced_shape(shape, dims, keepdim)
-    plan = Plan.of(launch, out_shape, values_dtype, () if logical else (0,))
+    plan = Plan.of(launch, out_shape, values_dtype, () if name in UNSCANNED else (0,))
     root = _sqrt_plan(dtype, out_shape, index) if std else None
     plan.run = _reduce_run(plan, name, dtype, index, numel, launch.ints, scratch, root)
     return plan
@@ -317,11 +323,11 @@ def _sqrt_plan(dtype: torch.dtype, shape: tuple, index: int) -> Callable:
 def _reduce_run(plan: Plan, name: str, x_dtype: torch.dtype, index: int, numel: int, ints: tuple,
                 scratch: bool, root: Callable | None) -> Callable[[tuple], Any]:
     shape, dtype = plan.shape, plan.dtype  # (the values' dtype: bool or uint8 for all/any)
-    logical = name in LOGICAL  # all/any are exact on every value: never scanned
-    scan, mask = (None, 0) if logical else contiguous_scan(x_dtype)  # (the scan inline: per-call cost)
+    exact = name in UNSCANNED  # all/any, max/min and their indices are exact on every value
+    scan, mask = (None, 0) if exact else contiguous_scan(x_dtype)  # (the scan inline: per-call cost)
     small = numel < PARALLEL_MIN
     empty_, empty_pair = _memory.empty, _memory.empty_pair
-    deploy_mode = unscanned if logical else config.deploy_mode
+    deploy_mode = unscanned if exact else config.deploy_mode
     programs, rows = plan.programs, plan.rows
     split = programs * rows > 1
     r, middle, inner = ints[0], len(ints) == 2, ints[-1]  # the middle kernel takes (r, inner), the row one r

@@ -176,15 +176,6 @@ def test_a_nan_input_leaves_the_reduce_plan_for_the_logged_cpu_fallback():
     result = x.to("rbln").sum(-1)
     torch.testing.assert_close(result.cpu(), x.sum(-1), equal_nan=True)
     assert _row("aten::sum") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
-    y = torch.randn(3, 5)
-    A.max.dim(y.to("rbln"), 1)
-    y[1, 2] = float("nan")
-    registry.reset_fallback_report()
-    values, indices = A.max.dim(y.to("rbln"), 1)
-    want_values, want_indices = A.max.dim(y, 1)
-    torch.testing.assert_close(values.cpu(), want_values, equal_nan=True)
-    assert torch.equal(indices.cpu(), want_indices)
-    assert _row("aten::max") == {"device": 0, "cpu": 1, "reasons": {"nan_inf": 1}}
 
 
 def test_deploy_mode_runs_a_nan_input_on_the_reduce_plan(monkeypatch, reduce_forbidden):
@@ -201,3 +192,37 @@ def test_deploy_mode_runs_a_nan_input_on_the_reduce_plan(monkeypatch, reduce_for
     assert torch.equal(A.argmax.default(dx, 1).cpu(), A.argmax.default(x, 1))
     assert _row("aten::amax") == {"device": 1, "cpu": 0, "reasons": {}}
     assert _row("aten::argmax") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+NONFINITE_ROWS = [
+    [1.0, float("nan"), 3.0, float("nan"), 3.0],  # the first NaN wins, values NaN
+    [float("-inf")] * 5,  # every element the extreme: index 0
+    [float("inf"), 2.0, float("inf"), -1.0, float("-inf")],  # ties at +inf: the first
+    [-2.0, float("-inf"), 7.0, 7.0, float("-inf")],  # ties at a finite maximum: the first
+    [float("inf")] * 5,
+    [0.5, -0.5, float("-inf"), float("nan"), float("inf")],
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["max", "min", "argmax", "argmin", "amax", "amin"])
+def test_extremes_of_nan_and_inf_stay_on_the_device_with_torchs_values_and_indices(name, dtype):
+    """max/min (values and indices), argmax/argmin and amax/amin select an element: the kernels give
+    torch's NaN (its first index), infinities and first-of-ties on every path (the plan over the last
+    dim, the middle-dim kernel, all elements, the checked implementation of a strided input), so these
+    ops scan no input and a NaN/Inf (greedy decoding's -inf logits) stays on the device."""
+    rows = torch.tensor(NONFINITE_ROWS, dtype=dtype)
+    cube = torch.stack([rows, rows.flip(0), rows.roll(2, 1)])  # (3, 6, 5)
+    fn = getattr(torch, name)
+    calls = [(cube, {"dim": -1}), (cube, {"dim": -1}), (cube, {"dim": 1}), (cube.transpose(1, 2), {"dim": 1})]
+    calls.append((cube, {"dim": 0}) if name not in ("amax", "amin") else (cube, {"dim": (0, 2)}))
+    calls.append((cube, {}) if name not in ("max", "min") else (cube[1], {"dim": 0}))
+    registry.reset_fallback_report()
+    for x, kwargs in calls:
+        got, want = fn(x.to("rbln"), **kwargs), fn(x, **kwargs)
+        got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape, (name, kwargs)
+            torch.testing.assert_close(g.cpu(), w, atol=0, rtol=0, equal_nan=True, msg=f"{name} {kwargs}")
+    row = registry.fallback_report()[f"aten::{name}"]
+    assert row["cpu"] == 0 and row["device"] == len(calls), row

@@ -382,12 +382,17 @@ def _tensor_memory(tensor) -> tuple[int, int]:
         from ...runtime import host_view
 
         tensor = host_view(tensor)
+    return tensor.data_ptr(), _reach(tensor)
+
+
+def _reach(tensor) -> int:
+    """The elements from a tensor's first to its last, inclusive (torch strides are never negative): what
+    a kernel may address from its data pointer; its numel when it is contiguous, 0 when it is empty."""
     if tensor.is_contiguous():
-        return tensor.data_ptr(), tensor.numel()
+        return tensor.numel()
     if tensor.numel() == 0:
-        return tensor.data_ptr(), 0
-    span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
-    return tensor.data_ptr(), span
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
 
 
 # Per thread, the 4-int fault record that direct launches hand their kernel (allocating one per launch
@@ -564,6 +569,9 @@ class Executable:
         address_signature = ", ".join([*(f"a{i}, n{i}" for i in self._ptr_params),
                                        *(names[i] for i in self._scalar_params)])
         flat = ", ".join(arguments)
+        # a strided view (a slice of a growing id tensor) spans from its first element to its last
+        reaching = ", ".join([*(f"{t}.data_ptr(), reach({t})" for t in tensors), *arguments[len(tensors):]])
+        reach_spans = "".join(f"reach({t}), " for t in tensors)
         record = [  # this thread's fault record: all zero between launches
             "    error = errors.get(get_ident())",
             "    if error is None:",
@@ -600,6 +608,12 @@ class Executable:
             "    if error[0]:",
             *report,
             "",
+            f"def strided(g0, g1, g2, {signature}):",
+            *record,
+            f"    kernel(0, g0 * g1 * g2, g0, g1, g2, {reaching}, error)",
+            "    if error[0]:",
+            *(line.replace(spans, reach_spans) if "failed(" in line else line for line in report),
+            "",
             f"def by_address(g0, g1, g2, {address_signature}):",
             *record,
             f"    kernel(0, g0 * g1 * g2, g0, g1, g2, {', '.join(address_arguments)}, error)",
@@ -616,11 +630,12 @@ class Executable:
             lines.append(f"    v{index} = {source}")
         if tensors:
             lines += [
-                f"    if not ({' and '.join(f'{t}.is_contiguous()' for t in tensors)}):",
-                "        return False",
                 f"    index = launch_device(({', '.join(tensors)},))",
                 "    if index is not None and (index < 0 or (g0 * g1 * g2 > 1 and device_tp(index) > 1)):",
                 "        return False",
+                f"    if not ({' and '.join(f'{t}.is_contiguous()' for t in tensors)}):",
+                f"        strided(g0, g1, g2, {signature})",
+                "        return True",
             ]
         lines += [f"    unchecked(g0, g1, g2, {signature})", "    return True"]
         from ...jit import _device_tp, launch_device
@@ -628,7 +643,7 @@ class Executable:
         namespace = {"kernel": self._entry_point() or self.kernel, "zeros": np.zeros, "int64": np.int64,
                      "float32": np.float32,
                      "launch_device": launch_device, "device_tp": _device_tp, "failed": self._direct_failed,
-                     "aliased": self._alias_safe_kernel,
+                     "aliased": self._alias_safe_kernel, "reach": _reach,
                      "errors": _fault_records, "get_ident": threading.get_ident}
         code = builtins.compile("\n".join(lines) + "\n", f"<direct launch of {self.kernel_name}>", "exec")
         exec(code, namespace)  # noqa: S102 - generated from this kernel's own parameter list

@@ -47,7 +47,10 @@ def test_launcher_runs_the_kernel_like_a_grid_launch():
     torch.testing.assert_close(out3, 3.0 * x2 + y2, atol=1e-6, rtol=1e-6)
 
 
-def test_non_contiguous_tensors_are_left_to_the_general_launch():
+def test_strided_tensors_take_the_direct_launch_over_their_span():
+    """A strided view (a slice of a growing id tensor) launches directly, bounds-checked over the elements
+    from its first to its last as the general launch checks it: as in Triton, a pointer argument is the
+    address of element 0, so the kernel reads memory linearly."""
     x, y, out = torch.randn(40), torch.randn(40), torch.empty(40)
     _launch_once(x, y, out)
     _launch_once(x, y, out)
@@ -55,12 +58,23 @@ def test_non_contiguous_tensors_are_left_to_the_general_launch():
     base = torch.randn(80)
     strided = base[::2]
     target = torch.zeros(40)
-    assert launch((strided, y, target, 40, 1.0), {"BLOCK": 16}, 3, 1, 1) is False
-    assert torch.equal(target, torch.zeros(40))  # nothing ran
-    # The grid launch still takes it (its general path bounds-checks the tensor's whole span); as in
-    # Triton, a pointer argument is the address of element 0, so the kernel reads memory linearly.
-    axpy_kernel[(3,)](strided, y, target, 40, 1.0, BLOCK=16)
+    assert launch((strided, y, target, 40, 1.0), {"BLOCK": 16}, 3, 1, 1) is True
     torch.testing.assert_close(target, base[:40] + y, atol=1e-6, rtol=1e-6)
+    general = torch.zeros(40)
+    axpy_kernel[(3,)](strided, y, general, 40, 1.0, BLOCK=16)
+    assert torch.equal(general, target)
+
+
+def test_a_fault_past_a_strided_views_span_is_reported_from_the_direct_launch():
+    good = torch.zeros(16)
+    unmasked_kernel[(1,)](good, BLOCK=16)
+    unmasked_kernel[(1,)](good, BLOCK=16)
+    launch = unmasked_kernel.launcher(good, BLOCK=16)
+    base = torch.zeros(14)
+    view = base[::2]  # 7 elements over a span of 13
+    with pytest.raises(tl.KernelRuntimeError, match=r"out-of-bounds load of argument 'x_ptr'.*13"):
+        launch((view,), {"BLOCK": 16}, 1, 1, 1)
+    assert torch.equal(base, torch.zeros(14))  # the bounds check runs before any store
 
 
 def test_a_fault_in_a_direct_launch_is_reported_like_any_launch():

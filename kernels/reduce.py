@@ -15,7 +15,7 @@ import torch_rbln.dsl as tl
 from .rows import R_ALL, R_ANY, R_ARGMAX, R_ARGMIN, R_MAX, R_MEAN, R_MIN, R_SUM, R_VAR
 
 __all__ = ["R_ALL", "R_ANY", "R_ARGMAX", "R_ARGMIN", "R_MAX", "R_MEAN", "R_MIN", "R_SUM", "R_VAR",
-           "middle_reduce_kernel"]
+           "isin_kernel", "middle_reduce_kernel"]
 
 
 @tl.jit
@@ -74,3 +74,21 @@ def middle_reduce_kernel(
         if OP == 2 or OP == 3:
             tl.store(out_ptr + o * inner + cols, best.to(out_ptr.dtype.element_ty), mask=mask)
         tl.store(idx_ptr + o * inner + cols, best_k.to(tl.int64), mask=mask)
+
+
+@tl.jit
+def isin_kernel(x_ptr, t_ptr, out_ptr, n, m, stride, INVERT: tl.constexpr, BLOCK: tl.constexpr):
+    """out[i] = whether x[i * stride] equals one of the m contiguous test elements t (negated when
+    INVERT), x and t of one dtype, compared in it (NaN equals nothing, -0.0 equals 0.0, as torch's
+    `==`): one pass over the test elements per block of x. `torch.isin` with few test elements
+    (Hugging Face's generate asks whether each sequence's last token, a strided column of the ids, is an
+    end-of-sequence id every step)."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < n
+    x = tl.load(x_ptr + offsets * stride, mask=inside, other=0)
+    found = offsets < 0
+    for j in range(0, m):
+        found = found | (x == tl.load(t_ptr + j))
+    if INVERT:
+        found = found == 0
+    tl.store(out_ptr + offsets, found, mask=inside)

@@ -28,9 +28,9 @@ from torch_rbln.tp import device_tp, requested_backend
 from . import _launch as launches
 from ._base import INTEGERS, require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
-from ._ops import FLOATS, Decline, _k, cast_copy, contiguous, empty
-from .geometry import I32, cdiv, column_block, dims_run, reduced_dims, reduced_shape, row_block
-from .plan import NO_PLAN, Family, Launch, Plan, unscanned
+from ._ops import FLOATS, Decline, _device_index, _k, cast_copy, contiguous, empty
+from .geometry import I32, block, cdiv, column_block, dims_run, reduced_dims, reduced_shape, row_block
+from .plan import NO_PLAN, Family, Launch, Plan, contiguous_rbln, unscanned
 
 CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3,
          "all": 7, "any": 8}
@@ -148,6 +148,18 @@ def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool =
         raise Decline("empty tensor")
     if n * m > ISIN_LIMIT:
         raise Decline(f"isin of {n} x {m} elements (above {ISIN_LIMIT} compares)")
+    if elements.dtype not in ISIN_DTYPES:
+        raise Decline(f"isin of {str(elements.dtype).replace('torch.', '')}")  # torch's error (bool) or CPU
+    same = isinstance(test_elements, Tensor) and test_elements.dtype is elements.dtype
+    if same and not test_elements.is_cpu:
+        index = _device_index(elements, test_elements)
+        found = empty(elements.shape, torch.bool, index)
+        stride = line_stride(elements)
+        if stride is None:
+            elements, stride = contiguous(elements), 1
+        launch = isin_launch(elements.dtype, n, m, stride, invert)
+        launches.launch_decided(launch, (elements, contiguous(test_elements), found, *launch.ints))
+        return found
     if isinstance(test_elements, Tensor) and (m > 1 or test_elements.dim()):
         hits = binary("eq", elements.reshape(n, 1), test_elements.reshape(1, m), comparison=True)
         found = logical("any", hits, [1])
@@ -155,6 +167,87 @@ def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool =
         found = binary("eq", elements.reshape(n), test_elements, comparison=True)
     found = found.view(elements.shape)
     return bitwise_not(found) if invert else found
+
+
+ISIN_DTYPES = (*FLOATS, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def line_stride(x: Tensor) -> int | None:
+    """The stride between consecutive elements of `x` read in order as one line: 1 when it is
+    contiguous, the stride of its one dim longer than 1 when it has only one (a column of a matrix,
+    `ids[:, -1]`), else None."""
+    if x.is_contiguous():
+        return 1
+    stride = 1
+    seen = False
+    for size, step in zip(x.shape, x.stride(), strict=True):
+        if size != 1:
+            if seen:
+                return None
+            stride, seen = step, True
+    return stride
+
+
+def isin_launch(dtype: torch.dtype, n: int, m: int, stride: int, invert: bool) -> Launch:
+    """`isin_kernel` over `n` elements of `dtype` `stride` apart against `m` test elements of the same
+    dtype; its ints (n, m, stride) follow the three tensors. One BLOCK bucket per size (`block`); no key
+    (the general launch) when an int needs 64 bits."""
+    size = block(n)
+    ints = (n, m, stride)
+    key = (dtype, invert, size) if max(ints) < I32 else None
+    return Launch(_k("reduce").isin_kernel, key, {"INVERT": invert, "BLOCK": size}, cdiv(n, size), 1, ints)
+
+
+def isin_family() -> Family:
+    """`isin.Tensor_Tensor(elements, test_elements, *, assume_unique=False, invert=False)` of rbln
+    tensors of one dtype on one device, the elements read as one line (`line_stride`: contiguous, or a
+    column), the test elements contiguous: one `isin_kernel` launch into a new bool tensor. Exact, so
+    nothing is scanned; other dtypes, CPU test elements and more than ISIN_LIMIT compares are the
+    implementation's."""
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 2:
+            return None
+        invert = False
+        for key, value in kwargs.items():
+            if key == "invert" and type(value) is bool:
+                invert = value
+            elif key != "assume_unique" or type(value) is not bool:
+                return None
+        x, t = args
+        index = contiguous_rbln(t)
+        if index < 0 or not isinstance(x, Tensor) or x.get_device() != index or t.dtype is not x.dtype or \
+                x.dtype not in ISIN_DTYPES:
+            return None
+        stride = line_stride(x)
+        if stride is None:
+            return None
+        return (x.dtype, x.shape, stride, t.numel(), index, invert), (x, t)
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        dtype, shape, stride, m, index, invert = key
+        n = math.prod(shape)
+        launch = isin_launch(dtype, n, m, stride, invert)
+        if n == 0 or m == 0 or n * m > ISIN_LIMIT or launch.key is None:
+            return NO_PLAN
+        plan = Plan.of(launch, tuple(shape), torch.bool, ())
+        programs, empty_ = launch.programs, _memory.empty
+        line = stride == 1  # a column (stride > 1) takes the checked launch, bounded over its span
+
+        def run(operands: tuple) -> Tensor:
+            x, t = operands
+            found = empty_(shape, torch.bool, index)
+            launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
+            if launcher is None or not line or (programs > 1 and device_tp(index) > 1):
+                plan.launch_checked((x, t, found, n, m, stride))
+            else:
+                launcher(programs, 1, 1, x, t, found, n, m, stride)
+            return found
+
+        plan.run = run
+        return plan
+
+    return Family(signature, plan)
 
 
 def _reduced(name: str, x: Tensor, dim, keepdim: bool, correction, values_dtype: torch.dtype):

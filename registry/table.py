@@ -424,7 +424,8 @@ TABLE: list[Op] = [
     Op("std.correction", _std, "std", tol=LOOSE,
        make_plan=lambda: R.family("std", positional=2, keywords=("correction", "keepdim"))),
     # isin: a broadcast eq and an any over the test elements (exact: not scanned)
-    Op("isin.Tensor_Tensor", Ref("reduce", "isin"), "isin", int_inputs=True, exact=True),
+    Op("isin.Tensor_Tensor", Ref("reduce", "isin"), "isin", int_inputs=True, exact=True,
+       make_plan=lambda: R.isin_family()),
     Op("isin.Tensor_Scalar", Ref("reduce", "isin"), int_inputs=True, exact=True),
     # all/any: a count of `x != 0` (exact for NaN/Inf, so not scanned) in one reduction launch
     *(Op(f"{name}.default", lambda x, name=name: R.logical(name, x), name, int_inputs=True, exact=True,

@@ -226,3 +226,44 @@ def test_extremes_of_nan_and_inf_stay_on_the_device_with_torchs_values_and_indic
             torch.testing.assert_close(g.cpu(), w, atol=0, rtol=0, equal_nan=True, msg=f"{name} {kwargs}")
     row = registry.fallback_report()[f"aten::{name}"]
     assert row["cpu"] == 0 and row["device"] == len(calls), row
+
+
+def _isin_cases(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids (37, 2), test elements) of `dtype`: floats hold NaN (equal to nothing) and -0.0 (equal to
+    0.0)."""
+    x = torch.tensor([0, 1, 2, 3, 1, 5, 7, 1] * 5)[:37].to(dtype)
+    t = torch.tensor([1, 7]).to(dtype)
+    if dtype.is_floating_point:
+        x[3], x[4] = float("nan"), -0.0
+        t = torch.tensor([float("nan"), 0.0, 7.0]).to(dtype)
+    return torch.stack([x, x.flip(0)], 1), t
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("invert", [False, True])
+def test_isin_plan_and_implementation_match_the_cpu(dtype, invert):
+    """`torch.isin` of one dtype runs `isin_kernel` (plan and implementation alike) over contiguous
+    elements, a column (`ids[:, -1]`, as generate asks every step) and a (37, 1) column, bit for bit
+    with the CPU; a whole strided matrix is copied first by the implementation."""
+    ids, t = _isin_cases(dtype)
+    dids, dt = ids.to("rbln"), t.to("rbln")
+    pick = [lambda a: a[:, 0].contiguous(), lambda a: a[:, -1], lambda a: a[:, 1:], lambda a: a.t()]
+    plan_of = planned("isin.Tensor_Tensor")
+    registry.reset_fallback_report()
+    for view in pick:
+        want = torch.isin(view(ids), t, invert=invert)
+        with general_path():
+            general = torch.isin(view(dids), dt, invert=invert)
+        assert torch.equal(general.cpu(), want)
+        via_plan = plan_of((view(dids), dt), {"invert": invert})
+        if view(dids).dim() == 1 or view(dids).shape[1] == 1:
+            assert via_plan is not None and torch.equal(via_plan.cpu(), want)
+        for _ in range(2):
+            assert torch.equal(torch.isin(view(dids), dt, invert=invert).cpu(), want)
+    assert _row("aten::isin")["cpu"] == 0
+
+
+def test_isin_of_bools_raises_torchs_error_from_the_cpu():
+    flags = torch.tensor([True, False]).to("rbln")
+    with pytest.raises(RuntimeError, match="Unsupported input type encountered for isin"):
+        torch.isin(flags, flags)

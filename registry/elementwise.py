@@ -641,9 +641,13 @@ def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool
     scanned. NO_PLAN where the implementation does something else: another dtype, promotion, floor
     division (it checks the divisor's value), an op the integer kernel lacks. `own_dtype`: the result
     has a's dtype whatever the number (bitwise_not's xor, 1 for a bool)."""
-    _, op_name, dtype, a_shape, index, b_key, out_key = key
+    tag, op_name, dtype, a_shape, index, b_key, out_key = key
     names, dtypes = (BITWISE_NAMES, BITWISE_DTYPES) if bitwise else (INTEGER_NAMES, INTEGERS)
-    if dtype not in dtypes or op_name not in names or op_name in ("div_floor", "abs", "fill"):
+    if tag == "fill":  # fill_/zero_ of a bool or integer tensor (`fill_family`)
+        names, dtypes = ("fill",), _FILLED_EXACTLY
+    elif op_name in ("div_floor", "abs", "fill"):
+        return NO_PLAN
+    if dtype not in dtypes or op_name not in names:
         return NO_PLAN
     a, b = operands[0], operands[1]
     scalar = b_key is None
@@ -875,10 +879,14 @@ def pow_scalar(*, out: bool = False) -> Family:
 
 # ---------------------------------------------------------------- fill
 
+_FILLED_EXACTLY = (*INTEGERS, torch.bool)  # fills that `integer_fill` runs on the integer kernel
+
+
 def fill_family(*, zero: bool) -> Family:
-    """`fill_(x, value)` (`zero`: `zero_(x)`) on a contiguous floating rbln tensor: the FILL op of
-    `unary_kernel`. x is only written, so nothing is scanned. Until another op has loaded the kernels,
-    fills stay on the host (`fill`): no signature then."""
+    """`fill_(x, value)` (`zero`: `zero_(x)`) on a contiguous rbln tensor: the FILL op of `unary_kernel`
+    for floats, the integer kernel's fill for bool and int32/int64 (`torch.full`/`ones` of masks and
+    ids, every generation step) with an int the dtype holds. x is only written, so nothing is scanned.
+    Until another op has loaded the kernels, fills stay on the host (`fill`): no signature then."""
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if kwargs or len(args) != 2 - zero or not _modules:
@@ -890,11 +898,20 @@ def fill_family(*, zero: bool) -> Family:
             if kind is not float and kind is not int and kind is not bool:
                 return None
         x = args[0]
+        if not isinstance(x, Tensor):
+            return None
+        if x.dtype in _FILLED_EXACTLY:  # the integer kernel's fill, with an int the dtype holds
+            number = integral(value)  # (torch.ones fills with 1.0)
+            if number is None or not held(number, x.dtype):
+                return None  # (a fraction, an overflow: the implementation decides)
+            return _binary_key("fill", x, number, 1, None, "fill")
         if not zero and x.dtype in FLOATS and beyond_dtype(float(value), x.dtype):
             return None  # (the implementation declines it: torch's overflow error)
         return _unary_key("fill", x, float(value), x)
 
     def plan(key: tuple, operands: tuple) -> Plan:
+        if key[0] == "fill":
+            return integer_plan(key, operands, inplace=True, comparison=False, bitwise=False, own_dtype=True)
         return unary_plan(key, operands, scanned=False)
 
     return Family(signature, plan)

@@ -124,3 +124,30 @@ def test_bitwise_not_is_planned_in_its_dtype(dtype, forbid_checked):
     torch.bitwise_not(device, out=out)
     assert torch.equal(out.cpu(), torch.bitwise_not(x))
     assert registry.fallback_report()["aten::bitwise_not"]["cpu"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int32, torch.int64])
+def test_fills_of_masks_and_ids_are_planned(dtype, forbid_checked):
+    """`torch.full`/`ones`/`zeros_` of bool and integer tensors (generate's masks and counters, every
+    step) take the integer kernel's fill plan, an integral float value (`ones` fills with 1.0) included;
+    values the dtype does not hold, and int64 values beyond 32 bits, are the implementation's."""
+    torch.ones(2, device="rbln").add(1)  # a kernel module is loaded: fills run on the device
+    values = [0, 1, True, 1.0] + ([] if dtype is torch.bool else [-7, 2**31 - 1])
+    for value in values:
+        torch.full((3, 5), value, dtype=dtype, device="rbln")  # the plan's first (checked) launch
+    forbid_checked()
+    registry.reset_fallback_report()
+    for value in values:
+        got = torch.full((3, 5), value, dtype=dtype, device="rbln")
+        assert got.dtype == dtype and torch.equal(got.cpu(), torch.full((3, 5), value, dtype=dtype)), value
+    got = torch.ones(4, dtype=dtype, device="rbln")
+    assert torch.equal(got.cpu(), torch.ones(4, dtype=dtype))
+    got.zero_()
+    assert torch.equal(got.cpu(), torch.zeros(4, dtype=dtype))
+    assert registry.fallback_report()["aten::fill_"]["cpu"] == 0
+    x = torch.zeros(3, dtype=dtype, device="rbln")
+    assert planned("fill_.Scalar")((x, 2.5), {}) is None
+    if dtype is torch.int64:
+        assert planned("fill_.Scalar")((x, 2**40), {}) is None  # a number needing 64 bits
+    if dtype is torch.bool:
+        assert planned("fill_.Scalar")((x, 2), {}) is None  # the CPU decides what 2 means for a bool

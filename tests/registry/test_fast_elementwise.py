@@ -162,7 +162,9 @@ def test_fill_plans_take_tensor_parallel_grids_through_the_checked_launch(monkey
     assert fill((x, 1.0), {}) is x and len(launched) == 1  # kernel[grid] splits it over the group
     assert fill((x, 1j), {}) is None
     assert fill((x.view(50, 100).t(), 1.0), {}) is None
-    assert fill((x.long(), 1.0), {}) is None
+    ids = x.long()
+    assert fill((ids, 1.0), {}) is ids  # the integer kernel's fill plan, as tensor-parallel aware
+    assert fill((ids, 2.5), {}) is None  # a fraction: the implementation decides
 
 
 OUT_DECLINES = [

@@ -201,6 +201,28 @@ def _first_device_copy(src: Tensor, dst: Tensor, *, fresh: bool = False) -> bool
 
 
 # aten overloads bound outside the table: (name, dispatch key, implementation in registry.attention)
+
+def _arange(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None) -> Tensor:
+    """rbln kernel of `aten::arange.start_step` (and `arange`, `arange.start`): the result allocated at
+    its length (`gather.arange_result`), then the `arange.start_out` kernel into it, which takes its plan
+    (torch's composite kernel allocates an empty tensor that the out= call resizes)."""
+    from torch_rbln import _memory
+
+    from . import gather
+
+    n, dtype = gather.arange_result(start, end, step, dtype, layout, pin_memory)
+    out = _memory.empty((n,), dtype, _structural._target_index(device))
+    return _kernels["arange.start_out"](start, end, step, out=out)
+
+
+def _arange_end(end, *, dtype=None, layout=None, device=None, pin_memory=None) -> Tensor:
+    return _arange(0, end, 1, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+
+
+# factory ops whose CompositeExplicitAutograd kernel allocates an empty tensor and resizes it in an
+# out= call: ours allocate the result once
+_FACTORIES = (("arange", _arange_end), ("arange.start", _arange), ("arange.start_step", _arange))
+
 _ATTENTION = (
     ("scaled_dot_product_attention", "AutogradPrivateUse1", "scaled_dot_product_attention"),
     ("scaled_dot_product_attention", "PrivateUse1", "scaled_dot_product_attention"),
@@ -235,6 +257,8 @@ def register_table(library: torch.library.Library | None = None) -> None:
             library.impl(_impl_name(entry.name), _kernels[entry.name], "PrivateUse1")
         for name, key, attr in _ATTENTION:
             library.impl(name, _deferred(Ref("attention", attr)), key)
+        for name, factory in _FACTORIES:
+            library.impl(name, factory, "PrivateUse1")
         _structural.set_device_copy(_first_device_copy)
         _registered = True
     from . import custom_ops

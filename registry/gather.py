@@ -405,6 +405,10 @@ def _arange_values(start: float, end: float, step: float) -> str | None:
     """Why the kernel cannot make this arange exactly as the CPU does, or None."""
     if step == 0:
         return "zero step"
+    if not (math.isfinite(start) and math.isfinite(end) and math.isfinite(step)):
+        return "bounds not finite"  # torch's error from the CPU
+    if _inconsistent(start, end, step):
+        return "bounds inconsistent with the step's sign"  # torch's error from the CPU
     if abs(start) > 2 ** 24 or abs(end) > 2 ** 24:
         return "values beyond exact float range"
     if not (splits_exactly(start) and splits_exactly(step)):
@@ -436,6 +440,40 @@ def arange(start, end, step=1, out=None):
     return out
 
 
+def arange_result(start, end, step, dtype, layout, pin_memory) -> tuple[int, torch.dtype]:
+    """(length, dtype) of `aten::arange.start_step`'s result (`torch.arange(n, device="rbln")`, every
+    generation step's cache positions), so that the factory allocates it once and its `arange.start_out`
+    call takes the plan (torch's composite kernel allocated an empty tensor and resized it inside that
+    call: ~40 us). The dtype as torch infers it (int64 when every bound is integral, else the default
+    dtype). Length 0 where this is not sure of torch's (a tensor bound, a non-strided layout, pinned
+    memory, an invalid range): the out= call then resizes it, or raises torch's error."""
+    kinds = (type(start), type(end), type(step))
+    if dtype is None:
+        integral = all(kind is int or kind is bool for kind in kinds)
+        dtype = torch.int64 if integral else torch.get_default_dtype()
+    n = _arange_length(start, end, step) if all(kind in _NUMBER for kind in kinds) else None
+    if n is None or layout not in (None, torch.strided) or pin_memory:
+        n = 0
+    return n, dtype
+
+
+def _arange_length(start, end, step) -> int | None:
+    """The length torch gives an arange of Python-number bounds: exact for ints, ceil((end - start) / step)
+    in double precision otherwise (as ATen's `compute_arange_size`); None for a zero step or a bound that
+    is not finite (torch's errors)."""
+    if step == 0 or not (math.isfinite(start) and math.isfinite(end) and math.isfinite(step)) or \
+            _inconsistent(start, end, step):
+        return None
+    if type(start) is not float and type(end) is not float and type(step) is not float:
+        return -((start - end) // step)
+    return math.ceil((float(end) - float(start)) / float(step))
+
+
+def _inconsistent(start, end, step) -> bool:
+    """torch's "upper bound and lower bound inconsistent with step sign" (an empty range is fine)."""
+    return (step > 0 and end < start) or (step < 0 and end > start)
+
+
 def arange_family() -> Family:
     """`arange.start_out(start, end, step=1, *, out)` with Python-number bounds into a contiguous rbln
     `out` that already has the result's length (nothing is read, so nothing is scanned)."""
@@ -447,12 +485,14 @@ def arange_family() -> Family:
         out = kwargs.get("out")
         start, end = args[0], args[1]
         step = args[2] if count == 3 else 1
-        if type(start) not in _NUMBER or type(end) not in _NUMBER or type(step) not in _NUMBER or step == 0:
+        if type(start) not in _NUMBER or type(end) not in _NUMBER or type(step) not in _NUMBER:
             return None
+        n = _arange_length(start, end, step)
+        if n is None:
+            return None  # a zero step, a bound not finite, an inconsistent sign: torch's error
         index = contiguous_rbln(out)
         if index < 0 or out.dim() != 1:
             return None
-        n = max(0, math.ceil((end - start) / step))
         if out.shape[0] != n:
             return None  # out= needs a resize: the implementation
         return (out.dtype, n, index), (start, end, step, out)

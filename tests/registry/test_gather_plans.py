@@ -178,3 +178,41 @@ def test_arange_plan_keeps_the_bounds_exactly():
         expected = torch.arange(start, end, step)
         assert torch.equal(out.cpu(), expected)
         assert torch.equal(torch.signbit(out.cpu()), torch.signbit(expected)), (start, end, step)
+
+
+ARANGE_CALLS = [((128,), {}), ((1,), {"dtype": torch.int64}), ((3, 17), {}), ((3, 17, 4), {}),
+                ((10, 0, -3), {}), ((5, 5), {}), ((0.5, 7.3, 0.7), {}),
+                ((0, 10, 3), {"dtype": torch.float32}), ((2.0,), {}), ((True,), {}),
+                ((-3.0, 3), {"dtype": torch.int32}), ((0, 5), {"dtype": torch.bfloat16})]
+
+
+def test_arange_factories_allocate_the_result_once_and_take_the_plan():
+    """`torch.arange(..., device="rbln")` (generate's cache positions, every step): the factory infers
+    torch's dtype and length and allocates the result once, so its `arange.start_out` call is keyed by
+    the out= plan (which takes only a result of the right length; the composite kernel's empty result
+    went to the implementation to be resized); the values and dtypes are the CPU's."""
+    torch.ones(2, device="rbln").add(1)
+    plans = registry._kernels["arange.start_out"].plans()
+    registry.reset_fallback_report()
+    for args, kwargs in ARANGE_CALLS:
+        got, want = torch.arange(*args, device="rbln", **kwargs), torch.arange(*args, **kwargs)
+        assert got.device.type == "rbln" and got.dtype == want.dtype and torch.equal(got.cpu(), want), args
+        if want.numel():
+            plan = plans.get((want.dtype, want.numel(), 0))
+            assert plan is not None and plan.run is not None, args
+    assert _row("aten::arange")["cpu"] == 0
+
+
+@pytest.mark.parametrize("args", [(0, 10, 0), (0, float("inf")), (float("nan"),), (5, 2), (0, -3, 1)])
+def test_invalid_aranges_raise_torchs_errors(args):
+    """A zero step, a bound that is not finite, bounds on the wrong side of the step: torch's error from
+    the CPU (an infinite bound raised Python's OverflowError from the plan's length; an inconsistent
+    range gave an empty tensor)."""
+    with pytest.raises(RuntimeError) as cpu:
+        torch.arange(*args)
+    with pytest.raises(RuntimeError) as rbln:
+        torch.arange(*args, device="rbln")
+    assert str(rbln.value) == str(cpu.value)
+    out = torch.empty(0, dtype=torch.int64, device="rbln")
+    with pytest.raises(RuntimeError):
+        torch.arange(*args, out=out)

@@ -389,13 +389,17 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
             if out is not None:
                 return out
     traced = tracing(query, key, value, attn_mask)
-    reason = unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, not traced)
-    if reason is None and signed is not None and not traced:
+    if signed is not None and not traced and \
+            unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, False) is None:
+        # a structure the kernels take: its plan, kept; a decode plan (no tuning) runs this first call
+        # too, its own value checks (NaN/Inf) included, so they are not read twice (a decoding step is a
+        # new structure every step)
         plan = _inference_plans[signed[0]] = _INFERENCE.plan(*signed)
-        if plan.decode:  # its launch needs no tuning: the plan runs this first call too
+        if plan.decode:
             out = plan.run(signed[1])
             if out is not None:
                 return out
+    reason = unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, not traced)
     if reason is not None:
         decomposed = traced or _decomposes_on_device(reason, query, key, value, attn_mask, is_causal,
                                                      enable_gqa)

@@ -59,6 +59,7 @@ from .integer import (
     integer_launch,
     integral,
     true_division_operands,
+    wrapped_int,
 )
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, unscanned
 
@@ -548,7 +549,9 @@ def _clamp(out: bool, only: str | None) -> Reader:
 
 def _binary_key(op: str, a: Any, b: Any, alpha: Any, target: Any, tag: Any = True) -> tuple | None:
     """(key, operands) of a binary call read as (op, a, b, alpha, out), or None when it is not keyed."""
-    if not isinstance(a, Tensor) or not a.is_contiguous():
+    if not isinstance(a, Tensor):
+        return _number_first_key(op, a, b, alpha, target) if tag is True else None
+    if not a.is_contiguous():
         return None
     index = a.get_device()
     if index < 0:
@@ -564,6 +567,90 @@ def _binary_key(op: str, a: Any, b: Any, alpha: Any, target: Any, tag: Any = Tru
     if out_key is False:
         return None
     return (tag, op, a.dtype, a.shape, index, b_key, out_key), (a, b, alpha, target)
+
+
+def _number_first_key(op: str, a: Any, b: Any, alpha: Any, target: Any) -> tuple | None:
+    """The key of `number - tensor` (`1 - t`, `1.0 - mask`: `rsub` calls `sub` with the number first,
+    which reaches the kernel as a Python number): ("first", op, b's dtype, b's shape, device, None,
+    None), operands (a, b, alpha, None), for `sub` into a new tensor with a contiguous rbln float or
+    int32/int64 `b` whose dtype the number keeps (an int with either, a float with a float b). None
+    otherwise (the implementation decides)."""
+    kind = type(a)
+    if op != "sub" or target is not None or not isinstance(b, Tensor) or not b.is_contiguous():
+        return None
+    index = b.get_device()
+    dtype = b.dtype
+    if index < 0 or not (dtype in FLOATS and (kind is float or kind is int) or
+                         dtype in INTEGERS and kind is int):
+        return None
+    return ("first", op, dtype, b.shape, index, None, None), (a, b, alpha, None)
+
+
+def number_first_plan(key: tuple, operands: tuple) -> Plan:
+    """The plan of `number - b` (`_number_first_key`): the launch `binary` makes for it, the number as
+    the first operand's one-element tensor (float: `binary_dense_kernel` with A_MODE 1, b scanned unless
+    the op is exact; integer: the integer kernel's broadcast of a 0-dim device int). Runs with the
+    number read per call."""
+    _, op_name, dtype, shape, index, _, _ = key
+    b = operands[1]
+    shape = tuple(shape)
+    n = math.prod(shape)
+    if n == 0:
+        return NO_PLAN
+    if dtype in FLOATS:
+        return _float_first_plan(op_name, dtype, shape, n, index, b)
+    stand_in = device_scalar(0, dtype, index)
+    g = integer_launch(op_name, (dtype, dtype, dtype), list(shape), n, (stand_in, b), None, 1)
+    if g.key is None:
+        return NO_PLAN
+    plan = Plan.of(g, shape, dtype, ())
+    programs, rows, (_, _, _, *geometry) = g.programs, g.rows, g.ints
+    empty_ = _memory.empty
+
+    def run(operands: tuple) -> Tensor | None:
+        a, b, alpha, _ = operands
+        if type(alpha) is not int or not -I32 <= alpha < I32:
+            return None
+        if type(a) is not int:
+            return None
+        first = device_scalar(wrapped_int(a, dtype), dtype, index)
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
+        target = empty_(shape, dtype, index)
+        if launcher is None or (programs * rows > 1 and device_tp(index) > 1):
+            plan.launch_checked((first, b, 0, target, n, alpha, *geometry))
+        else:
+            launcher(programs, rows, 1, first, b, 0, target, n, alpha, *geometry)
+        return target
+
+    plan.run = run
+    return plan
+
+
+def _float_first_plan(op_name: str, dtype: torch.dtype, shape: tuple, n: int, index: int, b: Tensor) -> Plan:
+    stand_in = _scalar_tensor(0.0, index)
+    launch = dense_binary_launch(op_name, (stand_in, b), (torch.float32, dtype, dtype), list(shape), n)
+    if launch is None:
+        return NO_PLAN
+    launch_key, keywords, programs, rows, ncols = launch
+    plan = Plan(_k("elementwise").binary_dense_kernel, launch_key, keywords, programs, rows, shape, dtype, ())
+    split = programs * rows > 1
+    empty_ = _memory.empty
+
+    def run(operands: tuple) -> Tensor | None:
+        a, b, alpha, _ = operands
+        if alpha != 1 or type(alpha) is not int:
+            return None  # an alpha: the implementation (which scans b for NaN/Inf then)
+        first = _scalar_tensor(scalar_value(op_name, a, dtype), index)
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
+        target = empty_(shape, dtype, index)
+        if launcher is None or (split and device_tp(index) > 1):
+            plan.launch_checked((first, b, target, ncols, float(alpha)))
+        else:
+            launcher(programs, rows, 1, first, b, target, ncols, float(alpha))
+        return target
+
+    plan.run = run
+    return plan
 
 
 def binary_family(name: str = "", *, inplace: bool = False, comparison: bool = False, out: bool = False,
@@ -589,6 +676,8 @@ def binary_family(name: str = "", *, inplace: bool = False, comparison: bool = F
         return None if operands is None else _binary_key(*operands)
 
     def plan(key: tuple, operands: tuple) -> Plan:
+        if key[0] == "first":
+            return NO_PLAN if inplace or comparison else number_first_plan(key, operands)
         if key[2] not in FLOATS:
             return integer_plan(key, operands, inplace=inplace, comparison=comparison, bitwise=bitwise)
         if bitwise:

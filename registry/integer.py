@@ -78,14 +78,14 @@ def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bo
         first = integer_scalar(a)
         if first is None or inplace or compute not in INTEGERS or not isinstance(b, torch.Tensor) or b.is_cpu:
             raise Decline("integer op with a number or CPU tensor as its first operand")
-        a = device_scalar(_wrapped(first, compute), compute, b.get_device())
+        a = device_scalar(wrapped_int(first, compute), compute, b.get_device())
     if isinstance(alpha, bool) or not isinstance(alpha, int):
         raise Decline("non-integer alpha")  # the CPU kernel raises torch's error for float alpha
     scalar = integer_scalar(b)
     if scalar is None and (not isinstance(b, torch.Tensor) or b.is_cpu):
         raise Decline("operand")
     if scalar is not None and compute is not torch.bool:
-        scalar = _wrapped(scalar, compute)
+        scalar = wrapped_int(scalar, compute)
     if (name == "div_floor" or name == "remainder") and not scalar:
         # torch raises ZeroDivisionError for an integer divisor of 0, which a kernel cannot
         raise Decline(f"integer {'floor division' if name == 'div_floor' else name} by a tensor or by zero")
@@ -119,7 +119,7 @@ def device_scalar(value: int, dtype: torch.dtype, index: int) -> torch.Tensor:
     return tensor
 
 
-def _wrapped(value: int, dtype: torch.dtype) -> int:
+def wrapped_int(value: int, dtype: torch.dtype) -> int:
     """`value` as `dtype` holds it, wrapped as torch converts a number operand to the result's dtype
     (`int32_tensor < 2**40` compares with 0; the kernel would compare with the full value)."""
     info = torch.iinfo(dtype)

@@ -369,3 +369,28 @@ def test_where_and_masked_fill_run_the_tiled_kernel_and_match_cpu(case, rows):
             actual = torch.where(mask.to("rbln"), x.to("rbln"), y.to("rbln"))
     assert torch.equal(actual.cpu(), expected)
     assert launched and set(launched) == {"where_tiled_kernel"}, launched
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int32])
+def test_a_number_minus_a_tensor_takes_its_plan_with_the_general_results(dtype):
+    """`1 - t` / `1.0 - mask` (`rsub`: `sub` with the number first, every generation step and attention
+    mask) take a plan keyed by the tensor, the number read per call: the general path's launch, bit for
+    bit, NaN/Inf included (sub is exact); a float number with an integer tensor promotes (the
+    implementation), as does an alpha (the implementation scans for it)."""
+    x = (torch.randn(3, 5, generator=torch.Generator().manual_seed(2)) * 100).to(dtype)
+    if dtype.is_floating_point:
+        x[0, 0], x[0, 1] = float("nan"), float("-inf")
+    numbers = [1, 0, -3] + ([1.0, 1e-3, 70000.0] if dtype.is_floating_point else [2**40])
+    dx = x.to("rbln")
+    registry.reset_fallback_report()
+    for number in numbers:
+        with general_path():
+            general = number - dx
+        got = number - dx
+        assert got.dtype == x.dtype and torch.equal(got.cpu().nan_to_num(7), general.cpu().nan_to_num(7))
+        assert torch.equal(got.cpu().nan_to_num(7), (number - x).nan_to_num(7)), number
+        assert torch.equal(torch.rsub(dx, number).cpu().nan_to_num(7), torch.rsub(x, number).nan_to_num(7))
+    plans = registry._kernels["sub.Tensor"].plans()
+    assert plans[("first", "sub", dtype, x.shape, 0, None, None)].run is not None
+    assert planned("sub.Tensor")((1.5 if not dtype.is_floating_point else 1.5j, dx), {}) is None
+    assert registry.fallback_report()["aten::sub"]["cpu"] == 0

@@ -385,6 +385,8 @@ def _reduce_plan(name: str, key: tuple, std: bool) -> Plan:
     dtype, shape, index, dim, keepdim = key
     shape = tuple(shape)
     numel = math.prod(shape)
+    if (name in _INTEGER_EXTREMES and dtype in INTEGERS) or (name == "sum" and dtype in _SUMMED_AS_INT64):
+        return _integer_reduce_plan(name, dtype, shape, numel, index, dim, keepdim)
     logical = name in LOGICAL
     if dtype not in (_LOGICAL_DTYPES if logical else FLOATS) or numel == 0 or (logical and dim == ()):
         return NO_PLAN  # (all.dims(x, []) reduces nothing: the implementation's elementwise test)
@@ -400,6 +402,44 @@ def _reduce_plan(name: str, key: tuple, std: bool) -> Plan:
     plan = Plan.of(launch, out_shape, values_dtype, () if name in UNSCANNED else (0,))
     root = _sqrt_plan(dtype, out_shape, index) if std else None
     plan.run = _reduce_run(plan, name, dtype, index, numel, launch.ints, scratch, root)
+    return plan
+
+
+def _integer_reduce_plan(name: str, dtype: torch.dtype, shape: tuple, numel: int, index: int, dim,
+                         keepdim: bool) -> Plan:
+    """The plan of `integer_reduce`'s launch for a contiguous bool/integer x reduced over its trailing
+    dims (`unfinished_sequences.max()`, `mask.sum(-1)`: every generation step), which needs no moving
+    copy: `int_row_reduce_kernel` over rows of the reduced elements, its op a runtime value, values and
+    indices both allocated as there. Exact, so nothing is scanned. NO_PLAN for dims elsewhere, an empty
+    x or 64-bit sizes (the implementation)."""
+    nd = len(shape)
+    dims = reduced_dims(nd, dim)  # or Decline: a dim out of range
+    run = dims_run(nd, dims) if nd else (0, 0)
+    if numel == 0 or run is None or run[1] != nd or numel >= I32:
+        return NO_PLAN
+    n = math.prod(shape[run[0]:])
+    rows = numel // n
+    values_dtype = torch.int64 if name == "sum" else dtype
+    size = row_block(n)
+    launch = Launch(_k("integer").int_row_reduce_kernel, ("int_rows", dtype, values_dtype, size),
+                    {"BLOCK": size}, rows)
+    out_shape = reduced_shape(shape, dims, keepdim)
+    plan = Plan.of(launch, out_shape, values_dtype, ())
+    op, write_index = CODES[name], int(name in INDEXED)
+    pair, indexed = name in ("max", "min"), name in ("argmax", "argmin")
+    empty_pair = _memory.empty_pair
+
+    def run_(operands: tuple) -> Any:
+        x = operands[0]
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
+        values, indices = empty_pair(out_shape, out_shape, values_dtype, index, torch.int64)
+        if launcher is None or (rows > 1 and device_tp(index) > 1):
+            plan.launch_checked((x, values, indices, n, op, write_index))
+        else:
+            launcher(rows, 1, 1, x, values, indices, n, op, write_index)
+        return (values, indices) if pair else indices if indexed else values
+
+    plan.run = run_
     return plan
 
 

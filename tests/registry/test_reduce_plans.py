@@ -109,7 +109,8 @@ def test_reduce_calls_no_plan_takes_go_to_the_implementation():
     assert fast((d.t(), [-1]), {}) is None  # not contiguous
     assert fast((d, [-1]), {"dtype": torch.float32}) is None  # dtype= given
     assert fast((d, [-1]), {"dtype": torch.float64}) is None
-    assert fast((d.long(), [-1]), {}) is None  # integer input
+    assert fast((d.long(), [-1]), {}) is not None  # integer input: the int64 row kernel's plan
+    assert fast((d.long(), [0]), {}) is None  # over a leading dim: the implementation's moving copy
     assert fast((d.double(), [-1]), {}) is None  # a dtype without kernels
     assert fast((d, [-1], 1), {}) is None  # keepdim not a bool
     assert fast((d, [-1.0]), {}) is None  # a dim not an int
@@ -267,3 +268,34 @@ def test_isin_of_bools_raises_torchs_error_from_the_cpu():
     flags = torch.tensor([True, False]).to("rbln")
     with pytest.raises(RuntimeError, match="Unsupported input type encountered for isin"):
         torch.isin(flags, flags)
+
+
+INTEGER_CALLS = [
+    ("aten::sum", lambda t: t.sum(-1)), ("aten::sum", lambda t: t.sum()),
+    ("aten::sum", lambda t: t.sum((1, 2), keepdim=True)),
+    ("aten::max", lambda t: t.max()), ("aten::amax", lambda t: t.amax(-1)),
+    ("aten::max", lambda t: torch.max(t, -1)), ("aten::min", lambda t: torch.min(t, 2, keepdim=True)),
+    ("aten::argmax", lambda t: t.argmax()), ("aten::argmin", lambda t: t.argmin(-1)),
+    ("aten::amin", lambda t: t.amin((1, 2))),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_integer_reductions_over_trailing_dims_take_their_plan(dtype, reduce_forbidden):
+    """bool/int reductions over the trailing dims (`unfinished_sequences.max()`, `mask.sum(-1)`: every
+    generation step) take a plan of the exact int64 row kernel: torch's values, dtypes (sum into int64)
+    and first indices, with the checked implementation forbidden after each signature's first call."""
+    x = torch.randint(-5, 5, (3, 4, 7), generator=torch.Generator().manual_seed(4)).to(dtype)
+    x[1, 2, 3] = x[1, 2, 5] = x[1, 2].max()  # ties: the first index
+    calls = INTEGER_CALLS[:3] if dtype is torch.bool else INTEGER_CALLS  # (torch has no bool max)
+    dx = x.to("rbln")
+    for _, fn in calls:
+        fn(dx)
+    reduce_forbidden()
+    registry.reset_fallback_report()
+    for name, fn in calls:
+        got, want = fn(dx), fn(x)
+        got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g.cpu(), w), name
+        assert _row(name)["cpu"] == 0

@@ -811,20 +811,42 @@ def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool,
                                                                out_key != (out_dtype, shape, index)):
         return NO_PLAN
     launch = dense_binary_launch(op_name, (a, b), (dtype, b.dtype, out_dtype), list(shape), numel)
+    scanned = () if not scan else (0,) if scalar else (0, 1)
     if launch is None:
-        return NO_PLAN
+        return _tiled_binary_plan(op_name, dtype, out_dtype, shape, numel, index, a, b, inplace, scan,
+                                  scanned)
     launch_key, keywords, programs, rows, n = launch
     plan = Plan(_k("elementwise").binary_dense_kernel, launch_key, keywords, programs, rows, shape,
-                out_dtype, () if not scan else (0,) if scalar else (0, 1))
+                out_dtype, scanned)
     plan.run = _binary_run(plan, op_name, dtype, index, n, a.numel(), 1 if scalar else b.numel(), scalar,
                            inplace, scan)
     return plan
 
 
+def _tiled_binary_plan(op_name: str, dtype: torch.dtype, out_dtype: torch.dtype, shape: tuple, numel: int,
+                       index: int, a: Tensor, b: Tensor, inplace: bool, scan: bool, scanned: tuple) -> Plan:
+    """The plan of `binary`'s tiled launch for contiguous operands that broadcast in a way the dense
+    kernel's modes do not read (`q * cos` of Llama's RoPE: cos broadcast over the heads; a mask added
+    over heads and queries): `binary_tiled_kernel` on `_geometry`'s sizes and strides, which the key's
+    shapes fix. NO_PLAN where an int needs 64 bits (the implementation)."""
+    bcast, sizes, (sa, sb) = _geometry(list(shape), [a, b])
+    if not bcast:
+        return NO_PLAN  # dense operands the dense kernel declined: 2^31 or more elements
+    g = binary_tiled_launch(op_name, (dtype, dtype, out_dtype), numel, sizes, sa, sb)
+    if g.key is None:
+        return NO_PLAN
+    plan = Plan.of(g, shape, out_dtype, scanned)
+    plan.run = _binary_run(plan, op_name, dtype, index, numel, a.numel(), b.numel(), False, inplace, scan,
+                           tiled=g.ints)
+    return plan
+
+
 
 def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int, a_numel: int,
-                b_numel: int, scalar: bool, inplace: bool, scanned: bool
+                b_numel: int, scalar: bool, inplace: bool, scanned: bool, tiled: tuple | None = None
                 ) -> Callable[[tuple], Tensor | None]:
+    """The run of a binary plan: the dense kernel's launch (after the three tensors: the row length and
+    alpha), or with `tiled` the tiled kernel's (alpha, then `tiled`: its sizes and strides)."""
     programs, rows, shape, out_dtype = plan.programs, plan.rows, plan.shape, plan.dtype
     split = programs * rows > 1
     scan, mask = contiguous_scan(dtype)
@@ -851,7 +873,12 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
                 return None
         if target is None:
             target = a if inplace else empty_(shape, out_dtype, index)
-        if launcher is None or (split and device_tp(index) > 1):
+        if tiled is not None:
+            if launcher is None or (split and device_tp(index) > 1):
+                plan.launch_checked((a, b, target, float(alpha), *tiled))
+            else:
+                launcher(programs, rows, 1, a, b, target, float(alpha), *tiled)
+        elif launcher is None or (split and device_tp(index) > 1):
             plan.launch_checked((a, b, target, n, float(alpha)))
         else:
             launcher(programs, rows, 1, a, b, target, n, float(alpha))

@@ -394,3 +394,36 @@ def test_a_number_minus_a_tensor_takes_its_plan_with_the_general_results(dtype):
     assert plans[("first", "sub", dtype, x.shape, 0, None, None)].run is not None
     assert planned("sub.Tensor")((1.5 if not dtype.is_floating_point else 1.5j, dx), {}) is None
     assert registry.fallback_report()["aten::sub"]["cpu"] == 0
+
+
+TILED_CALLS = [
+    # (op, a's shape, b's shape, dtype): broadcasts the dense kernel's modes do not read
+    ("mul", (2, 4, 3, 16), (2, 1, 3, 16), torch.float32),  # Llama's RoPE q * cos: cos over the heads
+    ("add", (2, 4, 3, 5), (2, 1, 1, 5), torch.bfloat16),  # an attention mask over heads and queries
+    ("sub", (3, 1, 6), (1, 4, 1), torch.float32),  # both sides broadcast
+    ("lt", (2, 4, 3, 5), (2, 1, 3, 1), torch.float32),  # a comparison: a bool result
+]
+
+
+@pytest.mark.parametrize(("op", "a_shape", "b_shape", "dtype"), TILED_CALLS)
+def test_broadcasts_the_dense_kernel_does_not_read_take_a_tiled_plan(op, a_shape, b_shape, dtype):
+    """Contiguous operands that broadcast other than as a row or a column take a plan of the tiled
+    kernel (its sizes and strides fixed by the key's shapes): the general path's launch and result bit
+    for bit, NaN/Inf included, from the first call on, counted as a device call."""
+    generator = torch.Generator().manual_seed(len(a_shape) + len(op))
+    a = torch.randn(a_shape, generator=generator).to(dtype)
+    b = torch.randn(b_shape, generator=generator).to(dtype)
+    a.view(-1)[0], b.view(-1)[-1] = float("nan"), float("-inf")
+    da, db = a.to("rbln"), b.to("rbln")
+    fn = getattr(torch, op)
+    with general_path():
+        general = fn(da, db)
+    registry.reset_fallback_report()
+    for _ in range(2):
+        got = planned(f"{op}.Tensor")((da, db), {})
+        assert got is not None and got.dtype == general.dtype
+        assert torch.equal(got.cpu().nan_to_num(7), general.cpu().nan_to_num(7))
+    assert torch.equal(fn(da, db).cpu().nan_to_num(7), fn(a, b).nan_to_num(7))
+    plans = registry._kernels[f"{op}.Tensor"].plans()
+    assert any(plan.kernel is not None and plan.kernel.__name__ == "binary_tiled_kernel"
+               for plan in plans.values())

@@ -104,7 +104,12 @@ def test_non_plain_calls_are_left_to_the_general_path():
     fast = planned("add.Tensor")
     assert fast((d, d), {}) is not None
     assert fast((d.t(), d.t()), {}) is None  # not contiguous
-    assert fast((d.view(2, 2, 6), d[0, :2].reshape(2, 1)), {}) is None  # broadcast on both sides of b
+    # a broadcast the dense kernel's modes do not read (b over both dims around its own): the tiled plan,
+    # with the general path's result bit for bit
+    a3, b2 = d.view(2, 2, 6), d[0, :2].reshape(2, 1)
+    with general_path():
+        general = a3 + b2
+    assert torch.equal(fast((a3, b2), {}).cpu(), general.cpu())
     assert fast((d[0], d), {}) is not None  # a broadcast the dense kernel reads (a repeated over rows),
     # planned on its first call: no earlier launch is needed
     assert fast((d, d.half()), {}) is None  # promotion
@@ -149,7 +154,10 @@ def test_broadcasts_the_fast_path_leaves_to_the_general_path():
     d + d
     fast = planned("add.Tensor")
     inplace = planned("add_.Tensor")
-    assert fast((d, torch.randn(3, 1).to("rbln")), {}) is None  # broadcast on both sides
+    column = torch.randn(3, 1).to("rbln")
+    with general_path():
+        general = d + column  # broadcast on both sides of b: the tiled kernel
+    assert torch.equal(fast((d, column), {}).cpu(), general.cpu())  # its plan, bit for bit
     assert fast((d, torch.randn(5).to("rbln")), {}) == "decline: shapes do not broadcast"
     assert inplace((d[0, 0], d), {}) is None  # an in-place result would need self broadcast
     with pytest.raises(RuntimeError, match="must match the size|doesn't match the broadcast shape"):

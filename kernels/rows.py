@@ -420,19 +420,20 @@ def norm_backward_small_kernel(
 
 
 @tl.jit
-def cat_pair_kernel(a_ptr, b_ptr, out_ptr, outer, a_inner, b_inner, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr):
-    """out (outer, a_inner + b_inner) = [a (outer, a_inner) | b (outer, b_inner)], all contiguous and of
-    one dtype: `cat` of two tensors along a dim in one launch (a row holds everything from that dim on;
-    one strided copy per input would be two launches), one BLOCK_M x BLOCK_N tile of the result per
-    program. Element copies, so exact. Why tiles: a flat kernel found each lane's row and column by a
-    division, over its whole block whatever the result's size (a RoPE half-swap of 2,048 elements
-    ~55 us)."""
+def cat_pair_kernel(a_ptr, b_ptr, out_ptr, outer, a_inner, b_inner, a_stride, b_stride,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out (outer, a_inner + b_inner) = [a (outer, a_inner) | b (outer, b_inner)], of one dtype, out
+    contiguous, a's and b's rows contiguous `a_stride` / `b_stride` elements apart (their elements per
+    row when contiguous; more for a slice such as RoPE's halves `q[..., :d]`): `cat` of two tensors along
+    a dim in one launch (a row holds everything from that dim on; one strided copy per input would be
+    two launches), one BLOCK_M x BLOCK_N tile of the result per program. Element copies, so exact. Why
+    tiles: a flat kernel found each lane's row and column by a division, over its whole block whatever
+    the result's size (a RoPE half-swap of 2,048 elements ~55 us)."""
     width = a_inner + b_inner
     _, rows, cols, mask = _tile_lanes(outer, width, BLOCK_M, BLOCK_N)
     in_a = cols < a_inner
-    x = tl.load(a_ptr + rows * a_inner + cols, mask=mask & in_a, other=0.0)
-    y = tl.load(b_ptr + rows * b_inner + (cols - a_inner), mask=mask & (cols >= a_inner), other=0.0)
+    x = tl.load(a_ptr + rows * a_stride + cols, mask=mask & in_a, other=0.0)
+    y = tl.load(b_ptr + rows * b_stride + (cols - a_inner), mask=mask & (cols >= a_inner), other=0.0)
     tl.store(out_ptr + rows * width + cols, tl.where(in_a, x, y), mask=mask)
 
 

@@ -211,17 +211,44 @@ def embedding_backward_family() -> Family:
 
 # ---------------------------------------------------------------- cat
 
-def cat_pair_launch(dtype: torch.dtype, a_shape: tuple, b_shape: tuple, dim: int, total: int) -> Launch:
-    """cat of two contiguous inputs whose result has `total` < TILED_MIN elements: one launch reading
-    both (a KV cache, a residual), in `small_tile_shape` tiles of the result's (rows, a's and b's elements
-    per row) view; ints (rows, a's and b's elements per index of the dims before)."""
+def cat_pair_launch(dtype: torch.dtype, a_shape: tuple, b_shape: tuple, dim: int, total: int,
+                    a_stride: int | None = None, b_stride: int | None = None) -> Launch:
+    """cat of two inputs whose result has `total` < TILED_MIN elements: one launch reading both (a KV
+    cache, a residual, RoPE's swapped halves), in `small_tile_shape` tiles of the result's (rows, a's and
+    b's elements per row) view; ints (rows, a's and b's elements per index of the dims before, the
+    elements between two of a's and of b's rows: `row_stride`, their row lengths when contiguous)."""
     a_inner, b_inner = math.prod(a_shape[dim:]), math.prod(b_shape[dim:])
     width = a_inner + b_inner
     outer = total // width
     block_m, block_n = small_tile_shape(total, outer, width)
     keywords = {"BLOCK_M": block_m, "BLOCK_N": block_n}
+    strides = (a_inner if a_stride is None else a_stride, b_inner if b_stride is None else b_stride)
     return Launch(_k("rows").cat_pair_kernel, (dtype, block_m, block_n), keywords,
-                  cdiv(outer, block_m) * cdiv(width, block_n), 1, (outer, a_inner, b_inner))
+                  cdiv(outer, block_m) * cdiv(width, block_n), 1, (outer, a_inner, b_inner, *strides))
+
+
+def row_stride(shape: tuple, strides: tuple, dim: int) -> int | None:
+    """The elements between consecutive rows of a tensor of `shape` and `strides` seen as (rows: the
+    dims before `dim`, a row: the dims from `dim` on) when each row is contiguous and the rows are
+    equally spaced (RoPE's `q[..., :d]` of a contiguous q: rows twice their length apart); None
+    otherwise. A contiguous tensor's is its row length."""
+    inner = 1
+    for size, stride in zip(reversed(shape[dim:]), reversed(strides[dim:]), strict=True):
+        if size != 1 and stride != inner:
+            return None
+        inner *= size
+    step = None
+    expected = None
+    for size, stride in zip(reversed(shape[:dim]), reversed(strides[:dim]), strict=True):
+        if size == 1:
+            continue
+        if step is None:
+            step, expected = stride, stride * size
+        elif stride != expected:
+            return None
+        else:
+            expected *= size
+    return inner if step is None else step
 
 
 # cat moves values bit for bit (registered exact: NaN and Inf are copied as they are, so no input is
@@ -255,10 +282,11 @@ def cat(tensors, dim=0):
     shape[dim] = sum(t.shape[dim] for t in tensors)
     out = empty(shape, ref.dtype, _device_index(*tensors))
     total = out.numel()
-    if len(tensors) == 2 and 0 < total < TILED_MIN and ref.dtype is not torch.bool and \
-            all(t.is_contiguous() for t in tensors):
+    rows = [row_stride(tuple(t.shape), t.stride(), dim) for t in tensors] if len(tensors) == 2 else None
+    if rows and 0 < total < TILED_MIN and ref.dtype is not torch.bool and None not in rows and \
+            min(rows) >= 0 and max(rows) * total < I32:
         a, b = tensors
-        g = cat_pair_launch(ref.dtype, tuple(a.shape), tuple(b.shape), dim, total)
+        g = cat_pair_launch(ref.dtype, tuple(a.shape), tuple(b.shape), dim, total, *rows)
         _launch.launch(g.kernel, g.programs, g.key, (a, b, out, *g.ints), g.keywords)
         return out
     offset = 0
@@ -283,23 +311,29 @@ def cat_family() -> Family:
         if (kind is not list and kind is not tuple) or not tensors or type(dim) is not int:
             return None
         first = tensors[0]
-        index = contiguous_rbln(first)
+        if not isinstance(first, Tensor):
+            return None
+        index = first.get_device()
         if index < 0:
             return None
         dtype = first.dtype
         shapes = []
+        strided = None
         for t in tensors:  # one flat loop: cat of two small tensors is mostly this function's own time
-            if not isinstance(t, Tensor) or t.dtype is not dtype or not t.is_contiguous() or \
-                    t.get_device() != index:
+            if not isinstance(t, Tensor) or t.dtype is not dtype or t.get_device() != index:
                 return None
+            if not t.is_contiguous():
+                if len(tensors) != 2:
+                    return None
+                strided = (tensors[0].stride(), tensors[1].stride())  # (the pair kernel's row strides)
             shapes.append(t.shape)
-        return (dtype, tuple(shapes), dim, index), tuple(tensors)
+        return (dtype, tuple(shapes), dim, index, strided), tuple(tensors)
 
     return Family(signature, _cat_plan)
 
 
 def _cat_plan(key: tuple, operands: tuple) -> Plan:
-    dtype, shapes, dim, index = key
+    dtype, shapes, dim, index, strided = key
     shapes = [tuple(s) for s in shapes]
     nd = len(shapes[0])
     if dtype not in CAT_DTYPES or nd == 0 or not -nd <= dim < nd:
@@ -314,16 +348,23 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
     out_shape = tuple(out_shape)
     total = math.prod(out_shape)
     empty_ = _memory.empty
+    rows = (None, None)
+    if strided is not None:  # a strided pair: the pair kernel with row strides, or the implementation
+        rows = tuple(row_stride(shape, stride, dim) for shape, stride in zip(shapes, strided, strict=True))
+        if None in rows or min(rows) < 0 or max(rows) * total >= I32 or total >= TILED_MIN or \
+                dtype is torch.bool:
+            return NO_PLAN
     if len(shapes) == 2 and total < TILED_MIN and dtype is not torch.bool:
-        g = cat_pair_launch(dtype, shapes[0], shapes[1], dim, total)
+        g = cat_pair_launch(dtype, shapes[0], shapes[1], dim, total, *rows)
         plan = Plan.of(g, out_shape, dtype, ())
         programs, ints = g.programs, g.ints
+        contiguous = strided is None  # strided inputs take the checked launch, bounded over their spans
 
         def run_pair(operands: tuple) -> Tensor | None:
             a, b = operands
             launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             out = empty_(out_shape, dtype, index)
-            if launcher is None or (programs > 1 and device_tp(index) > 1):
+            if launcher is None or not contiguous or (programs > 1 and device_tp(index) > 1):
                 plan.launch_checked((a, b, out, *ints))
             else:
                 launcher(programs, 1, 1, a, b, out, *ints)

@@ -216,3 +216,56 @@ def test_invalid_aranges_raise_torchs_errors(args):
     out = torch.empty(0, dtype=torch.int64, device="rbln")
     with pytest.raises(RuntimeError):
         torch.arange(*args, out=out)
+
+
+def _rope_halves(t: torch.Tensor) -> tuple:
+    half = t.shape[-1] // 2
+    return (-t[..., half:] if t.dtype.is_floating_point else t[..., half:]), t[..., :half]
+
+
+STRIDED_PAIRS = {
+    # name: (view of a (2, 3, 64) projection, the two parts, dim)
+    "decode_rope_rotate_half": (lambda p: p[:, :1].contiguous().view(2, 1, 4, 16).transpose(1, 2),
+                                _rope_halves, -1),
+    "rope_rotate_half": (lambda p: p.view(2, 3, 4, 16), _rope_halves, -1),
+    "uneven_slices": (lambda p: p.view(2, 3, 4, 16), lambda t: (t[..., :5], t[..., 5:]), -1),
+    "middle_dim": (lambda p: p.view(2, 3, 4, 16), lambda t: (t[:, :, :2], t[:, :, 1:]), 2),
+}
+
+
+def test_rows_not_equally_spaced_have_no_row_stride():
+    """Views whose rows are not one stride apart (heads first over several positions, an expanded
+    dim between others) are left to a copy per part."""
+    heads_first = torch.empty(2, 3, 4, 16).transpose(1, 2)[..., :8]
+    expanded = torch.empty(2, 3, 4, 16)[:, :1].expand(2, 3, 4, 16)[..., :3]
+    assert gather.row_stride(tuple(heads_first.shape), heads_first.stride(), 3) is None
+    assert gather.row_stride(tuple(expanded.shape), expanded.stride(), 3) is None
+    column = torch.empty(2, 3, 4, 16)[..., :8]
+    assert gather.row_stride(tuple(column.shape), column.stride(), 3) == 16
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("name", sorted(STRIDED_PAIRS))
+def test_cat_of_two_strided_parts_takes_the_pair_kernel(name, dtype, monkeypatch):
+    """A cat of two views whose rows are contiguous and equally spaced (RoPE's `cat((-x2, x1), -1)` of
+    the halves of a projection, every layer and step) runs the pair kernel with row strides, plan and
+    implementation alike (one launch, no copy per part), bit for bit with the CPU; its kept plan is keyed
+    by the strides."""
+    view, parts, dim = STRIDED_PAIRS[name]
+    projection = (torch.randn(2, 3, 64, generator=torch.Generator().manual_seed(3)) * 10).to(dtype)
+    expected = torch.cat(parts(view(projection)), dim)
+    device = view(projection.to("rbln"))
+    with general_path():
+        assert torch.equal(torch.cat(parts(device), dim).cpu(), expected)
+    launched = []
+    launch = _launch.launch
+    def spy(kernel, *args, **kwargs):
+        launched.append(kernel)
+        return launch(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(_launch, "launch", spy)
+    for _ in range(2):
+        assert torch.equal(torch.cat(parts(device), dim).cpu(), expected)
+    assert any(kernel.__name__ == "cat_pair_kernel" for kernel in launched)
+    assert not any(kernel.__name__ == "tiled_copy_kernel" for kernel in launched)
+    assert any(key[4] is not None for key in registry._kernels["cat.default"].plans())

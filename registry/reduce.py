@@ -151,7 +151,7 @@ def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool =
     if elements.dtype not in ISIN_DTYPES:
         raise Decline(f"isin of {str(elements.dtype).replace('torch.', '')}")  # torch's error (bool) or CPU
     same = isinstance(test_elements, Tensor) and test_elements.dtype is elements.dtype
-    if same and not test_elements.is_cpu:
+    if same and not test_elements.is_cpu and m <= ISIN_KERNEL_TESTS:
         index = _device_index(elements, test_elements)
         found = empty(elements.shape, torch.bool, index)
         stride = line_stride(elements)
@@ -170,6 +170,10 @@ def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool =
 
 
 ISIN_DTYPES = (*FLOATS, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+# The most test elements `isin_kernel` takes: it compares every lane of a block with each test element
+# in turn, so many test elements against a few elements waste most lanes; the broadcast compare and
+# `any` run those (a vocabulary-sized list of banned ids against one sequence's last token).
+ISIN_KERNEL_TESTS = 1024
 
 
 def line_stride(x: Tensor) -> int | None:
@@ -228,7 +232,7 @@ def isin_family() -> Family:
         dtype, shape, stride, m, index, invert = key
         n = math.prod(shape)
         launch = isin_launch(dtype, n, m, stride, invert)
-        if n == 0 or m == 0 or n * m > ISIN_LIMIT or launch.key is None:
+        if n == 0 or m == 0 or m > ISIN_KERNEL_TESTS or n * m > ISIN_LIMIT or launch.key is None:
             return NO_PLAN
         plan = Plan.of(launch, tuple(shape), torch.bool, ())
         programs, empty_ = launch.programs, _memory.empty

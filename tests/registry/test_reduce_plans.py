@@ -299,3 +299,12 @@ def test_integer_reductions_over_trailing_dims_take_their_plan(dtype, reduce_for
         for g, w in zip(got, want, strict=True):
             assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g.cpu(), w), name
         assert _row(name)["cpu"] == 0
+
+
+def test_isin_with_many_test_elements_takes_the_broadcast_compare():
+    """Past ISIN_KERNEL_TESTS test elements (a long banned-id list against a few last tokens) the kernel
+    would compare every lane of a block with each: the plan leaves it to the broadcast compare and `any`,
+    with torch's result."""
+    x, t = torch.tensor([5, 7, -1]), torch.arange(reduce.ISIN_KERNEL_TESTS + 1)
+    assert planned("isin.Tensor_Tensor")((x.to("rbln"), t.to("rbln")), {}) is None
+    assert torch.equal(torch.isin(x.to("rbln"), t.to("rbln")).cpu(), torch.isin(x, t))

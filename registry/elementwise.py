@@ -274,6 +274,9 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
             nd = len(order)
             return restored(binary(name, in_order(a, order, nd), in_order(b, order, nd), alpha,
                                    comparison=comparison, ordered=True), order)
+    if name == "sub" and any(isinstance(t, bool) or (isinstance(t, Tensor) and t.dtype is torch.bool)
+                             for t in (a, b)):
+        raise Decline("sub of a bool")  # torch's error ("use ~ or logical_not()"), from the CPU
     _alpha_scan(name, alpha, a, b)  # after the reordering, whose call scans the same operands
     if name == "div" and not inplace:
         a, b = true_division_operands(a, b)
@@ -740,19 +743,24 @@ def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool
         return NO_PLAN
     a, b = operands[0], operands[1]
     scalar = b_key is None
+    b_dtype = dtype
     if scalar:
         shape, operands_read = tuple(a_shape), (a,)
         result = dtype if own_dtype else torch.result_type(a, 1)  # a's dtype, int64 for a bool tensor
     else:
-        if b_key[0] is not dtype or b_key[2] != index:
-            return NO_PLAN
+        b_dtype = b_key[0]
+        # b of a's dtype, or a bool b with an int32/int64 a (`unfinished & ~finished`: torch promotes the
+        # bool to a's dtype, exactly; the kernel reads each operand in its own dtype)
+        if (b_dtype is not dtype and not (b_dtype is torch.bool and dtype in INTEGERS and op_name != "sub")) \
+                or b_key[2] != index:
+            return NO_PLAN  # (sub of a bool: torch's error, from the implementation's CPU fallback)
         shape, operands_read, result = tuple(_broadcast(a_shape, b_key[1])), (a, b), dtype  # or Decline
     out_dtype = torch.bool if comparison and not inplace else result
     n = math.prod(shape)
     if n == 0 or (inplace and (shape != tuple(a_shape) or result is not dtype)) or \
             (out_key is not None and out_key != (out_dtype, shape, index)):
         return NO_PLAN
-    g = integer_launch(op_name, (dtype, dtype, out_dtype), list(shape), n, operands_read,
+    g = integer_launch(op_name, (dtype, b_dtype, out_dtype), list(shape), n, operands_read,
                        0 if scalar else None, 1)
     if g.key is None:
         return NO_PLAN  # an int that needs 64 bits: the implementation's general launch

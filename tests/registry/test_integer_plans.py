@@ -151,3 +151,39 @@ def test_fills_of_masks_and_ids_are_planned(dtype, forbid_checked):
         assert planned("fill_.Scalar")((x, 2**40), {}) is None  # a number needing 64 bits
     if dtype is torch.bool:
         assert planned("fill_.Scalar")((x, 2), {}) is None  # the CPU decides what 2 means for a bool
+
+
+@pytest.mark.parametrize("op", ["bitwise_and", "bitwise_or", "add", "mul", "eq", "maximum"])
+def test_an_int_tensor_with_a_bool_tensor_is_planned_in_the_ints_dtype(op, forbid_checked):
+    """`unfinished_sequences & ~finished` (every generation step): an int32/int64 tensor with a bool one,
+    same shape or broadcast, takes the integer plan reading the bool as it is; torch's promotion (the
+    int's dtype, bool for a comparison) and values, from the first call on."""
+    ints = torch.tensor([[1, -2, 3], [0, 5, -7]])
+    masks = torch.tensor([[True, False, True], [False, True, True]])
+    fn = getattr(torch, op)
+    for dtype in (torch.int64, torch.int32):
+        a = ints.to(dtype)
+        for mask in (masks, masks[0], masks[:, :1]):
+            fn(a.to("rbln"), mask.to("rbln"))
+    forbid_checked()
+    for dtype in (torch.int64, torch.int32):
+        a = ints.to(dtype)
+        for mask in (masks, masks[0], masks[:, :1]):
+            got, want = fn(a.to("rbln"), mask.to("rbln")), fn(a, mask)
+            assert got.dtype == want.dtype and torch.equal(got.cpu(), want), (dtype, mask.shape)
+
+
+@pytest.mark.parametrize(("a", "b"), [("int", "bool"), ("bool", "int"), ("bool", "bool"), ("float", "bool"),
+                                      ("int", True)])
+def test_subtracting_a_bool_raises_torchs_error(a, b):
+    """torch refuses `-` with a bool operand ("use ~ or logical_not()"); the kernels would subtract, so
+    the call takes the CPU, which raises that error."""
+    tensors = {"int": torch.tensor([1, 2]), "bool": torch.tensor([True, False]),
+               "float": torch.tensor([1.0, 2.0])}
+    x = tensors[a]
+    y = tensors[b] if isinstance(b, str) else b
+    with pytest.raises(RuntimeError) as cpu:
+        x - y
+    with pytest.raises(RuntimeError) as rbln:
+        x.to("rbln") - (y.to("rbln") if isinstance(y, torch.Tensor) else y)
+    assert str(rbln.value) == str(cpu.value)

@@ -24,7 +24,7 @@ from . import _copy, _launch
 from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _device_index, _k, contiguous, empty
-from .geometry import I32, TILED_MIN, block, cdiv, row_block, small_tile_shape
+from .geometry import I32, TILED_MIN, block, cdiv, row_block, row_stride, small_tile_shape
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, contiguous_rbln
 
 INDICES = (torch.int64, torch.int32)
@@ -227,28 +227,17 @@ def cat_pair_launch(dtype: torch.dtype, a_shape: tuple, b_shape: tuple, dim: int
                   cdiv(outer, block_m) * cdiv(width, block_n), 1, (outer, a_inner, b_inner, *strides))
 
 
-def row_stride(shape: tuple, strides: tuple, dim: int) -> int | None:
-    """The elements between consecutive rows of a tensor of `shape` and `strides` seen as (rows: the
-    dims before `dim`, a row: the dims from `dim` on) when each row is contiguous and the rows are
-    equally spaced (RoPE's `q[..., :d]` of a contiguous q: rows twice their length apart); None
-    otherwise. A contiguous tensor's is its row length."""
-    inner = 1
-    for size, stride in zip(reversed(shape[dim:]), reversed(strides[dim:]), strict=True):
-        if size != 1 and stride != inner:
-            return None
-        inner *= size
-    step = None
-    expected = None
-    for size, stride in zip(reversed(shape[:dim]), reversed(strides[:dim]), strict=True):
-        if size == 1:
-            continue
-        if step is None:
-            step, expected = stride, stride * size
-        elif stride != expected:
-            return None
-        else:
-            expected *= size
-    return inner if step is None else step
+def pair_rows(dtype: torch.dtype, layouts: list, dim: int, total: int) -> tuple[int, int] | None:
+    """The row strides (`row_stride`) with which `cat_pair_kernel` reads two inputs of `layouts` ((shape,
+    strides) each) into a result of `total` elements along `dim`, or None where it does not take them:
+    not two inputs, an empty or large result (TILED_MIN), bool masks, a view without one row stride,
+    offsets beyond 32 bits. The implementation and the plans both ask it."""
+    if len(layouts) != 2 or not 0 < total < TILED_MIN or dtype is torch.bool:
+        return None
+    a, b = (row_stride(tuple(shape), tuple(strides), dim) for shape, strides in layouts)
+    if a is None or b is None or min(a, b) < 0 or max(a, b) * total >= I32:
+        return None
+    return a, b
 
 
 # cat moves values bit for bit (registered exact: NaN and Inf are copied as they are, so no input is
@@ -282,9 +271,8 @@ def cat(tensors, dim=0):
     shape[dim] = sum(t.shape[dim] for t in tensors)
     out = empty(shape, ref.dtype, _device_index(*tensors))
     total = out.numel()
-    rows = [row_stride(tuple(t.shape), t.stride(), dim) for t in tensors] if len(tensors) == 2 else None
-    if rows and 0 < total < TILED_MIN and ref.dtype is not torch.bool and None not in rows and \
-            min(rows) >= 0 and max(rows) * total < I32:
+    rows = pair_rows(ref.dtype, [(tuple(t.shape), t.stride()) for t in tensors], dim, total)
+    if rows is not None:
         a, b = tensors
         g = cat_pair_launch(ref.dtype, tuple(a.shape), tuple(b.shape), dim, total, *rows)
         _launch.launch(g.kernel, g.programs, g.key, (a, b, out, *g.ints), g.keywords)
@@ -348,13 +336,11 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
     out_shape = tuple(out_shape)
     total = math.prod(out_shape)
     empty_ = _memory.empty
-    rows = (None, None)
-    if strided is not None:  # a strided pair: the pair kernel with row strides, or the implementation
-        rows = tuple(row_stride(shape, stride, dim) for shape, stride in zip(shapes, strided, strict=True))
-        if None in rows or min(rows) < 0 or max(rows) * total >= I32 or total >= TILED_MIN or \
-                dtype is torch.bool:
-            return NO_PLAN
-    if len(shapes) == 2 and total < TILED_MIN and dtype is not torch.bool:
+    layouts = list(zip(shapes, strided or [_memory.contiguous_strides(s) for s in shapes], strict=True))
+    rows = pair_rows(dtype, layouts, dim, total)
+    if strided is not None and rows is None:
+        return NO_PLAN  # a strided pair the pair kernel cannot read: the implementation
+    if rows is not None:
         g = cat_pair_launch(dtype, shapes[0], shapes[1], dim, total, *rows)
         plan = Plan.of(g, out_shape, dtype, ())
         programs, ints = g.programs, g.ints
@@ -467,7 +453,7 @@ def arange(start, end, step=1, out=None):
     reason = _arange_values(start, end, step)
     if reason is not None:
         raise Decline(reason)
-    n = max(0, math.ceil((end - start) / step))
+    n = _arange_length(start, end, step)  # (a valid range: `_arange_values` found no reason)
     if out.dtype.is_floating_point and n > ARANGE_ONE_CHUNK:
         raise Decline("float arange longer than one CPU chunk (its rounding depends on the CPU threads)")
     if list(out.shape) != [n]:

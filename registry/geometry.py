@@ -158,3 +158,28 @@ def dims_run(nd: int, dims: Sequence[int]) -> tuple[int, int] | None:
         return 0, nd
     first, last = dims[0], dims[-1] + 1
     return (first, last) if last - first == len(dims) else None
+
+
+def row_stride(shape: tuple, strides: tuple, dim: int) -> int | None:
+    """The elements between consecutive rows of a tensor of `shape` and `strides` seen as (rows: the
+    dims before `dim`, a row: the dims from `dim` on) when each row is contiguous and the rows are
+    equally spaced (RoPE's `q[..., :d]` of a contiguous q: rows twice their length apart); None
+    otherwise. A contiguous tensor's is its row length; with `dim` = its number of dims, the stride
+    between its consecutive elements read in order as one line (`ids[:, -1]`, a column)."""
+    inner = 1
+    for size, stride in zip(reversed(shape[dim:]), reversed(strides[dim:]), strict=True):
+        if size != 1 and stride != inner:
+            return None
+        inner *= size
+    step = None
+    expected = None
+    for size, stride in zip(reversed(shape[:dim]), reversed(strides[:dim]), strict=True):
+        if size == 1:
+            continue
+        if step is None:
+            step, expected = stride, stride * size
+        elif stride != expected:
+            return None
+        else:
+            expected *= size
+    return inner if step is None else step

@@ -29,7 +29,17 @@ from . import _launch as launches
 from ._base import INTEGERS, require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _device_index, _k, cast_copy, contiguous, empty
-from .geometry import I32, block, cdiv, column_block, dims_run, reduced_dims, reduced_shape, row_block
+from .geometry import (
+    I32,
+    block,
+    cdiv,
+    column_block,
+    dims_run,
+    reduced_dims,
+    reduced_shape,
+    row_block,
+    row_stride,
+)
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_rbln, unscanned
 
 CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3,
@@ -154,7 +164,7 @@ def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool =
     if same and not test_elements.is_cpu and m <= ISIN_KERNEL_TESTS:
         index = _device_index(elements, test_elements)
         found = empty(elements.shape, torch.bool, index)
-        stride = line_stride(elements)
+        stride = row_stride(tuple(elements.shape), elements.stride(), elements.dim())
         if stride is None:
             elements, stride = contiguous(elements), 1
         launch = isin_launch(elements.dtype, n, m, stride, invert)
@@ -176,22 +186,6 @@ ISIN_DTYPES = (*FLOATS, torch.uint8, torch.int8, torch.int16, torch.int32, torch
 ISIN_KERNEL_TESTS = 1024
 
 
-def line_stride(x: Tensor) -> int | None:
-    """The stride between consecutive elements of `x` read in order as one line: 1 when it is
-    contiguous, the stride of its one dim longer than 1 when it has only one (a column of a matrix,
-    `ids[:, -1]`), else None."""
-    if x.is_contiguous():
-        return 1
-    stride = 1
-    seen = False
-    for size, step in zip(x.shape, x.stride(), strict=True):
-        if size != 1:
-            if seen:
-                return None
-            stride, seen = step, True
-    return stride
-
-
 def isin_launch(dtype: torch.dtype, n: int, m: int, stride: int, invert: bool) -> Launch:
     """`isin_kernel` over `n` elements of `dtype` `stride` apart against `m` test elements of the same
     dtype; its ints (n, m, stride) follow the three tensors. One BLOCK bucket per size (`block`); no key
@@ -204,10 +198,10 @@ def isin_launch(dtype: torch.dtype, n: int, m: int, stride: int, invert: bool) -
 
 def isin_family() -> Family:
     """`isin.Tensor_Tensor(elements, test_elements, *, assume_unique=False, invert=False)` of rbln
-    tensors of one dtype on one device, the elements read as one line (`line_stride`: contiguous, or a
-    column), the test elements contiguous: one `isin_kernel` launch into a new bool tensor. Exact, so
-    nothing is scanned; other dtypes, CPU test elements and more than ISIN_LIMIT compares are the
-    implementation's."""
+    tensors of one dtype on one device, the elements read as one line (`row_stride` over every dim:
+    contiguous, or a column), the test elements contiguous: one `isin_kernel` launch into a new bool
+    tensor. Exact, so nothing is scanned; other dtypes, CPU test elements and more than ISIN_LIMIT
+    compares are the implementation's."""
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         if len(args) != 2:
@@ -223,7 +217,7 @@ def isin_family() -> Family:
         if index < 0 or not isinstance(x, Tensor) or x.get_device() != index or t.dtype is not x.dtype or \
                 x.dtype not in ISIN_DTYPES:
             return None
-        stride = line_stride(x)
+        stride = row_stride(tuple(x.shape), x.stride(), x.dim())
         if stride is None:
             return None
         return (x.dtype, x.shape, stride, t.numel(), index, invert), (x, t)
@@ -307,13 +301,23 @@ def integer_reduce(name: str, x: Tensor, dim, keepdim: bool, values_dtype: torch
     # both outputs always exist (argmax's values and amax's indices unread), so the pointers' dtypes,
     # hence the specialisation, depend on x's dtype and the block only
     values, indices = empty(shape, values_dtype, index), empty(shape, torch.int64, index)
-    kernel = _k("integer").int_row_reduce_kernel
-    kernel[(x.numel() // n,)](rows_x, values, indices, n, op, int(name in INDEXED), BLOCK=row_block(n))
+    launch = integer_reduce_launch(x.dtype, values_dtype, n, x.numel() // n)
+    launches.launch_decided(launch, (rows_x, values, indices, n, op, int(name in INDEXED)))
     if name in ("argmax", "argmin"):
         return indices
     if name in ("max", "min"):
         return values, indices
     return values
+
+
+def integer_reduce_launch(dtype: torch.dtype, values_dtype: torch.dtype, n: int, rows: int) -> Launch:
+    """`int_row_reduce_kernel` over `rows` contiguous rows of `n` elements of `dtype` into values of
+    `values_dtype` (and int64 indices): the tensors, then (n, op, write_index) follow. Its op is a
+    runtime value, so the key is the dtypes and the block; none (the general launch) for 64-bit sizes.
+    Shared by `integer_reduce` and the plans."""
+    size = row_block(n)
+    key = ("int_rows", dtype, values_dtype, size) if n * rows < I32 else None
+    return Launch(_k("integer").int_row_reduce_kernel, key, {"BLOCK": size}, rows)
 
 
 # ---------------------------------------------------------------- plans
@@ -419,14 +423,14 @@ def _integer_reduce_plan(name: str, dtype: torch.dtype, shape: tuple, numel: int
     nd = len(shape)
     dims = reduced_dims(nd, dim)  # or Decline: a dim out of range
     run = dims_run(nd, dims) if nd else (0, 0)
-    if numel == 0 or run is None or run[1] != nd or numel >= I32:
+    if numel == 0 or run is None or run[1] != nd:
         return NO_PLAN
     n = math.prod(shape[run[0]:])
     rows = numel // n
     values_dtype = torch.int64 if name == "sum" else dtype
-    size = row_block(n)
-    launch = Launch(_k("integer").int_row_reduce_kernel, ("int_rows", dtype, values_dtype, size),
-                    {"BLOCK": size}, rows)
+    launch = integer_reduce_launch(dtype, values_dtype, n, rows)
+    if launch.key is None:
+        return NO_PLAN  # 64-bit sizes: the implementation's general launch
     out_shape = reduced_shape(shape, dims, keepdim)
     plan = Plan.of(launch, out_shape, values_dtype, ())
     op, write_index = CODES[name], int(name in INDEXED)

@@ -95,11 +95,12 @@ _INT64_MAX = (1 << 63) - 1
 
 
 @tl.jit
-def _order_key(x, DESCENDING: tl.constexpr):
+def _order_key(x, flip):
     """An int64 per element whose descending order is the sort order of the values x (`_precedes`'s
     order without the index tie-break): floats (16-bit ones exactly through float32) by their bits made
-    monotone, -0 equal to +0 and every NaN one key above +inf; integers as they are. Ascending order
-    flips the key (-1 - key never overflows)."""
+    monotone, -0 equal to +0 and every NaN one key above +inf; integers as they are. `flip` (int64) is 0
+    for descending order and -1 for ascending, which flips the key: key ^ -1 == -1 - key, which never
+    overflows. A runtime value, so `topk(largest=True)` and `largest=False` share one specialisation."""
     if x.dtype.is_floating():
         f = x.to(tl.float32)
         f = tl.where(f == 0.0, 0.0, f)
@@ -108,25 +109,23 @@ def _order_key(x, DESCENDING: tl.constexpr):
         key = tl.where(f != f, 1 << 31, key)
     else:
         key = x.to(tl.int64)
-    if not DESCENDING:
-        key = -1 - key
-    return key
+    return key ^ flip
 
 
 @tl.jit
-def _count_at_least(x_ptr, base, n, inner, threshold, DESCENDING: tl.constexpr, CHUNK: tl.constexpr):
+def _count_at_least(x_ptr, base, n, inner, threshold, flip, CHUNK: tl.constexpr):
     """How many elements of the line have an `_order_key` >= `threshold`."""
     count = threshold * 0
     for start in range(0, n, CHUNK):
         j = start + tl.arange(0, CHUNK)
         inside = j < n
-        key = _order_key(tl.load(x_ptr + base + j * inner, mask=inside, other=0), DESCENDING)
+        key = _order_key(tl.load(x_ptr + base + j * inner, mask=inside, other=0), flip)
         count += tl.sum((inside & (key >= threshold)).to(tl.int64), axis=0)
     return count
 
 
 @tl.jit
-def select_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.constexpr,
+def select_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, descending,
                   CHUNK: tl.constexpr, K_BLOCK: tl.constexpr):
     """`topk` for k <= K_BLOCK: values/indices[line, t] for t < k in the rank kernel's order, in
     passes over the line that each count or reduce (no pass costs more than a comparison per element):
@@ -138,19 +137,20 @@ def select_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.co
        outputs in index order (slots from a running count and a block cumsum);
     4. those k ordered in place by counting (stable: equal keys keep index order).
     x contiguous (outer, n, inner), k <= n; values, indices contiguous (outer, k, inner). Grid
-    (outer * inner,)."""
+    (outer * inner,). `descending`: 1 for the k largest, 0 for the k smallest (a runtime value)."""
     line = tl.program_id(0)
     o = line // inner
     c = line % inner
     base = o * n * inner + c
     out = o * k * inner + c
     zero = (line * 0).to(tl.int64)
+    flip = zero + descending - 1  # 0 (descending) or -1 (ascending): `_order_key`
     lo = zero + _INT64_MAX
     hi = zero + _INT64_MIN
     for start in range(0, n, CHUNK):
         j = start + tl.arange(0, CHUNK)
         inside = j < n
-        key = _order_key(tl.load(x_ptr + base + j * inner, mask=inside, other=0), DESCENDING)
+        key = _order_key(tl.load(x_ptr + base + j * inner, mask=inside, other=0), flip)
         lo = tl.minimum(lo, tl.min(tl.where(inside, key, _INT64_MAX), axis=0))
         hi = tl.maximum(hi, tl.max(tl.where(inside, key, _INT64_MIN), axis=0))
     # invariant: at least k keys >= lo; `above` (< k) keys > hi. A key exactly k elements reach ends
@@ -160,7 +160,7 @@ def select_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.co
     for _step in range(0, 65):
         if lo < hi:
             middle = (lo | hi) - ((lo ^ hi) >> 1)  # the upper middle, without overflow
-            count = _count_at_least(x_ptr, base, n, inner, middle, DESCENDING, CHUNK)
+            count = _count_at_least(x_ptr, base, n, inner, middle, flip, CHUNK)
             exact = count == k
             lo = tl.where(count >= k, middle, lo)
             above = tl.where(count < k, count, above)
@@ -173,7 +173,7 @@ def select_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.co
         j = start + tl.arange(0, CHUNK)
         inside = j < n
         xj = tl.load(x_ptr + base + j * inner, mask=inside, other=0)
-        key = _order_key(xj, DESCENDING)
+        key = _order_key(xj, flip)
         tie = (inside & (key == threshold)).to(tl.int64)
         wanted = (inside & (key > threshold)) | ((tie != 0) & (ties + tl.cumsum(tie, 0) <= ties_wanted))
         slot = written + tl.cumsum(wanted.to(tl.int64), 0) - 1
@@ -186,7 +186,7 @@ def select_kernel(x_ptr, values_ptr, indices_ptr, n, inner, k, DESCENDING: tl.co
     held = t < k
     v = tl.load(values_ptr + out + t * inner, mask=held, other=0)
     i = tl.load(indices_ptr + out + t * inner, mask=held, other=0)
-    key = _order_key(v, DESCENDING)
+    key = _order_key(v, flip)
     # [K_BLOCK, K_BLOCK]: element s (held, in index order) comes before element t
     before = ((key[None, :] > key[:, None]) | ((key[None, :] == key[:, None]) & (t[None, :] < t[:, None])))
     rank = tl.sum((before & held[None, :]).to(tl.int64), axis=1)

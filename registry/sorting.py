@@ -64,8 +64,9 @@ def _rank(x: torch.Tensor, dim: int, k: int | None, descending: bool, op: str
         return values, indices
     if select:
         chunk, k_block = kernels.select_blocks(n, k)
-        launch_grid(kernels.select_kernel, (outer * inner, 1), (contiguous(x), values, indices, n, inner, k),
-                    DESCENDING=bool(descending), CHUNK=chunk, K_BLOCK=k_block)
+        launch_grid(kernels.select_kernel, (outer * inner, 1),
+                    (contiguous(x), values, indices, n, inner, k, int(bool(descending))), CHUNK=chunk,
+                    K_BLOCK=k_block)
     else:
         # lanes fitted to short lines: a (4096, 4) sort ran 64 x 256 comparisons per line of 4 elements
         fitted = max(16, next_power_of_2(n))

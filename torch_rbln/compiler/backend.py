@@ -16,6 +16,7 @@ row reductions into generated DSL kernels and leaves every other node as an aten
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -189,7 +190,7 @@ class CompiledGraph:
 
     def _fuse(self, specs: list[KernelSpec], tp: int) -> fx.GraphModule:
         _dump(self.name, self.gm, specs)  # (before loading: a kernel that fails to load is dumped too)
-        runners = [FusedKernel(spec, tp, subgraph_module(self.gm, spec)) for spec in specs]
+        runners = [FusedKernel(spec, tp, functools.partial(subgraph_module, self.gm, spec)) for spec in specs]
         return fuse_graph(self.gm, specs, runners)
 
     def _build(self, tp: int) -> Callable:

@@ -23,14 +23,14 @@ SCATTER_BLOCK = 512  # most lanes of a scatter program (its columns)
 @tl.jit
 def batch_norm_kernel(
     x_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, y_ptr, mean_ptr, invstd_ptr, N, P,
-    sxn, sxc, sxp, syn, syc, syp, momentum, eps,
-    training, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RUNNING: tl.constexpr, BLOCK: tl.constexpr,
+    sxn, sxc, sxp, syn, syc, syp, momentum, eps, training, has_w, has_b, has_running, BLOCK: tl.constexpr,
 ):
     """y = x * (w * invstd) + (b - mean * w * invstd) for channel c = program 0 (torch's CPU form).
-    training (a runtime flag, so a model that alternates train and eval compiles one specialisation):
-    mean and biased variance of the channel (two passes), saved as mean and invstd; with HAS_RUNNING
-    the running stats move towards them (the variance unbiased). Else the running stats are the
-    statistics."""
+    training: mean and biased variance of the channel (two passes), saved as mean and invstd; with
+    has_running the running stats move towards them (the variance unbiased). Else the running stats are
+    the statistics. The flags are runtime values (0 or 1, one branch per program), so a model that
+    alternates train and eval, or norms with and without affine parameters, compiles one
+    specialisation per dtype and block: as constexprs they made up to eight."""
     c = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     count = N * P
@@ -53,7 +53,7 @@ def batch_norm_kernel(
         invstd = 1.0 / tl.sqrt(var_sum / count + eps)
         tl.store(mean_ptr + c, mean.to(mean_ptr.dtype.element_ty))
         tl.store(invstd_ptr + c, invstd.to(invstd_ptr.dtype.element_ty))
-        if HAS_RUNNING:
+        if has_running != 0:
             rm = tl.load(rm_ptr + c).to(tl.float32)
             rv = tl.load(rv_ptr + c).to(tl.float32)
             tl.store(rm_ptr + c, (momentum * mean + (1.0 - momentum) * rm).to(rm_ptr.dtype.element_ty))
@@ -63,10 +63,10 @@ def batch_norm_kernel(
         mean = tl.load(rm_ptr + c).to(tl.float32)
         invstd = 1.0 / tl.sqrt(tl.load(rv_ptr + c).to(tl.float32) + eps)
     alpha = invstd
-    if HAS_W:
+    if has_w != 0:
         alpha = invstd * tl.load(w_ptr + c).to(tl.float32)
     beta = -mean * alpha
-    if HAS_B:
+    if has_b != 0:
         beta = tl.load(b_ptr + c).to(tl.float32) - mean * alpha
     for n in range(0, N):
         src = x_ptr + n * sxn + c * sxc
@@ -80,18 +80,19 @@ def batch_norm_kernel(
 @tl.jit
 def batch_norm_backward_kernel(
     g_ptr, x_ptr, w_ptr, mean_ptr, invstd_ptr, gx_ptr, gw_ptr, gb_ptr, N, P,
-    sgn, sgc, sgp, sxn, sxc, sxp, sdn, sdc, sdp, eps,
-    TRAINING: tl.constexpr, HAS_W: tl.constexpr, NEED_GX: tl.constexpr, BLOCK: tl.constexpr,
+    sgn, sgc, sgp, sxn, sxc, sxp, sdn, sdc, sdp, eps, training, has_w, need_gx, BLOCK: tl.constexpr,
 ):
     """Gradients of batch norm for channel c = program 0, in float32: gw = sum(dy * (x - mean)) * invstd,
-    gb = sum(dy); TRAINING: gx = (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy * (x - mean))) * invstd
-    * w (batch statistics); else gx = dy * invstd * w. mean/invstd: the saved statistics (TRAINING) or
-    the running mean and variance (then invstd = 1 / sqrt(var + eps))."""
+    gb = sum(dy); training: gx = (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy * (x - mean))) * invstd
+    * w (batch statistics); else gx = dy * invstd * w. mean/invstd: the saved statistics (training) or
+    the running mean and variance (then invstd = 1 / sqrt(var + eps)). The flags (training, has_w,
+    need_gx: 0 or 1) are runtime values tested outside the loops, so train and eval steps, with or without
+    a weight, share one specialisation per dtype and block."""
     c = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     count = N * P
     mean = tl.load(mean_ptr + c).to(tl.float32)
-    if TRAINING:
+    if training != 0:
         invstd = tl.load(invstd_ptr + c).to(tl.float32)
     else:
         invstd = 1.0 / tl.sqrt(tl.load(invstd_ptr + c).to(tl.float32) + eps)
@@ -110,26 +111,33 @@ def batch_norm_backward_kernel(
     dot = tl.sum(s_dot, axis=0)
     tl.store(gw_ptr + c, (dot * invstd).to(gw_ptr.dtype.element_ty))
     tl.store(gb_ptr + c, sum_dy.to(gb_ptr.dtype.element_ty))
-    if NEED_GX:
-        w = 1.0
-        if HAS_W:
-            w = tl.load(w_ptr + c).to(tl.float32)
-        scale = invstd * w
-        k = dot * invstd * invstd / count
-        grad_mean = sum_dy / count
-        for n in range(0, N):
-            gbase = g_ptr + n * sgn + c * sgc
-            xbase = x_ptr + n * sxn + c * sxc
-            dbase = gx_ptr + n * sdn + c * sdc
-            for start in range(0, P, BLOCK):
-                mask = start + cols < P
-                dy = tl.load(gbase + (start + cols) * sgp, mask=mask, other=0.0).to(tl.float32)
-                if TRAINING:
+    w = 1.0
+    if has_w != 0:
+        w = tl.load(w_ptr + c).to(tl.float32)
+    scale = invstd * w
+    if need_gx != 0:
+        if training != 0:
+            k = dot * invstd * invstd / count
+            grad_mean = sum_dy / count
+            for n in range(0, N):
+                gbase = g_ptr + n * sgn + c * sgc
+                xbase = x_ptr + n * sxn + c * sxc
+                dbase = gx_ptr + n * sdn + c * sdc
+                for start in range(0, P, BLOCK):
+                    mask = start + cols < P
+                    dy = tl.load(gbase + (start + cols) * sgp, mask=mask, other=0.0).to(tl.float32)
                     x = tl.load(xbase + (start + cols) * sxp, mask=mask, other=0.0).to(tl.float32)
                     dx = (dy - grad_mean - (x - mean) * k) * scale
-                else:
+                    tl.store(dbase + (start + cols) * sdp, dx.to(gx_ptr.dtype.element_ty), mask=mask)
+        else:
+            for n in range(0, N):
+                gbase = g_ptr + n * sgn + c * sgc
+                dbase = gx_ptr + n * sdn + c * sdc
+                for start in range(0, P, BLOCK):
+                    mask = start + cols < P
+                    dy = tl.load(gbase + (start + cols) * sgp, mask=mask, other=0.0).to(tl.float32)
                     dx = dy * scale
-                tl.store(dbase + (start + cols) * sdp, dx.to(gx_ptr.dtype.element_ty), mask=mask)
+                    tl.store(dbase + (start + cols) * sdp, dx.to(gx_ptr.dtype.element_ty), mask=mask)
 
 
 @tl.jit

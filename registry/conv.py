@@ -391,8 +391,8 @@ def batch_norm(x, weight, bias, running_mean, running_var, training, momentum, e
          (xv, weight if weight is not None else xv, bias if bias is not None else xv,
           running_mean if has_running else mean, running_var if has_running else invstd, out,
           mean if training else xv, invstd if training else xv, N, P, sxn, sxc, sxp, syn, syc, syp,
-          float(momentum), float(eps), int(bool(training))),
-         HAS_W=weight is not None, HAS_B=bias is not None, HAS_RUNNING=has_running,
+          float(momentum), float(eps), int(bool(training)), int(weight is not None), int(bias is not None),
+          int(has_running)),
          BLOCK=_plane_block(P, kernels.BLOCK))
     return out, mean, invstd
 
@@ -434,8 +434,8 @@ def batch_norm_backward(grad, x, weight, running_mean, running_var, save_mean, s
     kernels = _k("cnn")
     _run(kernels.batch_norm_backward_kernel, (C, 1),
          (gv, xv, weight if weight is not None else xv, stats[0], stats[1], grad_input, grad_weight,
-          grad_bias, N, P, sgn, sgc, sgp, sxn, sxc, sxp, sdn, sdc, sdp, float(eps)),
-         TRAINING=bool(train), HAS_W=weight is not None, NEED_GX=bool(output_mask[0]),
+          grad_bias, N, P, sgn, sgc, sgp, sxn, sxc, sxp, sdn, sdc, sdp, float(eps), int(bool(train)),
+          int(weight is not None), int(bool(output_mask[0]))),
          BLOCK=_plane_block(P, kernels.BLOCK))
     return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None,
             grad_bias if output_mask[2] else None)

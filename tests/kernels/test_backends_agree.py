@@ -177,3 +177,38 @@ def test_where_selects_integers_exactly_and_floats_unchanged(monkeypatch):
     halves = torch.randn(4, 3, 9, generator=generator).half()
     _agree(lambda: torch.where(condition.to("rbln"), halves.to("rbln"), -halves.to("rbln")),
            lambda: torch.where(condition, halves, -halves), monkeypatch)
+
+
+_BATCH_NORM_CASES = (("affine, parameter gradients", True, True, [False, True, True]),
+                     ("no affine, input gradient", False, False, [True, False, False]),
+                     ("weight only, every gradient", True, False, [True, True, True]))
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize(("case", "has_weight", "has_bias", "mask"), _BATCH_NORM_CASES, ids=[c[0] for c in
+                                                                                           _BATCH_NORM_CASES])
+def test_batch_norm_flags_taken_at_run_time(train, case, has_weight, has_bias, mask, monkeypatch):
+    """Batch norm's forward and backward kernels read training, affine, running-stats and input-gradient
+    flags at run time: for each combination numba, the interpreter and the CPU agree to float32
+    rounding (their reductions sum in different orders, so not to the bit: numpy sums pairwise)."""
+    generator = torch.Generator().manual_seed(7)
+    x, grad = torch.randn(2, 3, 4, 5, generator=generator), torch.randn(2, 3, 4, 5, generator=generator)
+    w, b = torch.rand(3, generator=generator) + 0.5, torch.randn(3, generator=generator)
+    rm, rv = torch.randn(3, generator=generator), torch.rand(3, generator=generator) + 0.5
+    weight, bias = (w if has_weight else None), (b if has_bias else None)
+    aten = torch.ops.aten
+
+    def step(device: str) -> tuple:
+        on = [None if t is None else t.to(device) for t in (x, grad, weight, bias, rm.clone(), rv.clone())]
+        out, mean, invstd = aten.native_batch_norm(on[0], on[2], on[3], on[4], on[5], train, 0.1, 1e-5)
+        grads = aten.native_batch_norm_backward(on[1], on[0], on[2], on[4], on[5], mean, invstd, train,
+                                                1e-5, mask)
+        return (out, on[4], on[5], *(g for g in grads if g is not None))
+
+    compiled = _on("numba", lambda: step("rbln"), monkeypatch)
+    interpreted = _on("interpret", lambda: step("rbln"), monkeypatch)
+    expected = step("cpu")
+    assert len(compiled) == len(interpreted) == len(expected) == 3 + sum(mask)
+    for numba_out, interpret_out, cpu_out in zip(compiled, interpreted, expected, strict=True):
+        torch.testing.assert_close(numba_out.cpu(), interpret_out.cpu(), atol=2e-6, rtol=2e-6)
+        torch.testing.assert_close(numba_out.cpu(), cpu_out, atol=1e-5, rtol=1e-5)

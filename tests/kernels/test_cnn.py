@@ -57,6 +57,42 @@ def test_batch_norm_matches_cpu(shape, training, affine):
     _on_device("aten::native_batch_norm", "aten::native_batch_norm_backward")
 
 
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("output_mask", [(True, True, True), (False, True, True), (True, False, False)],
+                         ids=str)
+def test_batch_norm_backward_output_masks_and_one_specialisation(train, output_mask):
+    """native_batch_norm_backward for each gradient subset, training and eval statistics, with and without
+    a weight, against the CPU; and the forward and backward kernels' flags are runtime values: every
+    such call at one shape and dtype uses one specialisation of each kernel."""
+    from torch_rbln.kernels import cnn
+    from torch_rbln.registry import conv as cnn_registry
+
+    gen = torch.Generator().manual_seed(5)
+    x, grad = torch.randn(3, 4, 6, 5, generator=gen), torch.randn(3, 4, 6, 5, generator=gen)
+    w, b = torch.rand(4, generator=gen) + 0.5, torch.randn(4, generator=gen)
+    rm, rv = torch.randn(4, generator=gen), torch.rand(4, generator=gen) + 0.5
+    aten = torch.ops.aten
+    for weight in (w, None):
+        mask = list(output_mask) if weight is not None else [True, False, False]  # no weight: input only
+        _, mean, invstd = aten.native_batch_norm(x, weight, b, rm.clone(), rv.clone(), train, 0.1, 1e-5)
+        expected = aten.native_batch_norm_backward(grad, x, weight, rm, rv, mean, invstd, train, 1e-5, mask)
+        dev = [None if t is None else t.to("rbln") for t in (grad, x, weight, rm, rv, mean, invstd)]
+        registry.reset_fallback_report()
+        got = aten.native_batch_norm_backward(*dev, train, 1e-5, mask)
+        for g, e, wanted in zip(got, expected, mask, strict=True):
+            if not wanted or e is None:
+                assert g is None or not wanted
+                continue
+            torch.testing.assert_close(g.cpu(), e, atol=1e-4, rtol=1e-4)
+        _on_device("aten::native_batch_norm_backward")
+        aten.native_batch_norm(dev[1], dev[2], b.to("rbln"), dev[3].clone(), dev[4].clone(), train, 0.1, 1e-5)
+    block = cnn_registry._plane_block(6 * 5, cnn.BLOCK)
+    for kernel in (cnn.batch_norm_kernel, cnn.batch_norm_backward_kernel):
+        specs = [c.spec.params for c in kernel.cache.values()
+                 if c.spec.params[0][2] == "fp32" and ("BLOCK", "constexpr", block) in c.spec.params]
+        assert len(specs) == 1, specs
+
+
 def test_batch_norm_channels_last_keeps_layout():
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(2, 6, 5, 4, generator=gen)

@@ -15,7 +15,9 @@ the host path, recorded with the reason.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -242,6 +244,17 @@ def _run_on_one_device(geometry: _CopyLaunch, src: torch.Tensor, dst: torch.Tens
         _launch.launch(kernel, programs, key, (src, dst, *ints), geometry.constexprs, rows)
     else:
         kernel[(programs, rows)](src, dst, *ints, **geometry.constexprs)
+
+
+def contiguous_copier(shape: tuple, strides: tuple) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
+    """`copy(src, dst)` for a source of `shape` and `strides` and a fresh contiguous `dst` of that shape on
+    its device, with the geometry decided here once (a plan's copy of a strided operand); None where
+    the kernels cannot express the copy."""
+    contiguous = tuple(torch.empty(shape, device="meta").stride())
+    geometry = _geometries[(torch.Size(shape), torch.Size(shape), tuple(strides), contiguous)]
+    if type(geometry) is str:
+        return None
+    return functools.partial(_run, geometry)
 
 
 def copy_into(src: torch.Tensor, dst: torch.Tensor) -> None:

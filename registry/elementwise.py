@@ -26,7 +26,8 @@ from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from ._base import require_float
-from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
+from ._copy import contiguous_copier
+from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan, is_dense_permutation
 from ._launch import _modules
 from ._memo import BoundedMemo
 from ._ops import (
@@ -898,9 +899,13 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
 # ---------------------------------------------------------------- unary
 
 def _unary_key(op: str, x: Any, p: float, target: Any) -> tuple | None:
-    if not isinstance(x, Tensor) or not x.is_contiguous():
+    if not isinstance(x, Tensor):
         return None
     index = x.get_device()
+    if not x.is_contiguous():  # a functional call on a strided view: `_strided_unary_plan`
+        if target is not None or index < 0:
+            return None
+        return ("strided", op, x.dtype, x.shape, x.stride(), index), (x, p, None)
     # in place: True (x itself is written; nothing more to key)
     out_key = None if target is None else True if target is x else _out_key(target)
     if index < 0 or out_key is False:
@@ -934,6 +939,8 @@ def unary_family(name: str, *, inplace: bool = False, out: bool = False, keyword
 def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
     """The plan of `unary`'s launch for `key` (see `_unary_key`); NO_PLAN where it would not launch
     so. `scanned` False: x is only written (a fill) or the op is exact (neg, abs): never scanned."""
+    if key[0] == "strided":
+        return _strided_unary_plan(key, scanned)
     _, op_name, dtype, shape, index, out_key = key
     n = math.prod(shape)
     if dtype not in FLOATS or n == 0 or out_key not in (None, True, (dtype, shape, index)):
@@ -954,6 +961,81 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
             return None
         if target is None:
             target = empty_(shape, dtype, index)
+        if launcher is None or (programs > 1 and device_tp(index) > 1):
+            plan.launch_checked((x, target, n, float(p)))
+        else:
+            launcher(programs, 1, 1, x, target, n, float(p))
+        return target
+
+    plan.run = run
+    return plan
+
+
+def _strided_unary_plan(key: tuple, scanned: bool) -> Plan:
+    """A unary op on a strided view that is no permutation of a dense block (`-x[..., d:]`, RoPE's
+    rotate_half on every decoding step): the copy kernel gathers it into a fresh contiguous result
+    (its geometry decided here once) and the unary kernel runs in place on that, both kept launches.
+    The implementation took ~33 us for it (its layout and checks, a general copy and launch).
+    NO_PLAN for a permutation (a transpose: the implementation reads it in place, laid out as torch
+    lays it out), or a view the copy kernels cannot express."""
+    _, op_name, dtype, shape, strides, index = key
+    n = math.prod(shape)
+    if dtype not in FLOATS or n == 0:
+        return NO_PLAN
+    meta = torch.empty_strided(shape, strides, device="meta")
+    if output_order(meta) is not None:
+        laid_out = (-meta).stride()  # torch's result strides: the input's, but on dims of size 1
+        pairs = zip(shape, laid_out, strides, strict=True)
+        if is_dense_permutation(shape, strides) and all(size == 1 or a == b for size, a, b in pairs):
+            return _permuted_unary_plan(key, laid_out, scanned)
+        return NO_PLAN
+    gather = contiguous_copier(tuple(shape), tuple(strides))
+    if gather is None:
+        return NO_PLAN
+    launch_key, keywords, programs = unary_launch(op_name, (dtype, dtype), n)
+    plan = Plan(_k("elementwise").unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
+                (0,) if scanned else ())
+    scan, mask = contiguous_scan(dtype)
+    small = n < PARALLEL_MIN
+    empty_, deploy_mode = _memory.empty, config.deploy_mode if scanned else unscanned
+
+    def run(operands: tuple) -> Tensor | None:
+        x, p, _ = operands
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
+        target = empty_(shape, dtype, index)
+        gather(x, target)
+        if not deploy_mode() and not (scan(target.data_ptr(), n, mask) if small else all_finite(target)):
+            return None  # the implementation decides (its NaN/Inf handling)
+        if launcher is None or (programs > 1 and device_tp(index) > 1):
+            plan.launch_checked((target, target, n, float(p)))
+        else:
+            launcher(programs, 1, 1, target, target, n, float(p))
+        return target
+
+    plan.run = run
+    return plan
+
+
+def _permuted_unary_plan(key: tuple, laid_out: tuple, scanned: bool) -> Plan:
+    """A unary op on a permutation of a dense block (a transpose; `_strided_unary_plan` decided): torch
+    lays the result out as the input (`laid_out`: its strides, which differ from the input's only on
+    dims of size 1), so the kernel runs over the block in memory order into a result allocated so,
+    with no view made (the implementation permuted the input and the result back: two view ops)."""
+    _, op_name, dtype, shape, _, index = key
+    n = math.prod(shape)
+    launch_key, keywords, programs = unary_launch(op_name, (dtype, dtype), n)
+    plan = Plan(_k("elementwise").unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
+                (0,) if scanned else ())
+    scan, mask = contiguous_scan(dtype)
+    small = n < PARALLEL_MIN
+    empty_strided, deploy_mode = _memory.empty_strided, config.deploy_mode if scanned else unscanned
+
+    def run(operands: tuple) -> Tensor | None:
+        x, p, _ = operands
+        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
+        if not deploy_mode() and not (scan(x.data_ptr(), n, mask) if small else all_finite(x)):
+            return None  # the implementation decides (its NaN/Inf handling)
+        target = empty_strided(shape, laid_out, dtype, index)
         if launcher is None or (programs > 1 and device_tp(index) > 1):
             plan.launch_checked((x, target, n, float(p)))
         else:

@@ -1,6 +1,6 @@
 """Text generation with Hugging Face's `generate`, eager: rbln time / CPU time for the same tokens.
 
-Run: python benchmarks/generate.py [--tokens 32] [--repeats 7] [--threads 1] [--batch 2]
+Run: python benchmarks/generate.py [--tokens 32] [--repeats 7] [--threads 1] [--batch 2] [--fresh-plans]
 
 Why: a decoding step is ~70 small op calls (one query row of attention over a cache that grows every
 step, the logits processors' masks, the stopping criteria's `isin`, the id bookkeeping), so what it
@@ -10,6 +10,9 @@ rows of `ops.py` do not show. Models: the README demo's GPT-2 configuration and 
 with `min_new_tokens` (its processor sets the end-of-sequence logit to -inf every step, which the argmax
 then reads). Each case checks that rbln gives the CPU's tokens, then times whole `generate` calls, rbln
 and CPU alternating, and prints the medians and their ratio. The host is noisy: read the ratios.
+Repeated calls of one prompt length meet the sequence lengths of the first call, whose plans (one per
+call signature) the registry keeps; `--fresh-plans` forgets them before each rbln call, as a request
+with lengths no earlier call had meets them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Callable
 import torch
 
 import torch_rbln  # noqa: F401  (the rbln device)
+from torch_rbln import registry
 
 
 def _models() -> dict[str, Callable[[], torch.nn.Module]]:
@@ -58,6 +62,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--fresh-plans", action="store_true",
+                        help="forget the registry's per-signature plans before each rbln call, as a "
+                             "request whose sequence lengths no earlier call had meets them")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"{'model':7s} {'case':16s} {'CPU ms':>8s} {'rbln ms':>8s} {'rbln/CPU':>9s} {'rbln ms/token':>14s}")
@@ -75,6 +82,8 @@ def main() -> None:
             cpu, rbln = [], []
             for _ in range(args.repeats):
                 cpu.append(_milliseconds(cpu_model, ids, args.tokens, options))
+                if args.fresh_plans:
+                    registry.forget_plans()
                 rbln.append(_milliseconds(rbln_model, ids, args.tokens, options))
             c, r = statistics.median(cpu), statistics.median(rbln)
             print(f"{name:7s} {case:16s} {c:8.1f} {r:8.1f} {r / c:8.2f}x {r / args.tokens:14.2f}")

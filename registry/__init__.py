@@ -38,8 +38,8 @@ from ._memo import BoundedMemo
 from .table import NAMES, TABLE, Op
 
 __all__ = [
-    "Decline", "NAMES", "TABLE", "Op", "device_counts", "fallback_report", "format_report", "register_kernel",
-    "register_table", "reset_fallback_report",
+    "Decline", "NAMES", "TABLE", "Op", "device_counts", "fallback_report", "forget_plans", "format_report",
+    "register_kernel", "register_table", "reset_fallback_report",
 ]
 
 _log = logging.getLogger("torch_rbln.registry")
@@ -411,6 +411,20 @@ def _plain_call_shortcut(custom: Any, namespace: str, opname: str, kernel: Calla
 
     autograd_kernel.__name__ = f"rbln_autograd_{opname}"
     return autograd_kernel
+
+
+def forget_plans() -> None:
+    """Drop every plan kept per call signature (the table's ops and attention's), so that each signature's
+    next call builds its plan again. Why: a decoding step meets new sequence lengths, each a signature
+    of its own, so what a request of unseen lengths pays includes building those plans, which repeated
+    benchmark calls of one length hide (`benchmarks/generate.py --fresh-plans`). Compiled kernels and
+    their kept launches stay."""
+    for kernel in list(_kernels.values()):
+        kernel.plans().clear()
+    from . import attention
+
+    for memo in (attention._inference_plans, attention._fused_plans, attention._backward_plans):
+        memo.clear()
 
 
 # ---------------------------------------------------------------- reporting

@@ -24,7 +24,7 @@ from . import _copy, _launch
 from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _device_index, _k, contiguous, empty
-from .geometry import I32, TILED_MIN, block, cdiv, row_block, row_stride, small_tile_shape
+from .geometry import I32, block, cdiv, few_tile_shape, row_block, row_stride
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, contiguous_rbln
 
 INDICES = (torch.int64, torch.int32)
@@ -211,16 +211,22 @@ def embedding_backward_family() -> Family:
 
 # ---------------------------------------------------------------- cat
 
+# Results up to this many elements take the pair kernel (larger ones: a tiled copy per input). A decoding
+# step's `cat([cache, new], dim=-2)` of (2, 4, 40, 16) took 50 us as two copies (a view and a launch
+# each) against 21 as one pair launch; from (1, 8, 1024, 64) on the copies' wider tiles are ~10% faster.
+CAT_PAIR_MAX = 16384
+
+
 def cat_pair_launch(dtype: torch.dtype, a_shape: tuple, b_shape: tuple, dim: int, total: int,
                     a_stride: int | None = None, b_stride: int | None = None) -> Launch:
-    """cat of two inputs whose result has `total` < TILED_MIN elements: one launch reading both (a KV
-    cache, a residual, RoPE's swapped halves), in `small_tile_shape` tiles of the result's (rows, a's and
+    """cat of two inputs whose result has `total` < CAT_PAIR_MAX elements: one launch reading both (a KV
+    cache, a residual, RoPE's swapped halves), in `few_tile_shape` tiles of the result's (rows, a's and
     b's elements per row) view; ints (rows, a's and b's elements per index of the dims before, the
     elements between two of a's and of b's rows: `row_stride`, their row lengths when contiguous)."""
     a_inner, b_inner = math.prod(a_shape[dim:]), math.prod(b_shape[dim:])
     width = a_inner + b_inner
     outer = total // width
-    block_m, block_n = small_tile_shape(total, outer, width)
+    block_m, block_n = few_tile_shape(outer, width)
     keywords = {"BLOCK_M": block_m, "BLOCK_N": block_n}
     strides = (a_inner if a_stride is None else a_stride, b_inner if b_stride is None else b_stride)
     return Launch(_k("rows").cat_pair_kernel, (dtype, block_m, block_n), keywords,
@@ -230,9 +236,9 @@ def cat_pair_launch(dtype: torch.dtype, a_shape: tuple, b_shape: tuple, dim: int
 def pair_rows(dtype: torch.dtype, layouts: list, dim: int, total: int) -> tuple[int, int] | None:
     """The row strides (`row_stride`) with which `cat_pair_kernel` reads two inputs of `layouts` ((shape,
     strides) each) into a result of `total` elements along `dim`, or None where it does not take them:
-    not two inputs, an empty or large result (TILED_MIN), bool masks, a view without one row stride,
+    not two inputs, an empty or large result (CAT_PAIR_MAX), bool masks, a view without one row stride,
     offsets beyond 32 bits. The implementation and the plans both ask it."""
-    if len(layouts) != 2 or not 0 < total < TILED_MIN or dtype is torch.bool:
+    if len(layouts) != 2 or not 0 < total < CAT_PAIR_MAX or dtype is torch.bool:
         return None
     a, b = (row_stride(tuple(shape), tuple(strides), dim) for shape, strides in layouts)
     if a is None or b is None or min(a, b) < 0 or max(a, b) * total >= I32:

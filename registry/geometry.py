@@ -79,6 +79,12 @@ def small_tile_shape(n: int, rows: int, columns: int) -> tuple[int, int]:
     for the generic op switch), and the OpInfo samples' odd small shapes took ~60 of them."""
     if n >= TILED_MIN:
         return tile_shape(rows, columns)
+    return few_tile_shape(rows, columns)
+
+
+def few_tile_shape(rows: int, columns: int) -> tuple[int, int]:
+    """One of four tiles for any `rows` x `columns` (`small_tile_shape`'s below TILED_MIN): a layout whose
+    sizes move (a key/value cache growing a row per decoding step) keeps one specialisation."""
     if rows == 1:
         return 1, 16 if columns <= 16 else 1024
     return (64, 16) if columns <= 16 else (16, 64)

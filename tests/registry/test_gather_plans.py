@@ -269,3 +269,31 @@ def test_cat_of_two_strided_parts_takes_the_pair_kernel(name, dtype, monkeypatch
     assert any(kernel.__name__ == "cat_pair_kernel" for kernel in launched)
     assert not any(kernel.__name__ == "tiled_copy_kernel" for kernel in launched)
     assert any(key[4] is not None for key in registry._kernels["cat.default"].plans())
+
+
+def test_a_growing_key_value_cache_is_one_pair_launch_of_one_specialisation_at_every_length():
+    """A decoding loop's `cat([cache, new], dim=-2)`: every length up to CAT_PAIR_MAX elements (past
+    TILED_MIN too) is one launch of the pair kernel in one of four tiles, so the loop compiles one
+    specialisation however long the cache grows, and each result is torch's exactly."""
+    from torch_rbln.kernels import rows
+    from torch_rbln.registry.geometry import TILED_MIN
+
+    new = _x(2, 4, 1, 16)
+    cache = _x(2, 4, 1, 16)
+    device_cache, device_new = cache.to("rbln"), new.to("rbln")
+    def float32_specialisations() -> set:
+        return {key for key, ck in rows.cat_pair_kernel.cache.items() if ck.spec.params[0][2] == "fp32"}
+
+    specialisations = float32_specialisations()
+    registry._kernels["cat.default"].plans().clear()
+    lengths = []
+    while (cache.shape[2] + 1) * 2 * 4 * 16 < gather.CAT_PAIR_MAX:
+        cache, device_cache = torch.cat([cache, new], -2), torch.cat([device_cache, device_new], -2)
+        lengths.append(cache.shape[2])
+    assert lengths[-1] * 2 * 4 * 16 > TILED_MIN  # past where the pair kernel used to stop
+    assert torch.equal(device_cache.cpu(), cache)
+    assert len(float32_specialisations() - specialisations) <= 1
+    plans = registry._kernels["cat.default"].plans()
+    grown_plans = [plan for key, plan in plans.items() if key[0] is torch.float32 and key[2] == -2]
+    assert len(grown_plans) >= len(lengths)
+    assert all(plan.kernel is rows.cat_pair_kernel for plan in grown_plans)

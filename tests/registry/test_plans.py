@@ -130,3 +130,19 @@ def test_a_plan_never_reaches_the_implementation(monkeypatch):
     registry.reset_fallback_report()
     torch.sigmoid(a)
     assert _row("aten::sigmoid") == {"device": 1, "cpu": 0, "reasons": {}}
+
+
+def test_forget_plans_empties_every_signature_memo_and_calls_build_them_again():
+    x = torch.randn(2, 1, 3, 8)
+    q = x.to("rbln")
+    expected = torch.nn.functional.scaled_dot_product_attention(x, x, x)
+    torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    (q * q).sum()
+    from torch_rbln.registry import attention
+
+    assert _plans("mul.Tensor") and attention._inference_plans
+    registry.forget_plans()
+    assert not _plans("mul.Tensor") and not _plans("sum.default") and not attention._inference_plans
+    got = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    torch.testing.assert_close(got.cpu(), expected, atol=1e-6, rtol=1e-6)
+    assert attention._inference_plans and torch.equal((q * q).cpu(), x * x) and _plans("mul.Tensor")

@@ -384,6 +384,10 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                          or (attn_mask is not None and attn_mask.requires_grad))):
         signed = _INFERENCE.signature((query, key, value, attn_mask, is_causal, scale, enable_gqa), _NONE)
         plan = _inference_plans.get(signed[0])
+        if plan is None:
+            plan = _derived_decode_plan(signed[1])  # a decoding step's new cache length
+            if plan is not None:
+                _inference_plans[signed[0]] = plan
         if plan is not None:
             out = (plan if plan.programs else _retuned(_inference_plans, _INFERENCE, signed)).run(signed[1])
             if out is not None:
@@ -396,6 +400,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         # new structure every step)
         plan = _inference_plans[signed[0]] = _INFERENCE.plan(*signed)
         if plan.decode:
+            template = _decode_template_key(*signed[1][:6])
+            if template is not None:
+                _decode_templates[template] = plan
             out = plan.run(signed[1])
             if out is not None:
                 return out
@@ -522,6 +529,73 @@ def _new_plan(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     plan.scan_all = (O._k("rows").inputs_finite_entry(3)
                      if plan.dense and sum(plan.counts) < PARALLEL_MIN else None)
     plan.wide = int(query.dtype == torch.float32)
+    return plan
+
+
+# Decode plans by structure with the key/value length left out (`_decode_template_key`) -> the plan of one
+# length, from which a call of another length derives its own (`_derived_decode_plan`).
+_decode_templates: dict[tuple, _InferencePlan] = BoundedMemo(256)
+
+
+def _decode_template_key(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                         attn_mask: torch.Tensor | None, is_causal: bool, scale: float | None
+                         ) -> tuple | None:
+    """The structure of a decode call without its key/value length: q's shape, strides and dtype, the
+    other sizes of contiguous k and v, and a contiguous mask's shape but its last dim (which must be
+    that length), is_causal and scale; None for any other layout (each length then builds its plan)."""
+    if not (key.is_contiguous() and value.is_contiguous()) or key.dim() != 4 or value.dim() != 4:
+        return None
+    mask = None
+    if attn_mask is not None:
+        if attn_mask.dim() != 4 or not attn_mask.is_contiguous() or attn_mask.shape[3] != key.shape[2]:
+            return None
+        mask = (tuple(attn_mask.shape[:3]), attn_mask.dtype)
+    return (tuple(query.shape), query.stride(), query.dtype, key.shape[0], key.shape[1], key.shape[3],
+            key.dtype, value.shape[0], value.shape[1], value.shape[3], value.dtype, mask, is_causal, scale)
+
+
+def _derived_decode_plan(operands: tuple) -> _InferencePlan | None:
+    """The decode plan of a call whose structure differs from a planned one (`_decode_templates`) only in
+    the key/value length: a decoding loop's cache grows by a row per step, and each step's structural
+    checks (`unsupported`) and plan (`_new_plan`) took ~70 of its ~100 us. What depends on the length is
+    computed again here (the geometry, the launch's strides and sizes, the element counts, the 32-bit
+    bounds); the kernel, its specialisation and its kept launch are the template's, so the first call
+    runs the kept launch. None where no template applies (the general path then decides)."""
+    query, key, value, attn_mask, is_causal, scale, flag = operands
+    kv_len = key.shape[2]
+    if value.shape[2] != kv_len or not kv_len:
+        return None
+    template_key = _decode_template_key(query, key, value, attn_mask, is_causal, scale)
+    template = None if template_key is None else _decode_templates.get(template_key)
+    if template is None or (query.shape[1] != key.shape[1] and not flag):
+        return None
+    mask_numel = 0 if attn_mask is None else attn_mask.numel()
+    if 2 * max(key.numel(), value.numel(), mask_numel) > _INT32_MAX:  # `_last_offset` of contiguous ones
+        return None
+    g = template.g
+    strides = (0, 0, 0, 0)
+    if attn_mask is not None:
+        strides = mask_strides(attn_mask, (g.batch, g.heads, g.q_len, kv_len), 4)
+        if strides is None:
+            return None
+    g = Geometry(g.batch, g.heads, g.q_len, kv_len, g.head_dim, g.group, g.has_mask, g.bool_mask, strides)
+    index = query.get_device()
+    tail, _, _, _, _, fits = _forward_arguments(query, key, value, attn_mask, template.out_strides,
+                                                query.dtype, g, template.scale, is_causal, index)
+    if not fits:
+        return None
+    plan = _InferencePlan(template.kernel, template.key, template.keywords, template.programs, template.rows,
+                          template.shape, template.dtype, template.scanned)
+    for name in ("decode", "scale", "out_strides", "mask", "contiguous_out", "lse_shape", "scratch", "dense",
+                 "wide", "launcher", "by_address", "backend"):
+        setattr(plan, name, getattr(template, name))
+    plan.g, plan.tail = g, tail
+    plan.counts = (query.numel(), key.numel(), value.numel())
+    plan.spans = (*plan.counts, query.numel() if attn_mask is None else attn_mask.numel(), query.numel(),
+                  g.batch * g.heads * g.q_len)
+    plan.scan_all = (O._k("rows").inputs_finite_entry(3)
+                     if plan.dense and sum(plan.counts) < PARALLEL_MIN else None)
+    plan.run = partial(_inference, plan)
     return plan
 
 

@@ -359,3 +359,76 @@ def test_repeated_fused_op_calls_take_the_plan(training, monkeypatch):
     assert torch.equal(first[1].cpu(), second[1].cpu())
     assert second[1].data_ptr() != first[1].data_ptr()  # a fresh logsumexp per call, never the scratch
     assert (second[4], second[5]) == (5, 5) and second[2].numel() == 0
+
+
+# (query heads, key/value heads, query rows, mask kind, is_causal, dtype) of decoding steps
+DECODE_CASES = {
+    "bool_padding_mask": (4, 4, 1, "bool", False, torch.float32),
+    "float_mask_two_rows": (4, 4, 2, "float", False, torch.float32),
+    "no_mask_gqa": (4, 2, 1, None, False, torch.float32),
+    "causal_three_rows": (4, 4, 3, None, True, torch.float32),
+    "half_bool_mask": (4, 4, 1, "bool", False, torch.float16),
+}
+
+
+def _decode_step(case: str, length: int) -> tuple:
+    heads, kv_heads, rows, mask, causal, dtype = DECODE_CASES[case]
+    generator = torch.Generator().manual_seed(length)
+    q = torch.randn(2, heads, rows, 16, generator=generator).to(dtype)
+    k, v = (torch.randn(2, kv_heads, length, 16, generator=generator).to(dtype) for _ in range(2))
+    masks = {None: None, "bool": torch.rand(2, 1, 1, length, generator=generator) > 0.2,
+             "float": torch.randn(2, 1, rows, length, generator=generator).to(dtype)}
+    return (q, k, v, masks[mask]), {"is_causal": causal, "enable_gqa": heads != kv_heads}
+
+
+@pytest.mark.parametrize("case", list(DECODE_CASES))
+def test_a_growing_cache_derives_each_lengths_decode_plan_with_the_built_plans_bits(case, monkeypatch):
+    """A decoding loop meets a new key/value length every step: its plan derives from the plan of an
+    earlier length (`_derived_decode_plan`: no structural checks, no `_new_plan`), and gives the bits
+    of the plan the general path builds for that length, and the CPU's values."""
+    lengths = [1, 2, 3, 17, 64, 65, 130]
+    built = []
+    for length in lengths:  # the reference: each length's plan built by the general path
+        registry.forget_plans()
+        A._decode_templates.clear()
+        tensors, options = _decode_step(case, length)
+        q, k, v, mask = (t.to("rbln") if t is not None else None for t in tensors)
+        built.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **options))
+    registry.forget_plans()
+    A._decode_templates.clear()
+    new_plans = []
+    real = A._new_plan
+    monkeypatch.setattr(A, "_new_plan", lambda *a, **k: (new_plans.append(1), real(*a, **k))[1])
+    for length, reference in zip(lengths, built, strict=True):
+        tensors, options = _decode_step(case, length)
+        q, k, v, mask = (t.to("rbln") if t is not None else None for t in tensors)
+        got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **options)
+        assert torch.equal(got.cpu(), reference.cpu()), length
+        expected = F.scaled_dot_product_attention(*tensors[:3], attn_mask=tensors[3], **options)
+        tolerance = 2e-3 if tensors[0].dtype == torch.float16 else 1e-5
+        torch.testing.assert_close(got.cpu(), expected, atol=tolerance, rtol=tolerance)
+    assert len(new_plans) == 1  # the first length's; every later one derived
+
+
+def test_a_derived_decode_plan_leaves_nan_and_other_layouts_to_the_general_path():
+    registry.forget_plans()
+    A._decode_templates.clear()
+    tensors, options = _decode_step("bool_padding_mask", 5)
+    device = [t.to("rbln") for t in tensors]
+    F.scaled_dot_product_attention(*device[:3], attn_mask=device[3], **options)  # the template
+    tensors, options = _decode_step("bool_padding_mask", 6)
+    k = tensors[1].clone()
+    k[1, 2, 3, 4] = float("nan")
+    got = F.scaled_dot_product_attention(tensors[0].to("rbln"), k.to("rbln"), tensors[2].to("rbln"),
+                                         attn_mask=tensors[3].to("rbln"))
+    expected = F.scaled_dot_product_attention(tensors[0], k, tensors[2], attn_mask=tensors[3])
+    torch.testing.assert_close(got.cpu(), expected, equal_nan=True)
+    # a static cache read through a slice: not contiguous, no template (each length plans itself)
+    cache = torch.randn(2, 4, 32, 16)
+    q = tensors[0]
+    for length in (6, 7):
+        got = F.scaled_dot_product_attention(q.to("rbln"), cache.to("rbln")[:, :, :length],
+                                             cache.to("rbln")[:, :, :length])
+        expected = F.scaled_dot_product_attention(q, cache[:, :, :length], cache[:, :, :length])
+        torch.testing.assert_close(got.cpu(), expected, atol=1e-5, rtol=1e-5)
+    assert len(A._decode_templates) == 1  # the contiguous structure's only

@@ -972,74 +972,53 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
 
 
 def _strided_unary_plan(key: tuple, scanned: bool) -> Plan:
-    """A unary op on a strided view that is no permutation of a dense block (`-x[..., d:]`, RoPE's
-    rotate_half on every decoding step): the copy kernel gathers it into a fresh contiguous result
-    (its geometry decided here once) and the unary kernel runs in place on that, both kept launches.
-    The implementation took ~33 us for it (its layout and checks, a general copy and launch).
-    NO_PLAN for a permutation (a transpose: the implementation reads it in place, laid out as torch
-    lays it out), or a view the copy kernels cannot express."""
+    """A unary op on a strided view, through kept launches. A view that is no permutation of a dense
+    block (`-x[..., d:]`, RoPE's rotate_half on every decoding step): the copy kernel gathers it into the
+    fresh contiguous result (its geometry decided here once) and the unary kernel runs in place there
+    (the implementation took ~33 us: its layout and checks, a general copy and launch). A permutation of
+    a dense block (a transpose): torch lays the result out as the input (`laid_out`: the input's strides
+    but on dims of size 1), so the kernel runs over the block in memory order into a result allocated so,
+    with no view made (the implementation permuted the input and the result back: two view ops).
+    NO_PLAN for a view the copy kernel cannot express, or whose result torch lays out otherwise."""
     _, op_name, dtype, shape, strides, index = key
     n = math.prod(shape)
     if dtype not in FLOATS or n == 0:
         return NO_PLAN
     meta = torch.empty_strided(shape, strides, device="meta")
-    if output_order(meta) is not None:
-        laid_out = (-meta).stride()  # torch's result strides: the input's, but on dims of size 1
+    gather, laid_out = None, None
+    if output_order(meta) is None:
+        gather = contiguous_copier(tuple(shape), tuple(strides))
+        if gather is None:
+            return NO_PLAN
+    else:
+        laid_out = (-meta).stride()
         pairs = zip(shape, laid_out, strides, strict=True)
-        if is_dense_permutation(shape, strides) and all(size == 1 or a == b for size, a, b in pairs):
-            return _permuted_unary_plan(key, laid_out, scanned)
-        return NO_PLAN
-    gather = contiguous_copier(tuple(shape), tuple(strides))
-    if gather is None:
-        return NO_PLAN
+        if not (is_dense_permutation(shape, strides) and all(size == 1 or a == b for size, a, b in pairs)):
+            return NO_PLAN
     launch_key, keywords, programs = unary_launch(op_name, (dtype, dtype), n)
     plan = Plan(_k("elementwise").unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
                 (0,) if scanned else ())
     scan, mask = contiguous_scan(dtype)
     small = n < PARALLEL_MIN
-    empty_, deploy_mode = _memory.empty, config.deploy_mode if scanned else unscanned
+    empty_, empty_strided = _memory.empty, _memory.empty_strided
+    deploy_mode = config.deploy_mode if scanned else unscanned
 
     def run(operands: tuple) -> Tensor | None:
         x, p, _ = operands
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-        target = empty_(shape, dtype, index)
-        gather(x, target)
-        if not deploy_mode() and not (scan(target.data_ptr(), n, mask) if small else all_finite(target)):
-            return None  # the implementation decides (its NaN/Inf handling)
-        if launcher is None or (programs > 1 and device_tp(index) > 1):
-            plan.launch_checked((target, target, n, float(p)))
+        if gather is not None:
+            source = target = empty_(shape, dtype, index)
+            gather(x, target)
         else:
-            launcher(programs, 1, 1, target, target, n, float(p))
-        return target
-
-    plan.run = run
-    return plan
-
-
-def _permuted_unary_plan(key: tuple, laid_out: tuple, scanned: bool) -> Plan:
-    """A unary op on a permutation of a dense block (a transpose; `_strided_unary_plan` decided): torch
-    lays the result out as the input (`laid_out`: its strides, which differ from the input's only on
-    dims of size 1), so the kernel runs over the block in memory order into a result allocated so,
-    with no view made (the implementation permuted the input and the result back: two view ops)."""
-    _, op_name, dtype, shape, _, index = key
-    n = math.prod(shape)
-    launch_key, keywords, programs = unary_launch(op_name, (dtype, dtype), n)
-    plan = Plan(_k("elementwise").unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
-                (0,) if scanned else ())
-    scan, mask = contiguous_scan(dtype)
-    small = n < PARALLEL_MIN
-    empty_strided, deploy_mode = _memory.empty_strided, config.deploy_mode if scanned else unscanned
-
-    def run(operands: tuple) -> Tensor | None:
-        x, p, _ = operands
-        launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-        if not deploy_mode() and not (scan(x.data_ptr(), n, mask) if small else all_finite(x)):
+            source, target = x, None
+        if not deploy_mode() and not (scan(source.data_ptr(), n, mask) if small else all_finite(source)):
             return None  # the implementation decides (its NaN/Inf handling)
-        target = empty_strided(shape, laid_out, dtype, index)
+        if target is None:
+            target = empty_strided(shape, laid_out, dtype, index)
         if launcher is None or (programs > 1 and device_tp(index) > 1):
-            plan.launch_checked((x, target, n, float(p)))
+            plan.launch_checked((source, target, n, float(p)))
         else:
-            launcher(programs, 1, 1, x, target, n, float(p))
+            launcher(programs, 1, 1, source, target, n, float(p))
         return target
 
     plan.run = run

@@ -69,3 +69,25 @@ def test_the_warning_appears_while_the_compile_runs(fresh_cache, monkeypatch, ca
     reported_kernel[(1,)](torch.zeros(4), BLOCK=4, backend="numba")
     assert seen == [True]
     assert "compiling 1 kernel with numba (first: 'reported_kernel')" in capfd.readouterr().err
+
+
+def test_the_cache_check_stats_numbas_index_file_and_agrees_with_the_listing(fresh_cache, monkeypatch):
+    """`_cached_on_disk` (asked at every kernel's first launch in a process) reads one index path numba's
+    cache computed, with the listing's answer: True once the kernel is compiled, False once its files are
+    gone; an object without numba's cache attributes (another numba) falls back to the listing."""
+    import os
+
+    listings = []
+    real_listing = executable._numba_cache_files
+    monkeypatch.setattr(executable, "_numba_cache_files", lambda f: (listings.append(f), real_listing(f))[1])
+    x = torch.zeros(4)
+    compiled = reported_kernel.warmup(x, BLOCK=4, grid=(1,), backend="numba").executable("numba")
+    module_file = compiled.module.__file__
+    files = real_listing(module_file)
+    assert files and executable._cached_on_disk(compiled.kernel, module_file)
+    for path in files:
+        os.remove(path)
+    assert not executable._cached_on_disk(compiled.kernel, module_file) and not real_listing(module_file)
+    assert not listings  # one stat each time, no directory listing
+    assert not executable._cached_on_disk(object(), module_file)  # no numba cache object: the listing
+    assert listings == [module_file]

@@ -414,16 +414,17 @@ def _plain_call_shortcut(custom: Any, namespace: str, opname: str, kernel: Calla
 
 
 def forget_plans() -> None:
-    """Drop every plan kept per call signature (the table's ops and attention's), so that each signature's
-    next call builds its plan again. Why: a decoding step meets new sequence lengths, each a signature
-    of its own, so what a request of unseen lengths pays includes building those plans, which repeated
-    benchmark calls of one length hide (`benchmarks/generate.py --fresh-plans`). Compiled kernels and
-    their kept launches stay."""
+    """Drop every plan kept per call signature (the table's ops, attention's with its decode templates,
+    the custom ops'), so that each signature's next call builds its plan again. Why: a decoding step
+    meets new sequence lengths, each a signature of its own, so what a request of unseen lengths pays
+    includes building those plans, which repeated benchmark calls of one length hide
+    (`benchmarks/generate.py --fresh-plans`). Compiled kernels and their kept launches stay."""
     for kernel in list(_kernels.values()):
         kernel.plans().clear()
-    from . import attention
+    from . import attention, custom
 
-    for memo in (attention._inference_plans, attention._fused_plans, attention._backward_plans):
+    for memo in (attention._inference_plans, attention._fused_plans, attention._backward_plans,
+                 attention._decode_templates, custom._rms_norm_fast.plans, custom._rotary_fast.plans):
         memo.clear()
 
 

@@ -138,11 +138,13 @@ def test_forget_plans_empties_every_signature_memo_and_calls_build_them_again():
     expected = torch.nn.functional.scaled_dot_product_attention(x, x, x)
     torch.nn.functional.scaled_dot_product_attention(q, q, q)
     (q * q).sum()
-    from torch_rbln.registry import attention
+    from torch_rbln.registry import attention, custom
 
-    assert _plans("mul.Tensor") and attention._inference_plans
+    torch.ops.rbln.rms_norm(q, torch.ones(8).to("rbln"), 1e-6)
+    assert _plans("mul.Tensor") and attention._inference_plans and custom._rms_norm_fast.plans
     registry.forget_plans()
     assert not _plans("mul.Tensor") and not _plans("sum.default") and not attention._inference_plans
+    assert not custom._rms_norm_fast.plans and not attention._decode_templates
     got = torch.nn.functional.scaled_dot_product_attention(q, q, q)
     torch.testing.assert_close(got.cpu(), expected, atol=1e-6, rtol=1e-6)
     assert attention._inference_plans and torch.equal((q * q).cpu(), x * x) and _plans("mul.Tensor")

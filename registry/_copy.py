@@ -25,6 +25,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch_rbln.dsl.jit import peer_access
 
 from torch_rbln import fallback
+from torch_rbln._memory import contiguous_strides
 from torch_rbln.tp import device_tp as _device_tp
 
 from . import _launch
@@ -34,10 +35,9 @@ from ._finite_scan import is_dense_permutation
 from ._launch import kernel_module as _k
 from ._memo import PlanMemo
 from .geometry import I32 as _I32
+from .geometry import broadcast_strides, small_tile_shape
 from .geometry import cdiv as _cdiv
 from .geometry import collapse as _collapse
-from .geometry import expanded_strides as _expanded_strides
-from .geometry import small_tile_shape
 
 NAME = "aten::_copy_from"
 _DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool})
@@ -184,8 +184,7 @@ def _copy_geometry(geometry_key: tuple) -> _CopyLaunch | str:
     kernels as at most four dims of sizes and strides."""
     dst_shape, src_shape, src_strides, dst_strides = geometry_key
     shape = list(dst_shape)
-    stand_in = torch.empty_strided(src_shape, src_strides, device="meta")
-    expanded = _expanded_strides(stand_in, shape)
+    expanded = broadcast_strides(src_shape, src_strides, shape)
     sizes, (src_strides, dst_strides) = _collapse(shape, [expanded, list(dst_strides)])
     if len(sizes) > 4:
         return f"more than 4 non-mergeable dims ({len(sizes)})"
@@ -250,7 +249,7 @@ def contiguous_copier(shape: tuple, strides: tuple) -> Callable[[torch.Tensor, t
     """`copy(src, dst)` for a source of `shape` and `strides` and a fresh contiguous `dst` of that shape on
     its device, with the geometry decided here once (a plan's copy of a strided operand); None where
     the kernels cannot express the copy."""
-    contiguous = tuple(torch.empty(shape, device="meta").stride())
+    contiguous = tuple(contiguous_strides(shape))
     geometry = _geometries[(torch.Size(shape), torch.Size(shape), tuple(strides), contiguous)]
     if type(geometry) is str:
         return None

@@ -33,7 +33,7 @@ from . import _launch
 from ._base import require_float
 from ._finite_scan import is_dense_permutation
 from ._ops import FLOATS, Decline, _broadcast, _check_out, _device_index, _k, fill_floats
-from .geometry import I32, cdiv, expanded_strides
+from .geometry import I32, broadcast_strides, cdiv, expanded_strides
 from .plan import NO_PLAN, Direct, Family, Plan
 
 _NO_BIAS = (0, 0)  # bias strides of a launch without bias
@@ -362,8 +362,7 @@ def _plan(key: tuple, batched: bool) -> Plan:
         bias_shape, bias_strides = bias
         if tuple(bias_strides) != tuple(_memory.contiguous_strides(list(bias_shape))) or 0 in bias_shape:
             return NO_PLAN  # the plan's bias strides are a contiguous one's
-        stand_in = torch.empty(bias_shape, device="meta")
-        sbias = tuple(expanded_strides(stand_in, [M, N]))
+        sbias = tuple(broadcast_strides(bias_shape, bias_strides, [M, N]))
     shape = (batch, M, N) if batched else (M, N)
     plan = MatmulPlan(dtype, shape, index, M, N, K, sa, sb, sbias, batch)
     if out_key is not None and out_key != (plan.dtype, plan.shape, plan.c_strides):

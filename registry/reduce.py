@@ -220,23 +220,30 @@ def isin_family() -> Family:
         stride = row_stride(tuple(x.shape), x.stride(), x.dim())
         if stride is None:
             return None
-        return (x.dtype, x.shape, stride, t.numel(), index, invert), (x, t)
+        # a column's stride is a runtime value, not part of the key: `isin(ids[:, -1], eos)` reads a
+        # column of ids that grow by a token every step, a new stride every step
+        return (x.dtype, x.shape, stride == 1, t.numel(), index, invert), (x, t, stride)
 
     def plan(key: tuple, operands: tuple) -> Plan:
-        dtype, shape, stride, m, index, invert = key
+        dtype, shape, line, m, index, invert = key
         n = math.prod(shape)
-        launch = isin_launch(dtype, n, m, stride, invert)
+        launch = isin_launch(dtype, n, m, operands[2], invert)
         if n == 0 or m == 0 or m > ISIN_KERNEL_TESTS or n * m > ISIN_LIMIT or launch.key is None:
             return NO_PLAN
         plan = Plan.of(launch, tuple(shape), torch.bool, ())
         programs, empty_ = launch.programs, _memory.empty
-        line = stride == 1  # a column (stride > 1) takes the checked launch, bounded over its span
+        widest = I32 // max(n, 1)  # the largest stride whose ints fit the launch key's 32 bits
 
-        def run(operands: tuple) -> Tensor:
-            x, t = operands
+        def run(operands: tuple) -> Tensor | None:
+            x, t, stride = operands
+            if stride >= widest:
+                return None  # 64-bit offsets: the implementation's general launch
             found = empty_(shape, torch.bool, index)
             launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-            if launcher is None or not line or (programs > 1 and device_tp(index) > 1):
+            if launcher is not None and not line:
+                # a column goes to the kernel over its span, first to last element (`strided`)
+                launcher = getattr(launcher, "strided", None)
+            if launcher is None or (programs > 1 and device_tp(index) > 1):
                 plan.launch_checked((x, t, found, n, m, stride))
             else:
                 launcher(programs, 1, 1, x, t, found, n, m, stride)

@@ -308,3 +308,37 @@ def test_isin_with_many_test_elements_takes_the_broadcast_compare():
     x, t = torch.tensor([5, 7, -1]), torch.arange(reduce.ISIN_KERNEL_TESTS + 1)
     assert planned("isin.Tensor_Tensor")((x.to("rbln"), t.to("rbln")), {}) is None
     assert torch.equal(torch.isin(x.to("rbln"), t.to("rbln")).cpu(), torch.isin(x, t))
+
+
+def test_isin_of_a_growing_columns_ids_keeps_one_plan_and_launches_it_directly(monkeypatch):
+    """`isin(ids[:, -1], eos)` every decoding step: the column's stride grows with the ids, and is a
+    runtime value of one plan (not a key per stride), launched by the kept launch over the column's span
+    (`strided`) instead of the checked launch; each result is the CPU's."""
+    from torch_rbln.registry.plan import Plan
+
+    memo = registry._kernels["isin.Tensor_Tensor"].plans()
+    memo.clear()
+    eos = torch.tensor([1, 7])
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 9, (3, 4), generator=generator)
+    device_ids, device_eos = ids.to("rbln"), eos.to("rbln")
+    torch.isin(device_ids[:, -1], device_eos)  # the first launch of each specialisation (checked)
+    torch.isin(device_ids[:, 1], device_eos, invert=True)
+    checked = []
+    real = Plan.launch_checked
+    isin_kernel = reduce._k("reduce").isin_kernel
+
+    def spied(self, args):
+        if self.kernel is isin_kernel:
+            checked.append(args)
+        return real(self, args)
+
+    monkeypatch.setattr(Plan, "launch_checked", spied)
+    for _ in range(12):
+        step = torch.randint(0, 9, (3, 1), generator=generator)
+        ids, device_ids = torch.cat([ids, step], -1), torch.cat([device_ids, step.to("rbln")], -1)
+        assert torch.equal(torch.isin(device_ids[:, -1], device_eos).cpu(), torch.isin(ids[:, -1], eos))
+        assert torch.equal(torch.isin(device_ids[:, 1], device_eos, invert=True).cpu(),
+                           torch.isin(ids[:, 1], eos, invert=True))
+    assert not checked
+    assert len(memo) == 2  # one plan per (column, invert), whatever the stride

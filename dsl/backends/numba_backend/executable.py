@@ -665,6 +665,7 @@ class Executable:
         launch.unchecked = namespace["unchecked"]
         launch.unchecked.by_address = namespace["by_address"]
         launch.unchecked.aliasing = namespace["aliasing"]
+        launch.unchecked.strided = namespace["strided"]  # for plans whose operands are strided views
         return launch
 
     def _entry_point(self) -> Callable | None:

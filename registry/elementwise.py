@@ -62,7 +62,7 @@ from .integer import (
     true_division_operands,
     wrapped_int,
 )
-from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, unscanned
+from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, scanner, unscanned
 
 # ---------------------------------------------------------------- numbers as operands
 
@@ -998,10 +998,8 @@ def _strided_unary_plan(key: tuple, scanned: bool) -> Plan:
     launch_key, keywords, programs = unary_launch(op_name, (dtype, dtype), n)
     plan = Plan(_k("elementwise").unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
                 (0,) if scanned else ())
-    scan, mask = contiguous_scan(dtype)
-    small = n < PARALLEL_MIN
+    finite = scanner(dtype, n) if scanned else None
     empty_, empty_strided = _memory.empty, _memory.empty_strided
-    deploy_mode = config.deploy_mode if scanned else unscanned
 
     def run(operands: tuple) -> Tensor | None:
         x, p, _ = operands
@@ -1011,7 +1009,7 @@ def _strided_unary_plan(key: tuple, scanned: bool) -> Plan:
             gather(x, target)
         else:
             source, target = x, None
-        if not deploy_mode() and not (scan(source.data_ptr(), n, mask) if small else all_finite(source)):
+        if finite is not None and not finite(source):
             return None  # the implementation decides (its NaN/Inf handling)
         if target is None:
             target = empty_strided(shape, laid_out, dtype, index)

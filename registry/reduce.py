@@ -227,7 +227,8 @@ def isin_family() -> Family:
     def plan(key: tuple, operands: tuple) -> Plan:
         dtype, shape, line, m, index, invert = key
         n = math.prod(shape)
-        launch = isin_launch(dtype, n, m, operands[2], invert)
+        # decided for the key, not for this call's stride (each call checks its own below)
+        launch = isin_launch(dtype, n, m, 1, invert)
         if n == 0 or m == 0 or m > ISIN_KERNEL_TESTS or n * m > ISIN_LIMIT or launch.key is None:
             return NO_PLAN
         plan = Plan.of(launch, tuple(shape), torch.bool, ())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -70,6 +71,17 @@ class UnsupportedByNumba(NotImplementedError):
 
 @functools.cache
 @functools.lru_cache(maxsize=1)
+def _portable_location(fn: Function) -> str:
+    """Where the kernel's source is, for the generated module's header, as the file's name and line
+    without its directory. Why: the module's text is its cache identity (`Lowered.digest`), and a
+    directory in it tied every cached kernel to one install path: the op library installed in another
+    venv or checkout, and a cache (or a compiled graph's kernels, whose DSL source lives in the cache
+    directory) copied to another path for `rbln-autotune precompile`'s fleet, recompiled every kernel."""
+    if not fn.loc:
+        return fn.name
+    return f"{os.path.basename(fn.loc.filename)}:{fn.loc.lineno}:{fn.loc.col}"
+
+
 def _support_digest() -> str:
     """Hash of support.py. numba caches a kernel's machine code by the kernel file alone, with the
     support helpers it calls inlined; naming this hash in the generated source gives a changed helper
@@ -757,7 +769,7 @@ class _Lowering:
             params=ptr_signature + scalar_signature,
             prologue=prologue + self.hoisted,
             body=self.lines,
-            location=str(fn.loc) if fn.loc else fn.name,
+            location=_portable_location(fn),
             key=fn.key,
             support_module=f"{__package__}.support",
             support_digest=_support_digest(),

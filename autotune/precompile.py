@@ -11,7 +11,9 @@ need compile once):
   (see ``autotune.manifest``), compiled without running (``warmup=True``), so tuning it later only
   measures.
 
-A cache built so is portable to identical hosts: copy ``$TORCH_RBLN_CACHE_DIR/kernels``.
+A cache built so is portable to identical hosts (the same CPU, torch, numba and torch-rbln): copy
+``$TORCH_RBLN_CACHE_DIR/kernels``; where torch-rbln is installed and where the cache lies do not enter
+a kernel's cache identity (tests/dsl/backends/test_portable_cache.py).
 """
 
 from __future__ import annotations

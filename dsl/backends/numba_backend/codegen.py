@@ -69,8 +69,6 @@ class UnsupportedByNumba(NotImplementedError):
     """The IR uses something this backend does not lower (the caller falls back to the interpreter)."""
 
 
-@functools.cache
-@functools.lru_cache(maxsize=1)
 def _portable_location(fn: Function) -> str:
     """Where the kernel's source is, for the generated module's header, as the file's name and line
     without its directory. Why: the module's text is its cache identity (`Lowered.digest`), and a
@@ -82,6 +80,8 @@ def _portable_location(fn: Function) -> str:
     return f"{os.path.basename(fn.loc.filename)}:{fn.loc.lineno}:{fn.loc.col}"
 
 
+@functools.cache
+@functools.lru_cache(maxsize=1)
 def _support_digest() -> str:
     """Hash of support.py. numba caches a kernel's machine code by the kernel file alone, with the
     support helpers it calls inlined; naming this hash in the generated source gives a changed helper

@@ -388,15 +388,14 @@ class _Builder:
         the kernel cannot take it (more than four dims after merging, ints over 32 bits, a dtype it
         has no specialisation for) or kept no direct launch."""
         from torch_rbln.registry import _copy, _launch
-        from torch_rbln.registry.geometry import collapse, expanded_strides
+        from torch_rbln.registry.geometry import broadcast_strides, collapse
 
         if real_src.device.type != "rbln" or dst_meta.dtype not in (torch.float32, torch.float16,
                                                                     torch.bfloat16):
             return None
-        stand_in = torch.empty_strided(src_meta.shape, src_meta.stride(), device="meta")
+        shape = list(dst_meta.shape)
         sizes, (src_strides, dst_strides) = collapse(
-            list(dst_meta.shape), [list(expanded_strides(stand_in, list(dst_meta.shape))),
-                                   list(dst_meta.stride())])
+            shape, [broadcast_strides(src_meta.shape, src_meta.stride(), shape), list(dst_meta.stride())])
         if not sizes or len(sizes) > 4:
             return None
         pad = 4 - len(sizes)

@@ -233,7 +233,7 @@ def isin_family() -> Family:
             return NO_PLAN
         plan = Plan.of(launch, tuple(shape), torch.bool, ())
         programs, empty_ = launch.programs, _memory.empty
-        widest = I32 // max(n, 1)  # the largest stride whose ints fit the launch key's 32 bits
+        widest = I32 // n  # (n > 0 here) the largest stride whose ints fit the launch key's 32 bits
 
         def run(operands: tuple) -> Tensor | None:
             x, t, stride = operands

@@ -33,7 +33,7 @@ from torch_rbln import config
 from torch_rbln import profiling as _profiling
 from torch_rbln.log import get_logger
 
-from . import _stats, cache
+from . import _stats, cache, trace_cache
 from .codegen import KernelSpec, generate
 from .fused import FusedKernel, subgraph_module
 from .graph import fuse_graph
@@ -102,8 +102,17 @@ def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict 
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
+    trace_key = trace_cache.key(gm, example_inputs)  # None: this graph's trace is not cached
+    if trace_key is not None:
+        cached = trace_cache.lookup(trace_key)
+        if cached is not None:
+            graph, inputs = cached
+            return trace_cache.runner(compile_graph(graph, inputs, parsed, "inference"))
+
     def compiler(phase: str):
         def compile_phase(graph: fx.GraphModule, inputs: Sequence) -> Callable:
+            if phase == "inference" and trace_key is not None:
+                trace_cache.store_if_plain(trace_key, graph, len(example_inputs))
             return make_boxed_func(compile_graph(graph, inputs, parsed, phase))
 
         return compile_phase

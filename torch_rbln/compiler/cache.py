@@ -18,6 +18,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -27,7 +28,8 @@ from torch_rbln.log import get_logger
 
 from .codegen import KernelSpec, template_digest
 
-__all__ = ["graph_key", "lookup", "store", "clear_memory", "graphs_dir", "FORMAT"]
+__all__ = ["graph_key", "lookup", "store", "clear_memory", "graphs_dir", "read_signed", "write_signed",
+           "FORMAT"]
 
 FORMAT = 3  # 2: kernel specs record their outputs' strides; 3: pointwise kernels store at them
 
@@ -76,13 +78,10 @@ def _path(key: str) -> Path:
     return graphs_dir() / f"{key}.json"
 
 
-def lookup(key: str) -> tuple[list[KernelSpec], str] | None:
-    """(specs, "memory" | "disk") for a cached graph, or None."""
-    with _lock:
-        specs = _memory.get(key)
-    if specs is not None:
-        return specs, "memory"
-    path = _path(key)
+def read_signed(path: Path, key: str, field: str, what: str = "graph cache entry") -> Any | None:
+    """The `field` of a signed JSON entry at `path` (None: no entry; `what` names the entry in
+    messages). An entry that is not valid JSON, names another format or key, or whose checksum does not
+    match `field` is reported with a WARNING and treated as absent, so the caller rebuilds it."""
     try:
         text = path.read_text()
     except OSError:
@@ -91,12 +90,43 @@ def lookup(key: str) -> tuple[list[KernelSpec], str] | None:
         data = json.loads(text)
         if data.get("format") != FORMAT or data.get("key") != key:
             raise ValueError("format or key mismatch")
-        payload = json.dumps(data["kernels"], sort_keys=True)
+        payload = json.dumps(data[field], sort_keys=True)
         if hashlib.sha256(payload.encode()).hexdigest() != data.get("digest"):
             raise ValueError("checksum mismatch")
-        specs = [KernelSpec.from_json(item) for item in data["kernels"]]
+        return data[field]
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        _log().warning("%s %s is corrupt (%s); regenerating it", what, path, error)
+        return None
+
+
+def write_signed(path: Path, key: str, field: str, value: Any, what: str = "graph cache entry") -> None:
+    """Write `value` as the `field` of a signed JSON entry at `path`, atomically (a concurrent reader sees
+    the old entry or the new one); a cache that cannot be written keeps the entry in memory only."""
+    payload = json.dumps(value, sort_keys=True)
+    data = {"format": FORMAT, "key": key, "digest": hashlib.sha256(payload.encode()).hexdigest(),
+            field: value}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError as error:
+        _log().warning("could not write %s %s (%s); it stays in memory only", what, path, error)
+
+
+def lookup(key: str) -> tuple[list[KernelSpec], str] | None:
+    """(specs, "memory" | "disk") for a cached graph, or None."""
+    with _lock:
+        specs = _memory.get(key)
+    if specs is not None:
+        return specs, "memory"
+    kernels = read_signed(_path(key), key, "kernels")
+    if kernels is None:
+        return None
+    try:
+        specs = [KernelSpec.from_json(item) for item in kernels]
     except (ValueError, KeyError, TypeError) as error:
-        _log().warning("graph cache entry %s is corrupt (%s); regenerating it", path, error)
+        _log().warning("graph cache entry %s is corrupt (%s); regenerating it", _path(key), error)
         return None
     with _lock:
         _memory[key] = specs
@@ -106,15 +136,4 @@ def lookup(key: str) -> tuple[list[KernelSpec], str] | None:
 def store(key: str, specs: list[KernelSpec]) -> None:
     with _lock:
         _memory[key] = specs
-    kernels = [spec.to_json() for spec in specs]
-    payload = json.dumps(kernels, sort_keys=True)
-    data = {"format": FORMAT, "key": key, "digest": hashlib.sha256(payload.encode()).hexdigest(),
-            "kernels": kernels}
-    path = _path(key)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
-    except OSError as error:
-        _log().warning("could not write graph cache entry %s (%s); it stays in memory only", path, error)
+    write_signed(_path(key), key, "kernels", [spec.to_json() for spec in specs])

@@ -1,0 +1,449 @@
+"""AOTAutograd's inference graphs, cached by the Dynamo graph they were traced from.
+
+Why: on a warm kernel cache, most of a compiled model's first call under ``backend="rbln"`` is
+AOTAutograd tracing the Dynamo graph into ATen (0.7 s of the 1.7 s for a 4-layer Llama), which inductor
+skips with its own AOTAutograd cache. This cache keeps the ATen graph itself, so a later process (or a
+``torch._dynamo.reset()``) that captures the same Dynamo graph goes straight to :func:`compile_graph`.
+
+Only traces that are a plain function of their inputs are kept, because a hit replaces AOTAutograd's
+runtime wrappers with one call of the compiled graph:
+
+* the key (:func:`key`) covers the Dynamo graph's code, every input's type, shape, strides, offset,
+  dtype, device and ``requires_grad``, the modes that steer a trace (grad, inference mode, autocast,
+  default dtype, deterministic algorithms), torch's version and functorch config, every ``TORCH_RBLN_*``
+  variable, and the sources of ``torch_rbln`` and ``registry`` (our fake kernels, autograd kernels and
+  decompositions decide which ATen ops a trace records). A graph that calls anything a version and a
+  source digest cannot pin (a user's Python function or custom op, a higher-order op), holds parameters
+  or constants of its own, takes symbolic sizes, tensor subclasses or inputs sharing memory, or needs
+  gradients is not cached;
+* a trace is stored only when AOTAutograd reports no input mutation, no output aliasing an input or
+  another output, no effect tokens and no grad-mode change (its ``ViewAndMutationMeta``);
+* entries are JSON (no pickle: nothing in the cache directory is executed by loading it), signed with
+  a checksum like the graph cache's; a corrupt or foreign entry is reported with a WARNING and traced
+  again; an op the running torch lacks makes the entry a miss.
+
+torch's switches for its own AOTAutograd cache turn this one off too
+(``torch._functorch.config.enable_autograd_cache = False`` or ``TORCHINDUCTOR_AUTOGRAD_CACHE=0``;
+``torch.compiler.config.force_disable_caches`` or ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import logging
+import operator
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from torch_rbln import cachedir
+from torch_rbln.log import get_logger
+
+from . import _stats
+from .cache import read_signed, write_signed
+
+__all__ = ["key", "lookup", "store_if_plain", "runner", "Uncacheable"]
+
+# Namespaces whose ops are pinned by the key (torch's version, our sources); a user's custom op is not
+CACHED_NAMESPACES = frozenset({"aten", "prims", "rbln"})
+CONSTANT_BYTES = 1 << 16  # larger tensor constants in a graph: not cached (they would bloat entries)
+WHAT = "traced graph cache entry"
+FORMAT = 1  # the encoding below (in the key: entries of another encoding are never looked up)
+
+
+class Uncacheable(Exception):
+    """Why one graph's trace is not cached (logged at DEBUG)."""
+
+
+class MissingOp(Exception):
+    """An entry names an op the running torch lacks (another build with the same version string)."""
+
+
+def _log() -> logging.Logger:
+    return get_logger("compiler")
+
+
+def trace_dir() -> Path:
+    return Path(cachedir.cache_path("traces"))
+
+
+@functools.lru_cache(maxsize=1)
+def _sources_digest() -> str:
+    """The sources that decide what a trace records: torch_rbln's (fake/autograd kernels, decompositions,
+    device hooks) and the registry's (the ops it binds for the rbln device)."""
+    import torch_rbln
+    from torch_rbln import registry
+
+    digest = hashlib.sha256()
+    for package in (torch_rbln, registry):
+        root = Path(package.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _modes() -> list[str]:
+    """The thread-local modes and global settings a trace reads."""
+    from torch._functorch import config as functorch_config
+
+    autocast = [torch.is_autocast_enabled(device) for device in ("cpu", "rbln")]
+    if any(autocast):
+        raise Uncacheable("autocast is enabled")
+    settings = functorch_config.get_config_copy()
+    return [
+        f"grad={torch.is_grad_enabled()}", f"inference={torch.is_inference_mode_enabled()}",
+        f"default_dtype={torch.get_default_dtype()}",
+        f"deterministic={torch.are_deterministic_algorithms_enabled()}",
+        "functorch=" + repr(sorted((name, repr(value)) for name, value in settings.items())),
+        "env=" + repr(sorted((name, value) for name, value in os.environ.items()
+                             if name.startswith("TORCH_RBLN_"))),
+    ]
+
+
+def _namespace(op: torch._ops.OpOverload | torch._ops.OpOverloadPacket) -> str:
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return op._qualified_op_name.split("::")[0]
+    return op.namespace
+
+
+def _pinned_target(target: Any) -> bool:
+    """Whether a call target's behaviour is fixed by torch's version or our sources."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return _namespace(target) in CACHED_NAMESPACES
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return False
+    module = getattr(target, "__module__", None) or ""
+    return module.split(".")[0] in ("torch", "_operator", "operator", "math", "builtins")
+
+
+def _describe_input(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            raise Uncacheable(f"an input is a {type(value).__name__}")
+        if value.is_conj() or value.is_neg() or value.layout != torch.strided:
+            raise Uncacheable("an input is not a plain strided tensor")
+        if any(not isinstance(n, int) for n in (*value.shape, *value.stride(), value.storage_offset())):
+            raise Uncacheable("an input has symbolic sizes")
+        return (f"T{tuple(value.shape)}:{value.stride()}:{value.storage_offset()}:{value.dtype}:"
+                f"{value.device}:{value.requires_grad}")
+    if type(value) in (int, float, bool) or value is None:
+        return f"V{type(value).__name__}:{value!r}"
+    raise Uncacheable(f"an input is a {type(value).__name__}")
+
+
+def _check_graph(gm: fx.GraphModule) -> None:
+    if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
+        raise Uncacheable("the graph holds parameters or buffers")
+    for node in gm.graph.nodes:
+        if node.op in ("call_module", "get_attr"):
+            raise Uncacheable(f"the graph has a {node.op} node ({node.target})")
+        if node.op == "call_function" and not _pinned_target(node.target):
+            raise Uncacheable(f"the graph calls {node.target!r}")
+
+
+def _not_cached(reason: Exception) -> None:
+    """Count a trace left out of the cache; say why (DEBUG for what the cache refuses by design, WARNING
+    for an unexpected error, which the compile survives)."""
+    _stats.count("traces_uncached")
+    if isinstance(reason, Uncacheable):
+        _log().debug("trace not cached: %s", reason)
+    else:
+        _log().warning("trace not cached: %s: %s (the graph compiles as usual)", type(reason).__name__,
+                       reason)
+
+
+def key(gm: fx.GraphModule, example_inputs: Sequence) -> str | None:
+    """The cache key of the trace of Dynamo graph `gm` on `example_inputs`; None when it is not cached."""
+    from torch._functorch import config as functorch_config
+
+    if torch.compiler.config.force_disable_caches or not functorch_config.enable_autograd_cache:
+        return None  # torch's own switches for its AOTAutograd cache
+    try:
+        _check_graph(gm)
+        if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad
+                                           for v in example_inputs):
+            raise Uncacheable("an input requires grad (a training graph)")
+        storages = set()
+        for value in example_inputs:
+            if isinstance(value, torch.Tensor):
+                try:
+                    storage = value.untyped_storage().data_ptr()
+                except RuntimeError as error:
+                    raise Uncacheable("an input has no memory (a fake tensor)") from error
+                if storage in storages and value.untyped_storage().nbytes():
+                    raise Uncacheable("two inputs share memory")
+                storages.add(storage)
+        parts = [str(FORMAT), torch.__version__, _sources_digest(), *_modes(), gm.code]
+        parts += [_describe_input(value) for value in example_inputs]
+    except Exception as reason:  # noqa: BLE001 - a graph we cannot key is traced, never failed
+        _not_cached(reason)
+        return None
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+
+# ------------------------------------------------------------------------------------------- encoding
+def _encode_value(value: Any) -> Any:
+    """A node argument or recorded value as JSON (tagged lists; floats exact, inf/nan included)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return {"f": value.hex()}
+    if isinstance(value, fx.Node):
+        return {"n": value.name}
+    if isinstance(value, (list, tuple)):
+        return {"l" if isinstance(value, list) else "t": [_encode_value(v) for v in value]}
+    if isinstance(value, dict) and all(isinstance(name, str) for name in value):
+        return {"d": [[name, _encode_value(v)] for name, v in value.items()]}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if isinstance(value, torch.layout):
+        return {"layout": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.memory_format):
+        return {"memory_format": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.Tensor):
+        if any(not isinstance(n, int) for n in (*value.shape, *value.stride(), value.storage_offset())):
+            raise Uncacheable("a recorded value has symbolic sizes")
+        if value.requires_grad:
+            raise Uncacheable("a recorded value requires grad")
+        return {"tensor": [list(value.shape), list(value.stride()), value.storage_offset(),
+                           str(value.dtype).removeprefix("torch."), str(value.device)]}
+    raise Uncacheable(f"a {type(value).__name__} in the graph")
+
+
+def _torch_attribute(kind: str, name: str) -> Any:
+    value = getattr(torch, name, None)
+    expected = {"dtype": torch.dtype, "layout": torch.layout, "memory_format": torch.memory_format}[kind]
+    if not isinstance(value, expected):
+        raise ValueError(f"unknown {kind} {name!r}")
+    return value
+
+
+def _fake_tensor(fake: Any, shape: list[int], stride: list[int], offset: int, dtype: torch.dtype,
+                 device: torch.device) -> torch.Tensor:
+    """A fake tensor of mode `fake` with the recorded geometry (made from a meta tensor: a fifth of the
+    cost of dispatching `empty_strided` through the mode, 400 of them in a 4-layer Llama)."""
+    if offset:
+        extent = 0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, stride, strict=True))
+        meta = torch.empty(offset + extent, dtype=dtype, device="meta").as_strided(shape, stride, offset)
+    else:
+        meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    return fake.fake_tensor_converter.from_meta_and_device(fake, meta, device)
+
+
+def _decode_value(data: Any, nodes: dict[str, fx.Node], fake: Any = None) -> Any:
+    """Inverse of `_encode_value`; recorded tensors become fake tensors of mode `fake` (None: a node
+    argument, where a tensor is invalid)."""
+    if data is None or isinstance(data, (bool, int, str)):
+        return data
+    if isinstance(data, dict) and len(data) == 1:
+        (tag, item), = data.items()
+        if tag == "f":
+            return float.fromhex(item)
+        if tag == "n":
+            return nodes[item]
+        if tag in ("l", "t"):
+            values = [_decode_value(v, nodes, fake) for v in item]
+            return values if tag == "l" else tuple(values)
+        if tag == "d":
+            return {str(name): _decode_value(v, nodes, fake) for name, v in item}
+        if tag == "device":
+            return torch.device(item)
+        if tag == "tensor" and fake is not None:
+            shape, stride, offset, dtype, device = item
+            dtype = _torch_attribute("dtype", dtype)
+            return _fake_tensor(fake, shape, stride, offset, dtype, torch.device(device))
+        if tag in ("dtype", "layout", "memory_format"):
+            return _torch_attribute(tag, item)
+    raise ValueError(f"unknown value {data!r:.80}")
+
+
+def _encode_target(node: fx.Node) -> str:
+    target = node.target
+    if node.op != "call_function":
+        return target
+    if target is operator.getitem:
+        return "operator.getitem"
+    if isinstance(target, torch._ops.OpOverload) and target.namespace in CACHED_NAMESPACES:
+        return f"op:{target.namespace}.{target._opname}.{target._overloadname}"
+    raise Uncacheable(f"the traced graph calls {target!r}")
+
+
+def _decode_target(op: str, text: str) -> Any:
+    if op != "call_function":
+        return text
+    if text == "operator.getitem":
+        return operator.getitem
+    namespace, name, overload = text.removeprefix("op:").split(".")
+    if namespace not in CACHED_NAMESPACES:
+        raise ValueError(f"op namespace {namespace!r}")
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), name), overload)
+    except (AttributeError, RuntimeError) as error:
+        raise MissingOp(f"this torch has no op {text[3:]}") from error
+
+
+def _encode_constant(value: Any) -> dict:
+    """A small tensor constant of the traced graph (`lift_fresh_copy` of a `torch.tensor(...)`), with
+    its bytes."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    if type(value) is not torch.Tensor or not value.is_contiguous() or \
+            value.numel() * value.element_size() > CONSTANT_BYTES:
+        raise Uncacheable("a tensor constant that is not small, plain and contiguous")
+    with unset_fake_temporarily():  # (AOTAutograd's fake mode is active while it compiles)
+        raw = value.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+    geometry = [list(value.shape), list(value.stride()), 0, str(value.dtype).removeprefix("torch."),
+                str(value.device)]
+    return {"tensor": geometry, "bytes": base64.b64encode(raw).decode()}
+
+
+def _decode_constant(data: dict) -> torch.Tensor:
+    shape, _stride, _offset, dtype, device = data["tensor"]
+    raw = base64.b64decode(data["bytes"], validate=True)
+    flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    return flat.view(_torch_attribute("dtype", dtype)).reshape(shape).to(torch.device(device))
+
+
+def encode(gm: fx.GraphModule) -> dict:
+    """The ATen graph `gm` (nodes, targets, arguments, each node's recorded value, small constants) as
+    JSON."""
+    nodes = []
+    for node in gm.graph.nodes:
+        if node.op not in ("placeholder", "call_function", "get_attr", "output"):
+            raise Uncacheable(f"the traced graph has a {node.op} node")
+        entry = {"op": node.op, "name": node.name, "target": _encode_target(node),
+                 "args": _encode_value(node.args), "kwargs": _encode_value(dict(node.kwargs))}
+        if node.op == "get_attr":
+            entry["constant"] = _encode_constant(getattr(gm, node.target))
+        if "val" in node.meta and node.op != "output":
+            entry["val"] = _encode_value(node.meta["val"])
+        nodes.append(entry)
+    return {"nodes": nodes}
+
+
+def decode(data: dict) -> tuple[fx.GraphModule, list]:
+    """(graph module, its placeholders' recorded values as the example inputs) from :func:`encode`'s
+    JSON; the recorded tensors are fake tensors of a new FakeTensorMode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graph, root = fx.Graph(), torch.nn.Module()
+    nodes: dict[str, fx.Node] = {}
+    fake = FakeTensorMode()
+    for entry in data["nodes"]:
+        op = entry["op"]
+        if op not in ("placeholder", "call_function", "get_attr", "output"):
+            raise ValueError(f"node kind {op!r}")
+        args, kwargs = _decode_value(entry["args"], nodes), _decode_value(entry["kwargs"], nodes)
+        if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+            raise ValueError("node arguments are not a tuple and a dict")
+        target = _decode_target(op, entry["target"])
+        if op == "get_attr":
+            if not isinstance(target, str) or not target.isidentifier() or hasattr(root, target):
+                raise ValueError(f"constant name {target!r}")
+            setattr(root, target, _decode_constant(entry["constant"]))
+        node = graph.create_node(op, target, args, kwargs, name=entry["name"])
+        if node.name != entry["name"]:
+            raise ValueError(f"node name {entry['name']!r} is not unique")
+        if "val" in entry:
+            node.meta["val"] = _decode_value(entry["val"], nodes, fake)
+        nodes[node.name] = node
+    graph.lint()
+    gm = fx.GraphModule(root, graph)
+    inputs = [node.meta.get("val") for node in graph.nodes if node.op == "placeholder"]
+    return gm, inputs
+
+
+# ------------------------------------------------------------------------------------------- entries
+def _path(cache_key: str) -> Path:
+    return trace_dir() / f"{cache_key}.json"
+
+
+def lookup(cache_key: str) -> tuple[fx.GraphModule, list] | None:
+    """The cached trace (graph, example inputs) of `cache_key`, or None (no entry, or one that does
+    not decode: reported and traced again)."""
+    data = read_signed(_path(cache_key), cache_key, "graph", WHAT)
+    if data is None:
+        return None
+    try:
+        found = decode(data)
+    except MissingOp as reason:
+        _log().info("%s %s is not used: %s", WHAT, _path(cache_key), reason)
+        return None
+    except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as error:
+        _log().warning("%s %s is corrupt (%s: %s); tracing again", WHAT, _path(cache_key),
+                       type(error).__name__, error)
+        return None
+    _stats.count("trace_hits")
+    return found
+
+
+def _plainness(meta: Any, graph: fx.GraphModule, inputs: int) -> str | None:
+    """Why AOTAutograd's trace needs its runtime wrappers (None: it is a plain function of its inputs)."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    if meta is None:
+        return "no AOTAutograd metadata"
+    if any(i.mutates_data or i.mutates_metadata or i.mutates_storage_metadata for i in meta.input_info):
+        return "it mutates an input"
+    if any(o.output_type != OutputType.non_alias for o in meta.output_info):
+        return "an output aliases an input or another output"
+    if meta.num_intermediate_bases or meta.tokens or meta.grad_enabled_mutation is not None:
+        return "it needs AOTAutograd's runtime wrappers (bases, effect tokens or a grad-mode change)"
+    if getattr(meta, "num_graphsafe_rng_states", 0) or meta.is_rng_op_functionalized:
+        return "it functionalises random state"
+    if any(not isinstance(m, int) and type(m).__name__ != "PlainTensorMeta" for m in meta.subclass_inp_meta):
+        return "a tensor subclass input"
+    placeholders = sum(1 for node in graph.graph.nodes if node.op == "placeholder")
+    if placeholders != inputs or len(meta.input_info) != inputs:
+        return "the traced graph takes other inputs than the Dynamo graph"
+    return None
+
+
+def store_if_plain(cache_key: str, graph: fx.GraphModule, inputs: int) -> None:
+    """Store AOTAutograd's inference graph `graph` (before our passes rewrite it) under `cache_key`
+    when the trace is a plain function of the Dynamo graph's `inputs` inputs."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    reason = _plainness(context.fw_metadata if context else None, graph, inputs)
+    try:
+        if reason is not None:
+            raise Uncacheable(reason)
+        data = encode(graph)
+    except Exception as why:  # noqa: BLE001 - a trace we cannot encode is compiled, never failed
+        _not_cached(why)
+        return
+    write_signed(_path(cache_key), cache_key, "graph", data, WHAT)
+    _stats.count("traces_stored")
+
+
+def runner(compiled: Callable) -> Callable:
+    """The Dynamo-facing callable of a cached trace's compiled graph: what AOTAutograd's inference
+    wrapper does for a plain trace (grad mode off around the call, the outputs as a list)."""
+
+    def forward(*args: Any) -> list:
+        grad = torch.is_grad_enabled()
+        if grad:
+            torch._C._set_grad_enabled(False)
+        try:
+            outputs = compiled(*args)
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
+        return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+    return forward
+
+

@@ -15,9 +15,13 @@ Run: python benchmarks/compile.py [--repeats 7] [--threads 1,2] [--no-inductor] 
     kernel cache) for backend="rbln" and for inductor.
 (4) With --fresh N: the first compiled call of the Llama model in N fresh processes per backend (after one
     unmeasured process each, so that the kernel, graph and inductor caches are warm), as issue 22 asks:
-    rbln vs inductor, split into Dynamo (the rest), the backend call (AOTAutograd + our compile_graph),
+    rbln vs inductor, split into Dynamo (the rest), the backend call (AOTAutograd's trace or, when
+    cached, its entry; then our compile_graph),
     our compile_graph alone, the graph's first run (rbln: first launches, fused kernels loaded from the
     numba cache) and, for rbln, the second call that generates the program.
+(5) With --zoo ROUNDS: each model of the test zoo (tests/torch_rbln/models/zoo.py), forward: the first
+    compiled call after torch._dynamo.reset() with warm caches (kernels, graphs, traces; inductor's FX
+    graph and AOTAutograd caches), rbln vs inductor, and the second call; issue 22's compile-time goal.
 (2) A pointwise chain of 4 ops (mul, add, sigmoid, mul) on 2^24 float32 elements at equal threads:
     torch eager on the CPU with torch.set_num_threads(n) vs the compiled graph on rbln with
     options={"tensor_parallel_size": n} (the fused kernel's grid split over n simulated NPUs, one thread
@@ -327,6 +331,70 @@ def _print_fresh(rows: dict[str, list[dict]]) -> None:
           f"inductor {', '.join(f'{v:.2f}' for v in ratio[1])} s")
 
 
+def _zoo() -> dict:
+    """The model zoo of tests/torch_rbln/models (tiny random configurations, nothing downloaded)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from tests.torch_rbln.models.zoo import ZOO
+
+    return ZOO
+
+
+def _first_two_calls(fn: Callable[[], object]) -> tuple[float, float]:
+    """A fresh compile's first call (Dynamo + backend + first run) and second call, in CPU seconds."""
+    torch._dynamo.reset()
+    first = _first_call_s(fn)
+    return first, _first_call_s(fn)
+
+
+def zoo_compile_times(rounds: int, names: list[str] | None = None) -> list[dict]:
+    """(5) Each zoo model's forward: the first compiled call (and the second, which for rbln generates the
+    program) after `torch._dynamo.reset()`, backend="rbln" on rbln vs inductor on the CPU, warm caches
+    (one unmeasured compile of each first), `rounds` alternating rounds, medians; results checked."""
+    zoo = _zoo()
+    rows = []
+    for name in names or list(zoo):
+        entry = zoo[name]
+        cpu, device = entry.build().eval(), entry.build().eval()
+        device.load_state_dict(cpu.state_dict())
+        device.to("rbln")
+        inputs = entry.inputs()
+        on_device = {key: value.to("rbln") for key, value in inputs.items()}
+        samples: dict[str, list[tuple[float, float]]] = {"rbln": [], "inductor": []}
+        with torch.no_grad():
+            want = entry.output(cpu(**inputs))
+            for round_ in range(rounds + 1):
+                rbln = torch.compile(device, backend="rbln")
+                times = _first_two_calls(lambda: rbln(**on_device))  # noqa: B023 - called right here
+                got = entry.output(rbln(**on_device)).cpu()
+                torch.testing.assert_close(got, want, atol=entry.atol, rtol=entry.rtol)
+                inductor = torch.compile(cpu)
+                inductor_times = _first_two_calls(lambda: inductor(**inputs))  # noqa: B023
+                if round_:  # the first round warms every cache
+                    samples["rbln"].append(times)
+                    samples["inductor"].append(inductor_times)
+        row = {"model": name}
+        for backend, values in samples.items():
+            row[f"{backend}_first_s"] = statistics.median(v[0] for v in values)
+            row[f"{backend}_second_s"] = statistics.median(v[1] for v in values)
+        rows.append(row)
+        torch._dynamo.reset()
+    return rows
+
+
+def _print_zoo(rows: list[dict]) -> None:
+    print("\n(5) zoo forward: first compiled call after torch._dynamo.reset(), warm caches (median CPU s; "
+          "second: the next call, rbln's generates the program)")
+    print(f"{'model':>9} {'rbln first':>11} {'second':>7} {'inductor first':>15} {'second':>7} "
+          f"{'first+second rbln / inductor':>29}")
+    for row in rows:
+        ratio = (row["rbln_first_s"] + row["rbln_second_s"]) / (row["inductor_first_s"] +
+                                                               row["inductor_second_s"])
+        print(f"{row['model']:>9} {row['rbln_first_s']:11.2f} {row['rbln_second_s']:7.2f} "
+              f"{row['inductor_first_s']:15.2f} {row['inductor_second_s']:7.2f} {ratio:28.2f}x")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -339,8 +407,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="CPU seconds of this process (default) or wall-clock seconds")
     parser.add_argument("--fresh", type=int, default=0, metavar="N",
                         help="only (4): the Llama first compiled call in N fresh processes per backend")
+    parser.add_argument("--zoo", type=int, default=0, metavar="ROUNDS",
+                        help="only (5): each zoo model's first compiled call vs inductor, ROUNDS rounds")
+    parser.add_argument("--models", help="with --zoo: these zoo models only (comma-separated)")
     parser.add_argument("--first-call-child", choices=("rbln", "inductor"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.zoo:
+        torch.set_num_threads(1)
+        rows = zoo_compile_times(args.zoo, args.models.split(",") if args.models else None)
+        _print_zoo(rows)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"zoo_compile_times": rows}, f, indent=1)
+        return 0
     if args.first_call_child:
         print(json.dumps(first_call_child(args.first_call_child)))
         return 0

@@ -34,13 +34,16 @@ def count_launches(launches: int, kernels: tuple) -> None:
 def snapshot() -> dict:
     """Counters (graphs_compiled, memory_hits, disk_hits, kernels_generated, fused_launches, eager_graphs,
     eager_group_calls, compile_errors, tp_failovers, cache_rebuilds: graph cache entries that did not fit
-    their graph or did not load, regenerated) and launches per fused kernel (``kernels``)."""
+    their graph or did not load, regenerated; trace_hits, traces_stored, traces_uncached: Dynamo graphs
+    whose AOTAutograd trace came from, went to, or was left out of the traced-graph cache) and launches
+    per fused kernel (``kernels``)."""
     from torch_rbln.registry._checks import fold_deferred_counts
 
     fold_deferred_counts()  # the compiled programs' launches since the last read
     with _lock:
         names = ("graphs_compiled", "memory_hits", "disk_hits", "kernels_generated", "fused_launches",
-                 "eager_graphs", "eager_group_calls", "compile_errors", "tp_failovers", "cache_rebuilds")
+                 "eager_graphs", "eager_group_calls", "compile_errors", "tp_failovers", "cache_rebuilds",
+                 "trace_hits", "traces_stored", "traces_uncached")
         out: dict = {name: _counts.get(name, 0) for name in names}
         out.update({k: v for k, v in _counts.items() if k not in out})
         out["kernels"] = dict(_kernels)

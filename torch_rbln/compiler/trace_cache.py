@@ -360,7 +360,11 @@ def decode(data: dict) -> tuple[fx.GraphModule, list]:
             node.meta["val"] = _decode_value(entry["val"], nodes, fake)
         nodes[node.name] = node
     graph.lint()
-    gm = fx.GraphModule(root, graph)
+    # lazy, as AOTAutograd's graphs are: its Python code is generated once, when first read (the graph
+    # key reads it after our passes rewrote the graph), not here and again after each pass
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    gm = _LazyGraphModule(root, graph)
     inputs = [node.meta.get("val") for node in graph.nodes if node.op == "placeholder"]
     return gm, inputs
 

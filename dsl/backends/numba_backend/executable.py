@@ -504,6 +504,7 @@ class Executable:
         self._plain_scalars = all(convert is None for _, convert in self._scalar_types)
         self._spans: list[int] = []
         self._compiled = False  # set after the first launch (see `_compile_lock`)
+        self._compiled_kinds: set[tuple] = set()  # Python types of the arguments `compile_now` compiled
         # TORCH_RBLN_COMPILE=background: the worker's compile (a Future) while it runs, False once this
         # kernel no longer uses the interpreter tier
         self._background = None
@@ -735,14 +736,20 @@ class Executable:
             self._explain(fault, grid, lambda: self._numpy_args(values))
 
     def compile_now(self, values: list) -> None:
-        """Compile for these argument types without running any program."""
+        """Compile for these argument types without running any program (nothing to do, and no lock
+        file taken, when this kernel has been compiled for arguments of the same Python types: a graph
+        compiled again in this process, after `torch._dynamo.reset()` or for another shape)."""
         arguments = self._flat(values, _tensor_memory)
+        kinds = tuple(map(type, arguments))
+        if kinds in self._compiled_kinds:
+            return
         with _compile_lock(self.module.__file__):
             misses = sum(self.kernel._cache_misses.values())
             began = time.perf_counter()
             self._first_call(lambda: self.kernel(0, 0, 1, 1, 1, *arguments, np.zeros(4, np.int64)))
             if sum(self.kernel._cache_misses.values()) > misses:
                 _count_compile(self, time.perf_counter() - began)
+        self._compiled_kinds.add(kinds)
         self._background = False  # compiled here: no launch of it needs the interpreter tier any more
         # (the autotuner compiles each config so before timing it: it never times the interpreter)
 

@@ -2,7 +2,7 @@
 process, or after `torch._dynamo.reset()`) skips AOTAutograd's trace, and gives what the traced
 compile gives; what the key covers; graphs it must not cache; entries it must not trust.
 
-Each test has its own TORCH_RBLN_CACHE_DIR and compares compiled results with PyTorch on the CPU.
+Each test has its own directory of traces and compares compiled results with PyTorch on the CPU.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ ATOL = RTOL = 1e-5
 
 @pytest.fixture
 def traces(monkeypatch, tmp_path):
-    """A private cache dir and the trace keys stored (in order)."""
-    monkeypatch.setenv("TORCH_RBLN_CACHE_DIR", str(tmp_path))
+    """A private directory of traces (the kernels stay in the suite's cache: compiled once) and the
+    trace keys stored (in order)."""
+    monkeypatch.setattr(trace_cache, "trace_dir", lambda: tmp_path / "traces")
     cache.clear_memory()
     keys: list[str] = []
     store = trace_cache.write_signed

@@ -12,10 +12,11 @@ runtime wrappers with one call of the compiled graph:
   dtype, device and ``requires_grad``, the modes that steer a trace (grad, inference mode, autocast,
   default dtype, deterministic algorithms), torch's version and functorch config, every ``TORCH_RBLN_*``
   variable, and the sources of ``torch_rbln`` and ``registry`` (our fake kernels, autograd kernels and
-  decompositions decide which ATen ops a trace records). A graph that calls anything a version and a
-  source digest cannot pin (a user's Python function or custom op, a higher-order op), holds parameters
-  or constants of its own, takes symbolic sizes, tensor subclasses or inputs sharing memory, or needs
-  gradients is not cached;
+  decompositions decide which ATen ops a trace records), and the version of the distribution that owns
+  any other namespace's custom op it calls (transformers'). A graph that calls anything versions and a
+  source digest cannot pin (a user's Python function, a script's own custom op, a higher-order op),
+  holds parameters or constants of its own, takes symbolic sizes, tensor subclasses or inputs sharing
+  memory, or needs gradients is not cached;
 * a trace is stored only when AOTAutograd reports no input mutation, no output aliasing an input or
   another output, no effect tokens and no grad-mode change (its ``ViewAndMutationMeta``);
 * entries are JSON (no pickle: nothing in the cache directory is executed by loading it), signed with
@@ -50,7 +51,9 @@ from .cache import read_signed, write_signed
 
 __all__ = ["key", "lookup", "store_if_plain", "runner", "Uncacheable"]
 
-# Namespaces whose ops are pinned by the key (torch's version, our sources); a user's custom op is not
+# Namespaces whose ops are pinned by the key (torch's version, our sources); a custom op of another
+# namespace is pinned when an installed distribution of that name is (its version joins the key:
+# transformers' ops), else the graph is not cached (a user's own op, defined in a script)
 CACHED_NAMESPACES = frozenset({"aten", "prims", "rbln"})
 CONSTANT_BYTES = 1 << 16  # larger tensor constants in a graph: not cached (they would bloat entries)
 WHAT = "traced graph cache entry"
@@ -113,10 +116,26 @@ def _namespace(op: torch._ops.OpOverload | torch._ops.OpOverloadPacket) -> str:
     return op.namespace
 
 
+@functools.lru_cache(maxsize=64)
+def _distribution_version(namespace: str) -> str | None:
+    """The version of the installed distribution named `namespace` (None: there is none)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(namespace)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def _pinned_op(namespace: str) -> bool:
+    return namespace in CACHED_NAMESPACES or _distribution_version(namespace) is not None
+
+
 def _pinned_target(target: Any) -> bool:
-    """Whether a call target's behaviour is fixed by torch's version or our sources."""
+    """Whether a call target's behaviour is fixed by torch's version, our sources or a distribution's
+    version (`_pins`)."""
     if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return _namespace(target) in CACHED_NAMESPACES
+        return _pinned_op(_namespace(target))
     if isinstance(target, torch._ops.HigherOrderOperator):
         return False
     module = getattr(target, "__module__", None) or ""
@@ -138,14 +157,22 @@ def _describe_input(value: Any) -> str:
     raise Uncacheable(f"an input is a {type(value).__name__}")
 
 
-def _check_graph(gm: fx.GraphModule) -> None:
+def _check_graph(gm: fx.GraphModule) -> list[str]:
+    """Refuse what the key cannot pin; returns the versions of the distributions whose ops it calls."""
     if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
         raise Uncacheable("the graph holds parameters or buffers")
+    pins = set()
     for node in gm.graph.nodes:
         if node.op in ("call_module", "get_attr"):
             raise Uncacheable(f"the graph has a {node.op} node ({node.target})")
-        if node.op == "call_function" and not _pinned_target(node.target):
-            raise Uncacheable(f"the graph calls {node.target!r}")
+        if node.op == "call_function":
+            if not _pinned_target(node.target):
+                raise Uncacheable(f"the graph calls {node.target!r}")
+            if isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+                namespace = _namespace(node.target)
+                if namespace not in CACHED_NAMESPACES:
+                    pins.add(f"{namespace}=={_distribution_version(namespace)}")
+    return sorted(pins)
 
 
 def _not_cached(reason: Exception) -> None:
@@ -166,7 +193,7 @@ def key(gm: fx.GraphModule, example_inputs: Sequence) -> str | None:
     if torch.compiler.config.force_disable_caches or not functorch_config.enable_autograd_cache:
         return None  # torch's own switches for its AOTAutograd cache
     try:
-        _check_graph(gm)
+        pins = _check_graph(gm)
         if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad
                                            for v in example_inputs):
             raise Uncacheable("an input requires grad (a training graph)")
@@ -180,7 +207,7 @@ def key(gm: fx.GraphModule, example_inputs: Sequence) -> str | None:
                 if storage in storages and value.untyped_storage().nbytes():
                     raise Uncacheable("two inputs share memory")
                 storages.add(storage)
-        parts = [str(FORMAT), torch.__version__, _sources_digest(), *_modes(), gm.code]
+        parts = [str(FORMAT), torch.__version__, _sources_digest(), *pins, *_modes(), gm.code]
         parts += [_describe_input(value) for value in example_inputs]
     except Exception as reason:  # noqa: BLE001 - a graph we cannot key is traced, never failed
         _not_cached(reason)
@@ -275,7 +302,7 @@ def _encode_target(node: fx.Node) -> str:
         return target
     if target is operator.getitem:
         return "operator.getitem"
-    if isinstance(target, torch._ops.OpOverload) and target.namespace in CACHED_NAMESPACES:
+    if isinstance(target, torch._ops.OpOverload) and _pinned_op(target.namespace):
         return f"op:{target.namespace}.{target._opname}.{target._overloadname}"
     raise Uncacheable(f"the traced graph calls {target!r}")
 
@@ -286,7 +313,7 @@ def _decode_target(op: str, text: str) -> Any:
     if text == "operator.getitem":
         return operator.getitem
     namespace, name, overload = text.removeprefix("op:").split(".")
-    if namespace not in CACHED_NAMESPACES:
+    if not _pinned_op(namespace):
         raise ValueError(f"op namespace {namespace!r}")
     try:
         return getattr(getattr(getattr(torch.ops, namespace), name), overload)

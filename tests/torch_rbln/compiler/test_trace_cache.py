@@ -188,7 +188,7 @@ def test_what_is_not_cached(monkeypatch):
     assert _key(lambda a, b: a + b, x.requires_grad_(), y) is None  # a training graph
     x = x.detach()
     assert _key(lambda a, b: a + b, x, x[1:]) is None  # inputs sharing memory
-    assert _key(lambda a, b: a + b, x, torch.nested.nested_tensor([y])) is None  # not a strided tensor
+    assert _key(lambda a, b: a + b, x, y.to_sparse()) is None  # not a strided tensor
 
     class Scaled(torch.nn.Module):
         def __init__(self):
@@ -293,3 +293,24 @@ def test_an_entry_that_cannot_be_trusted_is_traced_again(fresh_compiler, traces,
     assert len(keys) == 2
     _assert_matches(_compile_again(norm_mlp, *device), norm_mlp(*cpu))
     assert fresh_compiler.stats()["trace_hits"] == 1
+
+
+@torch.library.custom_op("tracecachescript::double", mutates_args=())
+def _script_double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@torch.library.custom_op("numba::tracecache_test_double", mutates_args=())
+def _distributed_double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def test_a_custom_op_is_cached_when_an_installed_distribution_owns_its_namespace(monkeypatch):
+    """A script's own op cannot be pinned (not cached); an op in the namespace of an installed
+    distribution (here numba's, as transformers' ops are in Mixtral) is pinned by its version."""
+    x = torch.randn(4, 8)
+    assert _key(lambda a: torch.ops.tracecachescript.double(a) + 1, x) is None
+    key = _key(lambda a: torch.ops.numba.tracecache_test_double(a) + 1, x)
+    assert key is not None
+    monkeypatch.setattr(trace_cache, "_distribution_version", lambda namespace: "0.0.0-other")
+    assert _key(lambda a: torch.ops.numba.tracecache_test_double(a) + 1, x) not in (None, key)

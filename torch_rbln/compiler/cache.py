@@ -94,7 +94,7 @@ def read_signed(path: Path, key: str, field: str, what: str = "graph cache entry
         if hashlib.sha256(payload.encode()).hexdigest() != data.get("digest"):
             raise ValueError("checksum mismatch")
         return data[field]
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:  # (nesting too deep)
         _log().warning("%s %s is corrupt (%s); regenerating it", what, path, error)
         return None
 

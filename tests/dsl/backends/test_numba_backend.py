@@ -370,3 +370,28 @@ def test_kernel_blas_is_limited_to_one_thread_and_nothing_else(tmp_path):
     else:
         assert source == ["source", "torch"] and all(row[1] == row[2] for row in scipy_rows), (source, rows)
     assert all(row[1] == row[2] for row in rows if row[0] == "other"), rows
+
+
+def test_warmup_again_for_the_same_argument_types_takes_no_compile_lock(monkeypatch):
+    """A graph compiled again in one process warms its kernels up again: for argument types a kernel has
+    compiled, that is no work and no lock file (each lock is ~0.5 ms); other types still compile under
+    the lock (a float factor after an int one is another numba overload)."""
+    from torch_rbln.dsl.backends.numba_backend import executable
+
+    locks: list[str] = []
+    lock = executable._compile_lock
+
+    def counted(path):
+        locks.append(path)
+        return lock(path)
+
+    monkeypatch.setattr(executable, "_compile_lock", counted)
+    x, out = torch.randn(50), torch.empty(50)
+    scale_kernel.warmup(x, out, 50, 3, BLOCK=16, grid=(4,))
+    first = len(locks)
+    scale_kernel.warmup(x, out, 50, 5, BLOCK=16, grid=(4,))  # same types, other values
+    assert len(locks) == first
+    scale_kernel.warmup(x, out, 50, 5.0, BLOCK=16, grid=(4,))  # a float factor: another overload
+    assert len(locks) == first + 1
+    scale_kernel[(4,)](x, out, 50, 5.0, BLOCK=16)
+    assert torch.allclose(out, x * 5.0)

@@ -264,8 +264,8 @@ def _dangling_argument(graph):
     node["args"] = {"t": [{"n": "a_node_of_another_graph"}]}
 
 
-@pytest.mark.parametrize("damage", ["not json", "checksum", "bad node kind", "dangling argument",
-                                    "unknown op"])
+@pytest.mark.parametrize("damage", ["not json", "nested too deeply", "checksum", "bad node kind",
+                                    "dangling argument", "unknown op"])
 def test_an_entry_that_cannot_be_trusted_is_traced_again(fresh_compiler, traces, capsys, damage):
     root, keys = traces
     cpu, device = _inputs(4)
@@ -273,6 +273,8 @@ def test_an_entry_that_cannot_be_trusted_is_traced_again(fresh_compiler, traces,
     path = _stored_entry(root, keys)
     if damage == "not json":
         path.write_text("{not json")
+    elif damage == "nested too deeply":
+        path.write_text('{"graph": ' + "[" * 100_000 + "]" * 100_000 + "}")
     elif damage == "checksum":
         data = json.loads(path.read_text())
         data["graph"]["nodes"][1]["name"] = "renamed"

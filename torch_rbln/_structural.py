@@ -132,6 +132,13 @@ def clone(self: torch.Tensor, *, memory_format=None) -> torch.Tensor:
     return result
 
 
+def lift_fresh_copy(self: torch.Tensor) -> torch.Tensor:
+    """`aten::lift_fresh_copy`, a copy of a constant made in a compiled forward (`torch.tensor(...)`):
+    fake-tensor tracing runs it on the real constant, which had it on the CPU fallback at every compile
+    of a Llama (compiled graphs rewrite it as `clone` themselves, `lowering.copies_for_lifted_constants`)."""
+    return clone(self)
+
+
 def _no_device_copy(src: torch.Tensor, dst: torch.Tensor, *, fresh: bool = False) -> bool:
     """Until the op library registers its copy kernels: no device copy (the host copy runs)."""
     return False
@@ -299,6 +306,7 @@ KERNELS = {
     "empty.memory_format": empty_memory_format,
     "_copy_from": copy_from,
     "clone": clone,
+    "lift_fresh_copy": lift_fresh_copy,
     "_to_copy": to_copy,
     "_copy_from_and_resize": copy_from_and_resize,
     "resize_": resize_,

@@ -124,3 +124,14 @@ def test_new_empty_strided_allocates_on_the_device_without_a_fallback():
     assert (a.device, a.stride(), a.dtype) == (torch.device("rbln:0"), (1, 2), torch.float32)
     assert (b.device, b.dtype) == (torch.device("rbln:1"), torch.int64)
     assert registry.fallback_report() == {}
+
+
+def test_lift_fresh_copy_is_a_device_copy():
+    """A constant made in a compiled forward is lifted with `lift_fresh_copy` (fake-tensor tracing runs
+    it on the real constant): a copy on the device, not the CPU fallback."""
+    constant = torch.tensor([1.5, -2.0, 3.25]).to("rbln")
+    registry.reset_fallback_report()
+    copy = torch.ops.aten.lift_fresh_copy(constant)
+    assert not any(row["cpu"] for row in registry.fallback_report().values())
+    assert copy.device == constant.device and copy.data_ptr() != constant.data_ptr()
+    assert torch.equal(copy.cpu(), constant.cpu())

@@ -19,7 +19,8 @@ Run: python benchmarks/compile.py [--repeats 7] [--threads 1,2] [--no-inductor] 
     cached, its entry; then our compile_graph),
     our compile_graph alone, the graph's first run (rbln: first launches, fused kernels loaded from the
     numba cache) and, for rbln, the second call that generates the program.
-(5) With --zoo ROUNDS: each model of the test zoo (tests/torch_rbln/models/zoo.py), forward: the first
+(5) With --zoo ROUNDS: each model of the test zoo (tests/torch_rbln/models/zoo.py), forward (--train:
+    forward + backward of the output's sum, eval mode): the first
     compiled call after torch._dynamo.reset() with warm caches (kernels, graphs, traces; inductor's FX
     graph and AOTAutograd caches), rbln vs inductor, and the second call; issue 22's compile-time goal.
 (2) A pointwise chain of 4 ops (mul, add, sigmoid, mul) on 2^24 float32 elements at equal threads:
@@ -348,10 +349,19 @@ def _first_two_calls(fn: Callable[[], object]) -> tuple[float, float]:
     return first, _first_call_s(fn)
 
 
-def zoo_compile_times(rounds: int, names: list[str] | None = None) -> list[dict]:
-    """(5) Each zoo model's forward: the first compiled call (and the second, which for rbln generates the
-    program) after `torch._dynamo.reset()`, backend="rbln" on rbln vs inductor on the CPU, warm caches
-    (one unmeasured compile of each first), `rounds` alternating rounds, medians; results checked."""
+def _step(model: torch.nn.Module, inputs: dict, output: Callable, train: bool) -> torch.Tensor:
+    """One forward (inference), or forward + backward of the output's sum (`train`); the output."""
+    result = output(model(**inputs))
+    if train:
+        result.float().sum().backward()
+    return result.detach()
+
+
+def zoo_compile_times(rounds: int, names: list[str] | None = None, train: bool = False) -> list[dict]:
+    """(5) Each zoo model's forward (`train`: forward + backward, eval mode so no dropout): the first
+    compiled call (and the second, which for rbln generates the program) after `torch._dynamo.reset()`,
+    backend="rbln" on rbln vs inductor on the CPU, warm caches (one unmeasured compile of each first),
+    `rounds` alternating rounds, medians; results checked."""
     zoo = _zoo()
     rows = []
     for name in names or list(zoo):
@@ -362,15 +372,15 @@ def zoo_compile_times(rounds: int, names: list[str] | None = None) -> list[dict]
         inputs = entry.inputs()
         on_device = {key: value.to("rbln") for key, value in inputs.items()}
         samples: dict[str, list[tuple[float, float]]] = {"rbln": [], "inductor": []}
-        with torch.no_grad():
-            want = entry.output(cpu(**inputs))
+        with torch.set_grad_enabled(train):
+            want = _step(cpu, inputs, entry.output, train)
             for round_ in range(rounds + 1):
                 rbln = torch.compile(device, backend="rbln")
-                times = _first_two_calls(lambda: rbln(**on_device))  # noqa: B023 - called right here
-                got = entry.output(rbln(**on_device)).cpu()
+                times = _first_two_calls(lambda: _step(rbln, on_device, entry.output, train))  # noqa: B023
+                got = _step(rbln, on_device, entry.output, train).cpu()
                 torch.testing.assert_close(got, want, atol=entry.atol, rtol=entry.rtol)
                 inductor = torch.compile(cpu)
-                inductor_times = _first_two_calls(lambda: inductor(**inputs))  # noqa: B023
+                inductor_times = _first_two_calls(lambda: _step(inductor, inputs, entry.output, train))  # noqa: B023
                 if round_:  # the first round warms every cache
                     samples["rbln"].append(times)
                     samples["inductor"].append(inductor_times)
@@ -383,9 +393,10 @@ def zoo_compile_times(rounds: int, names: list[str] | None = None) -> list[dict]
     return rows
 
 
-def _print_zoo(rows: list[dict]) -> None:
-    print("\n(5) zoo forward: first compiled call after torch._dynamo.reset(), warm caches (median CPU s; "
-          "second: the next call, rbln's generates the program)")
+def _print_zoo(rows: list[dict], train: bool) -> None:
+    print(f"\n(5) zoo {'forward + backward' if train else 'forward'}: first compiled call after "
+          "torch._dynamo.reset(), warm caches (median CPU s; second: the next call, rbln's generates the "
+          "program)")
     print(f"{'model':>9} {'rbln first':>11} {'second':>7} {'inductor first':>15} {'second':>7} "
           f"{'first+second rbln / inductor':>29}")
     for row in rows:
@@ -410,12 +421,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zoo", type=int, default=0, metavar="ROUNDS",
                         help="only (5): each zoo model's first compiled call vs inductor, ROUNDS rounds")
     parser.add_argument("--models", help="with --zoo: these zoo models only (comma-separated)")
+    parser.add_argument("--train", action="store_true", help="with --zoo: forward + backward")
     parser.add_argument("--first-call-child", choices=("rbln", "inductor"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.zoo:
         torch.set_num_threads(1)
-        rows = zoo_compile_times(args.zoo, args.models.split(",") if args.models else None)
-        _print_zoo(rows)
+        rows = zoo_compile_times(args.zoo, args.models.split(",") if args.models else None, args.train)
+        _print_zoo(rows, args.train)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"zoo_compile_times": rows}, f, indent=1)

@@ -47,6 +47,7 @@ from torch_rbln import cachedir
 from torch_rbln.log import get_logger
 
 from . import _stats
+from .cache import FORMAT as ENTRY_FORMAT
 from .cache import read_signed, write_signed
 
 __all__ = ["key", "lookup", "store_if_plain", "runner", "Uncacheable"]
@@ -207,7 +208,8 @@ def key(gm: fx.GraphModule, example_inputs: Sequence) -> str | None:
                 if storage in storages and value.untyped_storage().nbytes():
                     raise Uncacheable("two inputs share memory")
                 storages.add(storage)
-        parts = [str(FORMAT), torch.__version__, _sources_digest(), *pins, *_modes(), gm.code]
+        # (the entry format `cache.read_signed` checks is in the key: a new one never reads old entries)
+        parts = [f"{FORMAT}/{ENTRY_FORMAT}", torch.__version__, _sources_digest(), *pins, *_modes(), gm.code]
         parts += [_describe_input(value) for value in example_inputs]
     except Exception as reason:  # noqa: BLE001 - a graph we cannot key is traced, never failed
         _not_cached(reason)

@@ -176,6 +176,9 @@ def test_the_key_covers_inputs_modes_versions_and_environment(monkeypatch):
     monkeypatch.setattr(trace_cache, "_sources_digest", lambda: "other sources")
     others["sources"] = _key(add_relu, x, y)
     monkeypatch.undo()
+    monkeypatch.setattr(trace_cache, "ENTRY_FORMAT", trace_cache.ENTRY_FORMAT + 1)
+    others["entry format"] = _key(add_relu, x, y)
+    monkeypatch.undo()
     flipped = not torch._functorch.config.view_replay_for_aliased_outputs
     with torch._functorch.config.patch(view_replay_for_aliased_outputs=flipped):  # (not monkeypatch:
         others["functorch config"] = _key(add_relu, x, y)  # undoing it deletes a config entry)

@@ -319,3 +319,26 @@ def test_a_custom_op_is_cached_when_an_installed_distribution_owns_its_namespace
     assert key is not None
     monkeypatch.setattr(trace_cache, "_distribution_version", lambda namespace: "0.0.0-other")
     assert _key(lambda a: torch.ops.numba.tracecache_test_double(a) + 1, x) not in (None, key)
+
+
+def test_a_cached_trace_compiles_with_this_compiles_options(fresh_compiler, traces):
+    """The trace does not depend on `options=`; the graph compiled from a cached trace does: a trace
+    stored by a tp=1 compile serves a tensor_parallel_size=2 compile, which launches on 2 NPUs."""
+    cpu, device = _inputs(5)
+    _compile_again(norm_mlp, *device)
+    torch._dynamo.reset()
+    cache.clear_memory()
+    fresh_compiler.reset_stats()
+    compiled = torch.compile(norm_mlp, backend="rbln", dynamic=False, options={"tensor_parallel_size": 2})
+    _assert_matches(compiled(*device), norm_mlp(*cpu))
+    stats = fresh_compiler.stats()
+    assert stats["trace_hits"] == 1 and stats.get("fused_launches_tp2", 0) >= 1
+    assert stats.get("fused_launches_tp1", 0) == 0
+
+
+def test_a_cpu_graph_is_cached_too(fresh_compiler, traces):
+    """backend="rbln" on CPU tensors (fused kernels on host memory): cached and matching."""
+    cpu, _ = _inputs(6)
+    _compile_again(norm_mlp, *cpu)
+    _assert_matches(_compile_again(norm_mlp, *cpu), norm_mlp(*cpu))
+    assert fresh_compiler.stats()["trace_hits"] == 1

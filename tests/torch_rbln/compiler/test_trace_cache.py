@@ -342,3 +342,26 @@ def test_a_cpu_graph_is_cached_too(fresh_compiler, traces):
     _compile_again(norm_mlp, *cpu)
     _assert_matches(_compile_again(norm_mlp, *cpu), norm_mlp(*cpu))
     assert fresh_compiler.stats()["trace_hits"] == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_graphs_give_the_same_result_from_a_cached_trace(fresh_compiler, traces, seed):
+    """Differential: random cat/pointwise/reduction graphs (test_fused_cat's layouts, whose kernels the
+    suite compiles anyway) compiled with a trace, then from its cached entry, give bit-identical results
+    that match the CPU; so does a call whose first input is a transposed view (other strides: its own
+    key and trace)."""
+    from tests.torch_rbln.compiler.test_fused_cat import _random_cat_case
+
+    function, cpu = _random_cat_case(seed)
+    device = [t.to("rbln") for t in cpu]
+    traced = _compile_again(function, *device)
+    cached = _compile_again(function, *device)
+    assert fresh_compiler.stats()["trace_hits"] == 1
+    assert torch.equal(traced.cpu(), cached.cpu())
+    torch.testing.assert_close(cached.cpu(), function(*cpu), atol=1e-4, rtol=1e-4)
+    first = cpu[0]
+    if first.dim() >= 2:
+        strided = first.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, other strides
+        again = _compile_again(function, strided.to("rbln"), *device[1:])
+        torch.testing.assert_close(again.cpu(), function(*cpu), atol=1e-4, rtol=1e-4)
+        assert fresh_compiler.stats()["traces_stored"] == 2 and fresh_compiler.stats()["trace_hits"] == 1

@@ -106,8 +106,8 @@ def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict 
     if trace_key is not None:
         cached = trace_cache.lookup(trace_key)
         if cached is not None:
-            graph, inputs = cached
-            return trace_cache.runner(compile_graph(graph, inputs, parsed, "inference"))
+            graph, inputs, mutated = cached
+            return trace_cache.runner(compile_graph(graph, inputs, parsed, "inference"), mutated)
 
     def compiler(phase: str):
         def compile_phase(graph: fx.GraphModule, inputs: Sequence) -> Callable:

@@ -5,8 +5,9 @@ AOTAutograd tracing the Dynamo graph into ATen (0.7 s of the 1.7 s for a 4-layer
 skips with its own AOTAutograd cache. This cache keeps the ATen graph itself, so a later process (or a
 ``torch._dynamo.reset()``) that captures the same Dynamo graph goes straight to :func:`compile_graph`.
 
-Only traces that are a plain function of their inputs are kept, because a hit replaces AOTAutograd's
-runtime wrappers with one call of the compiled graph:
+Only traces whose runtime wrappers are a plain call are kept, because a hit replaces AOTAutograd's
+wrappers with one call of the compiled graph (`runner`), plus the copy of each data-mutated input's new
+value back into it (a static key/value cache's update), which AOTAutograd's epilogue does:
 
 * the key (:func:`key`) covers the Dynamo graph's code, every input's type, shape, strides, offset,
   dtype, device and ``requires_grad``, the modes that steer a trace (grad, inference mode, autocast,
@@ -17,8 +18,9 @@ runtime wrappers with one call of the compiled graph:
   source digest cannot pin (a user's Python function, a script's own custom op, a higher-order op),
   holds parameters or constants of its own, takes symbolic sizes, tensor subclasses or inputs sharing
   memory, or needs gradients is not cached;
-* a trace is stored only when AOTAutograd reports no input mutation, no output aliasing an input or
-  another output, no effect tokens and no grad-mode change (its ``ViewAndMutationMeta``);
+* a trace is stored only when AOTAutograd reports (its ``ViewAndMutationMeta``) no mutation of an
+  input's sizes, strides or storage (data mutations are returned as outputs and replayed), no output
+  aliasing an input or another output, no effect tokens and no grad-mode change;
 * entries are JSON (no pickle: nothing in the cache directory is executed by loading it), signed with
   a checksum like the graph cache's; a corrupt or foreign entry is reported with a WARNING and traced
   again; an op the running torch lacks makes the entry a miss.
@@ -58,7 +60,7 @@ __all__ = ["key", "lookup", "store_if_plain", "runner", "Uncacheable"]
 CACHED_NAMESPACES = frozenset({"aten", "prims", "rbln"})
 CONSTANT_BYTES = 1 << 16  # larger tensor constants in a graph: not cached (they would bloat entries)
 WHAT = "traced graph cache entry"
-FORMAT = 1  # the encoding below (in the key: entries of another encoding are never looked up)
+FORMAT = 2  # the encoding below (in the key: entries of another encoding are never looked up)
 
 
 class Uncacheable(Exception):
@@ -362,9 +364,10 @@ def encode(gm: fx.GraphModule) -> dict:
     return {"nodes": nodes}
 
 
-def decode(data: dict) -> tuple[fx.GraphModule, list]:
-    """(graph module, its placeholders' recorded values as the example inputs) from :func:`encode`'s
-    JSON; the recorded tensors are fake tensors of a new FakeTensorMode."""
+def decode(data: dict) -> tuple[fx.GraphModule, list, list[int]]:
+    """(graph module, its placeholders' recorded values as the example inputs, the inputs it mutates)
+    from :func:`encode`'s JSON (+ "mutated"); the recorded tensors are fake tensors of a new
+    FakeTensorMode."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     graph, root = fx.Graph(), torch.nn.Module()
@@ -395,7 +398,12 @@ def decode(data: dict) -> tuple[fx.GraphModule, list]:
 
     gm = _LazyGraphModule(root, graph)
     inputs = [node.meta.get("val") for node in graph.nodes if node.op == "placeholder"]
-    return gm, inputs
+    mutated = data.get("mutated", [])
+    outputs = next(node for node in reversed(graph.nodes) if node.op == "output").args[0]
+    if not isinstance(mutated, list) or any(type(i) is not int or not 0 <= i < len(inputs) for i in mutated) \
+            or len(set(mutated)) != len(mutated) or len(mutated) > len(outputs):
+        raise ValueError(f"mutated inputs {mutated!r:.80}")
+    return gm, inputs, mutated
 
 
 # ------------------------------------------------------------------------------------------- entries
@@ -403,9 +411,9 @@ def _path(cache_key: str) -> Path:
     return trace_dir() / f"{cache_key}.json"
 
 
-def lookup(cache_key: str) -> tuple[fx.GraphModule, list] | None:
-    """The cached trace (graph, example inputs) of `cache_key`, or None (no entry, or one that does
-    not decode: reported and traced again)."""
+def lookup(cache_key: str) -> tuple[fx.GraphModule, list, list[int]] | None:
+    """The cached trace (graph, example inputs, mutated inputs) of `cache_key`, or None (no entry, or
+    one that does not decode: reported and traced again)."""
     data = read_signed(_path(cache_key), cache_key, "graph", WHAT)
     if data is None:
         return None
@@ -422,26 +430,33 @@ def lookup(cache_key: str) -> tuple[fx.GraphModule, list] | None:
     return found
 
 
-def _plainness(meta: Any, graph: fx.GraphModule, inputs: int) -> str | None:
-    """Why AOTAutograd's trace needs its runtime wrappers (None: it is a plain function of its inputs)."""
+def _plainness(meta: Any, graph: fx.GraphModule, inputs: int) -> tuple[str | None, list[int]]:
+    """(why AOTAutograd's trace needs runtime wrappers we do not replay, or None; the inputs whose data
+    it mutates, in the order the graph returns their new values first: `runner` copies them back, as
+    AOTAutograd's epilogue does for a data-only mutation)."""
     from torch._functorch._aot_autograd.schemas import OutputType
 
     if meta is None:
-        return "no AOTAutograd metadata"
-    if any(i.mutates_data or i.mutates_metadata or i.mutates_storage_metadata for i in meta.input_info):
-        return "it mutates an input"
+        return "no AOTAutograd metadata", []
+    if any(i.mutates_metadata or i.mutates_storage_metadata or i.mutation_inductor_storage_resize
+           for i in meta.input_info):
+        return "it mutates an input's sizes, strides or storage", []
+    mutated = list(meta.mutated_inp_runtime_indices)
+    if meta.keep_input_mutations or any(not meta.input_info[i].mutates_data for i in mutated) or \
+            sum(i.mutates_data for i in meta.input_info) != len(mutated):
+        return "its input mutations are not returned as outputs", []
     if any(o.output_type != OutputType.non_alias for o in meta.output_info):
-        return "an output aliases an input or another output"
+        return "an output aliases an input or another output", []
     if meta.num_intermediate_bases or meta.tokens or meta.grad_enabled_mutation is not None:
-        return "it needs AOTAutograd's runtime wrappers (bases, effect tokens or a grad-mode change)"
+        return "it needs AOTAutograd's runtime wrappers (bases, effect tokens or a grad-mode change)", []
     if getattr(meta, "num_graphsafe_rng_states", 0) or meta.is_rng_op_functionalized:
-        return "it functionalises random state"
+        return "it functionalises random state", []
     if any(not isinstance(m, int) and type(m).__name__ != "PlainTensorMeta" for m in meta.subclass_inp_meta):
-        return "a tensor subclass input"
+        return "a tensor subclass input", []
     placeholders = sum(1 for node in graph.graph.nodes if node.op == "placeholder")
     if placeholders != inputs or len(meta.input_info) != inputs:
-        return "the traced graph takes other inputs than the Dynamo graph"
-    return None
+        return "the traced graph takes other inputs than the Dynamo graph", []
+    return None, mutated
 
 
 def store_if_plain(cache_key: str, graph: fx.GraphModule, inputs: int) -> None:
@@ -450,11 +465,11 @@ def store_if_plain(cache_key: str, graph: fx.GraphModule, inputs: int) -> None:
     from torch._guards import TracingContext
 
     context = TracingContext.try_get()
-    reason = _plainness(context.fw_metadata if context else None, graph, inputs)
+    reason, mutated = _plainness(context.fw_metadata if context else None, graph, inputs)
     try:
         if reason is not None:
             raise Uncacheable(reason)
-        data = encode(graph)
+        data = {**encode(graph), "mutated": mutated}
     except Exception as why:  # noqa: BLE001 - a trace we cannot encode is compiled, never failed
         _not_cached(why)
         return
@@ -462,9 +477,13 @@ def store_if_plain(cache_key: str, graph: fx.GraphModule, inputs: int) -> None:
     _stats.count("traces_stored")
 
 
-def runner(compiled: Callable) -> Callable:
+def runner(compiled: Callable, mutated: Sequence[int] = ()) -> Callable:
     """The Dynamo-facing callable of a cached trace's compiled graph: what AOTAutograd's inference
-    wrapper does for a plain trace (grad mode off around the call, the outputs as a list)."""
+    wrapper does for such a trace (grad mode off around the call; the new values of the `mutated`
+    inputs, the graph's first outputs, copied into them; the other outputs as a list). A trace is
+    cached only where no input requires grad under grad mode, so the copies record no autograd history
+    with or without grad mode, as AOTAutograd's."""
+    count = len(mutated)
 
     def forward(*args: Any) -> list:
         grad = torch.is_grad_enabled()
@@ -472,11 +491,12 @@ def runner(compiled: Callable) -> Callable:
             torch._C._set_grad_enabled(False)
         try:
             outputs = compiled(*args)
+            outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+            for position, index in enumerate(mutated):
+                args[index].copy_(outputs[position])
         finally:
             if grad:
                 torch._C._set_grad_enabled(True)
-        return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        return outputs[count:] if count else outputs
 
     return forward
-
-

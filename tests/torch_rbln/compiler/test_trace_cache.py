@@ -131,7 +131,8 @@ def test_encoding_round_trips_values_exactly():
     example = torch.empty(3, 4).t()[1:]  # an offset and strides that are not contiguous
     x.meta["val"] = example
     data = json.loads(json.dumps(trace_cache.encode(gm)))
-    decoded, inputs = trace_cache.decode(data)
+    decoded, inputs, mutated = trace_cache.decode(data)
+    assert mutated == []
     assert decoded.code == gm.code
     (value,) = inputs
     assert (value.shape, value.stride(), value.storage_offset()) == ((3, 3), (1, 4), 1)
@@ -217,28 +218,95 @@ def test_what_is_not_cached(monkeypatch):
         assert _key(lambda a, b: a + b, x, y) is None
 
 
-@pytest.mark.parametrize("fn", ["mutates an input", "returns a view of an input"])
-def test_traces_that_need_aotautograds_wrappers_are_not_stored(fresh_compiler, traces, fn):
+def test_a_trace_whose_output_is_a_view_of_an_input_is_not_stored(fresh_compiler, traces):
     root, keys = traces
-
-    def mutates(a, b):
-        a.add_(b)
-        return a * 2
 
     def view_of_input(a, b):
         return a.t(), a + b
 
-    function = mutates if fn == "mutates an input" else view_of_input
     cpu = [torch.randn(4, 8), torch.randn(4, 8)]
     for _ in range(2):
         device = [t.to("rbln") for t in cpu]
-        want_inputs = [t.clone() for t in cpu]
-        got = _compile_again(function, *device)
-        want = function(*want_inputs)
-        _assert_matches(got, want)
-        _assert_matches(device, want_inputs)  # the mutation reached the caller's tensor
+        _assert_matches(_compile_again(view_of_input, *device), view_of_input(*cpu))
     assert keys == [] and fresh_compiler.stats().get("trace_hits", 0) == 0
     assert fresh_compiler.stats()["traces_uncached"] >= 2
+
+
+def _meta(**changes):
+    """AOTAutograd's metadata of a plain two-input trace that mutates input 0's data, with `changes`."""
+    from types import SimpleNamespace
+
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    def info(**fields):
+        base = dict(mutates_data=False, mutates_metadata=False, mutates_storage_metadata=False,
+                    mutation_inductor_storage_resize=False)
+        return SimpleNamespace(**{**base, **fields})
+
+    meta = dict(input_info=[info(mutates_data=True), info()], mutated_inp_runtime_indices=[0],
+                keep_input_mutations=False, output_info=[SimpleNamespace(output_type=OutputType.non_alias)],
+                num_intermediate_bases=0, tokens={}, grad_enabled_mutation=None,
+                is_rng_op_functionalized=False, subclass_inp_meta=[0, 1])
+    return SimpleNamespace(**{**meta, **changes})
+
+
+def test_which_aotautograd_metadata_is_replayed():
+    """Data mutations returned as outputs are replayed (copied back); metadata, storage and in-graph
+    mutations, aliased outputs, tokens and grad-mode changes are not cached."""
+    graph = fx.symbolic_trace(lambda a, b: (a + b, a * b))
+    assert trace_cache._plainness(_meta(), graph, 2) == (None, [0])
+    from types import SimpleNamespace
+
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    refused = {
+        "metadata": _meta(input_info=[SimpleNamespace(mutates_data=False, mutates_metadata=True,
+                                                      mutates_storage_metadata=False,
+                                                      mutation_inductor_storage_resize=False)] * 2),
+        "in graph": _meta(keep_input_mutations=True),
+        "aliased output": _meta(output_info=[SimpleNamespace(output_type=OutputType.alias_of_input)]),
+        "tokens": _meta(tokens={0: None}),
+        "grad mode": _meta(grad_enabled_mutation=False),
+        "other inputs": _meta(mutated_inp_runtime_indices=[0], input_info=_meta().input_info[:1]),
+    }
+    for name, meta in refused.items():
+        reason, mutated = trace_cache._plainness(meta, graph, 2)
+        assert reason is not None and mutated == [], name
+    assert trace_cache._plainness(None, graph, 2)[0] == "no AOTAutograd metadata"
+
+
+def _mutates_two(cache, rows, new):
+    """A static key/value cache's update: rows of `cache` written in place, and another input grown;
+    the graph returns their new values first, AOTAutograd's epilogue copies them back."""
+    cache.index_copy_(0, rows, new)
+    new.mul_(2)
+    return cache.sum(dim=0), new + 1
+
+
+def test_a_trace_that_mutates_inputs_is_cached_and_writes_them_back(fresh_compiler, traces):
+    root, keys = traces
+    generator = torch.Generator().manual_seed(7)
+    cpu = [torch.zeros(6, 8), torch.tensor([4, 1]), torch.randn(2, 8, generator=generator)]
+    results = []
+    for _ in range(2):  # traced, then from the cached entry
+        device = [t.to("rbln") for t in cpu]
+        want_inputs = [t.clone() for t in cpu]
+        results.append(_compile_again(_mutates_two, *device))
+        want = _mutates_two(*want_inputs)
+        _assert_matches(results[-1], want)
+        _assert_matches(device, want_inputs)  # the mutations reached the caller's tensors
+    stats = fresh_compiler.stats()
+    assert len(keys) == 1 and stats["trace_hits"] == 1
+    assert json.loads((root / f"{keys[0]}.json").read_text())["graph"]["mutated"] == [0, 2]
+    assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*results, strict=True))
+    with torch.no_grad():  # under no_grad, with an input that requires grad: traced, then cached
+        for _ in range(2):
+            device = [t.to("rbln") for t in cpu]
+            device[0].requires_grad_()
+            want_inputs = [t.clone() for t in cpu]
+            _assert_matches(_compile_again(_mutates_two, *device), _mutates_two(*want_inputs))
+            _assert_matches([device[0].detach(), *device[1:]], want_inputs)
+    assert fresh_compiler.stats()["trace_hits"] == 2
 
 
 def _stored_entry(root, keys):

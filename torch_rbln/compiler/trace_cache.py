@@ -465,8 +465,8 @@ def store_if_plain(cache_key: str, graph: fx.GraphModule, inputs: int) -> None:
     from torch._guards import TracingContext
 
     context = TracingContext.try_get()
-    reason, mutated = _plainness(context.fw_metadata if context else None, graph, inputs)
     try:
+        reason, mutated = _plainness(context.fw_metadata if context else None, graph, inputs)
         if reason is not None:
             raise Uncacheable(reason)
         data = {**encode(graph), "mutated": mutated}

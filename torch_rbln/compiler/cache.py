@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +78,13 @@ def _path(key: str) -> Path:
     return graphs_dir() / f"{key}.json"
 
 
-def read_signed(path: Path, key: str, field: str, what: str = "graph cache entry") -> Any | None:
-    """The `field` of a signed JSON entry at `path` (None: no entry; `what` names the entry in
-    messages). An entry that is not valid JSON, names another format or key, or whose checksum does not
-    match `field` is reported with a WARNING and treated as absent, so the caller rebuilds it."""
+def read_signed(path: Path, key: str, field: str, what: str = "graph cache entry",
+                parse: Callable[[Any], Any] | None = None) -> Any | None:
+    """The `field` of a signed JSON entry at `path`, through `parse` when given (None: no entry; `what`
+    names the entry in messages). An entry that is not valid JSON, names another format or key, whose
+    checksum does not match `field`, or that `parse` rejects (ValueError, KeyError, TypeError,
+    AttributeError, RuntimeError) is reported with a WARNING and treated as absent, so the caller
+    rebuilds it; any other exception of `parse` is the caller's."""
     try:
         text = path.read_text()
     except OSError:
@@ -93,15 +96,18 @@ def read_signed(path: Path, key: str, field: str, what: str = "graph cache entry
         payload = json.dumps(data[field], sort_keys=True)
         if hashlib.sha256(payload.encode()).hexdigest() != data.get("digest"):
             raise ValueError("checksum mismatch")
-        return data[field]
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:  # (nesting too deep)
-        _log().warning("%s %s is corrupt (%s); regenerating it", what, path, error)
+        return data[field] if parse is None else parse(data[field])
+    except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as error:  # (RecursionError:
+        _log().warning("%s %s is corrupt (%s: %s); regenerating it", what, path,  # nested too deeply)
+                       type(error).__name__, error)
         return None
 
 
-def write_signed(path: Path, key: str, field: str, value: Any, what: str = "graph cache entry") -> None:
+def write_signed(path: Path, key: str, field: str, value: Any, what: str = "graph cache entry",
+                 then: str = "it stays in memory only") -> None:
     """Write `value` as the `field` of a signed JSON entry at `path`, atomically (a concurrent reader sees
-    the old entry or the new one); a cache that cannot be written keeps the entry in memory only."""
+    the old entry or the new one); a cache that cannot be written is reported with a WARNING that says
+    what follows (`then`)."""
     payload = json.dumps(value, sort_keys=True)
     data = {"format": FORMAT, "key": key, "digest": hashlib.sha256(payload.encode()).hexdigest(),
             field: value}
@@ -111,7 +117,7 @@ def write_signed(path: Path, key: str, field: str, value: Any, what: str = "grap
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, path)
     except OSError as error:
-        _log().warning("could not write %s %s (%s); it stays in memory only", what, path, error)
+        _log().warning("could not write %s %s (%s); %s", what, path, error, then)
 
 
 def lookup(key: str) -> tuple[list[KernelSpec], str] | None:
@@ -120,13 +126,9 @@ def lookup(key: str) -> tuple[list[KernelSpec], str] | None:
         specs = _memory.get(key)
     if specs is not None:
         return specs, "memory"
-    kernels = read_signed(_path(key), key, "kernels")
-    if kernels is None:
-        return None
-    try:
-        specs = [KernelSpec.from_json(item) for item in kernels]
-    except (ValueError, KeyError, TypeError) as error:
-        _log().warning("graph cache entry %s is corrupt (%s); regenerating it", _path(key), error)
+    specs = read_signed(_path(key), key, "kernels",
+                        parse=lambda kernels: [KernelSpec.from_json(item) for item in kernels])
+    if specs is None:
         return None
     with _lock:
         _memory[key] = specs

@@ -145,16 +145,27 @@ def _pinned_target(target: Any) -> bool:
     return module.split(".")[0] in ("torch", "_operator", "operator", "math", "builtins")
 
 
+def _name(value: torch.dtype | torch.layout | torch.memory_format) -> str:
+    """`float32` for torch.float32 (`_torch_attribute` is the inverse)."""
+    return str(value).removeprefix("torch.")
+
+
+def _geometry(value: torch.Tensor, offset: bool = True) -> list:
+    """[shape, strides, storage offset (0 without `offset`), dtype name, device] of a tensor with
+    static sizes (Uncacheable for symbolic ones)."""
+    if any(not isinstance(n, int) for n in (*value.shape, *value.stride(), value.storage_offset())):
+        raise Uncacheable("symbolic sizes")
+    return [list(value.shape), list(value.stride()), value.storage_offset() if offset else 0,
+            _name(value.dtype), str(value.device)]
+
+
 def _describe_input(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         if type(value) not in (torch.Tensor, torch.nn.Parameter):
             raise Uncacheable(f"an input is a {type(value).__name__}")
         if value.is_conj() or value.is_neg() or value.layout != torch.strided:
             raise Uncacheable("an input is not a plain strided tensor")
-        if any(not isinstance(n, int) for n in (*value.shape, *value.stride(), value.storage_offset())):
-            raise Uncacheable("an input has symbolic sizes")
-        return (f"T{tuple(value.shape)}:{value.stride()}:{value.storage_offset()}:{value.dtype}:"
-                f"{value.device}:{value.requires_grad}")
+        return f"T{_geometry(value)}:{value.requires_grad}"
     if type(value) in (int, float, bool) or value is None:
         return f"V{type(value).__name__}:{value!r}"
     raise Uncacheable(f"an input is a {type(value).__name__}")
@@ -204,10 +215,11 @@ def key(gm: fx.GraphModule, example_inputs: Sequence) -> str | None:
         for value in example_inputs:
             if isinstance(value, torch.Tensor):
                 try:
-                    storage = value.untyped_storage().data_ptr()
+                    memory = value.untyped_storage()
+                    storage = memory.data_ptr()
                 except RuntimeError as error:
                     raise Uncacheable("an input has no memory (a fake tensor)") from error
-                if storage in storages and value.untyped_storage().nbytes():
+                if storage in storages and memory.nbytes():
                     raise Uncacheable("two inputs share memory")
                 storages.add(storage)
         # (the entry format `cache.read_signed` checks is in the key: a new one never reads old entries)
@@ -219,13 +231,10 @@ def key(gm: fx.GraphModule, example_inputs: Sequence) -> str | None:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-
 # ------------------------------------------------------------------------------------------- encoding
 def _encode_value(value: Any) -> Any:
     """A node argument or recorded value as JSON (tagged lists; floats exact, inf/nan included)."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
+    if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return {"f": value.hex()}
@@ -236,20 +245,17 @@ def _encode_value(value: Any) -> Any:
     if isinstance(value, dict) and all(isinstance(name, str) for name in value):
         return {"d": [[name, _encode_value(v)] for name, v in value.items()]}
     if isinstance(value, torch.dtype):
-        return {"dtype": str(value).removeprefix("torch.")}
+        return {"dtype": _name(value)}
     if isinstance(value, torch.device):
         return {"device": str(value)}
     if isinstance(value, torch.layout):
-        return {"layout": str(value).removeprefix("torch.")}
+        return {"layout": _name(value)}
     if isinstance(value, torch.memory_format):
-        return {"memory_format": str(value).removeprefix("torch.")}
+        return {"memory_format": _name(value)}
     if isinstance(value, torch.Tensor):
-        if any(not isinstance(n, int) for n in (*value.shape, *value.stride(), value.storage_offset())):
-            raise Uncacheable("a recorded value has symbolic sizes")
         if value.requires_grad:
             raise Uncacheable("a recorded value requires grad")
-        return {"tensor": [list(value.shape), list(value.stride()), value.storage_offset(),
-                           str(value.dtype).removeprefix("torch."), str(value.device)]}
+        return {"tensor": _geometry(value)}
     raise Uncacheable(f"a {type(value).__name__} in the graph")
 
 
@@ -335,9 +341,7 @@ def _encode_constant(value: Any) -> dict:
         raise Uncacheable("a tensor constant that is not small, plain and contiguous")
     with unset_fake_temporarily():  # (AOTAutograd's fake mode is active while it compiles)
         raw = value.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
-    geometry = [list(value.shape), list(value.stride()), 0, str(value.dtype).removeprefix("torch."),
-                str(value.device)]
-    return {"tensor": geometry, "bytes": base64.b64encode(raw).decode()}
+    return {"tensor": _geometry(value, offset=False), "bytes": base64.b64encode(raw).decode()}
 
 
 def _decode_constant(data: dict) -> torch.Tensor:
@@ -414,17 +418,12 @@ def _path(cache_key: str) -> Path:
 def lookup(cache_key: str) -> tuple[fx.GraphModule, list, list[int]] | None:
     """The cached trace (graph, example inputs, mutated inputs) of `cache_key`, or None (no entry, or
     one that does not decode: reported and traced again)."""
-    data = read_signed(_path(cache_key), cache_key, "graph", WHAT)
-    if data is None:
-        return None
     try:
-        found = decode(data)
+        found = read_signed(_path(cache_key), cache_key, "graph", WHAT, parse=decode)
     except MissingOp as reason:
         _log().info("%s %s is not used: %s", WHAT, _path(cache_key), reason)
         return None
-    except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as error:
-        _log().warning("%s %s is corrupt (%s: %s); tracing again", WHAT, _path(cache_key),
-                       type(error).__name__, error)
+    if found is None:
         return None
     _stats.count("trace_hits")
     return found
@@ -473,7 +472,7 @@ def store_if_plain(cache_key: str, graph: fx.GraphModule, inputs: int) -> None:
     except Exception as why:  # noqa: BLE001 - a trace we cannot encode is compiled, never failed
         _not_cached(why)
         return
-    write_signed(_path(cache_key), cache_key, "graph", data, WHAT)
+    write_signed(_path(cache_key), cache_key, "graph", data, WHAT, then="the next compile traces again")
     _stats.count("traces_stored")
 
 

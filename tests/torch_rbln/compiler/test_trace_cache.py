@@ -29,8 +29,12 @@ def traces(monkeypatch, tmp_path):
     cache.clear_memory()
     keys: list[str] = []
     store = trace_cache.write_signed
-    monkeypatch.setattr(trace_cache, "write_signed",
-                        lambda path, key, *rest: (keys.append(key), store(path, key, *rest)))
+
+    def recorded(path, key, *rest, **named):
+        keys.append(key)
+        store(path, key, *rest, **named)
+
+    monkeypatch.setattr(trace_cache, "write_signed", recorded)
     yield tmp_path / "traces", keys
     cache.clear_memory()
 

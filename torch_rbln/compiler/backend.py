@@ -106,13 +106,20 @@ def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict 
     if trace_key is not None:
         cached = trace_cache.lookup(trace_key)
         if cached is not None:
-            graph, inputs, mutated = cached
-            return trace_cache.runner(compile_graph(graph, inputs, parsed, "inference"), mutated)
+            return _cached_trace(cached, parsed)
+    held: dict[str, dict] = {}  # a training trace's forward part, until its backward compiles
 
     def compiler(phase: str):
         def compile_phase(graph: fx.GraphModule, inputs: Sequence) -> Callable:
-            if phase == "inference" and trace_key is not None:
-                trace_cache.store_if_plain(trace_key, graph, len(example_inputs))
+            if trace_key is not None:
+                if phase == "inference":
+                    trace_cache.store_if_plain(trace_key, graph, len(example_inputs))
+                elif phase == "forward":
+                    forward = trace_cache.forward_entry(graph, len(example_inputs))
+                    if forward is not None:
+                        held["forward"] = forward
+                elif "forward" in held:
+                    trace_cache.store_training(trace_key, held.pop("forward"), graph)
             return make_boxed_func(compile_graph(graph, inputs, parsed, phase))
 
         return compile_phase
@@ -124,6 +131,18 @@ def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict 
         decompositions=decompositions(),
     )
     return backend(gm, example_inputs)
+
+
+def _cached_trace(cached: trace_cache.Trace, options: CompileOptions) -> Callable:
+    """The compiled callable of a cached trace: its inference graph, or its forward graph with the
+    backward compiled on the first backward."""
+    if cached.backward is None:
+        return trace_cache.runner(compile_graph(cached.graph, cached.inputs, options, "inference"),
+                                  cached.mutated)
+    backward, backward_inputs = cached.backward
+    return trace_cache.autograd_runner(compile_graph(cached.graph, cached.inputs, options, "forward"),
+                                       lambda: compile_graph(backward, backward_inputs, options, "backward"),
+                                       cached.autograd)
 
 
 def _device_index(example_inputs: Sequence) -> int | None:

@@ -1,13 +1,16 @@
-"""AOTAutograd's inference graphs, cached by the Dynamo graph they were traced from.
+"""AOTAutograd's graphs, cached by the Dynamo graph they were traced from.
 
 Why: on a warm kernel cache, most of a compiled model's first call under ``backend="rbln"`` is
-AOTAutograd tracing the Dynamo graph into ATen (0.7 s of the 1.7 s for a 4-layer Llama), which inductor
-skips with its own AOTAutograd cache. This cache keeps the ATen graph itself, so a later process (or a
+AOTAutograd tracing the Dynamo graph into ATen (0.7 s of the 1.7 s for a 4-layer Llama; for a train
+step, the joint trace and its partition: 1.2 s of GPT-2's 1.55 s), which inductor skips with its own
+AOTAutograd cache. This cache keeps the ATen graphs themselves, so a later process (or a
 ``torch._dynamo.reset()``) that captures the same Dynamo graph goes straight to :func:`compile_graph`.
 
-Only traces whose runtime wrappers are a plain call are kept, because a hit replaces AOTAutograd's
-wrappers with one call of the compiled graph (`runner`), plus the copy of each data-mutated input's new
-value back into it (a static key/value cache's update), which AOTAutograd's epilogue does:
+Only traces whose runtime wrappers we replay exactly are kept, because a hit replaces AOTAutograd's
+wrappers: an inference trace runs as one call of the compiled graph (`runner`) plus the copy of each
+data-mutated input's new value back into it (a static key/value cache's update), as AOTAutograd's
+epilogue does; a training trace runs as an autograd function (`autograd_runner`) that does what
+AOTAutograd's does for a graph without mutations, aliases or saved sizes:
 
 * the key (:func:`key`) covers the Dynamo graph's code, every input's type, shape, strides, offset,
   dtype, device and ``requires_grad``, the modes that steer a trace (grad, inference mode, autocast,
@@ -17,10 +20,13 @@ value back into it (a static key/value cache's update), which AOTAutograd's epil
   any other namespace's custom op it calls (transformers'). A graph that calls anything versions and a
   source digest cannot pin (a user's Python function, a script's own custom op, a higher-order op),
   holds parameters or constants of its own, takes symbolic sizes, tensor subclasses or inputs sharing
-  memory, or needs gradients is not cached;
-* a trace is stored only when AOTAutograd reports (its ``ViewAndMutationMeta``) no mutation of an
-  input's sizes, strides or storage (data mutations are returned as outputs and replayed), no output
-  aliasing an input or another output, no effect tokens and no grad-mode change;
+  memory, or is a training graph under compiled autograd is not cached;
+* an inference trace is stored only when AOTAutograd reports (its ``ViewAndMutationMeta``) no mutation
+  of an input's sizes, strides or storage (data mutations are returned as outputs and replayed), no
+  output aliasing an input or another output, no effect tokens and no grad-mode change; a training
+  trace (`forward_entry`, then `store_training` at the first backward, when AOTAutograd compiles the
+  backward graph) also no input mutation at all, and a backward that takes only saved tensors (with
+  version checks) and the outputs' gradients;
 * entries are JSON (no pickle: nothing in the cache directory is executed by loading it), signed with
   a checksum like the graph cache's; a corrupt or foreign entry is reported with a WARNING and traced
   again; an op the running torch lacks makes the entry a miss.
@@ -40,7 +46,7 @@ import operator
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.fx as fx
@@ -52,7 +58,8 @@ from . import _stats
 from .cache import FORMAT as ENTRY_FORMAT
 from .cache import read_signed, write_signed
 
-__all__ = ["key", "lookup", "store_if_plain", "runner", "Uncacheable"]
+__all__ = ["Trace", "Uncacheable", "autograd_runner", "forward_entry", "key", "lookup", "runner",
+           "store_if_plain", "store_training"]
 
 # Namespaces whose ops are pinned by the key (torch's version, our sources); a custom op of another
 # namespace is pinned when an installed distribution of that name is (its version joins the key:
@@ -65,6 +72,33 @@ FORMAT = 2  # the encoding below (in the key: entries of another encoding are ne
 
 class Uncacheable(Exception):
     """Why one graph's trace is not cached (logged at DEBUG)."""
+
+
+class Autograd(NamedTuple):
+    """How a cached training trace's forward and backward graphs connect, as AOTAutograd's autograd
+    function connects them: the forward graph returns the user's `outputs` results, then `saved`
+    tensors for the backward; output i is marked non-differentiable where `differentiable[i]` is
+    False; the backward graph takes the saved tensors, then the gradients of the outputs listed in
+    `tangents`, each coerced to its traced layout (`layouts`: a memory format's name, or None and the
+    exact size and strides), and returns a gradient (or None) per forward input."""
+
+    outputs: int
+    saved: int
+    differentiable: tuple[bool, ...]
+    tangents: tuple[int, ...]
+    layouts: tuple[tuple[str | None, tuple[int, ...], tuple[int, ...]], ...]
+
+
+class Trace(NamedTuple):
+    """A cached trace: AOTAutograd's inference (or, for training, forward) graph, its example inputs
+    and the inputs whose data it mutates; a training trace also has its backward graph with its example
+    inputs, and `autograd`."""
+
+    graph: fx.GraphModule
+    inputs: list
+    mutated: list[int]
+    backward: tuple[fx.GraphModule, list] | None = None
+    autograd: Autograd | None = None
 
 
 class MissingOp(Exception):
@@ -200,6 +234,16 @@ def _not_cached(reason: Exception) -> None:
                        reason)
 
 
+def _compiled_autograd() -> bool:
+    """Whether compiled autograd is on: it traces a backward through AOTAutograd's own autograd
+    function (its `_compiled_autograd_key`), which a cached training trace's runner is not."""
+    from torch._dynamo import compiled_autograd
+    from torch._dynamo import config as dynamo_config
+
+    return bool(dynamo_config.compiled_autograd or compiled_autograd.compiled_autograd_enabled
+                or compiled_autograd.in_compiled_autograd_region)
+
+
 def key(gm: fx.GraphModule, example_inputs: Sequence) -> str | None:
     """The cache key of the trace of Dynamo graph `gm` on `example_inputs`; None when it is not cached."""
     from torch._functorch import config as functorch_config
@@ -209,8 +253,8 @@ def key(gm: fx.GraphModule, example_inputs: Sequence) -> str | None:
     try:
         pins = _check_graph(gm)
         if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad
-                                           for v in example_inputs):
-            raise Uncacheable("an input requires grad (a training graph)")
+                                           for v in example_inputs) and _compiled_autograd():
+            raise Uncacheable("compiled autograd traces the backward of a training graph itself")
         storages = set()
         for value in example_inputs:
             if isinstance(value, torch.Tensor):
@@ -232,8 +276,10 @@ def key(gm: fx.GraphModule, example_inputs: Sequence) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------- encoding
-def _encode_value(value: Any) -> Any:
-    """A node argument or recorded value as JSON (tagged lists; floats exact, inf/nan included)."""
+def _encode_value(value: Any, grad_ok: bool = False) -> Any:
+    """A node argument or recorded value as JSON (tagged lists; floats exact, inf/nan included).
+    `grad_ok`: a recorded tensor may require grad (a training graph's primals: only its geometry is
+    kept); in an inference graph that would mean a trace we do not understand."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -241,9 +287,9 @@ def _encode_value(value: Any) -> Any:
     if isinstance(value, fx.Node):
         return {"n": value.name}
     if isinstance(value, (list, tuple)):
-        return {"l" if isinstance(value, list) else "t": [_encode_value(v) for v in value]}
+        return {"l" if isinstance(value, list) else "t": [_encode_value(v, grad_ok) for v in value]}
     if isinstance(value, dict) and all(isinstance(name, str) for name in value):
-        return {"d": [[name, _encode_value(v)] for name, v in value.items()]}
+        return {"d": [[name, _encode_value(v, grad_ok)] for name, v in value.items()]}
     if isinstance(value, torch.dtype):
         return {"dtype": _name(value)}
     if isinstance(value, torch.device):
@@ -253,7 +299,7 @@ def _encode_value(value: Any) -> Any:
     if isinstance(value, torch.memory_format):
         return {"memory_format": _name(value)}
     if isinstance(value, torch.Tensor):
-        if value.requires_grad:
+        if value.requires_grad and not grad_ok:
             raise Uncacheable("a recorded value requires grad")
         return {"tensor": _geometry(value)}
     raise Uncacheable(f"a {type(value).__name__} in the graph")
@@ -351,9 +397,9 @@ def _decode_constant(data: dict) -> torch.Tensor:
     return flat.view(_torch_attribute("dtype", dtype)).reshape(shape).to(torch.device(device))
 
 
-def encode(gm: fx.GraphModule) -> dict:
+def encode(gm: fx.GraphModule, training: bool = False) -> dict:
     """The ATen graph `gm` (nodes, targets, arguments, each node's recorded value, small constants) as
-    JSON."""
+    JSON (`training`: a forward or backward graph, whose recorded values may require grad)."""
     nodes = []
     for node in gm.graph.nodes:
         if node.op not in ("placeholder", "call_function", "get_attr", "output"):
@@ -363,7 +409,7 @@ def encode(gm: fx.GraphModule) -> dict:
         if node.op == "get_attr":
             entry["constant"] = _encode_constant(getattr(gm, node.target))
         if "val" in node.meta and node.op != "output":
-            entry["val"] = _encode_value(node.meta["val"])
+            entry["val"] = _encode_value(node.meta["val"], training)
         nodes.append(entry)
     return {"nodes": nodes}
 
@@ -415,11 +461,52 @@ def _path(cache_key: str) -> Path:
     return trace_dir() / f"{cache_key}.json"
 
 
-def lookup(cache_key: str) -> tuple[fx.GraphModule, list, list[int]] | None:
-    """The cached trace (graph, example inputs, mutated inputs) of `cache_key`, or None (no entry, or
-    one that does not decode: reported and traced again)."""
+def _decode_autograd(data: Any, forward: fx.GraphModule, backward: fx.GraphModule) -> Autograd:
+    """The `Autograd` of a training entry, checked against its two graphs' inputs and outputs."""
+    meta = Autograd(int(data["outputs"]), int(data["saved"]), tuple(bool(d) for d in data["differentiable"]),
+                    tuple(int(i) for i in data["tangents"]),
+                    tuple((None if f is None else str(f), tuple(map(int, size)), tuple(map(int, stride)))
+                          for f, size, stride in data["layouts"]))
+    if meta.outputs < 0 or meta.saved < 0 or len(meta.differentiable) != meta.outputs or \
+            list(meta.tangents) != sorted(set(meta.tangents)) or \
+            any(not 0 <= i < meta.outputs for i in meta.tangents) or len(meta.layouts) != len(meta.tangents):
+        raise ValueError("autograd metadata does not describe the outputs")
+    for name, _size, _stride in meta.layouts:
+        if name is not None:
+            _torch_attribute("memory_format", name)
+    forward_in, forward_out = _arity(forward)
+    backward_in, backward_out = _arity(backward)
+    if forward_out != meta.outputs + meta.saved or backward_in != meta.saved + len(meta.tangents) or \
+            backward_out != forward_in:
+        raise ValueError("the forward and backward graphs do not connect")
+    return meta
+
+
+def _arity(gm: fx.GraphModule) -> tuple[int, int]:
+    """(placeholders, outputs) of a graph that returns a list or tuple."""
+    inputs = sum(1 for node in gm.graph.nodes if node.op == "placeholder")
+    outputs = next(node for node in reversed(gm.graph.nodes) if node.op == "output").args[0]
+    if not isinstance(outputs, (list, tuple)):
+        raise ValueError("the graph does not return a list")
+    return inputs, len(outputs)
+
+
+def _decode_entry(data: dict) -> Trace:
+    graph, inputs, mutated = decode(data)
+    if "backward" not in data:
+        return Trace(graph, inputs, mutated)
+    if mutated:
+        raise ValueError("a training entry with mutated inputs")
+    backward, backward_inputs, _ = decode({"nodes": data["backward"]["nodes"]})
+    autograd = _decode_autograd(data["autograd"], graph, backward)
+    return Trace(graph, inputs, [], (backward, backward_inputs), autograd)
+
+
+def lookup(cache_key: str) -> Trace | None:
+    """The cached trace of `cache_key`, or None (no entry, or one that does not decode: reported and
+    traced again)."""
     try:
-        found = read_signed(_path(cache_key), cache_key, "graph", WHAT, parse=decode)
+        found = read_signed(_path(cache_key), cache_key, "graph", WHAT, parse=_decode_entry)
     except MissingOp as reason:
         _log().info("%s %s is not used: %s", WHAT, _path(cache_key), reason)
         return None
@@ -499,3 +586,158 @@ def runner(compiled: Callable, mutated: Sequence[int] = ()) -> Callable:
         return outputs[count:] if count else outputs
 
     return forward
+
+
+# ------------------------------------------------------------------------------------------- training
+def _plain_tensor_metas(metas: Sequence) -> bool:
+    return all(isinstance(m, int) or type(m).__name__ == "PlainTensorMeta" for m in metas)
+
+
+def _training_autograd(meta: Any, graph: fx.GraphModule, inputs: int) -> dict:
+    """The `Autograd` (as JSON) of a training trace whose runtime is a plain autograd function of the
+    Dynamo graph's `inputs` inputs; Uncacheable when it needs more of AOTAutograd's runtime wrappers."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    if meta is None:
+        raise Uncacheable("no AOTAutograd metadata")
+    if any(i.mutates_data or i.mutates_metadata or i.mutates_storage_metadata or
+           i.mutation_inductor_storage_resize for i in meta.input_info):
+        raise Uncacheable("a training graph that mutates an input")
+    if any(o.output_type != OutputType.non_alias for o in meta.output_info):
+        raise Uncacheable("an output aliases an input or another output")
+    if meta.num_intermediate_bases or meta.tokens or meta.grad_enabled_mutation is not None or \
+            meta.num_backward_tokens:
+        raise Uncacheable("it needs AOTAutograd's runtime wrappers (bases, effect tokens or a grad-mode "
+                          "change)")
+    if getattr(meta, "num_graphsafe_rng_states", 0) or meta.is_rng_op_functionalized:
+        raise Uncacheable("it functionalises random state")
+    if not all(_plain_tensor_metas(metas) for metas in
+               (meta.subclass_inp_meta, meta.subclass_fw_graph_out_meta, meta.subclass_tangent_meta)):
+        raise Uncacheable("a tensor subclass input, output or gradient")
+    if meta.num_symints_saved_for_bw or meta.num_opaque_objects_saved_for_bw or \
+            meta.num_tensors_saved_with_no_vc_check or \
+            meta.indices_of_inputs_that_requires_grad_with_mutations_in_bw:
+        raise Uncacheable("its backward takes sizes, objects or tensors saved without version checks")
+    placeholders, returned = _arity(graph)
+    if placeholders != inputs or len(meta.input_info) != inputs:
+        raise Uncacheable("the traced graph takes other inputs than the Dynamo graph")
+    if meta.num_forward_returns != meta.num_outputs or returned < meta.num_outputs:
+        raise Uncacheable("the forward graph returns more than the outputs and saved tensors")
+    tangents = [i for i, o in enumerate(meta.output_info)
+                if isinstance(o.raw_type, type) and issubclass(o.raw_type, torch.Tensor)
+                and o.requires_grad_for_backward]
+    if len(meta.subclass_tangent_meta) != len(tangents):
+        raise Uncacheable("its gradients do not match its differentiable outputs")
+    layouts = []
+    for tangent in meta.subclass_tangent_meta:
+        layout = tangent.memory_format
+        if layout is None:
+            layouts.append([None, [], []])
+        elif layout.memory_format is not None:
+            layouts.append([_name(layout.memory_format), [], []])
+        elif any(not isinstance(n, int) for n in (*layout.size, *layout.stride)):
+            raise Uncacheable("symbolic sizes")
+        else:
+            layouts.append([None, list(layout.size), list(layout.stride)])
+    return {"outputs": meta.num_outputs, "saved": returned - meta.num_outputs,
+            "differentiable": [bool(o.requires_grad) for o in meta.output_info], "tangents": tangents,
+            "layouts": layouts}
+
+
+def forward_entry(graph: fx.GraphModule, inputs: int) -> dict | None:
+    """At the forward compile of a training trace (before our passes rewrite `graph`): the entry's
+    forward part, kept until the backward compiles (`store_training`); None when the trace is not
+    cached (counted, logged)."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    try:
+        autograd = _training_autograd(context.fw_metadata if context else None, graph, inputs)
+        return {**encode(graph, training=True), "mutated": [], "autograd": autograd}
+    except Exception as why:  # noqa: BLE001 - a trace we cannot encode is compiled, never failed
+        _not_cached(why)
+        return None
+
+
+def store_training(cache_key: str, forward: dict, backward: fx.GraphModule) -> None:
+    """At the (lazy, first-backward) compile of the backward graph: store the training trace, its
+    forward part from `forward_entry`, under `cache_key`."""
+    try:
+        data = {**forward, "backward": encode(backward, training=True)}
+        _decode_autograd(forward["autograd"], decode(forward)[0], backward)  # (they connect as recorded)
+    except Exception as why:  # noqa: BLE001 - a trace we cannot encode is compiled, never failed
+        _not_cached(why)
+        return
+    write_signed(_path(cache_key), cache_key, "graph", data, WHAT, then="the next compile traces again")
+    _stats.count("traces_stored")
+
+
+def _coerced(gradient: Any, layout: tuple) -> Any:
+    """`gradient` in the layout its backward graph was traced for (AOTAutograd's
+    `coerce_to_expected_memory_format`): the memory format named, or the exact sizes and strides."""
+    name, size, stride = layout
+    if not isinstance(gradient, torch.Tensor):
+        return gradient
+    if name is not None:
+        memory_format = getattr(torch, name)
+        return gradient if gradient.is_contiguous(memory_format=memory_format) else \
+            gradient.contiguous(memory_format=memory_format)
+    if not size or (tuple(gradient.shape) == size and gradient.stride() == stride):
+        return gradient
+    restrided = torch.empty_strided(size, stride, dtype=gradient.dtype, device=gradient.device)
+    restrided.copy_(gradient)
+    return restrided
+
+
+class _OnceDifferentiable(torch.autograd.Function):
+    """The gradients of a backward run under `create_graph=True`: computed by `compute(arguments)`
+    inside this function, so they carry a grad_fn whose backward raises, as AOTAutograd's double
+    backward does (`anchor`, a tensor that requires grad, makes autograd record the call)."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, compute: Callable, arguments: list) -> tuple:
+        return tuple(compute(arguments))
+
+    @staticmethod
+    def backward(ctx: Any, *gradients: Any) -> None:
+        raise RuntimeError("torch.compile(backend='rbln') does not support double backward through a "
+                           "compiled graph (as torch.compile with aot_autograd); compute higher-order "
+                           "gradients eagerly")
+
+
+def autograd_runner(forward: Callable, compile_backward: Callable[[], Callable], meta: Autograd) -> Callable:
+    """The Dynamo-facing callable of a cached training trace: an autograd function whose forward runs the
+    compiled forward graph (saving the tensors it returns after the outputs) and whose backward runs the
+    backward graph, compiled on the first backward (`compile_backward`) as AOTAutograd compiles it
+    lazily. Double backward raises, as AOTAutograd's does."""
+    count, fixed = meta.outputs, [i for i, d in enumerate(meta.differentiable) if not d]
+    tangents = list(zip(meta.tangents, meta.layouts, strict=True))
+    compiled: list[Callable] = []
+
+    def backward_graph(arguments: list) -> Any:
+        if not compiled:
+            compiled.append(compile_backward())
+        return compiled[0](*arguments)
+
+    class CachedTrainingTrace(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *args: Any) -> tuple:
+            results = forward(*args)
+            results = list(results) if isinstance(results, (list, tuple)) else [results]
+            ctx.save_for_backward(*results[count:])
+            outputs = results[:count]
+            ctx.mark_non_differentiable(*(outputs[i] for i in fixed if isinstance(outputs[i], torch.Tensor)))
+            return tuple(outputs)
+
+        @staticmethod
+        def backward(ctx: Any, *gradients: Any) -> tuple:
+            arguments = [*ctx.saved_tensors, *(_coerced(gradients[i], layout) for i, layout in tangents)]
+            if torch.is_grad_enabled():  # create_graph=True
+                anchor = torch.empty(0, requires_grad=True)
+                return _OnceDifferentiable.apply(anchor, backward_graph, arguments)
+            return tuple(backward_graph(arguments))
+
+    def run(*args: Any) -> list:
+        return list(CachedTrainingTrace.apply(*args))
+
+    return run

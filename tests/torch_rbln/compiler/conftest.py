@@ -40,3 +40,23 @@ def rbln_env(monkeypatch):
     yield set_
     monkeypatch.undo()
     _reset_runtime()
+
+
+@pytest.fixture
+def traces(monkeypatch, tmp_path):
+    """A private directory of traces (the kernels stay in the suite's cache: compiled once) and the
+    trace keys stored (in order)."""
+    from torch_rbln.compiler import cache, trace_cache
+
+    monkeypatch.setattr(trace_cache, "trace_dir", lambda: tmp_path / "traces")
+    cache.clear_memory()
+    keys: list[str] = []
+    store = trace_cache.write_signed
+
+    def recorded(path, key, *rest, **named):
+        keys.append(key)
+        store(path, key, *rest, **named)
+
+    monkeypatch.setattr(trace_cache, "write_signed", recorded)
+    yield tmp_path / "traces", keys
+    cache.clear_memory()

@@ -315,3 +315,37 @@ def test_dropout_draws_the_same_masks_from_a_cached_trace(fresh_compiler, traces
     (out_a, grad_a), (out_b, grad_b) = results
     assert torch.equal(out_a, out_b) and torch.equal(grad_a, grad_b)
     assert (grad_a == 0).any() and (grad_a != 0).any()  # some units dropped, some kept
+
+
+def test_a_zoo_transformer_trains_identically_from_cached_traces(fresh_compiler, traces):
+    """GPT-2 of the model zoo in training mode (dropout on): two SGD steps compiled from traced graphs,
+    then again from the cached ones with the same seed: the same losses and weights, bit for bit."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+    from zoo import ZOO
+
+    entry = ZOO["gpt2"]
+    reference = entry.build()
+    inputs = {name: value.to("rbln") for name, value in entry.inputs().items()}
+    runs = []
+    for _ in range(2):
+        model = entry.build().to("rbln").train()
+        model.load_state_dict({k: v.to("rbln") for k, v in reference.state_dict().items()})
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        compiled = _compile_again(model)
+        torch.manual_seed(5)
+        losses = []
+        for _ in range(2):
+            optimizer.zero_grad()
+            loss = entry.output(compiled(**inputs)).float().square().mean()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach().cpu())
+        runs.append((losses, [p.detach().cpu() for p in model.parameters()]))
+    stats = fresh_compiler.stats()
+    assert stats["trace_hits"] >= 1 and stats["eager_graphs"] == 0
+    (losses_a, weights_a), (losses_b, weights_b) = runs
+    assert all(torch.equal(a, b) for a, b in zip(losses_a + weights_a, losses_b + weights_b, strict=True))
+    assert not all(torch.equal(a, b.cpu()) for a, b in zip(weights_a, reference.parameters(), strict=False))

@@ -349,3 +349,62 @@ def test_a_zoo_transformer_trains_identically_from_cached_traces(fresh_compiler,
     (losses_a, weights_a), (losses_b, weights_b) = runs
     assert all(torch.equal(a, b) for a, b in zip(losses_a + weights_a, losses_b + weights_b, strict=True))
     assert not all(torch.equal(a, b.cpu()) for a, b in zip(weights_a, reference.parameters(), strict=False))
+
+
+def _random_training_case(seed: int):
+    """A random differentiable function of 2-3 inputs (4 x 8, some requiring grad) built from matmul,
+    pointwise, softmax, layer norm and row-sum ops, returning 1-3 of its values (one may be detached),
+    and the weights of a loss over a random subset of its outputs (the others get no gradient)."""
+    import random
+
+    rng = random.Random(seed)
+    generator = torch.Generator().manual_seed(seed)
+    count = rng.randint(2, 3)
+    inputs = [torch.randn(4, 8, generator=generator) for _ in range(count)]
+    needs = [rng.random() < 0.7 for _ in range(count)]
+    needs[rng.randrange(count)] = True
+    steps = [(rng.randrange(7), rng.randrange(8), rng.randrange(8)) for _ in range(rng.randint(3, 6))]
+    chosen = rng.sample(range(len(steps)), rng.randint(1, min(3, len(steps))))
+    detached = rng.choice([None, *chosen]) if len(chosen) > 1 else None
+    weights = [rng.choice([0.0, 0.5, 1.0, -2.0]) for _ in chosen]
+    if all(w == 0.0 or i == detached for w, i in zip(weights, chosen, strict=True)):
+        weights[0], detached = 1.0, None if chosen[0] == detached else detached
+
+    def function(*xs):
+        values = list(xs)
+        for kind, i, j in steps:
+            a, b = values[i % len(values)], values[j % len(values)]
+            value = (a @ b.t() @ b, torch.tanh(a) * b, torch.sigmoid(a + b), F.softmax(a * 2, dim=-1),
+                     F.layer_norm(a - b, (8,)), a * a.sum(dim=-1, keepdim=True),
+                     torch.cat([a[:, :4], b[:, 4:]], 1))[kind]
+            values.append(value)
+        results = [values[count + i] for i in chosen]
+        return tuple(r.detach() if i == detached else r for r, i in zip(results, chosen, strict=True))
+
+    return function, inputs, needs, weights
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_training_graphs_give_the_same_gradients_from_a_cached_trace(fresh_compiler, traces, seed):
+    """Differential: random training graphs, traced then from their cached entry: the same outputs and
+    gradients bit for bit, matching the CPU's."""
+    function, cpu, needs, weights = _random_training_case(seed)
+
+    def run(fn, tensors):
+        leaves = [t.clone().requires_grad_(need) for t, need in zip(tensors, needs, strict=True)]
+        outputs = fn(*leaves)
+        loss = sum(w * o.sum() for w, o in zip(weights, outputs, strict=True) if o.requires_grad)
+        if isinstance(loss, torch.Tensor):  # (0 when no output depends on an input that needs grad)
+            loss.backward()
+        return [o.detach().cpu() for o in outputs], [None if t.grad is None else t.grad.cpu() for t in leaves]
+
+    want = run(function, cpu)
+    device = [t.to("rbln") for t in cpu]
+    traced = run(_compile_again(function), device)
+    cached = run(_compile_again(function), device)
+    assert fresh_compiler.stats()["trace_hits"] == 1
+    for a, b, c in zip(traced[0] + traced[1], cached[0] + cached[1], want[0] + want[1], strict=True):
+        assert (a is None) == (b is None) == (c is None)
+        if a is not None:
+            assert torch.equal(a, b)
+            torch.testing.assert_close(b, c, atol=1e-4, rtol=1e-4)

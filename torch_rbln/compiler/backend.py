@@ -106,7 +106,7 @@ def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict 
     if trace_key is not None:
         cached = trace_cache.lookup(trace_key)
         if cached is not None:
-            return _cached_trace(cached, parsed)
+            return _cached_trace(cached, trace_key, parsed)
     held: dict[str, dict] = {}  # a training trace's forward part, until its backward compiles
 
     def compiler(phase: str):
@@ -120,7 +120,9 @@ def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict 
                         held["forward"] = forward
                 elif "forward" in held:
                     trace_cache.store_training(trace_key, held.pop("forward"), graph)
-            return make_boxed_func(compile_graph(graph, inputs, parsed, phase))
+            # (the trace key determines this graph: the graph cache keys it so, on a miss as on a hit)
+            identity = None if trace_key is None else f"{trace_key}/{phase}"
+            return make_boxed_func(compile_graph(graph, inputs, parsed, phase, identity))
 
         return compile_phase
 
@@ -133,16 +135,19 @@ def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict 
     return backend(gm, example_inputs)
 
 
-def _cached_trace(cached: trace_cache.Trace, options: CompileOptions) -> Callable:
+def _cached_trace(cached: trace_cache.Trace, trace_key: str, options: CompileOptions) -> Callable:
     """The compiled callable of a cached trace: its inference graph, or its forward graph with the
-    backward compiled on the first backward."""
+    backward compiled on the first backward. The trace key names each graph for the graph cache."""
     if cached.backward is None:
-        return trace_cache.runner(compile_graph(cached.graph, cached.inputs, options, "inference"),
-                                  cached.mutated)
+        return trace_cache.runner(compile_graph(cached.graph, cached.inputs, options, "inference",
+                                                f"{trace_key}/inference"), cached.mutated)
     backward, backward_inputs = cached.backward
-    return trace_cache.autograd_runner(compile_graph(cached.graph, cached.inputs, options, "forward"),
-                                       lambda: compile_graph(backward, backward_inputs, options, "backward"),
-                                       cached.autograd)
+    forward = compile_graph(cached.graph, cached.inputs, options, "forward", f"{trace_key}/forward")
+
+    def compile_backward() -> Callable:
+        return compile_graph(backward, backward_inputs, options, "backward", f"{trace_key}/backward")
+
+    return trace_cache.autograd_runner(forward, compile_backward, cached.autograd)
 
 
 def _device_index(example_inputs: Sequence) -> int | None:
@@ -166,8 +171,9 @@ class CompiledGraph:
     """One ATen graph, compiled per tensor-parallel size (the tp=1 variant is built on failover)."""
 
     def __init__(self, gm: fx.GraphModule, example_inputs: Sequence, options: CompileOptions,
-                 phase: str) -> None:
+                 phase: str, identity: str | None = None) -> None:
         self.gm = gm
+        self.identity = identity  # (see `cache.graph_key`)
         self.example_inputs = list(example_inputs)
         self.phase = phase
         self.name = f"rbln_{phase}_graph_{next(_names)}"
@@ -186,7 +192,7 @@ class CompiledGraph:
     # ---------------------------------------------------------------- compile
     def _plan(self, tp: int) -> tuple[str, list[KernelSpec], bool]:
         """(graph key, kernel specs, whether they came from the graph cache)."""
-        key = cache.graph_key(self.gm, self.example_inputs, tp)
+        key = cache.graph_key(self.gm, self.example_inputs, tp, self.identity)
         hit = cache.lookup(key)
         if hit is not None:
             specs, where = hit
@@ -330,14 +336,15 @@ class PerShapeGraph:
 
 
 def compile_graph(gm: fx.GraphModule, example_inputs: Sequence, options: CompileOptions | None = None,
-                  phase: str = "inference") -> Callable:
-    """Compile one ATen graph (from AOTAutograd) into a callable taking the graph's inputs."""
+                  phase: str = "inference", identity: str | None = None) -> Callable:
+    """Compile one ATen graph (from AOTAutograd) into a callable taking the graph's inputs (`identity`:
+    a name that determines the graph and its inputs, see `cache.graph_key`)."""
     options = options or CompileOptions()
     copies_for_lifted_constants(gm)
     clones_for_cats_of_one_tensor(gm)
     if not _static(example_inputs):
         return PerShapeGraph(gm, options, phase)
-    return CompiledGraph(gm, example_inputs, options, phase)
+    return CompiledGraph(gm, example_inputs, options, phase, identity)
 
 
 def _dump(name: str, gm: fx.GraphModule, specs: list[KernelSpec]) -> None:

@@ -60,11 +60,17 @@ def _describe(value) -> str:
     return f"V{value!r}"
 
 
-def graph_key(gm: fx.GraphModule, example_inputs: Sequence, tp: int) -> str:
+def graph_key(gm: fx.GraphModule, example_inputs: Sequence, tp: int, identity: str | None = None) -> str:
+    """The graph cache key of `gm` compiled for `tp` NPUs. `identity`: a name that determines the graph
+    and its inputs already (a cached trace's key and phase), which then stands for the graph's code and
+    inputs: a decoded trace's Python code is never generated just to be hashed (~10 ms a graph)."""
     from torch_rbln import __version__
 
-    parts = [str(FORMAT), __version__, torch.__version__, _compiler_digest(), f"tp={tp}", gm.code]
-    parts += [_describe(value) for value in example_inputs]
+    parts = [str(FORMAT), __version__, torch.__version__, _compiler_digest(), f"tp={tp}"]
+    if identity is not None:
+        parts.append(f"identity={identity}")
+    else:
+        parts += [gm.code, *(_describe(value) for value in example_inputs)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

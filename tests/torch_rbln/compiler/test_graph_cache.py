@@ -171,6 +171,24 @@ def test_the_key_covers_inputs_tp_versions_and_the_graph(monkeypatch):
     assert key not in others.values() and len(set(others.values())) == len(others), others
 
 
+def test_an_identity_stands_for_the_graphs_code_and_inputs(monkeypatch):
+    """A cached trace's graph is keyed by the trace's key and phase (which determine the graph and its
+    inputs), so its Python code is never generated just to be hashed; tp, versions and the compiler's
+    sources still count."""
+    gm, example = _graph()
+    other = fx.symbolic_trace(lambda x, y: F.gelu(x - y) * y)
+    key = cache.graph_key(gm, example, 1, "trace/forward")
+    assert key == cache.graph_key(other, [torch.empty(8, 97)], 1, "trace/forward")
+    others = {
+        "phase": cache.graph_key(gm, example, 1, "trace/backward"),
+        "tp": cache.graph_key(gm, example, 2, "trace/forward"),
+        "no identity": cache.graph_key(gm, example, 1),
+    }
+    monkeypatch.setattr(cache, "_compiler_digest", lambda: "another compiler")
+    others["compiler"] = cache.graph_key(gm, example, 1, "trace/forward")
+    assert key not in others.values() and len(set(others.values())) == len(others), others
+
+
 def test_the_key_covers_the_compilers_sources(monkeypatch):
     gm, example = _graph()
     key = cache.graph_key(gm, example, 1)

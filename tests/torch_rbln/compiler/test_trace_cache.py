@@ -417,3 +417,23 @@ def test_random_graphs_give_the_same_result_from_a_cached_trace(fresh_compiler, 
         again = _compile_again(function, strided.to("rbln"), *device[1:])
         torch.testing.assert_close(again.cpu(), function(*cpu), atol=1e-4, rtol=1e-4)
         assert fresh_compiler.stats()["traces_stored"] == 2 and fresh_compiler.stats()["trace_hits"] == 1
+
+
+def test_a_cached_trace_is_compiled_without_generating_its_code(fresh_compiler, traces, monkeypatch):
+    """The graph cache keys a traced graph by its trace key and phase (`cache.graph_key`'s identity),
+    on the traced compile as on a hit: the decoded graph's Python code is not generated to key it."""
+    cpu, device = _inputs(8)
+    _compile_again(norm_mlp, *device)
+    seen = []
+    graph_key = cache.graph_key
+
+    def spy(gm, inputs, tp, identity=None):
+        seen.append(identity)
+        return graph_key(gm, inputs, tp, identity)
+
+    monkeypatch.setattr(cache, "graph_key", spy)
+    fresh_compiler.reset_stats()
+    _assert_matches(_compile_again(norm_mlp, *device), norm_mlp(*cpu))
+    # (the traced compile keyed it so too: its kernels come from the graph cache)
+    assert fresh_compiler.stats()["trace_hits"] == 1 and fresh_compiler.stats()["disk_hits"] == 1
+    assert len(seen) == 1 and seen[0].endswith("/inference")

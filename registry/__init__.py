@@ -110,13 +110,20 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
         resolved = True
 
     def planned(key: tuple, operands: tuple) -> Any:
-        """Build the plan of a new key (a Decline is kept as the key's reason for the CPU fallback)."""
-        from .plan import Plan
+        """Build the plan of a new key (a Decline is kept as the key's reason for the CPU fallback; a
+        planner that fails otherwise leaves the key to the checked implementation, with a WARNING)."""
+        from .plan import NO_PLAN, Plan
 
         try:
             plan = build(key, operands)
         except Decline as decline:
             plan = Plan.declined(decline.reason)
+        except (InvalidCall, config.ConfigError):
+            raise  # the user's call or environment is wrong
+        except Exception as error:  # noqa: BLE001 - a planner bug must not fail the call
+            _log.warning("rbln plan for %s failed (%s: %s); calls of this signature take the checked path",
+                         name, type(error).__name__, error)
+            plan = NO_PLAN
         plans[key] = plan
         return plan
 

@@ -1053,7 +1053,7 @@ def pow_scalar(*, out: bool = False) -> Family:
         return _unary_key(op, x, p, target)
 
     def plan(key: tuple, operands: tuple) -> Plan:
-        if key[0]:
+        if key[0] is True:  # the square's binary key (a unary key starts with False or "strided")
             return binary_plan(key, operands, inplace=False, comparison=False)
         return unary_plan(key, operands)
 

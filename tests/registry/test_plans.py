@@ -95,6 +95,28 @@ def test_a_declined_signature_takes_the_logged_cpu_fallback(monkeypatch):
     assert logged == [("aten::sub", "shapes do not broadcast")]  # logged once, counted twice
 
 
+def test_a_planner_that_fails_leaves_its_signature_to_the_checked_path(monkeypatch, capsys):
+    """A bug in a family's planner (here: it raises ValueError) is reported once with a WARNING; the
+    call, and later calls of that signature, run the checked implementation on the device."""
+    a, b = torch.randn(3, 7), torch.randn(3, 7)
+    da, db = a.to("rbln"), b.to("rbln")
+    memo = _plans("mul.Tensor")
+    memo.clear()
+    registry.reset_fallback_report()
+
+    def broken(*args, **kwargs):
+        raise ValueError("a planner bug")
+
+    monkeypatch.setattr(elementwise, "binary_plan", broken)
+    capsys.readouterr()
+    for _ in range(2):
+        torch.testing.assert_close((da * db).cpu(), a * b, atol=0, rtol=0)
+    err = capsys.readouterr().err
+    assert err.count("rbln plan for aten::mul failed (ValueError: a planner bug)") == 1
+    assert list(memo.values()) == [NO_PLAN]
+    assert _row("aten::mul") == {"device": 2, "cpu": 0, "reasons": {}}
+
+
 def test_a_nan_input_on_a_kept_plan_goes_to_the_logged_cpu_fallback():
     a = torch.randn(5)
     da = a.to("rbln")

@@ -76,3 +76,21 @@ def test_a_view_the_copy_kernel_cannot_express_keeps_no_plan():
     got = -view(x.to("rbln"))
     assert torch.equal(got.cpu(), -view(x))
     assert all(plan.run is None for plan in memo.values())
+
+
+@pytest.mark.parametrize("exponent", [3, 0.5, 1, -1, 2.5, 2])
+@pytest.mark.parametrize("view", ["step_slice", "reversed_dims"])
+def test_pow_of_a_strided_view_with_a_number_exponent(view, exponent):
+    """`pow(view, number)` keys a strided view by the unary plan's "strided" key (the square: by mul's,
+    which leaves a strided view to the implementation); it once crashed the plan builder (a ValueError
+    from the binary plan reading a unary key), so `x.t() ** 3` raised."""
+    positive = X.abs() + 0.25  # (a fractional power of a negative number is NaN: an input the scan refuses)
+    source = positive.to("rbln")
+    with general_path():
+        reference = torch.pow(VIEWS[view](source), exponent)
+    registry.reset_fallback_report()
+    for _ in range(2):
+        got = torch.pow(VIEWS[view](source), exponent)
+        assert torch.equal(got.cpu(), reference.cpu())
+    torch.testing.assert_close(got.cpu(), torch.pow(VIEWS[view](positive), exponent), atol=1e-5, rtol=1e-5)
+    assert registry.fallback_report()["aten::pow"]["cpu"] == 0

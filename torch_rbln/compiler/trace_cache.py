@@ -80,13 +80,16 @@ class Autograd(NamedTuple):
     tensors for the backward; output i is marked non-differentiable where `differentiable[i]` is
     False; the backward graph takes the saved tensors, then the gradients of the outputs listed in
     `tangents`, each coerced to its traced layout (`layouts`: a memory format's name, or None and the
-    exact size and strides), and returns a gradient (or None) per forward input."""
+    exact size and strides), and returns a gradient (or None) per forward input. The outputs in
+    `unsafe_views` (views of an intermediate that AOTAutograd hides from autograd) are returned through
+    ``aten._unsafe_view``, as AOTAutograd's forward epilogue returns them."""
 
     outputs: int
     saved: int
     differentiable: tuple[bool, ...]
     tangents: tuple[int, ...]
     layouts: tuple[tuple[str | None, tuple[int, ...], tuple[int, ...]], ...]
+    unsafe_views: tuple[int, ...] = ()  # outputs AOTAutograd hands out through `aten._unsafe_view`
 
 
 class Trace(NamedTuple):
@@ -466,7 +469,10 @@ def _decode_autograd(data: Any, forward: fx.GraphModule, backward: fx.GraphModul
     meta = Autograd(int(data["outputs"]), int(data["saved"]), tuple(bool(d) for d in data["differentiable"]),
                     tuple(int(i) for i in data["tangents"]),
                     tuple((None if f is None else str(f), tuple(map(int, size)), tuple(map(int, stride)))
-                          for f, size, stride in data["layouts"]))
+                          for f, size, stride in data["layouts"]),
+                    tuple(int(i) for i in data.get("unsafe_views", ())))
+    if any(not 0 <= i < meta.outputs for i in meta.unsafe_views):
+        raise ValueError("autograd metadata names an output that does not exist")
     if meta.outputs < 0 or meta.saved < 0 or len(meta.differentiable) != meta.outputs or \
             list(meta.tangents) != sorted(set(meta.tangents)) or \
             any(not 0 <= i < meta.outputs for i in meta.tangents) or len(meta.layouts) != len(meta.tangents):
@@ -516,11 +522,21 @@ def lookup(cache_key: str) -> Trace | None:
     return found
 
 
+def _plain_outputs(meta: Any) -> bool:
+    """Whether every output of AOTAutograd's trace has a type its runtime does nothing for (its
+    `NoopAliasHandler`): a fresh tensor, a view of an intermediate it hides from autograd
+    (`unsafe_view_alias`; a training forward returns it through `aten._unsafe_view`) or a custom
+    autograd function's view output."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    plain = (OutputType.non_alias, OutputType.unsafe_view_alias, OutputType.custom_function_view)
+    return all(o.output_type in plain for o in meta.output_info)
+
+
 def _plainness(meta: Any, graph: fx.GraphModule, inputs: int) -> tuple[str | None, list[int]]:
     """(why AOTAutograd's trace needs runtime wrappers we do not replay, or None; the inputs whose data
     it mutates, in the order the graph returns their new values first: `runner` copies them back, as
     AOTAutograd's epilogue does for a data-only mutation)."""
-    from torch._functorch._aot_autograd.schemas import OutputType
 
     if meta is None:
         return "no AOTAutograd metadata", []
@@ -531,7 +547,7 @@ def _plainness(meta: Any, graph: fx.GraphModule, inputs: int) -> tuple[str | Non
     if meta.keep_input_mutations or any(not meta.input_info[i].mutates_data for i in mutated) or \
             sum(i.mutates_data for i in meta.input_info) != len(mutated):
         return "its input mutations are not returned as outputs", []
-    if any(o.output_type != OutputType.non_alias for o in meta.output_info):
+    if not _plain_outputs(meta):
         return "an output aliases an input or another output", []
     if meta.num_intermediate_bases or meta.tokens or meta.grad_enabled_mutation is not None:
         return "it needs AOTAutograd's runtime wrappers (bases, effect tokens or a grad-mode change)", []
@@ -596,14 +612,13 @@ def _plain_tensor_metas(metas: Sequence) -> bool:
 def _training_autograd(meta: Any, graph: fx.GraphModule, inputs: int) -> dict:
     """The `Autograd` (as JSON) of a training trace whose runtime is a plain autograd function of the
     Dynamo graph's `inputs` inputs; Uncacheable when it needs more of AOTAutograd's runtime wrappers."""
-    from torch._functorch._aot_autograd.schemas import OutputType
 
     if meta is None:
         raise Uncacheable("no AOTAutograd metadata")
     if any(i.mutates_data or i.mutates_metadata or i.mutates_storage_metadata or
            i.mutation_inductor_storage_resize for i in meta.input_info):
         raise Uncacheable("a training graph that mutates an input")
-    if any(o.output_type != OutputType.non_alias for o in meta.output_info):
+    if not _plain_outputs(meta):
         raise Uncacheable("an output aliases an input or another output")
     if meta.num_intermediate_bases or meta.tokens or meta.grad_enabled_mutation is not None or \
             meta.num_backward_tokens:
@@ -641,7 +656,7 @@ def _training_autograd(meta: Any, graph: fx.GraphModule, inputs: int) -> dict:
             layouts.append([None, list(layout.size), list(layout.stride)])
     return {"outputs": meta.num_outputs, "saved": returned - meta.num_outputs,
             "differentiable": [bool(o.requires_grad) for o in meta.output_info], "tangents": tangents,
-            "layouts": layouts}
+            "layouts": layouts, "unsafe_views": list(meta.unsafe_view_out_indices)}
 
 
 def forward_entry(graph: fx.GraphModule, inputs: int) -> dict | None:
@@ -712,6 +727,7 @@ def autograd_runner(forward: Callable, compile_backward: Callable[[], Callable],
     lazily. Double backward raises, as AOTAutograd's does."""
     count, fixed = meta.outputs, [i for i, d in enumerate(meta.differentiable) if not d]
     tangents = list(zip(meta.tangents, meta.layouts, strict=True))
+    unsafe_views, unsafe_view = meta.unsafe_views, torch.ops.aten._unsafe_view
     compiled: list[Callable] = []
 
     def backward_graph(arguments: list) -> Any:
@@ -726,6 +742,8 @@ def autograd_runner(forward: Callable, compile_backward: Callable[[], Callable],
             results = list(results) if isinstance(results, (list, tuple)) else [results]
             ctx.save_for_backward(*results[count:])
             outputs = results[:count]
+            for i in unsafe_views:
+                outputs[i] = unsafe_view(outputs[i], outputs[i].shape)
             ctx.mark_non_differentiable(*(outputs[i] for i in fixed if isinstance(outputs[i], torch.Tensor)))
             return tuple(outputs)
 

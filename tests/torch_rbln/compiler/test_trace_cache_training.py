@@ -209,7 +209,7 @@ def _training_meta(**changes):
                 num_symints_saved_for_bw=0, num_opaque_objects_saved_for_bw=0,
                 num_tensors_saved_with_no_vc_check=0,
                 indices_of_inputs_that_requires_grad_with_mutations_in_bw=[],
-                num_outputs=2, num_forward_returns=2)
+                num_outputs=2, num_forward_returns=2, unsafe_view_out_indices=[])
     return SimpleNamespace(**{**meta, **changes})
 
 
@@ -217,7 +217,7 @@ def test_which_training_metadata_is_cached():
     forward = fx.symbolic_trace(lambda a, b: (a + b, a * b, a - b))  # two outputs, one saved tensor
     assert trace_cache._training_autograd(_training_meta(), forward, 2) == {
         "outputs": 2, "saved": 1, "differentiable": [True, False], "tangents": [0],
-        "layouts": [[None, [4, 8], [8, 1]]]}
+        "layouts": [[None, [4, 8], [8, 1]]], "unsafe_views": []}
     from torch._functorch._aot_autograd.schemas import OutputType
 
     plain = _training_meta()
@@ -408,3 +408,31 @@ def test_random_training_graphs_give_the_same_gradients_from_a_cached_trace(fres
         if a is not None:
             assert torch.equal(a, b)
             torch.testing.assert_close(b, c, atol=1e-4, rtol=1e-4)
+
+
+def _chunks(w, x):
+    """Two outputs that are views of one intermediate (a multi-output view): AOTAutograd returns them
+    through `aten._unsafe_view` (`unsafe_view_alias`), as in Mistral's and Phi's training graphs."""
+    a, b = torch.tanh(x @ w).chunk(2, dim=-1)
+    return a, b
+
+
+def test_outputs_that_are_views_of_one_intermediate_are_cached(fresh_compiler, traces):
+    root, keys = traces
+    generator = torch.Generator().manual_seed(4)
+    w_cpu, x_cpu = torch.randn(8, 6, generator=generator), torch.randn(5, 8, generator=generator)
+    w_ref = w_cpu.clone().requires_grad_()
+    want = _chunks(w_ref, x_cpu)
+    (want[0].sum() * 2 + want[1].square().sum()).backward()
+    results = []
+    for _ in range(2):
+        w = w_cpu.to("rbln").requires_grad_()
+        got = _compile_again(_chunks)(w, x_cpu.to("rbln"))
+        assert all(t._base is None for t in got)  # (as AOTAutograd hands them out: no view of another)
+        (got[0].sum() * 2 + got[1].square().sum()).backward()
+        results.append([*(t.detach().cpu() for t in got), w.grad.cpu()])
+    assert len(keys) == 1 and fresh_compiler.stats()["trace_hits"] == 1
+    entry = json.loads((root / f"{keys[0]}.json").read_text())["graph"]
+    assert entry["autograd"]["unsafe_views"] == [0, 1]
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+    torch.testing.assert_close(results[1], [*(t.detach() for t in want), w_ref.grad], atol=ATOL, rtol=RTOL)

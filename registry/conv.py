@@ -365,6 +365,11 @@ def _check_params(x, *params) -> torch.dtype:
     return dtype
 
 
+def _dense(parameter: torch.Tensor | None) -> torch.Tensor | None:
+    """A (C,) parameter as the batch-norm kernels read it: contiguous (a copy of a strided view)."""
+    return parameter if parameter is None else contiguous(parameter)
+
+
 def batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
     """aten::native_batch_norm (and the `_native_batch_norm_legit` forms): (out, save_mean, save_invstd);
     training updates the running stats in place. One program per channel."""
@@ -378,6 +383,13 @@ def batch_norm(x, weight, bias, running_mean, running_var, training, momentum, e
     P = x.numel() // (N * C)
     if training and N * P <= 1:
         raise Decline("one value per channel")
+    if training and has_running and not (running_mean.is_contiguous() and running_var.is_contiguous()):
+        raise Decline("strided running statistics")  # (updated in place: the kernel writes them densely)
+    # the kernel reads the (C,) parameters densely: a strided view (every other element of a buffer)
+    # read as one gave wrong results
+    weight, bias = _dense(weight), _dense(bias)
+    if not training and has_running:
+        running_mean, running_var = _dense(running_mean), _dense(running_var)
     index = x.get_device()
     out = _alloc(x.shape, x.dtype, index, _channels_last(x))
     xv, sxn, sxc, sxp = _plane(x)
@@ -421,6 +433,7 @@ def batch_norm_backward(grad, x, weight, running_mean, running_var, save_mean, s
     dtype = _check_params(x, weight, *stats)
     if weight is None and (output_mask[1] or output_mask[2]):
         raise Decline("parameter gradients without a weight")
+    weight, stats = _dense(weight), (_dense(stats[0]), _dense(stats[1]))  # (read densely, see `batch_norm`)
     N, C = x.shape[0], x.shape[1]
     P = x.numel() // (N * C)
     index = x.get_device()

@@ -93,6 +93,42 @@ def test_batch_norm_backward_output_masks_and_one_specialisation(train, output_m
         assert len(specs) == 1, specs
 
 
+def _spaced(t: torch.Tensor) -> torch.Tensor:
+    """`t` on rbln as every other element of a buffer twice its length."""
+    view = torch.zeros(2 * t.numel(), dtype=t.dtype, device="rbln")[::2]
+    view.copy_(t.to("rbln"))
+    return view
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_batch_norm_with_strided_parameters_matches_cpu(train):
+    """Weight, bias and statistics that are strided views (the kernels read them densely: a strided
+    weight once gave wrong results silently). Running statistics updated in training must be
+    contiguous to stay on the device; strided ones take the CPU fallback, updated in place."""
+    gen = torch.Generator().manual_seed(9)
+    x, grad = torch.randn(3, 4, 6, generator=gen), torch.randn(3, 4, 6, generator=gen)
+    w, b = torch.rand(4, generator=gen) + 0.5, torch.randn(4, generator=gen)
+    rm, rv = torch.randn(4, generator=gen), torch.rand(4, generator=gen) + 0.5
+    aten = torch.ops.aten
+    cpu_rm, cpu_rv = rm.clone(), rv.clone()
+    expected = aten.native_batch_norm(x, w, b, cpu_rm, cpu_rv, train, 0.1, 1e-5)
+    dev_rm, dev_rv = _spaced(rm), _spaced(rv)
+    got = aten.native_batch_norm(x.to("rbln"), _spaced(w), _spaced(b), dev_rm, dev_rv, train, 0.1, 1e-5)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.cpu(), e, **F32)
+    torch.testing.assert_close(dev_rm.cpu(), cpu_rm, **F32)
+    torch.testing.assert_close(dev_rv.cpu(), cpu_rv, **F32)
+    _, mean, invstd = expected
+    want = aten.native_batch_norm_backward(grad, x, w, rm, rv, mean, invstd, train, 1e-5, [True, True, True])
+    registry.reset_fallback_report()
+    strided = [_spaced(t) for t in (w, rm, rv, mean, invstd)]
+    have = aten.native_batch_norm_backward(grad.to("rbln"), x.to("rbln"), *strided, train, 1e-5,
+                                           [True, True, True])
+    for g, e in zip(have, want, strict=True):
+        torch.testing.assert_close(g.cpu(), e, atol=1e-4, rtol=1e-4)
+    _on_device("aten::native_batch_norm_backward")
+
+
 def test_batch_norm_channels_last_keeps_layout():
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(2, 6, 5, 4, generator=gen)

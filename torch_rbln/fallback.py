@@ -379,8 +379,13 @@ def _run_general(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason:
     if conversion.cpu_operand:
         _check_cpu_operands(plan, args, kwargs, index)
     record(plan.name, reason)
+    staged = _stage_strided_outs(plan, host_kwargs) if plan.mutable_kwargs else []
     try:
         result = op(*host_args, **host_kwargs)
+        if staged:
+            result = _unstage(staged, host_kwargs, result)
+            if result is _RERUN:
+                result = op(*host_args, **host_kwargs)
     except RuntimeError as error:
         if "not resizable" not in str(error) or not plan.mutable_kwargs:
             raise
@@ -467,6 +472,43 @@ def _reject_cpu(value: Any, index: int) -> None:
     for item in values:
         if isinstance(item, torch.Tensor) and item.is_cpu and item.dim() != 0:
             raise _device_mismatch(f"rbln:{index}", "cpu")
+
+
+_RERUN = object()  # `_unstage`: run the call again on the `out=` views themselves
+
+
+def _stage_strided_outs(plan: _OpPlan, host_kwargs: dict) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Replace each non-contiguous `out=` host view by a fresh contiguous CPU tensor of its shape and
+    dtype, (name, view, fresh) each; `_unstage` copies the results into the views. Why: some CPU
+    kernels write a non-contiguous `out=` wrongly (torch 2.13's `gelu.out` leaves it unwritten), and
+    computing contiguously, then copying, is what torch's structured kernels do for such outputs."""
+    staged = []
+    for name in plan.mutable_kwargs:
+        view = host_kwargs.get(name)
+        if isinstance(view, torch.Tensor) and view.numel() and not view.is_contiguous():
+            fresh = torch.empty(view.shape, dtype=view.dtype)
+            host_kwargs[name] = fresh
+            staged.append((name, view, fresh))
+    return staged
+
+
+def _unstage(staged: list, host_kwargs: dict, result: Any) -> Any:
+    """Copy each staged result into its view and put the views back (the call's result then names the
+    views), or `_RERUN` when the op resized a staged tensor (an `out=` of another shape: the call runs
+    again on the views, for torch's own resize or error)."""
+    for name, view, _fresh in staged:
+        host_kwargs[name] = view
+    if any(fresh.shape != view.shape for _name, view, fresh in staged):
+        return _RERUN
+    views = {}
+    for _name, view, fresh in staged:
+        view.copy_(fresh)
+        views[id(fresh)] = view
+    if isinstance(result, torch.Tensor):
+        return views.get(id(result), result)
+    if isinstance(result, (list, tuple)):
+        return type(result)(views.get(id(r), r) for r in result)
+    return result
 
 
 def _retry_with_fresh_outputs(

@@ -93,8 +93,10 @@ def output_order(*operands) -> tuple[int, ...] | None:
 
 
 def in_order(t, order: tuple[int, ...], nd: int):
-    """Tensor `t` (broadcastable to `nd` dims) seen with its dims in `order`; numbers pass through."""
-    if not isinstance(t, torch.Tensor) or (t.is_cpu and t.dim() == 0):
+    """Tensor `t` (broadcastable to `nd` dims) seen with its dims in `order`; numbers and 0-dim tensors
+    pass through (a 0-dim tensor broadcasts in any order, and reshaped to `nd` dims it would take part
+    in type promotion as a dimensioned one: bfloat16 x.t() + a float16 0-dim tensor gave float32)."""
+    if not isinstance(t, torch.Tensor) or t.dim() == 0:
         return t
     if t.dim() < nd:
         t = t.reshape((1,) * (nd - t.dim()) + tuple(t.shape))

@@ -200,3 +200,18 @@ def test_the_flat_kernel_of_huge_dense_outputs_matches_cpu(backend):
         out = torch.full((1000,), 7.0)
         E.binary_kernel[(4,)](a, b, out, 1000, 2.0, OP=op, BLOCK=256, backend=backend)
         torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", [torch.add, torch.div, torch.maximum, torch.pow, torch.eq],
+                         ids=lambda f: f.__name__)
+def test_a_zero_dim_operand_of_another_float_type_does_not_promote_a_transposed_tensor(op):
+    """A 0-dim tensor takes part in type promotion only by category (bfloat16 + a float16 0-dim tensor
+    is bfloat16). A transposed operand is computed in its own dim order, and the 0-dim tensor once
+    went into that order reshaped to two dims: float32 came out."""
+    x = torch.rand(5, 3).bfloat16() + 0.5
+    scalar = torch.tensor(1.5, dtype=torch.float16)
+    transposed = x.t().contiguous().to("rbln").t()  # x's values, column-major
+    got = op(transposed, scalar.to("rbln"))
+    want = op(x, scalar)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, atol=1e-2, rtol=1e-2)

@@ -132,3 +132,36 @@ def check_case(compiler, seed: int) -> None:
 @pytest.mark.parametrize("seed", range(12))
 def test_random_compiled_graphs_match_the_cpu_on_every_call(fresh_compiler, seed):
     check_case(fresh_compiler, seed)
+
+
+def check_training_case(compiler, seed: int) -> None:
+    """Case `seed` with gradients: the input and weights require grad, the backward of a random
+    weighted sum of the outputs runs through the compiled backward graph (its program from the third
+    call); outputs and every gradient against the CPU's, five calls with fresh values."""
+    function, cpu, steps = _random_case(seed)
+    compiled = torch.compile(function, backend="rbln", dynamic=False)
+    generator = torch.Generator().manual_seed(2000 + seed)
+    for call in range(5):
+        values = [torch.randn(t.shape, generator=generator) * (0.5 if i else 1.0) for i, t in enumerate(cpu)]
+        leaves = [v.clone().requires_grad_() for v in values]
+        device = [v.to("rbln").requires_grad_() for v in values]
+        want, got = function(*leaves), compiled(*device)
+        scales = [torch.randn(w.shape, generator=generator) for w in want]
+        sum(((w * s).sum() for w, s in zip(want, scales, strict=True)), torch.zeros(())).backward()
+        sum(((g * s.to("rbln")).sum() for g, s in zip(got, scales, strict=True)),
+            torch.zeros((), device="rbln")).backward()
+        where = f"seed {seed}, call {call}, {steps}"
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g.detach().cpu(), w.detach(), atol=1e-4, rtol=1e-4,
+                                       msg=lambda m, at=where: f"{at}: {m}")
+        for d, c in zip(device, leaves, strict=True):
+            assert (d.grad is None) == (c.grad is None), where
+            if c.grad is not None:
+                torch.testing.assert_close(d.grad.cpu(), c.grad, atol=1e-3, rtol=1e-3,
+                                           msg=lambda m, at=where: f"{at} (gradient): {m}")
+    assert compiler.stats()["eager_graphs"] == 0, where
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_compiled_training_graphs_match_the_cpu_on_every_call(fresh_compiler, seed):
+    check_training_case(fresh_compiler, seed)

@@ -34,6 +34,7 @@ import builtins
 import logging
 import math
 import operator
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -801,10 +802,14 @@ class _Builder:
                 last[name] = position
             if kind == "other":
                 escaped.update(reads)
+        kept = set(params)
+        dying: dict[int, list[str]] = {}  # statement position -> the variables it reads last
+        for name, at in last.items():
+            if name not in kept and name[0] == "v":
+                dying.setdefault(at, []).append(name)
         pool: dict[tuple, list[str]] = {}
         static: dict[str, torch.Tensor] = {}  # buffer variable -> the tensor allocated here
         body = []
-        kept = set(params)
         for position, (statement, _, kind) in enumerate(self.lines):
             if kind == "alloc":
                 name = statement.split(" = ", 1)[0]
@@ -825,8 +830,7 @@ class _Builder:
                     statement = f"{name} = {static[root].data_ptr()}"
             if statement:
                 body.append(f"    {statement}")
-            dead = sorted(name for name, at in last.items() if at == position and name not in kept
-                          and name[0] == "v" and not statement.startswith("return"))
+            dead = [] if statement.startswith("return") else sorted(dying.get(position, ()))
             released = []
             for name in dead:
                 if name in static:
@@ -862,17 +866,12 @@ def _escaping(graph: fx.Graph) -> set[fx.Node]:
     return found
 
 
+_WORD = re.compile(r"\w+")
+
+
 def _words(text: str) -> list[str]:
-    word, words = [], []
-    for char in text:
-        if char.isalnum() or char == "_":
-            word.append(char)
-        elif word:
-            words.append("".join(word))
-            word = []
-    if word:
-        words.append("".join(word))
-    return words
+    """The identifiers and numbers of a statement (runs of letters, digits and underscores)."""
+    return _WORD.findall(text)
 
 
 class _Unplanned(Exception):

@@ -109,15 +109,20 @@ def scalar_value(name: str, value, dtype: torch.dtype) -> float:
     return rounded
 
 
-def _operand(value, index: int, name: str = "", dtype: torch.dtype = torch.float32) -> Tensor:
-    """A tensor operand as is; a Python or CPU 0-dim scalar as a one-element float32 rbln tensor holding
-    the value op `name` computes with in `dtype` (see `scalar_value`)."""
+def _operand(value, index: int, name: str = "", dtype: torch.dtype = torch.float32, *,
+             first: bool = False) -> Tensor:
+    """A tensor operand as is; a Python or CPU 0-dim scalar, or a 0-dim rbln tensor of another floating
+    type than a half-precision result, as a one-element float32 rbln tensor holding the value op `name`
+    computes with in `dtype`, as torch's CPU kernels use it (`scalar_value`: bfloat16 x + a float32
+    0-dim tensor adds it rounded to bfloat16, x * it multiplies by the unrounded value). A 0-dim tensor
+    as the `first` operand is always rounded: the CPU kernels read only a second operand unrounded."""
     if isinstance(value, Tensor):
         if value.is_cpu:
             if value.dim():
                 raise Decline("CPU tensor operand")
-            return _scalar_tensor(scalar_value(name, value.item(), dtype), index)
-        return value
+        elif value.dim() or dtype not in _HALVES or value.dtype is dtype or not value.dtype.is_floating_point:
+            return value
+        return _scalar_tensor(scalar_value("" if first else name, value.item(), dtype), index)
     if isinstance(value, complex):
         raise Decline("complex scalar")
     return _scalar_tensor(scalar_value(name, value, dtype), index)
@@ -285,9 +290,10 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
         return integer_binary(name, a, b, alpha, out, comparison=comparison, inplace=inplace)
     index = _device_index(a, b)
     compute = _promoted(a, b)
-    if name == "div_trunc" and (not isinstance(b, Tensor) or b.is_cpu):
-        name = "div_trunc_scalar"  # a scalar divisor: torch does not round the quotient to a half dtype
-    ta = _operand(a, index, name, compute)
+    if name == "div_trunc" and (not isinstance(b, Tensor) or b.is_cpu or not b.dim()):
+        # a scalar divisor (a 0-dim tensor, as on the CPU): torch does not round the quotient to a half dtype
+        name = "div_trunc_scalar"
+    ta = _operand(a, index, name, compute, first=True)
     tb = _operand(b, index, name, compute)
     out = binary_output(a, b, compute, out, index, (ta, tb), comparison=comparison, inplace=inplace)
     shape = list(out.shape)
@@ -814,6 +820,8 @@ def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool,
         b_dtype, b_shape, b_index = b_key
         if b_dtype is not dtype or b_index != index:
             return NO_PLAN
+        if op_name == "div_trunc" and not b_shape:
+            op_name = "div_trunc_scalar"  # a 0-dim divisor is a scalar one, as `binary` reads it
         shape = tuple(a_shape) if a_shape == b_shape else tuple(_broadcast(a_shape, b_shape))  # or Decline
     numel = math.prod(shape)
     if numel == 0 or (inplace and shape != tuple(a_shape)) or (out_key is not None and

@@ -215,3 +215,29 @@ def test_a_zero_dim_operand_of_another_float_type_does_not_promote_a_transposed_
     want = op(x, scalar)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got.cpu(), want, atol=1e-2, rtol=1e-2)
+
+
+ZERO_DIM_OPS = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "maximum": torch.maximum,
+    "gt": torch.gt, "where": lambda x, s: torch.where(x > 0, x, s), "floor_div": lambda x, s: torch.div(
+        x, s, rounding_mode="floor"), "trunc_div": lambda x, s: torch.div(x, s, rounding_mode="trunc"),
+    "scalar_first_mul": lambda x, s: torch.mul(s, x), "scalar_first_div": lambda x, s: torch.div(s, x),
+    "scalar_first_sub": lambda x, s: torch.sub(s, x),
+}
+
+
+@pytest.mark.parametrize("scalar_dtype", [torch.float32, torch.float64, torch.bfloat16],
+                         ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("op", list(ZERO_DIM_OPS))
+def test_a_zero_dim_tensor_operand_is_used_as_the_cpu_uses_it(op, scalar_dtype):
+    """A 0-dim tensor next to a bfloat16 tensor, on rbln or on the CPU, gives the CPU's bits: torch's CPU
+    kernels round such a scalar to bfloat16 first, except as the second operand of mul and div, which
+    read it unrounded, and a truncating division by it does not round the quotient (it once was
+    read unrounded everywhere on rbln, and a 0-dim rbln divisor took the tensor rule)."""
+    x = (torch.randn(2048, generator=torch.Generator().manual_seed(3)) * 50).bfloat16()
+    scalar = torch.tensor(1.2345678, dtype=scalar_dtype)
+    want = ZERO_DIM_OPS[op](x, scalar)
+    for _ in range(2):  # the checked implementation, then the signature's plan
+        for operand in (scalar.to("rbln"), scalar):
+            got = ZERO_DIM_OPS[op](x.to("rbln"), operand).cpu()
+            assert got.dtype == want.dtype and torch.equal(got, want), (operand.device, op)

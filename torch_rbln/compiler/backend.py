@@ -119,7 +119,7 @@ def rbln_backend(gm: fx.GraphModule, example_inputs: Sequence, *, options: dict 
                     if forward is not None:
                         held["forward"] = forward
                 elif "forward" in held:
-                    trace_cache.store_training(trace_key, held.pop("forward"), graph)
+                    trace_cache.store_training(trace_key, held.pop("forward"), graph, len(example_inputs))
             # (the trace key determines this graph: the graph cache keys it so, on a miss as on a hit)
             identity = None if trace_key is None else f"{trace_key}/{phase}"
             return make_boxed_func(compile_graph(graph, inputs, parsed, phase, identity))

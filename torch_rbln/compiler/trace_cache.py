@@ -452,9 +452,9 @@ def decode(data: dict) -> tuple[fx.GraphModule, list, list[int]]:
     gm = _LazyGraphModule(root, graph)
     inputs = [node.meta.get("val") for node in graph.nodes if node.op == "placeholder"]
     mutated = data.get("mutated", [])
-    outputs = next(node for node in reversed(graph.nodes) if node.op == "output").args[0]
+    _, outputs = _arity(gm)
     if not isinstance(mutated, list) or any(type(i) is not int or not 0 <= i < len(inputs) for i in mutated) \
-            or len(set(mutated)) != len(mutated) or len(mutated) > len(outputs):
+            or len(set(mutated)) != len(mutated) or len(mutated) > outputs:
         raise ValueError(f"mutated inputs {mutated!r:.80}")
     return gm, inputs, mutated
 
@@ -464,8 +464,8 @@ def _path(cache_key: str) -> Path:
     return trace_dir() / f"{cache_key}.json"
 
 
-def _decode_autograd(data: Any, forward: fx.GraphModule, backward: fx.GraphModule) -> Autograd:
-    """The `Autograd` of a training entry, checked against its two graphs' inputs and outputs."""
+def _decode_autograd(data: Any, forward: tuple[int, int], backward: tuple[int, int]) -> Autograd:
+    """The `Autograd` of a training entry, checked against its two graphs' (inputs, outputs)."""
     meta = Autograd(int(data["outputs"]), int(data["saved"]), tuple(bool(d) for d in data["differentiable"]),
                     tuple(int(i) for i in data["tangents"]),
                     tuple((None if f is None else str(f), tuple(map(int, size)), tuple(map(int, stride)))
@@ -480,8 +480,7 @@ def _decode_autograd(data: Any, forward: fx.GraphModule, backward: fx.GraphModul
     for name, _size, _stride in meta.layouts:
         if name is not None:
             _torch_attribute("memory_format", name)
-    forward_in, forward_out = _arity(forward)
-    backward_in, backward_out = _arity(backward)
+    (forward_in, forward_out), (backward_in, backward_out) = forward, backward
     if forward_out != meta.outputs + meta.saved or backward_in != meta.saved + len(meta.tangents) or \
             backward_out != forward_in:
         raise ValueError("the forward and backward graphs do not connect")
@@ -504,7 +503,7 @@ def _decode_entry(data: dict) -> Trace:
     if mutated:
         raise ValueError("a training entry with mutated inputs")
     backward, backward_inputs, _ = decode({"nodes": data["backward"]["nodes"]})
-    autograd = _decode_autograd(data["autograd"], graph, backward)
+    autograd = _decode_autograd(data["autograd"], _arity(graph), _arity(backward))
     return Trace(graph, inputs, [], (backward, backward_inputs), autograd)
 
 
@@ -533,6 +532,27 @@ def _plain_outputs(meta: Any) -> bool:
     return all(o.output_type in plain for o in meta.output_info)
 
 
+def _wrapper_refusal(meta: Any, graph: fx.GraphModule, inputs: int) -> str | None:
+    """Why a trace needs AOTAutograd runtime wrappers that neither `runner` nor `autograd_runner`
+    replays, for inference and training traces alike (None: it needs none of these)."""
+    if not _plain_outputs(meta):
+        return "an output aliases an input or another output"
+    if meta.num_intermediate_bases or meta.tokens or meta.grad_enabled_mutation is not None:
+        return "it needs AOTAutograd's runtime wrappers (bases, effect tokens or a grad-mode change)"
+    if getattr(meta, "num_graphsafe_rng_states", 0) or meta.is_rng_op_functionalized:
+        return "it functionalises random state"
+    if not _plain_tensor_metas(meta.subclass_inp_meta):
+        return "a tensor subclass input"
+    placeholders = sum(1 for node in graph.graph.nodes if node.op == "placeholder")
+    if placeholders != inputs or len(meta.input_info) != inputs:
+        return "the traced graph takes other inputs than the Dynamo graph"
+    return None
+
+
+def _plain_tensor_metas(metas: Sequence) -> bool:
+    return all(isinstance(m, int) or type(m).__name__ == "PlainTensorMeta" for m in metas)
+
+
 def _plainness(meta: Any, graph: fx.GraphModule, inputs: int) -> tuple[str | None, list[int]]:
     """(why AOTAutograd's trace needs runtime wrappers we do not replay, or None; the inputs whose data
     it mutates, in the order the graph returns their new values first: `runner` copies them back, as
@@ -547,18 +567,8 @@ def _plainness(meta: Any, graph: fx.GraphModule, inputs: int) -> tuple[str | Non
     if meta.keep_input_mutations or any(not meta.input_info[i].mutates_data for i in mutated) or \
             sum(i.mutates_data for i in meta.input_info) != len(mutated):
         return "its input mutations are not returned as outputs", []
-    if not _plain_outputs(meta):
-        return "an output aliases an input or another output", []
-    if meta.num_intermediate_bases or meta.tokens or meta.grad_enabled_mutation is not None:
-        return "it needs AOTAutograd's runtime wrappers (bases, effect tokens or a grad-mode change)", []
-    if getattr(meta, "num_graphsafe_rng_states", 0) or meta.is_rng_op_functionalized:
-        return "it functionalises random state", []
-    if any(not isinstance(m, int) and type(m).__name__ != "PlainTensorMeta" for m in meta.subclass_inp_meta):
-        return "a tensor subclass input", []
-    placeholders = sum(1 for node in graph.graph.nodes if node.op == "placeholder")
-    if placeholders != inputs or len(meta.input_info) != inputs:
-        return "the traced graph takes other inputs than the Dynamo graph", []
-    return None, mutated
+    reason = _wrapper_refusal(meta, graph, inputs)
+    return reason, [] if reason is not None else mutated
 
 
 def store_if_plain(cache_key: str, graph: fx.GraphModule, inputs: int) -> None:
@@ -582,9 +592,9 @@ def store_if_plain(cache_key: str, graph: fx.GraphModule, inputs: int) -> None:
 def runner(compiled: Callable, mutated: Sequence[int] = ()) -> Callable:
     """The Dynamo-facing callable of a cached trace's compiled graph: what AOTAutograd's inference
     wrapper does for such a trace (grad mode off around the call; the new values of the `mutated`
-    inputs, the graph's first outputs, copied into them; the other outputs as a list). A trace is
-    cached only where no input requires grad under grad mode, so the copies record no autograd history
-    with or without grad mode, as AOTAutograd's."""
+    inputs, the graph's first outputs, copied into them; the other outputs as a list). AOTAutograd
+    takes its inference path under grad mode only when no input that requires grad is mutated there,
+    so the copies, made with grad mode off, record no autograd history, as AOTAutograd's."""
     count = len(mutated)
 
     def forward(*args: Any) -> list:
@@ -605,10 +615,6 @@ def runner(compiled: Callable, mutated: Sequence[int] = ()) -> Callable:
 
 
 # ------------------------------------------------------------------------------------------- training
-def _plain_tensor_metas(metas: Sequence) -> bool:
-    return all(isinstance(m, int) or type(m).__name__ == "PlainTensorMeta" for m in metas)
-
-
 def _training_autograd(meta: Any, graph: fx.GraphModule, inputs: int) -> dict:
     """The `Autograd` (as JSON) of a training trace whose runtime is a plain autograd function of the
     Dynamo graph's `inputs` inputs; Uncacheable when it needs more of AOTAutograd's runtime wrappers."""
@@ -618,24 +624,19 @@ def _training_autograd(meta: Any, graph: fx.GraphModule, inputs: int) -> dict:
     if any(i.mutates_data or i.mutates_metadata or i.mutates_storage_metadata or
            i.mutation_inductor_storage_resize for i in meta.input_info):
         raise Uncacheable("a training graph that mutates an input")
-    if not _plain_outputs(meta):
-        raise Uncacheable("an output aliases an input or another output")
-    if meta.num_intermediate_bases or meta.tokens or meta.grad_enabled_mutation is not None or \
-            meta.num_backward_tokens:
-        raise Uncacheable("it needs AOTAutograd's runtime wrappers (bases, effect tokens or a grad-mode "
-                          "change)")
-    if getattr(meta, "num_graphsafe_rng_states", 0) or meta.is_rng_op_functionalized:
-        raise Uncacheable("it functionalises random state")
-    if not all(_plain_tensor_metas(metas) for metas in
-               (meta.subclass_inp_meta, meta.subclass_fw_graph_out_meta, meta.subclass_tangent_meta)):
-        raise Uncacheable("a tensor subclass input, output or gradient")
+    reason = _wrapper_refusal(meta, graph, inputs)
+    if reason is not None:
+        raise Uncacheable(reason)
+    if meta.num_backward_tokens:
+        raise Uncacheable("its backward takes effect tokens")
+    if not (_plain_tensor_metas(meta.subclass_fw_graph_out_meta) and
+            _plain_tensor_metas(meta.subclass_tangent_meta)):
+        raise Uncacheable("a tensor subclass output or gradient")
     if meta.num_symints_saved_for_bw or meta.num_opaque_objects_saved_for_bw or \
             meta.num_tensors_saved_with_no_vc_check or \
             meta.indices_of_inputs_that_requires_grad_with_mutations_in_bw:
         raise Uncacheable("its backward takes sizes, objects or tensors saved without version checks")
-    placeholders, returned = _arity(graph)
-    if placeholders != inputs or len(meta.input_info) != inputs:
-        raise Uncacheable("the traced graph takes other inputs than the Dynamo graph")
+    _, returned = _arity(graph)
     if meta.num_forward_returns != meta.num_outputs or returned < meta.num_outputs:
         raise Uncacheable("the forward graph returns more than the outputs and saved tensors")
     tangents = [i for i, o in enumerate(meta.output_info)
@@ -674,12 +675,15 @@ def forward_entry(graph: fx.GraphModule, inputs: int) -> dict | None:
         return None
 
 
-def store_training(cache_key: str, forward: dict, backward: fx.GraphModule) -> None:
+def store_training(cache_key: str, forward: dict, backward: fx.GraphModule, inputs: int) -> None:
     """At the (lazy, first-backward) compile of the backward graph: store the training trace, its
-    forward part from `forward_entry`, under `cache_key`."""
+    forward part from `forward_entry` (whose graph takes the Dynamo graph's `inputs` inputs), under
+    `cache_key`."""
     try:
         data = {**forward, "backward": encode(backward, training=True)}
-        _decode_autograd(forward["autograd"], decode(forward)[0], backward)  # (they connect as recorded)
+        # (they connect as recorded: the forward graph returns the outputs and the saved tensors)
+        autograd = forward["autograd"]
+        _decode_autograd(autograd, (inputs, autograd["outputs"] + autograd["saved"]), _arity(backward))
     except Exception as why:  # noqa: BLE001 - a trace we cannot encode is compiled, never failed
         _not_cached(why)
         return

@@ -48,13 +48,8 @@ def _assert_matches(got, want):
         torch.testing.assert_close(g.cpu(), w, atol=ATOL, rtol=RTOL)
 
 
-def test_a_second_compile_skips_the_trace_and_matches(fresh_compiler, traces, monkeypatch):
-    root, keys = traces
-    cpu, device = _inputs(0)
-    _assert_matches(_compile_again(norm_mlp, *device), norm_mlp(*cpu))
-    assert len(keys) == 1 and (root / f"{keys[0]}.json").exists()
-    assert fresh_compiler.stats()["traces_stored"] == 1
-
+def forbid_aot_autograd(monkeypatch) -> None:
+    """Make AOTAutograd's trace fail the test: a compile from a cached trace must not reach it."""
     import torch._functorch.aot_autograd as aot
 
     def no_trace(*args, **kwargs):
@@ -62,6 +57,24 @@ def test_a_second_compile_skips_the_trace_and_matches(fresh_compiler, traces, mo
 
     monkeypatch.setattr(aot, "aot_module_simplified", no_trace)
     monkeypatch.setattr("torch._dynamo.backends.common.aot_module_simplified", no_trace)
+
+
+def resign(path, edit) -> None:
+    """Apply `edit` to a trace entry's graph and sign it again (a damaged entry whose checksum holds)."""
+    data = json.loads(path.read_text())
+    edit(data["graph"])
+    data["digest"] = hashlib.sha256(json.dumps(data["graph"], sort_keys=True).encode()).hexdigest()
+    path.write_text(json.dumps(data))
+
+
+def test_a_second_compile_skips_the_trace_and_matches(fresh_compiler, traces, monkeypatch):
+    root, keys = traces
+    cpu, device = _inputs(0)
+    _assert_matches(_compile_again(norm_mlp, *device), norm_mlp(*cpu))
+    assert len(keys) == 1 and (root / f"{keys[0]}.json").exists()
+    assert fresh_compiler.stats()["traces_stored"] == 1
+
+    forbid_aot_autograd(monkeypatch)
     _assert_matches(_compile_again(norm_mlp, *device), norm_mlp(*cpu))
     stats = fresh_compiler.stats()
     assert stats["trace_hits"] == 1 and stats["eager_graphs"] == 0 and stats["graphs_compiled"] == 2
@@ -298,13 +311,6 @@ def _stored_entry(root, keys):
     return root / f"{keys[0]}.json"
 
 
-def _resign(path, edit) -> None:
-    data = json.loads(path.read_text())
-    edit(data["graph"])
-    data["digest"] = hashlib.sha256(json.dumps(data["graph"], sort_keys=True).encode()).hexdigest()
-    path.write_text(json.dumps(data))
-
-
 def _rename_op(graph):
     node = next(n for n in graph["nodes"] if n["target"].startswith("op:aten"))
     node["target"] = "op:aten.no_such_op_in_this_torch.default"
@@ -335,7 +341,7 @@ def test_an_entry_that_cannot_be_trusted_is_traced_again(fresh_compiler, traces,
         data["graph"]["nodes"][1]["name"] = "renamed"
         path.write_text(json.dumps(data))
     else:
-        _resign(path, {"bad node kind": _bad_node_kind, "dangling argument": _dangling_argument,
+        resign(path, {"bad node kind": _bad_node_kind, "dangling argument": _dangling_argument,
                        "unknown op": _rename_op}[damage])
     capsys.readouterr()
     _assert_matches(_compile_again(norm_mlp, *device), norm_mlp(*cpu))

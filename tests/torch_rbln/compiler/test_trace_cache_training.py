@@ -9,7 +9,6 @@ Results are compared with PyTorch on the CPU, and cached against traced.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from types import SimpleNamespace
 
@@ -18,6 +17,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from tests.torch_rbln.compiler.test_trace_cache import forbid_aot_autograd, resign
 from torch_rbln.compiler import cache, trace_cache
 
 ATOL = RTOL = 1e-5
@@ -44,16 +44,6 @@ def _compile_again(fn):
     return torch.compile(fn, backend="rbln", dynamic=False)
 
 
-def _forbid_aot_autograd(monkeypatch):
-    import torch._functorch.aot_autograd as aot
-
-    def no_trace(*args, **kwargs):
-        raise AssertionError("AOTAutograd traced a graph whose trace is cached")
-
-    monkeypatch.setattr(aot, "aot_module_simplified", no_trace)
-    monkeypatch.setattr("torch._dynamo.backends.common.aot_module_simplified", no_trace)
-
-
 def _train_step(model, x, steps: int = 2):
     """`steps` SGD steps of the compiled `model` on rbln: (the losses, the final gradients)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -76,7 +66,7 @@ def test_a_training_step_from_a_cached_trace_is_the_traced_one(fresh_compiler, t
     results = []
     for attempt in range(2):  # traced (and stored at the first backward), then from the cached entry
         if attempt:
-            _forbid_aot_autograd(monkeypatch)
+            forbid_aot_autograd(monkeypatch)
         model = Block().to("rbln")
         model.load_state_dict({k: v.to("rbln") for k, v in reference.state_dict().items()})
         results.append(_train_step(model, x.to("rbln")))
@@ -260,13 +250,6 @@ def test_compiled_autograd_is_not_cached(monkeypatch):
         assert trace_cache.key(gm, [w, x]) is not None
 
 
-def _resign(path, edit) -> None:
-    data = json.loads(path.read_text())
-    edit(data["graph"])
-    data["digest"] = hashlib.sha256(json.dumps(data["graph"], sort_keys=True).encode()).hexdigest()
-    path.write_text(json.dumps(data))
-
-
 @pytest.mark.parametrize("damage", ["saved count", "tangent index", "layout", "backward node"])
 def test_a_training_entry_that_does_not_connect_is_traced_again(fresh_compiler, traces, capsys, damage):
     root, keys = traces
@@ -285,7 +268,7 @@ def test_a_training_entry_that_does_not_connect_is_traced_again(fresh_compiler, 
         else:
             graph["backward"]["nodes"][0]["op"] = "call_module"
 
-    _resign(path, edit)
+    resign(path, edit)
     capsys.readouterr()
     w_ref = w_cpu.clone().requires_grad_()
     _scaled(w_ref, x_cpu).sum().backward()

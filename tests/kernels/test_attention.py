@@ -342,10 +342,14 @@ def test_each_launch_takes_the_largest_tile_its_sequences_fill():
     assert tiles(37, 45) == [(32, 32)]
     assert tiles(512, 512) == [(128, 64)]
     assert tiles(100, 1000) == [(64, 64)]
-    assert tiles(1000, 100) == [(128, 64)]
-    assert tiles(128, 64) == [(128, 64)]
     assert tiles(64, 128) == [(64, 64)]
-    assert tiles(128, 128) == [(128, 64)]
+    # the 128x128 tile only where it holds every key: 65-128 keys and at least 128 queries
+    assert tiles(128, 128) == [(128, 128)]
+    assert tiles(1000, 100) == [(128, 128)]
+    assert tiles(128, 65) == [(128, 128)]
+    assert tiles(128, 129) == [(128, 64)]
+    assert tiles(128, 64) == [(128, 64)]
+    assert tiles(127, 128) == [(64, 64)]
     assert tiles(20, 300) == [(32, 32)]
     # product tiles: only with a product BLOCK_D (an inference forward) and for sequences and head dims
     # that fit them, the smallest alone

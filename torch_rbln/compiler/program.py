@@ -18,11 +18,11 @@ value on the second, then generates one function in which
   (``program_call_nodes``) and listed by ``Program.report``.
 
 Guards are checked once per call: the requested DSL backend, the device's tensor-parallel size (1) and
-every tensor input's strides; a call that fails them runs the fused graph as before. Like the fused
-kernels, directly launched kernels read NaN/Inf as IEEE arithmetic does, but for the matmul family,
-whose result is checked for NaN/Inf after its launch (a finite one proves its operands finite, see
-`_Builder.direct`); a call that finds one reruns on the fused graph, whose registry call takes the CPU
-fallback as eager does. A kernel fault
+every tensor input's strides; a call that fails them runs the fused graph as before. NaN/Inf are
+checked where the fused graph checks them: a directly launched node scans the operands its registry plan
+scans (`Plan.scanned`; none for the exact matmul family and the fused attention op), a call goes through
+the registry, which scans as eagerly, and fused kernels read them as IEEE arithmetic does, in the program
+and in the fused graph alike; a call whose scan finds one reruns on the fused graph. A kernel fault
 (an out-of-bounds access) makes that call rerun on the fused graph, whose checked launches report it.
 Intermediate tensors are released after their last use; the buffers only kernels see are allocated
 once, when the program is generated, their addresses constants of it (`_Builder.source`).
@@ -580,8 +580,8 @@ class _Builder:
         self.emit(f"if not {function}({', '.join(parts)}):\n        raise Fault({label!r})", reads, "launch")
 
     def scan_operands(self, tensors: list[_Tensor]) -> None:
-        """The NaN/Inf check the registry makes before the plan's launch (unless deploy mode), or of a
-        matmul's result after it (`direct`): a call that finds one reruns on the fused graph, whose
+        """The NaN/Inf check the registry makes before the plan's launch (unless deploy mode), or of an
+        embedding's rows after their gather: a call that finds one reruns on the fused graph, whose
         registry call takes the CPU fallback as eager does."""
         from torch_rbln.registry._finite_scan import contiguous_scan
 
@@ -662,8 +662,7 @@ class _Builder:
 
         if isinstance(plan, MatmulPlan):
             direct = self.one_tile(node, plan, operands, direct)
-        return self.direct(node, direct, operands, plan.scanned, counted,
-                           scan_result=isinstance(plan, MatmulPlan))
+        return self.direct(node, direct, operands, plan.scanned, counted)
 
     def one_tile(self, node: fx.Node, plan: Any, operands: tuple, direct: Any) -> Any:
         """`direct` (a planned matmul's kept launch) on one tile that covers the whole product, where
@@ -722,19 +721,16 @@ class _Builder:
         self.counter["one_tile"] += 1
         return direct._replace(launcher=by_address, grid=(1, 1, 1))
 
-    def direct(self, node: fx.Node, direct: Any, operands: tuple, scanned: tuple, counted: str,
-               scan_result: bool = False) -> bool:
+    def direct(self, node: fx.Node, direct: Any, operands: tuple, scanned: tuple, counted: str) -> bool:
         """Emit `direct` (a `plan.Direct`) for `node`: its outputs allocated as the graph records them,
         the NaN/Inf check of the `scanned` operands, the launch by address.
 
-        `scan_result` (the matmul family: alpha * a @ b + beta * bias): the check reads the result
-        after the launch instead of the operands before it. A NaN/Inf in an operand makes every
-        result element whose sum it enters NaN or Inf (a product with it is NaN or +-Inf, and a sum
-        with a NaN/Inf term cannot be finite), and every operand element enters some sum; so a
-        finite result proves finite operands, and a result with a NaN/Inf (an operand's, or an
-        overflow) reruns the call on the fused graph, whose registry call scans the operands as
-        eagerly. The result (M x N) is what the kernel wrote; the operands include the weight,
-        K x N, read on every call: the scan of Llama's weights was a sixth of its compiled forward."""
+        A matmul's result is not checked: the family is exact (its IEEE products and sums give the
+        CPU's NaN and Inf, `tests/registry/test_exact_ops.py`), so eagerly nothing scans it either; a
+        NaN/Inf it carries meets the same checks downstream as in the fused graph (a call's registry
+        scan, a planned node's `scanned` operands). Checking every result was 0.5 ms (1.8%) of Llama's
+        compiled forward and made a NaN/Inf weight rerun the call on the fused graph for the same
+        values."""
         meta = node.meta.get("val")
         metas = (meta,) if isinstance(meta, torch.Tensor) else tuple(meta or ())
         if len(metas) < len(direct.outputs):
@@ -764,12 +760,8 @@ class _Builder:
                 values.append(item)
         if any(out is None for out in outputs):
             return False
-        if scan_result:
-            self.launch(direct.launcher, direct.grid, tensors, values, node.name)
-            self.scan_operands(outputs)  # every output is allocated (checked above)
-        else:
-            self.scan_operands(checked)
-            self.launch(direct.launcher, direct.grid, tensors, values, node.name)
+        self.scan_operands(checked)
+        self.launch(direct.launcher, direct.grid, tensors, values, node.name)
         if isinstance(meta, torch.Tensor):
             self.env[node] = outputs[0]
         else:

@@ -1,4 +1,5 @@
-"""Elementwise kernels: unary, binary (dense rows or broadcast tiles), ternary `where`, tiled copy.
+"""Elementwise kernels: unary, binary (dense rows or broadcast tiles), ternary (`where`; addcmul, addcdiv,
+lerp), tiled copy.
 
 Every kernel computes in float32 and stores in the output's dtype. The operation is a constexpr code
 (`UNARY`, `BINARY` below): each op compiles alone, in a fraction of the time that a runtime switch over
@@ -32,6 +33,9 @@ BINARY = {
     "div_trunc": DIV_TRUNC, "div_floor": DIV_FLOOR, "clamp": CLAMP, "div_trunc_scalar": DIV_TRUNC_SCALAR,
 }
 COMPARISONS = frozenset({EQ, NE, LT, LE, GT, GE})
+# Ternary op codes of `ternary_tiled_kernel` (a, b, c: self, tensor1/end, tensor2/weight).
+ADDCMUL, ADDCDIV, LERP, LERP_SCALAR = range(4)
+TERNARY = {"addcmul": ADDCMUL, "addcdiv": ADDCDIV, "lerp": LERP, "lerp_scalar": LERP_SCALAR}
 
 
 @tl.jit
@@ -317,6 +321,40 @@ def where_tiled_kernel(
     a = tl.load(a_ptr + _tile_offsets(outer, rows, cols, s1, a0, a1, a2, a3), mask=mask, other=0)
     b = tl.load(b_ptr + _tile_offsets(outer, rows, cols, s1, b0, b1, b2, b3), mask=mask, other=0)
     y = tl.where(c != 0, a, b)
+    tl.store(out_ptr + (outer * s2 + rows) * s3 + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@tl.jit
+def ternary_tiled_kernel(
+    a_ptr, b_ptr, c_ptr, out_ptr, value, s1, s2, s3,
+    a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3,
+    OP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """addcmul (a + value * b * c), addcdiv (a + value * b / c) and lerp (from a to b by weight c, or
+    by the number `value` for LERP_SCALAR, whose c is not read), tiled as `where_tiled_kernel`, in
+    float32 (torch's opmath type for every float dtype here), rounded as torch's CPU kernels round:
+    value * b first, then one fused multiply-add with c and a (addcmul) or c's quotient and a's sum
+    (addcdiv); lerp one fused multiply-add coeff * (b - a) + base, with (coeff, base) = (w, a) for
+    |w| < 0.5 and (w - 1, b) otherwise, so a weight of 1 gives b exactly. Bitwise the CPU's results
+    (`tests/registry/test_ternary.py`)."""
+    outer, rows, cols, mask = _tile_lanes(s2, s3, BLOCK_M, BLOCK_N)
+    a = tl.load(a_ptr + _tile_offsets(outer, rows, cols, s1, a0, a1, a2, a3), mask=mask, other=0.0)
+    b = tl.load(b_ptr + _tile_offsets(outer, rows, cols, s1, b0, b1, b2, b3), mask=mask, other=0.0)
+    a = a.to(tl.float32)
+    b = b.to(tl.float32)
+    if OP == LERP_SCALAR:
+        small = tl.abs(value) < 0.5
+        y = tl.fma(tl.where(small, value, value - 1.0), b - a, tl.where(small, a, b))
+    else:
+        c = tl.load(c_ptr + _tile_offsets(outer, rows, cols, s1, c0, c1, c2, c3), mask=mask, other=1.0)
+        c = c.to(tl.float32)
+        if OP == ADDCMUL:
+            y = tl.fma(value * b, c, a)
+        elif OP == ADDCDIV:
+            y = a + value * b / c
+        else:
+            small = tl.abs(c) < 0.5
+            y = tl.fma(tl.where(small, c, c - 1.0), b - a, tl.where(small, a, b))
     tl.store(out_ptr + (outer * s2 + rows) * s3 + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -213,6 +213,23 @@ def _clamp_tensor(x, low=None, high=None, out=None, inplace=False):
     return result if high is None else EW.binary("minimum", result, high, inplace=True)
 
 
+def _tensor_bound_entries() -> list[Op]:
+    """maximum/minimum into `out=`, and clamp_min/clamp_max with a tensor bound (new, `out=`, in place):
+    torch's maximum/minimum, whose CPU kernels they share (NaN from either operand). AdamW's amsgrad
+    keeps its running maximum with `torch.maximum(..., out=)` or, in its `foreach` form, `clamp_min_`."""
+    ops = []
+    for clamp, name in (("clamp_min", "maximum"), ("clamp_max", "minimum")):
+        ops += [Op(f"{name}.out", lambda a, b, out=None, _name=name: EW.binary(_name, a, b, out=out),
+                   int_inputs=True, make_plan=lambda _name=name: EW.binary_family(_name, out=True))]
+        ops += [Op(f"{clamp}.Tensor", lambda a, b, _name=name: EW.binary(_name, a, b), int_inputs=True,
+                   make_plan=lambda _name=name: EW.binary_family(_name)),
+                Op(f"{clamp}.Tensor_out", lambda a, b, out=None, _name=name: EW.binary(_name, a, b, out=out),
+                   int_inputs=True, make_plan=lambda _name=name: EW.binary_family(_name, out=True)),
+                Op(f"{clamp}_.Tensor", lambda a, b, _name=name: EW.binary(_name, a, b, inplace=True),
+                   int_inputs=True, make_plan=lambda _name=name: EW.binary_family(_name, inplace=True))]
+    return ops
+
+
 def _threshold_backward(grad, x, threshold):
     return EW.binary("threshold_backward", grad, x, threshold)
 
@@ -236,6 +253,31 @@ CONV = {"float16": (5e-2, 2e-2), "bfloat16": (2e-1, 5e-2), "float32": (1e-4, 1e-
 
 
 CV = LazyModule(globals(), "CV", "conv")  # the CNN family (convolution, batch norm, pooling, gather)
+TN = LazyModule(globals(), "TN", "ternary")  # addcmul, addcdiv, lerp (torch's optimizers)
+
+
+def _ternary_entries() -> list[Op]:
+    """addcmul and addcdiv (new, `out=`, in place) and lerp with a number or tensor weight, each form."""
+    ops = []
+    for name in ("addcmul", "addcdiv"):
+        def new(a, b, c, *, value=1, _name=name):
+            return getattr(TN, _name)(a, b, c, value=value)
+
+        def out(a, b, c, *, value=1, out=None, _name=name):
+            return getattr(TN, _name)(a, b, c, value=value, out=out)
+
+        def inplace(a, b, c, *, value=1, _name=name):
+            return getattr(TN, _name)(a, b, c, value=value, inplace=True)
+
+        ops += [Op(f"{name}.default", new, name, exact=True), Op(f"{name}.out", out, exact=True),
+                Op(f"{name}_.default", inplace, exact=True)]
+    for form in ("Scalar", "Tensor"):
+        ops += [Op(f"lerp.{form}", lambda a, end, weight: TN.lerp(a, end, weight), "lerp" if form == "Scalar"
+                   else None, exact=True),
+                Op(f"lerp.{form}_out", lambda a, end, weight, out=None: TN.lerp(a, end, weight, out=out),
+                   exact=True),
+                Op(f"lerp_.{form}", lambda a, end, weight: TN.lerp(a, end, weight, inplace=True), exact=True)]
+    return ops
 
 
 def _scatter_add_inplace(x, dim, index, src):
@@ -293,6 +335,7 @@ TABLE: list[Op] = [
        make_plan=lambda: EW.binary_family(form="clamp", only="min", inplace=True)),
     Op("clamp_max_.default", lambda x, high: _clamp(x, None, high, inplace=True),
        make_plan=lambda: EW.binary_family(form="clamp", only="max", inplace=True)),
+    *_tensor_bound_entries(),
     Op("maximum.default", lambda a, b: EW.binary("maximum", a, b), "maximum", int_inputs=True,
        make_plan=lambda: EW.binary_family("maximum")),
     Op("minimum.default", lambda a, b: EW.binary("minimum", a, b), "minimum", int_inputs=True,
@@ -358,6 +401,9 @@ TABLE: list[Op] = [
        make_plan=lambda: EW.masked_fill_family(inplace=False)),
     Op("masked_fill_.Tensor", lambda x, m, v: EW.masked_fill(x, m, v, inplace=True), int_inputs=True,
        exact=True, make_plan=lambda: EW.masked_fill_family(inplace=True)),
+    # ---- addcmul, addcdiv, lerp (torch's optimizers): exact, the CPU's roundings and fused multiply-adds
+    # on the same float32 values, so an optimizer's states and gradients are not scanned for NaN/Inf
+    *_ternary_entries(),
     Op("fill_.Scalar", lambda x, v: EW.fill(x, v, first_use_ok=False), "fill", overwrites_first=True,
        make_plan=lambda: EW.fill_family(zero=False)),
     Op("zero_.default", lambda x: EW.fill(x, 0.0, first_use_ok=False), "zero_", overwrites_first=True,
@@ -421,6 +467,8 @@ TABLE: list[Op] = [
        int_inputs=True, exact=True, make_plan=lambda: R.family("argmin")),
     Op("var.correction", _var, "var", tol=LOOSE,
        make_plan=lambda: R.family("var", positional=2, keywords=("correction", "keepdim"))),
+    # clip_grad_norm_'s norms (orders 2, 1, +-inf; see norms.py)
+    Op("linalg_vector_norm.default", Ref("norms", "vector_norm"), "linalg.vector_norm", tol=LOOSE),
     Op("std.correction", _std, "std", tol=LOOSE,
        make_plan=lambda: R.family("std", positional=2, keywords=("correction", "keepdim"))),
     # isin: a broadcast eq and an any over the test elements (exact: not scanned)

@@ -262,6 +262,8 @@ def run_on_cpu(op: Callable, plan: _OpPlan, args: tuple, kwargs: dict, reason: s
     """Run `op` on host views and bring results back to the arguments' rbln device (counted, logged)."""
     if kwargs and "out" in kwargs and out_shares_memory(kwargs["out"], args):
         refuse_aliasing_as_cpu(op, args, kwargs)
+    elif plan.mutable_positions and _written_shares_memory(plan.mutable_positions, args):
+        refuse_aliasing_as_cpu(op, args, kwargs)  # `x[:4].addcdiv_(x[1:], t)`: torch's overlap error
     if _profiling.active():
         with _profiling.region("cpu_fallback", plan.name, reason=reason or NO_KERNEL):
             return _run_simple(op, plan, args, kwargs, reason) if plan.simple else \
@@ -281,6 +283,17 @@ def out_shares_memory(out: Any, args: tuple) -> bool:
         for tensor in value if isinstance(value, (list, tuple)) else (value,):
             if (isinstance(tensor, torch.Tensor) and not tensor.is_cpu
                     and tensor.untyped_storage().data_ptr() in storages):
+                return True
+    return False
+
+
+def _written_shares_memory(positions: tuple[int, ...], args: tuple) -> bool:
+    """Whether an argument an in-place op writes shares a storage with another of its rbln arguments."""
+    for position in positions:
+        if position < len(args):
+            written = args[position]
+            others = args[:position] + args[position + 1:]
+            if isinstance(written, torch.Tensor) and out_shares_memory(written, others):
                 return True
     return False
 

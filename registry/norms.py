@@ -1,0 +1,53 @@
+"""`torch.linalg.vector_norm` for the orders training uses (2, 1, inf, -inf), composed of device launches.
+
+Why: `torch.nn.utils.clip_grad_norm_` takes every gradient's 2-norm (`_foreach_norm`, whose slow path
+calls `linalg_vector_norm` per tensor), then the norm of those norms: without this every clipped
+training step sent each gradient to the CPU fallback.
+
+The norm is computed in float32 (torch's math type for every float dtype here: a half-precision input
+is widened first, so squares cannot overflow the half range), as |x| reduced by the registry's
+reductions: sqrt(sum(x * x)) for 2, sum(|x|) for 1, amax/amin(|x|) for +-inf, then stored in the
+result's dtype. Other orders, empty inputs, complex or float64 tensors decline to the CPU fallback
+(which computes them, or raises torch's error).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._base import require_float
+from ._ops import Decline, cast_copy
+from .elementwise import binary, unary
+from .reduce import reduce
+
+__all__ = ["vector_norm"]
+
+_ORDERS = (2.0, 1.0, math.inf, -math.inf)
+
+
+def vector_norm(x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,
+                dtype: torch.dtype | None = None) -> Tensor:
+    """`linalg_vector_norm(x, ord, dim, keepdim, dtype=)` for `ord` in 2, 1, inf, -inf."""
+    if x.is_complex():
+        raise Decline("complex input")
+    require_float(x.dtype)
+    result_dtype = x.dtype if dtype is None else dtype
+    require_float(result_dtype)
+    if isinstance(ord, (Tensor, complex)) or not isinstance(ord, (int, float)) or float(ord) not in _ORDERS:
+        raise Decline(f"ord {ord!r}")
+    if x.numel() == 0:
+        raise Decline("empty tensor")  # 0 for finite orders, torch's error for +-inf: the CPU's
+    order = float(ord)
+    dims = None if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    wide = x if x.dtype is torch.float32 else cast_copy(x, torch.float32)
+    if order == 2.0:
+        norm = unary("sqrt", reduce("sum", binary("mul", wide, wide), dims, keepdim))
+    else:
+        magnitudes = unary("abs", wide)
+        name = "sum" if order == 1.0 else "amax" if order > 0 else "amin"
+        norm = reduce(name, magnitudes, dims, keepdim)
+    return norm if result_dtype is torch.float32 else cast_copy(norm, result_dtype)

@@ -1,0 +1,54 @@
+"""`linalg_vector_norm` (registry/norms.py): orders 2, 1, +-inf over all dims, one dim and several, with
+keepdim and dtype=, against the CPU; half-precision inputs whose squares overflow their own range; what
+declines to the CPU fallback (another order, an empty input, a NaN) is counted with its reason."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import torch_rbln  # noqa: F401
+from torch_rbln import registry
+
+TOLERANCE = {torch.float32: 2e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+
+
+def _row() -> dict:
+    return registry.fallback_report().get("aten::linalg_vector_norm", {"device": 0, "cpu": 0, "reasons": {}})
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=str)
+@pytest.mark.parametrize("order", [2, 1, math.inf, -math.inf], ids=str)
+def test_each_order_matches_the_cpu_on_device(order, dtype):
+    x = (torch.randn(6, 5, 4, generator=torch.Generator().manual_seed(3)) * 300).to(dtype)  # squares > 65504
+    registry.reset_fallback_report()
+    cases = [(None, False), (1, True), ((0, 2), False), (-1, False)]
+    for dim, keepdim in cases:
+        expected = torch.linalg.vector_norm(x, order, dim, keepdim)
+        got = torch.linalg.vector_norm(x.to("rbln"), order, dim, keepdim).cpu()
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        torch.testing.assert_close(got, expected, rtol=TOLERANCE[dtype], atol=0)
+    widened = torch.linalg.vector_norm(x.to("rbln"), order, dtype=torch.float32).cpu()
+    assert widened.dtype is torch.float32
+    expected = torch.linalg.vector_norm(x, order, dtype=torch.float32)
+    torch.testing.assert_close(widened, expected, rtol=2e-6, atol=0)
+    assert _row()["cpu"] == 0 and _row()["device"] == len(cases) + 1
+
+
+@pytest.mark.parametrize("case, reason", [("order 3", "ord 3"), ("empty", "empty tensor"),
+                                          ("nan", "nan_inf")])
+def test_what_the_device_path_does_not_take_runs_on_the_cpu_visibly(case, reason):
+    x = torch.randn(4, 5)
+    order = 2
+    if case == "order 3":
+        order = 3
+    elif case == "empty":
+        x = torch.randn(0, 5)
+    else:
+        x[1, 2] = math.nan
+    registry.reset_fallback_report()
+    got = torch.linalg.vector_norm(x.to("rbln"), order, dim=-1)
+    torch.testing.assert_close(got.cpu(), torch.linalg.vector_norm(x, order, dim=-1), equal_nan=True)
+    assert any(reason in r for r in _row()["reasons"]), _row()

@@ -160,8 +160,8 @@ def test_broadcasts_the_fast_path_leaves_to_the_general_path():
     assert torch.equal(fast((d, column), {}).cpu(), general.cpu())  # its plan, bit for bit
     assert fast((d, torch.randn(5).to("rbln")), {}) == "decline: shapes do not broadcast"
     assert inplace((d[0, 0], d), {}) is None  # an in-place result would need self broadcast
-    with pytest.raises(RuntimeError, match="must match the size|doesn't match the broadcast shape"):
-        d[0, 0].add_(d)  # torch's error, from the general path
+    with pytest.raises(RuntimeError, match="single memory location"):
+        d[0, 0].add_(d)  # the CPU's error for this call (self is a view of the other operand)
     with pytest.raises(RuntimeError, match="must match the size"):
         d + torch.randn(5).to("rbln")
     nan = torch.tensor([1.0, float("nan"), 2.0, 3.0])

@@ -139,6 +139,19 @@ def _device_index(*tensors) -> int:
     raise Decline("scalar-only inputs")
 
 
+def overlaps(target: torch.Tensor, *inputs: torch.Tensor) -> bool:
+    """Whether the contiguous `target` shares bytes with an input other than itself (the same object):
+    what a plan's run checks before writing `target` (an `out=`, or self in place)."""
+    start = target.data_ptr()
+    end = start + target.nbytes
+    for tensor in inputs:
+        if tensor is not target:
+            begin = tensor.data_ptr()
+            if begin < end and start < begin + tensor.nbytes:
+                return True
+    return False
+
+
 def _check_out(out: torch.Tensor | None, shape, dtype, index) -> torch.Tensor:
     if out is None:
         return empty(shape, dtype, index)

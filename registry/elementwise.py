@@ -46,6 +46,7 @@ from ._ops import (
     fill_floats,
     in_order,
     output_order,
+    overlaps,
     restored,
 )
 from .geometry import I32, block, cdiv, fused_block, small_tile_shape
@@ -449,18 +450,6 @@ def _out_key(target: Any) -> tuple | None | bool:
     return target.dtype, target.shape, target.get_device()
 
 
-def _overlaps(target: Tensor, *inputs: Tensor) -> bool:
-    """Whether the contiguous `target` shares bytes with an input other than itself."""
-    start = target.data_ptr()
-    end = start + target.nbytes
-    for tensor in inputs:
-        if tensor is not target:
-            begin = tensor.data_ptr()
-            if begin < end and start < begin + tensor.nbytes:
-                return True
-    return False
-
-
 # ---------------------------------------------------------------- argument forms
 
 def _keywords(kwargs: dict, out: bool, keyword: str | None, ops: dict | None, op: Any
@@ -787,7 +776,7 @@ def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool
             value = 0
             if inplace and b is not a and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
                 return None  # self overlaps the other operand: the implementation decides
-        if target is not None and (_overlaps(target, a) if scalar else _overlaps(target, a, b)):
+        if target is not None and (overlaps(target, a) if scalar else overlaps(target, a, b)):
             return None
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if target is None:
@@ -879,7 +868,7 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
             b = _scalar_tensor(scalar_value(op_name, b, dtype), index)
         elif inplace and b is not a and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
             return None  # self overlaps the other operand: the implementation decides
-        if target is not None and (_overlaps(target, a) if scalar else _overlaps(target, a, b)):
+        if target is not None and (overlaps(target, a) if scalar else overlaps(target, a, b)):
             return None  # out= shares memory with an input: the implementation decides
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if (scanned or (alpha_scanned and alpha != 1)) and not deploy_mode():
@@ -962,7 +951,7 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
 
     def run(operands: tuple) -> Tensor | None:
         x, p, target = operands
-        if target is not None and target is not x and _overlaps(target, x):
+        if target is not None and target is not x and overlaps(target, x):
             return None
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode() and not (scan(x.data_ptr(), n, mask) if small else all_finite(x)):
@@ -1170,7 +1159,7 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
             a = _scalar_tensor(a, index)
             if inplace:
                 target = b
-        elif target is not None and _overlaps(target, condition, a, b):
+        elif target is not None and overlaps(target, condition, a, b):
             return None
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if target is None:
@@ -1298,7 +1287,7 @@ def clamp_tensor(*, inplace: bool = False, out: bool = False) -> Family:
 
         def run(operands: tuple) -> Tensor | None:
             x, low, high, target = operands
-            if target is not None and (target is high or _overlaps(target, x, low, high)):
+            if target is not None and (target is high or overlaps(target, x, low, high)):
                 return None  # out= shares memory with an input: the implementation decides
             storage = x.untyped_storage().data_ptr()
             if inplace and ((low.untyped_storage().data_ptr() == storage and low is not x) or

@@ -269,14 +269,19 @@ def _ternary_entries() -> list[Op]:
         def inplace(a, b, c, *, value=1, _name=name):
             return getattr(TN, _name)(a, b, c, value=value, inplace=True)
 
-        ops += [Op(f"{name}.default", new, name, exact=True), Op(f"{name}.out", out, exact=True),
-                Op(f"{name}_.default", inplace, exact=True)]
+        ops += [Op(f"{name}.default", new, name, exact=True,
+                   make_plan=lambda _name=name: TN.ternary_family(_name)),
+                Op(f"{name}.out", out, exact=True,
+                   make_plan=lambda _name=name: TN.ternary_family(_name, out=True)),
+                Op(f"{name}_.default", inplace, exact=True,
+                   make_plan=lambda _name=name: TN.ternary_family(_name, inplace=True))]
     for form in ("Scalar", "Tensor"):
         ops += [Op(f"lerp.{form}", lambda a, end, weight: TN.lerp(a, end, weight), "lerp" if form == "Scalar"
-                   else None, exact=True),
+                   else None, exact=True, make_plan=lambda: TN.ternary_family("lerp")),
                 Op(f"lerp.{form}_out", lambda a, end, weight, out=None: TN.lerp(a, end, weight, out=out),
-                   exact=True),
-                Op(f"lerp_.{form}", lambda a, end, weight: TN.lerp(a, end, weight, inplace=True), exact=True)]
+                   exact=True, make_plan=lambda: TN.ternary_family("lerp", out=True)),
+                Op(f"lerp_.{form}", lambda a, end, weight: TN.lerp(a, end, weight, inplace=True), exact=True,
+                   make_plan=lambda: TN.ternary_family("lerp", inplace=True))]
     return ops
 
 

@@ -13,13 +13,17 @@ result is laid out as torch lays it out (`_ops.output_order`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from torch_rbln import _memory
+from torch_rbln.tp import device_tp, requested_backend
+
 from . import _launch
-from ._base import require_float
+from ._base import FLOATS, require_float
 from ._ops import (
     Decline,
     _broadcast,
@@ -28,21 +32,29 @@ from ._ops import (
     _k,
     in_order,
     output_order,
+    overlaps,
     restored,
 )
-from .geometry import I32, cdiv, small_tile_shape
-from .plan import Launch
+from .geometry import I32, cdiv, fused_block, small_tile_shape
+from .plan import NO_PLAN, Family, Launch, Plan
 
-__all__ = ["addcdiv", "addcmul", "lerp", "ternary", "ternary_launch"]
+__all__ = ["addcdiv", "addcmul", "lerp", "ternary", "ternary_family", "ternary_launch"]
 
 
-def ternary_launch(op: str, dtype: torch.dtype, out_dtype: torch.dtype, n: int, sizes: list[int],
+def ternary_launch(op: str, dtype: torch.dtype, out_dtype: torch.dtype, n: int, sizes: list[int] | None,
                    strides: list[list[int]]) -> Launch:
-    """`ternary_tiled_kernel` for `op` over the `n` elements of `_geometry`'s layout (sizes s1..s3, then
-    the strides of a, b and c: the ints after the four tensors and the number), in tiles of the last
-    two dims (`small_tile_shape`). The key is None when an int needs 64 bits."""
+    """The launch of `op` over `n` elements (the ints after the four tensors and the number): with
+    `sizes` None (every operand dense in the result's layout) `ternary_dense_kernel`, flat; else
+    `ternary_tiled_kernel` over `_geometry`'s layout (sizes s1..s3, then the strides of a, b and c), in
+    tiles of the last two dims (`small_tile_shape`). The key is None when an int needs 64 bits."""
     E = _k("elementwise")
     code = E.TERNARY[op]
+    if sizes is None:
+        # addcmul/addcdiv read each value once (the backend fuses them into one loop over the lanes that
+        # exist, whatever BLOCK); lerp reads a and the weight twice: `block`'s three buckets
+        size = fused_block(n, op in ("addcmul", "addcdiv"))
+        return Launch(E.ternary_dense_kernel, (dtype, out_dtype, code, size, "dense") if n < I32 else None,
+                      {"OP": code, "BLOCK": size}, cdiv(n, size), 1, (n,))
     _, s2, s3 = sizes
     block_m, block_n = small_tile_shape(n, s2, s3)
     keywords = {"OP": code, "BLOCK_M": block_m, "BLOCK_N": block_n}
@@ -50,6 +62,13 @@ def ternary_launch(op: str, dtype: torch.dtype, out_dtype: torch.dtype, n: int, 
     fits = max(n, *map(abs, ints)) < I32
     return Launch(E.ternary_tiled_kernel, (dtype, out_dtype, code, block_m, block_n) if fits else None,
                   keywords, cdiv(s2, block_m) * cdiv(s3, block_n), n // (s2 * s3), ints)
+
+
+def _layout(shape: list[int], operands: list[Tensor]) -> tuple[list[int] | None, list[list[int]]]:
+    """(sizes, strides of a, b and c) of `ternary_launch` over `shape`: `_geometry`'s, or sizes None
+    when every operand is dense in the result's layout (the flat kernel)."""
+    broadcast, sizes, strides = _geometry(shape, operands)
+    return (sizes if broadcast else None), strides
 
 
 def _number(value: Any, what: str) -> float:
@@ -115,10 +134,7 @@ def ternary(op: str, a: Tensor, b: Tensor, c: Tensor | None, value: float, out: 
     n = out.numel()
     if n:
         operands = [a, b, c if c is not None else a]  # LERP_SCALAR never reads c
-        broadcast, sizes, strides = _geometry(shape, operands)
-        if not broadcast:  # every operand dense in the result's layout: one flat run
-            sizes, strides = [1, 1, n], [[0, 0, 0, 1]] * 3
-        g = ternary_launch(op, a.dtype, out.dtype, n, sizes, strides)
+        g = ternary_launch(op, a.dtype, out.dtype, n, *_layout(shape, operands))
         _launch.launch_decided(g, (*operands, out, value, *g.ints))
     return out
 
@@ -138,3 +154,93 @@ def lerp(a: Tensor, end: Tensor, weight: Any, *, out: Tensor | None = None, inpl
     if isinstance(weight, Tensor):
         return ternary("lerp", a, end, weight, 0.0, out, inplace=inplace)
     return ternary("lerp_scalar", a, end, None, _number(weight, "weight"), out, inplace=inplace)
+
+
+# ---------------------------------------------------------------- plans
+
+_NUMBERS = (bool, int, float)
+
+
+def _dense_key(t: Any) -> tuple | None:
+    """(dtype, shape, device) of a contiguous rbln tensor (a Parameter too: the optimizer's self), None for
+    anything else."""
+    if not isinstance(t, Tensor) or not t.is_contiguous():
+        return None
+    index = t.get_device()
+    return None if index < 0 else (t.dtype, t.shape, index)
+
+
+def ternary_family(name: str, *, inplace: bool = False, out: bool = False) -> Family:
+    """The plans of `name` ("addcmul", "addcdiv": (self, tensor1, tensor2, value=); "lerp": (self, end,
+    weight), a number weight keyed apart from a tensor one) on contiguous rbln tensors, new, in place or
+    into a contiguous `out=`: `ternary`'s launch, decided once per signature. Why: an optimizer step
+    calls them once per parameter, and the checked path's promotion, broadcast and layout decisions cost
+    ~20 us a call; the numbers (value, a number weight) are arguments of the launch, not of the key."""
+    lerp_form = name == "lerp"
+    allowed = {"out"} if out else set()
+    if not lerp_form:
+        allowed.add("value")
+
+    def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) != 3 or (kwargs and not allowed.issuperset(kwargs)):
+            return None
+        a, b, c = args
+        target = kwargs.get("out") if out else None
+        keys = [_dense_key(a), _dense_key(b)]
+        number = lerp_form and type(c) in _NUMBERS
+        keys.append(None if number else _dense_key(c))
+        if None in keys[:2] or (keys[2] is None and not number) or (out and _dense_key(target) is None):
+            return None
+        value = c if number else kwargs.get("value", 1) if not lerp_form else 0.0
+        key = (number, *keys, None if target is None else _dense_key(target))
+        return key, (a, b, None if number else c, value, target)
+
+    def plan(key: tuple, operands: tuple) -> Plan:
+        number, a_key, b_key, c_key, out_key = key
+        dtype, index = a_key[0], a_key[2]
+        keys = (a_key, b_key) if number else (a_key, b_key, c_key)
+        if dtype not in FLOATS or any(k[0] is not dtype or k[2] != index for k in keys):
+            return NO_PLAN  # the implementation declines (or raises torch's error)
+        try:
+            shape = _broadcast(*(k[1] for k in keys))
+        except Decline:
+            return NO_PLAN
+        n = math.prod(shape)
+        if n == 0 or (inplace and shape != list(a_key[1])) or \
+                (out_key is not None and out_key != (dtype, torch.Size(shape), index)):
+            return NO_PLAN
+        op = "lerp_scalar" if number else name
+        a, b, c = operands[0], operands[1], operands[2] if not number else operands[0]
+        g = ternary_launch(op, dtype, dtype, n, *_layout(shape, [a, b, c]))
+        if g.key is None:
+            return NO_PLAN
+        built = Plan.of(g, tuple(shape), dtype, ())  # exact: nothing is scanned
+        programs, rows, ints, split = g.programs, g.rows, g.ints, g.programs * g.rows > 1
+        result_shape = tuple(shape)
+        empty = _memory.empty
+
+        def run(operands: tuple) -> Tensor | None:
+            a, b, c, value, target = operands
+            if type(value) not in _NUMBERS:
+                return None  # a tensor or complex value: the implementation declines it
+            if c is None:
+                c = a  # LERP_SCALAR never reads it
+            if inplace:
+                if overlaps(a, b, c):
+                    return None  # the implementation decides (a view of self: torch's overlap error)
+                target = a
+            elif target is None:
+                target = empty(result_shape, dtype, index)
+            elif overlaps(target, a, b, c):
+                return None
+            launcher = built.launcher if built.backend == requested_backend() else built.kept()
+            if launcher is None or (split and device_tp(index) > 1):
+                built.launch_checked((a, b, c, target, float(value), *ints))
+            else:
+                launcher(programs, rows, 1, a, b, c, target, float(value), *ints)
+            return target
+
+        built.run = run
+        return built
+
+    return Family(signature, plan)

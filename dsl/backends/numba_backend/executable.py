@@ -293,7 +293,11 @@ def _load_indexed(entry: warm_index.Entry) -> types.ModuleType:
         return module
 
 
-def _warm(kernel, eager_reads: bool) -> Executable | None:
+# prologue codes that are no fault: the launch reruns on the variant each names (nothing ran)
+_VARIANT_CODES = (codegen.ERR_ALIASED, codegen.ERR_SAME_MEMORY)
+
+
+def _warm(kernel, eager_reads: bool, same_memory: bool = False) -> Executable | None:
     """The executable of a `jit.CompiledKernel` from the warm index, skipping the front end and the code
     generator; None when the kernel is ineligible, has no trusted entry, or kernels are being dumped
     (TORCH_RBLN_DUMP_KERNELS writes the IR and the lowering, which need both)."""
@@ -302,7 +306,7 @@ def _warm(kernel, eager_reads: bool) -> Executable | None:
     if config.get("TORCH_RBLN_DUMP_KERNELS"):
         return None
     try:
-        key = warm_index.warm_key(kernel.function, kernel.spec, eager_reads)
+        key = warm_index.warm_key(kernel.function, kernel.spec, eager_reads, same_memory)
     except warm_index.Ineligible as why:
         _log().debug("kernel '%s' takes the front end on every start: it names a %s, which has no stable "
                      "cache key", kernel.function.__name__, why)
@@ -312,7 +316,7 @@ def _warm(kernel, eager_reads: bool) -> Executable | None:
     if entry is None:
         return None
     try:
-        return Executable._from_index(kernel, entry, eager_reads)
+        return Executable._from_index(kernel, entry, eager_reads, same_memory)
     except Exception as error:  # noqa: BLE001 - the front-end path rebuilds the module and raises real errors
         _log().warning("kernel '%s': loading %s through the warm index failed (%s: %s); rebuilding it",
                        kernel.function.__name__, warm_index.module_path(root, entry), type(error).__name__,
@@ -328,7 +332,7 @@ def _remember(kernel, exe) -> None:
         return  # the interpreter's (a kernel numba cannot lower): it needs the IR anyway
     exe._kernel_ir = kernel
     try:
-        key = warm_index.warm_key(kernel.function, kernel.spec, exe.eager_reads)
+        key = warm_index.warm_key(kernel.function, kernel.spec, exe.eager_reads, exe.same_memory)
     except warm_index.Ineligible:
         return
     entry = warm_index.Entry(exe._entry_name, exe._digest, exe._ptr_params, exe._scalar_params,
@@ -336,20 +340,21 @@ def _remember(kernel, exe) -> None:
     warm_index.write(_cache_root(), key, entry)
 
 
-def _forget_indexed(kernel, eager_reads: bool) -> None:
+def _forget_indexed(kernel, eager_reads: bool, same_memory: bool = False) -> None:
     if kernel is None:
         return
     try:
-        warm_index.forget(_cache_root(), warm_index.warm_key(kernel.function, kernel.spec, eager_reads))
+        warm_index.forget(_cache_root(), warm_index.warm_key(kernel.function, kernel.spec, eager_reads,
+                                                             same_memory))
     except warm_index.Ineligible:
         pass
 
 
-def _for_kernel(kernel, eager_reads: bool = False) -> Executable:
+def _for_kernel(kernel, eager_reads: bool = False, same_memory: bool = False) -> Executable:
     """The executable of a `jit.CompiledKernel`: from the warm index, else built from its IR and recorded."""
-    exe = _warm(kernel, eager_reads)
+    exe = _warm(kernel, eager_reads, same_memory)
     if exe is None:
-        exe = Executable(kernel.ir, eager_reads)
+        exe = Executable(kernel.ir, eager_reads, same_memory)
         _remember(kernel, exe)
     return exe
 
@@ -451,17 +456,18 @@ class Executable:
 
     takes_tensors = True
 
-    def __init__(self, fn: Function, eager_reads: bool = False) -> None:
-        lowered = codegen.lower(fn, eager_reads)
+    def __init__(self, fn: Function, eager_reads: bool = False, same_memory: bool = False) -> None:
+        lowered = codegen.lower(fn, eager_reads, same_memory)
         dump(fn, lowered)
         self._fn: Function | None = fn
         self._lowered: codegen.Lowered | None = lowered
         self._kernel_ir = None  # the jit.CompiledKernel, once known (`remember`, `_from_index`)
         self._setup(fn.name, fn.params, eager_reads, load_module(lowered), lowered.name, lowered.digest,
-                    lowered.uses_atomics, _calls_blas(lowered.source))
+                    lowered.uses_atomics, _calls_blas(lowered.source), same_memory)
 
     @classmethod
-    def _from_index(cls, kernel, entry: warm_index.Entry, eager_reads: bool) -> Executable:
+    def _from_index(cls, kernel, entry: warm_index.Entry, eager_reads: bool, same_memory: bool = False
+                    ) -> Executable:
         """The executable of a `jit.CompiledKernel` whose generated module the warm index names: no
         front end, no code generator. The IR and the lowering are built only if asked for (`fn`,
         `lowered`: a fault report, the interpreter tier, the alias-safe variant's fallback)."""
@@ -470,11 +476,11 @@ class Executable:
         self._lowered = None
         self._kernel_ir = kernel
         self._setup(kernel.function.__name__, kernel.params, eager_reads, _load_indexed(entry), entry.name,
-                    entry.digest, entry.uses_atomics, entry.calls_blas)
+                    entry.digest, entry.uses_atomics, entry.calls_blas, same_memory)
         return self
 
     def _setup(self, name: str, params: list, eager_reads: bool, module: types.ModuleType, entry_name: str,
-               digest: str, uses_atomics: bool, calls_blas: bool) -> None:
+               digest: str, uses_atomics: bool, calls_blas: bool, same_memory: bool = False) -> None:
         if calls_blas:
             from .blas import limit_kernel_blas
 
@@ -483,12 +489,14 @@ class Executable:
         self.kernel_name = name
         self.params = params
         self.eager_reads = eager_reads
+        self.same_memory = same_memory
         self._entry_name = entry_name
         self._digest = digest
         self._uses_atomics = uses_atomics
         self._calls_blas = calls_blas
         self._alias_variant: Executable | None = None
-        self._direct_kernel: Callable | None = None  # see `_alias_safe_kernel`
+        self._same_memory_variant: Executable | None = None
+        self._direct_kernel: Callable | None = None  # see `_variant_kernel`
         self.module = module
         self.kernel = getattr(module, entry_name)
         self.names = [p.name for p in params]
@@ -522,13 +530,13 @@ class Executable:
         """The code generator's output for this kernel (error sites for fault reports); lowered now for an
         executable loaded through the warm index, and checked against the module it runs."""
         if self._lowered is None:
-            lowered = codegen.lower(self.fn, self.eager_reads)
+            lowered = codegen.lower(self.fn, self.eager_reads, self.same_memory)
             if lowered.digest != self._digest:
                 # the key missed an input: never expected, but the sidecar must not be trusted again
                 _log().error("kernel '%s': its warm index entry named module %s, but its source now lowers "
                              "to %s; the entry is removed (please report this)", self.kernel_name,
                              self._digest, lowered.digest)
-                _forget_indexed(self._kernel_ir, self.eager_reads)
+                _forget_indexed(self._kernel_ir, self.eager_reads, self.same_memory)
             self._lowered = lowered
         return self._lowered
 
@@ -609,6 +617,12 @@ class Executable:
             f"            aliased()(0, g0 * g1 * g2, g0, g1, g2, {flat}, error)",
             "            if not error[0]:",
             "                return",
+            # an in-place launch: the same-memory variant, once compiled (as the alias-safe one)
+            f"        elif error[0] == {codegen.ERR_SAME_MEMORY} and same() is not None:",
+            "            error[:] = 0",
+            f"            same()(0, g0 * g1 * g2, g0, g1, g2, {flat}, error)",
+            "            if not error[0]:",
+            "                return",
             *report,
             "",
             # for callers whose arguments alias by design (an in-place op writing an input it reads
@@ -633,6 +647,13 @@ class Executable:
             *record,
             f"    kernel(0, g0 * g1 * g2, g0, g1, g2, {', '.join(address_arguments)}, error)",
             "    if error[0]:",
+            f"        if error[0] == {codegen.ERR_SAME_MEMORY}:",
+            "            error[:] = 0",
+            "            if same() is None:  # the variant's first launch: compiled (once) and run",
+            f"                return same_by_address((g0, g1, g2), ({', '.join(address_arguments)},))",
+            f"            same()(0, g0 * g1 * g2, g0, g1, g2, {', '.join(address_arguments)}, error)",
+            "            if not error[0]:",
+            "                return True",
             "        error[:] = 0",
             "        return False",
             "    return True",
@@ -658,7 +679,8 @@ class Executable:
         namespace = {"kernel": self._entry_point() or self.kernel, "zeros": np.zeros, "int64": np.int64,
                      "float32": np.float32,
                      "launch_device": launch_device, "device_tp": _device_tp, "failed": self._direct_failed,
-                     "aliased": self._alias_safe_kernel, "reach": _reach,
+                     "aliased": self._alias_safe_kernel, "same": self._same_memory_kernel,
+                     "same_by_address": self._same_memory_by_address, "reach": _reach,
                      "errors": _fault_records, "get_ident": threading.get_ident}
         code = builtins.compile("\n".join(lines) + "\n", f"<direct launch of {self.kernel_name}>", "exec")
         exec(code, namespace)  # noqa: S102 - generated from this kernel's own parameter list
@@ -694,17 +716,23 @@ class Executable:
                 return compiled.entry_point
         return None
 
-    def _alias_safe_kernel(self) -> Callable | None:
-        """The alias-safe variant's compiled kernel once that variant has been launched (and so
-        compiled, with its compile notice and cache handling) through `alias_safe().launch`; None
-        before. A direct launch refused for aliasing reruns on it with the same flat arguments: an
-        in-place op whose output is its input costs a second kernel call, not a general launch."""
-        variant = self._alias_variant
+    @staticmethod
+    def _variant_kernel(variant: Executable | None) -> Callable | None:
+        """A variant's compiled kernel once that variant has been launched (and so compiled, with its
+        compile notice and cache handling) through its `launch`; None before. A direct launch refused
+        for aliasing (or for its same memory) reruns on it with the same flat arguments: an in-place op
+        costs a second kernel call, not a general launch."""
         if variant is None or not variant._compiled:
             return None
         if variant._direct_kernel is None:
             variant._direct_kernel = variant._entry_point() or variant.kernel
         return variant._direct_kernel
+
+    def _alias_safe_kernel(self) -> Callable | None:
+        return self._variant_kernel(self._alias_variant)
+
+    def _same_memory_kernel(self) -> Callable | None:
+        return self._variant_kernel(self._same_memory_variant)
 
     def alias_safe(self) -> Executable:
         """This kernel lowered to read every load where it stands, for launches whose arguments alias
@@ -718,8 +746,35 @@ class Executable:
                         "in place", self.kernel_name)
         return self._alias_variant
 
-    def _run_alias_safe(self, grid, arguments: list, tp: int) -> None:
-        variant = self.alias_safe()
+    def same_memory_variant(self) -> Executable:
+        """This kernel lowered with each in-place output's array bound to its input's, for launches
+        whose in-place pairs are the same memory (the prologue reported ERR_SAME_MEMORY before running
+        any program: `x.mul_(y)` of 16,384 elements or more): compiled on first need, then cached."""
+        if self._same_memory_variant is None:
+            kernel = self._kernel_ir
+            self._same_memory_variant = (_for_kernel(kernel, same_memory=True) if kernel is not None
+                                         else Executable(self.fn, same_memory=True))
+            _log().info("kernel '%s': an in-place launch; running its variant whose outputs are their "
+                        "inputs' arrays", self.kernel_name)
+        return self._same_memory_variant
+
+    def _same_memory_by_address(self, grid: tuple, arguments: tuple) -> bool:
+        """A launch by address its prologue refused for its same memory, before the same-memory variant
+        was compiled: the variant compiled (once) and run on the same flat arguments; False, as
+        `by_address` returns, when it reports a fault (the caller's general path re-runs the call and
+        raises it). Without this a compiled graph's launch would fall back on every call, since the
+        graph's node-by-node rerun need not launch in place."""
+        variant = self.same_memory_variant()
+        variant._spans = list(arguments[1:2 * len(self._ptr_params):2])
+        try:
+            variant._execute(grid, list(arguments), 1)
+        except KernelRuntimeError:
+            return False
+        return True
+
+    def _run_variant(self, code: int, grid, arguments: list, tp: int) -> None:
+        """Rerun a launch the prologue refused with `code` (nothing ran) on the variant it names."""
+        variant = self.alias_safe() if code == codegen.ERR_ALIASED else self.same_memory_variant()
         variant._spans = self._spans
         variant._execute(grid, arguments, tp)
 
@@ -728,6 +783,9 @@ class Executable:
         a launch refused for aliasing runs on the alias-safe variant instead."""
         if error[0] == codegen.ERR_ALIASED:
             self.alias_safe().launch(grid, values, 1)
+            return
+        if error[0] == codegen.ERR_SAME_MEMORY:
+            self.same_memory_variant().launch(grid, values, 1)
             return
         self._spans = list(spans)
         try:
@@ -914,8 +972,8 @@ class Executable:
             else:
                 self._run_in_chunks(total, g0, g1, g2, arguments, error)
             if error[0]:
-                if error[0] == codegen.ERR_ALIASED:
-                    self._run_alias_safe(grid, arguments, tp)
+                if error[0] in _VARIANT_CODES:
+                    self._run_variant(int(error[0]), grid, arguments, tp)
                     return
                 self._raise_if_failed(error)
             return
@@ -938,8 +996,8 @@ class Executable:
             for k in range(tp):
                 kernel(bounds[k], bounds[k + 1], g0, g1, g2, *arguments, errors[k])
                 if errors[k][0]:
-                    if errors[k][0] == codegen.ERR_ALIASED:  # found by the first share, nothing ran
-                        self._run_alias_safe(grid, arguments, tp)
+                    if errors[k][0] in _VARIANT_CODES:  # found by the first share, nothing ran
+                        self._run_variant(int(errors[k][0]), grid, arguments, tp)
                         return
                     self._raise_if_failed(errors[k])
             return
@@ -958,8 +1016,8 @@ class Executable:
                 failure = error
         if failure is not None:
             raise failure
-        if errors[0][0] == codegen.ERR_ALIASED:  # every share found it in its prologue: nothing ran
-            self._run_alias_safe(grid, arguments, tp)
+        if errors[0][0] in _VARIANT_CODES:  # every share found it in its prologue: nothing ran
+            self._run_variant(int(errors[0][0]), grid, arguments, tp)
             return
         for error in errors:
             if error[0]:

@@ -236,9 +236,11 @@ def _compute_kernel_token(jf) -> str:
     return digest.hexdigest()
 
 
-def warm_key(jf, spec, eager_reads: bool = False) -> str:
-    """The pre-front-end key of one specialisation of `jf` for the numba backend; raises Ineligible."""
+def warm_key(jf, spec, eager_reads: bool = False, same_memory: bool = False) -> str:
+    """The pre-front-end key of one specialisation of `jf` for the numba backend (of its alias-safe or
+    same-memory variant: `eager_reads`, `same_memory`); raises Ineligible."""
     parts = [f"format={FORMAT}", "backend=numba", f"eager_reads={bool(eager_reads)}",
+             *(["same_memory=True"] if same_memory else []),
              "toolchain=" + toolchain_fingerprint(), "kernel=" + kernel_token(jf)]
     for name, kind, info in spec.params:
         parts.append(f"{name}:{kind}:" + (value_token(info) if kind == "constexpr" else str(info)))

@@ -739,9 +739,7 @@ class Executable:
         (the kernel's prologue reported ERR_ALIASED before running any program): compiled on first
         need, seconds once, then cached like any other specialisation."""
         if self._alias_variant is None:
-            kernel = self._kernel_ir
-            self._alias_variant = (_for_kernel(kernel, eager_reads=True) if kernel is not None
-                                   else Executable(self.fn, eager_reads=True))
+            self._alias_variant = self._variant(eager_reads=True)
             _log().info("kernel '%s': arguments alias each other; running its variant that reads loads "
                         "in place", self.kernel_name)
         return self._alias_variant
@@ -751,12 +749,16 @@ class Executable:
         whose in-place pairs are the same memory (the prologue reported ERR_SAME_MEMORY before running
         any program: `x.mul_(y)` of 16,384 elements or more): compiled on first need, then cached."""
         if self._same_memory_variant is None:
-            kernel = self._kernel_ir
-            self._same_memory_variant = (_for_kernel(kernel, same_memory=True) if kernel is not None
-                                         else Executable(self.fn, same_memory=True))
+            self._same_memory_variant = self._variant(same_memory=True)
             _log().info("kernel '%s': an in-place launch; running its variant whose outputs are their "
                         "inputs' arrays", self.kernel_name)
         return self._same_memory_variant
+
+    def _variant(self, **flags: bool) -> Executable:
+        """This kernel's executable lowered with `flags` (through the warm index when the kernel's
+        specialisation is known)."""
+        kernel = self._kernel_ir
+        return _for_kernel(kernel, **flags) if kernel is not None else Executable(self.fn, **flags)
 
     def _same_memory_by_address(self, grid: tuple, arguments: tuple) -> bool:
         """A launch by address its prologue refused for its same memory, before the same-memory variant

@@ -37,6 +37,8 @@ def vector_norm(x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False,
     require_float(x.dtype)
     result_dtype = x.dtype if dtype is None else dtype
     require_float(result_dtype)
+    if torch.promote_types(x.dtype, result_dtype) is not result_dtype:
+        raise Decline("dtype= narrower than the input")  # torch's error, from the CPU
     if isinstance(ord, (Tensor, complex)) or not isinstance(ord, (int, float)) or float(ord) not in _ORDERS:
         raise Decline(f"ord {ord!r}")
     if x.numel() == 0:

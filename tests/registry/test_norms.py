@@ -35,6 +35,9 @@ def test_each_order_matches_the_cpu_on_device(order, dtype):
     expected = torch.linalg.vector_norm(x, order, dtype=torch.float32)
     torch.testing.assert_close(widened, expected, rtol=2e-6, atol=0)
     assert _row()["cpu"] == 0 and _row()["device"] == len(cases) + 1
+    if dtype is not torch.float32:  # a narrower dtype= is torch's error, from the CPU
+        with pytest.raises(RuntimeError, match="without narrowing"):
+            torch.linalg.vector_norm(x.float().to("rbln"), order, dtype=dtype)
 
 
 @pytest.mark.parametrize("case, reason", [("order 3", "ord 3"), ("empty", "empty tensor"),

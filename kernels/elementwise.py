@@ -14,23 +14,24 @@ import torch_rbln.dsl as tl
 
 # Unary op codes.
 (NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE,
- CUBE, RECIPROCAL, RECIPROCAL_SQUARE, COS, SIN) = range(20)
+ CUBE, RECIPROCAL, RECIPROCAL_SQUARE, COS, SIN, LEAKY_RELU) = range(21)
 UNARY = {
     "neg": NEG, "exp": EXP, "sqrt": SQRT, "rsqrt": RSQRT, "sigmoid": SIGMOID, "tanh": TANH, "relu": RELU,
     "gelu": GELU, "gelu_tanh": GELU_TANH, "silu": SILU, "pow": POW, "fill": FILL, "abs": ABS, "log": LOG,
     "scale": SCALE, "cube": CUBE, "reciprocal": RECIPROCAL, "reciprocal_square": RECIPROCAL_SQUARE,
-    "cos": COS, "sin": SIN,
+    "cos": COS, "sin": SIN, "leaky_relu": LEAKY_RELU,
 }
 # Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
  GELU_BWD, GELU_TANH_BWD, THRESHOLD_BWD, SIGMOID_BWD, TANH_BWD, SILU_BWD, POW_T,
- DIV_TRUNC, DIV_FLOOR, CLAMP, DIV_TRUNC_SCALAR) = range(23)
+ DIV_TRUNC, DIV_FLOOR, CLAMP, DIV_TRUNC_SCALAR, LEAKY_RELU_BWD) = range(24)
 BINARY = {
     "add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "eq": EQ, "ne": NE, "lt": LT, "le": LE, "gt": GT,
     "ge": GE, "maximum": MAXIMUM, "minimum": MINIMUM, "gelu_backward": GELU_BWD,
     "gelu_tanh_backward": GELU_TANH_BWD, "threshold_backward": THRESHOLD_BWD,
     "sigmoid_backward": SIGMOID_BWD, "tanh_backward": TANH_BWD, "silu_backward": SILU_BWD, "pow": POW_T,
     "div_trunc": DIV_TRUNC, "div_floor": DIV_FLOOR, "clamp": CLAMP, "div_trunc_scalar": DIV_TRUNC_SCALAR,
+    "leaky_relu_backward": LEAKY_RELU_BWD,
 }
 COMPARISONS = frozenset({EQ, NE, LT, LE, GT, GE})
 # Ternary op codes of `ternary_tiled_kernel` (a, b, c: self, tensor1/end, tensor2/weight).
@@ -116,8 +117,10 @@ def _unary_op(x, p, OP: tl.constexpr):
         y = 1.0 / (x * x)
     elif OP == 18:
         y = tl.cos(x)
-    else:
+    elif OP == 19:
         y = tl.sin(x)
+    else:  # leaky_relu as torch computes it, x > 0 ? x : x * slope (NaN and -0.0 as the CPU's)
+        y = tl.where(x > 0.0, x, x * p)
     return y
 
 
@@ -225,9 +228,11 @@ def _binary_op(a, b, alpha, OP: tl.constexpr, out_ptr):
     elif OP == 21:  # clamp: a = x, b = lower bound, alpha = upper bound (torch: min > max gives max)
         y = tl.minimum(tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL), alpha,
                        propagate_nan=tl.PropagateNan.ALL)  # torch.clamp keeps a NaN
-    else:  # div by a scalar, rounding_mode="trunc": torch truncates the float32 quotient directly
+    elif OP == 22:  # div by a scalar, rounding_mode="trunc": torch truncates the float32 quotient directly
         q = a / b
         y = tl.where(q < 0.0, -tl.floor(-q), tl.floor(q))
+    else:  # leaky_relu backward: a = grad, b = self, alpha = the negative slope
+        y = tl.where(b > 0.0, a, a * alpha)
     return y
 
 

@@ -911,13 +911,20 @@ def _unary_key(op: str, x: Any, p: float, target: Any) -> tuple | None:
 
 
 def unary_family(name: str, *, inplace: bool = False, out: bool = False, keyword: str | None = None,
-          ops: dict | None = None, default: Any = None, scan: bool = True) -> Family:
+          ops: dict | None = None, default: Any = None, scan: bool = True,
+          parameter: float | None = None) -> Family:
     """The family of a unary overload `name(x)`, functional, in place or into `out=`; `keyword`: an
     optional keyword whose value picks the op from `ops` (gelu's `approximate`). `scan` False: the op
-    is IEEE-exact (the table's `exact`: neg, abs), its input is not scanned for NaN/Inf."""
+    is IEEE-exact (the table's `exact`: neg, abs), its input is not scanned for NaN/Inf. `parameter`:
+    the overload is `name(x, p=parameter)` with a number p, the kernel's parameter (leaky_relu's
+    negative slope; a launch argument, not part of the key)."""
+    arities = (1,) if parameter is None else (1, 2)
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
-        if len(args) != 1:
+        if len(args) not in arities:
+            return None
+        p = 0.0 if parameter is None else args[1] if len(args) == 2 else parameter
+        if type(p) is not float and type(p) is not int:
             return None
         op, target = name, None
         if kwargs or out:
@@ -925,7 +932,7 @@ def unary_family(name: str, *, inplace: bool = False, out: bool = False, keyword
             if read_keywords is None or read_keywords[2]:
                 return None
             op, target, _ = read_keywords
-        return _unary_key(op, args[0], 0.0, args[0] if inplace else target)
+        return _unary_key(op, args[0], p, args[0] if inplace else target)
 
     def plan(key: tuple, operands: tuple) -> Plan:
         return unary_plan(key, operands, scanned=scan)

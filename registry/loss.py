@@ -26,8 +26,10 @@ from . import _launch
 from ._base import require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, contiguous, empty, fill_floats
+from .elementwise import binary
 from .geometry import I32, block, cdiv, row_block
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on
+from .reduce import reduce
 
 REDUCTIONS = (0, 1, 2)  # none, mean, sum (torch.nn._reduction.get_enum)
 
@@ -294,3 +296,41 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
 
     plan.run = run
     return plan
+
+
+# ---------------------------------------------------------------- mse_loss, composed of device launches
+
+_MSE_REDUCTIONS = dict(zip(REDUCTIONS, (None, "mean", "sum"), strict=True))  # the reduction's name
+
+
+def _mse_operands(x: Tensor, target: Tensor, reduction: int) -> str | None:
+    """The reduction's name (None for "none") of an mse_loss call the device launches compute: float
+    tensors of one dtype on one rbln device; anything else declines to the CPU."""
+    if reduction not in _MSE_REDUCTIONS:
+        raise Decline(f"reduction {reduction!r}")
+    if not isinstance(target, Tensor) or target.is_cpu or x.is_cpu or target.get_device() != x.get_device():
+        raise Decline("target on another device")
+    require_float(x.dtype)
+    if target.dtype is not x.dtype:
+        raise Decline("target of another dtype")  # torch promotes: the CPU's result
+    return _MSE_REDUCTIONS[reduction]
+
+
+def mse_loss(x: Tensor, target: Tensor, reduction: int = 1) -> Tensor:
+    """`(x - target) ** 2`, reduced by its mean or sum (or not), as torch computes it: the difference,
+    its square (one multiply), then the registry's reduction (another summation order than the CPU's:
+    a tolerance, not bits). Why: regression models' loss (`F.mse_loss`) ran on the CPU fallback."""
+    name = _mse_operands(x, target, reduction)
+    difference = binary("sub", x, target)
+    squares = binary("mul", difference, difference)
+    return squares if name is None else reduce(name, squares)
+
+
+def mse_loss_backward(grad: Tensor, x: Tensor, target: Tensor, reduction: int = 1) -> Tensor:
+    """torch's `norm * (x - target) * grad`, norm = 2 / numel for the mean and 2 otherwise, in that order
+    (the difference, scaled by the number, then times the gradient: a 0-dim one for a reduced loss)."""
+    name = _mse_operands(x, target, reduction)
+    if not isinstance(grad, Tensor) or grad.is_cpu or grad.dtype is not x.dtype:
+        raise Decline("gradient of another dtype or device")
+    norm = 2.0 / x.numel() if name == "mean" else 2.0
+    return binary("mul", binary("mul", binary("sub", x, target), norm), grad)

@@ -230,6 +230,21 @@ def _tensor_bound_entries() -> list[Op]:
     return ops
 
 
+def _real(value):
+    """A real number argument as a float (a tensor or complex one declines: the CPU's to handle)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Decline(f"a number argument of type {type(value).__name__}")
+    return float(value)
+
+
+def _leaky_relu_backward(grad, x, slope, self_is_result):
+    """grad where x > 0, grad * slope elsewhere. With `self_is_result` (the backward of an in-place
+    leaky_relu_) and a negative slope torch raises: the CPU's error."""
+    if self_is_result and _real(slope) < 0:
+        raise Decline("in-place leaky_relu backward with a negative slope")
+    return EW.binary("leaky_relu_backward", grad, x, _real(slope))
+
+
 def _threshold_backward(grad, x, threshold):
     return EW.binary("threshold_backward", grad, x, threshold)
 
@@ -244,6 +259,13 @@ def _var(x, dim=None, correction=None, keepdim=False):
 
 def _std(x, dim=None, correction=None, keepdim=False):
     return EW.unary("sqrt", R.reduce("var", x, dim, keepdim, correction=correction))
+
+
+def _var_mean(x, dim=None, correction=None, keepdim=False, *, std=False):
+    """(var or std, mean) as two reductions (group_norm's statistics: `F.group_norm` calls var_mean).
+    torch's CPU computes both in one Welford pass; the mean's summation order differs: a tolerance."""
+    spread = (_std if std else _var)(x, dim, correction, keepdim)
+    return spread, R.reduce("mean", x, dim, keepdim)
 
 
 F = "float32"
@@ -361,6 +383,16 @@ TABLE: list[Op] = [
     *_unary_family("reciprocal", "reciprocal"),
     # relu is exact: `where(x < 0, 0, x)` keeps NaN and -0.0 as torch's relu does
     *_unary_family("relu", "nn.functional.relu", out=False, exact=True),
+    # leaky_relu: x > 0 ? x : x * slope, as torch computes it (NaN and -0.0 through): exact
+    Op("leaky_relu.default", lambda x, slope=0.01: EW.unary("leaky_relu", x, _real(slope)),
+       "nn.functional.leaky_relu", exact=True,
+       make_plan=lambda: EW.unary_family("leaky_relu", scan=False, parameter=0.01)),
+    Op("leaky_relu.out", lambda x, slope=0.01, out=None: EW.unary("leaky_relu", x, _real(slope), out=out),
+       exact=True, make_plan=lambda: EW.unary_family("leaky_relu", out=True, scan=False, parameter=0.01)),
+    Op("leaky_relu_.default", lambda x, slope=0.01: EW.unary("leaky_relu", x, _real(slope), inplace=True),
+       exact=True, make_plan=lambda: EW.unary_family("leaky_relu", inplace=True, scan=False, parameter=0.01)),
+    Op("leaky_relu_backward.default", lambda g, x, slope, self_is_result: _leaky_relu_backward(
+        g, x, slope, self_is_result), exact=True),
     *_unary_family("silu", "nn.functional.silu", exact=True),
     Op("gelu.default", lambda x, approximate="none": _gelu(x, approximate), "nn.functional.gelu", tol=LOOSE,
        make_plan=lambda: _gelu_plan()),
@@ -474,6 +506,9 @@ TABLE: list[Op] = [
        make_plan=lambda: R.family("var", positional=2, keywords=("correction", "keepdim"))),
     # clip_grad_norm_'s norms (orders 2, 1, +-inf; see norms.py)
     Op("linalg_vector_norm.default", Ref("norms", "vector_norm"), "linalg.vector_norm", tol=LOOSE),
+    Op("var_mean.correction", _var_mean, "var_mean", tol=LOOSE),
+    Op("std_mean.correction", lambda x, dim=None, correction=None, keepdim=False: _var_mean(
+        x, dim, correction, keepdim, std=True), "std_mean", tol=LOOSE),
     Op("std.correction", _std, "std", tol=LOOSE,
        make_plan=lambda: R.family("std", positional=2, keywords=("correction", "keepdim"))),
     # isin: a broadcast eq and an any over the test elements (exact: not scanned)
@@ -499,6 +534,9 @@ TABLE: list[Op] = [
     Op("slice_scatter.default", Ref("indexing", "slice_scatter"), "slice_scatter"),
     Op("select_scatter.default", Ref("indexing", "select_scatter"), "select_scatter"),
     # ---- loss (cross_entropy = log_softmax + nll_loss)
+    # mse_loss: composed of device launches (loss.py); the mean's summation order is the registry's
+    Op("mse_loss.default", Ref("loss", "mse_loss"), "nn.functional.mse_loss", tol=LOOSE),
+    Op("mse_loss_backward.default", Ref("loss", "mse_loss_backward"), tol=LOOSE),
     Op("nll_loss_forward.default", Ref("loss", "nll_loss_forward"), "nn.functional.nll_loss",
        int_inputs=True, tol=LOOSE, make_plan=lambda: LS.forward_family()),
     Op("nll_loss_backward.default", Ref("loss", "nll_loss_backward"), int_inputs=True,

@@ -14,12 +14,14 @@ import torch_rbln.dsl as tl
 
 # Unary op codes.
 (NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE,
- CUBE, RECIPROCAL, RECIPROCAL_SQUARE, COS, SIN, LEAKY_RELU) = range(21)
+ CUBE, RECIPROCAL, RECIPROCAL_SQUARE, COS, SIN, LEAKY_RELU, FLOOR, CEIL, TRUNC, SIGN, ERF, HARDSWISH,
+ HARDSIGMOID) = range(28)
 UNARY = {
     "neg": NEG, "exp": EXP, "sqrt": SQRT, "rsqrt": RSQRT, "sigmoid": SIGMOID, "tanh": TANH, "relu": RELU,
     "gelu": GELU, "gelu_tanh": GELU_TANH, "silu": SILU, "pow": POW, "fill": FILL, "abs": ABS, "log": LOG,
     "scale": SCALE, "cube": CUBE, "reciprocal": RECIPROCAL, "reciprocal_square": RECIPROCAL_SQUARE,
-    "cos": COS, "sin": SIN, "leaky_relu": LEAKY_RELU,
+    "cos": COS, "sin": SIN, "leaky_relu": LEAKY_RELU, "floor": FLOOR, "ceil": CEIL, "trunc": TRUNC,
+    "sign": SIGN, "erf": ERF, "hardswish": HARDSWISH, "hardsigmoid": HARDSIGMOID,
 }
 # Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
@@ -119,8 +121,23 @@ def _unary_op(x, p, OP: tl.constexpr):
         y = tl.cos(x)
     elif OP == 19:
         y = tl.sin(x)
-    else:  # leaky_relu as torch computes it, x > 0 ? x : x * slope (NaN and -0.0 as the CPU's)
+    elif OP == 20:  # leaky_relu as torch computes it, x > 0 ? x : x * slope (NaN and -0.0 as the CPU's)
         y = tl.where(x > 0.0, x, x * p)
+    elif OP == 21:
+        y = tl.floor(x)
+    elif OP == 22:
+        y = tl.ceil(x)
+    elif OP == 23:  # toward zero; -0.5 gives -0.0 as torch's
+        y = tl.where(x < 0.0, tl.ceil(x), tl.floor(x))
+    elif OP == 24:  # torch's (0 < x) - (x < 0): NaN and -0.0 give +0.0
+        y = tl.where(x > 0.0, 1.0, 0.0) - tl.where(x < 0.0, 1.0, 0.0)
+    elif OP == 25:
+        y = tl.erf(x)
+    elif OP == 26:  # hardswish as torch: x * min(max(x + 3, 0), 6) / 6 (-inf gives NaN, as -inf * 0)
+        y = x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0
+    else:  # hardsigmoid: min(max(x + 3, 0), 6) / 6, NaN kept
+        y = tl.minimum(tl.maximum(x + 3.0, 0.0, propagate_nan=tl.PropagateNan.ALL), 6.0,
+                       propagate_nan=tl.PropagateNan.ALL) / 6.0
     return y
 
 

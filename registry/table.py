@@ -381,6 +381,14 @@ TABLE: list[Op] = [
     *_unary_family("cos", "cos"),  # RoPE's tables in every Llama-style model
     *_unary_family("sin", "sin"),
     *_unary_family("reciprocal", "reciprocal"),
+    # rounding and sign: IEEE operations on the same values (NaN, +-Inf, -0.0 as the CPU's): exact
+    *_unary_family("floor", "floor", exact=True),
+    *_unary_family("ceil", "ceil", exact=True),
+    *_unary_family("trunc", "trunc", exact=True),
+    *_unary_family("sign", "sign", exact=True),
+    *_unary_family("erf", "erf"),
+    *_unary_family("hardswish", "nn.functional.hardswish"),
+    *_unary_family("hardsigmoid", "nn.functional.hardsigmoid"),
     # relu is exact: `where(x < 0, 0, x)` keeps NaN and -0.0 as torch's relu does
     *_unary_family("relu", "nn.functional.relu", out=False, exact=True),
     # leaky_relu: x > 0 ? x : x * slope, as torch computes it (NaN and -0.0 through): exact

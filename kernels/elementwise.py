@@ -15,13 +15,14 @@ import torch_rbln.dsl as tl
 # Unary op codes.
 (NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE,
  CUBE, RECIPROCAL, RECIPROCAL_SQUARE, COS, SIN, LEAKY_RELU, FLOOR, CEIL, TRUNC, SIGN, ERF, HARDSWISH,
- HARDSIGMOID) = range(28)
+ HARDSIGMOID, EXP_NEG_ABS, LOG_SIGMOID) = range(30)
 UNARY = {
     "neg": NEG, "exp": EXP, "sqrt": SQRT, "rsqrt": RSQRT, "sigmoid": SIGMOID, "tanh": TANH, "relu": RELU,
     "gelu": GELU, "gelu_tanh": GELU_TANH, "silu": SILU, "pow": POW, "fill": FILL, "abs": ABS, "log": LOG,
     "scale": SCALE, "cube": CUBE, "reciprocal": RECIPROCAL, "reciprocal_square": RECIPROCAL_SQUARE,
     "cos": COS, "sin": SIN, "leaky_relu": LEAKY_RELU, "floor": FLOOR, "ceil": CEIL, "trunc": TRUNC,
-    "sign": SIGN, "erf": ERF, "hardswish": HARDSWISH, "hardsigmoid": HARDSIGMOID,
+    "sign": SIGN, "erf": ERF, "hardswish": HARDSWISH, "hardsigmoid": HARDSIGMOID, "exp_neg_abs": EXP_NEG_ABS,
+    "log_sigmoid": LOG_SIGMOID,
 }
 # Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
@@ -37,8 +38,18 @@ BINARY = {
 }
 COMPARISONS = frozenset({EQ, NE, LT, LE, GT, GE})
 # Ternary op codes of `ternary_tiled_kernel` (a, b, c: self, tensor1/end, tensor2/weight).
-ADDCMUL, ADDCDIV, LERP, LERP_SCALAR = range(4)
-TERNARY = {"addcmul": ADDCMUL, "addcdiv": ADDCDIV, "lerp": LERP, "lerp_scalar": LERP_SCALAR}
+ADDCMUL, ADDCDIV, LERP, LERP_SCALAR, LOG_SIGMOID_BWD = range(5)
+TERNARY = {"addcmul": ADDCMUL, "addcdiv": ADDCDIV, "lerp": LERP, "lerp_scalar": LERP_SCALAR,
+           "log_sigmoid_backward": LOG_SIGMOID_BWD}
+
+
+@tl.jit
+def _log1p(x):
+    """log(1 + x) to within a few ulps for small x too (Goldberg's: log(u) * x / (u - 1), u = 1 + x
+    rounded, whose error cancels; x itself where u rounds to 1), for x >= 0 (log_sigmoid's
+    exp(-|x|)); +inf stays +inf, NaN NaN."""
+    u = 1.0 + x
+    return tl.where(u == 1.0, x, tl.where(u == float("inf"), u, tl.log(u) * (x / (u - 1.0))))
 
 
 @tl.jit
@@ -135,9 +146,13 @@ def _unary_op(x, p, OP: tl.constexpr):
         y = tl.erf(x)
     elif OP == 26:  # hardswish as torch: x * min(max(x + 3, 0), 6) / 6 (-inf gives NaN, as -inf * 0)
         y = x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0
-    else:  # hardsigmoid: min(max(x + 3, 0), 6) / 6, NaN kept
+    elif OP == 27:  # hardsigmoid: min(max(x + 3, 0), 6) / 6, NaN kept
         y = tl.minimum(tl.maximum(x + 3.0, 0.0, propagate_nan=tl.PropagateNan.ALL), 6.0,
                        propagate_nan=tl.PropagateNan.ALL) / 6.0
+    elif OP == 28:  # exp(-|x|): log_sigmoid's buffer, as torch's CPU kernel stores it
+        y = tl.exp(-tl.abs(x))
+    else:  # log_sigmoid as torch's CPU kernel: min(x, 0) - log1p(exp(-|x|)), in float32
+        y = tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL) - _log1p(tl.exp(-tl.abs(x)))
     return y
 
 
@@ -348,8 +363,9 @@ def where_tiled_kernel(
 
 @tl.jit
 def _ternary_op(a, b, c, value, OP: tl.constexpr):
-    """addcmul (a + value * b * c), addcdiv (a + value * b / c) or lerp (from a to b by weight c: a
-    tensor, or the number for LERP_SCALAR) in float32 (torch's opmath type for every float dtype here),
+    """addcmul (a + value * b * c), addcdiv (a + value * b / c), lerp (from a to b by weight c: a
+    tensor, or the number for LERP_SCALAR) or log_sigmoid's backward (input a, buffer b, gradient c) in
+    float32 (torch's opmath type for every float dtype here),
     rounded as torch's CPU kernels round: value * b first, then one fused multiply-add with c and a
     (addcmul) or c's quotient and a's sum (addcdiv); lerp one fused multiply-add coeff * (b - a) + base,
     with (coeff, base) = (w, a) for |w| < 0.5 and (w - 1, b) otherwise, so a weight of 1 gives b
@@ -358,6 +374,9 @@ def _ternary_op(a, b, c, value, OP: tl.constexpr):
         y = tl.fma(value * b, c, a)
     elif OP == ADDCDIV:
         y = a + value * b / c
+    elif OP == LOG_SIGMOID_BWD:  # a = input, b = buffer exp(-|a|), c = grad: torch's CPU formula
+        negative = a < 0.0
+        y = (tl.where(negative, 1.0, 0.0) - tl.where(negative, 1.0, -1.0) * (b / (1.0 + b))) * c
     else:
         small = tl.abs(c) < 0.5
         y = tl.fma(tl.where(small, c, c - 1.0), b - a, tl.where(small, a, b))

@@ -389,6 +389,10 @@ TABLE: list[Op] = [
     *_unary_family("erf", "erf"),
     *_unary_family("hardswish", "nn.functional.hardswish"),
     *_unary_family("hardsigmoid", "nn.functional.hardsigmoid"),
+    # log_sigmoid (binary_cross_entropy_with_logits): the result and torch's exp(-|x|) buffer
+    Op("log_sigmoid_forward.default", Ref("ternary", "log_sigmoid_forward"), "nn.functional.logsigmoid",
+       tol=LOOSE),
+    Op("log_sigmoid_backward.default", Ref("ternary", "log_sigmoid_backward"), tol=LOOSE),
     # relu is exact: `where(x < 0, 0, x)` keeps NaN and -0.0 as torch's relu does
     *_unary_family("relu", "nn.functional.relu", out=False, exact=True),
     # leaky_relu: x > 0 ? x : x * slope, as torch computes it (NaN and -0.0 through): exact

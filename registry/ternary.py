@@ -244,3 +244,21 @@ def ternary_family(name: str, *, inplace: bool = False, out: bool = False) -> Fa
         return built
 
     return Family(signature, plan)
+
+
+# ---------------------------------------------------------------- log_sigmoid (BCE with logits)
+
+
+def log_sigmoid_forward(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(log_sigmoid(x), exp(-|x|)), as torch's CPU kernel returns them (the buffer its backward reads):
+    two unary launches. Why: `F.logsigmoid` and `binary_cross_entropy_with_logits` (multi-label
+    classification's loss) ran on the CPU fallback."""
+    from .elementwise import unary
+
+    return unary("log_sigmoid", x), unary("exp_neg_abs", x)
+
+
+def log_sigmoid_backward(grad: Tensor, x: Tensor, buffer: Tensor) -> Tensor:
+    """torch's CPU formula `(max_deriv - sign * (buffer / (1 + buffer))) * grad` (max_deriv 1 and sign 1
+    where x < 0, else 0 and -1) on the three-operand kernel."""
+    return ternary("log_sigmoid_backward", x, buffer, grad, 0.0)

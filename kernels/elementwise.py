@@ -87,7 +87,8 @@ def _div_floor(a, b):
 # size (`registry.geometry.fused_block`). The others (relu's where, gelu, silu, cube, pow) use x more
 # than once: x is materialised in a BLOCK-long buffer whose masked lanes are filled on every launch.
 # tests/kernels/test_fast_specialisations.py reads the generated code to keep this list true.
-FUSED_UNARY = frozenset({NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, FILL, ABS, LOG, SCALE, RECIPROCAL, COS, SIN})
+FUSED_UNARY = frozenset({NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, FILL, ABS, LOG, SCALE, RECIPROCAL, COS, SIN,
+                         FLOOR, CEIL, ERF, HARDSIGMOID, EXP_NEG_ABS})
 
 
 @tl.jit

@@ -15,26 +15,26 @@ import torch_rbln.dsl as tl
 # Unary op codes.
 (NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE,
  CUBE, RECIPROCAL, RECIPROCAL_SQUARE, COS, SIN, LEAKY_RELU, FLOOR, CEIL, TRUNC, SIGN, ERF, HARDSWISH,
- HARDSIGMOID, EXP_NEG_ABS, LOG_SIGMOID) = range(30)
+ HARDSIGMOID, EXP_NEG_ABS, LOG_SIGMOID, SOFTPLUS) = range(31)
 UNARY = {
     "neg": NEG, "exp": EXP, "sqrt": SQRT, "rsqrt": RSQRT, "sigmoid": SIGMOID, "tanh": TANH, "relu": RELU,
     "gelu": GELU, "gelu_tanh": GELU_TANH, "silu": SILU, "pow": POW, "fill": FILL, "abs": ABS, "log": LOG,
     "scale": SCALE, "cube": CUBE, "reciprocal": RECIPROCAL, "reciprocal_square": RECIPROCAL_SQUARE,
     "cos": COS, "sin": SIN, "leaky_relu": LEAKY_RELU, "floor": FLOOR, "ceil": CEIL, "trunc": TRUNC,
     "sign": SIGN, "erf": ERF, "hardswish": HARDSWISH, "hardsigmoid": HARDSIGMOID, "exp_neg_abs": EXP_NEG_ABS,
-    "log_sigmoid": LOG_SIGMOID,
+    "log_sigmoid": LOG_SIGMOID, "softplus": SOFTPLUS,
 }
 # Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
  GELU_BWD, GELU_TANH_BWD, THRESHOLD_BWD, SIGMOID_BWD, TANH_BWD, SILU_BWD, POW_T,
- DIV_TRUNC, DIV_FLOOR, CLAMP, DIV_TRUNC_SCALAR, LEAKY_RELU_BWD) = range(24)
+ DIV_TRUNC, DIV_FLOOR, CLAMP, DIV_TRUNC_SCALAR, LEAKY_RELU_BWD, SOFTPLUS_BWD) = range(25)
 BINARY = {
     "add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "eq": EQ, "ne": NE, "lt": LT, "le": LE, "gt": GT,
     "ge": GE, "maximum": MAXIMUM, "minimum": MINIMUM, "gelu_backward": GELU_BWD,
     "gelu_tanh_backward": GELU_TANH_BWD, "threshold_backward": THRESHOLD_BWD,
     "sigmoid_backward": SIGMOID_BWD, "tanh_backward": TANH_BWD, "silu_backward": SILU_BWD, "pow": POW_T,
     "div_trunc": DIV_TRUNC, "div_floor": DIV_FLOOR, "clamp": CLAMP, "div_trunc_scalar": DIV_TRUNC_SCALAR,
-    "leaky_relu_backward": LEAKY_RELU_BWD,
+    "leaky_relu_backward": LEAKY_RELU_BWD, "softplus_backward": SOFTPLUS_BWD,
 }
 COMPARISONS = frozenset({EQ, NE, LT, LE, GT, GE})
 # Ternary op codes of `ternary_tiled_kernel` (a, b, c: self, tensor1/end, tensor2/weight).
@@ -152,8 +152,10 @@ def _unary_op(x, p, OP: tl.constexpr):
                        propagate_nan=tl.PropagateNan.ALL) / 6.0
     elif OP == 28:  # exp(-|x|): log_sigmoid's buffer, as torch's CPU kernel stores it
         y = tl.exp(-tl.abs(x))
-    else:  # log_sigmoid as torch's CPU kernel: min(x, 0) - log1p(exp(-|x|)), in float32
+    elif OP == 29:  # log_sigmoid as torch's CPU kernel: min(x, 0) - log1p(exp(-|x|)), in float32
         y = tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL) - _log1p(tl.exp(-tl.abs(x)))
+    else:  # softplus with beta 1 as torch: x > threshold (p) ? x : log1p(exp(x))
+        y = tl.where(x > p, x, _log1p(tl.exp(x)))
     return y
 
 
@@ -264,8 +266,11 @@ def _binary_op(a, b, alpha, OP: tl.constexpr, out_ptr):
     elif OP == 22:  # div by a scalar, rounding_mode="trunc": torch truncates the float32 quotient directly
         q = a / b
         y = tl.where(q < 0.0, -tl.floor(-q), tl.floor(q))
-    else:  # leaky_relu backward: a = grad, b = self, alpha = the negative slope
+    elif OP == 23:  # leaky_relu backward: a = grad, b = self, alpha = the negative slope
         y = tl.where(b > 0.0, a, a * alpha)
+    else:  # softplus backward (beta 1): a = grad, b = self, alpha = threshold; torch's grad * z / (z + 1)
+        z = tl.exp(b)
+        y = tl.where(b > alpha, a, a * z / (z + 1.0))
     return y
 
 

@@ -245,6 +245,20 @@ def _leaky_relu_backward(grad, x, slope, self_is_result):
     return EW.binary("leaky_relu_backward", grad, x, _real(slope))
 
 
+def _softplus(x, beta=1, threshold=20, out=None):
+    """softplus with beta 1 (torch's default; another beta declines to the CPU): x above the threshold,
+    else log1p(exp(x)), log1p accurate for tiny arguments."""
+    if _real(beta) != 1.0:
+        raise Decline(f"softplus beta={beta!r}")
+    return EW.unary("softplus", x, _real(threshold), out=out)
+
+
+def _softplus_backward(grad, x, beta, threshold):
+    if _real(beta) != 1.0:
+        raise Decline(f"softplus beta={beta!r}")
+    return EW.binary("softplus_backward", grad, x, _real(threshold))
+
+
 def _threshold_backward(grad, x, threshold):
     return EW.binary("threshold_backward", grad, x, threshold)
 
@@ -389,6 +403,12 @@ TABLE: list[Op] = [
     *_unary_family("erf", "erf"),
     *_unary_family("hardswish", "nn.functional.hardswish"),
     *_unary_family("hardsigmoid", "nn.functional.hardsigmoid"),
+    # softplus with beta 1 (no OpInfo sweep: its samples all take beta=3, which declines to the CPU;
+    # tests/registry/test_rounding_and_activations.py)
+    Op("softplus.default", _softplus, tol=LOOSE),
+    Op("softplus.out", lambda x, beta=1, threshold=20, out=None: _softplus(x, beta, threshold, out=out),
+       tol=LOOSE),
+    Op("softplus_backward.default", _softplus_backward, tol=LOOSE),
     # log_sigmoid (binary_cross_entropy_with_logits): the result and torch's exp(-|x|) buffer
     Op("log_sigmoid_forward.default", Ref("ternary", "log_sigmoid_forward"), "nn.functional.logsigmoid",
        tol=LOOSE),

@@ -52,3 +52,24 @@ def test_erf_and_the_hard_activations_match_the_cpu(dtype):
     rows = registry.fallback_report()
     assert sum(row["device"] for row in rows.values()) >= len(CLOSE)
     assert all(set(row["reasons"]) <= {"nan_inf"} for row in rows.values())
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_softplus_and_its_gradient_match_the_cpu_and_another_beta_declines(dtype):
+    generator = torch.Generator().manual_seed(12)
+    x = torch.cat([torch.tensor([-100.0, -30.0, -0.0, 0.0, 19.9, 20.0, 20.1, 1e-8]),
+                   torch.randn(60, generator=generator) * 8]).to(dtype)
+    tolerance = {torch.float32: 2e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}[dtype]
+    subnormal = torch.finfo(dtype).tiny  # softplus(-100) is exp(-100): subnormal in float32
+    registry.reset_fallback_report()
+    for threshold in (20.0, 5.0):
+        torch.testing.assert_close(F.softplus(x.to("rbln"), threshold=threshold).cpu(),
+                                   F.softplus(x, threshold=threshold), rtol=tolerance, atol=subnormal)
+    grad = torch.randn(x.shape, generator=generator).to(dtype)
+    leaf, device_leaf = x.clone().requires_grad_(), x.to("rbln").requires_grad_()
+    F.softplus(leaf).backward(grad)
+    F.softplus(device_leaf).backward(grad.to("rbln"))
+    torch.testing.assert_close(device_leaf.grad.cpu(), leaf.grad, rtol=tolerance, atol=subnormal)
+    assert not any(row["cpu"] for row in registry.fallback_report().values())
+    torch.testing.assert_close(F.softplus(x.to("rbln"), beta=2.0).cpu(), F.softplus(x, beta=2.0))
+    assert registry.fallback_report()["aten::softplus"]["reasons"] == {"softplus beta=2.0": 1}

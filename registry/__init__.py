@@ -32,7 +32,7 @@ from torch import Tensor
 
 from torch_rbln import _structural, config, fallback
 
-from ._base import FLOATS, Decline, InvalidCall, Ref  # noqa: F401  (FLOATS re-exported)
+from ._base import FLOATS, Decline, InvalidCall, Ref, partial_overlap  # noqa: F401  (FLOATS re-exported)
 from ._checks import _device_counts, _device_notes, _run_device, check_inputs, fold_deferred_counts
 from ._memo import BoundedMemo
 from .table import NAMES, TABLE, Op
@@ -50,22 +50,6 @@ _registered = False
 _kernels: dict[str, Callable] = {}  # table overload name -> its registered dispatcher (tests, benchmarks)
 
 
-def _partial_overlap(a: Tensor, b: Tensor) -> bool:
-    """Whether `a` and `b` share memory without being the same view (PyTorch's "partial overlap", which
-    its CPU kernels refuse for an output and an input: the result would depend on the order of writes)."""
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or not a.numel() or not b.numel():
-        return False
-    if a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride():
-        return False  # the same elements: an in-place style call, which is allowed
-    spans = []
-    for t in (a, b):
-        extent = 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
-        low = t.data_ptr() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True)
-                                 if stride < 0) * t.element_size()
-        spans.append((low, low + extent * t.element_size()))
-    return spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
-
-
 def _out_overlaps_an_input(out: Any, args: tuple) -> bool:
     outs = out if isinstance(out, (list, tuple)) else (out,)
     for value in args:
@@ -73,7 +57,7 @@ def _out_overlaps_an_input(out: Any, args: tuple) -> bool:
         for tensor in group:
             if isinstance(tensor, Tensor) and not tensor.is_cpu:
                 for written in outs:
-                    if isinstance(written, Tensor) and _partial_overlap(written, tensor):
+                    if isinstance(written, Tensor) and partial_overlap(written, tensor):
                         return True
     return False
 

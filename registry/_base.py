@@ -31,6 +31,30 @@ def require_float(dtype: torch.dtype) -> None:
         raise Decline(f"dtype {str(dtype).replace('torch.', '')}")
 
 
+def real_number(value: Any, what: str) -> float:
+    """A real number argument (a Python bool, int or float: torch's Scalar) as a float; anything else
+    (a tensor, a complex number) declines to the CPU fallback, which handles it or raises torch's error."""
+    if not isinstance(value, (int, float)):
+        raise Decline(f"{what} of type {type(value).__name__}")
+    return float(value)
+
+
+def partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `a` and `b` share memory without being the same view (PyTorch's "partial overlap", which
+    its CPU kernels refuse for an output and an input: the result would depend on the order of writes)."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or not a.numel() or not b.numel():
+        return False
+    if a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride():
+        return False  # the same elements: an in-place style call, which is allowed
+    spans = []
+    for t in (a, b):
+        extent = 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
+        low = t.data_ptr() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True)
+                                 if stride < 0) * t.element_size()
+        spans.append((low, low + extent * t.element_size()))
+    return spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
+
+
 class InvalidCall(RuntimeError):
     """Raised by an implementation for a call that torch rejects too (with torch's message), where the
     CPU fallback could not tell: our host views hide aliasing between rbln tensors from torch. The

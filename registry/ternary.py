@@ -23,7 +23,7 @@ from torch_rbln import _memory
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
-from ._base import FLOATS, require_float
+from ._base import FLOATS, partial_overlap, real_number, require_float
 from ._ops import (
     Decline,
     _broadcast,
@@ -35,6 +35,7 @@ from ._ops import (
     overlaps,
     restored,
 )
+from .elementwise import unary
 from .geometry import I32, cdiv, fused_block, small_tile_shape
 from .plan import NO_PLAN, Family, Launch, Plan
 
@@ -71,13 +72,6 @@ def _layout(shape: list[int], operands: list[Tensor]) -> tuple[list[int] | None,
     return (sizes if broadcast else None), strides
 
 
-def _number(value: Any, what: str) -> float:
-    """A real number argument as the float32 the kernel reads (torch converts it to the op's math type)."""
-    if isinstance(value, Tensor) or isinstance(value, complex) or not isinstance(value, (bool, int, float)):
-        raise Decline(f"{what} of type {type(value).__name__}")
-    return float(value)
-
-
 def _operands(a: Any, b: Any, c: Any) -> tuple[list[Tensor], int]:
     """The tensor operands (c may be None) and their device, each an rbln tensor of one float dtype."""
     tensors = [t for t in (a, b, c) if t is not None]
@@ -93,20 +87,6 @@ def _operands(a: Any, b: Any, c: Any) -> tuple[list[Tensor], int]:
     if any(t.dtype is not dtype for t in tensors):
         raise Decline("operands of several dtypes")  # torch promotes (or refuses): the CPU fallback
     return tensors, index
-
-
-def _overlaps_self(a: Tensor, others: list[Tensor]) -> bool:
-    """Whether an operand shares memory with `a` other than as `a` itself, lane for lane (an in-place
-    op reads every lane before it writes it; a shifted view of self would read written lanes)."""
-    start, end = a.data_ptr(), a.data_ptr() + a.nbytes
-    for t in others:
-        if t.untyped_storage().data_ptr() != a.untyped_storage().data_ptr():
-            continue
-        same = t.data_ptr() == a.data_ptr() and t.shape == a.shape and t.stride() == a.stride()
-        begin = t.data_ptr()
-        if not same and begin < end and start < begin + t.nbytes:
-            return True
-    return False
 
 
 def ternary(op: str, a: Tensor, b: Tensor, c: Tensor | None, value: float, out: Tensor | None = None, *,
@@ -126,7 +106,7 @@ def ternary(op: str, a: Tensor, b: Tensor, c: Tensor | None, value: float, out: 
             raise Decline("in-place result needs broadcasting of self")  # torch's error, from the CPU
         if not a.is_contiguous():
             raise Decline("non-contiguous in-place")
-        if _overlaps_self(a, tensors[1:]):
+        if any(partial_overlap(a, t) for t in tensors[1:]):
             raise Decline("an operand overlaps self")
         out = a
     else:
@@ -141,19 +121,19 @@ def ternary(op: str, a: Tensor, b: Tensor, c: Tensor | None, value: float, out: 
 
 def addcmul(a: Tensor, b: Tensor, c: Tensor, *, value: Any = 1, out: Tensor | None = None,
             inplace: bool = False) -> Tensor:
-    return ternary("addcmul", a, b, c, _number(value, "value"), out, inplace=inplace)
+    return ternary("addcmul", a, b, c, real_number(value, "value"), out, inplace=inplace)
 
 
 def addcdiv(a: Tensor, b: Tensor, c: Tensor, *, value: Any = 1, out: Tensor | None = None,
             inplace: bool = False) -> Tensor:
-    return ternary("addcdiv", a, b, c, _number(value, "value"), out, inplace=inplace)
+    return ternary("addcdiv", a, b, c, real_number(value, "value"), out, inplace=inplace)
 
 
 def lerp(a: Tensor, end: Tensor, weight: Any, *, out: Tensor | None = None, inplace: bool = False) -> Tensor:
     """lerp.Scalar (a number weight, passed to the kernel) and lerp.Tensor (a weight tensor, broadcast)."""
     if isinstance(weight, Tensor):
         return ternary("lerp", a, end, weight, 0.0, out, inplace=inplace)
-    return ternary("lerp_scalar", a, end, None, _number(weight, "weight"), out, inplace=inplace)
+    return ternary("lerp_scalar", a, end, None, real_number(weight, "weight"), out, inplace=inplace)
 
 
 # ---------------------------------------------------------------- plans
@@ -253,8 +233,6 @@ def log_sigmoid_forward(x: Tensor) -> tuple[Tensor, Tensor]:
     """(log_sigmoid(x), exp(-|x|)), as torch's CPU kernel returns them (the buffer its backward reads):
     two unary launches. Why: `F.logsigmoid` and `binary_cross_entropy_with_logits` (multi-label
     classification's loss) ran on the CPU fallback."""
-    from .elementwise import unary
-
     return unary("log_sigmoid", x), unary("exp_neg_abs", x)
 
 

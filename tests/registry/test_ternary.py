@@ -154,3 +154,15 @@ def test_torchs_errors_come_from_the_cpu():
         base[:4].addcdiv_(base[1:], c[:4] + 1)
     with pytest.raises(RuntimeError, match="single memory location"):
         base[:4].add_(base[1:])  # any in-place op (the fallback's replay is not ternary's)
+    # a strided operand whose first elements lie before self but whose span reaches into it (elements
+    # 1, 4, ..., 28 of a buffer whose 20..29 are self): found by its span, not its byte count, so the
+    # call declines and the CPU computes it in its own element order (torch raises nothing for it: its
+    # overlap check gives up on strided operands); the kernel, reading a tile before writing it, differed
+    flat = torch.randn(30, generator=torch.Generator().manual_seed(13))
+    expected = flat.clone()
+    expected[20:].addcmul_(expected[1:30:3], torch.full((10,), 0.5))
+    registry.reset_fallback_report()
+    device_flat = flat.to("rbln")
+    device_flat[20:].addcmul_(device_flat[1:30:3], torch.full((10,), 0.5, device="rbln"))
+    assert torch.equal(device_flat.cpu(), expected)
+    assert registry.fallback_report()["aten::addcmul_"]["reasons"] == {"an operand overlaps self": 1}

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._base import require_float
+from ._base import real_number, require_float
 from ._ops import Decline, cast_copy
 from .elementwise import binary, unary
 from .reduce import reduce
@@ -39,11 +39,11 @@ def vector_norm(x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False,
     require_float(result_dtype)
     if torch.promote_types(x.dtype, result_dtype) is not result_dtype:
         raise Decline("dtype= narrower than the input")  # torch's error, from the CPU
-    if isinstance(ord, (Tensor, complex)) or not isinstance(ord, (int, float)) or float(ord) not in _ORDERS:
+    order = real_number(ord, "ord")
+    if order not in _ORDERS:
         raise Decline(f"ord {ord!r}")
     if x.numel() == 0:
         raise Decline("empty tensor")  # 0 for finite orders, torch's error for +-inf: the CPU's
-    order = float(ord)
     dims = None if dim is None else ([dim] if isinstance(dim, int) else list(dim))
     wide = x if x.dtype is torch.float32 else cast_copy(x, torch.float32)
     if order == 2.0:

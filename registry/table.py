@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ._base import INTEGERS, Decline, LazyModule, Ref, resolve
+from ._base import INTEGERS, Decline, LazyModule, Ref, real_number, resolve
 
 # Placeholders until an op's first call imports them (see `_base.LazyModule`): the table itself, and so
 # the registration that `import torch` runs, imports no implementation, kernel, DSL or numba module.
@@ -92,21 +92,27 @@ def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: b
 
 def _unary_family(name: str, opinfo: str | None, kernel: str | None = None, *, inplace: bool = True,
                   out: bool = True, overload: str = "default", int_inputs: bool = False,
-                  exact: bool = False) -> list[Op]:
+                  exact: bool = False, parameter: float | None = None) -> list[Op]:
     """`int_inputs`: integer tensors reach EW.unary, which runs the exact integer kernel (abs, neg) or
     declines with the dtype. `exact`: the kernel gives torch's result for NaN/Inf too (neg, abs; sigmoid,
-    tanh, silu with finite values within their tolerance), so the input is not scanned."""
+    tanh, silu with finite values within their tolerance), so the input is not scanned. `parameter`: the
+    overloads take `(x, p=parameter)`, p the kernel's number (leaky_relu's negative slope)."""
     kernel = kernel or name
     suffix = f".{overload}"
     flags = {"int_inputs": int_inputs, "exact": exact}
-    ops = [Op(f"{name}{suffix}", lambda x: EW.unary(kernel, x), opinfo, **flags,
-              make_plan=lambda: EW.unary_family(kernel, scan=not exact))]
+    plans = {"scan": not exact, "parameter": parameter}
+
+    def number(p: object) -> float:
+        return 0.0 if parameter is None else real_number(p, "parameter")
+
+    ops = [Op(f"{name}{suffix}", lambda x, p=parameter: EW.unary(kernel, x, number(p)), opinfo, **flags,
+              make_plan=lambda: EW.unary_family(kernel, **plans))]
     if out:
-        ops.append(Op(f"{name}.out", lambda x, out=None: EW.unary(kernel, x, out=out), **flags,
-                      make_plan=lambda: EW.unary_family(kernel, out=True, scan=not exact)))
+        ops.append(Op(f"{name}.out", lambda x, p=parameter, out=None: EW.unary(kernel, x, number(p), out=out),
+                      **flags, make_plan=lambda: EW.unary_family(kernel, out=True, **plans)))
     if inplace:
-        ops.append(Op(f"{name}_{suffix}", lambda x: EW.unary(kernel, x, inplace=True), **flags,
-                      make_plan=lambda: EW.unary_family(kernel, inplace=True, scan=not exact)))
+        ops.append(Op(f"{name}_{suffix}", lambda x, p=parameter: EW.unary(kernel, x, number(p), inplace=True),
+                      **flags, make_plan=lambda: EW.unary_family(kernel, inplace=True, **plans)))
     return ops
 
 
@@ -230,33 +236,26 @@ def _tensor_bound_entries() -> list[Op]:
     return ops
 
 
-def _real(value):
-    """A real number argument as a float (a tensor or complex one declines: the CPU's to handle)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Decline(f"a number argument of type {type(value).__name__}")
-    return float(value)
-
-
 def _leaky_relu_backward(grad, x, slope, self_is_result):
     """grad where x > 0, grad * slope elsewhere. With `self_is_result` (the backward of an in-place
     leaky_relu_) and a negative slope torch raises: the CPU's error."""
-    if self_is_result and _real(slope) < 0:
+    if self_is_result and real_number(slope, "negative_slope") < 0:
         raise Decline("in-place leaky_relu backward with a negative slope")
-    return EW.binary("leaky_relu_backward", grad, x, _real(slope))
+    return EW.binary("leaky_relu_backward", grad, x, real_number(slope, "negative_slope"))
 
 
 def _softplus(x, beta=1, threshold=20, out=None):
     """softplus with beta 1 (torch's default; another beta declines to the CPU): x above the threshold,
     else log1p(exp(x)), log1p accurate for tiny arguments."""
-    if _real(beta) != 1.0:
+    if real_number(beta, "beta") != 1.0:
         raise Decline(f"softplus beta={beta!r}")
-    return EW.unary("softplus", x, _real(threshold), out=out)
+    return EW.unary("softplus", x, real_number(threshold, "threshold"), out=out)
 
 
 def _softplus_backward(grad, x, beta, threshold):
-    if _real(beta) != 1.0:
+    if real_number(beta, "beta") != 1.0:
         raise Decline(f"softplus beta={beta!r}")
-    return EW.binary("softplus_backward", grad, x, _real(threshold))
+    return EW.binary("softplus_backward", grad, x, real_number(threshold, "threshold"))
 
 
 def _threshold_backward(grad, x, threshold):
@@ -416,13 +415,7 @@ TABLE: list[Op] = [
     # relu is exact: `where(x < 0, 0, x)` keeps NaN and -0.0 as torch's relu does
     *_unary_family("relu", "nn.functional.relu", out=False, exact=True),
     # leaky_relu: x > 0 ? x : x * slope, as torch computes it (NaN and -0.0 through): exact
-    Op("leaky_relu.default", lambda x, slope=0.01: EW.unary("leaky_relu", x, _real(slope)),
-       "nn.functional.leaky_relu", exact=True,
-       make_plan=lambda: EW.unary_family("leaky_relu", scan=False, parameter=0.01)),
-    Op("leaky_relu.out", lambda x, slope=0.01, out=None: EW.unary("leaky_relu", x, _real(slope), out=out),
-       exact=True, make_plan=lambda: EW.unary_family("leaky_relu", out=True, scan=False, parameter=0.01)),
-    Op("leaky_relu_.default", lambda x, slope=0.01: EW.unary("leaky_relu", x, _real(slope), inplace=True),
-       exact=True, make_plan=lambda: EW.unary_family("leaky_relu", inplace=True, scan=False, parameter=0.01)),
+    *_unary_family("leaky_relu", "nn.functional.leaky_relu", exact=True, parameter=0.01),
     Op("leaky_relu_backward.default", lambda g, x, slope, self_is_result: _leaky_relu_backward(
         g, x, slope, self_is_result), exact=True),
     *_unary_family("silu", "nn.functional.silu", exact=True),

@@ -7,6 +7,7 @@ are not in place, or small, or overlap otherwise run as before."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch_rbln.dsl as tl
 from torch_rbln.dsl.backends.numba_backend import codegen, executable
@@ -135,3 +136,25 @@ def test_a_launch_by_address_compiles_the_variant_on_its_first_in_place_call(mon
         assert by_address(_grid(N), 1, 1, x.data_ptr(), N, y.data_ptr(), N, x.data_ptr(), N, N, 0.5) is True
         assert torch.equal(x, expected)
     assert len(made) == 1
+
+
+
+def test_the_variant_agrees_with_the_interpreter_in_place():
+    """The differential check: the same in-place launch on the interpret backend (numpy, every load
+    where it stands) and on numba's same-memory variant gives the same bits."""
+    x, y = _operands()
+    interpreted = x.clone()
+    ratio_kernel[(_grid(N),)](interpreted, y, interpreted, N, 0.75, BLOCK=BLOCK, backend="interpret")
+    ratio_kernel[(_grid(N),)](x, y, x, N, 0.75, BLOCK=BLOCK, backend="numba")
+    assert torch.equal(x, interpreted)
+
+
+def test_an_in_place_launch_past_its_tensor_faults_and_writes_nothing_outside():
+    """Bounds stay checked in the variant: an in-place launch told of more elements than its tensors
+    hold raises the out-of-bounds fault, and the memory after the tensor is untouched."""
+    base, y = torch.randn(N + 64), torch.rand(N + 64) + 0.5
+    x = base[:N]  # the launch reads and writes x, told n = N + 64
+    after = base[N:].clone()
+    with pytest.raises(Exception, match="out of bounds|out-of-bounds"):
+        ratio_kernel[(_grid(N + 64),)](x, y[:N], x, N + 64, 0.75, BLOCK=BLOCK)
+    assert torch.equal(base[N:], after)

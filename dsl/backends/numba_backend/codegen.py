@@ -24,6 +24,7 @@ from ..interpret import int_cast_preserves_value
 from .dot_padding import mark_unread_padding
 from .fusion import drop_dead_scalars, fuse_loops
 from .short_loops import hide_short_trip_counts
+from .vector_width import prefers_wide_vectors
 
 ERR_OUT_OF_BOUNDS = 1
 ERR_ASSERT = 2
@@ -119,6 +120,14 @@ def _fp8_support_digest() -> str:
 def _box_check_digest() -> str:
     """Hash of box_check.py, named in the source of kernels that call it (as `_dot_support_digest`)."""
     text = resources.files(__package__).joinpath("box_check.py").read_bytes()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+@functools.cache
+def _vector_width_digest() -> str:
+    """Hash of vector_width.py, named in the source of kernels compiled through it (as
+    `_dot_support_digest`): a changed pipeline or choice of width must give a new file."""
+    text = resources.files(__package__).joinpath("vector_width.py").read_bytes()
     return hashlib.sha256(text).hexdigest()[:16]
 
 
@@ -774,6 +783,7 @@ class _Lowering:
         self.lines, lane_counts = hide_short_trip_counts(self.lines)
         prologue += lane_counts
         fp8 = "fp8" in source_text_hint(self.lines, self.hoisted, prologue)
+        wide_vectors = prefers_wide_vectors(self.lines)
         source = _template().render(
             name=_identifier(fn.name),
             params=ptr_signature + scalar_signature,
@@ -790,6 +800,8 @@ class _Lowering:
             fp8_support_digest=_fp8_support_digest() if fp8 else "",
             box_check=self.uses_box_check,
             box_check_digest=_box_check_digest() if self.uses_box_check else "",
+            wide_vectors=wide_vectors,
+            vector_width_digest=_vector_width_digest() if wide_vectors else "",
         )
         return Lowered(
             source,

@@ -90,13 +90,18 @@ def test_in_place_operands_share_one_k_block_up_to_256():
     assert _in_place_tile(64, 64, 32) == (64, 512, 256, True)  # below _FITTED_MIN_VOLUME as well
     assert _in_place_tile(128, 48, 256) == (128, 256, 256, True)  # the row block alone tells them apart
     assert _in_place_tile(32, 2048, 64) == (32, 1024, 256, True)  # wider than the area: blocks of it
-    assert _in_place_tile(128, 512, 1376) == _tile(128, 512, 1376)  # a longer K: its fitted block
+    # a longer K (up to _IN_PLACE_MAX_K) is one step too, its block the power of 2 spanning K, and its
+    # N block fills the larger area: Llama's linears are one gemm call each
+    assert _tile(128, 512, 1376) == (128, 256, 512, False)  # staged: the padded K block in steps
+    assert _in_place_tile(128, 512, 1376) == (128, 2048, 2048, True)
+    assert _in_place_tile(128, 1376, 512) == (128, 2048, 512, True)
     assert _tile(32, 256, 300) == (32, 256, 512, True)
-    assert _in_place_tile(32, 256, 300) == (32, 1024, 512, True)  # one step: the wide N block too
+    assert _in_place_tile(32, 256, 300) == (32, 4096, 512, True)
+    assert _in_place_tile(128, 512, 8192) == _tile(128, 512, 8192)  # past _IN_PLACE_MAX_K: K steps
     # a decoding step's few rows take a 16-row block (gemm multiplies the counted rows only); a problem
     # the product tiles hold whole, and N or K under 16, keep the listed tiles
     assert _in_place_tile(8, 64, 64) == (16, 2048, 256, True)
-    assert _in_place_tile(1, 1376, 512) == (16, 2048, 512, True)
+    assert _in_place_tile(1, 1376, 512) == (16, 4096, 512, True)  # the wide area's column cap
     assert _in_place_tile(8, 16, 16) is None and _in_place_tile(32, 8, 64) is None
     assert _tile(8, 64, 64) is None  # operands staged (not float32 in place): the listed tiles
     assert _in_place_tile(16, 16, 16, tp=4) is None  # no program per NPU: the listed tiles

@@ -536,27 +536,44 @@ class _Deep(torch.nn.Module):
 
 
 def test_a_large_matmul_runs_as_one_tile(fresh_compiler, monkeypatch):
-    """16 x 48 x 1100 (above ONE_TILE_MIN_VOLUME): the program launches it on a grid of one program
-    whose tile covers the product (one gemm), and the result matches the CPU and the fused graph's
-    within float32 summation-order tolerance."""
+    """256 x 48 x 1100 (above ONE_TILE_MIN_VOLUME; the registry's tiles take 128 rows per program): the
+    program launches it on a grid of one program whose tile covers the product (one gemm), and the
+    result matches the CPU and the fused graph's within float32 summation-order tolerance. 16 rows
+    need no such launch: the registry's own tile for float32 operands gemm reads in place spans them
+    and K in one step (`kernels.matmul._IN_PLACE_MAX_K`), and the program keeps it."""
     from torch_rbln.compiler import program as program_module
 
-    assert 16 * 48 * 1100 >= program_module.ONE_TILE_MIN_VOLUME
+    assert 256 * 48 * 1100 >= program_module.ONE_TILE_MIN_VOLUME
     programs = _programs(monkeypatch)
     cpu, device = _twins(_Deep, 7)
-    x = torch.randn(16, 1100)
+    x = torch.randn(256, 1100)
     compiled = torch.compile(device, backend="rbln")
     with torch.no_grad():
         node_by_node = compiled(x.to("rbln")).cpu()
         for _ in range(3):
             got = compiled(x.to("rbln"))
-            assert got.shape == (16, 48) and got.stride() == (48, 1)
+            assert got.shape == (256, 48) and got.stride() == (48, 1)
             torch.testing.assert_close(got.cpu(), cpu(x), atol=1e-4, rtol=1e-4)
             torch.testing.assert_close(got.cpu(), node_by_node, atol=1e-4, rtol=1e-4)
     program = programs[0]
     assert program.report["one_tile_matmuls"] == 1 and program.reruns == 0, program.report
     launch = next(line for line in program.source.splitlines() if "addmm" in line or "(1, 1, 1," in line)
     assert "(1, 1, 1," in launch, program.source
+
+
+def test_a_matmul_the_registry_runs_as_one_step_keeps_its_launch(fresh_compiler, monkeypatch):
+    """16 x 48 x 1100: the registry's launch is already one program of one gemm, so the program
+    launches it as it is (no one-tile launch compared or counted)."""
+    programs = _programs(monkeypatch)
+    cpu, device = _twins(_Deep, 7)
+    x = torch.randn(16, 1100)
+    compiled = torch.compile(device, backend="rbln")
+    with torch.no_grad():
+        for _ in range(4):
+            torch.testing.assert_close(compiled(x.to("rbln")).cpu(), cpu(x), atol=1e-4, rtol=1e-4)
+    program = programs[0]
+    assert program.report["one_tile_matmuls"] == 0 and program.reruns == 0, program.report
+    assert any("(1, 1, 1," in line for line in program.source.splitlines()), program.source
 
 
 class _DeepThree(torch.nn.Module):
@@ -584,7 +601,7 @@ def test_one_tile_matmuls_of_one_geometry_are_compared_once(fresh_compiler, monk
     monkeypatch.setattr(torch, "allclose", lambda *a, **k: (compared.append(1), allclose(*a, **k))[1])
     programs = _programs(monkeypatch)
     cpu, device = _twins(_DeepThree, 9)
-    x = torch.randn(16, 1100)
+    x = torch.randn(256, 1100)
 
     def check(compiled) -> None:
         with torch.no_grad():

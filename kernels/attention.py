@@ -136,6 +136,19 @@ _TUNING = {"configs": _configs(), "key": ["M", "N", "D", "BLOCK_D"],
            "prune_configs_by": {"early_config_prune": _prune_tiles}}
 
 
+def _prune_forward_tiles(configs: list[Config], nargs: dict, **kwargs: object) -> list[Config]:
+    """`_prune_tiles`' tile, with the forward's ONE_BLOCK: whether its key block holds every key of a
+    head (N <= BLOCK_N). Such a launch computes a plain softmax: no running maximum and sum, no
+    zero-filled accumulator rescaled by exp(m_old - m_new) = 0 and added to, which was a fifth of the
+    elementwise work of Llama's 128 x 128 tile. The results are the loop's: its one iteration
+    multiplies the zeros by 0 and adds them (-0 sums aside)."""
+    return [Config({**config.kwargs, "ONE_BLOCK": nargs["N"] <= config.kwargs["BLOCK_N"]})
+            for config in _prune_tiles(configs, nargs, **kwargs)]
+
+
+_FORWARD_TUNING = {**_TUNING, "prune_configs_by": {"early_config_prune": _prune_forward_tiles}}
+
+
 @tl.jit
 def _masked_scores(s, keep, mask_ptrs, HAS_MASK: tl.constexpr, BOOL_MASK: tl.constexpr):
     """Scores `s` with the masks applied: -inf where `keep` (bounds, causal) or a boolean mask is false;
@@ -161,7 +174,7 @@ def _mm(a, b, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexp
     return c
 
 
-@autotune(**_TUNING)
+@autotune(**_FORWARD_TUNING)
 @tl.jit
 def attention_forward_kernel(
     q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, lse_ptr,
@@ -169,7 +182,7 @@ def attention_forward_kernel(
     smb, smh, smm, smn, sob, soh, som, sod,
     H, M, N, D, scale, group, causal,
     HAS_MASK: tl.constexpr, BOOL_MASK: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ONE_BLOCK: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -189,29 +202,44 @@ def attention_forward_kernel(
     k_base = k_ptr + b * skb + hk * skh
     v_base = v_ptr + b * svb + hk * svh
     mask_rows = mask_ptr + b * smb + h * smh + rm[:, None] * smm
-    m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-    hi = N
-    if causal != 0:
-        hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
-    for start in range(0, hi, BLOCK_N):
-        rn = start + rn0
-        col_ok = rn < N
-        kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
+    if ONE_BLOCK:  # every key of the head in this one block (`_prune_forward_tiles`)
+        col_ok = rn0 < N
+        kt = tl.load(k_base + rn0[None, :] * skn + rd[:, None] * skd,
                      mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
-        s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
+        keep = row_ok[:, None] & col_ok[None, :] & ((rn0[None, :] <= rm[:, None]) | (causal == 0))
+        s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn0[None, :] * smn,
                            HAS_MASK, BOOL_MASK)
-        m_new = tl.maximum(m_i, tl.max(s, axis=1), propagate_nan=tl.PropagateNan.ALL)
-        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_base + rn[:, None] * svn + rd[None, :] * svd,
+        # the loop's first step, max(-inf, row max), is the row max: `tl.max` propagates NaN as well
+        m_i = tl.max(s, axis=1)
+        p = tl.exp(s - tl.where(m_i == -float("inf"), 0.0, m_i)[:, None])
+        l_i = tl.sum(p, axis=1)
+        v = tl.load(v_base + rn0[:, None] * svn + rd[None, :] * svd,
                     mask=col_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
-        acc = acc * alpha[:, None] + _mm(p, v, BLOCK_M, BLOCK_N, BLOCK_D)
-        m_i = m_new
+        acc = _mm(p, v, BLOCK_M, BLOCK_N, BLOCK_D)
+    else:
+        m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+        l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        hi = N
+        if causal != 0:
+            hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
+        for start in range(0, hi, BLOCK_N):
+            rn = start + rn0
+            col_ok = rn < N
+            kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
+                         mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+            keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
+            s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
+                               HAS_MASK, BOOL_MASK)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1), propagate_nan=tl.PropagateNan.ALL)
+            m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_safe)
+            p = tl.exp(s - m_safe[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(v_base + rn[:, None] * svn + rd[None, :] * svd,
+                        mask=col_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+            acc = acc * alpha[:, None] + _mm(p, v, BLOCK_M, BLOCK_N, BLOCK_D)
+            m_i = m_new
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     tl.store(out_ptr + b * sob + h * soh + rm[:, None] * som + rd[None, :] * sod,

@@ -106,11 +106,12 @@ def test_plain_numba_control_flow(compared):
 
 def test_attention_forward_kernel(compared, fresh_cache):
     """The largest kernel family (hundreds of blocks): compiled and checked, and its output against
-    torch's attention."""
+    torch's attention. 40 tokens: more keys than the 32-key block, so the launch takes the online
+    softmax's loop (a launch whose one block holds every key compiles a smaller kernel)."""
     from torch_rbln.kernels import attention
 
     attention.attention_forward_kernel.fn.clear_cache()  # compiled afresh (here, into the empty cache)
-    q, k, v = (torch.randn(1, 2, 20, 16) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 40, 16) for _ in range(3))
     out = torch.nn.functional.scaled_dot_product_attention(
         q.to("rbln"), k.to("rbln"), v.to("rbln"), is_causal=True)
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -15,14 +15,14 @@ import torch_rbln.dsl as tl
 # Unary op codes.
 (NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE,
  CUBE, RECIPROCAL, RECIPROCAL_SQUARE, COS, SIN, LEAKY_RELU, FLOOR, CEIL, TRUNC, SIGN, ERF, HARDSWISH,
- HARDSIGMOID, EXP_NEG_ABS, LOG_SIGMOID, SOFTPLUS) = range(31)
+ HARDSIGMOID, EXP_NEG_ABS, LOG_SIGMOID, SOFTPLUS, LOG1P, EXPM1, ROUND) = range(34)
 UNARY = {
     "neg": NEG, "exp": EXP, "sqrt": SQRT, "rsqrt": RSQRT, "sigmoid": SIGMOID, "tanh": TANH, "relu": RELU,
     "gelu": GELU, "gelu_tanh": GELU_TANH, "silu": SILU, "pow": POW, "fill": FILL, "abs": ABS, "log": LOG,
     "scale": SCALE, "cube": CUBE, "reciprocal": RECIPROCAL, "reciprocal_square": RECIPROCAL_SQUARE,
     "cos": COS, "sin": SIN, "leaky_relu": LEAKY_RELU, "floor": FLOOR, "ceil": CEIL, "trunc": TRUNC,
     "sign": SIGN, "erf": ERF, "hardswish": HARDSWISH, "hardsigmoid": HARDSIGMOID, "exp_neg_abs": EXP_NEG_ABS,
-    "log_sigmoid": LOG_SIGMOID, "softplus": SOFTPLUS,
+    "log_sigmoid": LOG_SIGMOID, "softplus": SOFTPLUS, "log1p": LOG1P, "expm1": EXPM1, "round": ROUND,
 }
 # Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
@@ -46,10 +46,32 @@ TERNARY = {"addcmul": ADDCMUL, "addcdiv": ADDCDIV, "lerp": LERP, "lerp_scalar": 
 @tl.jit
 def _log1p(x):
     """log(1 + x) to within a few ulps for small x too (Goldberg's: log(u) * x / (u - 1), u = 1 + x
-    rounded, whose error cancels; x itself where u rounds to 1), for x >= 0 (log_sigmoid's
-    exp(-|x|)); +inf stays +inf, NaN NaN."""
+    rounded, whose error cancels; x itself where u rounds to 1, so -0.0 stays -0.0); +inf stays +inf,
+    -1 gives -inf, below -1 and NaN give NaN (log of a negative u)."""
     u = 1.0 + x
     return tl.where(u == 1.0, x, tl.where(u == float("inf"), u, tl.log(u) * (x / (u - 1.0))))
+
+
+@tl.jit
+def _expm1(x):
+    """exp(x) - 1 to within a few ulps for small x too (Kahan's: (u - 1) * x / log(u), u = exp(x)
+    rounded, whose errors cancel; x itself where u rounds to 1, -1 where u - 1 does); +inf stays
+    +inf, -inf gives -1, NaN NaN."""
+    u = tl.exp(x)
+    um1 = u - 1.0
+    kahan = tl.where(u == float("inf"), u, um1 * (x / tl.log(u)))
+    return tl.where(u == 1.0, x, tl.where(um1 == -1.0, -1.0, kahan))
+
+
+@tl.jit
+def _round_half_even(x):
+    """torch.round: the nearest integer, ties to even, in float32 arithmetic: |x| + 2^23 rounds away
+    the fraction (round-to-nearest-even, float32's own), and subtracting 2^23 back is exact; |x| >=
+    2^23 (already an integer), +-Inf, NaN and +-0 are x itself; the sign is x's (-0.3 gives -0.0)."""
+    magnitude = tl.abs(x)
+    rounded = (magnitude + 8388608.0) - 8388608.0
+    signed = tl.where(x < 0.0, -rounded, rounded)
+    return tl.where((magnitude < 8388608.0) & (x != 0.0), signed, x)
 
 
 @tl.jit
@@ -154,8 +176,14 @@ def _unary_op(x, p, OP: tl.constexpr):
         y = tl.exp(-tl.abs(x))
     elif OP == 29:  # log_sigmoid as torch's CPU kernel: min(x, 0) - log1p(exp(-|x|)), in float32
         y = tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL) - _log1p(tl.exp(-tl.abs(x)))
-    else:  # softplus with beta 1 as torch: x > threshold (p) ? x : log1p(exp(x))
+    elif OP == 30:  # softplus with beta 1 as torch: x > threshold (p) ? x : log1p(exp(x))
         y = tl.where(x > p, x, _log1p(tl.exp(x)))
+    elif OP == 31:
+        y = _log1p(x)
+    elif OP == 32:
+        y = _expm1(x)
+    else:  # round half to even (`_round_half_even`)
+        y = _round_half_even(x)
     return y
 
 

@@ -400,6 +400,9 @@ TABLE: list[Op] = [
     *_unary_family("trunc", "trunc", exact=True),
     *_unary_family("sign", "sign", exact=True),
     *_unary_family("erf", "erf"),
+    *_unary_family("log1p", "log1p", exact=True),
+    *_unary_family("expm1", "expm1", exact=True),
+    *_unary_family("round", "round", exact=True),
     *_unary_family("hardswish", "nn.functional.hardswish"),
     *_unary_family("hardsigmoid", "nn.functional.hardsigmoid"),
     # softplus with beta 1 (no OpInfo sweep: its samples all take beta=3, which declines to the CPU;

@@ -1,14 +1,17 @@
-"""`torch.linalg.vector_norm` for the orders training uses (2, 1, inf, -inf), composed of device launches.
+"""`torch.linalg.vector_norm` for the orders training uses (2, 1, inf, -inf) and `torch.logsumexp`,
+composed of device launches.
 
 Why: `torch.nn.utils.clip_grad_norm_` takes every gradient's 2-norm (`_foreach_norm`, whose slow path
 calls `linalg_vector_norm` per tensor), then the norm of those norms: without this every clipped
-training step sent each gradient to the CPU fallback.
+training step sent each gradient to the CPU fallback. `logsumexp` is the log-partition of losses and
+mixtures (CTC, CRF, MoE routers' z-loss).
 
 The norm is computed in float32 (torch's math type for every float dtype here: a half-precision input
 is widened first, so squares cannot overflow the half range), as |x| reduced by the registry's
 reductions: sqrt(sum(x * x)) for 2, sum(|x|) for 1, amax/amin(|x|) for +-inf, then stored in the
 result's dtype. Other orders, empty inputs, complex or float64 tensors decline to the CPU fallback
-(which computes them, or raises torch's error).
+(which computes them, or raises torch's error). `logsumexp` follows torch's CPU kernel: the row
+maximum m (0 where it is +-inf), then log(sum(exp(x - m))) + m, in float32.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from torch import Tensor
 
 from ._base import real_number, require_float
 from ._ops import Decline, cast_copy
-from .elementwise import binary, unary
+from .elementwise import binary, masked_fill, unary
 from .reduce import reduce
 
-__all__ = ["vector_norm"]
+__all__ = ["logsumexp", "vector_norm"]
 
 _ORDERS = (2.0, 1.0, math.inf, -math.inf)
 
@@ -53,3 +56,19 @@ def vector_norm(x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False,
         name = "sum" if order == 1.0 else "amax" if order > 0 else "amin"
         norm = reduce(name, magnitudes, dims, keepdim)
     return norm if result_dtype is torch.float32 else cast_copy(norm, result_dtype)
+
+
+def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
+    """`logsumexp(x, dim, keepdim)` of a float tensor, over one or more dims."""
+    require_float(x.dtype)
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    if not dims or x.numel() == 0:
+        raise Decline("no dims or an empty tensor")  # torch's result or error, from the CPU
+    wide = x if x.dtype is torch.float32 else cast_copy(x, torch.float32)
+    maxes = reduce("amax", wide, dims, True)
+    infinite = binary("eq", unary("abs", maxes), math.inf, comparison=True)
+    maxes = masked_fill(maxes, infinite, 0.0)  # rows of -inf (or with +inf): exp(x - 0), as torch's
+    total = reduce("sum", unary("exp", binary("sub", wide, maxes)), dims, keepdim)
+    shift = maxes if keepdim else maxes.squeeze(tuple(dims))
+    result = binary("add", unary("log", total), shift)
+    return result if x.dtype is torch.float32 else cast_copy(result, x.dtype)

@@ -534,6 +534,7 @@ TABLE: list[Op] = [
        make_plan=lambda: R.family("var", positional=2, keywords=("correction", "keepdim"))),
     # clip_grad_norm_'s norms (orders 2, 1, +-inf; see norms.py)
     Op("linalg_vector_norm.default", Ref("norms", "vector_norm"), "linalg.vector_norm", tol=LOOSE),
+    Op("logsumexp.default", Ref("norms", "logsumexp"), "logsumexp", tol=LOOSE, exact=True),
     Op("var_mean.correction", _var_mean, "var_mean", tol=LOOSE),
     Op("std_mean.correction", lambda x, dim=None, correction=None, keepdim=False: _var_mean(
         x, dim, correction, keepdim, std=True), "std_mean", tol=LOOSE),

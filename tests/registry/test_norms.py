@@ -1,6 +1,7 @@
-"""`linalg_vector_norm` (registry/norms.py): orders 2, 1, +-inf over all dims, one dim and several, with
-keepdim and dtype=, against the CPU; half-precision inputs whose squares overflow their own range; what
-declines to the CPU fallback (another order, an empty input, a NaN) is counted with its reason."""
+"""`linalg_vector_norm` and `logsumexp` (registry/norms.py): orders 2, 1, +-inf over all dims, one dim
+and several, with keepdim and dtype=, against the CPU; half-precision inputs whose squares overflow their
+own range; logsumexp of large values and of -inf rows; what declines to the CPU fallback (another order,
+an empty input, a NaN, integers) is counted with its reason."""
 
 from __future__ import annotations
 
@@ -55,3 +56,32 @@ def test_what_the_device_path_does_not_take_runs_on_the_cpu_visibly(case, reason
     got = torch.linalg.vector_norm(x.to("rbln"), order, dim=-1)
     torch.testing.assert_close(got.cpu(), torch.linalg.vector_norm(x, order, dim=-1), equal_nan=True)
     assert any(reason in r for r in _row()["reasons"]), _row()
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=str)
+def test_logsumexp_matches_the_cpu_on_device(dtype):
+    x = (torch.randn(6, 5, 4, generator=torch.Generator().manual_seed(5)) * 30).to(dtype)
+    x[2, :, 1] = -math.inf  # a row of -inf: -inf, as torch's (its maximum taken as 0)
+    x[3, 1, :] = 80.0  # exp(80) overflows float32: the maximum is subtracted first
+    x[4, 2, 3] = math.inf  # a row with +inf: +inf
+    x[5, 0, 0] = math.nan  # a row with NaN: NaN
+    registry.reset_fallback_report()
+    cases = [(1, False), ((0, 2), True), (-1, False), ([0, 1, 2], False)]
+    for dim, keepdim in cases:
+        expected = torch.logsumexp(x, dim, keepdim)
+        got = torch.logsumexp(x.to("rbln"), dim, keepdim).cpu()
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        tolerance = TOLERANCE[dtype]
+        torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance, equal_nan=True)
+    # registered exact: the special values are the CPU's, so they stay on the device
+    assert registry.fallback_report()["aten::logsumexp"] == {"device": len(cases), "cpu": 0, "reasons": {}}
+
+
+def test_logsumexp_declines_visibly():
+    registry.reset_fallback_report()
+    ints = torch.arange(12).reshape(3, 4)
+    torch.testing.assert_close(torch.logsumexp(ints.to("rbln"), 1).cpu(), torch.logsumexp(ints, 1))
+    empty = torch.empty(0, 3)
+    torch.testing.assert_close(torch.logsumexp(empty.to("rbln"), 0).cpu(), torch.logsumexp(empty, 0))
+    row = registry.fallback_report()["aten::logsumexp"]
+    assert row["device"] == 0 and row["cpu"] == 2 and sum(row["reasons"].values()) == 2, row

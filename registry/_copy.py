@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -266,6 +266,24 @@ def copy_into(src: torch.Tensor, dst: torch.Tensor) -> None:
     if type(geometry) is str:
         raise Decline(geometry)
     _run(geometry, src, dst)
+
+
+def reversed_copy(src: torch.Tensor, dst: torch.Tensor, dims: Sequence[int]) -> None:
+    """Copy `src` into the fresh contiguous rbln tensor `dst` (same shape) with the order of `dims`
+    reversed (`torch.flip`): the destination is written through negated strides on those dims,
+    starting from its last element along each (the kernel's `dst_offset`), so every write stays
+    inside `dst`. Raises `Decline` where the kernels cannot express the copy."""
+    if dst.numel() == 0:
+        return
+    strides = list(dst.stride())
+    offset = 0
+    for dim in dims:
+        offset += (dst.shape[dim] - 1) * strides[dim]
+        strides[dim] = -strides[dim]
+    geometry = _geometries[(dst.shape, src.shape, src.stride(), tuple(strides))]
+    if type(geometry) is str:
+        raise Decline(geometry)
+    _run(geometry._replace(ints=(offset, *geometry.ints[1:]), dense=False), src, dst)
 
 
 def copy_on_device(src: torch.Tensor, dst: torch.Tensor, *, fresh: bool = False) -> bool:

@@ -9,7 +9,8 @@ a full slice, `None` in aten's index list); index_put a contiguous destination a
 broadcast to the indexed shape. Everything else (boolean masks, several index tensors, negative
 indices, bool accumulation) is declined, so the CPU fallback runs it with torch's own semantics and
 errors.
-The scatters copy through the copy kernels.
+The scatters copy through the copy kernels, and so does `flip` (a copy whose destination strides are
+negated on the flipped dims).
 """
 
 from __future__ import annotations
@@ -123,3 +124,16 @@ def select_scatter(self: torch.Tensor, src: torch.Tensor, dim: int, index: int) 
     if self.dim() == 0 or not -self.shape[dim] <= index < self.shape[dim]:
         raise Decline("index out of range")  # torch's error from the CPU fallback
     return _scatter(self, src, lambda t: t.select(dim, index))
+
+
+def flip(x: torch.Tensor, dims) -> torch.Tensor:
+    """`torch.flip(x, dims)`: a contiguous copy of `x` with the order along `dims` reversed, on the
+    copy kernel (any dtype it copies). Duplicate or out-of-range dims decline, so the CPU raises
+    torch's error."""
+    ndim = max(x.dim(), 1)
+    wrapped = [d + ndim if d < 0 else d for d in dims]
+    if any(not 0 <= d < ndim for d in wrapped) or len(set(wrapped)) != len(wrapped):
+        raise Decline("dims out of range or repeated")  # torch's error, from the CPU
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _copy.reversed_copy(x, out, [d for d in wrapped if d < x.dim() and x.shape[d] > 1])
+    return out

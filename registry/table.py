@@ -562,6 +562,7 @@ TABLE: list[Op] = [
     Op("_index_put_impl_.default", Ref("indexing", "index_put_"), "index_put", int_inputs=True),
     Op("slice_scatter.default", Ref("indexing", "slice_scatter"), "slice_scatter"),
     Op("select_scatter.default", Ref("indexing", "select_scatter"), "select_scatter"),
+    Op("flip.default", Ref("indexing", "flip"), "flip", int_inputs=True, exact=True),
     # ---- loss (cross_entropy = log_softmax + nll_loss)
     # mse_loss: composed of device launches (loss.py); the mean's summation order is the registry's
     Op("mse_loss.default", Ref("loss", "mse_loss"), "nn.functional.mse_loss", tol=LOOSE),

@@ -9,8 +9,8 @@ a full slice, `None` in aten's index list); index_put a contiguous destination a
 broadcast to the indexed shape. Everything else (boolean masks, several index tensors, negative
 indices, bool accumulation) is declined, so the CPU fallback runs it with torch's own semantics and
 errors.
-The scatters copy through the copy kernels, and so does `flip` (a copy whose destination strides are
-negated on the flipped dims).
+The scatters copy through the copy kernels, and so do `flip` (a copy whose destination strides are
+negated on the flipped dims) and `roll` (two copies per rolled dim, into the result's two slices).
 """
 
 from __future__ import annotations
@@ -137,3 +137,31 @@ def flip(x: torch.Tensor, dims) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _copy.reversed_copy(x, out, [d for d in wrapped if d < x.dim() and x.shape[d] > 1])
     return out
+
+
+def roll(x: torch.Tensor, shifts, dims=()) -> torch.Tensor:
+    """`torch.roll(x, shifts, dims)`: per rolled dim, the last `shift` elements are copied to the front
+    of a fresh tensor and the rest after them (two copy launches into the result's slices); without
+    dims, the flattened tensor rolls (one shift). Mismatched shifts and dims decline, so the CPU
+    raises torch's error."""
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not dims:
+        if len(shifts) != 1:
+            raise Decline("several shifts without dims")  # torch's error, from the CPU
+        return roll(contiguous(x).view(-1), shifts, [0]).view(x.shape)
+    ndim = max(x.dim(), 1)
+    if len(shifts) != len(dims) or any(not -ndim <= d < ndim for d in dims):
+        raise Decline("shifts and dims differ in length, or a dim is out of range")
+    current = x
+    for shift, dim in zip(shifts, dims, strict=True):
+        rolled = torch.empty(current.shape, dtype=x.dtype, device=x.device)
+        size = current.shape[dim] if current.dim() else 1
+        step = shift % size if size else 0
+        if step == 0 or current.dim() == 0:
+            _copy.copy_into(current, rolled)
+        else:
+            _copy.copy_into(current.narrow(dim, 0, size - step), rolled.narrow(dim, step, size - step))
+            _copy.copy_into(current.narrow(dim, size - step, step), rolled.narrow(dim, 0, step))
+        current = rolled
+    return current

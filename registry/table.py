@@ -563,6 +563,7 @@ TABLE: list[Op] = [
     Op("slice_scatter.default", Ref("indexing", "slice_scatter"), "slice_scatter"),
     Op("select_scatter.default", Ref("indexing", "select_scatter"), "select_scatter"),
     Op("flip.default", Ref("indexing", "flip"), "flip", int_inputs=True, exact=True),
+    Op("roll.default", Ref("indexing", "roll"), "roll", int_inputs=True, exact=True),
     # ---- loss (cross_entropy = log_softmax + nll_loss)
     # mse_loss: composed of device launches (loss.py); the mean's summation order is the registry's
     Op("mse_loss.default", Ref("loss", "mse_loss"), "nn.functional.mse_loss", tol=LOOSE),

@@ -244,6 +244,26 @@ def _leaky_relu_backward(grad, x, slope, self_is_result):
     return EW.binary("leaky_relu_backward", grad, x, real_number(slope, "negative_slope"))
 
 
+def _elu_alpha(alpha, scale, input_scale) -> float:
+    """elu's alpha, for the forms the kernels compute: scale and input_scale 1 (`F.elu`); selu's and
+    celu's scales decline to the CPU."""
+    if real_number(scale, "scale") != 1.0 or real_number(input_scale, "input_scale") != 1.0:
+        raise Decline("elu with scale or input_scale other than 1 (selu, celu)")
+    return real_number(alpha, "alpha")
+
+
+def _elu(x, alpha=1, scale=1, input_scale=1, out=None, inplace=False):
+    """torch's CPU elu: x > 0 ? x : expm1(x) * alpha (NaN and -0.0 through)."""
+    return EW.unary("elu", x, _elu_alpha(alpha, scale, input_scale), out=out, inplace=inplace)
+
+
+def _elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
+    """torch's CPU elu_backward with scales 1: grad where the input (or result) is positive, else
+    grad * alpha * exp(x), or from elu_'s result y, grad * (y + alpha)."""
+    name = "elu_backward_of_result" if is_result else "elu_backward"
+    return EW.binary(name, grad, self_or_result, _elu_alpha(alpha, scale, input_scale))
+
+
 def _softplus(x, beta=1, threshold=20, out=None):
     """softplus with beta 1 (torch's default; another beta declines to the CPU): x above the threshold,
     else log1p(exp(x)), log1p accurate for tiny arguments."""
@@ -421,6 +441,13 @@ TABLE: list[Op] = [
     *_unary_family("leaky_relu", "nn.functional.leaky_relu", exact=True, parameter=0.01),
     Op("leaky_relu_backward.default", lambda g, x, slope, self_is_result: _leaky_relu_backward(
         g, x, slope, self_is_result), exact=True),
+    # elu: NaN, +-Inf and -0.0 as the CPU's (exp's +-Inf limits); finite values within tolerance
+    Op("elu.default", _elu, "nn.functional.elu", exact=True),
+    Op("elu.out", lambda x, alpha=1, scale=1, input_scale=1, out=None: _elu(x, alpha, scale, input_scale,
+                                                                            out=out), exact=True),
+    Op("elu_.default", lambda x, alpha=1, scale=1, input_scale=1: _elu(x, alpha, scale, input_scale,
+                                                                       inplace=True), exact=True),
+    Op("elu_backward.default", _elu_backward, exact=True),
     *_unary_family("silu", "nn.functional.silu", exact=True),
     Op("gelu.default", lambda x, approximate="none": _gelu(x, approximate), "nn.functional.gelu", tol=LOOSE,
        make_plan=lambda: _gelu_plan()),

@@ -15,7 +15,7 @@ import torch_rbln.dsl as tl
 # Unary op codes.
 (NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE,
  CUBE, RECIPROCAL, RECIPROCAL_SQUARE, COS, SIN, LEAKY_RELU, FLOOR, CEIL, TRUNC, SIGN, ERF, HARDSWISH,
- HARDSIGMOID, EXP_NEG_ABS, LOG_SIGMOID, SOFTPLUS, LOG1P, EXPM1, ROUND, ELU) = range(35)
+ HARDSIGMOID, EXP_NEG_ABS, LOG_SIGMOID, SOFTPLUS, LOG1P, EXPM1, ROUND, ELU, MISH) = range(36)
 UNARY = {
     "neg": NEG, "exp": EXP, "sqrt": SQRT, "rsqrt": RSQRT, "sigmoid": SIGMOID, "tanh": TANH, "relu": RELU,
     "gelu": GELU, "gelu_tanh": GELU_TANH, "silu": SILU, "pow": POW, "fill": FILL, "abs": ABS, "log": LOG,
@@ -23,13 +23,13 @@ UNARY = {
     "cos": COS, "sin": SIN, "leaky_relu": LEAKY_RELU, "floor": FLOOR, "ceil": CEIL, "trunc": TRUNC,
     "sign": SIGN, "erf": ERF, "hardswish": HARDSWISH, "hardsigmoid": HARDSIGMOID, "exp_neg_abs": EXP_NEG_ABS,
     "log_sigmoid": LOG_SIGMOID, "softplus": SOFTPLUS, "log1p": LOG1P, "expm1": EXPM1, "round": ROUND,
-    "elu": ELU,
+    "elu": ELU, "mish": MISH,
 }
 # Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
  GELU_BWD, GELU_TANH_BWD, THRESHOLD_BWD, SIGMOID_BWD, TANH_BWD, SILU_BWD, POW_T,
  DIV_TRUNC, DIV_FLOOR, CLAMP, DIV_TRUNC_SCALAR, LEAKY_RELU_BWD, SOFTPLUS_BWD, ELU_BWD,
- ELU_BWD_RESULT) = range(27)
+ ELU_BWD_RESULT, MISH_BWD) = range(28)
 BINARY = {
     "add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "eq": EQ, "ne": NE, "lt": LT, "le": LE, "gt": GT,
     "ge": GE, "maximum": MAXIMUM, "minimum": MINIMUM, "gelu_backward": GELU_BWD,
@@ -37,7 +37,7 @@ BINARY = {
     "sigmoid_backward": SIGMOID_BWD, "tanh_backward": TANH_BWD, "silu_backward": SILU_BWD, "pow": POW_T,
     "div_trunc": DIV_TRUNC, "div_floor": DIV_FLOOR, "clamp": CLAMP, "div_trunc_scalar": DIV_TRUNC_SCALAR,
     "leaky_relu_backward": LEAKY_RELU_BWD, "softplus_backward": SOFTPLUS_BWD,
-    "elu_backward": ELU_BWD, "elu_backward_of_result": ELU_BWD_RESULT,
+    "elu_backward": ELU_BWD, "elu_backward_of_result": ELU_BWD_RESULT, "mish_backward": MISH_BWD,
 }
 COMPARISONS = frozenset({EQ, NE, LT, LE, GT, GE})
 # Ternary op codes of `ternary_tiled_kernel` (a, b, c: self, tensor1/end, tensor2/weight).
@@ -187,8 +187,10 @@ def _unary_op(x, p, OP: tl.constexpr):
         y = _expm1(x)
     elif OP == 33:  # round half to even (`_round_half_even`)
         y = _round_half_even(x)
-    else:  # elu (scale and input_scale 1) as torch's CPU kernel: x > 0 ? x : expm1(x) * alpha (p)
+    elif OP == 34:  # elu (scale and input_scale 1) as torch's CPU kernel: x > 0 ? x : expm1(x) * alpha (p)
         y = tl.where(x > 0.0, x, _expm1(x) * p)
+    else:  # mish as torch's CPU kernel: x * tanh(log1p(exp(x)))
+        y = x * tl.tanh(_log1p(tl.exp(x)))
     return y
 
 
@@ -306,8 +308,11 @@ def _binary_op(a, b, alpha, OP: tl.constexpr, out_ptr):
         y = tl.where(b > alpha, a, a * z / (z + 1.0))
     elif OP == 25:  # elu backward from the input (scales 1): a = grad, b = x; torch's grad * alpha * exp(x)
         y = tl.where(b > 0.0, a, a * alpha * tl.exp(b))
-    else:  # elu backward from the result (elu_'s): a = grad, b = the result; torch's grad * (y + alpha)
+    elif OP == 26:  # elu backward from the result (elu_'s): a = grad, b = the result; grad * (y + alpha)
         y = tl.where(b > 0.0, a, a * (b + alpha))
+    else:  # mish backward as torch's CPU kernel: a = grad, b = x; grad * (t + x * sigmoid(x) * (1 - t^2))
+        t = tl.tanh(_log1p(tl.exp(b)))
+        y = a * (t + b * (1.0 / (1.0 + tl.exp(-b))) * (1.0 - t * t))
     return y
 
 

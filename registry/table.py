@@ -448,6 +448,9 @@ TABLE: list[Op] = [
     Op("elu_.default", lambda x, alpha=1, scale=1, input_scale=1: _elu(x, alpha, scale, input_scale,
                                                                        inplace=True), exact=True),
     Op("elu_backward.default", _elu_backward, exact=True),
+    # mish: x * tanh(log1p(exp(x))) as torch's CPU kernel; its backward on the binary kernel
+    *_unary_family("mish", "nn.functional.mish"),
+    Op("mish_backward.default", lambda grad, x: EW.binary("mish_backward", grad, x), tol=LOOSE),
     *_unary_family("silu", "nn.functional.silu", exact=True),
     Op("gelu.default", lambda x, approximate="none": _gelu(x, approximate), "nn.functional.gelu", tol=LOOSE,
        make_plan=lambda: _gelu_plan()),

@@ -29,7 +29,7 @@ UNARY = {
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
  GELU_BWD, GELU_TANH_BWD, THRESHOLD_BWD, SIGMOID_BWD, TANH_BWD, SILU_BWD, POW_T,
  DIV_TRUNC, DIV_FLOOR, CLAMP, DIV_TRUNC_SCALAR, LEAKY_RELU_BWD, SOFTPLUS_BWD, ELU_BWD,
- ELU_BWD_RESULT, MISH_BWD) = range(28)
+ ELU_BWD_RESULT, MISH_BWD, SMOOTH_L1, HUBER, SMOOTH_L1_BWD, HUBER_BWD) = range(32)
 BINARY = {
     "add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "eq": EQ, "ne": NE, "lt": LT, "le": LE, "gt": GT,
     "ge": GE, "maximum": MAXIMUM, "minimum": MINIMUM, "gelu_backward": GELU_BWD,
@@ -38,6 +38,7 @@ BINARY = {
     "div_trunc": DIV_TRUNC, "div_floor": DIV_FLOOR, "clamp": CLAMP, "div_trunc_scalar": DIV_TRUNC_SCALAR,
     "leaky_relu_backward": LEAKY_RELU_BWD, "softplus_backward": SOFTPLUS_BWD,
     "elu_backward": ELU_BWD, "elu_backward_of_result": ELU_BWD_RESULT, "mish_backward": MISH_BWD,
+    "smooth_l1": SMOOTH_L1, "huber": HUBER, "smooth_l1_backward": SMOOTH_L1_BWD, "huber_backward": HUBER_BWD,
 }
 COMPARISONS = frozenset({EQ, NE, LT, LE, GT, GE})
 # Ternary op codes of `ternary_tiled_kernel` (a, b, c: self, tensor1/end, tensor2/weight).
@@ -310,9 +311,19 @@ def _binary_op(a, b, alpha, OP: tl.constexpr, out_ptr):
         y = tl.where(b > 0.0, a, a * alpha * tl.exp(b))
     elif OP == 26:  # elu backward from the result (elu_'s): a = grad, b = the result; grad * (y + alpha)
         y = tl.where(b > 0.0, a, a * (b + alpha))
-    else:  # mish backward as torch's CPU kernel: a = grad, b = x; grad * (t + x * sigmoid(x) * (1 - t^2))
+    elif OP == 27:  # mish backward as torch's: a = grad, b = x; grad * (t + x sigmoid(x) (1 - t^2))
         t = tl.tanh(_log1p(tl.exp(b)))
         y = a * (t + b * (1.0 / (1.0 + tl.exp(-b))) * (1.0 - t * t))
+    elif OP == 28:  # smooth L1 loss as torch: z = |x - target|, z < beta ? 0.5 z^2 / beta : z - beta / 2
+        z = tl.abs(a - b)
+        y = tl.where(z < alpha, 0.5 * z * z / alpha, z - 0.5 * alpha)
+    elif OP == 29:  # huber loss as torch: z < delta ? 0.5 z^2 : delta (z - delta / 2)
+        z = tl.abs(a - b)
+        y = tl.where(z < alpha, 0.5 * z * z, alpha * (z - 0.5 * alpha))
+    elif OP == 30:  # smooth L1 backward: a = x - target, b = norm * grad, alpha = beta (torch's branches)
+        y = tl.where(a <= -alpha, -b, tl.where(a >= alpha, b, a * b / alpha))
+    else:  # huber backward: a = x - target, b = norm * grad, alpha = delta
+        y = tl.where(a <= -alpha, -alpha * b, tl.where(a >= alpha, alpha * b, a * b))
     return y
 
 

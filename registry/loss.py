@@ -334,3 +334,51 @@ def mse_loss_backward(grad: Tensor, x: Tensor, target: Tensor, reduction: int = 
         raise Decline("gradient of another dtype or device")
     norm = 2.0 / x.numel() if name == "mean" else 2.0
     return binary("mul", binary("mul", binary("sub", x, target), norm), grad)
+
+
+# ------------------------------------------- smooth_l1_loss and huber_loss, composed of device launches
+def _pointwise_loss(name: str, x: Tensor, target: Tensor, reduction: int, parameter: float) -> Tensor:
+    """`name`'s elementwise loss of x and target (the binary kernel, `parameter` its beta or delta),
+    reduced by its mean or sum (or not)."""
+    reduced = _mse_operands(x, target, reduction)
+    losses = binary(name, x, target, parameter)
+    return losses if reduced is None else reduce(reduced, losses)
+
+
+def _pointwise_loss_backward(name: str, grad: Tensor, x: Tensor, target: Tensor, reduction: int,
+                             parameter: float) -> Tensor:
+    """torch's piecewise gradient of `name` at x - target, times norm * grad (norm = 1 / numel for the
+    mean, else 1)."""
+    reduced = _mse_operands(x, target, reduction)
+    if not isinstance(grad, Tensor) or grad.is_cpu or grad.dtype is not x.dtype:
+        raise Decline("gradient of another dtype or device")
+    scaled = binary("mul", grad, 1.0 / x.numel()) if reduced == "mean" else grad
+    return binary(name, binary("sub", x, target), scaled, parameter)
+
+
+def _positive(value: float, what: str, *, zero: bool) -> float:
+    value = float(value)
+    if value < 0 or (value == 0 and not zero) or value != value:
+        raise Decline(f"{what} {value!r}")  # torch's error (or its l1 special case), from the CPU
+    return value
+
+
+def smooth_l1_loss(x: Tensor, target: Tensor, reduction: int = 1, beta: float = 1.0) -> Tensor:
+    """torch's smooth L1: 0.5 z^2 / beta below beta, z - beta / 2 above (z = |x - target|); beta 0 (torch's
+    L1 loss) declines to the CPU."""
+    return _pointwise_loss("smooth_l1", x, target, reduction, _positive(beta, "beta", zero=False))
+
+
+def smooth_l1_loss_backward(grad: Tensor, x: Tensor, target: Tensor, reduction: int, beta: float) -> Tensor:
+    return _pointwise_loss_backward("smooth_l1_backward", grad, x, target, reduction,
+                                    _positive(beta, "beta", zero=False))
+
+
+def huber_loss(x: Tensor, target: Tensor, reduction: int = 1, delta: float = 1.0) -> Tensor:
+    """torch's Huber loss: 0.5 z^2 below delta, delta (z - delta / 2) above (z = |x - target|)."""
+    return _pointwise_loss("huber", x, target, reduction, _positive(delta, "delta", zero=False))
+
+
+def huber_loss_backward(grad: Tensor, x: Tensor, target: Tensor, reduction: int, delta: float) -> Tensor:
+    return _pointwise_loss_backward("huber_backward", grad, x, target, reduction,
+                                    _positive(delta, "delta", zero=False))

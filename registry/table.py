@@ -598,6 +598,11 @@ TABLE: list[Op] = [
     # mse_loss: composed of device launches (loss.py); the mean's summation order is the registry's
     Op("mse_loss.default", Ref("loss", "mse_loss"), "nn.functional.mse_loss", tol=LOOSE),
     Op("mse_loss_backward.default", Ref("loss", "mse_loss_backward"), tol=LOOSE),
+    # smooth L1 and Huber losses: the binary kernel's piecewise loss and gradient, then the reduction
+    Op("smooth_l1_loss.default", Ref("loss", "smooth_l1_loss"), "nn.functional.smooth_l1_loss", tol=LOOSE),
+    Op("smooth_l1_loss_backward.default", Ref("loss", "smooth_l1_loss_backward"), tol=LOOSE),
+    Op("huber_loss.default", Ref("loss", "huber_loss"), "nn.functional.huber_loss", tol=LOOSE),
+    Op("huber_loss_backward.default", Ref("loss", "huber_loss_backward"), tol=LOOSE),
     Op("nll_loss_forward.default", Ref("loss", "nll_loss_forward"), "nn.functional.nll_loss",
        int_inputs=True, tol=LOOSE, make_plan=lambda: LS.forward_family()),
     Op("nll_loss_backward.default", Ref("loss", "nll_loss_backward"), int_inputs=True,

@@ -162,6 +162,22 @@ def _masked_scores(s, keep, mask_ptrs, HAS_MASK: tl.constexpr, BOOL_MASK: tl.con
 
 
 @tl.jit
+def _key_scores(q, k_base, mask_rows, rn, rm, rd, row_ok, d_ok, N, skn, skd, smn, causal,
+                HAS_MASK: tl.constexpr, BOOL_MASK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_D: tl.constexpr):
+    """(scores of the (scaled) queries `q` against keys `rn`, masked by the bounds, causality and the
+    mask; the keys' bounds mask; the transposed key tile): the step every forward and dQ loop starts
+    with."""
+    col_ok = rn < N
+    kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
+                 mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+    keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
+    s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
+                       HAS_MASK, BOOL_MASK)
+    return s, col_ok, kt
+
+
+@tl.jit
 def _mm(a, b, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """`a @ b` in float32: `tl.dot`, or on a product tile (every block <= PRODUCT_BLOCK) a `tl.sum` of
     broadcast products, formed and summed in float64 and rounded once (like BLAS's fused multiply-adds;
@@ -203,12 +219,8 @@ def attention_forward_kernel(
     v_base = v_ptr + b * svb + hk * svh
     mask_rows = mask_ptr + b * smb + h * smh + rm[:, None] * smm
     if ONE_BLOCK:  # every key of the head in this one block (`_prune_forward_tiles`)
-        col_ok = rn0 < N
-        kt = tl.load(k_base + rn0[None, :] * skn + rd[:, None] * skd,
-                     mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        keep = row_ok[:, None] & col_ok[None, :] & ((rn0[None, :] <= rm[:, None]) | (causal == 0))
-        s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn0[None, :] * smn,
-                           HAS_MASK, BOOL_MASK)
+        s, col_ok, _ = _key_scores(q, k_base, mask_rows, rn0, rm, rd, row_ok, d_ok, N, skn, skd, smn, causal,
+                                   HAS_MASK, BOOL_MASK, BLOCK_M, BLOCK_N, BLOCK_D)
         # the loop's first step, max(-inf, row max), is the row max: `tl.max` propagates NaN as well
         m_i = tl.max(s, axis=1)
         p = tl.exp(s - tl.where(m_i == -float("inf"), 0.0, m_i)[:, None])
@@ -225,12 +237,8 @@ def attention_forward_kernel(
             hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
         for start in range(0, hi, BLOCK_N):
             rn = start + rn0
-            col_ok = rn < N
-            kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
-                         mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-            keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
-            s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
-                               HAS_MASK, BOOL_MASK)
+            s, col_ok, _ = _key_scores(q, k_base, mask_rows, rn, rm, rd, row_ok, d_ok, N, skn, skd, smn,
+                                       causal, HAS_MASK, BOOL_MASK, BLOCK_M, BLOCK_N, BLOCK_D)
             m_new = tl.maximum(m_i, tl.max(s, axis=1), propagate_nan=tl.PropagateNan.ALL)
             m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
             alpha = tl.exp(m_i - m_safe)
@@ -360,12 +368,8 @@ def attention_backward_dq_kernel(
         o = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
         for start in range(0, hi, BLOCK_N):
             rn = start + rn0
-            col_ok = rn < N
-            kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
-                         mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-            keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
-            s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
-                           HAS_MASK, BOOL_MASK)
+            s, col_ok, _ = _key_scores(q, k_base, mask_rows, rn, rm, rd, row_ok, d_ok, N, skn, skd, smn,
+                                       causal, HAS_MASK, BOOL_MASK, BLOCK_M, BLOCK_N, BLOCK_D)
             v = tl.load(v_base + rn[:, None] * svn + rd[None, :] * svd,
                         mask=col_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
             o += _mm(tl.exp(s - lse[:, None]), v, BLOCK_M, BLOCK_N, BLOCK_D)
@@ -377,12 +381,8 @@ def attention_backward_dq_kernel(
     dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for start in range(0, hi, BLOCK_N):
         rn = start + rn0
-        col_ok = rn < N
-        kt = tl.load(k_base + rn[None, :] * skn + rd[:, None] * skd,
-                     mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        keep = row_ok[:, None] & col_ok[None, :] & ((rn[None, :] <= rm[:, None]) | (causal == 0))
-        s = _masked_scores(_mm(q, kt, BLOCK_M, BLOCK_N, BLOCK_D), keep, mask_rows + rn[None, :] * smn,
-                           HAS_MASK, BOOL_MASK)
+        s, col_ok, kt = _key_scores(q, k_base, mask_rows, rn, rm, rd, row_ok, d_ok, N, skn, skd, smn, causal,
+                                    HAS_MASK, BOOL_MASK, BLOCK_M, BLOCK_N, BLOCK_D)
         p = tl.exp(s - lse[:, None])
         vt = tl.load(v_base + rn[None, :] * svn + rd[:, None] * svd,
                      mask=d_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)

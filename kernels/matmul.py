@@ -83,11 +83,14 @@ _IN_PLACE_K = 256
 # per program); past `_IN_PLACE_K` their N block fills `_IN_PLACE_AREA` instead of `_FITTED_AREA`,
 # since a one-step product is written by gemm where it is stored or read at its counted lanes only
 # (shorter K keep the smaller area: their launches are a few microseconds, and a product tile that an
-# epilogue materialises is allocated by each launch). Llama's linears
+# epilogue materialises is allocated by each launch), and their row block spans up to
+# `_IN_PLACE_MAX_M` rows: gemm packs B once per call, so each 128-row block repacked it. Llama's linears
 # (128 x {512, 1376} x {512, 1376}, 1 thread) were two to six gemm calls of 256 columns, the 1376-deep
-# one three K steps with an accumulator pass each: 0.87-0.93x torch's linear, 0.93-0.96x as one call.
+# one three K steps with an accumulator pass each: 0.87-0.93x torch's linear, 0.93-0.96x as one call;
+# 512 rows of them 0.86-0.89x in 128-row blocks, 0.97-0.98x as one call.
 _IN_PLACE_MAX_K = 4096
-_IN_PLACE_AREA = 1 << 18
+_IN_PLACE_AREA = 1 << 20
+_IN_PLACE_MAX_M = 512
 _IN_PLACE_MAX_N = 4096  # and at most this many columns (a decoding step's 16-row block)
 
 
@@ -144,7 +147,6 @@ def _fitted_tile(M: int, N: int, K: int, tp: int, in_place: bool = False) -> Con
         return None
     if M < 16 and (not in_place or max(N, K) <= PRODUCT_BLOCK):  # the listed tiles (products included)
         return None
-    block_m = max(16, min(_pow2_at_least(M), _FITTED_MAX_M))
     if in_place and K <= _IN_PLACE_K:
         block_k = _IN_PLACE_K
     elif in_place and K <= _IN_PLACE_MAX_K:
@@ -152,7 +154,9 @@ def _fitted_tile(M: int, N: int, K: int, tp: int, in_place: bool = False) -> Con
     else:
         block_k = _padded_choice(K, min(_pow2_at_least(K), _FITTED_MAX_K), 32, _STEP_COST)
     one_step_in_place = in_place and block_k >= K
-    area = _IN_PLACE_AREA if one_step_in_place and K > _IN_PLACE_K else _FITTED_AREA
+    wide = one_step_in_place and K > _IN_PLACE_K
+    block_m = max(16, min(_pow2_at_least(M), _IN_PLACE_MAX_M if wide else _FITTED_MAX_M))
+    area = _IN_PLACE_AREA if wide else _FITTED_AREA
     columns = min(area // block_m, _IN_PLACE_MAX_N) if area == _IN_PLACE_AREA else area // block_m
     if one_step_in_place and N <= columns:
         block_n = columns  # padded columns cost nothing here: one block_n per block_m

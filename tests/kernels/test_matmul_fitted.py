@@ -91,10 +91,13 @@ def test_in_place_operands_share_one_k_block_up_to_256():
     assert _in_place_tile(128, 48, 256) == (128, 256, 256, True)  # the row block alone tells them apart
     assert _in_place_tile(32, 2048, 64) == (32, 1024, 256, True)  # wider than the area: blocks of it
     # a longer K (up to _IN_PLACE_MAX_K) is one step too, its block the power of 2 spanning K, and its
-    # N block fills the larger area: Llama's linears are one gemm call each
+    # row and N blocks fill the larger area: Llama's linears are one gemm call each, up to 512 rows
     assert _tile(128, 512, 1376) == (128, 256, 512, False)  # staged: the padded K block in steps
-    assert _in_place_tile(128, 512, 1376) == (128, 2048, 2048, True)
-    assert _in_place_tile(128, 1376, 512) == (128, 2048, 512, True)
+    assert _in_place_tile(128, 512, 1376) == (128, 4096, 2048, True)
+    assert _in_place_tile(128, 1376, 512) == (128, 4096, 512, True)
+    assert _in_place_tile(512, 512, 1376) == (512, 2048, 2048, True)
+    assert _in_place_tile(1000, 1376, 512) == (512, 2048, 512, True)  # two row blocks
+    assert _in_place_tile(512, 64, 64)[0] == 128  # K up to 256: the 128-row block as before
     assert _tile(32, 256, 300) == (32, 256, 512, True)
     assert _in_place_tile(32, 256, 300) == (32, 4096, 512, True)
     assert _in_place_tile(128, 512, 8192) == _tile(128, 512, 8192)  # past _IN_PLACE_MAX_K: K steps

@@ -536,23 +536,23 @@ class _Deep(torch.nn.Module):
 
 
 def test_a_large_matmul_runs_as_one_tile(fresh_compiler, monkeypatch):
-    """256 x 48 x 1100 (above ONE_TILE_MIN_VOLUME; the registry's tiles take 128 rows per program): the
-    program launches it on a grid of one program whose tile covers the product (one gemm), and the
+    """1024 x 48 x 1100 (above ONE_TILE_MIN_VOLUME; the registry's tiles take 512 rows per program):
+    the program launches it on a grid of one program whose tile covers the product (one gemm), and the
     result matches the CPU and the fused graph's within float32 summation-order tolerance. 16 rows
     need no such launch: the registry's own tile for float32 operands gemm reads in place spans them
     and K in one step (`kernels.matmul._IN_PLACE_MAX_K`), and the program keeps it."""
     from torch_rbln.compiler import program as program_module
 
-    assert 256 * 48 * 1100 >= program_module.ONE_TILE_MIN_VOLUME
+    assert 1024 * 48 * 1100 >= program_module.ONE_TILE_MIN_VOLUME
     programs = _programs(monkeypatch)
     cpu, device = _twins(_Deep, 7)
-    x = torch.randn(256, 1100)
+    x = torch.randn(1024, 1100)
     compiled = torch.compile(device, backend="rbln")
     with torch.no_grad():
         node_by_node = compiled(x.to("rbln")).cpu()
         for _ in range(3):
             got = compiled(x.to("rbln"))
-            assert got.shape == (256, 48) and got.stride() == (48, 1)
+            assert got.shape == (1024, 48) and got.stride() == (48, 1)
             torch.testing.assert_close(got.cpu(), cpu(x), atol=1e-4, rtol=1e-4)
             torch.testing.assert_close(got.cpu(), node_by_node, atol=1e-4, rtol=1e-4)
     program = programs[0]
@@ -601,7 +601,7 @@ def test_one_tile_matmuls_of_one_geometry_are_compared_once(fresh_compiler, monk
     monkeypatch.setattr(torch, "allclose", lambda *a, **k: (compared.append(1), allclose(*a, **k))[1])
     programs = _programs(monkeypatch)
     cpu, device = _twins(_DeepThree, 9)
-    x = torch.randn(256, 1100)
+    x = torch.randn(1024, 1100)
 
     def check(compiled) -> None:
         with torch.no_grad():

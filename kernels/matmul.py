@@ -157,7 +157,7 @@ def _fitted_tile(M: int, N: int, K: int, tp: int, in_place: bool = False) -> Con
     wide = one_step_in_place and K > _IN_PLACE_K
     block_m = max(16, min(_pow2_at_least(M), _IN_PLACE_MAX_M if wide else _FITTED_MAX_M))
     area = _IN_PLACE_AREA if wide else _FITTED_AREA
-    columns = min(area // block_m, _IN_PLACE_MAX_N) if area == _IN_PLACE_AREA else area // block_m
+    columns = min(area // block_m, _IN_PLACE_MAX_N) if wide else area // block_m
     if one_step_in_place and N <= columns:
         block_n = columns  # padded columns cost nothing here: one block_n per block_m
     else:

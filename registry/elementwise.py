@@ -25,7 +25,7 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
-from ._base import require_float
+from ._base import real_number, require_float
 from ._copy import contiguous_copier
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan, is_dense_permutation
 from ._launch import _modules
@@ -41,6 +41,7 @@ from ._ops import (
     _k,
     beyond_dtype,
     binary_output,
+    cast_copy,
     contiguous,
     empty,
     fill_floats,
@@ -1204,6 +1205,34 @@ def _value_number(value: Tensor, index: int) -> float | None:
     else:
         return None
     return number
+
+
+def nan_to_num(x: Tensor, nan=None, posinf=None, neginf=None, *, out: Tensor | None = None,
+               inplace: bool = False) -> Tensor:
+    """torch.nan_to_num of a contiguous float tensor as three masked fills: NaN by `nan` (0), +inf by
+    `posinf` and -inf by `neginf` (the dtype's largest and lowest finite values). Integer and bool
+    tensors (torch returns them as they are), non-contiguous ones (the fills run in place on dense rows)
+    and an `out=` of another dtype or shape (torch resizes or raises) decline to the CPU."""
+    if x.dtype not in FLOATS:
+        raise Decline(f"nan_to_num of {x.dtype}")
+    if not x.is_contiguous():
+        raise Decline("nan_to_num of a non-contiguous tensor")
+    if out is not None and (out.dtype is not x.dtype or out.shape != x.shape):
+        raise Decline("out= of another dtype or shape")
+    info = torch.finfo(x.dtype)
+    values = (0.0 if nan is None else real_number(nan, "nan"),
+              info.max if posinf is None else real_number(posinf, "posinf"),
+              info.min if neginf is None else real_number(neginf, "neginf"))
+    masks = (binary("ne", x, x, comparison=True), binary("eq", x, math.inf, comparison=True),
+             binary("eq", x, -math.inf, comparison=True))
+    result = x if inplace else cast_copy(x, x.dtype) if out is None else out.copy_(x)
+    for mask, value in zip(masks, values, strict=True):
+        result = masked_fill(result, mask, value, inplace=True)
+    return result
+
+
+def nan_to_num_(x: Tensor, nan=None, posinf=None, neginf=None) -> Tensor:
+    return nan_to_num(x, nan, posinf, neginf, inplace=True)
 
 
 def masked_fill_family(*, inplace: bool) -> Family:

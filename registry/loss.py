@@ -23,7 +23,7 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
-from ._base import require_float
+from ._base import real_number, require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, contiguous, empty, fill_floats
 from .elementwise import binary
@@ -326,12 +326,18 @@ def mse_loss(x: Tensor, target: Tensor, reduction: int = 1) -> Tensor:
     return squares if name is None else reduce(name, squares)
 
 
-def mse_loss_backward(grad: Tensor, x: Tensor, target: Tensor, reduction: int = 1) -> Tensor:
-    """torch's `norm * (x - target) * grad`, norm = 2 / numel for the mean and 2 otherwise, in that order
-    (the difference, scaled by the number, then times the gradient: a 0-dim one for a reduced loss)."""
+def _backward_operands(grad: Tensor, x: Tensor, target: Tensor, reduction: int) -> str | None:
+    """`_mse_operands` of a loss's backward, whose gradient must be an rbln tensor of x's dtype too."""
     name = _mse_operands(x, target, reduction)
     if not isinstance(grad, Tensor) or grad.is_cpu or grad.dtype is not x.dtype:
         raise Decline("gradient of another dtype or device")
+    return name
+
+
+def mse_loss_backward(grad: Tensor, x: Tensor, target: Tensor, reduction: int = 1) -> Tensor:
+    """torch's `norm * (x - target) * grad`, norm = 2 / numel for the mean and 2 otherwise, in that order
+    (the difference, scaled by the number, then times the gradient: a 0-dim one for a reduced loss)."""
+    name = _backward_operands(grad, x, target, reduction)
     norm = 2.0 / x.numel() if name == "mean" else 2.0
     return binary("mul", binary("mul", binary("sub", x, target), norm), grad)
 
@@ -349,36 +355,36 @@ def _pointwise_loss_backward(name: str, grad: Tensor, x: Tensor, target: Tensor,
                              parameter: float) -> Tensor:
     """torch's piecewise gradient of `name` at x - target, times norm * grad (norm = 1 / numel for the
     mean, else 1)."""
-    reduced = _mse_operands(x, target, reduction)
-    if not isinstance(grad, Tensor) or grad.is_cpu or grad.dtype is not x.dtype:
-        raise Decline("gradient of another dtype or device")
+    reduced = _backward_operands(grad, x, target, reduction)
     scaled = binary("mul", grad, 1.0 / x.numel()) if reduced == "mean" else grad
     return binary(name, binary("sub", x, target), scaled, parameter)
 
 
-def _positive(value: float, what: str, *, zero: bool) -> float:
-    value = float(value)
-    if value < 0 or (value == 0 and not zero) or value != value:
-        raise Decline(f"{what} {value!r}")  # torch's error (or its l1 special case), from the CPU
-    return value
+def _positive(value: float, what: str) -> float:
+    """beta or delta as a float above 0; 0 (smooth L1's L1 special case), negative and NaN values decline,
+    so the CPU computes them or raises torch's error."""
+    number = real_number(value, what)
+    if not number > 0:
+        raise Decline(f"{what} {value!r}")
+    return number
 
 
 def smooth_l1_loss(x: Tensor, target: Tensor, reduction: int = 1, beta: float = 1.0) -> Tensor:
     """torch's smooth L1: 0.5 z^2 / beta below beta, z - beta / 2 above (z = |x - target|); beta 0 (torch's
     L1 loss) declines to the CPU."""
-    return _pointwise_loss("smooth_l1", x, target, reduction, _positive(beta, "beta", zero=False))
+    return _pointwise_loss("smooth_l1", x, target, reduction, _positive(beta, "beta"))
 
 
 def smooth_l1_loss_backward(grad: Tensor, x: Tensor, target: Tensor, reduction: int, beta: float) -> Tensor:
     return _pointwise_loss_backward("smooth_l1_backward", grad, x, target, reduction,
-                                    _positive(beta, "beta", zero=False))
+                                    _positive(beta, "beta"))
 
 
 def huber_loss(x: Tensor, target: Tensor, reduction: int = 1, delta: float = 1.0) -> Tensor:
     """torch's Huber loss: 0.5 z^2 below delta, delta (z - delta / 2) above (z = |x - target|)."""
-    return _pointwise_loss("huber", x, target, reduction, _positive(delta, "delta", zero=False))
+    return _pointwise_loss("huber", x, target, reduction, _positive(delta, "delta"))
 
 
 def huber_loss_backward(grad: Tensor, x: Tensor, target: Tensor, reduction: int, delta: float) -> Tensor:
     return _pointwise_loss_backward("huber_backward", grad, x, target, reduction,
-                                    _positive(delta, "delta", zero=False))
+                                    _positive(delta, "delta"))

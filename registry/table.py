@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ._base import FLOATS, INTEGERS, Decline, LazyModule, Ref, real_number, resolve
+from ._base import INTEGERS, Decline, LazyModule, Ref, real_number, resolve
 
 # Placeholders until an op's first call imports them (see `_base.LazyModule`): the table itself, and so
 # the registration that `import torch` runs, imports no implementation, kernel, DSL or numba module.
@@ -264,32 +264,6 @@ def _elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
     return EW.binary(name, grad, self_or_result, _elu_alpha(alpha, scale, input_scale))
 
 
-def _nan_to_num(x, nan=None, posinf=None, neginf=None, out=None, inplace=False):
-    """torch.nan_to_num of a float tensor as three masked fills on the device: NaN by `nan` (0), +inf by
-    `posinf` and -inf by `neginf` (the dtype's largest and lowest finite values). Integer and bool
-    tensors decline: torch returns them as they are, from the CPU."""
-    import torch  # (the table module itself stays free of imports `import torch` would run early)
-
-    if x.dtype not in FLOATS:
-        raise Decline(f"nan_to_num of {x.dtype}")
-    if not x.is_contiguous():
-        raise Decline("nan_to_num of a non-contiguous tensor")  # the fills run in place, on dense rows
-    info = torch.finfo(x.dtype)
-    values = (0.0 if nan is None else real_number(nan, "nan"),
-              info.max if posinf is None else real_number(posinf, "posinf"),
-              info.min if neginf is None else real_number(neginf, "neginf"))
-    if out is not None and (out.dtype is not x.dtype or out.shape != x.shape):
-        raise Decline("out= of another dtype or shape")  # torch's resize or error, from the CPU
-    masks = (EW.binary("ne", x, x, comparison=True), EW.binary("eq", x, math.inf, comparison=True),
-             EW.binary("eq", x, -math.inf, comparison=True))
-    # the values to fill: x itself in place, else a copy (x * 1 is x exactly, NaN, infinities and -0.0
-    # included) or `out`
-    result = x if inplace else EW.unary("scale", x, 1.0) if out is None else out.copy_(x)
-    for mask, value in zip(masks, values, strict=True):
-        result = EW.masked_fill(result, mask, value, inplace=True)
-    return result
-
-
 def _softplus(x, beta=1, threshold=20, out=None):
     """softplus with beta 1 (torch's default; another beta declines to the CPU): x above the threshold,
     else log1p(exp(x)), log1p accurate for tiny arguments."""
@@ -475,11 +449,9 @@ TABLE: list[Op] = [
                                                                        inplace=True), exact=True),
     Op("elu_backward.default", _elu_backward, exact=True),
     # nan_to_num: three masked fills (NaN, +inf, -inf); its inputs' NaN/Inf are what it is for: exact
-    Op("nan_to_num.default", _nan_to_num, "nan_to_num", exact=True),
-    Op("nan_to_num.out", lambda x, nan=None, posinf=None, neginf=None, out=None: _nan_to_num(
-        x, nan, posinf, neginf, out=out), exact=True),
-    Op("nan_to_num_.default", lambda x, nan=None, posinf=None, neginf=None: _nan_to_num(
-        x, nan, posinf, neginf, inplace=True), exact=True),
+    Op("nan_to_num.default", Ref("elementwise", "nan_to_num"), "nan_to_num", exact=True),
+    Op("nan_to_num.out", Ref("elementwise", "nan_to_num"), exact=True),
+    Op("nan_to_num_.default", Ref("elementwise", "nan_to_num_"), exact=True),
     # mish: x * tanh(log1p(exp(x))) as torch's CPU kernel; its backward on the binary kernel
     *_unary_family("mish", "nn.functional.mish"),
     Op("mish_backward.default", lambda grad, x: EW.binary("mish_backward", grad, x), tol=LOOSE),

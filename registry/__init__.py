@@ -32,7 +32,7 @@ from torch import Tensor
 
 from torch_rbln import _structural, config, fallback
 
-from ._base import FLOATS, Decline, InvalidCall, Ref, partial_overlap  # noqa: F401  (FLOATS re-exported)
+from ._base import FLOATS, Decline, InvalidCall, Ref, StridedTarget, partial_overlap  # noqa: F401  (FLOATS re-exported)
 from ._checks import _device_counts, _device_notes, _run_device, check_inputs, fold_deferred_counts
 from ._memo import BoundedMemo
 from .table import NAMES, TABLE, Op
@@ -76,6 +76,7 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
     int_inputs = entry.int_inputs
     overwrites_first = entry.overwrites_first
     exact = entry.exact
+    in_place = short.split(".")[0].endswith("_")  # aten's name of an in-place overload (add_, zero_)
     counts = _device_counts
     fallback_plan = name = default = signature = build = None
     plans: dict = BoundedMemo(1024)  # signature -> Plan
@@ -140,19 +141,46 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
                 result = impl(*args, **kwargs)
                 counts[name] += 1
                 return result
+            except StridedTarget as strided:
+                reason = strided.reason
+                result, reason = _staged(impl, args, kwargs, strided.reason, in_place, overwrites_first, name)
+                if result is not None:
+                    counts[name] += 1
+                    return result
             except Decline as decline:
                 reason = decline.reason
             except (InvalidCall, config.ConfigError):
                 raise  # the user's call or environment is wrong: the CPU would not make it right
             except Exception as error:  # noqa: BLE001 - a kernel bug must not change results: run on CPU
-                reason = f"kernel error: {type(error).__name__}"
-                _log.warning("rbln kernel for %s failed (%s: %s); running it on the CPU", name,
-                             type(error).__name__, error)
+                reason = _kernel_error(name, error)
         return fallback.run_on_cpu(overload, fallback_plan, args, kwargs, reason)
 
     kernel.__name__ = f"rbln_{short.replace('.', '_')}"
     kernel.plans = lambda: plans  # type: ignore[attr-defined]  # the memo, for tests and benchmarks
     return kernel
+
+
+def _kernel_error(name: str, error: Exception) -> str:
+    """The fallback reason of a kernel that failed (logged: a kernel bug must not change results)."""
+    _log.warning("rbln kernel for %s failed (%s: %s); running it on the CPU", name, type(error).__name__,
+                 error)
+    return f"kernel error: {type(error).__name__}"
+
+
+def _staged(impl: Callable, args: tuple, kwargs: dict, reason: str, in_place: bool, overwrites_first: bool,
+            name: str) -> tuple[Any, str]:
+    """(the result, or None with the fallback's reason) of a call whose strided target the
+    implementation refused (for `reason`), run through a contiguous staging tensor (`staging.py`)."""
+    from .staging import run_staged
+
+    try:
+        return run_staged(impl, args, kwargs, in_place, overwrites_first), reason
+    except Decline as decline:
+        return None, decline.reason
+    except (InvalidCall, config.ConfigError):
+        raise
+    except Exception as error:  # noqa: BLE001 - as the implementation's own call
+        return None, _kernel_error(name, error)
 
 
 def _refusal(args: tuple, kwargs: dict, accepts: Callable | None, int_inputs: bool, overwrites_first: bool,

@@ -24,6 +24,13 @@ class Decline(Exception):
         self.reason = reason
 
 
+class StridedTarget(Decline):
+    """Raised where an implementation writes only contiguous tensors and the call's target (its `out=`,
+    or `self` of an in-place op) is a strided view: the dispatcher then runs the call on a contiguous
+    staging tensor and copies that into the view on the device (`staging.py`), the CPU fallback only
+    where that cannot be done exactly."""
+
+
 def require_float(dtype: torch.dtype) -> None:
     """Decline a dtype the floating kernels do not take (the CPU fallback computes it, or raises torch's
     error)."""

@@ -249,8 +249,18 @@ def contiguous_copier(shape: tuple, strides: tuple) -> Callable[[torch.Tensor, t
     """`copy(src, dst)` for a source of `shape` and `strides` and a fresh contiguous `dst` of that shape on
     its device, with the geometry decided here once (a plan's copy of a strided operand); None where
     the kernels cannot express the copy."""
-    contiguous = tuple(contiguous_strides(shape))
-    geometry = _geometries[(torch.Size(shape), torch.Size(shape), tuple(strides), contiguous)]
+    return _copier(shape, tuple(strides), tuple(contiguous_strides(shape)))
+
+
+def strided_writer(shape: tuple, strides: tuple) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
+    """`copy(src, dst)` for a contiguous `src` of `shape` written into a `dst` view of that shape with
+    `strides` on its device (`staging.py`: a result written through a contiguous staging tensor); None
+    where the kernels cannot express the copy."""
+    return _copier(shape, tuple(contiguous_strides(shape)), tuple(strides))
+
+
+def _copier(shape: tuple, src_strides: tuple, dst_strides: tuple) -> Callable | None:
+    geometry = _geometries[(torch.Size(shape), torch.Size(shape), src_strides, dst_strides)]
     if type(geometry) is str:
         return None
     return functools.partial(_run, geometry)

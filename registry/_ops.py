@@ -15,7 +15,7 @@ import torch
 
 from torch_rbln import _memory
 
-from ._base import FLOATS, INTEGERS, Decline, InvalidCall  # noqa: F401  (re-exported for the families)
+from ._base import FLOATS, INTEGERS, Decline, InvalidCall, StridedTarget  # noqa: F401  (re-exported for the families)
 from ._launch import kernel_module as _k
 from ._memo import BoundedMemo
 from .geometry import cdiv, collapse, expanded_strides, fused_block
@@ -158,7 +158,7 @@ def _check_out(out: torch.Tensor | None, shape, dtype, index) -> torch.Tensor:
     if list(out.shape) != list(shape):
         raise Decline("out= needs a resize")
     if not out.is_contiguous():
-        raise Decline("non-contiguous output")
+        raise StridedTarget("non-contiguous output")
     if out.dtype not in FLOATS and out.dtype != torch.bool and out.dtype not in INTEGERS:
         raise Decline(f"output dtype {str(out.dtype).replace('torch.', '')}")
     if not torch.can_cast(dtype, out.dtype):

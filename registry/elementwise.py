@@ -25,7 +25,7 @@ from torch_rbln import _memory, config
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
-from ._base import real_number, require_float
+from ._base import StridedTarget, real_number, require_float
 from ._copy import contiguous_copier
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan, is_dense_permutation
 from ._launch import _modules
@@ -336,7 +336,7 @@ def unary(name: str, x: Tensor, p: float = 0.0, out=None, *, inplace=False, orde
     if inplace:
         out = x
         if not x.is_contiguous():
-            raise Decline("non-contiguous in-place")
+            raise StridedTarget("non-contiguous in-place")
     out = _check_out(out, x.shape, x.dtype, index)
     n = x.numel()
     if n == 0:
@@ -362,7 +362,7 @@ def fill(x: Tensor, value, *, first_use_ok: bool = True) -> Tensor:
         return integer_fill(x, value)
     require_float(x.dtype)
     if not x.is_contiguous():
-        raise Decline("non-contiguous in-place")
+        raise StridedTarget("non-contiguous in-place")
     if beyond_dtype(float(value), x.dtype):
         raise Decline("fill value beyond the dtype's range")  # torch's overflow error from the CPU
     return fill_floats(x, value)
@@ -396,6 +396,14 @@ def where(condition: Tensor, a, b, out=None, *, ordered=False):
     return out
 
 
+def logical_not(x: Tensor) -> Tensor:
+    """`logical_not`: a bool's not (xor with 1 on the integer kernel); for a number, whether it equals
+    0 (NaN is true, so its not is False, as `NaN == 0`; -0.0 == 0 is True, as torch's `!x`)."""
+    if x.dtype is torch.bool:
+        return integer_binary("bitwise_xor", x, 1, 1, None, comparison=False, inplace=False, compute=x.dtype)
+    return binary("eq", x, 0, comparison=True)
+
+
 def masked_fill(x: Tensor, mask: Tensor, value, *, inplace=False):
     if isinstance(value, Tensor):
         if value.dim():
@@ -418,7 +426,7 @@ def masked_fill(x: Tensor, mask: Tensor, value, *, inplace=False):
         if _broadcast(x.shape, mask.shape) != list(x.shape):
             raise Decline("in-place result needs broadcasting of self")
         if not x.is_contiguous():
-            raise Decline("non-contiguous in-place")
+            raise StridedTarget("non-contiguous in-place")
         out = x
     else:
         out = empty(_broadcast(mask.shape, x.shape), x.dtype, index)

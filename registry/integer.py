@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import _launch
-from ._base import INTEGERS
+from ._base import INTEGERS, StridedTarget
 from ._memo import BoundedMemo
 from ._ops import Decline, _device_index, _geometry, _k, binary_output
 from .geometry import I32, cdiv, fused_block, small_tile_shape
@@ -194,5 +194,5 @@ def integer_fill(x: torch.Tensor, value) -> torch.Tensor:
     if not held(number, x.dtype):
         raise Decline("fill value out of the dtype's range")  # torch's overflow error from the CPU
     if not x.is_contiguous():
-        raise Decline("non-contiguous in-place")
+        raise StridedTarget("non-contiguous in-place")
     return integer_binary("fill", x, number, 1, x, comparison=False, inplace=True, compute=x.dtype)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ._base import FLOATS, Decline, require_float
+from ._base import FLOATS, Decline, StridedTarget, require_float
 from ._launch import kernel_module as _k
 from ._launch import launch_grid
 from ._ops import contiguous, empty
@@ -79,7 +79,7 @@ def _fill_random(kernel_name: str, x: torch.Tensor, a: float, b: float, generato
     if generator is not None:
         raise Decline("explicit generator")  # its stream is the CPU's: the fallback draws from it
     if not x.is_contiguous():
-        raise Decline("non-contiguous in-place")
+        raise StridedTarget("non-contiguous in-place")
     n = x.numel()
     if n == 0:
         return x

@@ -377,6 +377,7 @@ TABLE: list[Op] = [
        make_plan=lambda: EW.bitwise_not_family(inplace=True)),
     Op("bitwise_not.out", lambda x, out=None: IN.bitwise_not(x, out=out), int_inputs=True,
        make_plan=lambda: EW.bitwise_not_family(out=True)),
+    Op("logical_not.default", lambda x: EW.logical_not(x), "logical_not", int_inputs=True, exact=True),
     Op("clamp.default", _clamp, "clamp", int_inputs=True, make_plan=lambda: EW.binary_family(form="clamp")),
     Op("clamp.out", lambda x, low=None, high=None, out=None: _clamp(x, low, high, out=out), int_inputs=True,
        make_plan=lambda: EW.binary_family(form="clamp", out=True)),

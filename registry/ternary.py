@@ -23,7 +23,7 @@ from torch_rbln import _memory
 from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
-from ._base import FLOATS, partial_overlap, real_number, require_float
+from ._base import FLOATS, StridedTarget, partial_overlap, real_number, require_float
 from ._ops import (
     Decline,
     _broadcast,
@@ -105,7 +105,7 @@ def ternary(op: str, a: Tensor, b: Tensor, c: Tensor | None, value: float, out: 
         if list(a.shape) != shape:
             raise Decline("in-place result needs broadcasting of self")  # torch's error, from the CPU
         if not a.is_contiguous():
-            raise Decline("non-contiguous in-place")
+            raise StridedTarget("non-contiguous in-place")
         if any(partial_overlap(a, t) for t in tensors[1:]):
             raise Decline("an operand overlaps self")
         out = a

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ._base import Decline
+from ._base import Decline, StridedTarget
 from ._launch import kernel_module as _k
 from ._launch import launch_grid
 from ._ops import contiguous, empty
@@ -40,7 +40,7 @@ def _triangle(x: torch.Tensor, diagonal: int, upper: bool, out: torch.Tensor | N
     if out is None:
         out = empty(x.shape, x.dtype, x.get_device())
     elif not out.is_contiguous():
-        raise Decline("non-contiguous in-place")
+        raise StridedTarget("non-contiguous in-place")
     if x.numel() == 0:
         return out
     R, C = x.shape[-2], x.shape[-1]

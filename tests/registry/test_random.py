@@ -139,7 +139,7 @@ def test_rand_declines_explicit_generators_and_invalid_parameters():
     strided.uniform_()
     assert (strided.cpu() != 0).any()
     assert _row("aten::normal_")["reasons"] == {"explicit generator": 1, "negative or non-real std": 1}
-    assert _row("aten::uniform_")["reasons"] == {"bounds": 1, "non-contiguous in-place": 1}
+    assert _row("aten::uniform_")["reasons"] == {"bounds": 1}  # the strided one: on a staging tensor
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # the specialisations above

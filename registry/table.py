@@ -309,6 +309,7 @@ CONV = {"float16": (5e-2, 2e-2), "bfloat16": (2e-1, 5e-2), "float32": (1e-4, 1e-
 
 CV = LazyModule(globals(), "CV", "conv")  # the CNN family (convolution, batch norm, pooling, gather)
 TN = LazyModule(globals(), "TN", "ternary")  # addcmul, addcdiv, lerp (torch's optimizers)
+RS = LazyModule(globals(), "RS", "resample")  # nearest upsampling, reflection and replication pads
 
 
 def _ternary_entries() -> list[Op]:
@@ -591,6 +592,21 @@ TABLE: list[Op] = [
        make_plan=lambda: GA.index_select_family()),
     Op("embedding_dense_backward.default", Ref("gather", "embedding_backward"), int_inputs=True,
        make_plan=lambda: GA.embedding_backward_family()),
+    # ---- resampling and padding: gathers along each resized dim (values moved: exact)
+    Op("upsample_nearest1d.default", lambda x, size, s=None: RS.upsample_nearest(x, size, s), exact=True),
+    Op("upsample_nearest2d.default", lambda x, size, h=None, w=None: RS.upsample_nearest(x, size, h, w),
+       exact=True),
+    Op("upsample_nearest3d.default",
+       lambda x, size, d=None, h=None, w=None: RS.upsample_nearest(x, size, d, h, w), exact=True),
+    Op("_upsample_nearest_exact1d.default",
+       lambda x, size, s=None: RS.upsample_nearest(x, size, s, exact=True), exact=True),
+    Op("_upsample_nearest_exact2d.default",
+       lambda x, size, h=None, w=None: RS.upsample_nearest(x, size, h, w, exact=True), exact=True),
+    Op("_upsample_nearest_exact3d.default",
+       lambda x, size, d=None, h=None, w=None: RS.upsample_nearest(x, size, d, h, w, exact=True), exact=True),
+    *(Op(f"{kind}_pad{n}d.default", lambda x, padding, reflect=(kind == "reflection"): RS.pad(x, padding,
+                                                                                               reflect=reflect),
+         exact=True) for kind in ("reflection", "replication") for n in (1, 2, 3)),
     # ---- indexing by a tensor and the scatters (index_put_ and index_put reach _index_put_impl_; the
     # embedding and slicing backward of compiled graphs)
     Op("index.Tensor", Ref("indexing", "index"), "__getitem__", int_inputs=True),

@@ -1,0 +1,112 @@
+"""Nearest-neighbour upsampling and reflection / replication padding, as gathers along each resized dim.
+
+Why gathers: every output element of these ops is one input element, chosen per dim by an index that
+depends only on the sizes (and the scale), never on the values. So each resized dim is one launch of
+the `index_select` gather kernel with an index vector computed here on the host, once per geometry and
+kept on the device (`_indices`). The results are the input's values moved, bitwise the CPU's, NaN and
+Inf included. A diffusion UNet's `F.interpolate(scale_factor=2)` and a CNN's `F.pad(mode="reflect")`
+went to the CPU fallback before.
+
+The host computes the source index as PyTorch's CPU kernels do (aten/src/ATen/native/UpSample.h):
+`nearest`: the output index itself when the size is unchanged, half of it when the size doubles, else
+`min(floorf(i * scale), size - 1)` in float32 with `scale` = 1 / scale_factor when one is given, else
+in_size / out_size; `nearest-exact`: `min(floorf((i + 0.5) * scale), size - 1)`, the product formed in
+float64 as C++ forms `(i + 0.5) * scale` and rounded to float for `floorf`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ._base import Decline, require_float
+from ._memo import BoundedMemo
+from .gather import index_select
+
+_indices: dict[tuple, Tensor] = BoundedMemo(256)  # (kind, sizes..., device index) -> rbln int64 indices
+
+
+def nearest_sources(in_size: int, out_size: int, scale: float | None, exact: bool = False) -> np.ndarray:
+    """Torch's source index of each of `out_size` outputs of a nearest-neighbour resize of `in_size`."""
+    if not exact and out_size == in_size:
+        return np.arange(out_size, dtype=np.int64)
+    if not exact and out_size == 2 * in_size:
+        return np.arange(out_size, dtype=np.int64) >> 1
+    ratio = np.float32(1.0 / scale) if scale is not None and scale > 0 else \
+        np.float32(in_size) / np.float32(out_size)
+    if exact:
+        position = np.float32((np.arange(out_size, dtype=np.float64) + 0.5) * np.float64(ratio))
+    else:
+        position = np.arange(out_size, dtype=np.int64).astype(np.float32) * ratio
+    return np.minimum(np.floor(position).astype(np.int64), in_size - 1)
+
+
+def reflected_sources(size: int, before: int, after: int) -> np.ndarray:
+    """The source index of each output of a reflection pad (the edge itself not repeated)."""
+    source = np.abs(np.arange(-before, size + after, dtype=np.int64))
+    return np.where(source >= size, 2 * (size - 1) - source, source)
+
+
+def replicated_sources(size: int, before: int, after: int) -> np.ndarray:
+    """The source index of each output of a replication pad (the edge repeated)."""
+    return np.clip(np.arange(-before, size + after, dtype=np.int64), 0, size - 1)
+
+
+def _device_indices(key: tuple, sources: np.ndarray, index: int) -> Tensor:
+    indices = _indices.get((*key, index))
+    if indices is None:
+        indices = _indices[(*key, index)] = torch.from_numpy(sources).to(f"rbln:{index}")
+    return indices
+
+
+def _gathered(x: Tensor, per_dim: Sequence[tuple[tuple, np.ndarray | None]]) -> Tensor:
+    """`x` gathered along its last len(per_dim) dims, each by its (key, sources) (None: unchanged)."""
+    require_float(x.dtype)
+    if x.numel() == 0:
+        raise Decline("empty tensor")
+    first = x.dim() - len(per_dim)
+    result = x
+    for offset, (key, sources) in enumerate(per_dim):
+        if sources is not None:
+            result = index_select(result, first + offset, _device_indices(key, sources, x.get_device()))
+    return result if result is not x else x.clone()
+
+
+def upsample_nearest(x: Tensor, output_size: Sequence[int], *scales: float | None, exact: bool = False
+                     ) -> Tensor:
+    """`upsample_nearest{1,2,3}d` (`exact`: `_upsample_nearest_exact{1,2,3}d`) of the last
+    len(output_size) dims of `x` to `output_size`; `scales` are the scale factors the caller gave."""
+    spatial = len(output_size)
+    if x.dim() != spatial + 2 or len(scales) != spatial or any(int(s) <= 0 for s in output_size):
+        raise Decline("sizes")  # torch's error, from the CPU
+    per_dim = []
+    for in_size, out_size, scale in zip(x.shape[2:], output_size, scales, strict=True):
+        out_size = int(out_size)
+        changed = exact or out_size != in_size
+        per_dim.append((("nearest", exact, in_size, out_size, scale),
+                        nearest_sources(in_size, out_size, scale, exact) if changed else None))
+    return _gathered(x, per_dim)
+
+
+def pad(x: Tensor, padding: Sequence[int], *, reflect: bool) -> Tensor:
+    """`reflection_pad{1,2,3}d` (`reflect`) or `replication_pad{1,2,3}d`: `padding` holds (before,
+    after) pairs from the last dim backwards, as `F.pad`'s."""
+    padding = [int(p) for p in padding]
+    dims = len(padding) // 2
+    if len(padding) % 2 or x.dim() < dims + 1 or any(p < 0 for p in padding):
+        raise Decline("padding")  # negative pads crop, and torch's errors come from the CPU
+    per_dim = []
+    for dim in range(x.dim() - dims, x.dim()):
+        size = x.shape[dim]
+        before, after = padding[2 * (x.dim() - 1 - dim)], padding[2 * (x.dim() - 1 - dim) + 1]
+        if reflect and (before >= size or after >= size):
+            raise Decline("reflection pad not smaller than the input")  # torch's error, from the CPU
+        if before == after == 0:
+            per_dim.append(((), None))
+            continue
+        sources = (reflected_sources if reflect else replicated_sources)(size, before, after)
+        per_dim.append((("reflect" if reflect else "replicate", size, before, after), sources))
+    return _gathered(x, per_dim)

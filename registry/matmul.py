@@ -101,6 +101,31 @@ def addmm(bias, a, b, beta=1, alpha=1, out=None):
     return _product(a, b, bias, out, alpha, beta, False)
 
 
+def baddbmm(c, a, b, beta=1, alpha=1):
+    """`beta * c + alpha * (a @ b)` per batch (BLOOM's and Falcon's attention scores): the batched
+    product, then `c` (broadcast) scaled and added on the elementwise kernels. As torch: beta 0 reads
+    no `c` (its NaN do not reach the result); alpha 0 (no product read) declines."""
+    from .elementwise import binary
+
+    if alpha == 0:
+        raise Decline("alpha 0")
+    if not isinstance(c, Tensor) or c.dtype != a.dtype:
+        raise Decline("mixed dtypes")
+    product = _product(a, b, None, None, 1.0, 0.0, True)
+    if beta == 0:
+        return product if alpha == 1 else binary("mul", product, alpha)
+    if _broadcast(c.shape, product.shape) != list(product.shape):
+        raise Decline("shape mismatch")  # torch's error, from the CPU
+    return binary("add", c if beta == 1 else binary("mul", c, beta), product, alpha)
+
+
+def dot(a, b):
+    """`torch.dot` of two 1-D float tensors: a (1 x K) @ (K x 1) product, returned 0-dim."""
+    if a.dim() != 1 or b.dim() != 1 or a.shape != b.shape:
+        raise Decline("shape mismatch")  # torch's error, from the CPU
+    return _product(a.view(1, -1), b.view(-1, 1), None, None, 1.0, 0.0, False).view(())
+
+
 def _product(a, b, bias, out, alpha, beta, batched: bool):
     """`alpha * a @ b + beta * bias` (a bias only unbatched) into `out` or a new tensor, any strides."""
     dtype = a.dtype

@@ -539,6 +539,9 @@ TABLE: list[Op] = [
        exact=True, make_plan=lambda: MM.addmm_family()),
     Op("addmm.out", lambda c, a, b, beta=1, alpha=1, out=None: MM.addmm(c, a, b, beta, alpha, out=out),
        exact=True, make_plan=lambda: MM.addmm_family()),
+    Op("baddbmm.default", lambda c, a, b, beta=1, alpha=1: MM.baddbmm(c, a, b, beta, alpha), "baddbmm",
+       tol=MATMUL),
+    Op("dot.default", lambda a, b: MM.dot(a, b), "dot", tol=MATMUL, exact=True),
     # ---- (4) reductions over any dims
     Op("sum.dim_IntList", _sum, "sum", tol=LOOSE, int_inputs=True,
        make_plan=lambda: R.family("sum", keywords=("dtype",))),

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from ._base import Decline, require_float
 from ._memo import BoundedMemo
+from ._ops import contiguous, empty, fill_floats
 from .gather import index_select
 
 _indices: dict[tuple, Tensor] = BoundedMemo(256)  # (kind, sizes..., device index) -> rbln int64 indices
@@ -62,6 +63,30 @@ def _device_indices(key: tuple, sources: np.ndarray, index: int) -> Tensor:
     return indices
 
 
+def _scattered_back(grad: Tensor, sizes: Sequence[int], per_dim: Sequence[tuple[tuple, np.ndarray | None]]
+                    ) -> Tensor:
+    """The gradient of `_gathered` for inputs of trailing `sizes`: per resized dim, each output's
+    gradient added (in float32, in output order) to its source, on the scatter_add kernel."""
+    from .conv import scatter_add
+
+    require_float(grad.dtype)
+    if grad.numel() == 0:
+        raise Decline("empty tensor")
+    first = grad.dim() - len(per_dim)
+    for offset in reversed(range(len(per_dim))):
+        key, sources = per_dim[offset]
+        if sources is None:
+            continue
+        dim = first + offset
+        shape = list(grad.shape)
+        shape[dim] = sizes[offset]
+        view = [1] * grad.dim()
+        view[dim] = -1
+        index = _device_indices(key, sources, grad.get_device()).view(view).expand(grad.shape)
+        grad = scatter_add(fill_floats(empty(shape, grad.dtype, grad.get_device()), 0.0), dim, index, grad)
+    return grad if grad.is_contiguous() else contiguous(grad)
+
+
 def _gathered(x: Tensor, per_dim: Sequence[tuple[tuple, np.ndarray | None]]) -> Tensor:
     """`x` gathered along its last len(per_dim) dims, each by its (key, sources) (None: unchanged)."""
     require_float(x.dtype)
@@ -75,25 +100,59 @@ def _gathered(x: Tensor, per_dim: Sequence[tuple[tuple, np.ndarray | None]]) -> 
     return result if result is not x else x.clone()
 
 
+def _nearest_dims(input_size: Sequence[int], output_size: Sequence[int], scales: tuple, exact: bool
+                  ) -> list[tuple[tuple, np.ndarray | None]]:
+    """(key, sources) per resized dim of a nearest resize (None where the size is unchanged)."""
+    if len(scales) != len(output_size) or any(int(s) <= 0 for s in output_size):
+        raise Decline("sizes")  # torch's error, from the CPU
+    per_dim = []
+    for in_size, out_size, scale in zip(input_size, output_size, scales, strict=True):
+        in_size, out_size = int(in_size), int(out_size)
+        changed = exact or out_size != in_size
+        per_dim.append((("nearest", exact, in_size, out_size, scale),
+                        nearest_sources(in_size, out_size, scale, exact) if changed else None))
+    return per_dim
+
+
 def upsample_nearest(x: Tensor, output_size: Sequence[int], *scales: float | None, exact: bool = False
                      ) -> Tensor:
     """`upsample_nearest{1,2,3}d` (`exact`: `_upsample_nearest_exact{1,2,3}d`) of the last
     len(output_size) dims of `x` to `output_size`; `scales` are the scale factors the caller gave."""
-    spatial = len(output_size)
-    if x.dim() != spatial + 2 or len(scales) != spatial or any(int(s) <= 0 for s in output_size):
+    if x.dim() != len(output_size) + 2:
         raise Decline("sizes")  # torch's error, from the CPU
-    per_dim = []
-    for in_size, out_size, scale in zip(x.shape[2:], output_size, scales, strict=True):
-        out_size = int(out_size)
-        changed = exact or out_size != in_size
-        per_dim.append((("nearest", exact, in_size, out_size, scale),
-                        nearest_sources(in_size, out_size, scale, exact) if changed else None))
-    return _gathered(x, per_dim)
+    return _gathered(x, _nearest_dims(x.shape[2:], output_size, scales, exact))
+
+
+def upsample_nearest_backward(grad: Tensor, output_size: Sequence[int], input_size: Sequence[int],
+                              *scales: float | None, exact: bool = False) -> Tensor:
+    """The `upsample_nearest{1,2,3}d_backward` (`exact`: `_upsample_nearest_exact..._backward`) of an
+    input of `input_size` (all dims) resized to `output_size`."""
+    spatial = len(output_size)
+    if grad.dim() != spatial + 2 or len(input_size) != grad.dim() or list(grad.shape[2:]) != \
+            [int(s) for s in output_size] or list(grad.shape[:2]) != [int(s) for s in input_size[:2]]:
+        raise Decline("sizes")  # torch's error, from the CPU
+    per_dim = _nearest_dims(input_size[2:], output_size, scales, exact)
+    return _scattered_back(grad, [int(s) for s in input_size[2:]], per_dim)
 
 
 def pad(x: Tensor, padding: Sequence[int], *, reflect: bool) -> Tensor:
     """`reflection_pad{1,2,3}d` (`reflect`) or `replication_pad{1,2,3}d`: `padding` holds (before,
     after) pairs from the last dim backwards, as `F.pad`'s."""
+    return _gathered(x, _pad_dims(x, padding, reflect))
+
+
+def pad_backward(grad: Tensor, x: Tensor, padding: Sequence[int], *, reflect: bool) -> Tensor:
+    """`reflection_pad{1,2,3}d_backward` / `replication_pad{1,2,3}d_backward` of input `x`."""
+    per_dim = _pad_dims(x, padding, reflect)
+    if list(grad.shape) != [x.shape[d] for d in range(x.dim() - len(per_dim))] + \
+            [len(sources) if sources is not None else x.shape[d] for d, (_, sources) in
+             enumerate(per_dim, x.dim() - len(per_dim))]:
+        raise Decline("sizes")  # torch's error, from the CPU
+    return _scattered_back(grad, list(x.shape[x.dim() - len(per_dim):]), per_dim)
+
+
+def _pad_dims(x: Tensor, padding: Sequence[int], reflect: bool) -> list[tuple[tuple, np.ndarray | None]]:
+    """(key, sources) per padded dim of a reflection or replication pad (None where nothing is added)."""
     padding = [int(p) for p in padding]
     dims = len(padding) // 2
     if len(padding) % 2 or x.dim() < dims + 1 or any(p < 0 for p in padding):
@@ -109,4 +168,4 @@ def pad(x: Tensor, padding: Sequence[int], *, reflect: bool) -> Tensor:
             continue
         sources = (reflected_sources if reflect else replicated_sources)(size, before, after)
         per_dim.append((("reflect" if reflect else "replicate", size, before, after), sources))
-    return _gathered(x, per_dim)
+    return per_dim

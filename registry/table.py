@@ -607,6 +607,21 @@ TABLE: list[Op] = [
        lambda x, size, h=None, w=None: RS.upsample_nearest(x, size, h, w, exact=True), exact=True),
     Op("_upsample_nearest_exact3d.default",
        lambda x, size, d=None, h=None, w=None: RS.upsample_nearest(x, size, d, h, w, exact=True), exact=True),
+    Op("upsample_nearest1d_backward.default",
+       lambda g, size, input_size, s=None: RS.upsample_nearest_backward(g, size, input_size, s), tol=LOOSE),
+    Op("upsample_nearest2d_backward.default", lambda g, size, input_size, h=None, w=None:
+       RS.upsample_nearest_backward(g, size, input_size, h, w), tol=LOOSE),
+    Op("upsample_nearest3d_backward.default", lambda g, size, input_size, d=None, h=None, w=None:
+       RS.upsample_nearest_backward(g, size, input_size, d, h, w), tol=LOOSE),
+    Op("_upsample_nearest_exact1d_backward.default", lambda g, size, input_size, s=None:
+       RS.upsample_nearest_backward(g, size, input_size, s, exact=True), tol=LOOSE),
+    Op("_upsample_nearest_exact2d_backward.default", lambda g, size, input_size, h=None, w=None:
+       RS.upsample_nearest_backward(g, size, input_size, h, w, exact=True), tol=LOOSE),
+    Op("_upsample_nearest_exact3d_backward.default", lambda g, size, input_size, d=None, h=None, w=None:
+       RS.upsample_nearest_backward(g, size, input_size, d, h, w, exact=True), tol=LOOSE),
+    *(Op(f"{kind}_pad{n}d_backward.default", lambda g, x, padding, reflect=(kind == "reflection"):
+         RS.pad_backward(g, x, padding, reflect=reflect), tol=LOOSE)
+      for kind in ("reflection", "replication") for n in (1, 2, 3)),
     *(Op(f"{kind}_pad{n}d.default", lambda x, padding, reflect=(kind == "reflection"): RS.pad(x, padding,
                                                                                                reflect=reflect),
          exact=True) for kind in ("reflection", "replication") for n in (1, 2, 3)),

@@ -79,10 +79,28 @@ def test_what_stays_on_the_cpu():
     assert report["aten::upsample_nearest2d"]["reasons"] == {"dtype uint8": 1}
 
 
-def test_gradients_through_an_upsample_and_a_pad():
-    x = torch.randn(1, 2, 4, 5, requires_grad=True)
+@pytest.mark.parametrize("shape", [(2, 3, 9), (2, 3, 5, 7), (1, 2, 4, 3, 5)])
+def test_gradients_of_upsampling_and_padding(shape):
+    """The backward ops add each output's gradient to its source on the scatter_add kernel (float32
+    sums in another order than the CPU's: a tolerance)."""
+    spatial = len(shape) - 2
+    resizes = [
+        lambda t: F.interpolate(t, scale_factor=2),
+        lambda t: F.interpolate(t, scale_factor=1.5, mode="nearest-exact"),
+        lambda t: F.interpolate(t, scale_factor=0.6),
+        lambda t: F.pad(t, (1, 2) * spatial, mode="reflect"),
+        lambda t: F.pad(t, (2, 0) * spatial, mode="replicate"),
+    ]
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(*shape, generator=g, requires_grad=True)
     device = x.detach().to("rbln").requires_grad_()
-    weights = torch.randn(1, 2, 10, 12)
-    for source, w in ((x, weights), (device, weights.to("rbln"))):
-        (F.pad(F.interpolate(source, scale_factor=2), (1, 1, 1, 1), mode="reflect") * w).sum().backward()
-    torch.testing.assert_close(device.grad.cpu(), x.grad, atol=1e-5, rtol=1e-5)
+    for resize in resizes:
+        y = resize(x)
+        weights = torch.randn(y.shape, generator=g)
+        (want,) = torch.autograd.grad((y * weights).sum(), x)
+        (got,) = torch.autograd.grad((resize(device) * weights.to("rbln")).sum(), device)
+        torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-5)
+    report = registry.fallback_report()
+    backward = [name for name in report if name.endswith("_backward")]
+    assert len(backward) == 5 and all(report[name]["cpu"] == 0 for name in backward), \
+        registry.format_report(report)

@@ -252,15 +252,20 @@ def contiguous_copier(shape: tuple, strides: tuple) -> Callable[[torch.Tensor, t
     return _copier(shape, tuple(strides), tuple(contiguous_strides(shape)))
 
 
-def strided_writer(shape: tuple, strides: tuple) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
-    """`copy(src, dst)` for a contiguous `src` of `shape` written into a `dst` view of that shape with
-    `strides` on its device (`staging.py`: a result written through a contiguous staging tensor); None
-    where the kernels cannot express the copy."""
+def strided_writer(shape: tuple, strides: tuple, *, broadcast: bool = False
+                   ) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
+    """`copy(src, dst)` for a contiguous `src` of `shape` (`broadcast`: of one element, written to every
+    element) written into a `dst` view of that shape with `strides` on its device (`staging.py`: a
+    result written through a contiguous staging tensor; a fill of a view); None where the kernels
+    cannot express the copy."""
+    if broadcast:
+        return _copier(shape, (0,) * len(shape), tuple(strides), src_shape=(1,) * len(shape))
     return _copier(shape, tuple(contiguous_strides(shape)), tuple(strides))
 
 
-def _copier(shape: tuple, src_strides: tuple, dst_strides: tuple) -> Callable | None:
-    geometry = _geometries[(torch.Size(shape), torch.Size(shape), src_strides, dst_strides)]
+def _copier(shape: tuple, src_strides: tuple, dst_strides: tuple, src_shape: tuple | None = None
+            ) -> Callable | None:
+    geometry = _geometries[(torch.Size(shape), torch.Size(src_shape or shape), src_strides, dst_strides)]
     if type(geometry) is str:
         return None
     return functools.partial(_run, geometry)

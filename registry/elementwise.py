@@ -26,7 +26,7 @@ from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from ._base import StridedTarget, real_number, require_float
-from ._copy import contiguous_copier
+from ._copy import contiguous_copier, strided_writer
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan, is_dense_permutation
 from ._launch import _modules
 from ._memo import BoundedMemo
@@ -361,11 +361,31 @@ def fill(x: Tensor, value, *, first_use_ok: bool = True) -> Tensor:
     if x.dtype in INTEGERS or x.dtype is torch.bool:
         return integer_fill(x, value)
     require_float(x.dtype)
-    if not x.is_contiguous():
-        raise StridedTarget("non-contiguous in-place")
     if beyond_dtype(float(value), x.dtype):
         raise Decline("fill value beyond the dtype's range")  # torch's overflow error from the CPU
+    if not x.is_contiguous():
+        return _fill_view(x, value)
     return fill_floats(x, value)
+
+
+def _fill_view(x: Tensor, value) -> Tensor:
+    """A strided view filled as one strided copy of a one-element tensor (`zero_` of a gradient
+    buffer's slice): no staging tensor of the view's size, which took twice as long. A view the copy
+    kernels cannot write, or whose elements share memory, is left to `staging.py` (`StridedTarget`)."""
+    from .staging import distinct_elements
+
+    write = strided_writer(tuple(x.shape), tuple(x.stride()), broadcast=True)
+    if write is None or not distinct_elements(x):
+        raise StridedTarget("non-contiguous in-place")
+    key = (x.dtype, x.get_device(), float(value))
+    source = _fill_sources.get(key)
+    if source is None:  # filled once per value: a second launch per call cost as much as the copy
+        source = _fill_sources[key] = fill_floats(empty([1], x.dtype, x.get_device()), value)
+    write(source, x)
+    return x
+
+
+_fill_sources: dict[tuple, Tensor] = BoundedMemo(64)  # (dtype, device, value) -> its one-element tensor
 
 
 def where(condition: Tensor, a, b, out=None, *, ordered=False):

@@ -111,3 +111,18 @@ def test_a_view_the_copy_kernels_cannot_address_takes_the_cpu():
 ])
 def test_distinct_elements(shape, strides, distinct):
     assert distinct_elements(torch.empty(64).as_strided(shape, strides)) is distinct
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fill_of_a_view_is_one_broadcast_copy(dtype):
+    """Floating fills of a view write it from a kept one-element tensor per value (NaN and -0.0 too)."""
+    base = torch.randn(6, 8).to(dtype)
+    device = base.to("rbln")
+    device.add(1.0)  # fills before any kernel module has loaded run on the host (`elementwise.fill`)
+    registry.reset_fallback_report()
+    for value in (0.0, -0.0, float("nan"), 3.5, 0.0):
+        base[:, 1::3].fill_(value)
+        device[:, 1::3].fill_(value)
+        assert torch.equal(device.cpu().view(torch.int16 if dtype != torch.float32 else torch.int32),
+                           base.view(torch.int16 if dtype != torch.float32 else torch.int32))
+    assert _cpu_calls("aten::fill_") == {"device": 5, "cpu": 0, "reasons": {}}

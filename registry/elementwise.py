@@ -377,7 +377,7 @@ def _fill_view(x: Tensor, value) -> Tensor:
     write = strided_writer(tuple(x.shape), tuple(x.stride()), broadcast=True)
     if write is None or not distinct_elements(x):
         raise StridedTarget("non-contiguous in-place")
-    key = (x.dtype, x.get_device(), float(value))
+    key = (x.dtype, x.get_device(), float(value).hex())  # not the float: -0.0 == 0.0 would share one
     source = _fill_sources.get(key)
     if source is None:  # filled once per value: a second launch per call cost as much as the copy
         source = _fill_sources[key] = fill_floats(empty([1], x.dtype, x.get_device()), value)

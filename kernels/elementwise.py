@@ -203,8 +203,8 @@ def unary_kernel(x_ptr, out_ptr, n, p, OP: tl.constexpr, BLOCK: tl.constexpr):
     so a single hot activation ran several times slower; a program uses a handful of unary ops."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    if OP == 11:  # fill: reads no input
-        y = tl.zeros((BLOCK,), dtype=tl.float32) + p
+    if OP == 11:  # fill: reads no input (not `zeros + p`: 0.0 + -0.0 is +0.0, and torch fills -0.0)
+        y = tl.full((BLOCK,), p, tl.float32)
     else:
         y = _unary_op(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32), p, OP)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)

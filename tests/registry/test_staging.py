@@ -126,3 +126,8 @@ def test_fill_of_a_view_is_one_broadcast_copy(dtype):
         assert torch.equal(device.cpu().view(torch.int16 if dtype != torch.float32 else torch.int32),
                            base.view(torch.int16 if dtype != torch.float32 else torch.int32))
     assert _cpu_calls("aten::fill_") == {"device": 5, "cpu": 0, "reasons": {}}
+    # the fill kernel itself keeps the sign of zero (it computed 0 + value, which is +0.0 for -0.0)
+    whole = torch.empty(5, dtype=dtype, device="rbln").fill_(-0.0).cpu()
+    assert torch.equal(whole.view(torch.int16 if dtype != torch.float32 else torch.int32),
+                       torch.full((5,), -0.0, dtype=dtype).view(torch.int16 if dtype != torch.float32
+                                                                  else torch.int32))

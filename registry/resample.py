@@ -1,4 +1,5 @@
-"""Nearest-neighbour upsampling and reflection / replication padding, as gathers along each resized dim.
+"""Nearest and linear (1-3d) upsampling and reflection / replication padding, as gathers along each
+resized dim, and their backwards as scatter_adds.
 
 Why gathers: every output element of these ops is one input element, chosen per dim by an index that
 depends only on the sizes (and the scale), never on the values. So each resized dim is one launch of
@@ -11,7 +12,9 @@ The host computes the source index as PyTorch's CPU kernels do (aten/src/ATen/na
 `nearest`: the output index itself when the size is unchanged, half of it when the size doubles, else
 `min(floorf(i * scale), size - 1)` in float32 with `scale` = 1 / scale_factor when one is given, else
 in_size / out_size; `nearest-exact`: `min(floorf((i + 0.5) * scale), size - 1)`, the product formed in
-float64 as C++ forms `(i + 0.5) * scale` and rounded to float for `floorf`.
+float64 as C++ forms `(i + 0.5) * scale` and rounded to float for `floorf`. Linear modes gather two
+sources per output and dim and sum them with torch's float32 weights (`linear_sources`): not moved
+values, so an ulp from the CPU's sums is possible (tolerances in the tests), and NaN/Inf are scanned.
 """
 
 from __future__ import annotations
@@ -57,10 +60,33 @@ def replicated_sources(size: int, before: int, after: int) -> np.ndarray:
 
 
 def _device_indices(key: tuple, sources: np.ndarray, index: int) -> Tensor:
+    """`sources` (int64 indices, or float32 weights) as a tensor on rbln:`index`, kept under `key`."""
     indices = _indices.get((*key, index))
     if indices is None:
         indices = _indices[(*key, index)] = torch.from_numpy(sources).to(f"rbln:{index}")
     return indices
+
+
+def linear_sources(in_size: int, out_size: int, align_corners: bool, scale: float | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(first source, second source, first weight, second weight) of each of `out_size` outputs of a
+    linear resize of `in_size`, as torch's CPU kernels compute them in float32
+    (`compute_source_index_and_lambda`: the half-pixel source clamped at 0 without `align_corners`)."""
+    outputs = np.arange(out_size, dtype=np.int64)
+    if out_size == in_size:
+        return outputs, outputs, np.ones(out_size, np.float32), np.zeros(out_size, np.float32)
+    if align_corners:
+        ratio = np.float32(in_size - 1) / np.float32(out_size - 1) if out_size > 1 else np.float32(0)
+        real = ratio * outputs.astype(np.float32)
+    else:
+        ratio = np.float32(1.0 / scale) if scale is not None and scale > 0 else \
+            np.float32(in_size) / np.float32(out_size)
+        half = np.float32(0.5)
+        real = np.maximum(ratio * (outputs.astype(np.float32) + half) - half, np.float32(0))
+    first = np.minimum(np.floor(real).astype(np.int64), in_size - 1)
+    second_weight = np.clip(real - first.astype(np.float32), np.float32(0), np.float32(1)).astype(np.float32)
+    second = first + (first < in_size - 1)
+    return first, second, (np.float32(1) - second_weight).astype(np.float32), second_weight
 
 
 def _scattered_back(grad: Tensor, sizes: Sequence[int], per_dim: Sequence[tuple[tuple, np.ndarray | None]]
@@ -169,3 +195,90 @@ def _pad_dims(x: Tensor, padding: Sequence[int], reflect: bool) -> list[tuple[tu
         sources = (reflected_sources if reflect else replicated_sources)(size, before, after)
         per_dim.append((("reflect" if reflect else "replicate", size, before, after), sources))
     return per_dim
+
+
+def _linear_dims(input_size: Sequence[int], output_size: Sequence[int], align_corners: bool, scales: tuple
+                 ) -> list[tuple | None]:
+    """Per resized dim of a linear resize: (key, its `linear_sources`), None where the size is kept."""
+    if len(scales) != len(output_size) or any(int(s) <= 0 for s in output_size):
+        raise Decline("sizes")  # torch's error, from the CPU
+    per_dim: list[tuple | None] = []
+    for in_size, out_size, scale in zip(input_size, output_size, scales, strict=True):
+        in_size, out_size = int(in_size), int(out_size)
+        key = ("linear", in_size, out_size, bool(align_corners), scale)
+        per_dim.append(None if in_size == out_size else (key, linear_sources(in_size, out_size,
+                                                                              align_corners, scale)))
+    return per_dim
+
+
+def _weights(key: tuple, weights: np.ndarray, which: int, dim: int, ndim: int, like: Tensor) -> Tensor:
+    """A resized dim's weights on the device in `like`'s dtype (rounded to it, as torch's kernel stores
+    them), kept per geometry, shaped to broadcast along `dim`."""
+    memo_key = (*key, "weight", which, like.dtype, like.get_device())
+    device_weights = _indices.get(memo_key)
+    if device_weights is None:
+        device_weights = _indices[memo_key] = torch.from_numpy(weights).to(like.dtype).to(
+            f"rbln:{like.get_device()}")
+    view = [1] * ndim
+    view[dim] = -1
+    return device_weights.view(view)
+
+
+def upsample_linear(x: Tensor, output_size: Sequence[int], align_corners: bool, *scales: float | None
+                    ) -> Tensor:
+    """`upsample_linear1d`, `upsample_bilinear2d`, `upsample_trilinear3d`: per resized dim, from the
+    last, the two source slices gathered and summed with their weights (`first * w0 + second * w1` on
+    the elementwise kernels), the order in which torch's CPU kernel nests its sums."""
+    from .elementwise import binary
+
+    if x.dim() != len(output_size) + 2:
+        raise Decline("sizes")  # torch's error, from the CPU
+    require_float(x.dtype)
+    if x.numel() == 0:
+        raise Decline("empty tensor")
+    per_dim = _linear_dims(x.shape[2:], output_size, align_corners, scales)
+    result, index = x, x.get_device()
+    for offset in reversed(range(len(per_dim))):
+        if per_dim[offset] is None:
+            continue
+        key, (first, second, w0, w1) = per_dim[offset]
+        dim = 2 + offset
+        near = index_select(result, dim, _device_indices((*key, 0), first, index))
+        far = index_select(result, dim, _device_indices((*key, 1), second, index))
+        result = binary("add", binary("mul", near, _weights(key, w0, 0, dim, x.dim(), x)),
+                        binary("mul", far, _weights(key, w1, 1, dim, x.dim(), x)))
+    return result if result is not x else x.clone()
+
+
+def upsample_linear_backward(grad: Tensor, output_size: Sequence[int], input_size: Sequence[int],
+                             align_corners: bool, *scales: float | None) -> Tensor:
+    """The backward of `upsample_linear`: per resized dim, from the first, each output's gradient times
+    its two weights added to its two sources (scatter_add, in float32, in output order)."""
+    from .conv import scatter_add
+    from .elementwise import binary
+
+    if grad.dim() != len(output_size) + 2 or len(input_size) != grad.dim() or \
+            list(grad.shape[2:]) != [int(s) for s in output_size]:
+        raise Decline("sizes")  # torch's error, from the CPU
+    require_float(grad.dtype)
+    if grad.numel() == 0:
+        raise Decline("empty tensor")
+    per_dim = _linear_dims(input_size[2:], output_size, align_corners, scales)
+    index = grad.get_device()
+    for offset, entry in enumerate(per_dim):
+        if entry is None:
+            continue
+        key, (first, second, w0, w1) = entry
+        dim = 2 + offset
+        shape = list(grad.shape)
+        shape[dim] = int(input_size[dim])
+        view = [1] * grad.dim()
+        view[dim] = -1
+        summed = fill_floats(empty(shape, grad.dtype, index), 0.0)
+        for which, (sources, weights) in enumerate(((first, w0), (second, w1))):
+            sources_at = _device_indices((*key, which), sources, index).view(view).expand(grad.shape)
+            scatter_add(summed, dim, sources_at, binary("mul", grad, _weights(key, weights, which, dim,
+                                                                               grad.dim(), grad)),
+                        inplace=True)
+        grad = summed
+    return grad if grad.is_contiguous() else contiguous(grad)

@@ -619,6 +619,18 @@ TABLE: list[Op] = [
        RS.upsample_nearest_backward(g, size, input_size, h, w, exact=True), tol=LOOSE),
     Op("_upsample_nearest_exact3d_backward.default", lambda g, size, input_size, d=None, h=None, w=None:
        RS.upsample_nearest_backward(g, size, input_size, d, h, w, exact=True), tol=LOOSE),
+    Op("upsample_linear1d.default", lambda x, size, corners, s=None: RS.upsample_linear(x, size, corners, s),
+       tol=LOOSE),
+    Op("upsample_bilinear2d.default", lambda x, size, corners, h=None, w=None:
+       RS.upsample_linear(x, size, corners, h, w), tol=LOOSE),
+    Op("upsample_trilinear3d.default", lambda x, size, corners, d=None, h=None, w=None:
+       RS.upsample_linear(x, size, corners, d, h, w), tol=LOOSE),
+    Op("upsample_linear1d_backward.default", lambda g, size, input_size, corners, s=None:
+       RS.upsample_linear_backward(g, size, input_size, corners, s), tol=LOOSE),
+    Op("upsample_bilinear2d_backward.default", lambda g, size, input_size, corners, h=None, w=None:
+       RS.upsample_linear_backward(g, size, input_size, corners, h, w), tol=LOOSE),
+    Op("upsample_trilinear3d_backward.default", lambda g, size, input_size, corners, d=None, h=None, w=None:
+       RS.upsample_linear_backward(g, size, input_size, corners, d, h, w), tol=LOOSE),
     *(Op(f"{kind}_pad{n}d_backward.default", lambda g, x, padding, reflect=(kind == "reflection"):
          RS.pad_backward(g, x, padding, reflect=reflect), tol=LOOSE)
       for kind in ("reflection", "replication") for n in (1, 2, 3)),

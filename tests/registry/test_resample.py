@@ -105,3 +105,34 @@ def test_gradients_of_upsampling_and_padding(shape):
     assert sum(report[name]["device"] for name in backward) == 5 and \
         all(report[name]["cpu"] == 0 for name in backward), \
         registry.format_report(report)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize(("shape", "mode"), [((2, 3, 9), "linear"), ((2, 3, 5, 7), "bilinear"),
+                                             ((1, 2, 3, 4, 5), "trilinear")])
+def test_linear_upsampling_and_its_gradient(shape, mode, align_corners):
+    """Per resized dim two gathers and a weighted sum (weights as torch's CPU kernel computes them); the
+    sums' roundings may differ from the CPU's by an ulp: a tolerance."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(*shape, generator=g, requires_grad=True)
+    device = x.detach().to("rbln").requires_grad_()
+    spatial = len(shape) - 2
+    for resize in ({"scale_factor": 2}, {"scale_factor": 1.5}, {"scale_factor": 0.5},
+                   {"size": (4,) * spatial}, {"scale_factor": 3.3}):
+        want = F.interpolate(x, mode=mode, align_corners=align_corners, **resize)
+        got = F.interpolate(device, mode=mode, align_corners=align_corners, **resize)
+        torch.testing.assert_close(got.detach().cpu(), want.detach(), atol=1e-5, rtol=1e-5)
+        weights = torch.randn(want.shape, generator=g)
+        (want_grad,) = torch.autograd.grad((want * weights).sum(), x)
+        (got_grad,) = torch.autograd.grad((got * weights.to("rbln")).sum(), device)
+        torch.testing.assert_close(got_grad.cpu(), want_grad, atol=2e-5, rtol=2e-5)
+    _no_cpu_calls()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_bilinear_half_types(dtype):
+    x = torch.randn(1, 2, 6, 5, generator=torch.Generator().manual_seed(4)).to(dtype)
+    want = F.interpolate(x, scale_factor=1.7, mode="bilinear")
+    got = F.interpolate(x.to("rbln"), scale_factor=1.7, mode="bilinear").cpu()
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    _no_cpu_calls()

@@ -64,7 +64,7 @@ from .integer import (
     true_division_operands,
     wrapped_int,
 )
-from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on, scanner, unscanned
+from .plan import NO_PLAN, Direct, Family, Launch, Plan, contiguous_on, scanner, unscanned
 
 # ---------------------------------------------------------------- numbers as operands
 
@@ -851,11 +851,34 @@ def binary_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool,
         return _tiled_binary_plan(op_name, dtype, out_dtype, shape, numel, index, a, b, inplace, scan,
                                   scanned)
     launch_key, keywords, programs, rows, n = launch
-    plan = Plan(_k("elementwise").binary_dense_kernel, launch_key, keywords, programs, rows, shape,
-                out_dtype, scanned)
+    plan = BinaryPlan(_k("elementwise").binary_dense_kernel, launch_key, keywords, programs, rows, shape,
+                      out_dtype, scanned)
     plan.run = _binary_run(plan, op_name, dtype, index, n, a.numel(), 1 if scalar else b.numel(), scalar,
                            inplace, scan)
+    plan.tail, plan.tiled = (None if scalar or inplace else (n,)), False
     return plan
+
+
+class BinaryPlan(Plan):
+    """A binary op's plan; one of two tensor operands into a new result (`tail`: the int arguments
+    after the three tensors, before alpha on the dense kernel and after it on the tiled one; None
+    otherwise) describes its kept launch for a compiled graph (`direct`)."""
+
+    __slots__ = ("tail", "tiled")
+
+    def direct(self, operands: tuple) -> Direct | None:
+        """The kept launch by address: a, b, the result, the ints and this call's alpha (a graph
+        constant); one NPU's grid only."""
+        by_address, alpha = self.by_address, operands[2]
+        if self.tail is None or by_address is None or self.backend != requested_backend() or \
+                operands[3] is not None or (type(alpha) is not int and type(alpha) is not float) or \
+                (self.programs * self.rows > 1 and device_tp(operands[0].get_device()) > 1):
+            return None
+        ints = tuple(("value", v) for v in self.tail)
+        alpha_arg = (("value", float(alpha)),)
+        args = (("tensor", 0), ("tensor", 1), ("out", None),
+                *((*alpha_arg, *ints) if self.tiled else (*ints, *alpha_arg)))
+        return Direct(by_address, (self.programs, self.rows, 1), args)
 
 
 def _tiled_binary_plan(op_name: str, dtype: torch.dtype, out_dtype: torch.dtype, shape: tuple, numel: int,
@@ -870,9 +893,10 @@ def _tiled_binary_plan(op_name: str, dtype: torch.dtype, out_dtype: torch.dtype,
     g = binary_tiled_launch(op_name, (dtype, dtype, out_dtype), numel, sizes, sa, sb)
     if g.key is None:
         return NO_PLAN
-    plan = Plan.of(g, shape, out_dtype, scanned)
+    plan = BinaryPlan(g.kernel, g.key, g.keywords, g.programs, g.rows, shape, out_dtype, scanned)
     plan.run = _binary_run(plan, op_name, dtype, index, numel, a.numel(), b.numel(), False, inplace, scan,
                            tiled=g.ints)
+    plan.tail, plan.tiled = (None if inplace else tuple(g.ints)), True
     return plan
 
 
@@ -979,8 +1003,9 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
     if dtype not in FLOATS or n == 0 or out_key not in (None, True, (dtype, shape, index)):
         return NO_PLAN
     launch_key, keywords, programs = unary_launch(op_name, (dtype, dtype), n)
-    plan = Plan(_k("elementwise").unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
-                (0,) if scanned else ())
+    plan = UnaryPlan(_k("elementwise").unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
+                     (0,) if scanned else ())
+    plan.n = n if out_key is None else None
     scan, mask = contiguous_scan(dtype)
     small = n < PARALLEL_MIN
     empty_, deploy_mode = _memory.empty, config.deploy_mode if scanned else unscanned
@@ -1002,6 +1027,24 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
 
     plan.run = run
     return plan
+
+
+class UnaryPlan(Plan):
+    """A unary op's plan; one into a new result (`n`: its element count, None otherwise) describes its
+    kept launch for a compiled graph (`direct`)."""
+
+    __slots__ = ("n",)
+
+    def direct(self, operands: tuple) -> Direct | None:
+        """The kept launch by address: x, the result, n and this call's parameter (a graph constant);
+        one NPU's grid only."""
+        by_address, p = self.by_address, operands[1]
+        if self.n is None or by_address is None or self.backend != requested_backend() or \
+                operands[2] is not None or (type(p) is not int and type(p) is not float) or \
+                (self.programs > 1 and device_tp(operands[0].get_device()) > 1):
+            return None
+        return Direct(by_address, (self.programs, 1, 1),
+                      (("tensor", 0), ("out", None), ("value", self.n), ("value", float(p))))
 
 
 def _strided_unary_plan(key: tuple, scanned: bool) -> Plan:

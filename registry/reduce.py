@@ -40,7 +40,7 @@ from .geometry import (
     row_block,
     row_stride,
 )
-from .plan import NO_PLAN, Family, Launch, Plan, contiguous_rbln, unscanned
+from .plan import NO_PLAN, Direct, Family, Launch, Plan, contiguous_rbln, unscanned
 
 CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3,
          "all": 7, "any": 8}
@@ -415,10 +415,34 @@ def _reduce_plan(name: str, key: tuple, std: bool) -> Plan:
     values_dtype = (torch.uint8 if dtype is torch.uint8 else torch.bool) if logical else dtype
     launch, scratch = decide(CODES[name], write_index, dtype, shape, *run, values_dtype)
     out_shape = reduced_shape(shape, dims, keepdim)
-    plan = Plan.of(launch, out_shape, values_dtype, () if name in UNSCANNED else (0,))
+    plan = ReducePlan(launch.kernel, launch.key, launch.keywords, launch.programs, launch.rows, out_shape,
+                      values_dtype, () if name in UNSCANNED else (0,))
     root = _sqrt_plan(dtype, out_shape, index) if std else None
     plan.run = _reduce_run(plan, name, dtype, index, numel, launch.ints, scratch, root)
+    # a compiled graph launches it directly (`direct`) where its one output is all it writes
+    plan.ints = None if scratch or std or name in INDEXED else launch.ints
     return plan
+
+
+class ReducePlan(Plan):
+    """A reduction's plan; one that writes only its values (`ints`: its launch's int arguments, None
+    otherwise) also describes its kept launch for a compiled graph (`direct`)."""
+
+    __slots__ = ("ints",)
+
+    def direct(self, operands: tuple) -> Direct | None:
+        """The kept launch by address: x, the values (as the index buffer too: no index is written),
+        the int arguments and this call's correction (a graph constant); one NPU's grid only."""
+        by_address = self.by_address
+        if self.ints is None or by_address is None or self.backend != requested_backend() or \
+                (self.programs * self.rows > 1 and device_tp(operands[0].get_device()) > 1):
+            return None
+        correction = operands[1]
+        if type(correction) is not int and type(correction) is not float:
+            return None
+        args = (("tensor", 0), ("out", None), ("out", None), *(("value", v) for v in self.ints),
+                ("value", correction))
+        return Direct(by_address, (self.programs, self.rows, 1), args)
 
 
 def _integer_reduce_plan(name: str, dtype: torch.dtype, shape: tuple, numel: int, index: int, dim,

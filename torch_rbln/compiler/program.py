@@ -136,6 +136,7 @@ class _Builder:
         self.env: dict[fx.Node, Any] = {}  # node -> _Tensor, or ("expr", source) for other values
         self.counter = Counter()
         self.calls: Counter[str] = Counter()
+        self.scanned: set = set()  # values (names, or a view's root and layout) checked for NaN/Inf
         self.device_counts: Counter[str] = Counter()
         self.kernels: Counter[str] = Counter()
         self.guards: list[str] = []
@@ -588,6 +589,11 @@ class _Builder:
         checks = []
         reads: list[str] = []
         for tensor in tensors:
+            seen = tensor.name or (tensor.root.name, tensor.offset, tuple(tensor.meta.shape),
+                                   tuple(tensor.meta.stride()))
+            if seen in self.scanned:
+                continue  # a value does not change within a call: one check of it serves every reader
+            self.scanned.add(seen)
             scan, mask = contiguous_scan(tensor.meta.dtype)
             address = self.address(tensor)
             checks.append(f"{self.const(scan, 's')}({address}, {_span(tensor.meta)}, {mask})")
@@ -635,8 +641,11 @@ class _Builder:
         from torch_rbln import registry
         from torch_rbln.registry.table import NAMES
 
-        args = tuple(self.values.get(a) if isinstance(a, fx.Node) else a for a in node.args)
-        kwargs = {k: self.values.get(v) if isinstance(v, fx.Node) else v for k, v in node.kwargs.items()}
+        # fx's immutable lists as the plain lists an eager call brings (a family's signature keys those)
+        args = tuple(self.values.get(a) if isinstance(a, fx.Node) else list(a) if isinstance(a, list) else a
+                     for a in node.args)
+        kwargs = {k: self.values.get(v) if isinstance(v, fx.Node) else list(v) if isinstance(v, list) else v
+                  for k, v in node.kwargs.items()}
         if node.target is aten._scaled_dot_product_fused_attention_overrideable.default:
             from torch_rbln.registry import attention
 

@@ -698,3 +698,59 @@ def test_attention_at_batch_one_leaves_no_call(fresh_compiler, monkeypatch):
     assert report["calls"] == {}, (report, programs[0].source)
     # the output, a view of the last matmul's buffer, is that buffer allocated in the view's layout
     assert report["folded_views"] == 1 and "as_strided" not in programs[0].source, programs[0].source
+
+
+def _reductions_and_pointwise(x, y, row):
+    """Nodes the fuser leaves alone (reductions over leading dims, a lone unary or binary op): each one
+    a registry plan that the program launches by address."""
+    return ((x * y).sum(0), x.mean(dim=(0, 1)), x.sum(1) / y.sum(1),
+            torch.add(x.sum(0), y.sum(0), alpha=0.5), torch.exp(x.sum(2)), torch.pow(y.sum(0), 3.0),
+            x.sum(1) - row)
+
+
+def _three_inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(4, 6, 8, generator=g), torch.randn(4, 6, 8, generator=g)
+    return x, y, torch.randn(1, 8, generator=g)
+
+
+def test_reductions_unary_and_binary_plans_are_launched_by_the_program(fresh_compiler, monkeypatch):
+    """sum/mean, a binary op of two tensors (dense or broadcast) and a unary op with a number leave no
+    dispatcher call; each value is checked for NaN/Inf once however many plans read it."""
+    programs = _programs(monkeypatch)
+    compiled = torch.compile(_reductions_and_pointwise, backend="rbln")
+    x, y, row = _three_inputs(5)
+    for _ in range(3):
+        got = compiled(x.to("rbln"), y.to("rbln"), row.to("rbln"))
+    for have, want in zip(got, _reductions_and_pointwise(x, y, row), strict=True):
+        torch.testing.assert_close(have.cpu(), want, atol=1e-5, rtol=1e-5)
+    (program,) = [p for p in programs if p.report]
+    assert program.report["calls"] == {}, program.report
+    assert program.report["planned"] >= 10
+    (address,) = re.findall(r"(p\d+) = v1\.data_ptr\(\)", program.source)
+    assert len(re.findall(rf"s\d+\({address}, ", program.source)) == 1, program.source  # x scanned once
+
+
+@pytest.mark.parametrize("special", [float("nan"), float("inf")])
+def test_a_nan_or_inf_read_by_a_planned_reduction_reruns_on_the_fused_graph(fresh_compiler, special):
+    compiled = torch.compile(_reductions_and_pointwise, backend="rbln")
+    x, y, row = _three_inputs(6)
+    for _ in range(3):
+        compiled(x.to("rbln"), y.to("rbln"), row.to("rbln"))
+    x[1, 2, 3] = special
+    got = compiled(x.to("rbln"), y.to("rbln"), row.to("rbln"))
+    for have, want in zip(got, _reductions_and_pointwise(x, y, row), strict=True):
+        torch.testing.assert_close(have.cpu(), want, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+def test_a_lone_unary_op_after_a_matmul_is_launched_by_the_program(fresh_compiler, monkeypatch):
+    """The MLP's GELU between two linears: the unary plan's kept launch, not a dispatcher call."""
+    programs = _programs(monkeypatch)
+    compiled = torch.compile(lambda x, w: F.gelu(x @ w), backend="rbln")
+    g = torch.Generator().manual_seed(7)
+    x, w = torch.randn(16, 8, generator=g), torch.randn(8, 12, generator=g)
+    for _ in range(3):
+        got = compiled(x.to("rbln"), w.to("rbln"))
+    torch.testing.assert_close(got.cpu(), F.gelu(x @ w), atol=1e-5, rtol=1e-5)
+    (program,) = [p for p in programs if p.report]
+    assert program.report["calls"] == {} and program.report["planned"] == 2, program.report

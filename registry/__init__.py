@@ -142,7 +142,6 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
                 counts[name] += 1
                 return result
             except StridedTarget as strided:
-                reason = strided.reason
                 result, reason = _staged(impl, args, kwargs, strided.reason, in_place, overwrites_first, name)
                 if result is not None:
                     counts[name] += 1

@@ -252,12 +252,14 @@ def contiguous_copier(shape: tuple, strides: tuple) -> Callable[[torch.Tensor, t
     return _copier(shape, tuple(strides), tuple(contiguous_strides(shape)))
 
 
-def strided_writer(shape: tuple, strides: tuple, *, broadcast: bool = False
+def strided_writer(shape: tuple, strides: tuple, dtype: torch.dtype, *, broadcast: bool = False
                    ) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
     """`copy(src, dst)` for a contiguous `src` of `shape` (`broadcast`: of one element, written to every
-    element) written into a `dst` view of that shape with `strides` on its device (`staging.py`: a
-    result written through a contiguous staging tensor; a fill of a view); None where the kernels
-    cannot express the copy."""
+    element) written into a `dst` view of that shape with `strides` on its device, both of `dtype`
+    (`staging.py`: a result written through a contiguous staging tensor; a fill of a view); None where
+    the kernels cannot express the copy (its geometry or dtype)."""
+    if dtype not in _DTYPES:
+        return None
     if broadcast:
         return _copier(shape, (0,) * len(shape), tuple(strides), src_shape=(1,) * len(shape))
     return _copier(shape, tuple(contiguous_strides(shape)), tuple(strides))

@@ -374,7 +374,7 @@ def _fill_view(x: Tensor, value) -> Tensor:
     kernels cannot write, or whose elements share memory, is left to `staging.py` (`StridedTarget`)."""
     from .staging import distinct_elements
 
-    write = strided_writer(tuple(x.shape), tuple(x.stride()), broadcast=True)
+    write = strided_writer(tuple(x.shape), tuple(x.stride()), x.dtype, broadcast=True)
     if write is None or not distinct_elements(x):
         raise StridedTarget("non-contiguous in-place")
     key = (x.dtype, x.get_device(), float(value).hex())  # not the float: -0.0 == 0.0 would share one
@@ -872,8 +872,9 @@ class BinaryPlan(Plan):
         by_address, alpha = self.by_address, operands[2]
         if self.tail is None or by_address is None or self.backend != requested_backend() or \
                 operands[3] is not None or (type(alpha) is not int and type(alpha) is not float) or \
+                (alpha != 1 and not self.scanned) or \
                 (self.programs * self.rows > 1 and device_tp(operands[0].get_device()) > 1):
-            return None
+            return None  # (an exact add/sub scans its operands for an alpha other than 1: `_ALPHA_SCANNED`)
         ints = tuple(("value", v) for v in self.tail)
         alpha_arg = (("value", float(alpha)),)
         args = (("tensor", 0), ("tensor", 1), ("out", None),

@@ -2,11 +2,11 @@
 resized dim, and their backwards as scatter_adds.
 
 Why gathers: every output element of these ops is one input element, chosen per dim by an index that
-depends only on the sizes (and the scale), never on the values. So each resized dim is one launch of
-the `index_select` gather kernel with an index vector computed here on the host, once per geometry and
-kept on the device (`_indices`). The results are the input's values moved, bitwise the CPU's, NaN and
-Inf included. A diffusion UNet's `F.interpolate(scale_factor=2)` and a CNN's `F.pad(mode="reflect")`
-went to the CPU fallback before.
+depends only on the sizes (and the scale), never on the values. So the last two dims are one launch of
+`kernels/resample.py`'s plane gather (a third dim before them one `index_select`), with index vectors
+computed here on the host, once per geometry, and kept on the device (`_indices`). The results are the
+input's values moved, bitwise the CPU's, NaN and Inf included. A diffusion UNet's
+`F.interpolate(scale_factor=2)` and a CNN's `F.pad(mode="reflect")` went to the CPU fallback before.
 
 The host computes the source index as PyTorch's CPU kernels do (aten/src/ATen/native/UpSample.h):
 `nearest`: the output index itself when the size is unchanged, half of it when the size doubles, else

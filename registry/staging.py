@@ -20,7 +20,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ._copy import _dtype_unsupported, strided_writer
+from ._copy import strided_writer
 from ._ops import contiguous, empty
 
 
@@ -55,8 +55,8 @@ def run_staged(impl: Callable[..., Any], args: tuple, kwargs: dict, in_place: bo
         return None
     if in_place and _shares_memory(target, (*args[1:], *kwargs.values())):
         return None
-    write = strided_writer(tuple(target.shape), tuple(target.stride()))
-    if write is None or _dtype_unsupported(target, target) is not None:
+    write = strided_writer(tuple(target.shape), tuple(target.stride()), target.dtype)
+    if write is None:
         return None
     if in_place:
         staging = empty(target.shape, target.dtype, target.get_device()) if overwrites_first \

@@ -704,7 +704,7 @@ def _reductions_and_pointwise(x, y, row):
     """Nodes the fuser leaves alone (reductions over leading dims, a lone unary or binary op): each one
     a registry plan that the program launches by address."""
     return ((x * y).sum(0), x.mean(dim=(0, 1)), x.sum(1) / y.sum(1),
-            torch.add(x.sum(0), y.sum(0), alpha=0.5), torch.exp(x.sum(2)), torch.pow(y.sum(0), 3.0),
+            torch.sub(x.sum(0), y.sum(0)), torch.exp(x.sum(2)), torch.pow(y.sum(0), 3.0),
             x.sum(1) - row)
 
 
@@ -727,6 +727,12 @@ def test_reductions_unary_and_binary_plans_are_launched_by_the_program(fresh_com
     (program,) = [p for p in programs if p.report]
     assert program.report["calls"] == {}, program.report
     assert program.report["planned"] >= 10
+    # an exact add with alpha other than 1 scans its operands eagerly (`_ALPHA_SCANNED`): left a call
+    scaled = torch.compile(lambda a, b: torch.add(a.sum(0), b.sum(0), alpha=0.5), backend="rbln")
+    for _ in range(3):
+        got = scaled(x.to("rbln"), y.to("rbln"))
+    torch.testing.assert_close(got.cpu(), torch.add(x.sum(0), y.sum(0), alpha=0.5), atol=1e-5, rtol=1e-5)
+    assert programs[-1].report["calls"] == {"add.Tensor": 1}, programs[-1].report
     (address,) = re.findall(r"(p\d+) = v1\.data_ptr\(\)", program.source)
     assert len(re.findall(rf"s\d+\({address}, ", program.source)) == 1, program.source  # x scanned once
 

@@ -36,3 +36,44 @@ def gather_plane_kernel(x_ptr, rows_ptr, cols_ptr, out_ptr, height, width, out_h
         ok = i_ok[:, None] & j_ok[None, :]
         v = tl.load(x_plane + source_rows[:, None] * width + source_cols[None, :], mask=ok, other=0.0)
         tl.store(out_plane + oi[:, None] * out_width + oj[None, :], v, mask=ok)
+
+
+@tl.jit
+def linear_plane_kernel(x_ptr, rows0_ptr, rows1_ptr, row_w0_ptr, row_w1_ptr, cols0_ptr, cols1_ptr, col_w0_ptr,
+                        col_w1_ptr, out_ptr, height, width, out_height, out_width,
+                        RESIZE_ROWS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
+    """A linear resize of the last dim (and of the one before it when RESIZE_ROWS) of a contiguous
+    (planes, height, width) x into a contiguous (planes, out_height, out_width) out, in float32 as
+    torch's CPU kernel nests it: per output row, t = x[r, c0] * wc0 + x[r, c1] * wc1 for its source
+    rows r, then t0 * wr0 + t1 * wr1 (without RESIZE_ROWS the row is the output's own: t alone);
+    grid (cdiv(out_height, BLOCK_H), planes)."""
+    plane = tl.program_id(1).to(tl.int64)
+    oi = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
+    i_ok = oi < out_height
+    x_plane = x_ptr + plane * height * width
+    out_plane = out_ptr + plane * out_height * out_width
+    if RESIZE_ROWS:
+        r0 = tl.load(rows0_ptr + oi, mask=i_ok, other=0)
+        r1 = tl.load(rows1_ptr + oi, mask=i_ok, other=0)
+        wr0 = tl.load(row_w0_ptr + oi, mask=i_ok, other=0.0)
+        wr1 = tl.load(row_w1_ptr + oi, mask=i_ok, other=0.0)
+    else:
+        r0 = oi
+    oj0 = tl.arange(0, BLOCK_W)
+    for start in range(0, out_width, BLOCK_W):
+        oj = start + oj0
+        j_ok = oj < out_width
+        c0 = tl.load(cols0_ptr + oj, mask=j_ok, other=0)
+        c1 = tl.load(cols1_ptr + oj, mask=j_ok, other=0)
+        wc0 = tl.load(col_w0_ptr + oj, mask=j_ok, other=0.0)[None, :]
+        wc1 = tl.load(col_w1_ptr + oj, mask=j_ok, other=0.0)[None, :]
+        ok = i_ok[:, None] & j_ok[None, :]
+        near = x_plane + r0[:, None] * width
+        t0 = tl.load(near + c0[None, :], mask=ok, other=0.0).to(tl.float32) * wc0 + \
+            tl.load(near + c1[None, :], mask=ok, other=0.0).to(tl.float32) * wc1
+        if RESIZE_ROWS:
+            far = x_plane + r1[:, None] * width
+            t1 = tl.load(far + c0[None, :], mask=ok, other=0.0).to(tl.float32) * wc0 + \
+                tl.load(far + c1[None, :], mask=ok, other=0.0).to(tl.float32) * wc1
+            t0 = t0 * wr0[:, None] + t1 * wr1[:, None]
+        tl.store(out_plane + oi[:, None] * out_width + oj[None, :], t0.to(out_ptr.dtype.element_ty), mask=ok)

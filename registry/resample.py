@@ -145,13 +145,8 @@ def _plane_gather(x: Tensor, rows: Tensor | None, cols: Tensor | None) -> Tensor
     cols = _identity(width, index) if cols is None else cols
     out_height, out_width = rows.numel(), cols.numel()
     out = empty((*x.shape[:-2], out_height, out_width), x.dtype, index)
-    if out.numel() == 0:
-        return out
-    kernels = _k("resample")
-    block_w = max(16, min(128, 1 << (out_width - 1).bit_length()))
-    block_h = max(1, min(1 << (out_height - 1).bit_length(), kernels.BLOCK_ELEMENTS // block_w))
-    launch_grid(kernels.gather_plane_kernel, (cdiv(out_height, block_h), x.numel() // (height * width)),
-                (x, rows, cols, out, height, width, out_height, out_width), BLOCK_H=block_h, BLOCK_W=block_w)
+    if out.numel():
+        _launch_planes("gather_plane_kernel", x, out, (rows, cols))
     return out
 
 
@@ -286,9 +281,10 @@ def _tap(x: Tensor, dim: int, sources: Tensor) -> Tensor:
 
 def upsample_linear(x: Tensor, output_size: Sequence[int], align_corners: bool, *scales: float | None
                     ) -> Tensor:
-    """`upsample_linear1d`, `upsample_bilinear2d`, `upsample_trilinear3d`: per resized dim, from the
-    last, the two source slices gathered and summed with their weights (`first * w0 + second * w1` on
-    the elementwise kernels), the order in which torch's CPU kernel nests its sums."""
+    """`upsample_linear1d`, `upsample_bilinear2d`, `upsample_trilinear3d`, in the order in which torch's
+    CPU kernel nests its sums: the last two dims in one launch of `linear_plane_kernel` (per output,
+    the last dim's two taps, then the rows' two), then a depth's two slices gathered and summed with
+    their weights on the elementwise kernels."""
     from .elementwise import binary
 
     if x.dim() != len(output_size) + 2:
@@ -297,8 +293,9 @@ def upsample_linear(x: Tensor, output_size: Sequence[int], align_corners: bool, 
     if x.numel() == 0:
         raise Decline("empty tensor")
     per_dim = _linear_dims(x.shape[2:], output_size, align_corners, scales)
-    result, index = x, x.get_device()
-    for offset in reversed(range(len(per_dim))):
+    result = _linear_last_two(x, per_dim[-2:], output_size, align_corners, scales)
+    index = x.get_device()
+    for offset in reversed(range(len(per_dim) - 2)):
         if per_dim[offset] is None:
             continue
         key, (first, second, w0, w1) = per_dim[offset]
@@ -308,6 +305,57 @@ def upsample_linear(x: Tensor, output_size: Sequence[int], align_corners: bool, 
         result = binary("add", binary("mul", near, _weights(key, w0, 0, dim, x.dim(), x)),
                         binary("mul", far, _weights(key, w1, 1, dim, x.dim(), x)))
     return result if result is not x else x.clone()
+
+
+def _linear_last_two(x: Tensor, last: Sequence[tuple | None], output_size: Sequence[int],
+                     align_corners: bool, scales: tuple) -> Tensor:
+    """The linear resize of x's last dim and, for 2-d and 3-d modes, the one before it (`last`: their
+    `_linear_dims` entries) in one `linear_plane_kernel` launch. A kept size's taps are (i, i) with
+    weights (1, 0), as torch's kernel computes it too."""
+    if all(entry is None for entry in last):
+        return x
+    x = contiguous(x)
+    index = x.get_device()
+    height, width = x.shape[-2], x.shape[-1]
+    out_width = int(output_size[-1])
+    resize_rows = len(last) == 2
+    out_height = int(output_size[-2]) if resize_rows else height
+    dims = [(last[-1], width, out_width, scales[-1])]
+    if resize_rows:
+        dims.append((last[0], height, out_height, scales[-2]))
+    taps = []
+    for entry, size, out_size, scale in dims:
+        key = entry[0] if entry is not None else ("linear", size, out_size, bool(align_corners), scale)
+        sources = entry[1] if entry is not None else linear_sources(size, out_size, align_corners, scale)
+        taps += [_device_indices((*key, which), sources[which], index) for which in (0, 1)]
+        taps += [_kernel_weights(key, sources[2 + which], which, x.dtype, index) for which in (0, 1)]
+    columns, rows = taps[:4], taps[4:] if resize_rows else taps[:1] * 4  # (rows unread without RESIZE_ROWS)
+    out = empty((*x.shape[:-2], out_height, out_width), x.dtype, index)
+    _launch_planes("linear_plane_kernel", x, out, (*rows, *columns), RESIZE_ROWS=resize_rows)
+    return out
+
+
+def _launch_planes(name: str, x: Tensor, out: Tensor, tables: tuple, **constexprs) -> None:
+    """`kernels/resample.py`'s `name` over the planes of x (..., height, width) and out (..., out_height,
+    out_width), with its index and weight `tables`: programs of up to BLOCK_ELEMENTS outputs, a row
+    block of one plane each."""
+    kernels = _k("resample")
+    height, width, out_height, out_width = x.shape[-2], x.shape[-1], out.shape[-2], out.shape[-1]
+    block_w = max(16, min(128, 1 << (out_width - 1).bit_length()))
+    block_h = max(1, min(1 << (out_height - 1).bit_length(), kernels.BLOCK_ELEMENTS // block_w))
+    launch_grid(getattr(kernels, name), (cdiv(out_height, block_h), x.numel() // (height * width)),
+                (x, *tables, out, height, width, out_height, out_width), **constexprs, BLOCK_H=block_h,
+                BLOCK_W=block_w)
+
+
+def _kernel_weights(key: tuple, weights: np.ndarray, which: int, dtype: torch.dtype, index: int) -> Tensor:
+    """A dim's weights as float32 on the device, rounded through `dtype` first (torch's kernel stores
+    them in the input's dtype, then computes in float32), kept per geometry."""
+    memo_key = (*key, "kernel weight", which, dtype, index)
+    device_weights = _indices.get(memo_key)
+    if device_weights is None:
+        device_weights = _indices[memo_key] = torch.from_numpy(weights).to(dtype).float().to(f"rbln:{index}")
+    return device_weights
 
 
 def upsample_linear_backward(grad: Tensor, output_size: Sequence[int], input_size: Sequence[int],

@@ -77,3 +77,36 @@ def linear_plane_kernel(x_ptr, rows0_ptr, rows1_ptr, row_w0_ptr, row_w1_ptr, col
                 tl.load(far + c1[None, :], mask=ok, other=0.0).to(tl.float32) * wc1
             t0 = t0 * wr0[:, None] + t1 * wr1[:, None]
         tl.store(out_plane + oi[:, None] * out_width + oj[None, :], t0.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@tl.jit
+def run_sum_plane_kernel(g_ptr, row_start_ptr, row_count_ptr, col_start_ptr, col_count_ptr, out_ptr,
+                         height, width, out_height, out_width, max_rows, max_cols,
+                         BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
+    """The gradient of a plane gather whose sources are non-decreasing (nearest, replication pads):
+    input (r, c) of each plane receives the outputs rows [row_start[r], + row_count[r]) x columns
+    [col_start[c], + col_count[c]) of the contiguous (planes, height, width) gradient g, summed in
+    float32 in row-major order (as torch's CPU backward adds them) into the contiguous
+    (planes, out_height, out_width) out; grid (cdiv(out_height, BLOCK_H), planes)."""
+    plane = tl.program_id(1).to(tl.int64)
+    r = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
+    r_ok = r < out_height
+    first_row = tl.load(row_start_ptr + r, mask=r_ok, other=0)
+    rows = tl.load(row_count_ptr + r, mask=r_ok, other=0)
+    g_plane = g_ptr + plane * height * width
+    out_plane = out_ptr + plane * out_height * out_width
+    c0 = tl.arange(0, BLOCK_W)
+    for start in range(0, out_width, BLOCK_W):
+        c = start + c0
+        c_ok = c < out_width
+        first_col = tl.load(col_start_ptr + c, mask=c_ok, other=0)
+        cols = tl.load(col_count_ptr + c, mask=c_ok, other=0)
+        acc = tl.zeros((BLOCK_H, BLOCK_W), dtype=tl.float32)
+        for i in range(0, max_rows):
+            row_in = r_ok & (i < rows)
+            for j in range(0, max_cols):
+                ok = row_in[:, None] & (c_ok & (j < cols))[None, :]
+                acc += tl.load(g_plane + (first_row + i)[:, None] * width + (first_col + j)[None, :], mask=ok,
+                               other=0.0).to(tl.float32)
+        tl.store(out_plane + r[:, None] * out_width + c[None, :], acc.to(out_ptr.dtype.element_ty),
+                 mask=r_ok[:, None] & c_ok[None, :])

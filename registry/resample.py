@@ -121,12 +121,41 @@ def _scattered_back(grad: Tensor, sizes: Sequence[int], per_dim: Sequence[tuple[
     if grad.numel() == 0:
         raise Decline("empty tensor")
     first = grad.dim() - len(per_dim)
-    for offset in reversed(range(len(per_dim))):
+    last = len(per_dim)
+    if grad.dim() >= 2 and all(sources is None or bool(np.all(np.diff(sources) >= 0))
+                               for _, sources in per_dim[-2:]):
+        grad = _run_sums(grad, per_dim[-2:], sizes[-2:])  # the last two dims at once, in torch's order
+        last = max(0, len(per_dim) - 2)
+    for offset in reversed(range(last)):
         key, sources = per_dim[offset]
         if sources is not None:
             grad = _added_back([(grad, _device_indices(key, sources, grad.get_device()))], first + offset,
                                sizes[offset])
     return grad if grad.is_contiguous() else contiguous(grad)
+
+
+def _run_sums(grad: Tensor, last: Sequence[tuple[tuple, np.ndarray | None]], sizes: Sequence[int]) -> Tensor:
+    """The gradient of the last one or two gathered dims of a plane gather whose sources never decrease
+    (nearest, replication pads): each input sums its run of outputs, rows then columns, in one launch
+    of `run_sum_plane_kernel` (no index of the gradient's size, no transposed copies)."""
+    index = grad.get_device()
+    pairs = [((), None)] * (2 - len(last)) + list(last)
+    in_sizes = [grad.shape[-2], *sizes] if len(last) == 1 else list(sizes)
+    tables, longest = [], []
+    for (key, sources), out_size, in_size in zip(pairs, (grad.shape[-2], grad.shape[-1]), in_sizes,
+                                                 strict=True):
+        if sources is None:
+            sources = np.arange(out_size, dtype=np.int64)
+            key = ("identity", out_size)
+        start = np.searchsorted(sources, np.arange(in_size), side="left").astype(np.int64)
+        count = np.searchsorted(sources, np.arange(in_size), side="right").astype(np.int64) - start
+        tables += [_device_indices((*key, "run start"), start, index),
+                   _device_indices((*key, "run count"), count, index)]
+        longest.append(int(count.max(initial=0)))
+    grad = contiguous(grad)
+    out = empty((*grad.shape[:-2], *in_sizes), grad.dtype, index)
+    _launch_planes("run_sum_plane_kernel", grad, out, tuple(tables), extra=tuple(longest))
+    return out
 
 
 def _identity(size: int, index: int) -> Tensor:
@@ -335,17 +364,17 @@ def _linear_last_two(x: Tensor, last: Sequence[tuple | None], output_size: Seque
     return out
 
 
-def _launch_planes(name: str, x: Tensor, out: Tensor, tables: tuple, **constexprs) -> None:
+def _launch_planes(name: str, x: Tensor, out: Tensor, tables: tuple, extra: tuple = (), **constexprs) -> None:
     """`kernels/resample.py`'s `name` over the planes of x (..., height, width) and out (..., out_height,
-    out_width), with its index and weight `tables`: programs of up to BLOCK_ELEMENTS outputs, a row
-    block of one plane each."""
+    out_width), with its index and weight `tables` (and `extra` ints after the sizes): programs of up to
+    BLOCK_ELEMENTS outputs, a row block of one plane each."""
     kernels = _k("resample")
     height, width, out_height, out_width = x.shape[-2], x.shape[-1], out.shape[-2], out.shape[-1]
     block_w = max(16, min(128, 1 << (out_width - 1).bit_length()))
     block_h = max(1, min(1 << (out_height - 1).bit_length(), kernels.BLOCK_ELEMENTS // block_w))
     launch_grid(getattr(kernels, name), (cdiv(out_height, block_h), x.numel() // (height * width)),
-                (x, *tables, out, height, width, out_height, out_width), **constexprs, BLOCK_H=block_h,
-                BLOCK_W=block_w)
+                (x, *tables, out, height, width, out_height, out_width, *extra),
+                **constexprs, BLOCK_H=block_h, BLOCK_W=block_w)
 
 
 def _kernel_weights(key: tuple, weights: np.ndarray, which: int, dtype: torch.dtype, index: int) -> Tensor:

@@ -136,3 +136,22 @@ def test_bilinear_half_types(dtype):
     got = F.interpolate(x.to("rbln"), scale_factor=1.7, mode="bilinear").cpu()
     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
     _no_cpu_calls()
+
+
+@pytest.mark.parametrize("resize", [
+    lambda t: F.interpolate(t, scale_factor=2), lambda t: F.interpolate(t, scale_factor=0.6),
+    lambda t: F.interpolate(t, scale_factor=2.7, mode="nearest-exact"),
+    lambda t: F.interpolate(t, size=(11, 4)), lambda t: F.pad(t, (2, 1, 0, 3), mode="replicate"),
+])
+def test_run_sum_gradients_are_the_cpus_bits(resize):
+    """Non-decreasing sources (nearest, replication): each input sums its run of outputs in row-major
+    order in one launch, as torch's CPU backward adds them: the same bits in 1-d and 2-d."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 3, 5, 7, generator=g, requires_grad=True)
+    device = x.detach().to("rbln").requires_grad_()
+    y = resize(x)
+    weights = torch.randn(y.shape, generator=g)
+    (want,) = torch.autograd.grad((y * weights).sum(), x)
+    (got,) = torch.autograd.grad((resize(device) * weights.to("rbln")).sum(), device)
+    _same(got, want)
+    _no_cpu_calls()

@@ -18,16 +18,21 @@ BLOCK_ELEMENTS = 2048  # a program's tile: BLOCK_H x BLOCK_W output elements
 
 
 @tl.jit
+def _plane_rows(in_ptr, out_ptr, height, width, out_height, out_width, BLOCK_H: tl.constexpr):
+    """(this program's plane of the input, of the output, its block of output rows, their bounds mask):
+    every kernel here runs on grid (cdiv(out_height, BLOCK_H), planes)."""
+    plane = tl.program_id(1).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
+    return in_ptr + plane * height * width, out_ptr + plane * out_height * out_width, rows, rows < out_height
+
+
+@tl.jit
 def gather_plane_kernel(x_ptr, rows_ptr, cols_ptr, out_ptr, height, width, out_height, out_width,
                         BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
     """out[p, i, j] = x[p, rows[i], cols[j]] for a contiguous (planes, height, width) x and a contiguous
     (planes, out_height, out_width) out; grid (cdiv(out_height, BLOCK_H), planes)."""
-    plane = tl.program_id(1).to(tl.int64)
-    oi = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
-    i_ok = oi < out_height
+    x_plane, out_plane, oi, i_ok = _plane_rows(x_ptr, out_ptr, height, width, out_height, out_width, BLOCK_H)
     source_rows = tl.load(rows_ptr + oi, mask=i_ok, other=0)
-    x_plane = x_ptr + plane * height * width
-    out_plane = out_ptr + plane * out_height * out_width
     oj0 = tl.arange(0, BLOCK_W)
     for start in range(0, out_width, BLOCK_W):
         oj = start + oj0
@@ -47,11 +52,7 @@ def linear_plane_kernel(x_ptr, rows0_ptr, rows1_ptr, row_w0_ptr, row_w1_ptr, col
     torch's CPU kernel nests it: per output row, t = x[r, c0] * wc0 + x[r, c1] * wc1 for its source
     rows r, then t0 * wr0 + t1 * wr1 (without RESIZE_ROWS the row is the output's own: t alone);
     grid (cdiv(out_height, BLOCK_H), planes)."""
-    plane = tl.program_id(1).to(tl.int64)
-    oi = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
-    i_ok = oi < out_height
-    x_plane = x_ptr + plane * height * width
-    out_plane = out_ptr + plane * out_height * out_width
+    x_plane, out_plane, oi, i_ok = _plane_rows(x_ptr, out_ptr, height, width, out_height, out_width, BLOCK_H)
     if RESIZE_ROWS:
         r0 = tl.load(rows0_ptr + oi, mask=i_ok, other=0)
         r1 = tl.load(rows1_ptr + oi, mask=i_ok, other=0)
@@ -88,13 +89,9 @@ def run_sum_plane_kernel(g_ptr, row_start_ptr, row_count_ptr, col_start_ptr, col
     [col_start[c], + col_count[c]) of the contiguous (planes, height, width) gradient g, summed in
     float32 in row-major order (as torch's CPU backward adds them) into the contiguous
     (planes, out_height, out_width) out; grid (cdiv(out_height, BLOCK_H), planes)."""
-    plane = tl.program_id(1).to(tl.int64)
-    r = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
-    r_ok = r < out_height
+    g_plane, out_plane, r, r_ok = _plane_rows(g_ptr, out_ptr, height, width, out_height, out_width, BLOCK_H)
     first_row = tl.load(row_start_ptr + r, mask=r_ok, other=0)
     rows = tl.load(row_count_ptr + r, mask=r_ok, other=0)
-    g_plane = g_ptr + plane * height * width
-    out_plane = out_ptr + plane * out_height * out_width
     c0 = tl.arange(0, BLOCK_W)
     for start in range(0, out_width, BLOCK_W):
         c = start + c0

@@ -107,3 +107,48 @@ def run_sum_plane_kernel(g_ptr, row_start_ptr, row_count_ptr, col_start_ptr, col
                                other=0.0).to(tl.float32)
         tl.store(out_plane + r[:, None] * out_width + c[None, :], acc.to(out_ptr.dtype.element_ty),
                  mask=r_ok[:, None] & c_ok[None, :])
+
+
+@tl.jit
+def _tap_weights(first_ptr, w0_ptr, w1_ptr, outputs, ok, target, size):
+    """The weight with which each of `outputs` (a run) reaches input `target` through a linear
+    resize's two taps: w0 where its first source is the target, plus w1 where its second one is (the
+    second source is the first's successor, or the first itself at the last input)."""
+    first = tl.load(first_ptr + outputs, mask=ok, other=-1)
+    second = first + (first < size - 1).to(first.dtype)
+    w0 = tl.load(w0_ptr + outputs, mask=ok, other=0.0)
+    w1 = tl.load(w1_ptr + outputs, mask=ok, other=0.0)
+    return tl.where(ok & (first == target), w0, 0.0) + tl.where(ok & (second == target), w1, 0.0)
+
+
+@tl.jit
+def weighted_run_sum_plane_kernel(g_ptr, row_start_ptr, row_count_ptr, row_first_ptr, row_w0_ptr,
+                                  row_w1_ptr, col_start_ptr, col_count_ptr, col_first_ptr, col_w0_ptr,
+                                  col_w1_ptr, out_ptr, height, width, out_height, out_width, max_rows,
+                                  max_cols, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
+    """The gradient of `linear_plane_kernel`: input (r, c) of each plane sums, over its run of output
+    rows and of output columns (those whose first source is r - 1 or r: both taps), the gradient times
+    the two taps' weights (`_tap_weights`), in float32 in row-major order; grid as the forward's over
+    the input (out_height x out_width here)."""
+    g_plane, out_plane, r, r_ok = _plane_rows(g_ptr, out_ptr, height, width, out_height, out_width, BLOCK_H)
+    first_row = tl.load(row_start_ptr + r, mask=r_ok, other=0)
+    rows = tl.load(row_count_ptr + r, mask=r_ok, other=0)
+    c0 = tl.arange(0, BLOCK_W)
+    for start in range(0, out_width, BLOCK_W):
+        c = start + c0
+        c_ok = c < out_width
+        first_col = tl.load(col_start_ptr + c, mask=c_ok, other=0)
+        cols = tl.load(col_count_ptr + c, mask=c_ok, other=0)
+        acc = tl.zeros((BLOCK_H, BLOCK_W), dtype=tl.float32)
+        for i in range(0, max_rows):
+            row_in = r_ok & (i < rows)
+            wr = _tap_weights(row_first_ptr, row_w0_ptr, row_w1_ptr, first_row + i, row_in, r, out_height)
+            for j in range(0, max_cols):
+                col_in = c_ok & (j < cols)
+                wc = _tap_weights(col_first_ptr, col_w0_ptr, col_w1_ptr, first_col + j, col_in, c, out_width)
+                ok = row_in[:, None] & col_in[None, :]
+                g = tl.load(g_plane + (first_row + i)[:, None] * width + (first_col + j)[None, :], mask=ok,
+                            other=0.0).to(tl.float32)
+                acc += wr[:, None] * wc[None, :] * g
+        tl.store(out_plane + r[:, None] * out_width + c[None, :], acc.to(out_ptr.dtype.element_ty),
+                 mask=r_ok[:, None] & c_ok[None, :])

@@ -389,8 +389,8 @@ def _kernel_weights(key: tuple, weights: np.ndarray, which: int, dtype: torch.dt
 
 def upsample_linear_backward(grad: Tensor, output_size: Sequence[int], input_size: Sequence[int],
                              align_corners: bool, *scales: float | None) -> Tensor:
-    """The backward of `upsample_linear`: per resized dim, from the first, each output's gradient times
-    its two weights added to its two sources (`_added_back`)."""
+    """The backward of `upsample_linear`: a depth's gradient times its two weights added to its two
+    sources (`_added_back`), then the last two dims' in one launch (`_linear_run_sums`)."""
     from .elementwise import binary
 
     if grad.dim() != len(output_size) + 2 or len(input_size) != grad.dim() or \
@@ -401,7 +401,7 @@ def upsample_linear_backward(grad: Tensor, output_size: Sequence[int], input_siz
         raise Decline("empty tensor")
     per_dim = _linear_dims(input_size[2:], output_size, align_corners, scales)
     index = grad.get_device()
-    for offset, entry in enumerate(per_dim):
+    for offset, entry in enumerate(per_dim[:-2]):  # a depth first: the forward resized it last
         if entry is None:
             continue
         key, (first, second, w0, w1) = entry
@@ -410,4 +410,36 @@ def upsample_linear_backward(grad: Tensor, output_size: Sequence[int], input_siz
                   _device_indices((*key, which), sources, index))
                  for which, (sources, weights) in enumerate(((first, w0), (second, w1)))]
         grad = _added_back(parts, dim, int(input_size[dim]))
+    last = per_dim[-2:]
+    if any(entry is not None for entry in last):
+        in_sizes = [int(s) for s in input_size[-len(last):]]
+        grad = _linear_run_sums(grad, last, in_sizes, align_corners, scales[-len(last):])
     return grad if grad.is_contiguous() else contiguous(grad)
+
+
+def _linear_run_sums(grad: Tensor, last: Sequence[tuple | None], in_sizes: Sequence[int], align_corners: bool,
+                     scales: tuple) -> Tensor:
+    """The gradient of `_linear_last_two` in one launch of `weighted_run_sum_plane_kernel`: each input
+    sums the outputs whose first source is it or its predecessor (a contiguous run: the sources never
+    decrease) times their taps' weights. A kept size's taps are (i, i) with weights (1, 0)."""
+    index = grad.get_device()
+    grad = contiguous(grad)
+    dims = [(None, grad.shape[-2], grad.shape[-2], None)] if len(last) == 1 else []
+    dims += [(entry, in_size, out_size, scale) for entry, in_size, out_size, scale in
+             zip(last, in_sizes, grad.shape[-len(last):], scales, strict=True)]
+    tables, longest = [], []
+    for entry, in_size, out_size, scale in dims:  # rows, then columns
+        key = entry[0] if entry is not None else ("linear", in_size, out_size, bool(align_corners), scale)
+        first, _, w0, w1 = entry[1] if entry is not None else linear_sources(in_size, out_size, align_corners,
+                                                                           scale)
+        inputs = np.arange(in_size)
+        start = np.searchsorted(first, inputs - 1, side="left").astype(np.int64)
+        count = np.searchsorted(first, inputs, side="right").astype(np.int64) - start
+        tables += [_device_indices((*key, "tap run start"), start, index),
+                   _device_indices((*key, "tap run count"), count, index),
+                   _device_indices((*key, 0), first, index),
+                   *(_kernel_weights(key, w, which, grad.dtype, index) for which, w in enumerate((w0, w1)))]
+        longest.append(int(count.max(initial=0)))
+    out = empty((*grad.shape[:-2], dims[0][1], dims[1][1]), grad.dtype, index)
+    _launch_planes("weighted_run_sum_plane_kernel", grad, out, tuple(tables), extra=tuple(longest))
+    return out

@@ -81,35 +81,6 @@ def linear_plane_kernel(x_ptr, rows0_ptr, rows1_ptr, row_w0_ptr, row_w1_ptr, col
 
 
 @tl.jit
-def run_sum_plane_kernel(g_ptr, row_start_ptr, row_count_ptr, col_start_ptr, col_count_ptr, out_ptr,
-                         height, width, out_height, out_width, max_rows, max_cols,
-                         BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
-    """The gradient of a plane gather whose sources are non-decreasing (nearest, replication pads):
-    input (r, c) of each plane receives the outputs rows [row_start[r], + row_count[r]) x columns
-    [col_start[c], + col_count[c]) of the contiguous (planes, height, width) gradient g, summed in
-    float32 in row-major order (as torch's CPU backward adds them) into the contiguous
-    (planes, out_height, out_width) out; grid (cdiv(out_height, BLOCK_H), planes)."""
-    g_plane, out_plane, r, r_ok = _plane_rows(g_ptr, out_ptr, height, width, out_height, out_width, BLOCK_H)
-    first_row = tl.load(row_start_ptr + r, mask=r_ok, other=0)
-    rows = tl.load(row_count_ptr + r, mask=r_ok, other=0)
-    c0 = tl.arange(0, BLOCK_W)
-    for start in range(0, out_width, BLOCK_W):
-        c = start + c0
-        c_ok = c < out_width
-        first_col = tl.load(col_start_ptr + c, mask=c_ok, other=0)
-        cols = tl.load(col_count_ptr + c, mask=c_ok, other=0)
-        acc = tl.zeros((BLOCK_H, BLOCK_W), dtype=tl.float32)
-        for i in range(0, max_rows):
-            row_in = r_ok & (i < rows)
-            for j in range(0, max_cols):
-                ok = row_in[:, None] & (c_ok & (j < cols))[None, :]
-                acc += tl.load(g_plane + (first_row + i)[:, None] * width + (first_col + j)[None, :], mask=ok,
-                               other=0.0).to(tl.float32)
-        tl.store(out_plane + r[:, None] * out_width + c[None, :], acc.to(out_ptr.dtype.element_ty),
-                 mask=r_ok[:, None] & c_ok[None, :])
-
-
-@tl.jit
 def _tap_weights(first_ptr, w0_ptr, w1_ptr, outputs, ok, target, size):
     """The weight with which each of `outputs` (a run) reaches input `target` through a linear
     resize's two taps: w0 where its first source is the target, plus w1 where its second one is (the
@@ -122,14 +93,18 @@ def _tap_weights(first_ptr, w0_ptr, w1_ptr, outputs, ok, target, size):
 
 
 @tl.jit
-def weighted_run_sum_plane_kernel(g_ptr, row_start_ptr, row_count_ptr, row_first_ptr, row_w0_ptr,
-                                  row_w1_ptr, col_start_ptr, col_count_ptr, col_first_ptr, col_w0_ptr,
-                                  col_w1_ptr, out_ptr, height, width, out_height, out_width, max_rows,
-                                  max_cols, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
-    """The gradient of `linear_plane_kernel`: input (r, c) of each plane sums, over its run of output
-    rows and of output columns (those whose first source is r - 1 or r: both taps), the gradient times
-    the two taps' weights (`_tap_weights`), in float32 in row-major order; grid as the forward's over
-    the input (out_height x out_width here)."""
+def run_sum_plane_kernel(g_ptr, row_start_ptr, row_count_ptr, row_first_ptr, row_w0_ptr, row_w1_ptr,
+                         col_start_ptr, col_count_ptr, col_first_ptr, col_w0_ptr, col_w1_ptr, out_ptr,
+                         height, width, out_height, out_width, max_rows, max_cols,
+                         WEIGHTED: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
+    """The gradient of a plane gather or linear resize whose sources never decrease: input (r, c) of
+    each plane receives the output rows [row_start[r], + row_count[r]) x columns [col_start[c],
+    + col_count[c]) of the contiguous (planes, height, width) gradient g, summed in float32 in row-major
+    order (as torch's CPU backward adds them) into the contiguous (planes, out_height, out_width) out;
+    grid (cdiv(out_height, BLOCK_H), planes). Without WEIGHTED (nearest, replication pads) each
+    output's gradient is added as it is, and the first/w0/w1 tables are not read; with it (linear
+    modes: the runs hold the outputs whose first source is r - 1 or r) times the two taps' weights
+    with which it reaches (r, c) (`_tap_weights`)."""
     g_plane, out_plane, r, r_ok = _plane_rows(g_ptr, out_ptr, height, width, out_height, out_width, BLOCK_H)
     first_row = tl.load(row_start_ptr + r, mask=r_ok, other=0)
     rows = tl.load(row_count_ptr + r, mask=r_ok, other=0)
@@ -142,13 +117,18 @@ def weighted_run_sum_plane_kernel(g_ptr, row_start_ptr, row_count_ptr, row_first
         acc = tl.zeros((BLOCK_H, BLOCK_W), dtype=tl.float32)
         for i in range(0, max_rows):
             row_in = r_ok & (i < rows)
-            wr = _tap_weights(row_first_ptr, row_w0_ptr, row_w1_ptr, first_row + i, row_in, r, out_height)
+            if WEIGHTED:
+                wr = _tap_weights(row_first_ptr, row_w0_ptr, row_w1_ptr, first_row + i, row_in, r, out_height)
             for j in range(0, max_cols):
                 col_in = c_ok & (j < cols)
-                wc = _tap_weights(col_first_ptr, col_w0_ptr, col_w1_ptr, first_col + j, col_in, c, out_width)
                 ok = row_in[:, None] & col_in[None, :]
                 g = tl.load(g_plane + (first_row + i)[:, None] * width + (first_col + j)[None, :], mask=ok,
                             other=0.0).to(tl.float32)
-                acc += wr[:, None] * wc[None, :] * g
+                if WEIGHTED:
+                    wc = _tap_weights(col_first_ptr, col_w0_ptr, col_w1_ptr, first_col + j, col_in, c,
+                                      out_width)
+                    acc += wr[:, None] * wc[None, :] * g
+                else:
+                    acc += g
         tl.store(out_plane + r[:, None] * out_width + c[None, :], acc.to(out_ptr.dtype.element_ty),
                  mask=r_ok[:, None] & c_ok[None, :])

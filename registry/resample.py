@@ -154,7 +154,9 @@ def _run_sums(grad: Tensor, last: Sequence[tuple[tuple, np.ndarray | None]], siz
         longest.append(int(count.max(initial=0)))
     grad = contiguous(grad)
     out = empty((*grad.shape[:-2], *in_sizes), grad.dtype, index)
-    _launch_planes("run_sum_plane_kernel", grad, out, tuple(tables), extra=tuple(longest))
+    rows, columns = tables[:2], tables[2:]  # (start, count) each; the unread first/w0/w1 tables alias them
+    _launch_planes("run_sum_plane_kernel", grad, out, (*rows, *rows, rows[0], *columns, *columns, columns[0]),
+                   extra=tuple(longest), WEIGHTED=False)
     return out
 
 
@@ -419,7 +421,7 @@ def upsample_linear_backward(grad: Tensor, output_size: Sequence[int], input_siz
 
 def _linear_run_sums(grad: Tensor, last: Sequence[tuple | None], in_sizes: Sequence[int], align_corners: bool,
                      scales: tuple) -> Tensor:
-    """The gradient of `_linear_last_two` in one launch of `weighted_run_sum_plane_kernel`: each input
+    """The gradient of `_linear_last_two` in one launch of `run_sum_plane_kernel` (WEIGHTED): each input
     sums the outputs whose first source is it or its predecessor (a contiguous run: the sources never
     decrease) times their taps' weights. A kept size's taps are (i, i) with weights (1, 0)."""
     index = grad.get_device()
@@ -441,5 +443,5 @@ def _linear_run_sums(grad: Tensor, last: Sequence[tuple | None], in_sizes: Seque
                    *(_kernel_weights(key, w, which, grad.dtype, index) for which, w in enumerate((w0, w1)))]
         longest.append(int(count.max(initial=0)))
     out = empty((*grad.shape[:-2], dims[0][1], dims[1][1]), grad.dtype, index)
-    _launch_planes("weighted_run_sum_plane_kernel", grad, out, tuple(tables), extra=tuple(longest))
+    _launch_planes("run_sum_plane_kernel", grad, out, tuple(tables), extra=tuple(longest), WEIGHTED=True)
     return out

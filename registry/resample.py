@@ -19,6 +19,7 @@ values, so an ulp from the CPU's sums is possible (tolerances in the tests), and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,8 +34,12 @@ from .gather import index_select
 from .geometry import cdiv
 
 _indices: dict[tuple, Tensor] = BoundedMemo(256)  # (kind, sizes..., device index) -> rbln int64 indices
+# kinds of sources that never decrease (`nearest_sources`, `replicated_sources`); a reflection pad's turn
+# back at its edges
+_ASCENDING = frozenset({"nearest", "replicate"})
 
 
+@functools.lru_cache(maxsize=256)  # per geometry: calls of one shape reuse it
 def nearest_sources(in_size: int, out_size: int, scale: float | None, exact: bool = False) -> np.ndarray:
     """Torch's source index of each of `out_size` outputs of a nearest-neighbour resize of `in_size`."""
     if not exact and out_size == in_size:
@@ -50,25 +55,41 @@ def nearest_sources(in_size: int, out_size: int, scale: float | None, exact: boo
     return np.minimum(np.floor(position).astype(np.int64), in_size - 1)
 
 
+@functools.lru_cache(maxsize=256)  # per geometry: calls of one shape reuse it
 def reflected_sources(size: int, before: int, after: int) -> np.ndarray:
     """The source index of each output of a reflection pad (the edge itself not repeated)."""
     source = np.abs(np.arange(-before, size + after, dtype=np.int64))
     return np.where(source >= size, 2 * (size - 1) - source, source)
 
 
+@functools.lru_cache(maxsize=256)  # per geometry: calls of one shape reuse it
 def replicated_sources(size: int, before: int, after: int) -> np.ndarray:
     """The source index of each output of a replication pad (the edge repeated)."""
     return np.clip(np.arange(-before, size + after, dtype=np.int64), 0, size - 1)
 
 
 def _device_indices(key: tuple, sources: np.ndarray, index: int) -> Tensor:
-    """`sources` (int64 indices, or float32 weights) as a tensor on rbln:`index`, kept under `key`."""
+    """`sources` (int64 indices) as a tensor on rbln:`index`, kept under `key`."""
     indices = _indices.get((*key, index))
     if indices is None:
         indices = _indices[(*key, index)] = torch.from_numpy(sources).to(f"rbln:{index}")
     return indices
 
 
+def _device_weights(key: tuple, weights: np.ndarray, which: int, dtype: torch.dtype, index: int,
+                    compute: torch.dtype | None = None) -> Tensor:
+    """A dim's tap weights on the device, rounded to `dtype` as torch's kernel stores them (then held as
+    `compute`, the kernels' float32, when given), kept per geometry."""
+    memo_key = (*key, "weight", which, dtype, compute, index)
+    device_weights = _indices.get(memo_key)
+    if device_weights is None:
+        rounded = torch.from_numpy(weights).to(dtype)
+        device_weights = _indices[memo_key] = (rounded if compute is None else rounded.to(compute)).to(
+            f"rbln:{index}")
+    return device_weights
+
+
+@functools.lru_cache(maxsize=256)  # per geometry: calls of one shape reuse it
 def linear_sources(in_size: int, out_size: int, align_corners: bool, scale: float | None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(first source, second source, first weight, second weight) of each of `out_size` outputs of a
@@ -122,8 +143,7 @@ def _scattered_back(grad: Tensor, sizes: Sequence[int], per_dim: Sequence[tuple[
         raise Decline("empty tensor")
     first = grad.dim() - len(per_dim)
     last = len(per_dim)
-    if grad.dim() >= 2 and all(sources is None or bool(np.all(np.diff(sources) >= 0))
-                               for _, sources in per_dim[-2:]):
+    if grad.dim() >= 2 and all(sources is None or key[0] in _ASCENDING for key, sources in per_dim[-2:]):
         grad = _run_sums(grad, per_dim[-2:], sizes[-2:])  # the last two dims at once, in torch's order
         last = max(0, len(per_dim) - 2)
     for offset in reversed(range(last)):
@@ -147,11 +167,9 @@ def _run_sums(grad: Tensor, last: Sequence[tuple[tuple, np.ndarray | None]], siz
         if sources is None:
             sources = np.arange(out_size, dtype=np.int64)
             key = ("identity", out_size)
-        start = np.searchsorted(sources, np.arange(in_size), side="left").astype(np.int64)
-        count = np.searchsorted(sources, np.arange(in_size), side="right").astype(np.int64) - start
-        tables += [_device_indices((*key, "run start"), start, index),
-                   _device_indices((*key, "run count"), count, index)]
-        longest.append(int(count.max(initial=0)))
+        start, count, most = _runs(key, sources, in_size, index)
+        tables += [start, count]
+        longest.append(most)
     grad = contiguous(grad)
     out = empty((*grad.shape[:-2], *in_sizes), grad.dtype, index)
     rows, columns = tables[:2], tables[2:]  # (start, count) each; the unread first/w0/w1 tables alias them
@@ -160,15 +178,33 @@ def _run_sums(grad: Tensor, last: Sequence[tuple[tuple, np.ndarray | None]], siz
     return out
 
 
+def _runs(key: tuple, sources: np.ndarray, in_size: int, index: int, reach_back: bool = False
+          ) -> tuple[Tensor, Tensor, int]:
+    """(first output, output count, the longest count) per input of the non-decreasing `sources` kept
+    under `key`: the outputs whose source is the input (`reach_back`: the input or its predecessor, a
+    linear resize's two taps); the tables on rbln:`index`, made once per geometry."""
+    memo_key = (*key, "runs", in_size, reach_back, index)
+    runs = _run_tables.get(memo_key)
+    if runs is None:
+        inputs = np.arange(in_size)
+        start = np.searchsorted(sources, inputs - 1 if reach_back else inputs, side="left").astype(np.int64)
+        count = np.searchsorted(sources, inputs, side="right").astype(np.int64) - start
+        device = f"rbln:{index}"
+        runs = _run_tables[memo_key] = (torch.from_numpy(start).to(device),
+                                        torch.from_numpy(count).to(device), int(count.max(initial=0)))
+    return runs
+
+
+_run_tables: dict[tuple, tuple[Tensor, Tensor, int]] = BoundedMemo(256)
+
+
 def _identity(size: int, index: int) -> Tensor:
     return _device_indices(("identity", size), np.arange(size, dtype=np.int64), index)
 
 
 def _plane_gather(x: Tensor, rows: Tensor | None, cols: Tensor | None) -> Tensor:
     """x[..., rows, :][..., cols] (None: that dim as it is) in one launch of the plane gather kernel over
-    the last two dims (a 1-d `x` as one row)."""
-    if x.dim() < 2:
-        return _plane_gather(x.unsqueeze(0), rows, cols).squeeze(0)
+    the last two dims (every caller's x has at least two)."""
     x = contiguous(x)
     index = x.get_device()
     height, width = x.shape[-2], x.shape[-1]
@@ -279,26 +315,22 @@ def _linear_dims(input_size: Sequence[int], output_size: Sequence[int], align_co
     """Per resized dim of a linear resize: (key, its `linear_sources`), None where the size is kept."""
     if len(scales) != len(output_size) or any(int(s) <= 0 for s in output_size):
         raise Decline("sizes")  # torch's error, from the CPU
-    per_dim: list[tuple | None] = []
-    for in_size, out_size, scale in zip(input_size, output_size, scales, strict=True):
-        in_size, out_size = int(in_size), int(out_size)
-        key = ("linear", in_size, out_size, bool(align_corners), scale)
-        per_dim.append(None if in_size == out_size else (key, linear_sources(in_size, out_size,
-                                                                              align_corners, scale)))
-    return per_dim
+    return [None if int(in_size) == int(out_size) else _linear_entry(in_size, out_size, align_corners, scale)
+            for in_size, out_size, scale in zip(input_size, output_size, scales, strict=True)]
 
 
-def _weights(key: tuple, weights: np.ndarray, which: int, dim: int, ndim: int, like: Tensor) -> Tensor:
-    """A resized dim's weights on the device in `like`'s dtype (rounded to it, as torch's kernel stores
-    them), kept per geometry, shaped to broadcast along `dim`."""
-    memo_key = (*key, "weight", which, like.dtype, like.get_device())
-    device_weights = _indices.get(memo_key)
-    if device_weights is None:
-        device_weights = _indices[memo_key] = torch.from_numpy(weights).to(like.dtype).to(
-            f"rbln:{like.get_device()}")
-    view = [1] * ndim
+def _linear_entry(in_size: int, out_size: int, align_corners: bool, scale: float | None) -> tuple:
+    """(key, `linear_sources`) of one dim of a linear resize (a kept size: taps (i, i), weights (1, 0))."""
+    in_size, out_size = int(in_size), int(out_size)
+    return (("linear", in_size, out_size, bool(align_corners), scale),
+            linear_sources(in_size, out_size, bool(align_corners), scale))
+
+
+def _weights(key: tuple, weights: np.ndarray, which: int, dim: int, like: Tensor) -> Tensor:
+    """`_device_weights` in `like`'s dtype, shaped to broadcast along `dim` of `like`."""
+    view = [1] * like.dim()
     view[dim] = -1
-    return device_weights.view(view)
+    return _device_weights(key, weights, which, like.dtype, like.get_device()).view(view)
 
 
 def _tap(x: Tensor, dim: int, sources: Tensor) -> Tensor:
@@ -333,8 +365,8 @@ def upsample_linear(x: Tensor, output_size: Sequence[int], align_corners: bool, 
         dim = 2 + offset
         near, far = (_tap(result, dim, _device_indices((*key, which), sources, index))
                      for which, sources in ((0, first), (1, second)))
-        result = binary("add", binary("mul", near, _weights(key, w0, 0, dim, x.dim(), x)),
-                        binary("mul", far, _weights(key, w1, 1, dim, x.dim(), x)))
+        result = binary("add", binary("mul", near, _weights(key, w0, 0, dim, x)),
+                        binary("mul", far, _weights(key, w1, 1, dim, x)))
     return result if result is not x else x.clone()
 
 
@@ -356,10 +388,10 @@ def _linear_last_two(x: Tensor, last: Sequence[tuple | None], output_size: Seque
         dims.append((last[0], height, out_height, scales[-2]))
     taps = []
     for entry, size, out_size, scale in dims:
-        key = entry[0] if entry is not None else ("linear", size, out_size, bool(align_corners), scale)
-        sources = entry[1] if entry is not None else linear_sources(size, out_size, align_corners, scale)
+        key, sources = entry if entry is not None else _linear_entry(size, out_size, align_corners, scale)
         taps += [_device_indices((*key, which), sources[which], index) for which in (0, 1)]
-        taps += [_kernel_weights(key, sources[2 + which], which, x.dtype, index) for which in (0, 1)]
+        taps += [_device_weights(key, sources[2 + which], which, x.dtype, index, torch.float32)
+                 for which in (0, 1)]
     columns, rows = taps[:4], taps[4:] if resize_rows else taps[:1] * 4  # (rows unread without RESIZE_ROWS)
     out = empty((*x.shape[:-2], out_height, out_width), x.dtype, index)
     _launch_planes("linear_plane_kernel", x, out, (*rows, *columns), RESIZE_ROWS=resize_rows)
@@ -377,16 +409,6 @@ def _launch_planes(name: str, x: Tensor, out: Tensor, tables: tuple, extra: tupl
     launch_grid(getattr(kernels, name), (cdiv(out_height, block_h), x.numel() // (height * width)),
                 (x, *tables, out, height, width, out_height, out_width, *extra),
                 **constexprs, BLOCK_H=block_h, BLOCK_W=block_w)
-
-
-def _kernel_weights(key: tuple, weights: np.ndarray, which: int, dtype: torch.dtype, index: int) -> Tensor:
-    """A dim's weights as float32 on the device, rounded through `dtype` first (torch's kernel stores
-    them in the input's dtype, then computes in float32), kept per geometry."""
-    memo_key = (*key, "kernel weight", which, dtype, index)
-    device_weights = _indices.get(memo_key)
-    if device_weights is None:
-        device_weights = _indices[memo_key] = torch.from_numpy(weights).to(dtype).float().to(f"rbln:{index}")
-    return device_weights
 
 
 def upsample_linear_backward(grad: Tensor, output_size: Sequence[int], input_size: Sequence[int],
@@ -408,7 +430,7 @@ def upsample_linear_backward(grad: Tensor, output_size: Sequence[int], input_siz
             continue
         key, (first, second, w0, w1) = entry
         dim = 2 + offset
-        parts = [(binary("mul", grad, _weights(key, weights, which, dim, grad.dim(), grad)),
+        parts = [(binary("mul", grad, _weights(key, weights, which, dim, grad)),
                   _device_indices((*key, which), sources, index))
                  for which, (sources, weights) in enumerate(((first, w0), (second, w1)))]
         grad = _added_back(parts, dim, int(input_size[dim]))
@@ -431,17 +453,13 @@ def _linear_run_sums(grad: Tensor, last: Sequence[tuple | None], in_sizes: Seque
              zip(last, in_sizes, grad.shape[-len(last):], scales, strict=True)]
     tables, longest = [], []
     for entry, in_size, out_size, scale in dims:  # rows, then columns
-        key = entry[0] if entry is not None else ("linear", in_size, out_size, bool(align_corners), scale)
-        first, _, w0, w1 = entry[1] if entry is not None else linear_sources(in_size, out_size, align_corners,
-                                                                           scale)
-        inputs = np.arange(in_size)
-        start = np.searchsorted(first, inputs - 1, side="left").astype(np.int64)
-        count = np.searchsorted(first, inputs, side="right").astype(np.int64) - start
-        tables += [_device_indices((*key, "tap run start"), start, index),
-                   _device_indices((*key, "tap run count"), count, index),
-                   _device_indices((*key, 0), first, index),
-                   *(_kernel_weights(key, w, which, grad.dtype, index) for which, w in enumerate((w0, w1)))]
-        longest.append(int(count.max(initial=0)))
+        key, (first, _, w0, w1) = entry if entry is not None else _linear_entry(in_size, out_size,
+                                                                                 align_corners, scale)
+        start, count, most = _runs(key, first, in_size, index, reach_back=True)
+        tables += [start, count, _device_indices((*key, 0), first, index),
+                   *(_device_weights(key, w, which, grad.dtype, index, torch.float32)
+                     for which, w in enumerate((w0, w1)))]
+        longest.append(most)
     out = empty((*grad.shape[:-2], dims[0][1], dims[1][1]), grad.dtype, index)
     _launch_planes("run_sum_plane_kernel", grad, out, tuple(tables), extra=tuple(longest), WEIGHTED=True)
     return out

@@ -239,11 +239,17 @@ def _gathered(x: Tensor, per_dim: Sequence[tuple[tuple, np.ndarray | None]]) -> 
     return _plane_gather(result, rows, cols)
 
 
+def _scales(scales: tuple, output_size: Sequence[int]) -> tuple:
+    """One scale (or None) per resized dim: torch leaves trailing default scales out of a call."""
+    if len(scales) > len(output_size) or any(int(s) <= 0 for s in output_size):
+        raise Decline("sizes")  # torch's error, from the CPU
+    return (*scales, *(None,) * (len(output_size) - len(scales)))
+
+
 def _nearest_dims(input_size: Sequence[int], output_size: Sequence[int], scales: tuple, exact: bool
                   ) -> list[tuple[tuple, np.ndarray | None]]:
     """(key, sources) per resized dim of a nearest resize (None where the size is unchanged)."""
-    if len(scales) != len(output_size) or any(int(s) <= 0 for s in output_size):
-        raise Decline("sizes")  # torch's error, from the CPU
+    scales = _scales(scales, output_size)
     per_dim = []
     for in_size, out_size, scale in zip(input_size, output_size, scales, strict=True):
         in_size, out_size = int(in_size), int(out_size)
@@ -313,8 +319,7 @@ def _pad_dims(x: Tensor, padding: Sequence[int], reflect: bool) -> list[tuple[tu
 def _linear_dims(input_size: Sequence[int], output_size: Sequence[int], align_corners: bool, scales: tuple
                  ) -> list[tuple | None]:
     """Per resized dim of a linear resize: (key, its `linear_sources`), None where the size is kept."""
-    if len(scales) != len(output_size) or any(int(s) <= 0 for s in output_size):
-        raise Decline("sizes")  # torch's error, from the CPU
+    scales = _scales(scales, output_size)
     return [None if int(in_size) == int(out_size) else _linear_entry(in_size, out_size, align_corners, scale)
             for in_size, out_size, scale in zip(input_size, output_size, scales, strict=True)]
 
@@ -355,6 +360,7 @@ def upsample_linear(x: Tensor, output_size: Sequence[int], align_corners: bool, 
     require_float(x.dtype)
     if x.numel() == 0:
         raise Decline("empty tensor")
+    scales = _scales(scales, output_size)
     per_dim = _linear_dims(x.shape[2:], output_size, align_corners, scales)
     result = _linear_last_two(x, per_dim[-2:], output_size, align_corners, scales)
     index = x.get_device()
@@ -423,6 +429,7 @@ def upsample_linear_backward(grad: Tensor, output_size: Sequence[int], input_siz
     require_float(grad.dtype)
     if grad.numel() == 0:
         raise Decline("empty tensor")
+    scales = _scales(scales, output_size)
     per_dim = _linear_dims(input_size[2:], output_size, align_corners, scales)
     index = grad.get_device()
     for offset, entry in enumerate(per_dim[:-2]):  # a depth first: the forward resized it last

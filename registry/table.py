@@ -309,7 +309,8 @@ CONV = {"float16": (5e-2, 2e-2), "bfloat16": (2e-1, 5e-2), "float32": (1e-4, 1e-
 
 CV = LazyModule(globals(), "CV", "conv")  # the CNN family (convolution, batch norm, pooling, gather)
 TN = LazyModule(globals(), "TN", "ternary")  # addcmul, addcdiv, lerp (torch's optimizers)
-RS = LazyModule(globals(), "RS", "resample")  # nearest upsampling, reflection and replication pads
+RS = LazyModule(globals(), "RS", "resample")  # upsampling, reflection and replication pads
+_NEAREST_PREFIXES = (("upsample_nearest", False), ("_upsample_nearest_exact", True))  # (aten name, exact)
 
 
 def _ternary_entries() -> list[Op]:
@@ -596,41 +597,19 @@ TABLE: list[Op] = [
     Op("embedding_dense_backward.default", Ref("gather", "embedding_backward"), int_inputs=True,
        make_plan=lambda: GA.embedding_backward_family()),
     # ---- resampling and padding: gathers along each resized dim (values moved: exact)
-    Op("upsample_nearest1d.default", lambda x, size, s=None: RS.upsample_nearest(x, size, s), exact=True),
-    Op("upsample_nearest2d.default", lambda x, size, h=None, w=None: RS.upsample_nearest(x, size, h, w),
-       exact=True),
-    Op("upsample_nearest3d.default",
-       lambda x, size, d=None, h=None, w=None: RS.upsample_nearest(x, size, d, h, w), exact=True),
-    Op("_upsample_nearest_exact1d.default",
-       lambda x, size, s=None: RS.upsample_nearest(x, size, s, exact=True), exact=True),
-    Op("_upsample_nearest_exact2d.default",
-       lambda x, size, h=None, w=None: RS.upsample_nearest(x, size, h, w, exact=True), exact=True),
-    Op("_upsample_nearest_exact3d.default",
-       lambda x, size, d=None, h=None, w=None: RS.upsample_nearest(x, size, d, h, w, exact=True), exact=True),
-    Op("upsample_nearest1d_backward.default",
-       lambda g, size, input_size, s=None: RS.upsample_nearest_backward(g, size, input_size, s), tol=LOOSE),
-    Op("upsample_nearest2d_backward.default", lambda g, size, input_size, h=None, w=None:
-       RS.upsample_nearest_backward(g, size, input_size, h, w), tol=LOOSE),
-    Op("upsample_nearest3d_backward.default", lambda g, size, input_size, d=None, h=None, w=None:
-       RS.upsample_nearest_backward(g, size, input_size, d, h, w), tol=LOOSE),
-    Op("_upsample_nearest_exact1d_backward.default", lambda g, size, input_size, s=None:
-       RS.upsample_nearest_backward(g, size, input_size, s, exact=True), tol=LOOSE),
-    Op("_upsample_nearest_exact2d_backward.default", lambda g, size, input_size, h=None, w=None:
-       RS.upsample_nearest_backward(g, size, input_size, h, w, exact=True), tol=LOOSE),
-    Op("_upsample_nearest_exact3d_backward.default", lambda g, size, input_size, d=None, h=None, w=None:
-       RS.upsample_nearest_backward(g, size, input_size, d, h, w, exact=True), tol=LOOSE),
-    Op("upsample_linear1d.default", lambda x, size, corners, s=None: RS.upsample_linear(x, size, corners, s),
-       tol=LOOSE),
-    Op("upsample_bilinear2d.default", lambda x, size, corners, h=None, w=None:
-       RS.upsample_linear(x, size, corners, h, w), tol=LOOSE),
-    Op("upsample_trilinear3d.default", lambda x, size, corners, d=None, h=None, w=None:
-       RS.upsample_linear(x, size, corners, d, h, w), tol=LOOSE),
-    Op("upsample_linear1d_backward.default", lambda g, size, input_size, corners, s=None:
-       RS.upsample_linear_backward(g, size, input_size, corners, s), tol=LOOSE),
-    Op("upsample_bilinear2d_backward.default", lambda g, size, input_size, corners, h=None, w=None:
-       RS.upsample_linear_backward(g, size, input_size, corners, h, w), tol=LOOSE),
-    Op("upsample_trilinear3d_backward.default", lambda g, size, input_size, corners, d=None, h=None, w=None:
-       RS.upsample_linear_backward(g, size, input_size, corners, d, h, w), tol=LOOSE),
+    # (torch drops trailing default scales from a call: the implementations take what comes)
+    *(Op(f"{prefix}{n}d.default", lambda x, size, *scales, exact=exact: RS.upsample_nearest(
+        x, size, *scales, exact=exact), exact=True)
+      for n in (1, 2, 3) for prefix, exact in _NEAREST_PREFIXES),
+    *(Op(f"{prefix}{n}d_backward.default", lambda g, size, input_size, *scales, exact=exact:
+         RS.upsample_nearest_backward(g, size, input_size, *scales, exact=exact), tol=LOOSE)
+      for n in (1, 2, 3) for prefix, exact in _NEAREST_PREFIXES),
+    *(Op(f"upsample_{mode}.default", lambda x, size, corners, *scales: RS.upsample_linear(x, size, corners,
+                                                                                          *scales), tol=LOOSE)
+      for mode in ("linear1d", "bilinear2d", "trilinear3d")),
+    *(Op(f"upsample_{mode}_backward.default", lambda g, size, input_size, corners, *scales:
+         RS.upsample_linear_backward(g, size, input_size, corners, *scales), tol=LOOSE)
+      for mode in ("linear1d", "bilinear2d", "trilinear3d")),
     *(Op(f"{kind}_pad{n}d_backward.default", lambda g, x, padding, reflect=(kind == "reflection"):
          RS.pad_backward(g, x, padding, reflect=reflect), tol=LOOSE)
       for kind in ("reflection", "replication") for n in (1, 2, 3)),

@@ -869,11 +869,9 @@ class BinaryPlan(Plan):
     def direct(self, operands: tuple) -> Direct | None:
         """The kept launch by address: a, b, the result, the ints and this call's alpha (a graph
         constant); one NPU's grid only."""
-        by_address, alpha = self.by_address, operands[2]
-        if self.tail is None or by_address is None or self.backend != requested_backend() or \
-                operands[3] is not None or (type(alpha) is not int and type(alpha) is not float) or \
-                (alpha != 1 and not self.scanned) or \
-                (self.programs * self.rows > 1 and device_tp(operands[0].get_device()) > 1):
+        by_address, alpha = self.direct_launcher(operands[0].get_device()), operands[2]
+        if self.tail is None or by_address is None or operands[3] is not None or \
+                (type(alpha) is not int and type(alpha) is not float) or (alpha != 1 and not self.scanned):
             return None  # (an exact add/sub scans its operands for an alpha other than 1: `_ALPHA_SCANNED`)
         ints = tuple(("value", v) for v in self.tail)
         alpha_arg = (("value", float(alpha)),)
@@ -1039,10 +1037,9 @@ class UnaryPlan(Plan):
     def direct(self, operands: tuple) -> Direct | None:
         """The kept launch by address: x, the result, n and this call's parameter (a graph constant);
         one NPU's grid only."""
-        by_address, p = self.by_address, operands[1]
-        if self.n is None or by_address is None or self.backend != requested_backend() or \
-                operands[2] is not None or (type(p) is not int and type(p) is not float) or \
-                (self.programs > 1 and device_tp(operands[0].get_device()) > 1):
+        by_address, p = self.direct_launcher(operands[0].get_device()), operands[1]
+        if self.n is None or by_address is None or operands[2] is not None or \
+                (type(p) is not int and type(p) is not float):
             return None
         return Direct(by_address, (self.programs, 1, 1),
                       (("tensor", 0), ("out", None), ("value", self.n), ("value", float(p))))

@@ -22,7 +22,7 @@ import torch
 from . import _copy, _launch
 from ._base import FLOATS, Decline
 from ._launch import kernel_module as _k
-from ._ops import contiguous
+from ._ops import contiguous, empty
 from .gather import index_select
 from .geometry import I32, row_block
 
@@ -134,7 +134,7 @@ def flip(x: torch.Tensor, dims) -> torch.Tensor:
     wrapped = [d + ndim if d < 0 else d for d in dims]
     if any(not 0 <= d < ndim for d in wrapped) or len(set(wrapped)) != len(wrapped):
         raise Decline("dims out of range or repeated")  # torch's error, from the CPU
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = empty(x.shape, x.dtype, x.get_device())
     _copy.reversed_copy(x, out, [d for d in wrapped if d < x.dim() and x.shape[d] > 1])
     return out
 
@@ -155,7 +155,7 @@ def roll(x: torch.Tensor, shifts, dims=()) -> torch.Tensor:
         raise Decline("shifts and dims differ in length, or a dim is out of range")
     current = x
     for shift, dim in zip(shifts, dims, strict=True):
-        rolled = torch.empty(current.shape, dtype=x.dtype, device=x.device)
+        rolled = empty(current.shape, x.dtype, x.get_device())
         size = current.shape[dim] if current.dim() else 1
         step = shift % size if size else 0
         if step == 0 or current.dim() == 0:

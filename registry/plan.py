@@ -25,7 +25,7 @@ from torch import Tensor
 from torch_rbln.dsl.jit import on_clear_cache
 
 from torch_rbln import _memory, config
-from torch_rbln.tp import requested_backend
+from torch_rbln.tp import device_tp, requested_backend
 
 from . import _launch
 from ._base import Decline
@@ -177,6 +177,15 @@ class Plan:
         """The kept launch for a compiled graph (see `Direct`), or None (the default: a family that
         describes none, or no launch kept yet). `operands`: one call's, whose numbers it may bake in."""
         return None
+
+    def direct_launcher(self, index: int) -> Callable | None:
+        """`by_address` for a family's `direct` on rbln:`index`, or None: no launch kept yet, one kept
+        for another DSL backend, or a grid of several programs that the device's tensor-parallel group
+        would split (the checked launch's business)."""
+        if self.by_address is None or self.backend != requested_backend() or \
+                (self.programs * self.rows > 1 and device_tp(index) > 1):
+            return None
+        return self.by_address
 
     def launch_checked(self, args: tuple) -> None:
         """The checked launch (`kernel[grid]`, tensor-parallel groups included), which keeps the direct

@@ -433,12 +433,9 @@ class ReducePlan(Plan):
     def direct(self, operands: tuple) -> Direct | None:
         """The kept launch by address: x, the values (as the index buffer too: no index is written),
         the int arguments and this call's correction (a graph constant); one NPU's grid only."""
-        by_address = self.by_address
-        if self.ints is None or by_address is None or self.backend != requested_backend() or \
-                (self.programs * self.rows > 1 and device_tp(operands[0].get_device()) > 1):
-            return None
-        correction = operands[1]
-        if type(correction) is not int and type(correction) is not float:
+        by_address, correction = self.direct_launcher(operands[0].get_device()), operands[1]
+        if self.ints is None or by_address is None or (type(correction) is not int and
+                                                       type(correction) is not float):
             return None
         args = (("tensor", 0), ("out", None), ("out", None), *(("value", v) for v in self.ints),
                 ("value", correction))

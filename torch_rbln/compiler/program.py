@@ -641,11 +641,8 @@ class _Builder:
         from torch_rbln import registry
         from torch_rbln.registry.table import NAMES
 
-        # fx's immutable lists as the plain lists an eager call brings (a family's signature keys those)
-        args = tuple(self.values.get(a) if isinstance(a, fx.Node) else list(a) if isinstance(a, list) else a
-                     for a in node.args)
-        kwargs = {k: self.values.get(v) if isinstance(v, fx.Node) else list(v) if isinstance(v, list) else v
-                  for k, v in node.kwargs.items()}
+        args = tuple(self.eager_value(a) for a in node.args)
+        kwargs = {k: self.eager_value(v) for k, v in node.kwargs.items()}
         if node.target is aten._scaled_dot_product_fused_attention_overrideable.default:
             from torch_rbln.registry import attention
 
@@ -672,6 +669,13 @@ class _Builder:
         if isinstance(plan, MatmulPlan):
             direct = self.one_tile(node, plan, operands, direct)
         return self.direct(node, direct, operands, plan.scanned, counted)
+
+    def eager_value(self, arg: Any) -> Any:
+        """A node argument as an eager call brings it: a node's recorded value, and fx's immutable list
+        as a plain list (what a family's signature keys)."""
+        if isinstance(arg, fx.Node):
+            return self.values.get(arg)
+        return list(arg) if isinstance(arg, list) else arg
 
     def one_tile(self, node: fx.Node, plan: Any, operands: tuple, direct: Any) -> Any:
         """`direct` (a planned matmul's kept launch) on one tile that covers the whole product, where

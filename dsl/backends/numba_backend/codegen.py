@@ -551,6 +551,11 @@ class _Lowering:
         self.hoisted: list[str] = []
         # per open region: its buffers' allocations, (line index, name, allocation), for `_close_region`
         self.region_buffers: list[list[tuple[int, str, str]]] = []
+        # the carried variables of each open for/while loop, innermost last (`_close_region`)
+        self.carried: list[list[str]] = []
+        # loop-yielded buffers that alternate between two launch-wide arrays (`_alternate`): (line
+        # index, name, allocation, the carried variables of the loops around it)
+        self.alternating: list[tuple[int, str, str, tuple[str, ...]]] = []
         # variable -> the buffers it may name (a reshape view of one, a carried or yielded variable
         # assigned one): what a region's yield lets outlive it
         self.aliases: dict[str, set[str]] = {}
@@ -643,19 +648,43 @@ class _Lowering:
             found |= self.aliases.get(name, set())
         return found
 
-    def _close_region(self, escaping: set[str]) -> None:
+    def _close_region(self, escaping: set[str], loop: bool) -> None:
         """Move the allocations of the closing region's buffers that its yield does not carry out
         (`escaping`, with what they alias) to the prologue: one allocation per launch instead of
         one per execution (a loop body allocated ~9 tiles per iteration, each an allocation at run
         time and a stretch of numba lowering and LLVM IR at compile time). Safe because a region's
         values are visible after it only through its yield, and every execution of the region
         writes such a buffer in full before reading it; within one execution the buffer holds one
-        value. A yielded buffer keeps its allocation per execution: a loop's next iteration would
-        otherwise overwrite the value it carries while reading it."""
+        value. A buffer a loop body yields cannot be one array: the next iteration would overwrite
+        the value it carries while reading it. It alternates between two (`_alternate`) instead of
+        an allocation per iteration (a row reduction's running sum allocated once per chunk)."""
         for index, name, line in self.region_buffers.pop():
             if name not in escaping:
                 self.lines[index] = None
                 self.hoisted.append(line)
+            elif loop:
+                carried = tuple(variable for names in self.carried for variable in names)
+                self.alternating.append((index, name, line.split(" = ", 1)[1], carried))
+
+    def _alternate(self) -> None:
+        """Give each loop-yielded buffer (`_close_region`) two launch-wide arrays: an iteration writes
+        the first that no carried variable of the loops around it may hold (a variable whose aliases
+        include the buffer, tested by address: `holds`), so the value it carries in stays intact. A
+        fresh allocation remains for the case where carried variables hold both (`a, b = f(a), a`).
+        Called once every region has closed, when the aliases of outer loops' variables are known."""
+        for index, name, allocation, carried in self.alternating:
+            holders = [variable for variable in carried if name in self.aliases.get(variable, ())]
+            line = self.lines[index]
+            if not holders or line is None:
+                continue
+            indent = line[: len(line) - len(line.lstrip())]
+            first, second = f"{name}_a", f"{name}_b"
+            self.hoisted += [f"{first} = {allocation}", f"{second} = {allocation}"]
+
+            held_first = " or ".join(f"holds({first}, {variable})" for variable in holders)
+            held_second = " or ".join(f"holds({second}, {variable})" for variable in holders)
+            self.lines[index] = (f"{indent}{name} = {first} if not ({held_first}) else "
+                                 f"({second} if not ({held_second}) else {allocation})")
 
     def materialize(self, value: Value) -> Buffer | Scalar:
         representation = self.get(value)
@@ -772,6 +801,7 @@ class _Lowering:
                 self._bound_leaf(name, param.type.dtype)
         self.depth = 0
         self.block(fn.body)
+        self._alternate()
         prologue += self._alias_check()
         prologue = self._same_memory(prologue)
         self.lines = [line for line in self.lines if line is not None]  # moved allocations
@@ -2249,14 +2279,16 @@ class _Lowering:
         self.exact_scalars.add(f"v{induction.id}")
         self._bound_leaf(f"v{induction.id}", induction.type.dtype)  # held in its (32-bit) type
         self.loops += 1
-        self.block_with_terminator(body, carried_names)
+        self.carried.append(carried_names)
+        self.block_with_terminator(body, carried_names, loop=True)
+        self.carried.pop()
         self.loops -= 1
         self.depth -= 1
         for result, arg in zip(op.results, carried, strict=True):
             self.values[result.id] = self.values[arg.id]
 
     @contextmanager
-    def region(self):
+    def region(self, loop: bool = False):
         """Lower the ops of one region (a loop body, a branch, a while condition).
 
         A value materialized inside the region lives in a buffer that is written only when the region
@@ -2277,13 +2309,13 @@ class _Lowering:
         try:
             yield yielded
         finally:
-            self._close_region(self._names_buffers(sorted(yielded)))
+            self._close_region(self._names_buffers(sorted(yielded)), loop)
             self.values.update(self.rebound.pop())
             self.scope.pop()
             self.regions -= 1
 
-    def block_with_terminator(self, block, targets: list[str]) -> None:
-        with self.region() as yielded:
+    def block_with_terminator(self, block, targets: list[str], loop: bool = False) -> None:
+        with self.region(loop) as yielded:
             self.block_ops(block.ops[:-1])
             terminator = block.ops[-1]
             sources = self._flat_all(terminator.operands)
@@ -2308,6 +2340,7 @@ class _Lowering:
         self.emit("while True:")
         self.depth += 1
         self.loops += 1
+        self.carried.append(names)
         with self.region():
             self.block_ops(before.ops[:-1])
             condition = before.ops[-1].operands[0]
@@ -2315,7 +2348,8 @@ class _Lowering:
             self.emit("    break")
         for after_arg, before_arg in zip(after.args, before.args, strict=True):
             self.values[after_arg.id] = self.values[before_arg.id]
-        self.block_with_terminator(after, names)
+        self.block_with_terminator(after, names, loop=True)
+        self.carried.pop()
         self.loops -= 1
         self.depth -= 1
         for result, arg in zip(op.results, before.args, strict=True):

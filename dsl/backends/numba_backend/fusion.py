@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 _PURE_HELPERS = frozenset({
     "abs", "bool", "float", "int", "max", "min", "range",
     "as_pointer", "bf16_bits_to_f32", "erf32", "erf64", "exp32", "f16_bits_to_f32", "f32_to_bf16_bits",
-    "f32_to_f16_bits", "fma32", "fmax", "fmin", "round_bf16", "round_bf16_64", "round_f16", "round_f16_64",
+    "f32_to_f16_bits", "fma32", "fmax", "fmin", "holds", "round_bf16", "round_bf16_64", "round_f16",
+    "round_f16_64",
     "row_max", "row_min", "row_sum", "trunc_div", "trunc_mod",
     "f32_to_fp8e4b8_bits", "f32_to_fp8e4nv_bits", "f32_to_fp8e5_bits", "f32_to_fp8e5b16_bits",
     "fp8e4b8_bits_to_f32", "fp8e4nv_bits_to_f32", "fp8e5_bits_to_f32", "fp8e5b16_bits_to_f32",

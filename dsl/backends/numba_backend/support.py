@@ -428,6 +428,15 @@ def as_pointer(typingctx, address, dtype):
     return signature, codegen
 
 
+@_inline
+def holds(block, view):
+    """Whether `view` starts inside `block`'s memory: whether it is `block` or a view of it, for arrays
+    the kernel allocated (distinct allocations never overlap). A loop-yielded buffer alternates
+    between two arrays and takes the one no carried variable holds (`codegen._alternate`)."""
+    start = block.ctypes.data
+    return start <= view.ctypes.data < start + block.nbytes
+
+
 # Reductions over one contiguous row. The kernels themselves are compiled without fast-math, so
 # elementwise results round exactly as the IR says; only these helpers may reassociate, which is
 # what lets LLVM vectorise a sum (the order of a float sum is unspecified in Triton too). The loops

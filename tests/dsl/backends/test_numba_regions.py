@@ -2,11 +2,14 @@
 
 `codegen` allocates a loop body's (or a branch's) buffers once per launch, in the prologue, unless the
 region's yield carries them out (`_Lowering._close_region`): a carried value must not share its buffer
-with the next iteration's value. The kernel here carries out, through reshape views, an inner loop
-that may run zero times and a branch, exactly the buffers that must stay per iteration, and reads the
-carried value after the next iteration has rewritten its own; it is held to torch and to the
-interpreter. The box checks of offsets built from 32-bit values (`_bound_derived`) carry no run-time
-float64 twin of the offset, while one over an int64 scalar still does."""
+with the next iteration's value. A buffer a loop yields alternates between two prologue arrays, each
+iteration taking one that no carried variable holds (`_Lowering._alternate`), or a fresh one when both
+are held; a branch's yielded buffer is allocated where it stands. The kernel here carries out, through
+reshape views, an inner loop that may run zero times and a branch, exactly the buffers that must stay
+apart from the carried ones, and reads the carried value after the next iteration has rewritten its
+own; it is held to torch and to the interpreter. The box checks of offsets built from 32-bit values
+(`_bound_derived`) carry no run-time float64 twin of the offset, while one over an int64 scalar still
+does."""
 
 from __future__ import annotations
 
@@ -81,18 +84,59 @@ def _source(kernel, *args, **kwargs) -> str:
     return codegen.lower(kernel.warmup(*args, **kwargs).ir).source
 
 
+def _carried_out(name: str, programs: str) -> bool:
+    """Whether buffer `name` (or a reshape view of it) is assigned to a variable: carried out."""
+    views = re.findall(rf"^\s*(r\d+) = {name}\.reshape", programs, re.M)
+    names = "|".join([name, *views])
+    return re.search(rf"^\s*[\w, ]+ = (?:[\w, ]+, )?(?:{names})\b(?! if)", programs, re.M) is not None
+
+
 def test_only_carried_out_buffers_are_allocated_per_iteration():
     x = torch.zeros(BLOCK, BLOCK)
     source = _source(carried_kernel, x, x, x, 3, 2, 1, BLOCK=BLOCK, grid=(1,))
     prologue, programs = source.split("for program in range", 1)
     inside = re.findall(r"^\s*(\w+) = np\.empty", programs, re.M)
     hoisted = re.findall(r"^\s*(\w+) = np\.empty", prologue, re.M)
-    # the body's exp tile at least, the buffers under the views the loops carry out at most
-    assert len(inside) >= 1 and len(hoisted) >= 3, source
-    for name in inside:  # each is carried out: assigned (or a view of it assigned) to a variable
-        views = re.findall(rf"^\s*(r\d+) = {name}\.reshape", programs, re.M)
-        names = "|".join([name, *views])
-        assert re.search(rf"^\s*[\w, ]+ = (?:[\w, ]+, )?(?:{names})\b", programs, re.M), (name, source)
+    alternating = re.findall(r"^\s*(\w+) = (\w+)_a if not \(holds\(\2_a, [\w, ()]+\) else "
+                             r"\(\2_b if not \(holds\(\2_b, .*\) else np\.empty", programs, re.M)
+    # the branch's yield stays one allocation per execution; the loops' yields alternate between two
+    # prologue arrays each (the body's exp tile is hoisted too)
+    assert len(inside) >= 1 and len(alternating) >= 2, source
+    assert len(hoisted) >= 3 + 2 * len(alternating), source
+    for name, same in alternating:
+        assert name == same and f"{name}_a = np.empty" in prologue and f"{name}_b = np.empty" in prologue
+    for name in inside + [name for name, _ in alternating]:
+        assert _carried_out(name, programs), (name, source)
+
+
+@triton.jit
+def swap_kernel(x_ptr, out_ptr, n_iter, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    offsets = r[:, None] * BLOCK + r[None, :]
+    a = tl.load(x_ptr + offsets)
+    b = a * 0.25
+    for _ in range(0, n_iter):
+        c = tl.reshape(tl.reshape(a * 0.5 + tl.trans(b), (BLOCK * BLOCK,)), (BLOCK, BLOCK))
+        a, b = c, a  # both carried variables may hold the body's buffer: neither may be overwritten
+    tl.store(out_ptr + offsets, a - tl.trans(b))
+
+
+@pytest.mark.parametrize("n_iter", [0, 1, 2, 3, 7])
+def test_a_buffer_both_carried_variables_may_hold_is_never_overwritten(n_iter, monkeypatch):
+    """`a, b = f(a, b), a`: the second iteration's buffer must avoid the first's (held by `a`) and the
+    third must avoid both alternates (held by `a` and `b`), so it takes a fresh allocation."""
+    x = torch.randn(BLOCK, BLOCK, generator=torch.Generator().manual_seed(1))
+    a, b = x, x * 0.25
+    for _ in range(n_iter):
+        a, b = a * 0.5 + b.T, a
+    expected = a - b.T
+    source = _source(swap_kernel, x, x, n_iter, BLOCK=BLOCK, grid=(1,))
+    assert re.search(r"= (\w+)_a if not \(holds\(\1_a, \w+\) or holds\(\1_a, \w+\)\)", source), source
+    for backend in ("numba", "interpret"):
+        monkeypatch.setenv("TORCH_RBLN_DSL_BACKEND", backend)
+        out = torch.zeros_like(x)
+        swap_kernel[(1,)](x, out, n_iter, BLOCK=BLOCK)
+        torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6, msg=backend)
 
 
 @triton.jit

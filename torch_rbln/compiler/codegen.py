@@ -351,7 +351,9 @@ class _Generator:
         takes lanes ``cp = arange(0, pow2(s))`` (``cp < s`` live) at columns ``c = cp + o``: the piece's
         own chain reads its operands at ``cp``, every other member at ``c``, and the cat's value is the
         piece's. Each access stays affine under a prefix mask, which the backend checks per box and
-        vectorises, where one pass over the line would need masks with lower bounds (``c >= o``)."""
+        vectorises, where one pass over the line would need masks with lower bounds (``c >= o``). Pieces
+        that are one tensor repeated compute once when nothing else is read at ``c``: RoPE's cos/sin
+        table (``cat((freqs, freqs)).cos()``) evaluated each transcendental twice per position."""
         shape = self.group.shape
         rank, inner = len(shape), shape[-1]
         cat = next(node for node in self.members if node.target is torch.ops.aten.cat.default)
@@ -393,7 +395,16 @@ class _Generator:
                    for (key, (prefix, st, column)), lead in zip(accesses.items(), lead_strides, strict=True)}
         for j in sorted(scalar):
             lines.append(f"in{j} = {self._load(j, '0', False)}")
+        # cat([x, x]) (RoPE's `cat((freqs, freqs), dim=-1)`) with nothing read at the line's own columns:
+        # every piece computes the same values, so the first computes them and the others only store
+        repeated = len({(piece.root, piece.size) for piece in pieces}) == 1 and \
+            not any("full" in reads[j] for j in range(len(self.inputs)) if j not in scalar)
         for i, piece in enumerate(pieces):
+            if i and repeated:
+                lines += [f"c = cp + {piece.offset}", "offs = row * inner + c"]
+                lines += [self._store(node, address.get(("out", j), "offs"), True)
+                          for j, node in enumerate(self.outputs)]
+                continue
             lines += [f"cp = tl.arange(0, {_pow2(piece.size)})", f"mask = cp < {piece.size}",
                       f"c = cp + {piece.offset}", "offs = row * inner + c"]
             full: dict[fx.Node, tuple[str, bool]] = {}

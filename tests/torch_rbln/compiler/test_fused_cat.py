@@ -120,6 +120,8 @@ def uneven(a, b, c, bias):
     (lambda a: torch.cat((-a, a), dim=-1) * 2.0, [(6, 7)]),  # one tensor read by both pieces
     (lambda a, b: torch.cat((a.t() + 1.0, b), dim=-1).relu(), [(9, 6), (6, 3)]),  # a transposed piece
     (lambda a, b: torch.cat((a.exp(), b), dim=-1) + 1.0, [(5,), (9,)]),  # one line: no leading dims
+    (lambda a: torch.cat((a, a), dim=-1).cos(), [(6, 7)]),  # one tensor repeated: computed once
+    (lambda a, b: torch.cat((a, a), dim=-1).cos() * b, [(6, 7), (6, 14)]),  # ... unless a line is read
 ])
 @pytest.mark.parametrize("backend", ["numba", "interpret"])
 def test_fused_cats_match_the_cpu(fresh_compiler, monkeypatch, function, shapes, backend):
@@ -130,6 +132,27 @@ def test_fused_cats_match_the_cpu(fresh_compiler, monkeypatch, function, shapes,
     got = torch.compile(function, backend="rbln")(*[t.to("rbln") for t in cpu])
     torch.testing.assert_close(got.cpu(), function(*cpu), atol=ATOL, rtol=RTOL)
     assert any("_cat_" in name for name in fresh_compiler.stats()["kernels"]), fresh_compiler.stats()
+
+
+def rope_table(freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hugging Face's rotary embedding: cos and sin of `cat((freqs, freqs), dim=-1)`, scaled."""
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos() * 1.0, emb.sin() * 1.0
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+def test_a_repeated_piece_is_computed_once_and_stored_at_each_place(fresh_compiler, tmp_path, monkeypatch,
+                                                                     backend):
+    monkeypatch.setenv("TORCH_RBLN_DUMP_KERNELS", str(tmp_path))
+    monkeypatch.setenv("TORCH_RBLN_DSL_BACKEND", backend)
+    freqs = torch.arange(128.0)[:, None] * torch.rand(32, generator=torch.Generator().manual_seed(2))
+    got = torch.compile(rope_table, backend="rbln")(freqs.to("rbln"))
+    for value, expected in zip(got, rope_table(freqs), strict=True):
+        torch.testing.assert_close(value.cpu(), expected, atol=ATOL, rtol=RTOL)
+    (name, _), = fresh_compiler.stats()["kernels"].items()
+    source = (tmp_path / f"{name}.py").read_text()
+    assert source.count("tl.cos(") == source.count("tl.sin(") == 1, source
+    assert source.count("tl.store(") == 4 and "c = cp + 32" in source, source
 
 
 def test_rope_trains_like_the_cpu(fresh_compiler):

@@ -270,6 +270,13 @@ def _alpha_scan(name: str, alpha: Any, *operands: Any) -> None:
             raise Decline("nan_inf")
 
 
+# Arithmetic of bools that is logic: torch computes mul and minimum as `and`, add and maximum as `or`
+# (the sum of two trues is true), ne as `xor`. `isfinite` (inside isclose and allclose) multiplies two
+# bool masks.
+_BOOL_AS_BITWISE = {"mul": "bitwise_and", "minimum": "bitwise_and", "add": "bitwise_or",
+                    "maximum": "bitwise_or", "ne": "bitwise_xor"}
+
+
 def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=False, ordered=False):
     """The general binary op: promotion, broadcasting, scalars, out=, in place. A new result is laid
     out as torch lays it out (`output_order`): the op runs on the operands seen in that order
@@ -288,8 +295,12 @@ def binary(name: str, a, b, alpha=1, out=None, *, comparison=False, inplace=Fals
     _alpha_scan(name, alpha, a, b)  # after the reordering, whose call scans the same operands
     if name == "div" and not inplace:
         a, b = true_division_operands(a, b)
-    if torch.result_type(a, b) in INTEGERS:
+    result = torch.result_type(a, b)
+    if result in INTEGERS:
         return integer_binary(name, a, b, alpha, out, comparison=comparison, inplace=inplace)
+    if result is torch.bool and name in _BOOL_AS_BITWISE and alpha == 1:
+        return integer_binary(_BOOL_AS_BITWISE[name], a, b, 1, out, comparison=False, inplace=inplace,
+                              compute=torch.bool)
     index = _device_index(a, b)
     compute = _promoted(a, b)
     if name == "div_trunc" and (not isinstance(b, Tensor) or b.is_cpu or not b.dim()):

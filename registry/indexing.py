@@ -6,9 +6,11 @@ graphs).
 `index` gathers with `index_select`'s kernel; `index_put` runs `kernels/embedding.index_put_kernel`, the
 scatter that undoes `index_select`. Both take one integer index tensor on one dim (every dim before it
 a full slice, `None` in aten's index list); index_put a contiguous destination and values that
-broadcast to the indexed shape. Everything else (boolean masks, several index tensors, negative
-indices, bool accumulation) is declined, so the CPU fallback runs it with torch's own semantics and
-errors.
+broadcast to the indexed shape. `index` also takes one boolean mask over consecutive dims (`x[mask]`,
+`x[:, mask]`): the mask's `nonzero` positions, flattened, gather those dims viewed as one. `nonzero` and
+`masked_select` are stream compactions (`kernels/compaction.py`). Everything else (several index
+tensors, negative indices, bool accumulation) is declined, so the CPU fallback runs it with torch's
+own semantics and errors.
 The scatters copy through the copy kernels, and so do `flip` (a copy whose destination strides are
 negated on the flipped dims) and `roll` (two copies per rolled dim, into the result's two slices).
 """
@@ -19,12 +21,17 @@ import math
 
 import torch
 
+from torch_rbln import _dlpack
+
 from . import _copy, _launch
 from ._base import FLOATS, Decline
 from ._launch import kernel_module as _k
+from ._launch import launch_grid
+from ._memo import BoundedMemo
 from ._ops import contiguous, empty
 from .gather import index_select
-from .geometry import I32, row_block
+from .geometry import I32, cdiv, row_block
+from .sorting import cumsum
 
 # index_put's kernel moves values of any of these (integers exactly: `inv_perm[perm] = arange(n)` in
 # MoE routing); accumulating adds in the tensor's own dtype, as torch's CPU kernel does
@@ -48,13 +55,100 @@ def _index_dim(self: torch.Tensor, indices: list) -> tuple[int, torch.Tensor]:
 
 def index(self: torch.Tensor, indices: list) -> torch.Tensor:
     """`aten::index.Tensor` (`x[idx]`, `x[:, idx]`) with one integer index tensor of any shape: the
-    rows it names, gathered by `index_select` and viewed in the indexed shape."""
+    rows it names, gathered by `index_select` and viewed in the indexed shape; or with one boolean mask
+    (`_index_by_mask`)."""
+    present = [(d, t) for d, t in enumerate(indices) if t is not None]
+    if len(present) == 1 and isinstance(present[0][1], torch.Tensor) and present[0][1].dtype is torch.bool:
+        return _index_by_mask(self, *present[0])
     dim, index_tensor = _index_dim(self, indices)
     flat = index_tensor.reshape(-1)
     if flat.numel() == 0:
         raise Decline("empty index")
     gathered = index_select(self, dim, flat)
     return gathered.view([*self.shape[:dim], *index_tensor.shape, *self.shape[dim + 1:]])
+
+
+def _index_by_mask(self: torch.Tensor, dim: int, mask: torch.Tensor) -> torch.Tensor:
+    """`x[..., mask]` for a bool mask over dims [dim, dim + mask.dim()) of x, of exactly their sizes: those
+    dims viewed as one (of a contiguous x) and gathered at the mask's flat nonzero positions, as torch's
+    `x[mask.nonzero(as_tuple=True)]` orders them. Another shape (torch's IndexError), a 0-dim mask (which
+    adds a dim) or a CPU mask is declined."""
+    span = mask.dim()
+    if mask.is_cpu or span == 0 or tuple(self.shape[dim:dim + span]) != tuple(mask.shape):
+        raise Decline("boolean mask of another shape than the dims it indexes, 0-dim, or on the CPU")
+    positions = nonzero(contiguous(mask).view(-1)).view(-1)
+    merged = contiguous(self).view(*self.shape[:dim], -1, *self.shape[dim + span:])
+    if positions.numel() == 0:
+        return empty([*self.shape[:dim], 0, *self.shape[dim + span:]], self.dtype, self.get_device())
+    return index_select(merged, dim, positions)
+
+
+_geometries: dict[tuple, torch.Tensor] = BoundedMemo(256)
+
+
+def _selected_slots(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(counts, ends, total) of a contiguous rbln `x`'s nonzero elements per block of
+    `compaction.BLOCK`: `count_kernel`'s counts, their cumsum on the device (each block's end slot), and
+    the total read from the last end (the size of the result)."""
+    kernels = _k("compaction")
+    n = x.numel()
+    blocks = cdiv(n, kernels.BLOCK)
+    counts = empty((blocks,), torch.int64, x.get_device())
+    launch_grid(kernels.count_kernel, (blocks, 1), (x, counts, n), BLOCK=kernels.BLOCK)
+    ends = cumsum(counts, 0)
+    return counts, ends, int(_dlpack.to_host_view(ends)[-1])
+
+
+def _compactable(x: torch.Tensor) -> None:
+    if x.is_complex() or x.numel() >= I32:
+        raise Decline("complex, or 2**31 elements or more")
+
+
+def nonzero(x: torch.Tensor) -> torch.Tensor:
+    """`aten::nonzero`: the (count, x.dim()) int64 coordinates of x's nonzero elements in row-major
+    order (NaN counts, -0.0 does not), from a stream compaction (`kernels/compaction.py`)."""
+    _compactable(x)
+    x = contiguous(x)
+    ndim, index = x.dim(), x.get_device()
+    if x.numel() == 0:
+        return empty((0, ndim), torch.int64, index)
+    counts, ends, total = _selected_slots(x)
+    out = empty((total, ndim), torch.int64, index)
+    if total and ndim:
+        shape = tuple(x.shape)
+        geometry = _geometries.get((shape, index))
+        if geometry is None:
+            strides = [math.prod(shape[d + 1:]) for d in range(ndim)]
+            geometry = _geometries[(shape, index)] = empty((2 * ndim,), torch.int32, index)
+            pairs = [value for pair in zip(strides, shape, strict=True) for value in pair]
+            _dlpack.to_host_view(geometry).copy_(torch.tensor(pairs))
+        kernels = _k("compaction")
+        launch_grid(kernels.nonzero_kernel, (counts.numel(), ndim),
+                    (x, ends, counts, geometry, out, x.numel(), ndim), BLOCK=kernels.BLOCK)
+    return out
+
+
+def masked_select(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`aten::masked_select`: the elements of x where the bool mask is true, both broadcast to one shape,
+    as a 1-d tensor in row-major order (moved, exact). A mask of another dtype is declined (torch's
+    error)."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype is not torch.bool or mask.is_cpu or x.is_cpu:
+        raise Decline("mask not a bool rbln tensor")
+    _compactable(x)
+    try:
+        shape = torch.broadcast_shapes(x.shape, mask.shape)
+    except RuntimeError as error:
+        raise Decline("x and mask do not broadcast") from error  # torch's error, from the CPU
+    x, mask = contiguous(x.expand(shape)), contiguous(mask.expand(shape))
+    if x.numel() == 0:
+        return empty((0,), x.dtype, x.get_device())
+    counts, ends, total = _selected_slots(mask)
+    out = empty((total,), x.dtype, x.get_device())
+    if total:
+        kernels = _k("compaction")
+        launch_grid(kernels.masked_select_kernel, (counts.numel(), 1),
+                    (x, mask, ends, counts, out, x.numel()), BLOCK=kernels.BLOCK)
+    return out
 
 
 def index_put_(self: torch.Tensor, indices: list, values: torch.Tensor, accumulate: bool = False,

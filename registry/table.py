@@ -618,7 +618,10 @@ TABLE: list[Op] = [
          exact=True) for kind in ("reflection", "replication") for n in (1, 2, 3)),
     # ---- indexing by a tensor and the scatters (index_put_ and index_put reach _index_put_impl_; the
     # embedding and slicing backward of compiled graphs)
-    Op("index.Tensor", Ref("indexing", "index"), "__getitem__", int_inputs=True),
+    Op("index.Tensor", Ref("indexing", "index"), "__getitem__", int_inputs=True, exact=True),
+    Op("nonzero.default", Ref("indexing", "nonzero"), "nonzero", int_inputs=True, exact=True),
+    Op("masked_select.default", Ref("indexing", "masked_select"), "masked_select", int_inputs=True,
+       exact=True),
     Op("_index_put_impl_.default", Ref("indexing", "index_put_"), "index_put", int_inputs=True),
     Op("slice_scatter.default", Ref("indexing", "slice_scatter"), "slice_scatter"),
     Op("select_scatter.default", Ref("indexing", "select_scatter"), "select_scatter"),

@@ -11,6 +11,7 @@ offsets affine in the tile (strides 0 where it broadcasts).
 from __future__ import annotations
 
 import torch_rbln.dsl as tl
+from torch_rbln.dsl.extra import libdevice
 
 # Unary op codes.
 (NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE,
@@ -29,7 +30,8 @@ UNARY = {
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
  GELU_BWD, GELU_TANH_BWD, THRESHOLD_BWD, SIGMOID_BWD, TANH_BWD, SILU_BWD, POW_T,
  DIV_TRUNC, DIV_FLOOR, CLAMP, DIV_TRUNC_SCALAR, LEAKY_RELU_BWD, SOFTPLUS_BWD, ELU_BWD,
- ELU_BWD_RESULT, MISH_BWD, SMOOTH_L1, HUBER, SMOOTH_L1_BWD, HUBER_BWD) = range(32)
+ ELU_BWD_RESULT, MISH_BWD, SMOOTH_L1, HUBER, SMOOTH_L1_BWD, HUBER_BWD, FMOD, REMAINDER, ATAN2, HYPOT,
+ XLOGY) = range(37)
 BINARY = {
     "add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "eq": EQ, "ne": NE, "lt": LT, "le": LE, "gt": GT,
     "ge": GE, "maximum": MAXIMUM, "minimum": MINIMUM, "gelu_backward": GELU_BWD,
@@ -39,6 +41,7 @@ BINARY = {
     "leaky_relu_backward": LEAKY_RELU_BWD, "softplus_backward": SOFTPLUS_BWD,
     "elu_backward": ELU_BWD, "elu_backward_of_result": ELU_BWD_RESULT, "mish_backward": MISH_BWD,
     "smooth_l1": SMOOTH_L1, "huber": HUBER, "smooth_l1_backward": SMOOTH_L1_BWD, "huber_backward": HUBER_BWD,
+    "fmod": FMOD, "remainder": REMAINDER, "atan2": ATAN2, "hypot": HYPOT, "xlogy": XLOGY,
 }
 COMPARISONS = frozenset({EQ, NE, LT, LE, GT, GE})
 # Ternary op codes of `ternary_tiled_kernel` (a, b, c: self, tensor1/end, tensor2/weight).
@@ -322,8 +325,21 @@ def _binary_op(a, b, alpha, OP: tl.constexpr, out_ptr):
         y = tl.where(z < alpha, 0.5 * z * z, alpha * (z - 0.5 * alpha))
     elif OP == 30:  # smooth L1 backward: a = x - target, b = norm * grad, alpha = beta (torch's branches)
         y = tl.where(a <= -alpha, -b, tl.where(a >= alpha, b, a * b / alpha))
-    else:  # huber backward: a = x - target, b = norm * grad, alpha = delta
+    elif OP == 31:  # huber backward: a = x - target, b = norm * grad, alpha = delta
         y = tl.where(a <= -alpha, -alpha * b, tl.where(a >= alpha, alpha * b, a * b))
+    elif OP == 32:  # fmod: C's, the sign of a (exact: a - n * b is representable)
+        y = a % b
+    elif OP == 33:  # remainder as torch's CPU kernel: fmod, then b added where the signs differ
+        mod = a % b
+        y = tl.where((mod != 0.0) & ((b < 0.0) != (mod < 0.0)), mod + b, mod)
+    elif OP == 34:  # atan2(a, b): the angle of the point (b, a)
+        y = libdevice.atan2(a, b)
+    elif OP == 35:  # hypot: sqrt(a^2 + b^2) in float64, where neither square overflows nor underflows
+        wide_a = a.to(tl.float64)
+        wide_b = b.to(tl.float64)
+        y = tl.sqrt(wide_a * wide_a + wide_b * wide_b).to(tl.float32)
+    else:  # xlogy as torch's: NaN where b is NaN, else 0 where a is 0, else a * log(b)
+        y = tl.where(b != b, b, tl.where(a == 0.0, 0.0, a * tl.log(b)))
     return y
 
 
@@ -399,7 +415,8 @@ def binary_tiled_kernel(
 #
 # The binary ops whose specialisation fuses in every float dtype and operand layout (see FUSED_UNARY);
 # maximum/minimum, pow and the activation backwards read an operand more than once.
-FUSED_BINARY = frozenset({ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, THRESHOLD_BWD, CLAMP})
+FUSED_BINARY = frozenset({ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, THRESHOLD_BWD, CLAMP, FMOD, ATAN2,
+                          HYPOT})
 
 
 @tl.jit

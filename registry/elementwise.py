@@ -767,13 +767,13 @@ def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool
     """The plan of `integer_binary`'s launch for `key` (see `_binary_key`): int32/int64 tensors (bitwise
     ops: bools and every integer dtype) with a tensor of the same dtype or an int, exact, so nothing is
     scanned. NO_PLAN where the implementation does something else: another dtype, promotion, floor
-    division (it checks the divisor's value), an op the integer kernel lacks. `own_dtype`: the result
-    has a's dtype whatever the number (bitwise_not's xor, 1 for a bool)."""
+    division and remainder (it checks the divisor's value), an op the integer kernel lacks. `own_dtype`:
+    the result has a's dtype whatever the number (bitwise_not's xor, 1 for a bool)."""
     tag, op_name, dtype, a_shape, index, b_key, out_key = key
     names, dtypes = (BITWISE_NAMES, BITWISE_DTYPES) if bitwise else (INTEGER_NAMES, INTEGERS)
     if tag == "fill":  # fill_/zero_ of a bool or integer tensor (`fill_family`)
         names, dtypes = ("fill",), _FILLED_EXACTLY
-    elif op_name in ("div_floor", "abs", "fill"):
+    elif op_name in ("div_floor", "remainder", "abs", "fill"):
         return NO_PLAN
     if dtype not in dtypes or op_name not in names:
         return NO_PLAN

@@ -56,16 +56,6 @@ def bitwise_not(x, out=None, *, inplace: bool = False) -> torch.Tensor:
                           inplace=inplace, compute=x.dtype)
 
 
-def remainder(a, b, out=None, *, inplace: bool = False) -> torch.Tensor:
-    """`torch.remainder` (Python's modulo: the result has the divisor's sign) of integer tensors by a
-    non-zero number, exact on the integer kernel (`take_along_dim` computes `indices % size`). Float
-    operands, and integer divisors that are tensors, are declined: the CPU computes them."""
-    compute = torch.result_type(a, b)
-    if compute not in INTEGERS:
-        raise Decline(f"dtype {str(compute).replace('torch.', '')}")
-    return integer_binary("remainder", a, b, 1, out, comparison=False, inplace=inplace)
-
-
 def integer_binary(name: str, a, b, alpha, out, *, comparison: bool, inplace: bool,
                    compute: torch.dtype | None = None) -> torch.Tensor:
     """`name` on the exact integer kernel; `compute` (the result dtype) defaults to torch's promotion."""

@@ -58,6 +58,23 @@ class Op:
 _UNBUILT = object()
 
 
+def _math_binary(name: str, *, functional: tuple = ("Tensor", "Scalar"),
+                 out: tuple = ("Tensor_out", "Scalar_out"), inplace: tuple = ("Tensor", "Scalar"),
+                 exact: bool = False) -> list[Op]:
+    """The overloads of a binary op under aten's names for them (fmod's `Tensor_out`, atan2's `default`):
+    functional ones (the first carries the OpInfo of `name`), out= ones and in-place ones, all on
+    `EW.binary(name, ...)` with its per-signature plan. `exact` as `_binary_family`'s."""
+    family = {"scan": not exact}
+    return [*(Op(f"{name}.{form}", lambda a, b: EW.binary(name, a, b), name if i == 0 else None,
+                 int_inputs=True, exact=exact, make_plan=lambda: EW.binary_family(name, **family))
+              for i, form in enumerate(functional)),
+            *(Op(f"{name}.{form}", lambda a, b, out=None: EW.binary(name, a, b, out=out), int_inputs=True,
+                 exact=exact, make_plan=lambda: EW.binary_family(name, out=True, **family)) for form in out),
+            *(Op(f"{name}_.{form}", lambda a, b: EW.binary(name, a, b, inplace=True), int_inputs=True,
+                 exact=exact, make_plan=lambda: EW.binary_family(name, inplace=True, **family))
+              for form in inplace)]
+
+
 def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: bool = False,
                    scalar: bool = True, exact: bool = False) -> list[Op]:
     """The Tensor, out=, in-place (and Scalar) overloads of a binary op. `exact`: the kernel computes
@@ -483,12 +500,18 @@ TABLE: list[Op] = [
        make_plan=lambda: EW.binary_family("tanh_backward")),
     Op("silu_backward.default", lambda g, x: EW.binary("silu_backward", g, x),
        make_plan=lambda: EW.binary_family("silu_backward")),
-    # integer remainder by a number (`take_along_dim`'s index arithmetic); floats take the CPU (no opinfo
-    # entry: its samples are floats; tests/registry/test_integer_ops.py covers these)
-    Op("remainder.Tensor", lambda a, b: IN.remainder(a, b), int_inputs=True),
-    Op("remainder.Scalar", lambda a, b: IN.remainder(a, b), int_inputs=True),
-    Op("remainder_.Tensor", lambda a, b: IN.remainder(a, b, inplace=True), int_inputs=True),
-    Op("remainder_.Scalar", lambda a, b: IN.remainder(a, b, inplace=True), int_inputs=True),
+    # fmod and remainder: C's fmod (exact), and torch's CPU formula for remainder (fmod, then the divisor
+    # added where the signs differ), so NaN/Inf give the CPU's values unscanned; integers by a number
+    # run the exact integer kernel (`take_along_dim`'s index arithmetic), by a tensor the CPU (torch
+    # raises for a zero divisor, which a kernel cannot)
+    *_math_binary("fmod", exact=True),
+    *_math_binary("remainder", exact=True),
+    # atan2, hypot (in float64) and xlogy (kl_div's target * log(target)): libm-grade results, so NaN/Inf
+    # inputs are scanned and take the CPU
+    *_math_binary("atan2", functional=("default",), out=("out",), inplace=("default",)),
+    *_math_binary("hypot", functional=("default",), out=("out",), inplace=("default",)),
+    *_math_binary("xlogy", functional=("Tensor", "Scalar_Other"), out=("OutTensor", "OutScalar_Other"),
+                  inplace=("Tensor", "Scalar_Other")),
     # ---- where, masked_fill, fill/zero (where and masked_fill select values: exact, never scanned, so a
     # mask of -inf scores stays on the device)
     Op("where.self", lambda c, a, b: EW.where(c, a, b), "where", int_inputs=True, exact=True,

@@ -123,6 +123,35 @@ def nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_we
     return dx
 
 
+def _rows_2d(x: Tensor, target: Tensor) -> tuple[int, int, int, int]:
+    """(N, C, H, W) of an (N, C, H, W) input whose (N, H, W) target lines up with it; Decline otherwise
+    (torch's errors come from the CPU)."""
+    if x.dim() != 4 or target.dim() != 3 or tuple(target.shape) != (x.shape[0], *x.shape[2:]):
+        raise Decline("nll_loss2d input other than (N, C, H, W) with an (N, H, W) target")
+    return tuple(x.shape)
+
+
+def nll_loss2d_forward(x, target, weight, reduction, ignore_index):
+    """`aten::nll_loss2d_forward` (cross_entropy of images: segmentation): the classes moved last, each
+    pixel a row of `nll_loss_forward`, so every pixel's loss and the reduction run on its kernel."""
+    n, c, h, w = _rows_2d(x, target)
+    rows = contiguous(x.permute(0, 2, 3, 1)).view(-1, c)
+    loss, total_weight = nll_loss_forward(rows, target.reshape(-1), weight, reduction, ignore_index)
+    return (loss.view(n, h, w) if reduction == 0 else loss), total_weight
+
+
+def nll_loss2d_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    """`aten::nll_loss2d_backward`: `nll_loss_backward` over the pixels as rows (the input only gives
+    their shape: an expanded placeholder stands in for its channels-last copy), the gradient moved back
+    to (N, C, H, W) and laid out contiguous, as torch's."""
+    n, c, h, w = _rows_2d(x, target)
+    shape_only = empty([], x.dtype, x.get_device()).expand(n * h * w, c)
+    grad_rows = grad.reshape(-1) if reduction == 0 else grad
+    dx = nll_loss_backward(grad_rows, shape_only, target.reshape(-1), weight, reduction, ignore_index,
+                           total_weight)
+    return contiguous(dx.view(n, h, w, c).permute(0, 3, 1, 2))
+
+
 # ---------------------------------------------------------------- plans
 
 _range_entry: list = []  # [in_range_64's compiled entry point] once made

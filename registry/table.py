@@ -663,6 +663,9 @@ TABLE: list[Op] = [
        int_inputs=True, tol=LOOSE, make_plan=lambda: LS.forward_family()),
     Op("nll_loss_backward.default", Ref("loss", "nll_loss_backward"), int_inputs=True,
        make_plan=lambda: LS.backward_family()),
+    # nll_loss2d (cross_entropy of (N, C, H, W) logits): the pixels as rows of nll_loss's kernels
+    Op("nll_loss2d_forward.default", Ref("loss", "nll_loss2d_forward"), int_inputs=True, tol=LOOSE),
+    Op("nll_loss2d_backward.default", Ref("loss", "nll_loss2d_backward"), int_inputs=True, tol=LOOSE),
     # ---- shape building blocks models use
     Op("cat.default", Ref("gather", "cat"), "cat", int_inputs=True, exact=True,
        make_plan=lambda: GA.cat_family()),

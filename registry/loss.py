@@ -26,7 +26,7 @@ from . import _launch
 from ._base import real_number, require_float
 from ._finite_scan import PARALLEL_MIN, all_finite, contiguous_scan
 from ._ops import FLOATS, Decline, _k, contiguous, empty, fill_floats
-from .elementwise import binary
+from .elementwise import binary, unary
 from .geometry import I32, block, cdiv, row_block
 from .plan import NO_PLAN, Family, Launch, Plan, contiguous_on
 from .reduce import reduce
@@ -417,3 +417,46 @@ def huber_loss(x: Tensor, target: Tensor, reduction: int = 1, delta: float = 1.0
 def huber_loss_backward(grad: Tensor, x: Tensor, target: Tensor, reduction: int, delta: float) -> Tensor:
     return _pointwise_loss_backward("huber_backward", grad, x, target, reduction,
                                     _positive(delta, "delta"))
+
+
+# ---------------------------------- binary_cross_entropy (probabilities), composed of device launches
+def _probabilities(x: Tensor, target: Tensor, weight: Tensor | None) -> None:
+    """Decline unless every input and target value lies in [0, 1] (torch raises "all elements of input
+    should be between 0 and 1", from the CPU) and the weight is an rbln tensor of x's dtype: the range
+    from two device reductions (of the elementwise minimum and maximum of both), read back."""
+    if weight is not None and (weight.is_cpu or weight.dtype is not x.dtype):
+        raise Decline("weight of another dtype or device")
+    if x.numel() == 0:
+        return
+    low = reduce("amin", binary("minimum", x, target))
+    high = reduce("amax", binary("maximum", x, target))
+    if not (low.item() >= 0.0 and high.item() <= 1.0):
+        raise Decline("a probability or target outside [0, 1]")
+
+
+def binary_cross_entropy(x: Tensor, target: Tensor, weight: Tensor | None = None,
+                         reduction: int = 1) -> Tensor:
+    """torch's CPU formula, op by op in the tensors' dtype: (t - 1) * max(log1p(-x), -100) - t * max(log(x),
+    -100), times the weight, then the reduction. Why: GANs, VAEs and multi-label heads train on
+    sigmoid probabilities with `F.binary_cross_entropy`, which ran on the CPU fallback."""
+    name = _mse_operands(x, target, reduction)
+    _probabilities(x, target, weight)
+    log_x = binary("clamp", unary("log", x), -100.0, math.inf)
+    log_rest = binary("clamp", unary("log1p", unary("neg", x)), -100.0, math.inf)
+    losses = binary("sub", binary("mul", binary("sub", target, 1.0), log_rest), binary("mul", target, log_x))
+    if weight is not None:
+        losses = binary("mul", losses, weight)
+    return losses if name is None else reduce(name, losses)
+
+
+def binary_cross_entropy_backward(grad: Tensor, x: Tensor, target: Tensor, weight: Tensor | None = None,
+                                  reduction: int = 1) -> Tensor:
+    """torch's grad * (x - t) / max((1 - x) * x, 1e-12), times the weight, divided by numel for the mean."""
+    name = _backward_operands(grad, x, target, reduction)
+    if weight is not None and (weight.is_cpu or weight.dtype is not x.dtype):
+        raise Decline("weight of another dtype or device")
+    denominator = binary("clamp", binary("mul", binary("sub", 1.0, x), x), 1e-12, math.inf)
+    gradient = binary("div", binary("mul", grad, binary("sub", x, target)), denominator)
+    if weight is not None:
+        gradient = binary("mul", gradient, weight)
+    return binary("div", gradient, float(x.numel())) if name == "mean" else gradient

@@ -663,6 +663,10 @@ TABLE: list[Op] = [
        int_inputs=True, tol=LOOSE, make_plan=lambda: LS.forward_family()),
     Op("nll_loss_backward.default", Ref("loss", "nll_loss_backward"), int_inputs=True,
        make_plan=lambda: LS.backward_family()),
+    # binary_cross_entropy on probabilities: torch's formula op by op (loss.py)
+    Op("binary_cross_entropy.default", Ref("loss", "binary_cross_entropy"),
+       "nn.functional.binary_cross_entropy", tol=LOOSE),
+    Op("binary_cross_entropy_backward.default", Ref("loss", "binary_cross_entropy_backward"), tol=LOOSE),
     # nll_loss2d (cross_entropy of (N, C, H, W) logits): the pixels as rows of nll_loss's kernels
     Op("nll_loss2d_forward.default", Ref("loss", "nll_loss2d_forward"), int_inputs=True, tol=LOOSE),
     Op("nll_loss2d_backward.default", Ref("loss", "nll_loss2d_backward"), int_inputs=True, tol=LOOSE),

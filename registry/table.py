@@ -303,6 +303,12 @@ def _sum(x, dim=None, keepdim=False, dtype=None):
     return R.reduce("sum", x, dim, keepdim, dtype)
 
 
+def _count_nonzero(x, dim=None):
+    """count_nonzero: the sum (into int64) of `x != 0` (NaN counts, -0.0 does not, as torch's), over `dim`
+    (an int, a list of ints, or every dim)."""
+    return R.reduce("sum", EW.binary("ne", x, 0, comparison=True), [dim] if isinstance(dim, int) else dim)
+
+
 def _var(x, dim=None, correction=None, keepdim=False):
     return R.reduce("var", x, dim, keepdim, correction=correction)
 
@@ -571,6 +577,8 @@ TABLE: list[Op] = [
        make_plan=lambda: R.family("sum", keywords=("dtype",))),
     Op("sum.default", lambda x, dtype=None: _sum(x, None, False, dtype), int_inputs=True,
        make_plan=lambda: R.family("sum", positional=1, keywords=("dtype",))),
+    Op("count_nonzero.dim_IntList", _count_nonzero, "count_nonzero", int_inputs=True, exact=True),
+    Op("count_nonzero.default", _count_nonzero, int_inputs=True, exact=True),
     Op("mean.dim", lambda x, dim, keepdim=False, dtype=None: R.reduce("mean", x, dim, keepdim, dtype),
        "mean", tol=LOOSE, make_plan=lambda: R.family("mean", keywords=("dtype",))),
     Op("mean.default", lambda x, dtype=None: R.reduce("mean", x, None, False, dtype),

@@ -92,3 +92,16 @@ def test_masks_torch_refuses_still_raise_torchs_errors():
         x[torch.ones(3, dtype=torch.bool).to("rbln")]
     with pytest.raises(RuntimeError, match="expected BoolTensor"):
         torch.masked_select(x, torch.ones(4, 5, dtype=torch.int64).to("rbln"))
+
+
+@pytest.mark.parametrize("dim", [None, 0, 2, (0, 2)])
+def test_count_nonzero_counts_as_torch_does(dim):
+    """`x != 0` summed into int64 (NaN counts, -0.0 does not) over every dim, one or several."""
+    x = _sparse((4, 5, 6), seed=5)
+    registry.reset_fallback_report()
+    for value in (x, x > 0, (x.nan_to_num(0.0) * 3).to(torch.int32)):
+        args = () if dim is None else (dim,)
+        got = torch.count_nonzero(value.to("rbln"), *args)
+        expected = torch.count_nonzero(value, *args)
+        assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected)
+    assert not _cpu_calls(), _cpu_calls()

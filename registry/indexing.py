@@ -12,7 +12,8 @@ broadcast to the indexed shape. `index` also takes one boolean mask over consecu
 tensors, negative indices, bool accumulation) is declined, so the CPU fallback runs it with torch's
 own semantics and errors.
 The scatters copy through the copy kernels, and so do `flip` (a copy whose destination strides are
-negated on the flipped dims) and `roll` (two copies per rolled dim, into the result's two slices).
+negated on the flipped dims), `roll` (two copies per rolled dim, into the result's two slices),
+`pixel_shuffle` / `pixel_unshuffle` (r^2 copies of strided views) and `diagonal_copy` (`torch.diag`).
 """
 
 from __future__ import annotations
@@ -230,6 +231,54 @@ def flip(x: torch.Tensor, dims) -> torch.Tensor:
         raise Decline("dims out of range or repeated")  # torch's error, from the CPU
     out = empty(x.shape, x.dtype, x.get_device())
     _copy.reversed_copy(x, out, [d for d in wrapped if d < x.dim() and x.shape[d] > 1])
+    return out
+
+
+def _shuffled(x: torch.Tensor, factor: int, up: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(source, result) of a pixel shuffle (`up`) or unshuffle: the result allocated, both viewed with
+    the factor's two dims split out, shuffled side (..., C, r, r, H, W), spatial side (..., C, H, r, W, r),
+    batch dims merged into one."""
+    if x.dim() < 3 or type(factor) is not int or factor <= 0:
+        raise Decline("fewer than 3 dims or a factor other than a positive int")  # torch's error, CPU
+    *lead, channels, height, width = x.shape
+    if up and channels % (factor * factor) or not up and (height % factor or width % factor):
+        raise Decline("channels (or sizes) not divisible by the factor")
+    c = channels // (factor * factor) if up else channels
+    h, w = (height, width) if up else (height // factor, width // factor)
+    shape = [*lead, c, h * factor, w * factor] if up else [*lead, c * factor * factor, h, w]
+    out = empty(shape, x.dtype, x.get_device())
+    shuffled, spatial = (contiguous(x), out) if up else (out, contiguous(x))
+    return (shuffled.view(-1, c, factor, factor, h, w), spatial.view(-1, c, h, factor, w, factor))
+
+
+def pixel_shuffle(x: torch.Tensor, upscale_factor: int) -> torch.Tensor:
+    """`F.pixel_shuffle`: out[..., c, h r + i, w r + j] = x[..., c r^2 + i r + j, h, w], as r^2 copies of
+    four-dim strided views (one per (i, j)), each within what the copy kernel addresses (the six-dim
+    permutation is not)."""
+    shuffled, spatial = _shuffled(x, upscale_factor, up=True)
+    for i in range(upscale_factor):
+        for j in range(upscale_factor):
+            _copy.copy_into(shuffled[:, :, i, j], spatial[:, :, :, i, :, j])
+    return spatial.view(*x.shape[:-3], -1, x.shape[-2] * upscale_factor, x.shape[-1] * upscale_factor)
+
+
+def pixel_unshuffle(x: torch.Tensor, downscale_factor: int) -> torch.Tensor:
+    """`F.pixel_unshuffle`, `pixel_shuffle`'s inverse: r^2 copies the other way."""
+    shuffled, spatial = _shuffled(x, downscale_factor, up=False)
+    for i in range(downscale_factor):
+        for j in range(downscale_factor):
+            _copy.copy_into(spatial[:, :, :, i, :, j], shuffled[:, :, i, j])
+    return shuffled.view(*x.shape[:-3], -1, x.shape[-2] // downscale_factor, x.shape[-1] // downscale_factor)
+
+
+def diagonal_copy(x: torch.Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> torch.Tensor:
+    """`torch.diag` of a matrix (`diagonal_copy`): the strided diagonal view copied by the copy kernel."""
+    try:
+        view = x.diagonal(offset, dim1, dim2)
+    except (IndexError, RuntimeError) as error:
+        raise Decline("dims out of range or equal") from error  # torch's error, from the CPU
+    out = empty(view.shape, x.dtype, x.get_device())
+    _copy.copy_into(view, out)
     return out
 
 

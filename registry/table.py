@@ -23,6 +23,7 @@ RW = LazyModule(globals(), "RW", "rows")
 LS = LazyModule(globals(), "LS", "loss")
 GA = LazyModule(globals(), "GA", "gather")
 MM = LazyModule(globals(), "MM", "matmul")
+IX = LazyModule(globals(), "IX", "indexing")
 
 
 @dataclass(frozen=True)
@@ -658,6 +659,14 @@ TABLE: list[Op] = [
     Op("select_scatter.default", Ref("indexing", "select_scatter"), "select_scatter"),
     Op("flip.default", Ref("indexing", "flip"), "flip", int_inputs=True, exact=True),
     Op("roll.default", Ref("indexing", "roll"), "roll", int_inputs=True, exact=True),
+    Op("pixel_shuffle.default", Ref("indexing", "pixel_shuffle"), "nn.functional.pixel_shuffle",
+       int_inputs=True, exact=True),
+    Op("pixel_unshuffle.default", Ref("indexing", "pixel_unshuffle"), "nn.functional.pixel_unshuffle",
+       int_inputs=True, exact=True),
+    Op("diagonal_copy.default", Ref("indexing", "diagonal_copy"), "diagonal_copy", int_inputs=True,
+       exact=True),
+    # trace: the diagonal's sum (into int64 for integers, as torch's)
+    Op("trace.default", lambda x: R.reduce("sum", IX.diagonal_copy(x)), "trace", int_inputs=True, tol=LOOSE),
     # ---- loss (cross_entropy = log_softmax + nll_loss)
     # mse_loss: composed of device launches (loss.py); the mean's summation order is the registry's
     Op("mse_loss.default", Ref("loss", "mse_loss"), "nn.functional.mse_loss", tol=LOOSE),

@@ -16,7 +16,7 @@ from torch_rbln.dsl.extra import libdevice
 # Unary op codes.
 (NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, RELU, GELU, GELU_TANH, SILU, POW, FILL, ABS, LOG, SCALE,
  CUBE, RECIPROCAL, RECIPROCAL_SQUARE, COS, SIN, LEAKY_RELU, FLOOR, CEIL, TRUNC, SIGN, ERF, HARDSWISH,
- HARDSIGMOID, EXP_NEG_ABS, LOG_SIGMOID, SOFTPLUS, LOG1P, EXPM1, ROUND, ELU, MISH) = range(36)
+ HARDSIGMOID, EXP_NEG_ABS, LOG_SIGMOID, SOFTPLUS, LOG1P, EXPM1, ROUND, ELU, MISH, ERFINV) = range(37)
 UNARY = {
     "neg": NEG, "exp": EXP, "sqrt": SQRT, "rsqrt": RSQRT, "sigmoid": SIGMOID, "tanh": TANH, "relu": RELU,
     "gelu": GELU, "gelu_tanh": GELU_TANH, "silu": SILU, "pow": POW, "fill": FILL, "abs": ABS, "log": LOG,
@@ -24,7 +24,7 @@ UNARY = {
     "cos": COS, "sin": SIN, "leaky_relu": LEAKY_RELU, "floor": FLOOR, "ceil": CEIL, "trunc": TRUNC,
     "sign": SIGN, "erf": ERF, "hardswish": HARDSWISH, "hardsigmoid": HARDSIGMOID, "exp_neg_abs": EXP_NEG_ABS,
     "log_sigmoid": LOG_SIGMOID, "softplus": SOFTPLUS, "log1p": LOG1P, "expm1": EXPM1, "round": ROUND,
-    "elu": ELU, "mish": MISH,
+    "elu": ELU, "mish": MISH, "erfinv": ERFINV,
 }
 # Binary op codes (the first operand is `a`, the second `b`; `alpha` scales `b` for add/sub).
 (ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, MAXIMUM, MINIMUM,
@@ -120,6 +120,34 @@ FUSED_UNARY = frozenset({NEG, EXP, SQRT, RSQRT, SIGMOID, TANH, FILL, ABS, LOG, S
                          FLOOR, CEIL, ERF, HARDSIGMOID, EXP_NEG_ABS})
 
 
+# erfinv's first guess: M. Giles' single-precision approximation ("Approximating the erfinv function",
+# GPU Computing Gems, 2011), a polynomial in w - 2.5 for w = -log((1 - x)(1 + x)) < 5 and in sqrt(w) - 3
+# beyond, Horner order from the highest degree; within 4 float32 ulps on (-1, 1).
+_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                   -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+@tl.jit
+def _erfinv(x):
+    """erfinv of float32 values: Giles' guess, then one Newton step on erf(y) = x in float64 (erf's
+    derivative 2 / sqrt(pi) exp(-y^2)), which leaves about half an ulp, torch's CPU accuracy; +-1 give
+    +-inf, |x| > 1 and NaN give NaN, -0.0 stays -0.0."""
+    w = -tl.log((1.0 - x) * (1.0 + x))
+    central = w - 2.5
+    tail = tl.sqrt(w) - 3.0
+    p = tl.full(x.shape, _ERFINV_CENTRAL[0], tl.float32)
+    q = tl.full(x.shape, _ERFINV_TAIL[0], tl.float32)
+    for k in tl.static_range(1, 9):
+        p = p * central + _ERFINV_CENTRAL[k]
+        q = q * tail + _ERFINV_TAIL[k]
+    guess = tl.where(w < 5.0, p, q) * x
+    y = guess.to(tl.float64)
+    y = y - (tl.erf(y) - x.to(tl.float64)) / (1.1283791670955126 * tl.exp(-y * y))
+    return tl.where(tl.abs(x) == 1.0, x * float("inf"), y.to(tl.float32))
+
+
 @tl.jit
 def _unary_op(x, p, OP: tl.constexpr):
     """The unary op `OP` (a constexpr code, see UNARY: the switch folds to its one branch) on float32
@@ -193,8 +221,10 @@ def _unary_op(x, p, OP: tl.constexpr):
         y = _round_half_even(x)
     elif OP == 34:  # elu (scale and input_scale 1) as torch's CPU kernel: x > 0 ? x : expm1(x) * alpha (p)
         y = tl.where(x > 0.0, x, _expm1(x) * p)
-    else:  # mish as torch's CPU kernel: x * tanh(log1p(exp(x)))
+    elif OP == 35:  # mish as torch's CPU kernel: x * tanh(log1p(exp(x)))
         y = x * tl.tanh(_log1p(tl.exp(x)))
+    else:
+        y = _erfinv(x)
     return y
 
 

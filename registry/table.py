@@ -447,6 +447,8 @@ TABLE: list[Op] = [
     *_unary_family("trunc", "trunc", exact=True),
     *_unary_family("sign", "sign", exact=True),
     *_unary_family("erf", "erf"),
+    # erfinv (trunc_normal_ initialisation): Giles' guess and a float64 Newton step (kernels/elementwise.py)
+    *_unary_family("erfinv", "erfinv"),
     *_unary_family("log1p", "log1p", exact=True),
     *_unary_family("expm1", "expm1", exact=True),
     *_unary_family("round", "round", exact=True),

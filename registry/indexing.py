@@ -29,9 +29,11 @@ from ._base import FLOATS, Decline
 from ._launch import kernel_module as _k
 from ._launch import launch_grid
 from ._memo import BoundedMemo
-from ._ops import contiguous, empty
+from ._ops import contiguous, empty, fill_floats
 from .gather import index_select
 from .geometry import I32, cdiv, row_block
+from .integer import device_scalar, integer_fill
+from .reduce import reduce
 from .sorting import cumsum
 
 # index_put's kernel moves values of any of these (integers exactly: `inv_perm[perm] = arange(n)` in
@@ -191,6 +193,36 @@ def index_put_(self: torch.Tensor, indices: list, values: torch.Tensor, accumula
                    (self, index, values, size, count, inner),
                    {"ACCUMULATE": bool(accumulate), "BLOCK": block}, rows=outer)
     return self
+
+
+def bincount(x: torch.Tensor, weights: torch.Tensor | None = None, minlength: int = 0) -> torch.Tensor:
+    """`torch.bincount` of a 1-d int32/int64 tensor (MoE routing's tokens per expert): a zero tensor of
+    max(max(x) + 1, minlength) bins (the extremes from two device reductions, read back) that
+    `index_put_` accumulates ones (int64 counts) or the float32 weights into, in index order as torch's
+    CPU loop adds them (the same bits). A negative value (torch's error), other dtypes and other
+    weights go to the CPU."""
+    if x.dim() != 1 or x.dtype not in (torch.int32, torch.int64) or type(minlength) is not int or \
+            minlength < 0:
+        raise Decline("input other than a 1-d int32/int64 tensor, or a negative minlength")
+    if weights is not None and (weights.dtype is not torch.float32 or weights.is_cpu or
+                                tuple(weights.shape) != tuple(x.shape)):
+        raise Decline("weights other than float32 rbln values, one per input")
+    index = x.get_device()
+    bins = minlength
+    if x.numel():
+        if reduce("amin", x).item() < 0:
+            raise Decline("a negative value")  # torch's error, from the CPU
+        bins = max(bins, int(reduce("amax", x).item()) + 1)
+    dtype = torch.int64 if weights is None else torch.float32
+    out = empty((bins,), dtype, index)
+    if weights is None:
+        integer_fill(out, 0)
+    else:
+        fill_floats(out, 0.0)
+    if x.numel():
+        values = device_scalar(1, torch.int64, index) if weights is None else weights
+        index_put_(out, [x], values, accumulate=True)
+    return out
 
 
 def _scatter(self: torch.Tensor, src: torch.Tensor, view) -> torch.Tensor:

@@ -729,6 +729,8 @@ TABLE: list[Op] = [
     Op("cumsum.default", Ref("sorting", "cumsum"), "cumsum", int_inputs=True),
     Op("cumsum_.default", Ref("sorting", "cumsum_"), int_inputs=True),
     Op("histc.default", Ref("sorting", "histc"), "histc", int_inputs=True),
+    # bincount: index_put_'s accumulation of ones (or float32 weights) into max(x) + 1 bins (indexing.py)
+    Op("bincount.default", Ref("indexing", "bincount"), "bincount", int_inputs=True),
     # ---- random ops (registry/random.py): dropout, rand/randn, seeded from the default generator
     Op("native_dropout.default", Ref("random", "native_dropout")),
     Op("native_dropout_backward.default", Ref("random", "native_dropout_backward"), int_inputs=True),

@@ -30,11 +30,12 @@ from ._launch import kernel_module as _k
 from ._launch import launch_grid
 from ._memo import BoundedMemo
 from ._ops import contiguous, empty, fill_floats
+from .elementwise import binary
 from .gather import index_select
 from .geometry import I32, cdiv, row_block
 from .integer import device_scalar, integer_fill
 from .reduce import reduce
-from .sorting import cumsum
+from .sorting import cumsum, sort
 
 # index_put's kernel moves values of any of these (integers exactly: `inv_perm[perm] = arange(n)` in
 # MoE routing); accumulating adds in the tensor's own dtype, as torch's CPU kernel does
@@ -223,6 +224,42 @@ def bincount(x: torch.Tensor, weights: torch.Tensor | None = None, minlength: in
         values = device_scalar(1, torch.int64, index) if weights is None else weights
         index_put_(out, [x], values, accumulate=True)
     return out
+
+
+def unique(x: torch.Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa: A002 (aten's name)
+           return_counts: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`torch.unique` without `dim` (`aten::_unique2`): the distinct values in ascending order, each
+    element's position among them, and each value's count, composed of device ops: a stable sort, the
+    flags of sorted elements that differ from their predecessor (NaN differs from everything, as torch's;
+    -0.0 and 0.0 are one value, the first in index order), the flagged values (`masked_select`), their
+    ranks (a cumsum) written back through the sort's permutation, and the gaps between their positions.
+    Inverse and counts not asked for are empty, as torch's. Unsorted output is sorted too (torch allows
+    any order). Lines the sort kernel does not take (more than its rank limit) go to the CPU."""
+    del sorted
+    flat = contiguous(x).view(-1)
+    n, index = flat.numel(), x.get_device()
+    if n == 0:
+        raise Decline("empty input")  # torch's empty results, from the CPU
+    ordered, order = sort(flat)
+    first = empty((n,), torch.bool, index)
+    integer_fill(first[:1], 1)
+    if n > 1:
+        binary("ne", ordered[1:], ordered[:-1], out=first[1:], comparison=True)
+    values = masked_select(ordered, first)
+    nothing = empty((0,), torch.int64, index)
+    inverse, counts = nothing, nothing
+    if return_inverse:
+        ranks = binary("sub", cumsum(first, 0), 1)
+        inverse = empty((n,), torch.int64, index)
+        index_put_(inverse, [order], ranks)
+        inverse = inverse.view(x.shape)
+    if return_counts:
+        starts = nonzero(first).view(-1)
+        ends = empty(starts.shape, torch.int64, index)
+        _copy.copy_into(starts[1:], ends[:-1])
+        integer_fill(ends[-1:], n)
+        counts = binary("sub", ends, starts)
+    return values, inverse, counts
 
 
 def _scatter(self: torch.Tensor, src: torch.Tensor, view) -> torch.Tensor:

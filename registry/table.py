@@ -729,6 +729,8 @@ TABLE: list[Op] = [
     Op("cumsum.default", Ref("sorting", "cumsum"), "cumsum", int_inputs=True),
     Op("cumsum_.default", Ref("sorting", "cumsum_"), int_inputs=True),
     Op("histc.default", Ref("sorting", "histc"), "histc", int_inputs=True),
+    # unique without dim: a stable sort, the flags of new values, their ranks and gaps (indexing.py)
+    Op("_unique2.default", Ref("indexing", "unique"), "unique", int_inputs=True, exact=True),
     # bincount: index_put_'s accumulation of ones (or float32 weights) into max(x) + 1 bins (indexing.py)
     Op("bincount.default", Ref("indexing", "bincount"), "bincount", int_inputs=True),
     # ---- random ops (registry/random.py): dropout, rand/randn, seeded from the default generator

@@ -11,9 +11,7 @@ import torch.nn.functional as F
 
 from torch_rbln import registry
 
-
-def _cpu_calls() -> dict:
-    return {op: row for op, row in registry.fallback_report().items() if row["cpu"]}
+from .checks import cpu_calls, loss_and_gradient
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -25,18 +23,7 @@ def test_loss_and_gradient_match_the_cpu(reduction, weighted):
     target = torch.rand(6, 9, generator=generator)
     target[1] = (target[1] > 0.5).float()
     weight = torch.rand(9, generator=generator) if weighted else None
-    cpu = probabilities.clone().requires_grad_()
-    device = probabilities.to("rbln").requires_grad_()
-    registry.reset_fallback_report()
-    expected = F.binary_cross_entropy(cpu, target, weight=weight, reduction=reduction)
-    got = F.binary_cross_entropy(device, target.to("rbln"), reduction=reduction,
-                                 weight=None if weight is None else weight.to("rbln"))
-    torch.testing.assert_close(got.cpu(), expected, atol=1e-5, rtol=1e-5)
-    upstream = torch.rand(expected.shape, generator=generator)
-    expected.backward(upstream)
-    got.backward(upstream.to("rbln"))
-    torch.testing.assert_close(device.grad.cpu(), cpu.grad, atol=1e-5, rtol=1e-5)
-    assert not _cpu_calls(), _cpu_calls()
+    loss_and_gradient(F.binary_cross_entropy, probabilities, target, weight, reduction, generator, 1e-5)
 
 
 def test_a_sigmoid_head_trains_on_the_device():
@@ -51,7 +38,7 @@ def test_a_sigmoid_head_trains_on_the_device():
     F.binary_cross_entropy(torch.sigmoid(layer(inputs.to("rbln"))), labels.to("rbln")).backward()
     F.binary_cross_entropy(torch.sigmoid(reference(inputs)), labels).backward()
     torch.testing.assert_close(layer.weight.grad.cpu(), reference.weight.grad, atol=1e-6, rtol=1e-5)
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()
 
 
 def test_values_outside_zero_one_raise_torchs_error():

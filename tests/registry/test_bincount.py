@@ -9,9 +9,7 @@ import torch
 
 from torch_rbln import registry
 
-
-def _cpu_calls() -> dict:
-    return {op: row for op, row in registry.fallback_report().items() if row["cpu"]}
+from .checks import cpu_calls
 
 
 @pytest.mark.parametrize("case", ["counts", "int32", "weights", "minlength", "empty", "one value"])
@@ -25,7 +23,7 @@ def test_bincount_is_the_cpus(case):
     got = torch.bincount(*[a.to("rbln") if isinstance(a, torch.Tensor) else a for a in args]).cpu()
     expected = torch.bincount(*args)
     assert got.dtype == expected.dtype and torch.equal(got, expected)
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()
 
 
 def test_tokens_per_expert_of_a_router():
@@ -35,7 +33,7 @@ def test_tokens_per_expert_of_a_router():
     registry.reset_fallback_report()
     assert torch.equal(torch.bincount(experts, minlength=8).cpu(),
                        torch.bincount(logits.topk(2, dim=-1).indices.flatten(), minlength=8))
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()
 
 
 def test_negative_values_raise_torchs_error():

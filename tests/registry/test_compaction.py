@@ -11,11 +11,9 @@ from torch_rbln.kernels import compaction
 
 from torch_rbln import registry
 
+from .checks import cpu_calls
+
 BLOCK = compaction.BLOCK
-
-
-def _cpu_calls() -> dict:
-    return {op: row for op, row in registry.fallback_report().items() if row["cpu"]}
 
 
 def _sparse(shape, dtype=torch.float32, seed=0) -> torch.Tensor:
@@ -40,7 +38,7 @@ def test_nonzero_matches_the_cpu(shape, backend, monkeypatch):
         x = _sparse(shape, dtype) if dtype is not torch.bool else _sparse(shape) > 0
         registry.reset_fallback_report()
         got = torch.nonzero(x.to("rbln"))
-        assert got.device.type == "rbln" and not _cpu_calls()
+        assert got.device.type == "rbln" and not cpu_calls()
         assert got.dtype == torch.int64 and torch.equal(got.cpu(), torch.nonzero(x)), (shape, dtype)
 
 
@@ -59,7 +57,7 @@ def test_masked_select_matches_the_cpu_with_broadcasting(x_shape, mask_shape):
     mask = _sparse(mask_shape, seed=2) > 0
     registry.reset_fallback_report()
     got = torch.masked_select(x.to("rbln"), mask.to("rbln"))
-    assert not _cpu_calls()
+    assert not cpu_calls()
     expected = torch.masked_select(x, mask)
     assert got.shape == expected.shape and torch.equal(got.cpu().nan_to_num(7.0), expected.nan_to_num(7.0))
     ints = (x * 10).to(torch.int32)
@@ -81,7 +79,7 @@ def test_indexing_by_a_boolean_mask_gathers_on_the_device(case):
     mask = _sparse((5, 6, 7), seed=4) > 0
     registry.reset_fallback_report()
     got = select(x.to("rbln"), mask.to("rbln"))
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()
     expected = select(x, mask)
     assert got.shape == expected.shape and torch.equal(got.cpu().nan_to_num(7.0), expected.nan_to_num(7.0))
 
@@ -104,4 +102,4 @@ def test_count_nonzero_counts_as_torch_does(dim):
         got = torch.count_nonzero(value.to("rbln"), *args)
         expected = torch.count_nonzero(value, *args)
         assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected)
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()

@@ -11,9 +11,7 @@ import torch
 
 from torch_rbln import registry
 
-
-def _cpu_calls() -> dict:
-    return {op: row for op, row in registry.fallback_report().items() if row["cpu"]}
+from .checks import cpu_calls
 
 
 def _ulps(got: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
@@ -30,7 +28,7 @@ def test_erfinv_is_within_one_ulp_over_the_open_interval(backend, monkeypatch):
     registry.reset_fallback_report()
     got = torch.erfinv(x.to("rbln")).cpu()
     assert _ulps(got, torch.erfinv(x.double())).max() <= 1.0
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()
 
 
 def test_special_values_are_torchs():
@@ -58,4 +56,4 @@ def test_trunc_normal_initialises_on_the_device():
     torch.nn.init.trunc_normal_(weight, std=0.02, a=-0.04, b=0.04)
     values = weight.cpu()
     assert values.abs().max() <= 0.04 and 0.01 < values.std() < 0.03
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()

@@ -13,11 +13,9 @@ import torch
 
 from torch_rbln import registry
 
+from .checks import cpu_calls
+
 SPECIAL = [0.0, -0.0, 1.5, -1.5, 7.0, -7.25, 1e-30, 3e38, float("inf"), float("-inf"), float("nan")]
-
-
-def _cpu_calls() -> dict:
-    return {op: row for op, row in registry.fallback_report().items() if row["cpu"]}
 
 
 def _pairs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,7 +65,7 @@ def test_fmod_and_remainder_are_the_cpus_bits_special_values_included(op, dtype)
         got = call(a.to("rbln"), b.to("rbln"))
         where = _representable_quotient(a, b) if form in ("tensors", "out=", "in place") else None
         assert _same_bits(got, call(a, b), where), (op, dtype, form)
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()
 
 
 def test_fmod_of_a_quotient_beyond_float32_is_cs_exact_remainder():
@@ -80,7 +78,7 @@ def test_python_modulo_of_a_float_tensor_runs_on_the_device():
     registry.reset_fallback_report()
     assert _same_bits(a.to("rbln") % b.to("rbln"), a % b, _representable_quotient(a, b))
     assert _same_bits(a.to("rbln") % 3, a % 3)
-    assert not _cpu_calls()
+    assert not cpu_calls()
 
 
 @pytest.mark.parametrize("op", ["atan2", "hypot", "xlogy"])
@@ -96,7 +94,7 @@ def test_atan2_hypot_and_xlogy_match_the_cpu_within_float32_ulps(op):
                  lambda x, y: function(x, y, out=torch.empty_like(x)),
                  lambda x, y: getattr(x.clone(), op + "_")(y)):
         torch.testing.assert_close(call(a.to("rbln"), b.to("rbln")).cpu(), call(a, b), atol=1e-6, rtol=2e-6)
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()
 
 
 def test_special_values_of_the_libm_grade_ops_take_the_cpu_and_its_values():
@@ -105,7 +103,7 @@ def test_special_values_of_the_libm_grade_ops_take_the_cpu_and_its_values():
     for op in ("atan2", "hypot", "xlogy"):
         got = getattr(torch, op)(a.to("rbln"), b.to("rbln")).cpu()
         torch.testing.assert_close(got, getattr(torch, op)(a, b), equal_nan=True, atol=0, rtol=0)
-    assert set(_cpu_calls()) == {"aten::atan2", "aten::hypot", "aten::xlogy"}
+    assert set(cpu_calls()) == {"aten::atan2", "aten::hypot", "aten::xlogy"}
 
 
 def test_kl_div_runs_on_the_device():
@@ -118,4 +116,4 @@ def test_kl_div_runs_on_the_device():
     registry.reset_fallback_report()
     torch.testing.assert_close(kl(logits.to("rbln"), target.to("rbln")).cpu(), kl(logits, target),
                                atol=1e-6, rtol=1e-5)
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()

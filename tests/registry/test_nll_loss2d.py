@@ -9,11 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torch_rbln import registry
-
-
-def _cpu_calls() -> dict:
-    return {op: row for op, row in registry.fallback_report().items() if row["cpu"]}
+from .checks import loss_and_gradient
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -24,19 +20,8 @@ def test_image_cross_entropy_and_its_gradient_match_the_cpu(reduction, weighted)
     target = torch.randint(0, 5, (2, 6, 7), generator=generator)
     target[0, 0, :3] = -100  # ignored pixels
     weight = torch.rand(5, generator=generator) + 0.5 if weighted else None
-    cpu = logits.clone().requires_grad_()
-    device = logits.to("rbln").requires_grad_()
-    registry.reset_fallback_report()
-    expected = F.cross_entropy(cpu, target, weight=weight, reduction=reduction)
-    got = F.cross_entropy(device, target.to("rbln"), reduction=reduction,
-                          weight=None if weight is None else weight.to("rbln"))
-    torch.testing.assert_close(got.cpu(), expected, atol=1e-5, rtol=1e-5)
-    upstream = torch.randn(expected.shape, generator=generator)
-    expected.backward(upstream)
-    got.backward(upstream.to("rbln"))
-    assert device.grad.is_contiguous()
-    torch.testing.assert_close(device.grad.cpu(), cpu.grad, atol=1e-6, rtol=1e-5)
-    assert not _cpu_calls(), _cpu_calls()
+    gradient = loss_and_gradient(F.cross_entropy, logits, target, weight, reduction, generator, 1e-6)
+    assert gradient.is_contiguous()
 
 
 def test_half_precision_and_a_single_image():

@@ -10,9 +10,7 @@ import torch.nn.functional as F
 
 from torch_rbln import registry
 
-
-def _cpu_calls() -> dict:
-    return {op: row for op, row in registry.fallback_report().items() if row["cpu"]}
+from .checks import cpu_calls
 
 
 @pytest.mark.parametrize("shape,factor", [((2, 12, 3, 5), 2), ((8, 4, 4), 2), ((1, 2, 27, 2, 3), 3),
@@ -25,7 +23,7 @@ def test_pixel_shuffle_and_unshuffle_move_every_value_as_torch_does(shape, facto
     assert torch.equal(F.pixel_unshuffle(shuffled, factor).cpu(), x)
     ints = (x * 10).to(torch.int64)
     assert torch.equal(F.pixel_shuffle(ints.to("rbln"), factor).cpu(), F.pixel_shuffle(ints, factor))
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()
 
 
 def test_a_subpixel_upsampler_trains_on_the_device():
@@ -39,7 +37,7 @@ def test_a_subpixel_upsampler_trains_on_the_device():
     F.pixel_shuffle(conv(image.to("rbln")), 2).square().mean().backward()
     F.pixel_shuffle(reference(image), 2).square().mean().backward()
     torch.testing.assert_close(conv.weight.grad.cpu(), reference.weight.grad, atol=1e-5, rtol=1e-4)
-    assert "aten::pixel_shuffle" not in _cpu_calls() and "aten::pixel_unshuffle" not in _cpu_calls()
+    assert "aten::pixel_shuffle" not in cpu_calls() and "aten::pixel_unshuffle" not in cpu_calls()
 
 
 @pytest.mark.parametrize("offset", [0, 2, -3])
@@ -55,7 +53,7 @@ def test_diag_diagonal_copy_and_trace(offset):
                                rtol=1e-6)
     ints = (matrix * 10).to(torch.int32)
     assert torch.equal(torch.trace(ints.to("rbln")).cpu(), torch.trace(ints))
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()
 
 
 def test_shapes_torch_refuses_still_raise_torchs_errors():

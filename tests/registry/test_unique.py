@@ -12,9 +12,7 @@ import torch
 
 from torch_rbln import registry
 
-
-def _cpu_calls() -> dict:
-    return {op: row for op, row in registry.fallback_report().items() if row["cpu"]}
+from .checks import cpu_calls
 
 
 def _same(got: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -32,7 +30,7 @@ def test_unique_of_floats_with_nan_and_signed_zeros(flags):
     got = torch.ops.aten._unique2(x.to("rbln"), True, *flags)
     for value, expected in zip(got, torch.ops.aten._unique2(x, True, *flags), strict=True):
         assert _same(value, expected)
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float16])
@@ -43,7 +41,7 @@ def test_unique_with_inverse_and_counts_matches_the_cpu(dtype):
     for value, expected in zip(got, torch.unique(x, return_inverse=True, return_counts=True), strict=True):
         assert _same(value, expected)
     assert torch.equal(got[0].cpu()[got[1].cpu()], x)  # values[inverse] rebuilds the input
-    assert not _cpu_calls(), _cpu_calls()
+    assert not cpu_calls(), cpu_calls()
 
 
 def test_a_single_element_and_unsorted_output():

@@ -627,7 +627,7 @@ TABLE: list[Op] = [
          int_inputs=True, exact=True, make_plan=lambda name=name: R.family(name)) for name in ("all", "any")),
     # ---- (5) embedding (aten::embedding is index_select on rows)
     Op("index_select.default", Ref("gather", "index_select"), "nn.functional.embedding", int_inputs=True,
-       make_plan=lambda: GA.index_select_family()),
+       exact=True, make_plan=lambda: GA.index_select_family()),
     Op("embedding_dense_backward.default", Ref("gather", "embedding_backward"), int_inputs=True,
        make_plan=lambda: GA.embedding_backward_family()),
     # ---- resampling and padding: gathers along each resized dim (values moved: exact)

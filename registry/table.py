@@ -59,28 +59,20 @@ class Op:
 _UNBUILT = object()
 
 
-def _math_binary(name: str, *, functional: tuple = ("Tensor", "Scalar"),
-                 out: tuple = ("Tensor_out", "Scalar_out"), inplace: tuple = ("Tensor", "Scalar"),
-                 exact: bool = False) -> list[Op]:
-    """The overloads of a binary op under aten's names for them (fmod's `Tensor_out`, atan2's `default`):
-    functional ones (the first carries the OpInfo of `name`), out= ones and in-place ones, all on
-    `EW.binary(name, ...)` with its per-signature plan. `exact` as `_binary_family`'s."""
-    family = {"scan": not exact}
-    return [*(Op(f"{name}.{form}", lambda a, b: EW.binary(name, a, b), name if i == 0 else None,
-                 int_inputs=True, exact=exact, make_plan=lambda: EW.binary_family(name, **family))
-              for i, form in enumerate(functional)),
-            *(Op(f"{name}.{form}", lambda a, b, out=None: EW.binary(name, a, b, out=out), int_inputs=True,
-                 exact=exact, make_plan=lambda: EW.binary_family(name, out=True, **family)) for form in out),
-            *(Op(f"{name}_.{form}", lambda a, b: EW.binary(name, a, b, inplace=True), int_inputs=True,
-                 exact=exact, make_plan=lambda: EW.binary_family(name, inplace=True, **family))
-              for form in inplace)]
+# aten's overload names of binary ops spelled otherwise than add's (`_binary_family`'s `overloads`)
+_WITH_SCALAR_OUTS = (("Tensor", "Scalar"), ("Tensor_out", "Scalar_out"), ("Tensor", "Scalar"))  # fmod
+_DEFAULT_ONLY = (("default",), ("out",), ("default",))  # atan2, hypot
 
 
 def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: bool = False,
-                   scalar: bool = True, exact: bool = False) -> list[Op]:
-    """The Tensor, out=, in-place (and Scalar) overloads of a binary op. `exact`: the kernel computes
-    what torch's CPU kernel does for every input, NaN and Inf included (IEEE arithmetic and comparisons
-    on the same float32 values), so no input is scanned for NaN/Inf: the scan would only cost time."""
+                   scalar: bool = True, exact: bool = False, overloads: tuple | None = None) -> list[Op]:
+    """The functional, out= and in-place overloads of a binary op, all on `EW.binary(name, ...)` with its
+    per-signature plan; the first functional one carries the OpInfo. `overloads`: (functional, out=,
+    in-place) names as aten spells them for this op (fmod's `Tensor_out`, atan2's `default`); by default
+    Tensor (and Scalar), `out` (`Tensor_out` for a comparison) and the in-place twins. `exact`: the
+    kernel computes what torch's CPU kernel does for every input, NaN and Inf included (IEEE arithmetic
+    and comparisons on the same float32 values), so no input is scanned for NaN/Inf: the scan would
+    only cost time."""
     kw = {"comparison": comparison}
     family = {**kw, "scan": not exact}
     if alpha:
@@ -91,21 +83,18 @@ def _binary_family(name: str, opinfo: str, *, alpha: bool = False, comparison: b
         f = lambda a, b: EW.binary(name, a, b, **kw)
         fo = lambda a, b, out=None: EW.binary(name, a, b, out=out, **kw)
         fi = lambda a, b: EW.binary(name, a, b, inplace=True, **kw)
-    out_name = f"{name}.Tensor_out" if comparison else f"{name}.out"
+    if overloads is None:
+        functional = ("Tensor", "Scalar") if scalar else ("Tensor",)
+        overloads = (functional, ("Tensor_out",) if comparison else ("out",), functional)
+    functional, outs, inplace = overloads
     # int_inputs: integer tensors reach EW.binary, which runs the exact integer kernel (add, sub, mul,
     # comparisons) or declines with the dtype.
-    ops = [Op(f"{name}.Tensor", f, opinfo, int_inputs=True, exact=exact,
-              make_plan=lambda: EW.binary_family(name, **family)),
-           Op(out_name, fo, int_inputs=True, exact=exact,
-              make_plan=lambda: EW.binary_family(name, out=True, **family)),
-           Op(f"{name}_.Tensor", fi, int_inputs=True, exact=exact,
-              make_plan=lambda: EW.binary_family(name, inplace=True, **family))]
-    if scalar:
-        ops += [Op(f"{name}.Scalar", f, int_inputs=True, exact=exact,
-                   make_plan=lambda: EW.binary_family(name, **family)),
-                Op(f"{name}_.Scalar", fi, int_inputs=True, exact=exact,
-                   make_plan=lambda: EW.binary_family(name, inplace=True, **family))]
-    return ops
+    return [*(Op(f"{name}.{form}", f, opinfo if i == 0 else None, int_inputs=True, exact=exact,
+                 make_plan=lambda: EW.binary_family(name, **family)) for i, form in enumerate(functional)),
+            *(Op(f"{name}.{form}", fo, int_inputs=True, exact=exact,
+                 make_plan=lambda: EW.binary_family(name, out=True, **family)) for form in outs),
+            *(Op(f"{name}_.{form}", fi, int_inputs=True, exact=exact,
+                 make_plan=lambda: EW.binary_family(name, inplace=True, **family)) for form in inplace)]
 
 
 def _unary_family(name: str, opinfo: str | None, kernel: str | None = None, *, inplace: bool = True,
@@ -513,14 +502,14 @@ TABLE: list[Op] = [
     # added where the signs differ), so NaN/Inf give the CPU's values unscanned; integers by a number
     # run the exact integer kernel (`take_along_dim`'s index arithmetic), by a tensor the CPU (torch
     # raises for a zero divisor, which a kernel cannot)
-    *_math_binary("fmod", exact=True),
-    *_math_binary("remainder", exact=True),
+    *_binary_family("fmod", "fmod", exact=True, overloads=_WITH_SCALAR_OUTS),
+    *_binary_family("remainder", "remainder", exact=True, overloads=_WITH_SCALAR_OUTS),
     # atan2, hypot (in float64) and xlogy (kl_div's target * log(target)): libm-grade results, so NaN/Inf
     # inputs are scanned and take the CPU
-    *_math_binary("atan2", functional=("default",), out=("out",), inplace=("default",)),
-    *_math_binary("hypot", functional=("default",), out=("out",), inplace=("default",)),
-    *_math_binary("xlogy", functional=("Tensor", "Scalar_Other"), out=("OutTensor", "OutScalar_Other"),
-                  inplace=("Tensor", "Scalar_Other")),
+    *_binary_family("atan2", "atan2", overloads=_DEFAULT_ONLY),
+    *_binary_family("hypot", "hypot", overloads=_DEFAULT_ONLY),
+    *_binary_family("xlogy", "xlogy", overloads=(("Tensor", "Scalar_Other"), ("OutTensor", "OutScalar_Other"),
+                                                 ("Tensor", "Scalar_Other"))),
     # ---- where, masked_fill, fill/zero (where and masked_fill select values: exact, never scanned, so a
     # mask of -inf scores stays on the device)
     Op("where.self", lambda c, a, b: EW.where(c, a, b), "where", int_inputs=True, exact=True,

@@ -1,8 +1,9 @@
 """fmod, remainder, atan2, hypot and xlogy on the float binary kernels (`kernels/elementwise.py` op codes
-FMOD..XLOGY, registered by `table._math_binary`). fmod and remainder compute what torch's CPU kernel
-computes (C's fmod, then the divisor added where the signs differ), so they are compared bit for bit
-(NaN as NaN, whatever its sign), infinities, signed zeros and zero divisors included, unscanned; atan2
-(libm), hypot (float64) and xlogy (kl_div's target * log(target)) within a few float32 ulps."""
+FMOD..XLOGY, registered by `table._binary_family` under aten's overload names). fmod and remainder
+compute what torch's CPU kernel computes (C's fmod, then the divisor added where the signs differ), so
+they are compared bit for bit (NaN as NaN, whatever its sign), infinities, signed zeros and zero
+divisors included, unscanned; atan2 (libm), hypot (float64) and xlogy (kl_div's target * log(target))
+within a few float32 ulps."""
 
 from __future__ import annotations
 

@@ -25,26 +25,31 @@ import torch
 from torch_rbln import _dlpack
 
 from . import _copy, _launch
-from ._base import FLOATS, Decline
+from ._base import Decline
 from ._launch import kernel_module as _k
 from ._launch import launch_grid
 from ._memo import BoundedMemo
 from ._ops import contiguous, empty, fill_floats
 from .elementwise import binary
-from .gather import index_select
+from .gather import GATHERED, index_select
 from .geometry import I32, cdiv, row_block
 from .integer import device_scalar, integer_fill
 from .reduce import reduce
 from .sorting import cumsum, sort
 
-# index_put's kernel moves values of any of these (integers exactly: `inv_perm[perm] = arange(n)` in
-# MoE routing); accumulating adds in the tensor's own dtype, as torch's CPU kernel does
-_PUT_DTYPES = (*FLOATS, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+# index_put's kernel moves values of any dtype a gather moves (integers exactly: `inv_perm[perm] =
+# arange(n)` in MoE routing); accumulating adds in the tensor's own dtype, as torch's CPU kernel does
+_PUT_DTYPES = GATHERED
 
 
-def _index_dim(self: torch.Tensor, indices: list) -> tuple[int, torch.Tensor]:
-    """(dim, index tensor) of an aten index list that indexes one dim with one integer tensor."""
-    present = [(d, t) for d, t in enumerate(indices) if t is not None]
+def _present(indices: list) -> list[tuple[int, object]]:
+    """(dim, index) of each index an aten index list gives (None: a full slice)."""
+    return [(d, t) for d, t in enumerate(indices) if t is not None]
+
+
+def _index_dim(self: torch.Tensor, present: list) -> tuple[int, torch.Tensor]:
+    """(dim, index tensor) of an aten index list's `_present` indices that index one dim with one
+    integer tensor."""
     if len(present) != 1:
         raise Decline(f"{len(present)} index tensors (one supported)")
     dim, index = present[0]
@@ -61,10 +66,10 @@ def index(self: torch.Tensor, indices: list) -> torch.Tensor:
     """`aten::index.Tensor` (`x[idx]`, `x[:, idx]`) with one integer index tensor of any shape: the
     rows it names, gathered by `index_select` and viewed in the indexed shape; or with one boolean mask
     (`_index_by_mask`)."""
-    present = [(d, t) for d, t in enumerate(indices) if t is not None]
+    present = _present(indices)
     if len(present) == 1 and isinstance(present[0][1], torch.Tensor) and present[0][1].dtype is torch.bool:
         return _index_by_mask(self, *present[0])
-    dim, index_tensor = _index_dim(self, indices)
+    dim, index_tensor = _index_dim(self, present)
     flat = index_tensor.reshape(-1)
     if flat.numel() == 0:
         raise Decline("empty index")
@@ -170,7 +175,7 @@ def index_put_(self: torch.Tensor, indices: list, values: torch.Tensor, accumula
         raise Decline("values dtype differs from the destination's")  # torch raises its own error
     if not self.is_contiguous():
         raise Decline("non-contiguous destination")
-    dim, index = _index_dim(self, indices)
+    dim, index = _index_dim(self, _present(indices))
     size = self.shape[dim]
     count = index.numel()
     indexed_shape = [*self.shape[:dim], *index.shape, *self.shape[dim + 1:]]

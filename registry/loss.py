@@ -420,12 +420,17 @@ def huber_loss_backward(grad: Tensor, x: Tensor, target: Tensor, reduction: int,
 
 
 # ---------------------------------- binary_cross_entropy (probabilities), composed of device launches
-def _probabilities(x: Tensor, target: Tensor, weight: Tensor | None) -> None:
-    """Decline unless every input and target value lies in [0, 1] (torch raises "all elements of input
-    should be between 0 and 1", from the CPU) and the weight is an rbln tensor of x's dtype: the range
-    from two device reductions (of the elementwise minimum and maximum of both), read back."""
+def _weight_like(x: Tensor, weight: Tensor | None) -> None:
+    """Decline unless the weight, when given, is an rbln tensor of x's dtype (torch promotes or raises:
+    the CPU's result)."""
     if weight is not None and (weight.is_cpu or weight.dtype is not x.dtype):
         raise Decline("weight of another dtype or device")
+
+
+def _probabilities(x: Tensor, target: Tensor) -> None:
+    """Decline unless every input and target value lies in [0, 1] (torch raises "all elements of input
+    should be between 0 and 1", from the CPU): the range from two device reductions (of the elementwise
+    minimum and maximum of both), read back."""
     if x.numel() == 0:
         return
     low = reduce("amin", binary("minimum", x, target))
@@ -440,7 +445,8 @@ def binary_cross_entropy(x: Tensor, target: Tensor, weight: Tensor | None = None
     -100), times the weight, then the reduction. Why: GANs, VAEs and multi-label heads train on
     sigmoid probabilities with `F.binary_cross_entropy`, which ran on the CPU fallback."""
     name = _mse_operands(x, target, reduction)
-    _probabilities(x, target, weight)
+    _weight_like(x, weight)
+    _probabilities(x, target)
     log_x = binary("clamp", unary("log", x), -100.0, math.inf)
     log_rest = binary("clamp", unary("log1p", unary("neg", x)), -100.0, math.inf)
     losses = binary("sub", binary("mul", binary("sub", target, 1.0), log_rest), binary("mul", target, log_x))
@@ -453,8 +459,7 @@ def binary_cross_entropy_backward(grad: Tensor, x: Tensor, target: Tensor, weigh
                                   reduction: int = 1) -> Tensor:
     """torch's grad * (x - t) / max((1 - x) * x, 1e-12), times the weight, divided by numel for the mean."""
     name = _backward_operands(grad, x, target, reduction)
-    if weight is not None and (weight.is_cpu or weight.dtype is not x.dtype):
-        raise Decline("weight of another dtype or device")
+    _weight_like(x, weight)
     denominator = binary("clamp", binary("mul", binary("sub", 1.0, x), x), 1e-12, math.inf)
     gradient = binary("div", binary("mul", grad, binary("sub", x, target)), denominator)
     if weight is not None:

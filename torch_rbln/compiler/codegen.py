@@ -400,36 +400,34 @@ class _Generator:
         repeated = len({(piece.root, piece.size) for piece in pieces}) == 1 and \
             not any("full" in reads[j] for j in range(len(self.inputs)) if j not in scalar)
         for i, piece in enumerate(pieces):
-            if i and repeated:
+            if i and repeated:  # the first piece's values, stored at this piece's columns
                 lines += [f"c = cp + {piece.offset}", "offs = row * inner + c"]
-                lines += [self._store(node, address.get(("out", j), "offs"), True)
-                          for j, node in enumerate(self.outputs)]
-                continue
-            lines += [f"cp = tl.arange(0, {_pow2(piece.size)})", f"mask = cp < {piece.size}",
-                      f"c = cp + {piece.offset}", "offs = row * inner + c"]
-            full: dict[fx.Node, tuple[str, bool]] = {}
-            own: dict[fx.Node, tuple[str, bool]] = {}
-            for j, node in enumerate(self.inputs):
-                is_bool = node.meta["val"].dtype == torch.bool
-                if j in scalar:
-                    full[node] = own[node] = (f"in{j}", is_bool)
-                    continue
-                if "full" in reads[j]:
-                    at = "offs" if j in direct else address[(j, "full")]
-                    lines.append(f"in{j} = {self._load(j, at, True)}")
-                    full[node] = (f"in{j}", is_bool)
-                if i in reads[j]:
-                    lines.append(f"in{j}_p{i} = {self._load(j, address[(j, i)], True)}")
-                    own[node] = (f"in{j}_p{i}", is_bool)
-            for node in self.members:
-                if node is cat:
-                    value = own.get(piece.root) or full[piece.root]
-                    lines.append(f"{self.var[node]} = {value[0]}")
-                    full[node] = (self.var[node], False)
-                elif piece_of.get(node, i) == i:
-                    values = own if node in piece_of else full
-                    lines.append(f"{self.var[node]} = {self._expr(node, values.__getitem__)}")
-                    values[node] = (self.var[node], self.boolean[node])
+            else:
+                lines += [f"cp = tl.arange(0, {_pow2(piece.size)})", f"mask = cp < {piece.size}",
+                          f"c = cp + {piece.offset}", "offs = row * inner + c"]
+                full: dict[fx.Node, tuple[str, bool]] = {}
+                own: dict[fx.Node, tuple[str, bool]] = {}
+                for j, node in enumerate(self.inputs):
+                    is_bool = node.meta["val"].dtype == torch.bool
+                    if j in scalar:
+                        full[node] = own[node] = (f"in{j}", is_bool)
+                        continue
+                    if "full" in reads[j]:
+                        at = "offs" if j in direct else address[(j, "full")]
+                        lines.append(f"in{j} = {self._load(j, at, True)}")
+                        full[node] = (f"in{j}", is_bool)
+                    if i in reads[j]:
+                        lines.append(f"in{j}_p{i} = {self._load(j, address[(j, i)], True)}")
+                        own[node] = (f"in{j}_p{i}", is_bool)
+                for node in self.members:
+                    if node is cat:
+                        value = own.get(piece.root) or full[piece.root]
+                        lines.append(f"{self.var[node]} = {value[0]}")
+                        full[node] = (self.var[node], False)
+                    elif piece_of.get(node, i) == i:
+                        values = own if node in piece_of else full
+                        lines.append(f"{self.var[node]} = {self._expr(node, values.__getitem__)}")
+                        values[node] = (self.var[node], self.boolean[node])
             lines += [self._store(node, address.get(("out", j), "offs"), True)
                       for j, node in enumerate(self.outputs)]
         ops = " -> ".join(_op_name(n) for n in self.members)

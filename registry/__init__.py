@@ -33,7 +33,7 @@ from torch import Tensor
 from torch_rbln import _structural, config, fallback
 
 from ._base import FLOATS, Decline, InvalidCall, Ref, StridedTarget, partial_overlap  # noqa: F401  (FLOATS re-exported)
-from ._checks import _device_counts, _device_notes, _run_device, check_inputs, fold_deferred_counts
+from ._checks import _device_counts, _device_notes, _run_device, check_inputs, defer_counts, fold_deferred_counts
 from ._memo import BoundedMemo
 from .table import NAMES, TABLE, Op
 
@@ -81,6 +81,16 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
     fallback_plan = name = default = signature = build = None
     plans: dict = BoundedMemo(1024)  # signature -> Plan
     resolved = False
+    planned_calls = 0  # device calls run by a plan since the last fold into `counts` (`fold`)
+
+    def fold() -> bool:
+        """Add the plans' calls to `counts` (run when the counts are read: one integer per call here
+        instead of a Counter update, ~0.1 us of a 4-element op)."""
+        nonlocal planned_calls
+        if planned_calls:
+            calls, planned_calls = planned_calls, 0
+            counts[name] += calls
+        return True
 
     def resolve() -> None:
         nonlocal overload, fallback_plan, name, default, signature, build, resolved
@@ -92,6 +102,7 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
         family = entry.planner
         if family is not None:
             signature, build = family.signature, family.plan
+            defer_counts(fold)
         resolved = True
 
     def planned(key: tuple, operands: tuple) -> Any:
@@ -113,6 +124,7 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
         return plan
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
+        nonlocal planned_calls
         if not resolved:
             resolve()
         if kwargs and "out" in kwargs and _out_overlaps_an_input(kwargs["out"], args):
@@ -130,7 +142,7 @@ def _dispatcher(entry: Op, overload: torch._ops.OpOverload | None = None) -> Cal
                     if run is not None:
                         result = run(operands)
                         if result is not None:
-                            counts[name] += 1
+                            planned_calls += 1
                             return result
                     elif plan.reason is not None:
                         return fallback.run_on_cpu(overload, fallback_plan, args, kwargs, plan.reason)

@@ -138,6 +138,7 @@ def rms_norm_family() -> Family:
         plan = Plan.of(g, tuple(shape), dtype, (0, 1) if has_w else (0,))
         rows, (n,) = g.programs, g.ints
         finite, deploy_mode, scratch = finite_of(dtype), config.deploy_mode, {}
+        new = _memory.allocator(shape, dtype, index)
 
         def run(operands: tuple) -> Tensor | None:
             x, weight, eps = operands
@@ -145,7 +146,7 @@ def rms_norm_family() -> Family:
             if not deploy_mode() and not (finite(x, rows * n) and (not has_w or finite(weight, n))):
                 return None
             rstd = write_only_buffer(scratch, index, (rows,), _SCRATCH_ROWS)
-            out = _memory.empty(shape, dtype, index)
+            out = new()
             w = weight if has_w else x
             if launcher is None or (rows > 1 and device_tp(index) > 1):
                 plan.launch_checked((x, w, x, out, rstd, rstd, n, eps))
@@ -213,6 +214,7 @@ def rotary_family() -> Family:
         plan = Plan.of(g, tuple(shape), dtype, (0, 1, 2))
         rows, (n, cs_rows) = g.programs, g.ints
         finite, deploy_mode, numel, cs_numel = finite_of(dtype), config.deploy_mode, rows * n, cs_rows * n
+        new = _memory.allocator(shape, dtype, index)
 
         def run(operands: tuple) -> Tensor | None:
             x, cos, sin = operands
@@ -220,7 +222,7 @@ def rotary_family() -> Family:
             if not deploy_mode() and not (finite(x, numel) and finite(cos, cs_numel) and
                                           finite(sin, cs_numel)):
                 return None
-            out = _memory.empty(shape, dtype, index)
+            out = new()
             if launcher is None or (rows > 1 and device_tp(index) > 1):
                 plan.launch_checked((x, cos, sin, out, n, cs_rows))
             else:

@@ -644,7 +644,7 @@ def number_first_plan(key: tuple, operands: tuple) -> Plan:
         return NO_PLAN
     plan = Plan.of(g, shape, dtype, ())
     programs, rows, (_, _, _, *geometry) = g.programs, g.rows, g.ints
-    empty_ = _memory.empty
+    new = _memory.allocator(shape, dtype, index)
 
     def run(operands: tuple) -> Tensor | None:
         a, b, alpha, _ = operands
@@ -654,7 +654,7 @@ def number_first_plan(key: tuple, operands: tuple) -> Plan:
             return None
         first = device_scalar(wrapped_int(a, dtype), dtype, index)
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-        target = empty_(shape, dtype, index)
+        target = new()
         if launcher is None or (programs * rows > 1 and device_tp(index) > 1):
             plan.launch_checked((first, b, 0, target, n, alpha, *geometry))
         else:
@@ -673,7 +673,7 @@ def _float_first_plan(op_name: str, dtype: torch.dtype, shape: tuple, n: int, in
     launch_key, keywords, programs, rows, ncols = launch
     plan = Plan(_k("elementwise").binary_dense_kernel, launch_key, keywords, programs, rows, shape, dtype, ())
     split = programs * rows > 1
-    empty_ = _memory.empty
+    new = _memory.allocator(shape, dtype, index)
 
     def run(operands: tuple) -> Tensor | None:
         a, b, alpha, _ = operands
@@ -681,7 +681,7 @@ def _float_first_plan(op_name: str, dtype: torch.dtype, shape: tuple, n: int, in
             return None  # an alpha: the implementation (which scans b for NaN/Inf then)
         first = _scalar_tensor(scalar_value(op_name, a, dtype), index)
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-        target = empty_(shape, dtype, index)
+        target = new()
         if launcher is None or (split and device_tp(index) > 1):
             plan.launch_checked((first, b, target, ncols, float(alpha)))
         else:
@@ -802,7 +802,7 @@ def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool
         return NO_PLAN  # an int that needs 64 bits: the implementation's general launch
     plan = Plan.of(g, shape, out_dtype, ())
     programs, rows, (_, _, _, *geometry) = g.programs, g.rows, g.ints
-    empty_ = _memory.empty
+    new = None if inplace else _memory.allocator(shape, out_dtype, index)
 
     def run(operands: tuple) -> Tensor | None:
         a, b, alpha, target = operands
@@ -820,7 +820,7 @@ def integer_plan(key: tuple, operands: tuple, *, inplace: bool, comparison: bool
             return None
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if target is None:
-            target = a if inplace else empty_(shape, out_dtype, index)
+            target = a if inplace else new()
         if launcher is None or (programs * rows > 1 and device_tp(index) > 1):
             plan.launch_checked((a, b, value, target, n, alpha, *geometry))
         else:
@@ -920,7 +920,7 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
     split = programs * rows > 1
     scan, mask = contiguous_scan(dtype)
     small = a_numel < PARALLEL_MIN and b_numel < PARALLEL_MIN
-    empty_, deploy_mode = _memory.empty, config.deploy_mode
+    new, deploy_mode = None if inplace else _memory.allocator(shape, out_dtype, index), config.deploy_mode
     # `scanned` False: inputs the caller has checked already (clamp's second launch), or an exact op;
     # add/sub registered `exact` still scan for an alpha other than 1 (see `_ALPHA_SCANNED`)
     alpha_scanned = not scanned and op_name in _ALPHA_SCANNED
@@ -941,7 +941,7 @@ def _binary_run(plan: Plan, op_name: str, dtype: torch.dtype, index: int, n: int
             elif not (all_finite(a) and (scalar or all_finite(b))):
                 return None
         if target is None:
-            target = a if inplace else empty_(shape, out_dtype, index)
+            target = a if inplace else new()
         if tiled is not None:
             if launcher is None or (split and device_tp(index) > 1):
                 plan.launch_checked((a, b, target, float(alpha), *tiled))
@@ -1018,7 +1018,7 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
     plan.n = n if out_key is None else None
     scan, mask = contiguous_scan(dtype)
     small = n < PARALLEL_MIN
-    empty_, deploy_mode = _memory.empty, config.deploy_mode if scanned else unscanned
+    new, deploy_mode = _memory.allocator(shape, dtype, index), config.deploy_mode if scanned else unscanned
 
     def run(operands: tuple) -> Tensor | None:
         x, p, target = operands
@@ -1028,7 +1028,7 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
         if not deploy_mode() and not (scan(x.data_ptr(), n, mask) if small else all_finite(x)):
             return None
         if target is None:
-            target = empty_(shape, dtype, index)
+            target = new()
         if launcher is None or (programs > 1 and device_tp(index) > 1):
             plan.launch_checked((x, target, n, float(p)))
         else:
@@ -1084,13 +1084,13 @@ def _strided_unary_plan(key: tuple, scanned: bool) -> Plan:
     plan = Plan(_k("elementwise").unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
                 (0,) if scanned else ())
     finite = scanner(dtype, n) if scanned else None
-    empty_, empty_strided = _memory.empty, _memory.empty_strided
+    new, empty_strided = _memory.allocator(shape, dtype, index), _memory.empty_strided
 
     def run(operands: tuple) -> Tensor | None:
         x, p, _ = operands
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if gather is not None:
-            source = target = empty_(shape, dtype, index)
+            source = target = new()
             gather(x, target)
         else:
             source, target = x, None
@@ -1239,7 +1239,7 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
     plan, ints = Plan.of(g, shape, dtype, ()), g.ints
     programs, rows = g.programs, g.rows
     split = programs * rows > 1
-    empty_ = _memory.empty
+    new = _memory.allocator(shape, dtype, index)
 
     def run(operands: tuple) -> Tensor | None:
         condition, a, b, target = operands
@@ -1251,7 +1251,7 @@ def where_plan(dtype: torch.dtype, shapes: tuple, index: int, out_key: tuple | N
             return None
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if target is None:
-            target = empty_(shape, dtype, index)
+            target = new()
         if launcher is None or (split and device_tp(index) > 1):
             plan.launch_checked((condition, a, b, target, *ints))
         elif target is b:  # in place: b is read through its strides and written (the alias-safe kernel)

@@ -109,7 +109,7 @@ def index_select_family() -> Family:
         Em = _k("embedding")
         in_range = Em.in_range_64 if index_dtype is torch.int64 else Em.in_range_32
         size, inner = shape[dim], g.ints[2]
-        programs, rows, empty_ = g.programs, g.rows, _memory.empty
+        programs, rows, new = g.programs, g.rows, _memory.allocator(out_shape, dtype, index)
         split = programs * rows > 1
 
         def run(operands: tuple) -> Tensor | None:
@@ -117,7 +117,7 @@ def index_select_family() -> Family:
             launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not in_range(indices.data_ptr(), count, size, 0):
                 return None  # out of range: the implementation declines (0 stands in for "none ignored")
-            out = empty_(out_shape, dtype, index)
+            out = new()
             if launcher is None or (split and device_tp(index) > 1):
                 plan.launch_checked((x, indices, out, size, count, inner))
             else:
@@ -191,14 +191,14 @@ def embedding_backward_family() -> Family:
         plan = Plan.of(g, out_shape, dtype)
         numel = count * dim
         scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (inline: per-call cost)
-        programs, empty_, deploy_mode = g.programs, _memory.empty, config.deploy_mode
+        programs, new, deploy_mode = g.programs, _memory.allocator(out_shape, dtype, index), config.deploy_mode
 
         def run(operands: tuple) -> Tensor | None:
             grad, indices = operands
             launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if not deploy_mode() and not (scan(grad.data_ptr(), numel, mask) if small else all_finite(grad)):
                 return None
-            out = empty_(out_shape, dtype, index)
+            out = new()
             if launcher is None or (programs > 1 and device_tp(index) > 1):
                 plan.launch_checked((grad, indices, out, count, dim, padding_idx))
             else:
@@ -343,7 +343,7 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
     out_shape[dim] = sum(shape[dim] for shape in shapes)
     out_shape = tuple(out_shape)
     total = math.prod(out_shape)
-    empty_ = _memory.empty
+    new = _memory.allocator(out_shape, dtype, index)
     layouts = list(zip(shapes, strided or [_memory.contiguous_strides(s) for s in shapes], strict=True))
     rows = pair_rows(dtype, layouts, dim, total)
     if strided is not None and rows is None:
@@ -357,7 +357,7 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
         def run_pair(operands: tuple) -> Tensor | None:
             a, b = operands
             launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
-            out = empty_(out_shape, dtype, index)
+            out = new()
             if launcher is None or not contiguous or (programs > 1 and device_tp(index) > 1):
                 plan.launch_checked((a, b, out, *ints))
             else:
@@ -379,7 +379,7 @@ def _cat_plan(key: tuple, operands: tuple) -> Plan:
     run_copy = _copy._run
 
     def run_parts(operands: tuple) -> Tensor | None:
-        out = empty_(out_shape, dtype, index)
+        out = new()
         for (geometry, start, length), t in zip(parts, operands, strict=True):
             run_copy(geometry, t, out.narrow(dim, start, length))
         return out

@@ -301,7 +301,7 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
     counts = (grad_numel, rows * classes, classes if has_w else 0, 1)
     plain, check = _checks(dtype, counts)
     unscanned, (_, mask), wide = (0, 0, 0, 0), contiguous_scan(dtype), int(dtype == torch.float32)
-    empty_, deploy_mode = _memory.empty, config.deploy_mode
+    new, deploy_mode = _memory.allocator(shape, dtype, index), config.deploy_mode
     classes, ignore_index, reduction, weighted = ints
 
     def run(operands: tuple) -> Tensor | None:
@@ -315,7 +315,7 @@ def _backward_plan(key: tuple, operands: tuple) -> Plan:
                 return None
         elif not check(target, rows, classes, ignore_index, (grad, x, w, total_weight)):
             return None
-        dx = empty_(shape, dtype, index)
+        dx = new()
         if launcher is None or (rows > 1 and device_tp(index) > 1):
             plan.launch_checked((grad, target, w, total_weight, dx, *ints))
         else:

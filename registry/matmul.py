@@ -229,7 +229,7 @@ class MatmulPlan(Plan):
 
 def _run(plan: MatmulPlan) -> Callable[[tuple], Tensor | None]:
     index, shape, dtype, tail = plan.index, plan.shape, plan.dtype, plan.tail
-    empty = _memory.empty
+    new = _memory.allocator(shape, dtype, index)
 
     def run(operands: tuple) -> Tensor | None:
         a, b, bias, out, alpha, beta = operands
@@ -242,7 +242,7 @@ def _run(plan: MatmulPlan) -> Callable[[tuple], Tensor | None]:
         fresh = launcher is None or plan.backend != requested_backend()
         if not fresh and plan.needs_tp and device_tp(index) != 1:
             return None  # the general launch splits the grid over the group (or re-tunes for it)
-        c = empty(shape, dtype, index) if out is None else out
+        c = new() if out is None else out
         if fresh:
             args = (a, b, c, c if bias is None else bias, *tail, float(alpha), float(beta))
             keywords = plan.resolve()

@@ -232,14 +232,14 @@ def isin_family() -> Family:
         if n == 0 or m == 0 or m > ISIN_KERNEL_TESTS or n * m > ISIN_LIMIT or launch.key is None:
             return NO_PLAN
         plan = Plan.of(launch, tuple(shape), torch.bool, ())
-        programs, empty_ = launch.programs, _memory.empty
+        programs, new = launch.programs, _memory.allocator(shape, torch.bool, index)
         widest = I32 // n  # (n > 0 here) the largest stride whose ints fit the launch key's 32 bits
 
         def run(operands: tuple) -> Tensor | None:
             x, t, stride = operands
             if stride >= widest:
                 return None  # 64-bit offsets: the implementation's general launch
-            found = empty_(shape, torch.bool, index)
+            found = new()
             launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
             if launcher is not None and not line:
                 # a column goes to the kernel over its span, first to last element (`strided`)

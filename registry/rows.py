@@ -154,14 +154,14 @@ def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n
     rows = numel // n
     plan = Plan(kernel, key, keywords, rows, 1, shape, dtype, tuple(range(inputs)) if scan_inputs else ())
     scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (the scans inline: per-call cost)
-    empty_, deploy_mode = _memory.empty, config.deploy_mode if scan_inputs else unscanned
+    new, deploy_mode = _memory.allocator(shape, dtype, index), config.deploy_mode if scan_inputs else unscanned
 
     def run(operands: tuple) -> Tensor | None:  # one input (softmax)
         x, = operands
         launcher = plan.launcher if plan.backend == requested_backend() else plan.kept()
         if not deploy_mode() and not (scan(x.data_ptr(), numel, mask) if small else all_finite(x)):
             return None
-        out = empty_(shape, dtype, index)
+        out = new()
         if launcher is None or (rows > 1 and device_tp(index) > 1):
             plan.launch_checked((x, out, n))
         else:
@@ -174,7 +174,7 @@ def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n
         if not deploy_mode() and not (scan(g.data_ptr(), numel, mask) and scan(y.data_ptr(), numel, mask)
                                       if small else all_finite(g) and all_finite(y)):
             return None
-        out = empty_(shape, dtype, index)
+        out = new()
         if launcher is None or (rows > 1 and device_tp(index) > 1):
             plan.launch_checked((g, y, out, n))
         else:

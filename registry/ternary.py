@@ -197,7 +197,7 @@ def ternary_family(name: str, *, inplace: bool = False, out: bool = False) -> Fa
         built = Plan.of(g, tuple(shape), dtype, ())  # exact: nothing is scanned
         programs, rows, ints, split = g.programs, g.rows, g.ints, g.programs * g.rows > 1
         result_shape = tuple(shape)
-        empty = _memory.empty
+        new = _memory.allocator(result_shape, dtype, index)
 
         def run(operands: tuple) -> Tensor | None:
             a, b, c, value, target = operands
@@ -210,7 +210,7 @@ def ternary_family(name: str, *, inplace: bool = False, out: bool = False) -> Fa
                     return None  # the implementation decides (a view of self: torch's overlap error)
                 target = a
             elif target is None:
-                target = empty(result_shape, dtype, index)
+                target = new()
             elif overlaps(target, a, b, c):
                 return None
             launcher = built.launcher if built.backend == requested_backend() else built.kept()

@@ -419,6 +419,34 @@ def empty(size: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
     return _empty_retagged(size, dtype, index)
 
 
+def allocator(size: Sequence[int], dtype: torch.dtype, index: int) -> Callable[[], torch.Tensor]:
+    """`new()`, which makes `empty(size, dtype, index)`, for a caller that allocates one output layout on
+    every call (a plan): what `empty` looks up per call (the device's counters, the dtype's context, the
+    compiled entry for this rank) is looked up here once, so a call is the compiled allocation and the
+    DLPack import (~0.3 us less per op call). Anything `empty` must re-derive (frees waiting to be
+    applied, a rebuilt topology) and anything the compiled allocator refuses takes `empty` itself."""
+    dims = tuple(size)
+    ndim = len(dims)
+    counters = _counters_for(index)
+    context = counters.contexts.get(dtype) or _context_for(counters, dtype, index)
+    if not context:  # the compiled allocator is off, or does not know this dtype
+        return functools.partial(empty, dims, dtype, index)
+    allocate = _allocators.get(ndim) or _allocator_for(ndim)
+    passed = dims or _SCALAR_DIMS
+    pending, from_dlpack, topologies = _pending_frees, _from_dlpack, topology
+
+    def new() -> torch.Tensor:
+        if pending or counters.topology is not topologies._topology:
+            return empty(dims, dtype, index)
+        capsule = allocate(passed, ndim, context)
+        if type(capsule) is not int:
+            return from_dlpack(capsule)
+        _raise_if_full(capsule, index, dims, dtype, counters)
+        return _empty_retagged(dims, dtype, index)
+
+    return new
+
+
 def _raise_if_full(code: int, index: int, dims: tuple, dtype: torch.dtype, counters: _DeviceCounters) -> None:
     """Raise the OutOfMemoryError of an allocation of `dims` that the compiled allocator refused with
     `code`; return for TOO_LARGE (the caller takes the recycled-buffer path)."""

@@ -33,7 +33,14 @@ from torch import Tensor
 from torch_rbln import _structural, config, fallback
 
 from ._base import FLOATS, Decline, InvalidCall, Ref, StridedTarget, partial_overlap  # noqa: F401  (FLOATS re-exported)
-from ._checks import _device_counts, _device_notes, _run_device, check_inputs, defer_counts, fold_deferred_counts
+from ._checks import (
+    _device_counts,
+    _device_notes,
+    _run_device,
+    check_inputs,
+    defer_counts,
+    fold_deferred_counts,
+)
 from ._memo import BoundedMemo
 from .table import NAMES, TABLE, Op
 

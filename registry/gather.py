@@ -191,7 +191,8 @@ def embedding_backward_family() -> Family:
         plan = Plan.of(g, out_shape, dtype)
         numel = count * dim
         scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (inline: per-call cost)
-        programs, new, deploy_mode = g.programs, _memory.allocator(out_shape, dtype, index), config.deploy_mode
+        programs, deploy_mode = g.programs, config.deploy_mode
+        new = _memory.allocator(out_shape, dtype, index)
 
         def run(operands: tuple) -> Tensor | None:
             grad, indices = operands

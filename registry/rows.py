@@ -154,7 +154,8 @@ def _row_plan(launch: KernelKey, dtype: torch.dtype, shape: tuple, index: int, n
     rows = numel // n
     plan = Plan(kernel, key, keywords, rows, 1, shape, dtype, tuple(range(inputs)) if scan_inputs else ())
     scan, mask, small = *contiguous_scan(dtype), numel < PARALLEL_MIN  # (the scans inline: per-call cost)
-    new, deploy_mode = _memory.allocator(shape, dtype, index), config.deploy_mode if scan_inputs else unscanned
+    new = _memory.allocator(shape, dtype, index)
+    deploy_mode = config.deploy_mode if scan_inputs else unscanned
 
     def run(operands: tuple) -> Tensor | None:  # one input (softmax)
         x, = operands

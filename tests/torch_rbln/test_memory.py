@@ -328,6 +328,70 @@ def test_out_of_memory_is_judged_after_queued_frees() -> None:
         counters.capacity = saved
 
 
+# -- a plan's allocator (`_memory.allocator`: the lookups of `empty` made once per output layout)
+
+
+@pytest.mark.parametrize(("size", "dtype"), [((), torch.float32), ((5,), torch.int64), ((2, 3), torch.bool),
+                                             ((3, 0, 2), torch.float16)])
+def test_allocator_makes_what_empty_makes_and_counts_it(size: tuple, dtype: torch.dtype) -> None:
+    from torch_rbln import _memory
+
+    assert _memory.enable_compiled_allocator()
+    new = _memory.allocator(size, dtype, 6)
+    before = _counts(6)
+    made, reference = new(), _memory.empty(size, dtype, 6)
+    for tensor in (made, reference):
+        assert tensor.device == torch.device("rbln:6") and tensor.dtype == dtype
+        assert tensor.shape == size and tensor.stride() == reference.stride()
+    assert made.data_ptr() != reference.data_ptr() or made.numel() == 0
+    grown = _counts(6)
+    assert grown["allocation.all.allocated"] - before["allocation.all.allocated"] == 2
+    assert grown["allocated_bytes.all.current"] - before["allocated_bytes.all.current"] == \
+        2 * math.prod(size) * dtype.itemsize
+    del made, reference, tensor
+    assert _counts(6)["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+
+
+def test_allocator_applies_queued_frees_and_follows_a_rebuilt_topology(monkeypatch: pytest.MonkeyPatch
+                                                                      ) -> None:
+    """Frees waiting in the queue are applied before the allocation (capacity is judged exactly), and a
+    rebuilt topology (a new capacity) takes `empty`, which re-derives the device's counters."""
+    from torch_rbln import _memory, topology
+
+    new = _memory.allocator((256,), torch.float32, 7)
+    gc.collect()
+    counters = _memory._counters_for(7)
+    saved = counters.capacity
+    counters.capacity = torch.rbln.memory_allocated(7) + 2 * 1024
+    try:
+        retagged = _memory._empty_retagged((256,), torch.float32, 7)  # a watched object: its free is queued
+        del retagged
+        assert _memory._pending_frees
+        kept = [new(), new()]  # fits only once the queued free is applied
+        assert not _memory._pending_frees
+        with pytest.raises(torch.OutOfMemoryError, match=r"rbln:7: tried to allocate 1.00 KiB"):
+            new()
+        del kept
+    finally:
+        counters.capacity = saved
+    calls = []
+    monkeypatch.setattr(_memory, "empty", lambda *args: calls.append(args) or torch.empty(0))
+    monkeypatch.setattr(topology, "_topology", object())  # as a rebuilt topology
+    new()
+    assert calls == [((256,), torch.float32, 7)]
+
+
+def test_allocator_without_the_compiled_allocator_is_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch_rbln import _memory
+
+    monkeypatch.delitem(_memory._dtype_words, torch.float16)
+    monkeypatch.setattr(_memory._counters_for(6), "contexts", {})
+    watched = len(_memory._watched)
+    tensor = _memory.allocator((3,), torch.float16, 6)()
+    assert tensor.device == torch.device("rbln:6") and tensor.dtype == torch.float16
+    assert len(_memory._watched) == watched + 1  # the re-tagged path's watched host tensor
+
+
 # -- several outputs in one allocation (`empty_pair`/`empty_triple`: multi-output ops' fast paths)
 
 

@@ -709,8 +709,18 @@ def binary_family(name: str = "", *, inplace: bool = False, comparison: bool = F
     plain = form == "plain" and keyword is None and not out
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
-        if plain and not kwargs and len(args) == 2:  # the common call, read inline
-            return _binary_key(name, args[0], args[1], 1, None)
+        if plain and not kwargs and len(args) == 2:  # the common call, `_binary_key`'s key read inline
+            a, b = args
+            if isinstance(a, Tensor) and a.is_contiguous():
+                index = a.get_device()
+                kind = type(b)
+                if kind is float or kind is int:
+                    if index >= 0:
+                        return (True, name, a.dtype, a.shape, index, None, None), (a, b, 1, None)
+                elif isinstance(b, Tensor) and b.is_contiguous() and index >= 0:
+                    return ((True, name, a.dtype, a.shape, index, (b.dtype, b.shape, b.get_device()), None),
+                            (a, b, 1, None))
+            return _binary_key(name, a, b, 1, None)
         operands = read(args, kwargs)
         return None if operands is None else _binary_key(*operands)
 
@@ -983,7 +993,15 @@ def unary_family(name: str, *, inplace: bool = False, out: bool = False, keyword
     negative slope; a launch argument, not part of the key)."""
     arities = (1,) if parameter is None else (1, 2)
 
+    plain = parameter is None and not out and not inplace
+
     def signature(args: tuple, kwargs: dict) -> tuple | None:
+        if plain and not kwargs and len(args) == 1:  # the common call, `_unary_key`'s key read inline
+            x = args[0]
+            if isinstance(x, Tensor) and x.is_contiguous():
+                index = x.get_device()
+                if index >= 0:
+                    return (False, name, x.dtype, x.shape, index, None), (x, 0.0, None)
         if len(args) not in arities:
             return None
         p = 0.0 if parameter is None else args[1] if len(args) == 2 else parameter

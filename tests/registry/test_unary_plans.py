@@ -94,3 +94,23 @@ def test_pow_of_a_strided_view_with_a_number_exponent(view, exponent):
         assert torch.equal(got.cpu(), reference.cpu())
     torch.testing.assert_close(got.cpu(), torch.pow(VIEWS[view](positive), exponent), atol=1e-5, rtol=1e-5)
     assert registry.fallback_report()["aten::pow"]["cpu"] == 0
+
+
+def _operand_cases() -> list:
+    """Operands of the families' inline keys and of every way they hand the call back to the helpers."""
+    dense = torch.randn(2, 3).to("rbln")
+    return [dense, dense.t(), dense[:, :2], torch.randn(2, 3), dense.to(torch.float16), 2.0, 3, True]
+
+
+def test_the_inline_keys_are_the_helpers_keys():
+    """The common binary and unary calls build their key inline (`binary_family` / `unary_family`); each
+    must be the key `_binary_key` / `_unary_key` give (a different key would plan a call wrongly)."""
+    from torch_rbln.registry import elementwise
+
+    binary, unary = elementwise.binary_family("add"), elementwise.unary_family("exp")
+    cases = _operand_cases()
+    for a in cases:
+        if isinstance(a, torch.Tensor):
+            assert unary.signature((a,), {}) == elementwise._unary_key("exp", a, 0.0, None)
+        for b in cases:
+            assert binary.signature((a, b), {}) == elementwise._binary_key("add", a, b, 1, None), (a, b)

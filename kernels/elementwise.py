@@ -93,8 +93,12 @@ def _pow(x, p):
     frac = p - tl.floor(p)
     half = p * 0.5
     odd = (frac == 0.0) & (half - tl.floor(half) != 0.0)
-    y = tl.where(x < 0.0, tl.where(frac == 0.0, tl.where(odd, -y, y), float("nan")), y)
-    y = tl.where(x == 0.0, tl.where(p == 0.0, 1.0, tl.where(p < 0.0, float("inf"), 0.0)), y)
+    # a negative base needs an integer exponent, except -inf (C's pow: +inf or +0, as |x| ** p)
+    negative = tl.where(frac == 0.0, tl.where(odd, -y, y), tl.where(x == -float("inf"), y, float("nan")))
+    y = tl.where(x < 0.0, negative, y)
+    # a zero base: 0 or inf, negative for -0.0 to an odd power (1 / -0.0 is -inf)
+    zero = tl.where(p < 0.0, float("inf"), 0.0)
+    y = tl.where(x == 0.0, tl.where(odd & (1.0 / x < 0.0), -zero, zero), y)
     return tl.where(p == 0.0, 1.0, y)
 
 

@@ -69,9 +69,15 @@ class ReductionRule:
     mean: bool = False
 
 
+def _alpha(args: Sequence[Any], kwargs: dict) -> Any:
+    """add/sub/rsub's alpha: keyword-only in the Tensor overloads, the third positional argument of the
+    Scalar ones."""
+    return kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+
+
 def _binary(symbol: str) -> Emitter:
     def emit(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
-        alpha = kwargs.get("alpha", 1)
+        alpha = _alpha(args, kwargs)
         b = operand(args[1], "f")
         if alpha != 1:
             b = f"{literal(alpha)} * {b}"
@@ -94,7 +100,7 @@ def _div(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
 
 
 def _rsub(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
-    alpha = kwargs.get("alpha", 1)
+    alpha = _alpha(args, kwargs)
     a = operand(args[0], "f")
     if alpha != 1:
         a = f"{literal(alpha)} * {a}"
@@ -138,7 +144,8 @@ def _pow(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
     if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
         raise Unsupported("pow with a tensor exponent")
     forms = {
-        0.5: f"tl.sqrt({x})", -0.5: f"tl.rsqrt({x})", -1.0: f"1.0 / {x}", 1.0: x, 0.0: f"{x} * 0.0 + 1.0",
+        0.5: f"tl.sqrt({x})", -0.5: f"tl.rsqrt({x})", -1.0: f"1.0 / {x}", 1.0: x,
+        0.0: f"tl.where({x} == {x}, 1.0, 1.0)",  # 1 for every x, inf and NaN too (x * 0 + 1 was NaN there)
         2.0: f"{x} * {x}", 3.0: f"{x} * {x} * {x}", 4.0: f"({x} * {x}) * ({x} * {x})",
         -2.0: f"1.0 / ({x} * {x})",
     }
@@ -166,12 +173,10 @@ def _clamp(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
     high = kwargs.get("max", args[2] if len(args) > 2 else None)
     if isinstance(low, fx.Node) or isinstance(high, fx.Node):
         raise Unsupported("clamp with tensor bounds")
-    expr = x
-    if low is not None:
-        expr = f"tl.where({x} < {literal(low)}, {literal(low)}, {expr})"
-    if high is not None:
-        expr = f"tl.where({x} > {literal(high)}, {literal(high)}, {expr})"
-    return expr
+    # as the eager kernel: min(max(x, low), high) keeping a NaN x; min > max gives max everywhere
+    low, high = -math.inf if low is None else low, math.inf if high is None else high
+    nan = "propagate_nan=tl.PropagateNan.ALL"
+    return f"tl.minimum(tl.maximum({x}, {literal(low)}, {nan}), {literal(high)}, {nan})"
 
 
 def _identity(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
@@ -179,10 +184,17 @@ def _identity(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
 
 
 def _to_copy(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:
+    """A cast inside a fused chain: values stay float32, so a cast to a half type is rounded to it here
+    (`x.half().float()` is not `x`); float32 (or no dtype) is the value itself."""
     extra = set(kwargs) - {"dtype", "memory_format", "layout", "device", "pin_memory"}
     if extra:
         raise Unsupported(f"_to_copy with {sorted(extra)}")
-    return operand(args[0], "f")
+    dtype, x = kwargs.get("dtype"), operand(args[0], "f")
+    if dtype in (None, torch.float32):
+        return x
+    if dtype in (torch.float16, torch.bfloat16):
+        return f"{x}.to(tl.{str(dtype).removeprefix('torch.')}).to(tl.float32)"
+    raise Unsupported(f"_to_copy to {dtype}")
 
 
 def _logical_not(args: Sequence[Any], kwargs: dict, operand: Operand) -> str:

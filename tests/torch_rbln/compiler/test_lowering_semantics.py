@@ -115,3 +115,49 @@ def test_a_fused_op_computes_what_torch_computes(overload):
     else:
         torch.testing.assert_close(actual, expected, rtol=2e-6, atol=1e-6, equal_nan=True)
         assert torch.equal(actual.isinf(), expected.isinf())
+
+
+# the reductions the compiler fuses (`lowering.REDUCTIONS`), over rows holding infinities, NaN and zeros
+M = torch.stack([X, Y, X.flip(0), torch.where(X.isnan(), 0.0, X), Y.nan_to_num(0.0, 1e30, -1e30), -X])
+REDUCTION_CASES = {
+    aten.sum.dim_IntList: lambda m: m.sum(dim=1),
+    aten.sum.default: lambda m: m.nan_to_num(0.0, 1e30, -1e30).sum(),
+    aten.mean.dim: lambda m: m.mean(dim=0, keepdim=True),
+    aten.mean.default: lambda m: m.nan_to_num(0.0, 1e30, -1e30).mean(),
+    aten.amax.default: lambda m: m.amax(dim=1),
+    aten.amin.default: lambda m: m.amin(dim=-1),
+}
+
+
+def test_every_reduction_rule_has_a_case():
+    assert set(REDUCTION_CASES) == set(lowering.REDUCTIONS)
+
+
+@pytest.mark.parametrize("overload", list(REDUCTION_CASES), ids=str)
+def test_a_fused_reduction_computes_what_torch_computes(overload):
+    fn = REDUCTION_CASES[overload]
+
+    def graph(m: torch.Tensor) -> torch.Tensor:
+        return fn(m * 1.0) * 1
+
+    expected = fn(M) * 1
+    actual = torch.compile(graph, backend="rbln")(M.to("rbln")).cpu()
+    assert actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert torch.equal(actual.isinf() & (actual > 0), expected.isinf() & (expected > 0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_fused_chain_of_half_tensors_rounds_as_torch(dtype):
+    """Half inputs are computed in float32 and rounded once at the store, as torch's CPU kernels do for
+    one op: a chain of ops rounds each op's result in eager torch, so the reference here is a chain of
+    float32 ops rounded once (what inductor computes too) within one half ulp."""
+    x, y = X.to(dtype), Y.to(dtype)
+
+    def graph(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.where(x > y, torch.sigmoid(x) * y, x.clamp(-1.0, 2.0) - y)
+
+    expected = graph(x.float(), y.float()).to(dtype)
+    actual = torch.compile(graph, backend="rbln")(x.to("rbln"), y.to("rbln")).cpu()
+    assert actual.dtype == dtype
+    torch.testing.assert_close(actual.float(), expected.float(), rtol=0, atol=0, equal_nan=True)

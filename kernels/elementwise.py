@@ -88,18 +88,22 @@ def _gelu_tanh_inner(x):
 
 @tl.jit
 def _pow(x, p):
-    """x ** p as torch computes it for real x: negative bases need an integer exponent."""
-    y = tl.exp(tl.log(tl.abs(x)) * p)
+    """x ** p as torch (C's pow) computes it for real x: a negative base needs an integer exponent,
+    except -inf and an infinite exponent (|x| ** p); 1 ** p and x ** 0 are 1 (NaN too); (-1) ** +-inf
+    is 1; a zero base gives 0 or inf, signed for -0.0 to an odd power."""
+    magnitude = tl.abs(x)
+    y = tl.exp(tl.log(magnitude) * p)
+    infinite_p = tl.abs(p) == float("inf")
+    y = tl.where((magnitude == 1.0) & infinite_p, 1.0, y)  # log(1) * inf is NaN
     frac = p - tl.floor(p)
     half = p * 0.5
     odd = (frac == 0.0) & (half - tl.floor(half) != 0.0)
-    # a negative base needs an integer exponent, except -inf (C's pow: +inf or +0, as |x| ** p)
-    negative = tl.where(frac == 0.0, tl.where(odd, -y, y), tl.where(x == -float("inf"), y, float("nan")))
+    integral = tl.where(odd, -y, y)
+    negative = tl.where(frac == 0.0, integral, tl.where((x == -float("inf")) | infinite_p, y, float("nan")))
     y = tl.where(x < 0.0, negative, y)
-    # a zero base: 0 or inf, negative for -0.0 to an odd power (1 / -0.0 is -inf)
-    zero = tl.where(p < 0.0, float("inf"), 0.0)
-    y = tl.where(x == 0.0, tl.where(odd & (1.0 / x < 0.0), -zero, zero), y)
-    return tl.where(p == 0.0, 1.0, y)
+    zero = tl.where(p < 0.0, float("inf"), 0.0)  # (1 / -0.0 is -inf: the sign of a zero base)
+    y = tl.where((x == 0.0) & (p == p), tl.where(odd & (1.0 / x < 0.0), -zero, zero), y)
+    return tl.where((p == 0.0) | (x == 1.0), 1.0, y)
 
 
 @tl.jit
@@ -371,7 +375,8 @@ def _binary_op(a, b, alpha, OP: tl.constexpr, out_ptr):
     elif OP == 35:  # hypot: sqrt(a^2 + b^2) in float64, where neither square overflows nor underflows
         wide_a = a.to(tl.float64)
         wide_b = b.to(tl.float64)
-        y = tl.sqrt(wide_a * wide_a + wide_b * wide_b).to(tl.float32)
+        wide = tl.sqrt(wide_a * wide_a + wide_b * wide_b).to(tl.float32)
+        y = tl.where((tl.abs(a) == float("inf")) | (tl.abs(b) == float("inf")), float("inf"), wide)  # C's
     else:  # xlogy as torch's: NaN where b is NaN, else 0 where a is 0, else a * log(b)
         y = tl.where(b != b, b, tl.where(a == 0.0, 0.0, a * tl.log(b)))
     return y

@@ -376,7 +376,9 @@ def _binary_op(a, b, alpha, OP: tl.constexpr, out_ptr):
         wide_a = a.to(tl.float64)
         wide_b = b.to(tl.float64)
         wide = tl.sqrt(wide_a * wide_a + wide_b * wide_b).to(tl.float32)
-        y = tl.where((tl.abs(a) == float("inf")) | (tl.abs(b) == float("inf")), float("inf"), wide)  # C's
+        # C's hypot: an infinite operand gives +inf, even beside a NaN (reading a and b twice: not in
+        # FUSED_BINARY)
+        y = tl.where((tl.abs(a) == float("inf")) | (tl.abs(b) == float("inf")), float("inf"), wide)
     else:  # xlogy as torch's: NaN where b is NaN, else 0 where a is 0, else a * log(b)
         y = tl.where(b != b, b, tl.where(a == 0.0, 0.0, a * tl.log(b)))
     return y
@@ -454,8 +456,7 @@ def binary_tiled_kernel(
 #
 # The binary ops whose specialisation fuses in every float dtype and operand layout (see FUSED_UNARY);
 # maximum/minimum, pow and the activation backwards read an operand more than once.
-FUSED_BINARY = frozenset({ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, THRESHOLD_BWD, CLAMP, FMOD, ATAN2,
-                          HYPOT})
+FUSED_BINARY = frozenset({ADD, SUB, MUL, DIV, EQ, NE, LT, LE, GT, GE, THRESHOLD_BWD, CLAMP, FMOD, ATAN2})
 
 
 @tl.jit

@@ -165,3 +165,34 @@ def check_training_case(compiler, seed: int) -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_random_compiled_training_graphs_match_the_cpu_on_every_call(fresh_compiler, seed):
     check_training_case(fresh_compiler, seed)
+
+
+SPECIALS = torch.tensor([float("inf"), -float("inf"), float("nan"), -0.0, 0.0, 1e-40])
+
+
+def _with_specials(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """`values` with about one element in eight replaced by an infinity, NaN, a signed zero or a
+    subnormal."""
+    chosen = torch.rand(values.shape, generator=generator) < 0.125
+    picks = SPECIALS[torch.randint(len(SPECIALS), values.shape, generator=generator)]
+    return torch.where(chosen, picks, values)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_compiled_graphs_match_the_cpu_on_special_values(fresh_compiler, seed):
+    """The random graphs above (the same kernels) on inputs holding infinities, NaN, signed zeros and
+    subnormals: a fused kernel has no NaN/Inf scan, so every expression must propagate them as torch
+    does (softmax and layer norm of a row holding one, matmuls, reductions, where). NaN where torch
+    gives NaN and the same infinities; finite values as the ordinary fuzz."""
+    function, cpu, steps = _random_case(seed)
+    compiled = torch.compile(function, backend="rbln", dynamic=False)
+    generator = torch.Generator().manual_seed(3000 + seed)
+    for call in range(3):
+        inputs = [_with_specials(torch.randn(t.shape, generator=generator) * (0.5 if i else 1.0), generator)
+                  for i, t in enumerate(cpu)]
+        want = function(*inputs)
+        got = compiled(*(t.to("rbln") for t in inputs))
+        where = f"seed {seed}, call {call}, {steps}"
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g.cpu(), w, atol=1e-4, rtol=1e-4, equal_nan=True,
+                                       msg=lambda m, at=where: f"{at}: {m}")

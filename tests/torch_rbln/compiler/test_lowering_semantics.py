@@ -64,7 +64,7 @@ CASES = {
     aten.clamp.default: (lambda x, y: torch.stack([x.clamp(-1.0, 2.0), x.clamp(5.0, 3.0), x.clamp(min=0.5),
                                                    x.clamp(max=-0.5)]), True),
     aten.clone.default: (lambda x, y: x.clone(), True),
-    aten._to_copy.default: (lambda x, y: x.to(torch.float16).to(torch.float32), True),
+    aten._to_copy.default: (lambda x, y: torch.stack([x.half().float(), x.bfloat16().float()]), True),
     aten.logical_not.default: (lambda x, y: torch.logical_not(x), True),
     aten.gt.Tensor: (lambda x, y: x > y, True),
     aten.gt.Scalar: (lambda x, y: x > 0.5, True),

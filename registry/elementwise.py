@@ -1036,7 +1036,8 @@ def unary_plan(key: tuple, operands: tuple, scanned: bool = True) -> Plan:
     plan.n = n if out_key is None else None
     scan, mask = contiguous_scan(dtype)
     small = n < PARALLEL_MIN
-    new, deploy_mode = _memory.allocator(shape, dtype, index), config.deploy_mode if scanned else unscanned
+    new = _memory.allocator(shape, dtype, index) if out_key is None else None  # (a target otherwise)
+    deploy_mode = config.deploy_mode if scanned else unscanned
 
     def run(operands: tuple) -> Tensor | None:
         x, p, target = operands
@@ -1102,7 +1103,9 @@ def _strided_unary_plan(key: tuple, scanned: bool) -> Plan:
     plan = Plan(_k("elementwise").unary_kernel, launch_key, keywords, programs, 1, tuple(shape), dtype,
                 (0,) if scanned else ())
     finite = scanner(dtype, n) if scanned else None
-    new, empty_strided = _memory.allocator(shape, dtype, index), _memory.empty_strided
+    # the gathered copy's allocation; a permutation's result is allocated with its strides per call
+    new = _memory.allocator(shape, dtype, index) if gather is not None else None
+    empty_strided = _memory.empty_strided
 
     def run(operands: tuple) -> Tensor | None:
         x, p, _ = operands

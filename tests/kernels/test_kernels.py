@@ -3,9 +3,6 @@ matmul tiles, strided/broadcast operands, embedding backward with repeated indic
 
 from __future__ import annotations
 
-import math
-
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -86,17 +83,3 @@ def test_embedding_backward_with_repeated_indices():
     F.embedding(ids.to("rbln"), device_weight).backward(grad.to("rbln"))
     torch.testing.assert_close(device_weight.grad.cpu(), weight.grad)
 
-
-@pytest.mark.parametrize("exponent", [2.5, -2.5, 3.0, -3.0, 2.0, 0.0])
-def test_pow_of_infinities_and_zeros_is_cs(exponent):
-    """The unary pow kernel on the bases C's pow special-cases (deploy mode launches it on them
-    unscanned): -inf to a non-integer power is +inf or +0 (|x| ** p), not NaN; -0.0 to an odd power
-    keeps its sign (-0.0 ** -3 is -inf). Signs of zeros compared too."""
-    from torch_rbln.kernels import elementwise as E
-
-    x = torch.tensor([-math.inf, math.inf, -0.0, 0.0, -2.0, 1.0])
-    out = torch.empty_like(x)
-    E.unary_kernel[(1,)](x, out, x.numel(), exponent, OP=E.POW, BLOCK=8)
-    expected = torch.pow(x, exponent)
-    torch.testing.assert_close(out, expected, equal_nan=True, rtol=1e-6, atol=0)
-    assert torch.equal(out.signbit() & ~out.isnan(), expected.signbit() & ~expected.isnan())

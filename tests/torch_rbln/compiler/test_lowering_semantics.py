@@ -26,6 +26,13 @@ X = torch.tensor([-INF, -3.5, -1.0, -0.5, -0.0, 0.0, 1e-40, 0.5, 1.0, 2.0, 3.5, 
 Y = torch.tensor([2.0, -0.0, 0.0, INF, -1.0, 3.0, NAN, -INF, 0.5, 2.0, -3.5, 1e-40, INF, 1.0, -7.25, 0.0])
 
 EXPONENTS = (0, 0.0, 1, 2, 3, -1, -2, 0.5, -0.5, 2.5, -2.5)  # the special-cased ones, and the general pow
+
+
+def _of_x(fn):
+    """A case of a one-operand op: `fn` of x (y unused)."""
+    return lambda x, y: fn(x)
+
+
 # overload -> (function of x and y, exact): exact ops must give torch's bits (NaN where torch's are NaN,
 # signed zeros); the others torch's values within float32 rounding of transcendental functions
 CASES = {
@@ -40,20 +47,20 @@ CASES = {
     aten.div.Tensor: (lambda x, y: x / y, True),
     aten.div.Scalar: (lambda x, y: aten.div.Scalar(x, 3.0), True),
     aten.div.Tensor_mode: (lambda x, y: aten.div.Tensor_mode(x, y, rounding_mode=None), True),
-    aten.neg.default: (torch.neg, True),
-    aten.exp.default: (torch.exp, False),
-    aten.log.default: (torch.log, False),
-    aten.sqrt.default: (torch.sqrt, True),
-    aten.rsqrt.default: (torch.rsqrt, False),
-    aten.sigmoid.default: (torch.sigmoid, False),
-    aten.tanh.default: (torch.tanh, False),
-    aten.erf.default: (torch.erf, False),
-    aten.sin.default: (torch.sin, False),
-    aten.cos.default: (torch.cos, False),
-    aten.abs.default: (torch.abs, True),
-    aten.reciprocal.default: (torch.reciprocal, True),
-    aten.relu.default: (torch.relu, True),
-    aten.silu.default: (torch.nn.functional.silu, False),
+    aten.neg.default: (_of_x(torch.neg), True),
+    aten.exp.default: (_of_x(torch.exp), False),
+    aten.log.default: (_of_x(torch.log), False),
+    aten.sqrt.default: (_of_x(torch.sqrt), True),
+    aten.rsqrt.default: (_of_x(torch.rsqrt), False),
+    aten.sigmoid.default: (_of_x(torch.sigmoid), False),
+    aten.tanh.default: (_of_x(torch.tanh), False),
+    aten.erf.default: (_of_x(torch.erf), False),
+    aten.sin.default: (_of_x(torch.sin), False),
+    aten.cos.default: (_of_x(torch.cos), False),
+    aten.abs.default: (_of_x(torch.abs), True),
+    aten.reciprocal.default: (_of_x(torch.reciprocal), True),
+    aten.relu.default: (_of_x(torch.relu), True),
+    aten.silu.default: (_of_x(torch.nn.functional.silu), False),
     # (finite: torch's CPU gelu gives NaN at +inf, ours the limit, +inf)
     aten.gelu.default: (lambda x, y: torch.nn.functional.gelu(x.clamp(-1e30, 1e30)) +
                         torch.nn.functional.gelu(y.clamp(-1e30, 1e30), approximate="tanh"), False),
@@ -79,12 +86,6 @@ CASES = {
     aten.ne.Tensor: (lambda x, y: x != y, True),
     aten.ne.Scalar: (lambda x, y: x != NAN, True),
 }
-
-for _unary in (torch.neg, torch.exp, torch.log, torch.sqrt, torch.rsqrt, torch.sigmoid, torch.tanh, torch.erf,
-               torch.sin, torch.cos, torch.abs, torch.reciprocal, torch.relu, torch.nn.functional.silu):
-    overload = next(key for key, (fn, _) in CASES.items() if fn is _unary)
-    CASES[overload] = (lambda x, y, fn=_unary: fn(x), CASES[overload][1])
-
 
 def test_every_pointwise_rule_has_a_case():
     assert set(CASES) == set(lowering.POINTWISE)

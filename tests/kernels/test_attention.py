@@ -185,7 +185,8 @@ def test_strided_inputs_need_no_copy_and_output_follows_query_layout():
 
 
 @pytest.mark.parametrize("dtype, backward", [
-    (torch.float32, True), (torch.float16, False), (torch.bfloat16, False),
+    (torch.float32, True), pytest.param(torch.float16, False, marks=pytest.mark.slow),
+    (torch.bfloat16, False),
     pytest.param(torch.float16, True, marks=pytest.mark.slow),
     pytest.param(torch.bfloat16, True, marks=pytest.mark.slow),
 ], ids=["float32", "float16-forward", "bfloat16-forward", "float16", "bfloat16"])
@@ -425,7 +426,14 @@ def _product_mask(kind: str | None, m: int, n: int) -> torch.Tensor | None:
     return None
 
 
-@pytest.mark.parametrize("name", sorted(PRODUCT_CASES))
+def _slow_beyond(cases: dict, slow: set) -> list:
+    """The names of `cases` in order, those in `slow` marked `slow`: each attention case compiles two or
+    three kernels of its own (~7 s of a cold suite), and these repeat what other cases cover."""
+    return [pytest.param(name, marks=pytest.mark.slow) if name in slow else name for name in sorted(cases)]
+
+
+# an additive mask with a scale: test_additive_mask_broadcast_over_batch_and_heads_with_scale
+@pytest.mark.parametrize("name", _slow_beyond(PRODUCT_CASES, {"additive_mask_scale"}))
 def test_product_tiles_match_cpu(name):
     """Tiny calls take product tiles (no tl.dot) in the forward and in both backward kernels, so the
     backward recomputes the scores rounded as the forward rounded them."""
@@ -450,7 +458,8 @@ ONE_TILE_DOT_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(ONE_TILE_DOT_CASES))
+# a float mask with a shorter key sequence: the product tiles' and CASES' masked cases
+@pytest.mark.parametrize("name", _slow_beyond(ONE_TILE_DOT_CASES, {"float_mask_kv_shorter"}))
 def test_short_sequences_backward_in_one_tiled_launch(name):
     """Sequences of at most 16 (`kernels.attention.one_launch_backward`) with a head dim past the
     product tiles: the forward takes the 16x16 tl.dot tile and the backward is one launch of the tiny

@@ -40,13 +40,14 @@ INTEGER_ONLY = {**BITWISE, "div_floor": FLOOR_DIVIDE, "abs": ABS, "fill": FILL, 
 
 # Ops that get a specialisation of their own in int_binary_kernel (FAST_OP = the op code), as every
 # float op does in `elementwise`: the position and index arithmetic of models (add, sub, mul,
-# fill). Behind the 15-op runtime switch each compile took ~1.5-3 s of numba and its loops run in
-# separate passes over BLOCK-long buffers; alone, with a plain tensor or scalar second operand
-# (`int_binary_kernel`), loads, arithmetic and store fuse into one loop over the lanes that exist, so the
-# registry gives them `geometry.FUSED_BLOCK` for every size. Comparisons share one specialisation
-# (COMPARE_OPS) with the comparison switch alone; bitwise ops, floor division and remainder, and broadcast
-# add/sub/mul share theirs (below); maximum, minimum and abs the generic one (FAST_OP=-1).
-FAST_INTEGER = frozenset({ADD, SUB, MUL, FILL})
+# fill, and maximum / minimum: clamped positions and lengths). Behind the 15-op runtime switch each
+# compile took ~1.5-5 s of numba and its loops run in separate passes over BLOCK-long buffers; alone,
+# with a plain tensor or scalar second operand (`int_binary_kernel`), loads, arithmetic and store fuse
+# into one loop over the lanes that exist, so the registry gives them `geometry.FUSED_BLOCK` for every
+# size. Comparisons share one specialisation (COMPARE_OPS) with the comparison switch alone; bitwise
+# ops, floor division and remainder, and broadcast add/sub/mul share theirs (below); abs, which reads
+# its operand twice (no fused loop), the generic one (FAST_OP=-1).
+FAST_INTEGER = frozenset({ADD, SUB, MUL, FILL, MAXIMUM, MINIMUM})
 
 
 # The bitwise ops share one specialisation with their three-way switch alone (the masks and flags of

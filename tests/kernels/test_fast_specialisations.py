@@ -126,6 +126,8 @@ INTEGER_OPS = {I.ADD: lambda a, b, alpha: torch.add(a, b, alpha=alpha),
                I.MUL: lambda a, b, alpha: a * b,
                I.LT: lambda a, b, alpha: a < b,
                I.GE: lambda a, b, alpha: a >= b,
+               I.MAXIMUM: lambda a, b, alpha: torch.maximum(a, b),
+               I.MINIMUM: lambda a, b, alpha: torch.minimum(a, b),
                I.FILL: lambda a, b, alpha: torch.full_like(a, b) if not isinstance(b, torch.Tensor) else b}
 
 
@@ -153,9 +155,9 @@ INTEGER_CASES = [(torch.int64, False, True), (torch.int32, True, False), (torch.
 @pytest.mark.parametrize(("dtype", "scalar", "generic"), INTEGER_CASES,
                          ids=[f"{d}-{'scalar' if s else 'tensor'}" for d, s, _ in INTEGER_CASES])
 def test_integer_fast_ops_match_generic_and_torch(dtype, scalar, generic):
-    """add/sub with alpha, mul and fill (own specialisations) and the comparisons (their shared one)
-    wrap and compare as torch's CPU kernels do and, where the generic switch runs too, bit for bit as
-    it does; a fused specialisation's BLOCK of 4096 over 5000 elements (two programs, the second partial)
+    """add/sub with alpha, mul, maximum, minimum and fill (own specialisations) and the comparisons
+    (their shared one) wrap and compare as torch's CPU kernels do and, where the generic switch runs
+    too, bit for bit as it does; a fused specialisation's BLOCK of 4096 over 5000 elements (two programs, the second partial)
     and over 3 elements (one partial program)."""
     for n in (5000, 3):
         a = _integers(n, dtype, 1)

@@ -153,10 +153,7 @@ def test_fills_of_masks_and_ids_are_planned(dtype, forbid_checked):
         assert planned("fill_.Scalar")((x, 2), {}) is None  # the CPU decides what 2 means for a bool
 
 
-# maximum is `slow`: it has no fast op code, so its case compiles the integer kernels' generic op
-# switch (4 compiles, 15 s of a cold suite on 2 cores, session 39)
-@pytest.mark.parametrize("op", ["bitwise_and", "bitwise_or", "add", "mul", "eq",
-                                pytest.param("maximum", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("op", ["bitwise_and", "bitwise_or", "add", "mul", "eq", "maximum"])
 def test_an_int_tensor_with_a_bool_tensor_is_planned_in_the_ints_dtype(op, forbid_checked):
     """`unfinished_sequences & ~finished` (every generation step): an int32/int64 tensor with a bool one,
     same shape or broadcast, takes the integer plan reading the bool as it is; torch's promotion (the

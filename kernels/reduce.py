@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch_rbln.dsl as tl
 
-from .rows import R_ALL, R_ANY, R_ARGMAX, R_ARGMIN, R_MAX, R_MEAN, R_MIN, R_SUM, R_VAR
+from .rows import R_ALL, R_ANY, R_ARGMAX, R_ARGMIN, R_MAX, R_MEAN, R_MIN, R_STD, R_SUM, R_VAR
 
-__all__ = ["R_ALL", "R_ANY", "R_ARGMAX", "R_ARGMIN", "R_MAX", "R_MEAN", "R_MIN", "R_SUM", "R_VAR",
+__all__ = ["R_ALL", "R_ANY", "R_ARGMAX", "R_ARGMIN", "R_MAX", "R_MEAN", "R_MIN", "R_STD", "R_SUM", "R_VAR",
            "isin_kernel", "middle_reduce_kernel"]
 
 
@@ -38,7 +38,7 @@ def middle_reduce_kernel(
         else:
             flag = count > 0
         tl.store(out_ptr + o * inner + cols, flag.to(out_ptr.dtype.element_ty), mask=mask)
-    elif OP == 0 or OP == 1 or OP == 6:
+    elif OP == 0 or OP == 1 or OP == 6 or OP == 9:
         acc = tl.zeros((BLOCK,), dtype=tl.float32)
         for k in range(0, r):
             acc += tl.load(x_ptr + base + k * inner + cols, mask=mask, other=0.0).to(tl.float32)
@@ -53,6 +53,8 @@ def middle_reduce_kernel(
                 d = tl.load(x_ptr + base + k * inner + cols, mask=mask, other=0.0).to(tl.float32) - mean
                 v += d * d
             result = v / tl.maximum(r - correction, 0.0)
+            if OP == 9:  # std (R_STD): the root in float32, before the store rounds
+                result = tl.sqrt(result)
         tl.store(out_ptr + o * inner + cols, result.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         if OP == 2 or OP == 4:

@@ -14,7 +14,10 @@ from torch_rbln.dsl.backends.numba_backend.support import as_pointer
 from .elementwise import _tile_lanes
 
 # Reduction op codes.
-R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_VAR, R_ALL, R_ANY = range(9)
+R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_VAR, R_ALL, R_ANY, R_STD = range(10)
+# R_STD: var's pass, then its square root in float32 before the store. Why not sqrt(var) stored in x's
+# dtype: a float16 row of values near 60,000 has a variance past float16's 65,504 (inf) and a standard
+# deviation of ~49,000 (torch's CPU: 48,992).
 
 
 @tl.jit
@@ -270,11 +273,11 @@ def norm_backward_kernel(
 def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, WRITE_INDEX: tl.constexpr,
                   BLOCK: tl.constexpr):
     """Reduce one row of n elements: sum, mean, max, min (values, and their index when WRITE_INDEX),
-    argmax, argmin (the index: WRITE_INDEX must be set), var, all, any. amax/amin launch max/min without
-    WRITE_INDEX: they need no index tensor (idx_ptr is not touched) and track no indices; the values
-    are the same either way, as the extreme value never depends on its index. all/any count the
-    non-zero elements (NaN is non-zero, as in torch; x of any dtype) and store whether all / any are,
-    in out's dtype (bool, or uint8 for a uint8 x)."""
+    argmax, argmin (the index: WRITE_INDEX must be set), var, std (R_STD), all, any. amax/amin launch
+    max/min without WRITE_INDEX: they need no index tensor (idx_ptr is not touched) and track no
+    indices; the values are the same either way, as the extreme value never depends on its index.
+    all/any count the non-zero elements (NaN is non-zero, as in torch; x of any dtype) and store
+    whether all / any are, in out's dtype (bool, or uint8 for a uint8 x)."""
     row = tl.program_id(0)
     base = row * n
     cols = tl.arange(0, BLOCK)
@@ -289,7 +292,7 @@ def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, WRIT
         else:
             flag = total > 0
         tl.store(out_ptr + row, flag.to(out_ptr.dtype.element_ty))
-    elif OP == 0 or OP == 1 or OP == 6:
+    elif OP == 0 or OP == 1 or OP == 6 or OP == 9:
         acc = tl.zeros((BLOCK,), dtype=tl.float32)
         for start in range(0, n, BLOCK):
             acc += tl.load(x_ptr + base + start + cols, mask=start + cols < n, other=0.0).to(tl.float32)
@@ -307,6 +310,8 @@ def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, WRIT
                 d = tl.where(mask, x - mean, 0.0)
                 v += d * d
             result = tl.sum(v, axis=0) / tl.maximum(n - correction, 0.0)
+            if OP == 9:
+                result = tl.sqrt(result)
         tl.store(out_ptr + row, result.to(out_ptr.dtype.element_ty))
     else:
         tl.static_assert(WRITE_INDEX or OP == 2 or OP == 3, "argmax/argmin store indices: set WRITE_INDEX")

@@ -43,7 +43,7 @@ from .geometry import (
 from .plan import NO_PLAN, Direct, Family, Launch, Plan, contiguous_rbln, unscanned
 
 CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "var": 6, "amax": 2, "amin": 3,
-         "all": 7, "any": 8}
+         "all": 7, "any": 8, "std": 9}
 LOGICAL = ("all", "any")  # exact on every dtype (a count of non-zero elements): never scanned
 # exact on NaN/Inf too, so never scanned: the kernels select an element (no arithmetic) and write
 # torch's NaN (propagated; its index the first NaN's) and infinities (compared as values); a row of
@@ -337,14 +337,12 @@ def family(name: str, *, positional: int = 3, keywords: tuple = ()) -> Family:
     """The plans of one reduction overload `name(x[, dim[, keepdim]], *, <keywords>)`: at most
     `positional` positional arguments (1: `sum.default`; 2: `var.correction`, whose keepdim is a
     keyword), the keyword-only arguments `keywords` ("dtype": None only, no conversion; "correction":
-    a number; "keepdim"). "std" is var's launch followed by sqrt's, in place on its result.
+    a number; "keepdim").
 
     A call is keyed by (dtype, shape, device, dims, keepdim) of a contiguous rbln `x`; its operands are
     `(x, correction)`. Scattered dims (a transposing copy first), an empty tensor or another dtype:
     NO_PLAN (the implementation); a dim out of range: declined (torch's error from the CPU)."""
     allowed = frozenset(keywords)
-    std = name == "std"
-    op_name = "var" if std else name
 
     def signature(args: tuple, kwargs: dict) -> tuple | None:
         count = len(args)
@@ -389,7 +387,7 @@ def family(name: str, *, positional: int = 3, keywords: tuple = ()) -> Family:
         return (x.dtype, x.shape, index, dim, keepdim), (x, correction)
 
     def plan(key: tuple, operands: tuple) -> Plan:
-        return _reduce_plan(op_name, key, std)
+        return _reduce_plan(name, key)
 
     return Family(signature, plan)
 
@@ -397,7 +395,7 @@ def family(name: str, *, positional: int = 3, keywords: tuple = ()) -> Family:
 _LOGICAL_DTYPES = (*FLOATS, torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
-def _reduce_plan(name: str, key: tuple, std: bool) -> Plan:
+def _reduce_plan(name: str, key: tuple) -> Plan:
     dtype, shape, index, dim, keepdim = key
     shape = tuple(shape)
     numel = math.prod(shape)
@@ -417,10 +415,9 @@ def _reduce_plan(name: str, key: tuple, std: bool) -> Plan:
     out_shape = reduced_shape(shape, dims, keepdim)
     plan = ReducePlan(launch.kernel, launch.key, launch.keywords, launch.programs, launch.rows, out_shape,
                       values_dtype, () if name in UNSCANNED else (0,))
-    root = _sqrt_plan(dtype, out_shape, index) if std else None
-    plan.run = _reduce_run(plan, name, dtype, index, numel, launch.ints, scratch, root)
+    plan.run = _reduce_run(plan, name, dtype, index, numel, launch.ints, scratch)
     # a compiled graph launches it directly (`direct`) where its one output is all it writes
-    plan.ints = None if scratch or std or name in INDEXED else launch.ints
+    plan.ints = None if scratch or name in INDEXED else launch.ints
     return plan
 
 
@@ -480,18 +477,8 @@ def _integer_reduce_plan(name: str, dtype: torch.dtype, shape: tuple, numel: int
     return plan
 
 
-def _sqrt_plan(dtype: torch.dtype, shape: tuple, index: int) -> Callable:
-    """std's second launch: the sqrt plan of `elementwise` (`_ops.unary`'s launch), in place on the
-    variance (each element read before it is written: the values of a launch into a new tensor), not
-    scanned (the variance of finite inputs)."""
-    from .elementwise import unary_plan
-
-    sqrt = unary_plan((False, "sqrt", dtype, shape, index, True), (), scanned=False)
-    return sqrt.run
-
-
 def _reduce_run(plan: Plan, name: str, x_dtype: torch.dtype, index: int, numel: int, ints: tuple,
-                scratch: bool, root: Callable | None) -> Callable[[tuple], Any]:
+                scratch: bool) -> Callable[[tuple], Any]:
     shape, dtype = plan.shape, plan.dtype  # (the values' dtype: bool or uint8 for all/any)
     exact = name in UNSCANNED  # all/any, max/min and their indices are exact on every value
     scan, mask = (None, 0) if exact else contiguous_scan(x_dtype)  # (the scan inline: per-call cost)
@@ -524,8 +511,6 @@ def _reduce_run(plan: Plan, name: str, x_dtype: torch.dtype, index: int, numel: 
             launcher(programs, rows, 1, x, values, indices, r, correction)
         if indexed:
             return (values, indices) if values_too else indices
-        if root is not None:
-            root((values, 0.0, values))
         return values
 
     return run

@@ -304,7 +304,7 @@ def _var(x, dim=None, correction=None, keepdim=False):
 
 
 def _std(x, dim=None, correction=None, keepdim=False):
-    return EW.unary("sqrt", R.reduce("var", x, dim, keepdim, correction=correction))
+    return R.reduce("std", x, dim, keepdim, correction=correction)
 
 
 def _var_mean(x, dim=None, correction=None, keepdim=False, *, std=False):

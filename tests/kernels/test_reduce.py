@@ -72,6 +72,31 @@ def test_half_precision_accumulates_in_float32(dtype):
     _assert_on_device()
 
 
+# (dim, keepdim): the row kernel, the middle kernel, every dim, scattered dims (a permuting copy first)
+STD_DIMS = [(-1, False), (0, True), (None, False), ((0, 2), False)]
+
+
+@pytest.mark.parametrize("dim, keepdim", STD_DIMS, ids=str)
+def test_float16_std_whose_variance_overflows_is_finite(dim, keepdim):
+    """std takes the root in float32 before the store rounds: values near 60,000 have a variance past
+    float16's largest value (65,504) but a standard deviation of ~49,000. std stored the variance in
+    float16 (inf) and took its root after, until session 39."""
+    x = torch.tensor([[60000.0, -60000.0, 0.0, 1000.0], [1.0, 2.0, 3.0, 4.0]]).repeat(3, 1, 1).half()
+    d = x.to("rbln")
+    registry.reset_fallback_report()
+    for correction in (1, 0):
+        expected = x.std(dim, correction=correction, keepdim=keepdim)
+        assert expected.isfinite().all()  # the CPU's, from float32
+        for _ in range(2):  # the first call (checked) and the plan's
+            torch.testing.assert_close(d.std(dim, correction=correction, keepdim=keepdim).cpu(), expected,
+                                       atol=0, rtol=1e-3)
+    spread, mean = torch.std_mean(d, dim, keepdim=keepdim)
+    expected_spread, expected_mean = torch.std_mean(x, dim, keepdim=keepdim)
+    torch.testing.assert_close(spread.cpu(), expected_spread, atol=0, rtol=1e-3)
+    torch.testing.assert_close(mean.cpu(), expected_mean, atol=1e-2, rtol=1e-3)
+    _assert_on_device()
+
+
 def test_noncontiguous_input_and_wide_inner_block():
     x = torch.randn(6, 40, 1100)
     d = x.to("rbln")

@@ -1,5 +1,5 @@
-"""`torch.linalg.vector_norm` for the orders training uses (2, 1, inf, -inf) and `torch.logsumexp`,
-composed of device launches.
+"""`torch.linalg.vector_norm` for the orders training uses (2, 1, inf, -inf), `torch.logsumexp` and
+group norm's forward (`native_group_norm`), composed of device launches.
 
 Why: `torch.nn.utils.clip_grad_norm_` takes every gradient's 2-norm (`_foreach_norm`, whose slow path
 calls `linalg_vector_norm` per tensor), then the norm of those norms: without this every clipped
@@ -12,6 +12,13 @@ reductions: sqrt(sum(x * x)) for 2, sum(|x|) for 1, amax/amin(|x|) for +-inf, th
 result's dtype. Other orders, empty inputs, complex or float64 tensors decline to the CPU fallback
 (which computes them, or raises torch's error). `logsumexp` follows torch's CPU kernel: the row
 maximum m (0 where it is +-inf), then log(sum(exp(x - m))) + m, in float32.
+
+Group norm: torch's composite for devices without a kernel of their own (`math_group_norm`) computes
+its statistics in the input's dtype, so a float16 group holding values of a few hundred had a variance
+past 65,504 (inf) and normalised to zeros where torch's CPU kernel, which widens to float32, gives the
+normalised values. Here the statistics and the normalisation are computed in float32 and the results
+stored once in the input's dtype, as the CPU kernel does (its backward stays torch's CPU kernel: the
+fallback, as before).
 """
 
 from __future__ import annotations
@@ -23,11 +30,11 @@ import torch
 from torch import Tensor
 
 from ._base import real_number, require_float
-from ._ops import Decline, cast_copy
+from ._ops import Decline, cast_copy, contiguous
 from .elementwise import binary, masked_fill, unary
 from .reduce import reduce
 
-__all__ = ["logsumexp", "vector_norm"]
+__all__ = ["group_norm", "logsumexp", "vector_norm"]
 
 _ORDERS = (2.0, 1.0, math.inf, -math.inf)
 
@@ -72,3 +79,24 @@ def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     shift = maxes if keepdim else maxes.squeeze(tuple(dims))
     result = binary("add", unary("log", total), shift)
     return result if x.dtype is torch.float32 else cast_copy(result, x.dtype)
+
+
+def group_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, n: int, c: int, hw: int, group: int,
+               eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """`native_group_norm`: (the normalised x, each group's mean, its 1/sqrt(var + eps)), the last two
+    of shape (n, group), all in x's dtype, computed in float32."""
+    require_float(x.dtype)
+    if x.numel() == 0 or group <= 0 or c % group or x.numel() != n * c * hw:
+        raise Decline("empty input or groups that do not divide the channels")  # torch's result or error
+    wide = contiguous(x) if x.dtype is torch.float32 else cast_copy(x, torch.float32)
+    rows = wide.reshape(n, group, -1)
+    mean = reduce("mean", rows, [2], True)
+    rstd = unary("rsqrt", binary("add", reduce("var", rows, [2], True, correction=0), float(eps)))
+    y = binary("mul", binary("sub", rows, mean), rstd).reshape(n, c, -1)
+    for parameter, op in ((weight, "mul"), (bias, "add")):
+        if parameter is not None:
+            wide_parameter = parameter if parameter.dtype is torch.float32 else \
+                cast_copy(parameter, torch.float32)
+            y = binary(op, y, wide_parameter.reshape(1, c, 1))
+    results = (y.reshape(x.shape), mean.reshape(n, group), rstd.reshape(n, group))
+    return results if x.dtype is torch.float32 else tuple(cast_copy(t, x.dtype) for t in results)

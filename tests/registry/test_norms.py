@@ -85,3 +85,28 @@ def test_logsumexp_declines_visibly():
     torch.testing.assert_close(torch.logsumexp(empty.to("rbln"), 0).cpu(), torch.logsumexp(empty, 0))
     row = registry.fallback_report()["aten::logsumexp"]
     assert row["device"] == 0 and row["cpu"] == 2 and sum(row["reasons"].values()) == 2, row
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=str)
+@pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
+def test_group_norm_statistics_are_float32_and_match_the_cpu(dtype, affine):
+    """A group of float16 values of a few hundred has a variance past 65,504: torch's composite for
+    devices (statistics in the input's dtype) normalised it to zeros; ours gives the CPU kernel's
+    values, mean and rstd in the input's dtype, channels-last inputs included."""
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 6, 3, 5, generator=generator)
+    x[0, :2] *= 300
+    x = x.to(dtype)
+    weight = torch.randn(6, generator=generator).to(dtype) if affine else None
+    bias = torch.randn(6, generator=generator).to(dtype) if affine else None
+    on_device = [None if t is None else t.to("rbln") for t in (weight, bias)]
+    registry.reset_fallback_report()
+    for layout in (torch.contiguous_format, torch.channels_last):
+        expected = torch.ops.aten.native_group_norm(x, weight, bias, 2, 6, 15, 3, 1e-5)
+        got = torch.ops.aten.native_group_norm(x.to("rbln").contiguous(memory_format=layout), *on_device,
+                                               2, 6, 15, 3, 1e-5)
+        for g, e in zip(got, expected, strict=True):
+            assert g.dtype == e.dtype and g.shape == e.shape and g.isfinite().all()
+            torch.testing.assert_close(g.cpu(), e, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+    row = registry.fallback_report()["aten::native_group_norm"]
+    assert (row["device"], row["cpu"]) == (2, 0)

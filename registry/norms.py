@@ -1,5 +1,5 @@
 """`torch.linalg.vector_norm` for the orders training uses (2, 1, inf, -inf), `torch.logsumexp` and
-group norm's forward (`native_group_norm`), composed of device launches.
+group norm (`native_group_norm` and its backward), composed of device launches.
 
 Why: `torch.nn.utils.clip_grad_norm_` takes every gradient's 2-norm (`_foreach_norm`, whose slow path
 calls `linalg_vector_norm` per tensor), then the norm of those norms: without this every clipped
@@ -17,8 +17,8 @@ Group norm: torch's composite for devices without a kernel of their own (`math_g
 its statistics in the input's dtype, so a float16 group holding values of a few hundred had a variance
 past 65,504 (inf) and normalised to zeros where torch's CPU kernel, which widens to float32, gives the
 normalised values. Here the statistics and the normalisation are computed in float32 and the results
-stored once in the input's dtype, as the CPU kernel does (its backward stays torch's CPU kernel: the
-fallback, as before).
+stored once in the input's dtype, as the CPU kernel does; the backward too (torch has no composite for
+it: it ran on the CPU fallback), from the saved mean and rstd.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ._ops import Decline, cast_copy, contiguous
 from .elementwise import binary, masked_fill, unary
 from .reduce import reduce
 
-__all__ = ["group_norm", "logsumexp", "vector_norm"]
+__all__ = ["group_norm", "group_norm_backward", "logsumexp", "vector_norm"]
 
 _ORDERS = (2.0, 1.0, math.inf, -math.inf)
 
@@ -85,18 +85,56 @@ def group_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, n: int, c:
                eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """`native_group_norm`: (the normalised x, each group's mean, its 1/sqrt(var + eps)), the last two
     of shape (n, group), all in x's dtype, computed in float32."""
-    require_float(x.dtype)
-    if x.numel() == 0 or group <= 0 or c % group or x.numel() != n * c * hw:
-        raise Decline("empty input or groups that do not divide the channels")  # torch's result or error
-    wide = contiguous(x) if x.dtype is torch.float32 else cast_copy(x, torch.float32)
-    rows = wide.reshape(n, group, -1)
+    rows = _groups(x, n, c, hw, group)
     mean = reduce("mean", rows, [2], True)
     rstd = unary("rsqrt", binary("add", reduce("var", rows, [2], True, correction=0), float(eps)))
     y = binary("mul", binary("sub", rows, mean), rstd).reshape(n, c, -1)
     for parameter, op in ((weight, "mul"), (bias, "add")):
         if parameter is not None:
-            wide_parameter = parameter if parameter.dtype is torch.float32 else \
-                cast_copy(parameter, torch.float32)
-            y = binary(op, y, wide_parameter.reshape(1, c, 1))
+            y = binary(op, y, _wide(parameter).reshape(1, c, 1))
     results = (y.reshape(x.shape), mean.reshape(n, group), rstd.reshape(n, group))
-    return results if x.dtype is torch.float32 else tuple(cast_copy(t, x.dtype) for t in results)
+    return tuple(_narrow(t, x.dtype) for t in results)
+
+
+def group_norm_backward(grad: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor | None, n: int,
+                        c: int, hw: int, group: int, mask: list[bool]) -> tuple:
+    """`native_group_norm_backward`: (dx, dweight, dbias) for the `mask`ed outputs (None for the others),
+    in float32 from the forward's mean and rstd, stored in x's (and the weight's) dtype. With xhat =
+    (x - mean) * rstd and g = grad * weight per channel: dx = rstd * (g - mean(g) - xhat * mean(g *
+    xhat)) over each group; dweight = the sum of grad * xhat, dbias of grad, over batch and positions."""
+    rows = _groups(x, n, c, hw, group)
+    grad_rows = _groups(grad, n, c, hw, group)
+    mean, rstd = _wide(mean).reshape(n, group, 1), _wide(rstd).reshape(n, group, 1)
+    xhat = binary("mul", binary("sub", rows, mean), rstd)
+    dx = dweight = dbias = None
+    if mask[0]:
+        scaled = grad_rows if weight is None else \
+            binary("mul", grad_rows.reshape(n, c, -1), _wide(weight).reshape(1, c, 1)).reshape(n, group, -1)
+        centred = binary("sub", scaled, reduce("mean", scaled, [2], True))
+        spread = binary("mul", xhat, reduce("mean", binary("mul", scaled, xhat), [2], True))
+        dx = _narrow(binary("mul", binary("sub", centred, spread), rstd).reshape(x.shape), x.dtype)
+    parameter_dtype = x.dtype if weight is None else weight.dtype
+    if mask[1]:
+        products = binary("mul", grad_rows, xhat).reshape(n, c, -1)
+        dweight = _narrow(reduce("sum", products, [0, 2]), parameter_dtype)
+    if mask[2]:
+        dbias = _narrow(reduce("sum", grad_rows.reshape(n, c, -1), [0, 2]), parameter_dtype)
+    return dx, dweight, dbias
+
+
+def _groups(x: Tensor, n: int, c: int, hw: int, group: int) -> Tensor:
+    """`x` (n, c, ...) in float32 as (n, group, c // group * hw), contiguous."""
+    require_float(x.dtype)
+    if x.numel() == 0 or group <= 0 or c % group or x.numel() != n * c * hw:
+        raise Decline("empty input or groups that do not divide the channels")  # torch's result or error
+    return _wide(x).reshape(n, group, -1)
+
+
+def _wide(t: Tensor) -> Tensor:
+    """`t` contiguous in float32 (itself when it is already)."""
+    return contiguous(t) if t.dtype is torch.float32 else cast_copy(t, torch.float32)
+
+
+def _narrow(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """The float32 `t` stored in `dtype` (itself for float32)."""
+    return t if dtype is torch.float32 else cast_copy(t, dtype)

@@ -598,8 +598,10 @@ TABLE: list[Op] = [
     # clip_grad_norm_'s norms (orders 2, 1, +-inf; see norms.py)
     Op("linalg_vector_norm.default", Ref("norms", "vector_norm"), "linalg.vector_norm", tol=LOOSE),
     Op("logsumexp.default", Ref("norms", "logsumexp"), "logsumexp", tol=LOOSE, exact=True),
-    # group norm's forward with float32 statistics (torch's composite computes them in the input's dtype)
+    # group norm with float32 statistics (torch's composite computes them in the input's dtype; its
+    # backward has no composite: it ran on the CPU)
     Op("native_group_norm.default", Ref("norms", "group_norm"), "nn.functional.group_norm", tol=LOOSE),
+    Op("native_group_norm_backward.default", Ref("norms", "group_norm_backward")),
     Op("var_mean.correction", _var_mean, "var_mean", tol=LOOSE),
     Op("std_mean.correction", lambda x, dim=None, correction=None, keepdim=False: _var_mean(
         x, dim, correction, keepdim, std=True), "std_mean", tol=LOOSE),

@@ -110,3 +110,32 @@ def test_group_norm_statistics_are_float32_and_match_the_cpu(dtype, affine):
             torch.testing.assert_close(g.cpu(), e, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
     row = registry.fallback_report()["aten::native_group_norm"]
     assert (row["device"], row["cpu"]) == (2, 0)
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=str)
+@pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
+def test_group_norm_trains_on_the_device(dtype, affine):
+    """The backward (`native_group_norm_backward`, which torch has no composite for: it ran on the CPU
+    fallback) gives the CPU's gradients of x, the weight and the bias, and only those asked for."""
+    generator = torch.Generator().manual_seed(5)
+    x = (torch.randn(2, 6, 4, 3, generator=generator) * 3).to(dtype)
+    upstream = torch.randn(2, 6, 4, 3, generator=generator).to(dtype)
+    parameters = [torch.randn(6, generator=generator).to(dtype) for _ in range(2)] if affine else []
+
+    def gradients(device: str, x_grad: bool) -> list:
+        leaves = [t.detach().clone().to(device).requires_grad_() for t in (x, *parameters)]
+        leaves[0].requires_grad_(x_grad)
+        out = torch.nn.functional.group_norm(leaves[0], 3, *leaves[1:])
+        (out * upstream.to(device)).sum().backward()
+        return [None if t.grad is None else t.grad.cpu() for t in leaves]
+
+    registry.reset_fallback_report()
+    for x_grad in (True, False) if affine else (True,):
+        for got, expected in zip(gradients("rbln", x_grad), gradients("cpu", x_grad), strict=True):
+            assert (got is None) == (expected is None)
+            if got is not None:
+                assert got.dtype == expected.dtype
+                tolerance = 4 * TOLERANCE[dtype]
+                torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
+    row = registry.fallback_report()["aten::native_group_norm_backward"]
+    assert row["cpu"] == 0 and row["device"] == (2 if affine else 1)

@@ -157,8 +157,8 @@ INTEGER_CASES = [(torch.int64, False, True), (torch.int32, True, False), (torch.
 def test_integer_fast_ops_match_generic_and_torch(dtype, scalar, generic):
     """add/sub with alpha, mul, maximum, minimum and fill (own specialisations) and the comparisons
     (their shared one) wrap and compare as torch's CPU kernels do and, where the generic switch runs
-    too, bit for bit as it does; a fused specialisation's BLOCK of 4096 over 5000 elements (two programs, the second partial)
-    and over 3 elements (one partial program)."""
+    too, bit for bit as it does; a fused specialisation's BLOCK of 4096 over 5000 elements (two
+    programs, the second partial) and over 3 elements (one partial program)."""
     for n in (5000, 3):
         a = _integers(n, dtype, 1)
         b = 7 if scalar else _integers(n, dtype, 2)

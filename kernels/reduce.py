@@ -52,9 +52,29 @@ def middle_reduce_kernel(
             for k in range(0, r):
                 d = tl.load(x_ptr + base + k * inner + cols, mask=mask, other=0.0).to(tl.float32) - mean
                 v += d * d
-            result = v / tl.maximum(r - correction, 0.0)
+            divisor = tl.maximum(r - correction, 0.0)
+            result = v / divisor
             if OP == 9:  # std (R_STD): the root in float32, before the store rounds
                 result = tl.sqrt(result)
+            overflow = v == float("inf")
+            if tl.max(overflow.to(tl.int32), axis=0) > 0:
+                # some column's squared deviations overflowed float32 (as `reduce_kernel`): those
+                # columns again, each deviation divided by the column's largest, the scale multiplied back
+                peak = tl.zeros((BLOCK,), dtype=tl.float32)
+                for k in range(0, r):
+                    x = tl.load(x_ptr + base + k * inner + cols, mask=mask, other=0.0).to(tl.float32)
+                    peak = tl.maximum(peak, tl.abs(x - mean))
+                scale = tl.minimum(peak, 3.0e38)  # an infinite deviation stays inf
+                w = tl.zeros((BLOCK,), dtype=tl.float32)
+                for k in range(0, r):
+                    x = tl.load(x_ptr + base + k * inner + cols, mask=mask, other=0.0).to(tl.float32)
+                    d = (x - mean) / scale
+                    w += d * d
+                if OP == 9:
+                    rescaled = tl.sqrt(w / divisor) * scale
+                else:
+                    rescaled = w / divisor * scale * scale
+                result = tl.where(overflow, rescaled, result)
         tl.store(out_ptr + o * inner + cols, result.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         if OP == 2 or OP == 4:

@@ -309,9 +309,31 @@ def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, WRIT
                 x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
                 d = tl.where(mask, x - mean, 0.0)
                 v += d * d
-            result = tl.sum(v, axis=0) / tl.maximum(n - correction, 0.0)
+            squares = tl.sum(v, axis=0)
+            divisor = tl.maximum(n - correction, 0.0)
+            result = squares / divisor
             if OP == 9:
                 result = tl.sqrt(result)
+            if squares == float("inf"):
+                # the squared deviations overflowed float32 (values past ~1e19; torch's CPU sums them in
+                # float64): again, each deviation divided by the largest, the scale multiplied back
+                peak = tl.zeros((BLOCK,), dtype=tl.float32)
+                for start in range(0, n, BLOCK):
+                    mask = start + cols < n
+                    x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+                    peak = tl.maximum(peak, tl.where(mask, tl.abs(x - mean), 0.0))
+                scale = tl.minimum(tl.max(peak, axis=0), 3.0e38)  # an infinite deviation stays inf
+                w = tl.zeros((BLOCK,), dtype=tl.float32)
+                for start in range(0, n, BLOCK):
+                    mask = start + cols < n
+                    x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+                    d = tl.where(mask, (x - mean) / scale, 0.0)
+                    w += d * d
+                spread = tl.sum(w, axis=0) / divisor
+                if OP == 9:
+                    result = tl.sqrt(spread) * scale
+                else:
+                    result = spread * scale * scale
         tl.store(out_ptr + row, result.to(out_ptr.dtype.element_ty))
     else:
         tl.static_assert(WRITE_INDEX or OP == 2 or OP == 3, "argmax/argmin store indices: set WRITE_INDEX")

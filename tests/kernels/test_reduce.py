@@ -97,6 +97,27 @@ def test_float16_std_whose_variance_overflows_is_finite(dim, keepdim):
     _assert_on_device()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim", [-1, 0], ids=["rows", "columns"])
+def test_var_and_std_of_values_whose_squares_overflow_float32(dim, dtype):
+    """Deviations past ~1.8e19 square past float32's range; torch's CPU sums them in float64. The
+    kernels take the overflowed rows (columns: the middle kernel) again, each deviation divided by the
+    largest: std is finite where it fits, var is inf only where the variance itself is past the range,
+    and every other row keeps its bits (an infinite input still gives NaN, as torch's)."""
+    x = torch.tensor([[3e19, -3e19, 1e19, 0.0], [1e19, -1e19, 5e18, 2e18], [1.0, 2.0, 3.0, 4.0],
+                      [2e19, 2e19, 2e19, 2e19]])
+    x = (x if dim == -1 else x.T.contiguous()).to(dtype)
+    d = x.to("rbln")
+    registry.reset_fallback_report()
+    for _ in range(2):  # the first call (checked) and the plan's
+        for op in (torch.var, torch.std):
+            expected = op(x, dim)
+            got = op(d, dim).cpu()
+            torch.testing.assert_close(got, expected, atol=0, rtol=2e-7 if dtype == torch.float32 else 0)
+    assert torch.std(d, dim).cpu().isfinite().all()
+    _assert_on_device()
+
+
 def test_noncontiguous_input_and_wide_inner_block():
     x = torch.randn(6, 40, 1100)
     d = x.to("rbln")

@@ -308,8 +308,9 @@ def _std(x, dim=None, correction=None, keepdim=False):
 
 
 def _var_mean(x, dim=None, correction=None, keepdim=False, *, std=False):
-    """(var or std, mean) as two reductions (group_norm's statistics: `F.group_norm` calls var_mean).
-    torch's CPU computes both in one Welford pass; the mean's summation order differs: a tolerance."""
+    """(var or std, mean) as two reductions (normalisation statistics; group norm has its own entry,
+    `norms.group_norm`, in float32). torch's CPU computes both in one Welford pass; the mean's
+    summation order differs: a tolerance."""
     spread = (_std if std else _var)(x, dim, correction, keepdim)
     return spread, R.reduce("mean", x, dim, keepdim)
 

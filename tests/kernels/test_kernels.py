@@ -82,4 +82,3 @@ def test_embedding_backward_with_repeated_indices():
     F.embedding(ids, weight).backward(grad)
     F.embedding(ids.to("rbln"), device_weight).backward(grad.to("rbln"))
     torch.testing.assert_close(device_weight.grad.cpu(), weight.grad)
-

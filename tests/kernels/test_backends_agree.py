@@ -212,3 +212,20 @@ def test_batch_norm_flags_taken_at_run_time(train, case, has_weight, has_bias, m
     for numba_out, interpret_out, cpu_out in zip(compiled, interpreted, expected, strict=True):
         torch.testing.assert_close(numba_out.cpu(), interpret_out.cpu(), atol=2e-6, rtol=2e-6)
         torch.testing.assert_close(numba_out.cpu(), cpu_out, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dim", [-1, 0], ids=["rows", "columns"])
+def test_var_and_std_rescaled_after_an_overflow_on_both_backends(dim, monkeypatch):
+    """The rescaled pass `reduce_kernel` and `middle_reduce_kernel` take after a row's (column's)
+    squared deviations overflow float32, on both backends: finite std where it fits, the CPU's within
+    float32 rounding. (Not bit for bit: on rows the interpreter's sum of squares does not overflow, so
+    it gives the CPU's value without the rescaled pass, a difference between the backends left for
+    later; on columns both take the pass and agree.)"""
+    x = torch.tensor([[3e19, -3e19, 1e19, 0.0], [1e19, -1e19, 5e18, 2e18], [1.0, 2.0, 3.0, 4.0]])
+    x = x if dim == -1 else x.T.contiguous()
+    for op in (torch.var, torch.std):
+        expected = op(x, dim)
+        for backend in ("numba", "interpret"):
+            (got,) = _on(backend, lambda op=op: op(x.to("rbln"), dim), monkeypatch)
+            torch.testing.assert_close(got.cpu(), expected, atol=0, rtol=2e-7)
+    assert _on("interpret", lambda: torch.std(x.to("rbln"), dim), monkeypatch)[0].isfinite().all()

@@ -317,19 +317,21 @@ def reduce_kernel(x_ptr, out_ptr, idx_ptr, n, correction, OP: tl.constexpr, WRIT
             if squares == float("inf"):
                 # the squared deviations overflowed float32 (values past ~1e19; torch's CPU sums them in
                 # float64): again, each deviation divided by the largest, the scale multiplied back
-                peak = tl.zeros((BLOCK,), dtype=tl.float32)
+                # (scalar accumulators: block-long ones would be allocated on every launch, overflow
+                # or not)
+                peak = 0.0
                 for start in range(0, n, BLOCK):
                     mask = start + cols < n
                     x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
-                    peak = tl.maximum(peak, tl.where(mask, tl.abs(x - mean), 0.0))
-                scale = tl.minimum(tl.max(peak, axis=0), 3.0e38)  # an infinite deviation stays inf
-                w = tl.zeros((BLOCK,), dtype=tl.float32)
+                    peak = tl.maximum(peak, tl.max(tl.where(mask, tl.abs(x - mean), 0.0), axis=0))
+                scale = tl.minimum(peak, 3.0e38)  # an infinite deviation stays inf
+                scaled_squares = 0.0
                 for start in range(0, n, BLOCK):
                     mask = start + cols < n
                     x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
                     d = tl.where(mask, (x - mean) / scale, 0.0)
-                    w += d * d
-                spread = tl.sum(w, axis=0) / divisor
+                    scaled_squares += tl.sum(d * d, axis=0)
+                spread = scaled_squares / divisor
                 if OP == 9:
                     result = tl.sqrt(spread) * scale
                 else:
